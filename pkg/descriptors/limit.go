@@ -1,0 +1,181 @@
+package descriptors
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+)
+
+// Milli is the fixed-point multiplier for limits, costs and tokens: a value
+// of 1000 means one request.
+const Milli = 1000
+
+// MaxExact is the largest integer that both Go's float64 and Redis' Lua
+// numbers represent exactly (2^53). Every intermediate product in the
+// algorithms stays below it.
+const MaxExact = 1 << 53
+
+// Algorithm selects how a limit is enforced.
+type Algorithm uint8
+
+// Algorithms.
+const (
+	FixedWindow Algorithm = iota
+	SlidingWindow
+	TokenBucket
+)
+
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket"}
+
+// String returns the algorithm's configuration name.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", a)
+}
+
+// ParseAlgorithm parses a configuration name; the empty string means
+// FixedWindow.
+func ParseAlgorithm(s string) (Algorithm, bool) {
+	if s == "" {
+		return FixedWindow, true
+	}
+	for i, name := range algorithmNames {
+		if strings.EqualFold(name, s) {
+			return Algorithm(i), true
+		}
+	}
+	return 0, false
+}
+
+// Limit is one configured (or request-supplied) rate limit. A Limit is
+// immutable once built and safe to share between goroutines.
+type Limit struct {
+	// Name is the limit's optional name, the target of other limits' Replaces.
+	Name string
+	// Unit and RequestsPerUnit are the limit as Envoy describes it.
+	Unit            Unit
+	RequestsPerUnit uint32
+	// UnitMultiplier makes the window UnitMultiplier units long (>= 1).
+	UnitMultiplier uint32
+	// Unlimited limits always answer OK without touching the store.
+	Unlimited bool
+	Algorithm Algorithm
+	// Burst is the token-bucket capacity in milli-requests.
+	Burst int64
+	// Cost is what one hit charges, in milli-requests (default Milli).
+	Cost int64
+	// Replaces names the limits this one drops from a request.
+	Replaces []string
+	// ShadowMode, QuotaMode and DetailedMetric come from the descriptor
+	// that holds the limit.
+	ShadowMode     bool
+	QuotaMode      bool
+	DetailedMetric bool
+	ValueToMetric  bool
+	// Metadata is the free-form metadata of the descriptor that holds the limit.
+	Metadata map[string]any
+	// Path is the rule's readable path, "domain.key_value.key", for metrics
+	// and debugging.
+	Path string
+
+	// shared[i] is the wildcard pattern that replaces the request's value at
+	// depth i in keys (share_threshold), or "" to use the request's value.
+	shared []string
+	// hasShared reports whether any entry of shared is set.
+	hasShared bool
+}
+
+// NewLimit returns a fixed-window limit with defaults filled in, as used
+// for a request's limit override.
+func NewLimit(rpu uint32, unit Unit) *Limit {
+	l := &Limit{RequestsPerUnit: rpu, Unit: unit}
+	l.fillDefaults()
+	return l
+}
+
+func (l *Limit) fillDefaults() {
+	if l.UnitMultiplier == 0 {
+		l.UnitMultiplier = 1
+	}
+	if l.Cost == 0 {
+		l.Cost = Milli
+	}
+	if l.Burst == 0 {
+		l.Burst = l.Capacity()
+	}
+}
+
+// WindowMillis returns the window length in milliseconds.
+func (l *Limit) WindowMillis() int64 {
+	m := int64(l.UnitMultiplier)
+	if m == 0 {
+		m = 1
+	}
+	return l.Unit.Seconds() * 1000 * m
+}
+
+// Capacity returns RequestsPerUnit in milli-requests.
+func (l *Limit) Capacity() int64 { return int64(l.RequestsPerUnit) * Milli }
+
+// SharedValue returns the pattern that stands for the request's value at
+// depth i in keys, and whether one applies (share_threshold).
+func (l *Limit) SharedValue(i int) (string, bool) {
+	if !l.hasShared || i >= len(l.shared) || l.shared[i] == "" {
+		return "", false
+	}
+	return l.shared[i], true
+}
+
+// Validate checks the limit's own consistency: a known unit unless
+// unlimited, a window that fits, and token-bucket arithmetic that stays
+// exact. It does not check Replaces against other limits.
+func (l *Limit) Validate() error {
+	if l.Unlimited {
+		if l.Unit != UnitUnknown {
+			return fmt.Errorf("should not specify rate limit unit when unlimited")
+		}
+		return nil
+	}
+	if !l.Unit.Valid() {
+		return fmt.Errorf("invalid rate limit unit '%s'", l.Unit)
+	}
+	if l.UnitMultiplier > 1000 {
+		return fmt.Errorf("unit_multiplier %d is larger than 1000", l.UnitMultiplier)
+	}
+	if l.Cost <= 0 {
+		return fmt.Errorf("cost must be positive")
+	}
+	if l.Burst < 0 {
+		return fmt.Errorf("burst must not be negative")
+	}
+	if l.Algorithm == TokenBucket && l.RequestsPerUnit > 0 {
+		num, den := l.RefillRate()
+		// Refill computes elapsed*num + carry with elapsed below the fill
+		// time (about burst*den/num), so burst*den must stay exact.
+		if new(big.Int).Mul(big.NewInt(l.Burst+num), big.NewInt(den)).Cmp(big.NewInt(MaxExact)) >= 0 {
+			return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
+				l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
+		}
+	}
+	return nil
+}
+
+// RefillRate returns the token-bucket refill rate as the reduced fraction
+// num/den milli-tokens per millisecond.
+func (l *Limit) RefillRate() (num, den int64) {
+	num, den = l.Capacity(), l.WindowMillis()
+	if num == 0 || den == 0 {
+		return 0, 1
+	}
+	g := gcd(num, den)
+	return num / g, den / g
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

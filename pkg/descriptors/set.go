@@ -1,0 +1,272 @@
+package descriptors
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// KV is a descriptor entry as a request carries it. Envoy's generated
+// *RateLimitDescriptor_Entry satisfies it, so requests are matched without
+// copying.
+type KV interface {
+	GetKey() string
+	GetValue() string
+}
+
+// Entry is a plain descriptor entry.
+type Entry struct{ Key, Value string }
+
+// GetKey returns the entry's key.
+func (e Entry) GetKey() string { return e.Key }
+
+// GetValue returns the entry's value.
+func (e Entry) GetValue() string { return e.Value }
+
+// Descriptor is one configured rule level, as the rules files nest them.
+type Descriptor struct {
+	Key   string
+	Value string // "" matches any value; '*' is a wildcard
+	Limit *Limit // nil: no limit at this level
+	// ShareThreshold makes every value matching a wildcard Value share one
+	// counter.
+	ShareThreshold bool
+	ValueToMetric  bool
+	DetailedMetric bool
+	ShadowMode     bool
+	QuotaMode      bool
+	Metadata       map[string]any
+	Descriptors    []Descriptor
+	// Source locates the rule for error messages, e.g. "rules.yaml:12".
+	Source string
+}
+
+// DomainConfig is one domain's rules.
+type DomainConfig struct {
+	Name string
+	// TenantKey is the descriptor key whose value is the tenant tier.
+	TenantKey string
+	// Atomic asks for all-or-nothing decisions over a request's descriptors.
+	Atomic      bool
+	Descriptors []Descriptor
+	Source      string
+}
+
+// Domain is a compiled domain. It is immutable and safe for concurrent use.
+type Domain struct {
+	Name      string
+	TenantKey string
+	Atomic    bool
+	root      node
+}
+
+// Set is a compiled, immutable set of domains, swapped whole on reload.
+type Set struct {
+	domains map[string]*Domain
+	limits  []*Limit
+}
+
+type kv struct{ k, v string }
+
+type wildNode struct {
+	pat  pattern
+	node *node
+}
+
+type node struct {
+	exact   map[kv]*node
+	wild    map[string][]wildNode // by key, in file order
+	keyOnly map[string]*node
+	limit   *Limit
+	leaf    bool // no nested descriptors
+}
+
+// Errors reported by NewSet.
+var (
+	ErrDuplicateDomain = errors.New("duplicate domain")
+	ErrDuplicatePath   = errors.New("duplicate descriptor")
+)
+
+// Error is a rules error located at a source position.
+type Error struct {
+	Source string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Source == "" {
+		return e.Err.Error()
+	}
+	return e.Source + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewSet compiles domains into a Set. It rejects duplicate domains and
+// paths, invalid limits, replaces that name their own limit or are empty,
+// and share_threshold without a wildcard value. The Limits of the given
+// descriptors are copied, not retained.
+func NewSet(domains []DomainConfig) (*Set, error) {
+	s := &Set{domains: make(map[string]*Domain, len(domains))}
+	for _, dc := range domains {
+		if dc.Name == "" {
+			return nil, &Error{dc.Source, errors.New("config file cannot have empty domain")}
+		}
+		if _, dup := s.domains[dc.Name]; dup {
+			return nil, &Error{dc.Source, fmt.Errorf("%w '%s'", ErrDuplicateDomain, dc.Name)}
+		}
+		d := &Domain{Name: dc.Name, TenantKey: dc.TenantKey, Atomic: dc.Atomic}
+		if err := s.build(&d.root, dc.Name, dc.Descriptors, nil); err != nil {
+			return nil, err
+		}
+		s.domains[dc.Name] = d
+	}
+	return s, nil
+}
+
+func (s *Set) build(n *node, path string, ds []Descriptor, shared []string) error {
+	n.leaf = len(ds) == 0
+	for i := range ds {
+		d := &ds[i]
+		if d.Key == "" {
+			return &Error{d.Source, errors.New("descriptor has empty key")}
+		}
+		child := &node{}
+		wildcard := IsWildcard(d.Value)
+		childShared := append(shared[:len(shared):len(shared)], "")
+		if d.ShareThreshold {
+			if !wildcard {
+				return &Error{d.Source, fmt.Errorf("share_threshold needs a wildcard value, but '%s' has value '%s'", d.Key, d.Value)}
+			}
+			childShared[len(childShared)-1] = d.Value
+		}
+		childPath := path + "." + d.Key
+		if d.Value != "" {
+			childPath += "_" + d.Value
+		}
+		if err := s.insert(n, d, child, wildcard, childPath); err != nil {
+			return err
+		}
+		if d.Limit != nil {
+			l := *d.Limit
+			l.fillDefaults()
+			if err := l.Validate(); err != nil {
+				return &Error{d.Source, err}
+			}
+			for _, r := range l.Replaces {
+				if r == "" {
+					return &Error{d.Source, errors.New("should not have an empty replaces entry")}
+				}
+				if r == l.Name {
+					return &Error{d.Source, errors.New("replaces should not contain name of same descriptor")}
+				}
+			}
+			l.ShadowMode, l.QuotaMode = d.ShadowMode, d.QuotaMode
+			l.DetailedMetric, l.ValueToMetric = d.DetailedMetric, d.ValueToMetric
+			l.Metadata = d.Metadata
+			l.Path = childPath
+			for _, p := range childShared {
+				if p != "" {
+					l.hasShared = true
+				}
+			}
+			l.shared = childShared
+			child.limit = &l
+			s.limits = append(s.limits, &l)
+		}
+		if err := s.build(child, childPath, d.Descriptors, childShared); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Set) insert(n *node, d *Descriptor, child *node, wildcard bool, path string) error {
+	dup := false
+	switch {
+	case d.Value == "":
+		if n.keyOnly == nil {
+			n.keyOnly = map[string]*node{}
+		}
+		_, dup = n.keyOnly[d.Key]
+		n.keyOnly[d.Key] = child
+	case wildcard:
+		if n.wild == nil {
+			n.wild = map[string][]wildNode{}
+		}
+		for _, w := range n.wild[d.Key] {
+			dup = dup || strings.Join(w.pat.parts, "*") == d.Value
+		}
+		n.wild[d.Key] = append(n.wild[d.Key], wildNode{compilePattern(d.Value), child})
+	default:
+		if n.exact == nil {
+			n.exact = map[kv]*node{}
+		}
+		_, dup = n.exact[kv{d.Key, d.Value}]
+		n.exact[kv{d.Key, d.Value}] = child
+	}
+	if dup {
+		return &Error{d.Source, fmt.Errorf("%w '%s'", ErrDuplicatePath, path)}
+	}
+	return nil
+}
+
+// Domain returns the named domain, or nil.
+func (s *Set) Domain(name string) *Domain {
+	if s == nil {
+		return nil
+	}
+	return s.domains[name]
+}
+
+// Domains returns the domain names, sorted.
+func (s *Set) Domains() []string {
+	names := make([]string, 0, len(s.domains))
+	for n := range s.domains {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Limits returns every configured limit, in file order per domain.
+func (s *Set) Limits() []*Limit { return s.limits }
+
+// Match returns the limit that applies to a request's entries, or nil.
+// At each level an exact key and value beats a wildcard value (the first in
+// file order), which beats a key-only rule. The limit is taken at the last
+// entry: the request must have as many entries as the matched path is
+// deep. Match does not allocate.
+func Match[E KV](d *Domain, entries []E) *Limit {
+	if d == nil || len(entries) == 0 {
+		return nil
+	}
+	n := &d.root
+	for i, e := range entries {
+		next := n.step(e.GetKey(), e.GetValue())
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return next.limit
+		}
+		if next.leaf {
+			return nil
+		}
+		n = next
+	}
+	return nil
+}
+
+func (n *node) step(key, value string) *node {
+	if next, ok := n.exact[kv{key, value}]; ok {
+		return next
+	}
+	for _, w := range n.wild[key] {
+		if w.pat.match(value) {
+			return w.node
+		}
+	}
+	return n.keyOnly[key]
+}
