@@ -1,0 +1,88 @@
+// Command server is FastLimit: an Envoy-compatible external rate-limit
+// server. It answers envoy.service.ratelimit.v3.RateLimitService over gRPC
+// from YAML rules, on Redis or an embedded in-memory store.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Version is stamped at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run is main without the process: it returns the exit code.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "check" {
+		return runCheck(args[1:], getenv, stdout, stderr)
+	}
+	var o options
+	fs := newFlagSet("fastlimit", &o, stderr)
+	if err := parseOptions(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	log, err := newLogger(o.logLevel, o.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := newServer(o, log)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 1
+	}
+	if err := srv.Open(ctx); err != nil {
+		log.Error("cannot start", zap.Error(err))
+		_ = srv.Close(context.Background())
+		return 1
+	}
+	<-ctx.Done()
+	stop() // a second signal now ends the process at once
+	log.Info("stopping")
+	if err := srv.Close(context.Background()); err != nil {
+		log.Error("unclean stop", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("--log-format: %q is neither json nor console", format)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(out), lvl)), nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"strings"
+	"time"
+)
+
+// options are the server's settings. Every flag has an environment twin:
+// the flag's name in upper case with '-' as '_' (--redis-url, REDIS_URL).
+// A flag given on the command line wins over its environment variable.
+type options struct {
+	configDir    string
+	grpcAddr     string
+	httpAddr     string
+	redisURL     string
+	keyPrefix    string
+	logLevel     string
+	logFormat    string
+	storeTimeout time.Duration
+	poolSize     int
+	dialTimeout  time.Duration
+	maxRecvBytes int
+	drain        time.Duration
+}
+
+func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.configDir, "config", "config", "directory of rules files (YAML, one domain each)")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (Envoy's rate-limit service)")
+	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /ready, /json)")
+	fs.StringVar(&o.redisURL, "redis-url", "", "Redis URL (redis:// or rediss://); empty runs on the embedded in-memory store")
+	fs.StringVar(&o.keyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or console")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "longest wait for the store on one request")
+	fs.IntVar(&o.poolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
+	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
+	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
+	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
+	return fs
+}
+
+// parseOptions reads flags, falling back to environment variables for the
+// flags not given on the command line.
+func parseOptions(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		env := envName(f.Name)
+		if v := getenv(env); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("environment: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func envName(flagName string) string {
+	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}

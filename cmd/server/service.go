@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+type entry = *common.RateLimitDescriptor_Entry
+
+// service implements envoy.service.ratelimit.v3.RateLimitService over a
+// Limiter: it converts Envoy's protos to limiter requests and back.
+type service struct {
+	rls.UnimplementedRateLimitServiceServer
+	limiter *limiter.Limiter
+	timeout time.Duration // bound on one decision's store call
+	log     *zap.Logger
+}
+
+func newService(l *limiter.Limiter, timeout time.Duration, log *zap.Logger) *service {
+	return &service{limiter: l, timeout: timeout, log: log}
+}
+
+// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
+// store failures get Unavailable so that Envoy's failure_mode_deny decides.
+func (s *service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	lreq := toRequest(req)
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	res, err := limiter.Check(ctx, s.limiter, &lreq)
+	if err != nil {
+		if !errors.Is(err, limiter.ErrInvalid) {
+			s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+		}
+		return nil, err
+	}
+	return toResponse(res), nil
+}
+
+// grpcError maps limiter errors to gRPC status codes.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, limiter.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.Error(codes.Unavailable, "rate-limit store did not answer in time")
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+}
+
+func toRequest(req *rls.RateLimitRequest) limiter.Request[entry] {
+	ds := make([]limiter.Descriptor[entry], len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		ds[i].Entries = d.GetEntries()
+		if o := d.GetLimit(); o != nil {
+			ds[i].Override = &limiter.Override{
+				RequestsPerUnit: o.GetRequestsPerUnit(),
+				Unit:            descriptors.Unit(o.GetUnit()),
+			}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			ds[i].Hits, ds[i].HasHits = h.GetValue(), true
+		}
+	}
+	return limiter.Request[entry]{Domain: req.GetDomain(), Descriptors: ds, HitsAddend: req.GetHitsAddend()}
+}
+
+func toResponse(res *limiter.Response) *rls.RateLimitResponse {
+	out := &rls.RateLimitResponse{
+		OverallCode: toCode(res.Code),
+		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+	}
+	for i := range res.Statuses {
+		out.Statuses[i] = toStatus(&res.Statuses[i])
+	}
+	return out
+}
+
+func toStatus(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
+	ds := &rls.RateLimitResponse_DescriptorStatus{Code: toCode(st.Code)}
+	lim := st.Limit
+	switch {
+	case lim == nil:
+	case lim.Unlimited:
+		ds.LimitRemaining = math.MaxUint32
+	default:
+		ds.CurrentLimit = &rls.RateLimitResponse_RateLimit{
+			Name:            lim.Name,
+			RequestsPerUnit: lim.RequestsPerUnit,
+			Unit:            rls.RateLimitResponse_RateLimit_Unit(lim.Unit),
+		}
+		ds.LimitRemaining = st.Remaining
+		ds.DurationUntilReset = durationpb.New(millis(st.ResetMillis))
+	}
+	return ds
+}
+
+func toCode(c limiter.Code) rls.RateLimitResponse_Code {
+	if c == limiter.OverLimit {
+		return rls.RateLimitResponse_OVER_LIMIT
+	}
+	return rls.RateLimitResponse_OK
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

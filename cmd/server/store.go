@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// openStore is a limiter.Store with a lifecycle start.
+type openStore interface {
+	limiter.Store
+	Open(ctx context.Context) error
+}
+
+// newStore builds the store the options ask for: Redis when a URL is
+// given, the embedded in-memory store otherwise. It starts nothing.
+func newStore(o options, log *zap.Logger) (openStore, error) {
+	if o.redisURL == "" {
+		return store.NewMemory(store.MemoryOptions{}), nil
+	}
+	pool := o.poolSize
+	if pool <= 0 {
+		pool = 10 * runtime.GOMAXPROCS(0)
+	}
+	r, err := store.NewRedisFromURL(o.redisURL, store.ConnOptions{
+		PoolSize:    pool,
+		DialTimeout: o.dialTimeout,
+	}, log.Named("redis"))
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return r, nil
+}
+
+// storeName describes the store for logs, without credentials.
+func storeName(o options) string {
+	if o.redisURL == "" {
+		return "memory"
+	}
+	return store.RedactURL(o.redisURL)
+}

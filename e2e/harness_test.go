@@ -1,0 +1,241 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// binary is the server built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fastlimit-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "fastlimit")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/server")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// redisServer is a redis-server process owned by one test.
+type redisServer struct {
+	Addr string
+	cmd  *exec.Cmd
+	dir  string
+	port int
+}
+
+// startRedis starts redis-server on a free loopback port; it stops when
+// the test ends. Tests fail (not skip) when redis-server is missing and
+// FASTLIMIT_REQUIRE_REDIS is set.
+func startRedis(t testing.TB, extra ...string) *redisServer {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("FASTLIMIT_REQUIRE_REDIS") != "" {
+			t.Fatal("redis-server not found on PATH")
+		}
+		t.Skip("redis-server not found on PATH")
+	}
+	r := &redisServer{dir: t.TempDir(), port: freePort(t)}
+	r.Addr = fmt.Sprintf("127.0.0.1:%d", r.port)
+	r.start(t, path, extra...)
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func (r *redisServer) start(t testing.TB, path string, extra ...string) {
+	t.Helper()
+	args := append([]string{"--port", fmt.Sprint(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", r.dir}, extra...)
+	r.cmd = exec.Command(path, args...)
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", r.Addr, 100*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("PING\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.HasPrefix(line, "+PONG")
+	})
+}
+
+// Stop kills the server (idempotent).
+func (r *redisServer) Stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// Restart starts the server again on the same port.
+func (r *redisServer) Restart(t testing.TB) {
+	path, _ := exec.LookPath("redis-server")
+	r.start(t, path)
+}
+
+// fastlimit is one server process.
+type fastlimit struct {
+	GRPC, HTTP string
+	cmd        *exec.Cmd
+	logs       *syncBuffer
+	conn       *grpc.ClientConn
+	Client     rls.RateLimitServiceClient
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServer starts the binary with rules from dir and extra flags, and
+// waits until /healthcheck answers 200 (or, with wantHealthy false, until
+// the HTTP port answers at all).
+func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...string) *fastlimit {
+	t.Helper()
+	f := &fastlimit{
+		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		logs: &syncBuffer{},
+	}
+	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
+		"--log-format", "console", "--log-level", "info"}, extra...)
+	f.cmd = exec.Command(binary, args...)
+	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
+	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
+		}
+	})
+	ok := waitUntil(10*time.Second, func() bool {
+		resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return !wantHealthy || resp.StatusCode == http.StatusOK
+	})
+	if !ok {
+		t.Fatalf("server did not come up; logs:\n%s", f.logs.String())
+	}
+	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
+	return f
+}
+
+// Stop sends SIGTERM and waits for the process (idempotent).
+func (f *fastlimit) Stop() {
+	if f.conn != nil {
+		f.conn.Close()
+		f.conn = nil
+	}
+	if f.cmd != nil && f.cmd.Process != nil {
+		_ = f.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = f.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = f.cmd.Process.Kill()
+			<-done
+		}
+		f.cmd = nil
+	}
+}
+
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func waitFor(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	if !waitUntil(d, cond) {
+		t.Fatalf("condition not met within %s", d)
+	}
+}
+
+// writeRules writes name→YAML files into a fresh directory.
+func writeRules(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

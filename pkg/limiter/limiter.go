@@ -1,0 +1,242 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// maxCost is where a charge saturates: any charge this large is over every
+// limit, and it stays exact in Lua's doubles.
+const maxCost = 1 << 52
+
+// Limiter decides requests against the current rules and a Store. It is
+// safe for concurrent use; SetRules swaps rules atomically, and a request
+// in flight finishes on the rules it started with.
+type Limiter struct {
+	store  Store
+	prefix string
+	limits Limits
+	rules  atomic.Pointer[descriptors.Set]
+	pool   sync.Pool // *scratch
+}
+
+// Options configure a Limiter.
+type Options struct {
+	// KeyPrefix starts every store key (default "ratelimit").
+	KeyPrefix string
+	// Limits bound request sizes (default DefaultLimits).
+	Limits *Limits
+}
+
+// New returns a Limiter over store, with no rules until SetRules.
+func New(store Store, opts Options) *Limiter {
+	l := &Limiter{store: store, prefix: opts.KeyPrefix, limits: DefaultLimits}
+	if l.prefix == "" {
+		l.prefix = "ratelimit"
+	}
+	if opts.Limits != nil {
+		l.limits = *opts.Limits
+	}
+	l.pool.New = func() any { return new(scratch) }
+	return l
+}
+
+// SetRules swaps in a new rule set.
+func (l *Limiter) SetRules(s *descriptors.Set) { l.rules.Store(s) }
+
+// Rules returns the current rule set (nil before the first SetRules).
+func (l *Limiter) Rules() *descriptors.Set { return l.rules.Load() }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// KeyPrefix returns the prefix of every store key.
+func (l *Limiter) KeyPrefix() string { return l.prefix }
+
+type scratch struct {
+	ops     []Op
+	results []Result
+	index   []int // status index of each op
+	key     []byte
+}
+
+// Check decides req. It returns an error wrapping ErrInvalid for a
+// malformed request and one wrapping ErrUnavailable when the store fails;
+// otherwise one status per descriptor, in request order.
+func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
+	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
+		return nil, err
+	}
+	for i := range req.Descriptors {
+		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
+			return nil, err
+		}
+	}
+	resp := &Response{Statuses: make([]Status, len(req.Descriptors))}
+	domain := l.rules.Load().Domain(req.Domain)
+	if domain == nil {
+		return resp, nil
+	}
+	resolveLimits(domain, req, resp.Statuses)
+	sc := l.pool.Get().(*scratch)
+	defer l.pool.Put(sc)
+	sc.ops, sc.index = sc.ops[:0], sc.index[:0]
+	for i := range req.Descriptors {
+		addOp(l, sc, domain, req, i, &resp.Statuses[i])
+	}
+	if len(sc.ops) > 0 {
+		if cap(sc.results) < len(sc.ops) {
+			sc.results = make([]Result, len(sc.ops))
+		}
+		res := sc.results[:len(sc.ops)]
+		if err := l.store.Take(ctx, sc.ops, res); err != nil {
+			return nil, fmt.Errorf("take: %w", err)
+		}
+		for j, r := range res {
+			applyResult(&resp.Statuses[sc.index[j]], r)
+		}
+	}
+	resp.Code = overall(resp.Statuses)
+	clear(sc.ops) // drop key references before pooling
+	return resp, nil
+}
+
+// resolveLimits sets each status's limit: the override, or the matched
+// rule, minus the limits that another limit of the request replaces.
+func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st []Status) {
+	replacing := false
+	for i := range req.Descriptors {
+		rd := &req.Descriptors[i]
+		if rd.Override != nil {
+			lim := descriptors.NewLimit(rd.Override.RequestsPerUnit, rd.Override.Unit)
+			lim.Path = d.Name + ".override"
+			st[i].Limit = lim
+			continue
+		}
+		st[i].Limit = descriptors.Match(d, rd.Entries)
+		if st[i].Limit != nil && len(st[i].Limit.Replaces) > 0 {
+			replacing = true
+		}
+	}
+	if !replacing {
+		return
+	}
+	for i := range st {
+		if st[i].Limit == nil || st[i].Limit.Name == "" {
+			continue
+		}
+		if replaced(st, st[i].Limit.Name) {
+			st[i].Limit = nil
+		}
+	}
+}
+
+func replaced(st []Status, name string) bool {
+	for i := range st {
+		if st[i].Limit == nil {
+			continue
+		}
+		for _, r := range st[i].Limit.Replaces {
+			if r == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addOp queues the store decision for descriptor i, or settles it here
+// when it needs none (no limit, unlimited).
+func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status) {
+	lim := st.Limit
+	if lim == nil {
+		return
+	}
+	st.Quota = lim.QuotaMode
+	if lim.Unlimited {
+		st.Remaining = math.MaxUint32
+		return
+	}
+	rd := &req.Descriptors[i]
+	hits := uint64(req.HitsAddend)
+	if hits == 0 {
+		hits = 1
+	}
+	if rd.HasHits {
+		hits = rd.Hits
+	}
+	st.Hits = hits
+	cost := int64(maxCost)
+	if hits <= maxCost/uint64(lim.Cost) {
+		cost = int64(hits) * lim.Cost
+	}
+	sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+	op := Op{
+		Key:       string(sc.key),
+		Algorithm: lim.Algorithm,
+		Limit:     lim.Capacity(),
+		Window:    lim.WindowMillis(),
+		Cost:      cost,
+		Burst:     lim.Burst,
+	}
+	if lim.Algorithm == descriptors.TokenBucket {
+		op.RateNum, op.RateDen = lim.RefillRate()
+	}
+	sc.ops = append(sc.ops, op)
+	sc.index = append(sc.index, i)
+}
+
+// tenant returns the value of the domain's tenant entry, or DefaultTenant.
+func tenant[E descriptors.KV](d *descriptors.Domain, entries []E) string {
+	if d.TenantKey == "" {
+		return DefaultTenant
+	}
+	for _, e := range entries {
+		if e.GetKey() == d.TenantKey && e.GetValue() != "" {
+			return e.GetValue()
+		}
+	}
+	return DefaultTenant
+}
+
+func applyResult(st *Status, r Result) {
+	st.Remaining = uint32(min(r.Remaining/descriptors.Milli, math.MaxUint32))
+	st.ResetMillis = r.Reset
+	if r.Allowed {
+		return
+	}
+	st.RetryAfterMillis = r.RetryAfter
+	if st.Limit.ShadowMode {
+		st.Shadowed = true
+		st.Remaining = 0
+		return
+	}
+	st.Code = OverLimit
+}
+
+// overall is OVER_LIMIT when a non-quota descriptor is over, or when every
+// quota descriptor is.
+func overall(st []Status) Code {
+	quota, quotaOver := 0, 0
+	for i := range st {
+		if st[i].Quota {
+			quota++
+			if st[i].Code == OverLimit {
+				quotaOver++
+			}
+			continue
+		}
+		if st[i].Code == OverLimit {
+			return OverLimit
+		}
+	}
+	if quota > 0 && quotaOver == quota {
+		return OverLimit
+	}
+	return OK
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every FastLimit test: formatting, vet, unit and store conformance
+# tests against real Redis, end-to-end tests of the real binary, and brief
+# fuzzing. Installs redis-server from Debian's packages when it is missing.
+# Every Redis the tests need is started by the tests themselves on free
+# loopback ports, and stopped when they end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_redis() {
+  command -v redis-server >/dev/null 2>&1 && return 0
+  echo "==> installing redis-server (Debian package)"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+  # The package may start a system-wide instance; the tests do not use it.
+}
+need_redis
+
+echo "==> gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+
+echo "==> go vet"
+go vet ./...
+
+echo "==> go test -race (unit, conformance on memory and real Redis, e2e)"
+export FASTLIMIT_REQUIRE_REDIS=1
+go test -race -count=1 -timeout 20m ./...
+
+if [ "${FUZZTIME:-5s}" != "0" ]; then
+  echo "==> fuzz (${FUZZTIME:-5s} each)"
+  while read -r pkg target; do
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZTIME:-5s}" "$pkg"
+  done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+    for t in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
+      echo "./$(dirname "${f#./}") $t"
+    done
+  done)
+fi
+echo "==> all tests passed"
