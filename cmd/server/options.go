@@ -25,6 +25,9 @@ type options struct {
 	dialTimeout  time.Duration
 	maxRecvBytes int
 	drain        time.Duration
+
+	headers headerOptions // response headers, metadata, global shadow mode
+	admin   adminOptions  // reload, metrics, admin surface
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -42,6 +45,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
 	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
+	addHeaderFlags(fs, &o.headers)
+	addAdminFlags(fs, &o.admin)
 	return fs
 }
 

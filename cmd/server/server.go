@@ -47,7 +47,7 @@ func newServer(o options, log *zap.Logger) (*server, error) {
 	}
 	s := &server{opts: o, log: log, store: st}
 	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix})
-	s.service = newService(s.limiter, o.storeTimeout, log.Named("service"))
+	s.service = newService(s.limiter, o.storeTimeout, nil, log.Named("service"))
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(o.maxRecvBytes))
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()

@@ -25,11 +25,29 @@ type service struct {
 	rls.UnimplementedRateLimitServiceServer
 	limiter *limiter.Limiter
 	timeout time.Duration // bound on one decision's store call
+	obs     observer
 	log     *zap.Logger
 }
 
-func newService(l *limiter.Limiter, timeout time.Duration, log *zap.Logger) *service {
-	return &service{limiter: l, timeout: timeout, log: log}
+// observer is told of every decision, for metrics. It must be cheap and
+// safe for concurrent use.
+type observer interface {
+	// Decided is called after a decision with its time taken.
+	Decided(domain string, res *limiter.Response, took time.Duration)
+	// Failed is called when a request fails (invalid, or store failure).
+	Failed(domain string, err error, took time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Decided(string, *limiter.Response, time.Duration) {}
+func (nopObserver) Failed(string, error, time.Duration)              {}
+
+func newService(l *limiter.Limiter, timeout time.Duration, obs observer, log *zap.Logger) *service {
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &service{limiter: l, timeout: timeout, obs: obs, log: log}
 }
 
 // ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
@@ -43,6 +61,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 }
 
 func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	start := time.Now()
 	lreq := toRequest(req)
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -51,11 +70,13 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	res, err := limiter.Check(ctx, s.limiter, &lreq)
 	if err != nil {
+		s.obs.Failed(req.GetDomain(), err, time.Since(start))
 		if !errors.Is(err, limiter.ErrInvalid) {
 			s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
 		}
 		return nil, err
 	}
+	s.obs.Decided(req.GetDomain(), res, time.Since(start))
 	return toResponse(res), nil
 }
 
