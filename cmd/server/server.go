@@ -41,13 +41,16 @@ type server struct {
 }
 
 func newServer(o options, log *zap.Logger) (*server, error) {
+	if err := o.headers.validate(); err != nil {
+		return nil, err
+	}
 	st, err := newStore(o, log)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
 	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix})
-	s.service = newService(s.limiter, o.storeTimeout, nil, log.Named("service"))
+	s.service = newService(s.limiter, o.storeTimeout, nil, o.headers, log.Named("service"))
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(o.maxRecvBytes))
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()

@@ -26,6 +26,7 @@ type service struct {
 	limiter *limiter.Limiter
 	timeout time.Duration // bound on one decision's store call
 	obs     observer
+	resp    headerOptions
 	log     *zap.Logger
 }
 
@@ -43,11 +44,11 @@ type nopObserver struct{}
 func (nopObserver) Decided(string, *limiter.Response, time.Duration) {}
 func (nopObserver) Failed(string, error, time.Duration)              {}
 
-func newService(l *limiter.Limiter, timeout time.Duration, obs observer, log *zap.Logger) *service {
+func newService(l *limiter.Limiter, timeout time.Duration, obs observer, resp headerOptions, log *zap.Logger) *service {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &service{limiter: l, timeout: timeout, obs: obs, log: log}
+	return &service{limiter: l, timeout: timeout, obs: obs, resp: resp, log: log}
 }
 
 // ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
@@ -77,7 +78,14 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 		return nil, err
 	}
 	s.obs.Decided(req.GetDomain(), res, time.Since(start))
-	return toResponse(res), nil
+	out := toResponse(res)
+	if s.resp.shadowMode {
+		out.OverallCode = rls.RateLimitResponse_OK
+	}
+	if s.resp.mode != headersOff || s.resp.dynamicMetadata {
+		s.resp.decorate(out, res, req.GetDomain(), requestEntries(req))
+	}
+	return out, nil
 }
 
 // grpcError maps limiter errors to gRPC status codes.
@@ -147,3 +155,11 @@ func toCode(c limiter.Code) rls.RateLimitResponse_Code {
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func requestEntries(req *rls.RateLimitRequest) [][]entry {
+	out := make([][]entry, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		out[i] = d.GetEntries()
+	}
+	return out
+}
