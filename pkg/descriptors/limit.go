@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
@@ -138,6 +139,9 @@ func (l *Limit) Validate() error {
 		}
 		return nil
 	}
+	if l.Unit == UnitUnknown {
+		return errors.New("missing rate limit unit")
+	}
 	if !l.Unit.Valid() {
 		return fmt.Errorf("invalid rate limit unit '%s'", l.Unit)
 	}
@@ -154,7 +158,7 @@ func (l *Limit) Validate() error {
 		num, den := l.RefillRate()
 		// Refill computes elapsed*num + carry with elapsed below the fill
 		// time (about burst*den/num), so burst*den must stay exact.
-		if new(big.Int).Mul(big.NewInt(l.Burst+num), big.NewInt(den)).Cmp(big.NewInt(MaxExact)) >= 0 {
+		if new(big.Int).Mul(new(big.Int).Add(big.NewInt(l.Burst), big.NewInt(num)), big.NewInt(den)).Cmp(big.NewInt(MaxExact)) >= 0 {
 			return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
 				l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
 		}

@@ -103,83 +103,112 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// NewSet compiles domains into a Set. It rejects duplicate domains and
-// paths, invalid limits, replaces that name their own limit or are empty,
-// and share_threshold without a wildcard value. The Limits of the given
-// descriptors are copied, not retained.
+// NewSet compiles domains into a Set. It rejects empty and duplicate
+// domains, empty keys, duplicate paths, invalid limits, replaces that name
+// their own limit or are empty, and share_threshold without a wildcard
+// value. It reports every such error, each an *Error, joined with
+// errors.Join. The Limits of the given descriptors are copied, not retained.
 func NewSet(domains []DomainConfig) (*Set, error) {
 	s := &Set{domains: make(map[string]*Domain, len(domains))}
+	sources := make(map[string]string, len(domains))
+	var errs []error
 	for _, dc := range domains {
-		if dc.Name == "" {
-			return nil, &Error{dc.Source, errors.New("config file cannot have empty domain")}
-		}
-		if _, dup := s.domains[dc.Name]; dup {
-			return nil, &Error{dc.Source, fmt.Errorf("%w '%s'", ErrDuplicateDomain, dc.Name)}
-		}
 		d := &Domain{Name: dc.Name, TenantKey: dc.TenantKey, Atomic: dc.Atomic}
-		if err := s.build(&d.root, dc.Name, dc.Descriptors, nil); err != nil {
-			return nil, err
+		first, dup := sources[dc.Name]
+		switch {
+		case dc.Name == "":
+			errs = append(errs, &Error{dc.Source, errors.New("config file cannot have empty domain")})
+		case dup:
+			errs = append(errs, &Error{dc.Source, fmt.Errorf("%w '%s'%s", ErrDuplicateDomain, dc.Name, firstAt(first))})
+		default:
+			sources[dc.Name] = dc.Source
+			s.domains[dc.Name] = d
 		}
-		s.domains[dc.Name] = d
+		errs = append(errs, s.build(&d.root, dc.Name, dc.Descriptors, nil)...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return s, nil
 }
 
-func (s *Set) build(n *node, path string, ds []Descriptor, shared []string) error {
+func firstAt(source string) string {
+	if source == "" {
+		return ""
+	}
+	return " (first at " + source + ")"
+}
+
+func (s *Set) build(n *node, path string, ds []Descriptor, shared []string) []error {
 	n.leaf = len(ds) == 0
+	var errs []error
 	for i := range ds {
-		d := &ds[i]
-		if d.Key == "" {
-			return &Error{d.Source, errors.New("descriptor has empty key")}
-		}
-		child := &node{}
-		wildcard := IsWildcard(d.Value)
-		childShared := append(shared[:len(shared):len(shared)], "")
-		if d.ShareThreshold {
-			if !wildcard {
-				return &Error{d.Source, fmt.Errorf("share_threshold needs a wildcard value, but '%s' has value '%s'", d.Key, d.Value)}
-			}
+		errs = append(errs, s.add(n, path, &ds[i], shared)...)
+	}
+	return errs
+}
+
+// add compiles d and its nested descriptors as a child of n.
+func (s *Set) add(n *node, path string, d *Descriptor, shared []string) []error {
+	if d.Key == "" {
+		return []error{&Error{d.Source, errors.New("descriptor has empty key")}}
+	}
+	var errs []error
+	fail := func(err error) { errs = append(errs, &Error{d.Source, err}) }
+	child := &node{}
+	wildcard := IsWildcard(d.Value)
+	childShared := append(shared[:len(shared):len(shared)], "")
+	if d.ShareThreshold {
+		if wildcard {
 			childShared[len(childShared)-1] = d.Value
-		}
-		childPath := path + "." + d.Key
-		if d.Value != "" {
-			childPath += "_" + d.Value
-		}
-		if err := s.insert(n, d, child, wildcard, childPath); err != nil {
-			return err
-		}
-		if d.Limit != nil {
-			l := *d.Limit
-			l.fillDefaults()
-			if err := l.Validate(); err != nil {
-				return &Error{d.Source, err}
-			}
-			for _, r := range l.Replaces {
-				if r == "" {
-					return &Error{d.Source, errors.New("should not have an empty replaces entry")}
-				}
-				if r == l.Name {
-					return &Error{d.Source, errors.New("replaces should not contain name of same descriptor")}
-				}
-			}
-			l.ShadowMode, l.QuotaMode = d.ShadowMode, d.QuotaMode
-			l.DetailedMetric, l.ValueToMetric = d.DetailedMetric, d.ValueToMetric
-			l.Metadata = d.Metadata
-			l.Path = childPath
-			for _, p := range childShared {
-				if p != "" {
-					l.hasShared = true
-				}
-			}
-			l.shared = childShared
-			child.limit = &l
-			s.limits = append(s.limits, &l)
-		}
-		if err := s.build(child, childPath, d.Descriptors, childShared); err != nil {
-			return err
+		} else {
+			fail(fmt.Errorf("share_threshold needs a wildcard value, but '%s' has value '%s'", d.Key, d.Value))
 		}
 	}
-	return nil
+	childPath := path + "." + d.Key
+	if d.Value != "" {
+		childPath += "_" + d.Value
+	}
+	if err := s.insert(n, d, child, wildcard, childPath); err != nil {
+		fail(err)
+	}
+	if d.Limit != nil {
+		l, err := s.limit(d, childPath, childShared)
+		if err != nil {
+			fail(err)
+		}
+		child.limit = l
+	}
+	return append(errs, s.build(child, childPath, d.Descriptors, childShared)...)
+}
+
+// limit compiles the limit of d, found at path, or returns nil and why not.
+func (s *Set) limit(d *Descriptor, path string, shared []string) (*Limit, error) {
+	l := *d.Limit
+	l.fillDefaults()
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	for _, r := range l.Replaces {
+		if r == "" {
+			return nil, errors.New("should not have an empty replaces entry")
+		}
+		if r == l.Name {
+			return nil, errors.New("replaces should not contain name of same descriptor")
+		}
+	}
+	l.ShadowMode, l.QuotaMode = d.ShadowMode, d.QuotaMode
+	l.DetailedMetric, l.ValueToMetric = d.DetailedMetric, d.ValueToMetric
+	l.Metadata = d.Metadata
+	l.Path = path
+	for _, p := range shared {
+		if p != "" {
+			l.hasShared = true
+		}
+	}
+	l.shared = shared
+	s.limits = append(s.limits, &l)
+	return &l, nil
 }
 
 func (s *Set) insert(n *node, d *Descriptor, child *node, wildcard bool, path string) error {
@@ -207,7 +236,7 @@ func (s *Set) insert(n *node, d *Descriptor, child *node, wildcard bool, path st
 		n.exact[kv{d.Key, d.Value}] = child
 	}
 	if dup {
-		return &Error{d.Source, fmt.Errorf("%w '%s'", ErrDuplicatePath, path)}
+		return fmt.Errorf("%w '%s'", ErrDuplicatePath, path)
 	}
 	return nil
 }

@@ -1,0 +1,153 @@
+// Package config loads rate-limit rules files into a descriptors.Set.
+//
+// A rules directory holds one YAML file per domain, in the format of
+// envoyproxy/ratelimit plus FastLimit's extensions (tenant_key, atomic,
+// algorithm, unit_multiplier, burst, cost). Decoding is strict: unknown keys
+// and wrong types are errors, and every error carries its file and line.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// ErrNoFiles is returned when there is no rules file to load: an empty
+// directory is far more often a wrong path than an intent to limit nothing.
+var ErrNoFiles = errors.New("no rules files")
+
+// Rules is a compiled rules directory.
+type Rules struct {
+	Set *descriptors.Set
+	// Hash is the hex SHA-256 over the sorted (name, content) pairs of the
+	// files, names relative to the directory. Equal hashes mean equal rules,
+	// so a reload can skip a no-op and metrics can export which rules run.
+	Hash string
+	// Files are the files loaded, sorted, as named in errors.
+	Files []string
+}
+
+// Load reads every rules file in dir and compiles them. Rules files are
+// the regular files, or symlinks to regular files, directly in dir whose
+// names end in .yaml or .yml and do not start with a dot; subdirectories
+// are not read. Symlinks are followed, so a Kubernetes ConfigMap mount
+// (visible files linking into a swapped "..data" directory) loads as is.
+//
+// A read failure is returned alone. Otherwise Load reports every rules
+// error it finds, each a *Error, joined with errors.Join.
+func Load(dir string) (*Rules, error) {
+	files, err := readDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return compile(dir, files)
+}
+
+// Parse compiles in-memory rules files, keyed by file name, as Load does
+// once it has read them. Every file is parsed, whatever its name.
+func Parse(files map[string][]byte) (*Rules, error) {
+	return compile("", files)
+}
+
+// compile parses files (names relative to dir) and builds the Set.
+func compile(dir string, files map[string][]byte) (*Rules, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%w in '%s'", ErrNoFiles, dir)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	r := &Rules{Hash: hash(names, files)}
+	var (
+		domains []descriptors.DomainConfig
+		errs    []*Error
+	)
+	for _, name := range names {
+		label := filepath.Join(dir, name)
+		dc, ferrs := parseFile(label, files[name])
+		if dc != nil {
+			domains = append(domains, *dc)
+		}
+		errs = append(errs, ferrs...)
+		r.Files = append(r.Files, label)
+	}
+	set, err := descriptors.NewSet(domains)
+	errs = append(errs, fromSet(err)...)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	r.Set = set
+	return r, nil
+}
+
+// hash returns the hex SHA-256 over each name and content, in the order of
+// names, each length-prefixed so that no two file sets encode alike.
+func hash(names []string, files map[string][]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, name := range names {
+		for _, b := range [][]byte{[]byte(name), files[name]} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// readDir reads the rules files of dir, keyed by name.
+func readDir(dir string) (map[string][]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	files := make(map[string][]byte)
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		ok, err := isRulesFile(path, e)
+		if err != nil {
+			return nil, fmt.Errorf("read rules: %w", err)
+		}
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read rules: %w", err)
+		}
+		files[e.Name()] = b
+	}
+	return files, nil
+}
+
+// isRulesFile reports whether the directory entry at path is a rules file,
+// following a symlink. Names starting with a dot, including Kubernetes'
+// "..data" entries, are never rules files.
+func isRulesFile(path string, e fs.DirEntry) (bool, error) {
+	name := e.Name()
+	if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+		return false, nil
+	}
+	switch {
+	case e.Type().IsRegular():
+		return true, nil
+	case e.Type()&fs.ModeSymlink != 0:
+		fi, err := os.Stat(path)
+		if err != nil {
+			return false, err
+		}
+		return fi.Mode().IsRegular(), nil
+	}
+	return false, nil
+}

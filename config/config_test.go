@@ -1,0 +1,481 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// errorCases maps each fixture in testdata/errors to the error it must
+// produce, position included.
+var errorCases = map[string]string{
+	"alias_cycle.yaml":                      "alias_cycle.yaml: invalid YAML: anchor 'loop' value contains itself",
+	"bad_algorithm.yaml":                    "bad_algorithm.yaml:5: unknown algorithm 'leaky_bucket'",
+	"bad_unit.yaml":                         "bad_unit.yaml:5: invalid rate limit unit 'fortnight'",
+	"bool_string.yaml":                      "bool_string.yaml:4: shadow_mode: expected a boolean, got a string",
+	"burst_decimals.yaml":                   "burst_decimals.yaml:8: burst '2.0005' has more than 3 decimals",
+	"burst_negative.yaml":                   "burst_negative.yaml:8: burst must not be negative",
+	"burst_string.yaml":                     "burst_string.yaml:8: burst: expected a number, got a string",
+	"burst_without_token_bucket.yaml":       "burst_without_token_bucket.yaml:8: burst needs algorithm: token_bucket",
+	"burst_zero.yaml":                       "burst_zero.yaml:8: burst must be positive",
+	"cost_decimals.yaml":                    "cost_decimals.yaml:7: cost '0.0001' has more than 3 decimals",
+	"cost_exponent.yaml":                    "cost_exponent.yaml:7: cost '1e-3' is not a decimal number",
+	"cost_negative.yaml":                    "cost_negative.yaml:7: cost must not be negative",
+	"cost_string.yaml":                      "cost_string.yaml:7: cost: expected a number, got a string",
+	"cost_zero.yaml":                        "cost_zero.yaml:7: cost must be positive",
+	"descriptor_scalar.yaml":                "descriptor_scalar.yaml:3: descriptor: expected a mapping, got a string",
+	"descriptors_map.yaml":                  "descriptors_map.yaml:3: descriptors: expected a list, got a mapping",
+	"duplicate_key.yaml":                    `duplicate_key.yaml:7: invalid YAML: mapping key "unit" already defined at line 5`,
+	"duplicate_path.yaml":                   "duplicate_path.yaml:6: duplicate descriptor 'dup.database_users'",
+	"duplicate_path_nested.yaml":            "duplicate_path_nested.yaml:8: duplicate descriptor 'dup.message_type_marketing.to_number'",
+	"duplicate_wildcard.yaml":               "duplicate_wildcard.yaml:6: duplicate descriptor 'dup.path_/api/*'",
+	"empty_domain.yaml":                     "empty_domain.yaml:1: config file cannot have empty domain",
+	"empty_file.yaml":                       "empty_file.yaml:1: config file cannot have empty domain",
+	"empty_key.yaml":                        "empty_key.yaml:3: descriptor has empty key",
+	"key_list.yaml":                         "key_list.yaml:3: key: expected a string, got a list",
+	"many_errors.yaml":                      "many_errors.yaml:4: invalid rate limit unit 'fortnight'",
+	"metadata_list.yaml":                    "metadata_list.yaml:4: metadata: expected a mapping, got a list",
+	"missing_domain.yaml":                   "missing_domain.yaml:1: config file cannot have empty domain",
+	"missing_key.yaml":                      "missing_key.yaml:3: descriptor has empty key",
+	"missing_unit.yaml":                     "missing_unit.yaml:3: missing rate limit unit",
+	"multiple_documents.yaml":               "multiple_documents.yaml:2: a rules file holds one YAML document",
+	"not_a_mapping.yaml":                    "not_a_mapping.yaml:1: rules file: expected a mapping, got a list",
+	"rate_limit_list.yaml":                  "rate_limit_list.yaml:5: rate_limit: expected a mapping, got a list",
+	"replaces_empty.yaml":                   "replaces_empty.yaml:3: should not have an empty replaces entry",
+	"replaces_self.yaml":                    "replaces_self.yaml:3: replaces should not contain name of same descriptor",
+	"rpu_negative.yaml":                     "rpu_negative.yaml:6: requests_per_unit must not be negative",
+	"rpu_string.yaml":                       "rpu_string.yaml:6: requests_per_unit: expected an integer, got a string",
+	"rpu_too_large.yaml":                    "rpu_too_large.yaml:6: requests_per_unit 4294967296 is larger than 4294967295",
+	"share_threshold_without_wildcard.yaml": "share_threshold_without_wildcard.yaml:3: share_threshold needs a wildcard value, but 'path' has value '/api/users'",
+	"syntax_error.yaml":                     "syntax_error.yaml:3: invalid YAML: did not find expected ',' or '}'",
+	"tab_indent.yaml":                       "tab_indent.yaml:3: invalid YAML: found character that cannot start any token",
+	"token_bucket_inexact.yaml":             "token_bucket_inexact.yaml:3: token bucket 7 per 1 year with burst 1000000000 cannot be computed exactly",
+	"unit_multiplier_float.yaml":            "unit_multiplier_float.yaml:7: unit_multiplier: expected an integer, got a number",
+	"unit_multiplier_negative.yaml":         "unit_multiplier_negative.yaml:7: unit_multiplier must not be negative",
+	"unit_multiplier_too_large.yaml":        "unit_multiplier_too_large.yaml:3: unit_multiplier 1001 is larger than 1000",
+	"unit_multiplier_zero.yaml":             "unit_multiplier_zero.yaml:7: unit_multiplier must be positive",
+	"unknown_key.yaml":                      "unknown_key.yaml:4: unknown key 'rate_limt'",
+	"unknown_key_rate_limit.yaml":           "unknown_key_rate_limit.yaml:6: unknown key 'requests_per_second'",
+	"unknown_key_replaces.yaml":             "unknown_key_replaces.yaml:8: unknown key 'nam'",
+	"unknown_key_top.yaml":                  "unknown_key_top.yaml:2: unknown key 'descriptor'",
+	"unlimited_with_unit.yaml":              "unlimited_with_unit.yaml:3: should not specify rate limit unit when unlimited",
+}
+
+func TestErrors(t *testing.T) {
+	paths, err := filepath.Glob("testdata/errors/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		name := filepath.Base(path)
+		t.Run(name, func(t *testing.T) {
+			want, ok := errorCases[name]
+			if !ok {
+				t.Fatalf("fixture %s has no case", name)
+			}
+			r, err := config.Parse(map[string][]byte{name: readFile(t, path)})
+			if err == nil || r != nil {
+				t.Fatalf("Parse = %v, %v; want error %q", r, err, want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error:\n%v\nwant it to contain:\n%s", err, want)
+			}
+		})
+	}
+	if len(paths) != len(errorCases) {
+		t.Errorf("%d fixtures for %d cases", len(paths), len(errorCases))
+	}
+}
+
+// TestErrorsOnePerProblem checks that a problem is reported once, not again
+// by a later stage.
+func TestErrorsOnePerProblem(t *testing.T) {
+	for name := range errorCases {
+		if name == "many_errors.yaml" {
+			continue
+		}
+		_, err := config.Parse(map[string][]byte{name: readFile(t, "testdata/errors/"+name)})
+		if errs := unjoin(err); len(errs) != 1 {
+			t.Errorf("%s: %d errors, want 1:\n%v", name, len(errs), err)
+		}
+	}
+}
+
+func TestAllErrorsReported(t *testing.T) {
+	_, err := config.Parse(map[string][]byte{
+		"many.yaml":  readFile(t, "testdata/errors/many_errors.yaml"),
+		"alias.yaml": readFile(t, "testdata/errors/alias_cycle.yaml"),
+	})
+	want := []string{
+		"alias.yaml: invalid YAML: anchor 'loop' value contains itself",
+		"many.yaml:4: invalid rate limit unit 'fortnight'",
+		"many.yaml:6: unknown key 'rate_limt'",
+		"many.yaml:9: duplicate descriptor 'many.c'",
+		"many.yaml:9: should not specify rate limit unit when unlimited",
+		"many.yaml:12: descriptor has empty key",
+	}
+	var got []string
+	for _, e := range unjoin(err) {
+		got = append(got, e.Error())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !errors.Is(err, descriptors.ErrDuplicatePath) {
+		t.Error("errors.Is(err, ErrDuplicatePath) = false")
+	}
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.File != "alias.yaml" || ce.Line != 0 {
+		t.Errorf("errors.As = %+v", ce)
+	}
+}
+
+func TestDuplicateDomain(t *testing.T) {
+	_, err := config.Load("testdata/dupdomain")
+	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1)"
+	if err == nil || err.Error() != want {
+		t.Errorf("Load = %v, want %s", err, want)
+	}
+	if !errors.Is(err, descriptors.ErrDuplicateDomain) {
+		t.Error("errors.Is(err, ErrDuplicateDomain) = false")
+	}
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.File != "testdata/dupdomain/b.yaml" || ce.Line != 2 {
+		t.Errorf("errors.As = %+v", ce)
+	}
+}
+
+// match is a request against one domain of r and the limit it must get
+// (nil: no limit).
+type match struct {
+	domain  string
+	entries []descriptors.Entry
+	rpu     uint32
+	unit    descriptors.Unit
+	check   func(*testing.T, *descriptors.Limit)
+	none    bool
+}
+
+func e(kv ...string) []descriptors.Entry {
+	var es []descriptors.Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		es = append(es, descriptors.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return es
+}
+
+func checkMatches(t *testing.T, r *config.Rules, cases []match) {
+	t.Helper()
+	for _, c := range cases {
+		l := descriptors.Match(r.Set.Domain(c.domain), c.entries)
+		switch {
+		case c.none && l != nil:
+			t.Errorf("%s %v: got %s, want no limit", c.domain, c.entries, l.Path)
+		case c.none:
+		case l == nil:
+			t.Errorf("%s %v: no limit", c.domain, c.entries)
+		case l.RequestsPerUnit != c.rpu || l.Unit != c.unit:
+			t.Errorf("%s %v: %d per %s, want %d per %s", c.domain, c.entries, l.RequestsPerUnit, l.Unit, c.rpu, c.unit)
+		case c.check != nil:
+			c.check(t, l)
+		}
+	}
+}
+
+func TestReferenceFilesLoad(t *testing.T) {
+	r, err := config.Load("testdata/valid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFiles := []string{"edge_proxy_per_ip.yaml", "example6.yaml", "example7.yaml", "example8.yaml", "extensions.yaml", "internal.yml"}
+	for i := range wantFiles {
+		wantFiles[i] = filepath.Join("testdata/valid", wantFiles[i])
+	}
+	if !slices.Equal(r.Files, wantFiles) {
+		t.Errorf("Files = %v, want %v", r.Files, wantFiles)
+	}
+	checkMatches(t, r, []match{
+		{domain: "edge_proxy_per_ip", entries: e("remote_address", "50.0.0.1"), rpu: 10, unit: descriptors.Second},
+		{domain: "edge_proxy_per_ip", entries: e("remote_address", "50.0.0.5"), rpu: 0, unit: descriptors.Second},
+		{domain: "internal", entries: e("ldap", "x"), check: func(t *testing.T, l *descriptors.Limit) {
+			if !l.Unlimited {
+				t.Error("ldap: not unlimited")
+			}
+		}},
+		{domain: "internal", entries: e("azure", "x"), rpu: 100, unit: descriptors.Minute},
+		{domain: "example6", entries: e("service", "auth", "user", "user-a"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if !l.ShadowMode {
+					t.Error("user-a: not in shadow mode")
+				}
+			}},
+		{domain: "example6", entries: e("service", "auth", "user", "user-c"), none: true},
+		{domain: "example7", entries: e("key_1", "value_1", "user", "bkthomps"), rpu: 5, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Name != "specific_limit" {
+					t.Errorf("name = %q", l.Name)
+				}
+			}},
+		{domain: "example7", entries: e("key_2", "value_2", "user", "bkthomps"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if !slices.Equal(l.Replaces, []string{"specific_limit"}) {
+					t.Errorf("replaces = %q", l.Replaces)
+				}
+			}},
+		{domain: "example8", entries: e("key1", "other"), rpu: 10, unit: descriptors.Minute,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if !l.DetailedMetric {
+					t.Error("key1: no detailed metric")
+				}
+			}},
+		{domain: "example8", entries: e("key1", "value1"), rpu: 20, unit: descriptors.Minute},
+		{domain: "example8", entries: e("key2", "value_2"), rpu: 20, unit: descriptors.Minute},
+		{domain: "example8", entries: e("key2", "other"), none: true},
+	})
+}
+
+func TestExtensions(t *testing.T) {
+	r, err := config.Load("testdata/valid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Set.Domain("extensions")
+	if d.TenantKey != "plan" || !d.Atomic {
+		t.Errorf("domain = %+v", d)
+	}
+	bucket := func(burst, cost int64) func(*testing.T, *descriptors.Limit) {
+		return func(t *testing.T, l *descriptors.Limit) {
+			if l.Algorithm != descriptors.TokenBucket || l.Burst != burst || l.Cost != cost || l.UnitMultiplier != 1 {
+				t.Errorf("%s: %s burst %d cost %d multiplier %d, want token_bucket burst %d cost %d",
+					l.Path, l.Algorithm, l.Burst, l.Cost, l.UnitMultiplier, burst, cost)
+			}
+		}
+	}
+	meta := map[string]any{
+		"owner":  "team-a",
+		"limits": map[string]any{"soft": 0.5, "hard": 1},
+		"tags":   []any{"a", 7, true, nil},
+		"when":   "2024-01-02",
+		"1":      "one",
+	}
+	checkMatches(t, r, []match{
+		{domain: "extensions", entries: e("plan", "pro", "user", "u1"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				bucket(12500, 1)(t, l)
+				if !l.ValueToMetric {
+					t.Error("no value_to_metric")
+				}
+			}},
+		{domain: "extensions", entries: e("window", "w"), rpu: 4294967295, unit: descriptors.Week,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Algorithm != descriptors.SlidingWindow || l.UnitMultiplier != 2 || l.Cost != descriptors.Milli {
+					t.Errorf("window: %s multiplier %d cost %d", l.Algorithm, l.UnitMultiplier, l.Cost)
+				}
+			}},
+		{domain: "extensions", entries: e("fixed", "f"), rpu: 1000, unit: descriptors.Year,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Algorithm != descriptors.FixedWindow || !l.QuotaMode || l.Cost != 2000 || l.Burst != 1000*descriptors.Milli {
+					t.Errorf("fixed: %s quota %v cost %d burst %d", l.Algorithm, l.QuotaMode, l.Cost, l.Burst)
+				}
+			}},
+		{domain: "extensions", entries: e("path", "x/v1/users"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				bucket(12500, 1)(t, l)
+				if p, ok := l.SharedValue(0); !ok || p != "*/v1/*" {
+					t.Errorf("SharedValue(0) = %q, %v", p, ok)
+				}
+				if !reflect.DeepEqual(l.Metadata, meta) {
+					t.Errorf("metadata = %#v\nwant %#v", l.Metadata, meta)
+				}
+			}},
+		{domain: "extensions", entries: e("merged", "own"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				bucket(3000, 500)(t, l)
+				if l.Metadata["owner"] != "team-b" || l.Metadata["when"] != "2024-01-02" {
+					t.Errorf("merged metadata = %v", l.Metadata)
+				}
+			}},
+		{domain: "extensions", entries: e("merged", "base"), none: true},
+	})
+}
+
+func TestShippedRules(t *testing.T) {
+	r, err := config.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Files, []string{"ratelimit.yaml"}) {
+		t.Errorf("Files = %v", r.Files)
+	}
+	checkMatches(t, r, []match{
+		{domain: "fastlimit", entries: e("api_key", "k1"), rpu: 100, unit: descriptors.Minute},
+		{domain: "fastlimit", entries: e("plan", "premium", "user", "u"), rpu: 1000, unit: descriptors.Minute,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Algorithm != descriptors.SlidingWindow {
+					t.Errorf("premium: %s", l.Algorithm)
+				}
+			}},
+		{domain: "fastlimit", entries: e("plan", "free", "user", "u"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Algorithm != descriptors.TokenBucket || l.Burst != 20*descriptors.Milli {
+					t.Errorf("free: %s burst %d", l.Algorithm, l.Burst)
+				}
+			}},
+		{domain: "fastlimit", entries: e("plan", "free", "search", "q"), rpu: 10, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Cost != descriptors.Milli/2 {
+					t.Errorf("search: cost %d", l.Cost)
+				}
+			}},
+		{domain: "fastlimit", entries: e("plan", "gold", "user", "u"), none: true},
+		{domain: "fastlimit", entries: e("path", "/healthz"), check: func(t *testing.T, l *descriptors.Limit) {
+			if !l.Unlimited {
+				t.Error("/healthz: not unlimited")
+			}
+		}},
+		{domain: "fastlimit", entries: e("path", "/admin/users"), rpu: 5, unit: descriptors.Second},
+		{domain: "fastlimit", entries: e("path", "/other"), none: true},
+	})
+	if d := r.Set.Domain("fastlimit"); d.TenantKey != "plan" {
+		t.Errorf("tenant key = %q", d.TenantKey)
+	}
+}
+
+func TestExamplesLoad(t *testing.T) {
+	r, err := config.Load("examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Set.Domains(); !slices.Equal(got, []string{"messaging", "mongo_cps", "saas_api"}) {
+		t.Errorf("domains = %v", got)
+	}
+	checkMatches(t, r, []match{
+		{domain: "mongo_cps", entries: e("database", "users"), rpu: 500, unit: descriptors.Second},
+		{domain: "messaging", entries: e("message_type", "marketing", "to_number", "2061111111"), rpu: 5, unit: descriptors.Day},
+		{domain: "messaging", entries: e("to_number", "2061111111"), rpu: 100, unit: descriptors.Day},
+		{domain: "saas_api", entries: e("tier", "starter", "org", "o", "endpoint", "/reports"), rpu: 2, unit: descriptors.Second},
+	})
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, domain string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("domain: "+domain+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, name string) {
+		t.Helper()
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A Kubernetes ConfigMap mount: files in a timestamped directory,
+	// "..data" linking to it, and visible links through "..data".
+	write("..2024_01_01/cm.yaml", "configmap")
+	link("..2024_01_01", "..data")
+	link("..data/cm.yaml", "cm.yaml")
+	write("a.yaml", "a")
+	write("b.yml", "b")
+	write(".hidden.yaml", "hidden")
+	write("notes.txt", "txt")
+	write("sub/c.yaml", "sub")
+	write("dir.yaml/d.yaml", "dir")
+	link("sub", "subdir.yaml")
+
+	r, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Set.Domains(); !slices.Equal(got, []string{"a", "b", "configmap"}) {
+		t.Errorf("domains = %v", got)
+	}
+	want := []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml"), filepath.Join(dir, "cm.yaml")}
+	if !slices.Equal(r.Files, want) {
+		t.Errorf("Files = %v, want %v", r.Files, want)
+	}
+
+	link("missing.yaml", "broken.yaml")
+	if _, err := config.Load(dir); err == nil {
+		t.Error("Load with a broken symlink: no error")
+	}
+}
+
+func TestLoadNothing(t *testing.T) {
+	if _, err := config.Load(t.TempDir()); !errors.Is(err, config.ErrNoFiles) {
+		t.Errorf("empty dir: %v, want ErrNoFiles", err)
+	}
+	if _, err := config.Load(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing dir: %v, want ErrNotExist", err)
+	}
+	if _, err := config.Parse(nil); !errors.Is(err, config.ErrNoFiles) {
+		t.Errorf("Parse(nil): %v, want ErrNoFiles", err)
+	}
+}
+
+func TestHash(t *testing.T) {
+	a := []byte("domain: a\n")
+	hash := func(files map[string][]byte) string {
+		t.Helper()
+		r, err := config.Parse(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	base := hash(map[string][]byte{"a.yaml": a})
+	if len(base) != 64 || hash(map[string][]byte{"a.yaml": a}) != base {
+		t.Errorf("hash %q is not a stable SHA-256", base)
+	}
+	for name, files := range map[string]map[string][]byte{
+		"content": {"a.yaml": []byte("domain: a \n")},
+		"name":    {"z.yaml": a},
+		"files":   {"a.yaml": a, "b.yaml": []byte("domain: b\n")},
+	} {
+		if hash(files) == base {
+			t.Errorf("changed %s, same hash", name)
+		}
+	}
+	// Load hashes names relative to the directory, as Parse sees them.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), a, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Hash != base {
+		t.Errorf("Load hash %s, Parse hash %s", r.Hash, base)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}

@@ -1,0 +1,228 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// parseFile decodes one rules file into a domain. The domain is returned
+// despite errors in its contents, so that NewSet can report its other
+// errors, but it is nil if the file is not YAML that can be decoded.
+func parseFile(file string, data []byte) (*descriptors.DomainConfig, []*Error) {
+	root, errs := document(file, data)
+	if errs != nil && root == nil {
+		return nil, errs
+	}
+	dc := &descriptors.DomainConfig{Source: file + ":1"}
+	d := &decoder{file: file, errs: errs}
+	if root != nil && !d.domain(root, dc) {
+		return nil, d.errs
+	}
+	return dc, d.errs
+}
+
+// document parses data, one YAML document, and returns its root node, or
+// nil if the document is empty or cannot be decoded. A document that
+// yaml.v3 cannot decode (cyclic or excessive aliases, bad merges) is not
+// walked, which keeps the walk bounded; duplicate keys are only reported.
+func document(file string, data []byte) (*yaml.Node, []*Error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, next yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, yamlErrors(file, err)
+	}
+	switch err := dec.Decode(&next); {
+	case err == nil && root(&next) != nil:
+		return nil, []*Error{{File: file, Line: next.Line, Msg: "a rules file holds one YAML document"}}
+	case err != nil && !errors.Is(err, io.EOF):
+		return nil, yamlErrors(file, err)
+	}
+	var (
+		v  any
+		te *yaml.TypeError
+	)
+	err := doc.Decode(&v)
+	if err != nil && !errors.As(err, &te) {
+		return nil, yamlErrors(file, err)
+	}
+	return root(&doc), yamlErrors(file, err)
+}
+
+// root returns the content of a document node, or nil if it is empty.
+func root(doc *yaml.Node) *yaml.Node {
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	if n := resolve(doc.Content[0]); n.ShortTag() != "!!null" {
+		return n
+	}
+	return nil
+}
+
+// domain decodes the file's top level into dc. It reports false if that is
+// not a mapping.
+func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) bool {
+	dc.Source = source(d.file, n)
+	return d.mapping(n, "rules file", fields{
+		"domain": func(v *yaml.Node) {
+			dc.Name, dc.Source = d.str(v, "domain"), source(d.file, v)
+		},
+		"tenant_key":  func(v *yaml.Node) { dc.TenantKey = d.str(v, "tenant_key") },
+		"atomic":      func(v *yaml.Node) { dc.Atomic = d.boolean(v, "atomic") },
+		"descriptors": func(v *yaml.Node) { dc.Descriptors = d.descriptors(v) },
+	})
+}
+
+func (d *decoder) descriptors(n *yaml.Node) []descriptors.Descriptor {
+	var ds []descriptors.Descriptor
+	d.list(n, "descriptors", func(e *yaml.Node) {
+		if desc, ok := d.descriptor(e); ok {
+			ds = append(ds, desc)
+		}
+	})
+	return ds
+}
+
+// descriptor decodes one descriptor. It reports false if the descriptor
+// cannot be placed (no mapping, or a key that is no string), so that
+// NewSet does not report an empty key on top.
+func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
+	desc := descriptors.Descriptor{Source: source(d.file, n)}
+	keyOK := true
+	flag := func(p *bool, name string) func(*yaml.Node) {
+		return func(v *yaml.Node) { *p = d.boolean(v, name) }
+	}
+	placed := d.mapping(n, "descriptor", fields{
+		"key": func(v *yaml.Node) {
+			desc.Key, keyOK = d.str(v, "key"), v.Kind == yaml.ScalarNode
+		},
+		"value":           func(v *yaml.Node) { desc.Value = d.str(v, "value") },
+		"rate_limit":      func(v *yaml.Node) { desc.Limit = d.rateLimit(v) },
+		"descriptors":     func(v *yaml.Node) { desc.Descriptors = d.descriptors(v) },
+		"metadata":        func(v *yaml.Node) { desc.Metadata = d.metadata(v) },
+		"shadow_mode":     flag(&desc.ShadowMode, "shadow_mode"),
+		"quota_mode":      flag(&desc.QuotaMode, "quota_mode"),
+		"detailed_metric": flag(&desc.DetailedMetric, "detailed_metric"),
+		"value_to_metric": flag(&desc.ValueToMetric, "value_to_metric"),
+		"share_threshold": flag(&desc.ShareThreshold, "share_threshold"),
+	})
+	return desc, placed && keyOK
+}
+
+// rateLimit decodes a rate_limit block. Fields left out stay zero for
+// descriptors.NewSet to default; it returns nil if the block has errors,
+// so that NewSet does not report them again.
+func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
+	before := len(d.errs)
+	var (
+		l     descriptors.Limit
+		burst *yaml.Node
+	)
+	d.mapping(n, "rate_limit", fields{
+		"unit":              func(v *yaml.Node) { l.Unit = d.unit(v) },
+		"requests_per_unit": func(v *yaml.Node) { l.RequestsPerUnit = d.uint32(v, "requests_per_unit") },
+		"unlimited":         func(v *yaml.Node) { l.Unlimited = d.boolean(v, "unlimited") },
+		"name":              func(v *yaml.Node) { l.Name = d.str(v, "name") },
+		"replaces":          func(v *yaml.Node) { l.Replaces = d.replaces(v) },
+		"algorithm":         func(v *yaml.Node) { l.Algorithm = d.algorithm(v) },
+		"unit_multiplier": func(v *yaml.Node) {
+			l.UnitMultiplier = uint32(d.positive(v, "unit_multiplier", math.MaxUint32))
+		},
+		"burst": func(v *yaml.Node) { l.Burst, burst = d.quantity(v, "burst"), v },
+		"cost":  func(v *yaml.Node) { l.Cost = d.quantity(v, "cost") },
+	})
+	if burst != nil && l.Algorithm != descriptors.TokenBucket {
+		d.errorf(burst, "burst needs algorithm: token_bucket")
+	}
+	if len(d.errs) > before {
+		return nil
+	}
+	return &l
+}
+
+func (d *decoder) uint32(n *yaml.Node, name string) uint32 {
+	i, _ := d.integer(n, name, math.MaxUint32)
+	return uint32(i)
+}
+
+func (d *decoder) unit(n *yaml.Node) descriptors.Unit {
+	s := d.str(n, "unit")
+	u, ok := descriptors.ParseUnit(s)
+	if !ok && n.Kind == yaml.ScalarNode {
+		d.errorf(n, "invalid rate limit unit '%s'", s)
+	}
+	return u
+}
+
+func (d *decoder) algorithm(n *yaml.Node) descriptors.Algorithm {
+	s := d.str(n, "algorithm")
+	a, ok := descriptors.ParseAlgorithm(s)
+	if !ok && n.Kind == yaml.ScalarNode {
+		d.errorf(n, "unknown algorithm '%s' (want fixed_window, sliding_window or token_bucket)", s)
+	}
+	return a
+}
+
+// replaces decodes a list of {name: X}. An empty name is kept for NewSet
+// to report.
+func (d *decoder) replaces(n *yaml.Node) []string {
+	var names []string
+	d.list(n, "replaces", func(e *yaml.Node) {
+		var name string
+		d.mapping(e, "replaces entry", fields{
+			"name": func(v *yaml.Node) { name = d.str(v, "name") },
+		})
+		names = append(names, name)
+	})
+	return names
+}
+
+// metadata decodes free-form metadata into the types structpb.NewStruct
+// takes: maps with string keys, []any, strings, numbers, bools and nil.
+func (d *decoder) metadata(n *yaml.Node) map[string]any {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, "metadata: expected a mapping, got %s", describe(n))
+		return nil
+	}
+	m, _ := d.value(n).(map[string]any)
+	return m
+}
+
+func (d *decoder) value(n *yaml.Node) any {
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for _, p := range pairs(n) {
+			if p.k.Kind != yaml.ScalarNode {
+				d.errorf(p.k, "metadata: keys must be strings, got %s", describe(p.k))
+				continue
+			}
+			if _, seen := m[p.k.Value]; !seen {
+				m[p.k.Value] = d.value(p.v)
+			}
+		}
+		return m
+	case yaml.SequenceNode:
+		l := make([]any, len(n.Content))
+		for i, e := range n.Content {
+			l[i] = d.value(resolve(e))
+		}
+		return l
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float", "!!bool", "!!null":
+		var v any
+		_ = n.Decode(&v) // document already decoded the whole file
+		return v
+	}
+	return n.Value // strings, and timestamps and binaries as written
+}

@@ -1,0 +1,108 @@
+package descriptors_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+func TestParseUnit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want descriptors.Unit
+		ok   bool
+	}{
+		{"second", descriptors.Second, true},
+		{"MINUTE", descriptors.Minute, true},
+		{"Hour", descriptors.Hour, true},
+		{"day", descriptors.Day, true},
+		{"week", descriptors.Week, true},
+		{"month", descriptors.Month, true},
+		{"year", descriptors.Year, true},
+		{"unknown", descriptors.UnitUnknown, false},
+		{"", descriptors.UnitUnknown, false},
+		{"seconds", descriptors.UnitUnknown, false},
+	} {
+		if got, ok := descriptors.ParseUnit(c.in); got != c.want || ok != c.ok {
+			t.Errorf("ParseUnit(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	if s := descriptors.Week.Seconds(); s != 7*86400 {
+		t.Errorf("Week.Seconds() = %d", s)
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want descriptors.Algorithm
+		ok   bool
+	}{
+		{"", descriptors.FixedWindow, true},
+		{"fixed_window", descriptors.FixedWindow, true},
+		{"Sliding_Window", descriptors.SlidingWindow, true},
+		{"TOKEN_BUCKET", descriptors.TokenBucket, true},
+		{"leaky_bucket", 0, false},
+	} {
+		if got, ok := descriptors.ParseAlgorithm(c.in); got != c.want || ok != c.ok {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	if s := descriptors.TokenBucket.String(); s != "token_bucket" {
+		t.Errorf("TokenBucket.String() = %q", s)
+	}
+}
+
+func TestNewLimit(t *testing.T) {
+	l := descriptors.NewLimit(5, descriptors.Minute)
+	if l.UnitMultiplier != 1 || l.Cost != descriptors.Milli || l.Burst != 5*descriptors.Milli || l.WindowMillis() != 60000 {
+		t.Errorf("NewLimit = %+v", *l)
+	}
+	if num, den := l.RefillRate(); num != 1 || den != 12 { // 5000 milli per 60000 ms
+		t.Errorf("RefillRate() = %d/%d, want 1/12", num, den)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := func() descriptors.Limit {
+		return descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 10, UnitMultiplier: 1, Cost: descriptors.Milli}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*descriptors.Limit)
+		want string // "" for valid
+	}{
+		{"valid", func(*descriptors.Limit) {}, ""},
+		{"unlimited", func(l *descriptors.Limit) { *l = descriptors.Limit{Unlimited: true} }, ""},
+		{"unlimited with unit", func(l *descriptors.Limit) { l.Unlimited = true }, "should not specify rate limit unit when unlimited"},
+		{"missing unit", func(l *descriptors.Limit) { l.Unit = descriptors.UnitUnknown }, "missing rate limit unit"},
+		{"invalid unit", func(l *descriptors.Limit) { l.Unit = 42 }, "invalid rate limit unit"},
+		{"multiplier 1000", func(l *descriptors.Limit) { l.UnitMultiplier = 1000 }, ""},
+		{"multiplier 1001", func(l *descriptors.Limit) { l.UnitMultiplier = 1001 }, "unit_multiplier 1001 is larger than 1000"},
+		{"zero cost", func(l *descriptors.Limit) { l.Cost = 0 }, "cost must be positive"},
+		{"negative burst", func(l *descriptors.Limit) { l.Burst = -1 }, "burst must not be negative"},
+		{"token bucket", func(l *descriptors.Limit) {
+			l.Algorithm, l.Burst = descriptors.TokenBucket, 20*descriptors.Milli
+		}, ""},
+		{"inexact token bucket", func(l *descriptors.Limit) {
+			l.Algorithm, l.Unit, l.RequestsPerUnit, l.Burst = descriptors.TokenBucket, descriptors.Year, 7, 1e12
+		}, "cannot be computed exactly"},
+		{"token bucket burst near overflow", func(l *descriptors.Limit) {
+			l.Algorithm, l.Burst = descriptors.TokenBucket, math.MaxInt64
+		}, "cannot be computed exactly"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := ok()
+			c.edit(&l)
+			err := l.Validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("Validate() = %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("Validate() = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
