@@ -1,0 +1,725 @@
+package examples_test
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// Paths, relative to this package's directory (where go test runs).
+const (
+	envoyYAML    = "envoy/envoy.yaml"
+	envoyRules   = "envoy/rules"
+	istioDir     = "istio"
+	composeFile  = "../docker-compose.yml"
+	dockerfile   = "../Dockerfile"
+	dockerignore = "../.dockerignore"
+)
+
+const (
+	rateLimitFilter = "envoy.filters.http.ratelimit"
+	routerFilter    = "envoy.filters.http.router"
+	hcmFilter       = "envoy.filters.network.http_connection_manager"
+)
+
+// sampleHeaders are the header values the descriptor builder tries for
+// request_headers actions: every plan tier, and one no rule names.
+var sampleHeaders = map[string][]string{
+	"x-plan":    {"free", "pro", "enterprise", "gold"},
+	"x-api-key": {"key-123"},
+}
+
+// sampleRemoteAddress is what remote_address actions send.
+const sampleRemoteAddress = "203.0.113.7"
+
+// TestEnvoyBootstrap decodes envoy.yaml strictly into Envoy's Bootstrap,
+// validates it and every typed config inside it, and checks the parts
+// FastLimit depends on.
+func TestEnvoyBootstrap(t *testing.T) {
+	bs := loadBootstrap(t)
+
+	if got := bs.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != 9901 {
+		t.Errorf("admin port = %d, want 9901", got)
+	}
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = c
+	}
+
+	hcm, lis := findHCM(t, bs)
+	if got := lis.GetAddress().GetSocketAddress().GetPortValue(); got != 10000 {
+		t.Errorf("listener %q port = %d, want 10000", lis.GetName(), got)
+	}
+	rl := rateLimitConfig(t, hcm.GetHttpFilters())
+
+	rules := loadDir(t, envoyRules)
+	if rules.Set.Domain(rl.GetDomain()) == nil {
+		t.Errorf("ratelimit filter domain %q is not in %s (domains %v)", rl.GetDomain(), envoyRules, rules.Set.Domains())
+	}
+	raw := rateLimitFilterRaw(t, readYAML(t, envoyYAML))
+	if v, ok := raw["failure_mode_deny"]; !ok || v != false {
+		t.Errorf("failure_mode_deny = %v (set: %v), want an explicit false", v, ok)
+	}
+	checkRateLimitFilter(t, rl)
+
+	svc := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	if svc != "fastlimit" {
+		t.Errorf("rate_limit_service cluster = %q, want fastlimit", svc)
+	}
+	fl, ok := clusters[svc]
+	if !ok {
+		t.Fatalf("rate_limit_service names cluster %q, which envoy.yaml does not define", svc)
+	}
+	if fl.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("cluster fastlimit type = %v, want STRICT_DNS", fl.GetType())
+	}
+	if host, port := clusterEndpoint(fl); host != "fastlimit" || port != 8081 {
+		t.Errorf("cluster fastlimit endpoint = %s:%d, want fastlimit:8081", host, port)
+	}
+	checkHTTP2(t, fl)
+
+	// Every route's cluster exists.
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if c := r.GetRoute().GetCluster(); c != "" && clusters[c] == nil {
+				t.Errorf("route %v targets undefined cluster %q", r.GetMatch(), c)
+			}
+		}
+	}
+}
+
+// checkRateLimitFilter checks the filter settings both envoy.yaml and the
+// Istio EnvoyFilter use.
+func checkRateLimitFilter(t *testing.T, rl *ratelimitv3.RateLimit) {
+	t.Helper()
+	if rl.GetDomain() == "" {
+		t.Error("ratelimit filter has no domain")
+	}
+	if d := rl.GetTimeout().AsDuration(); d <= 0 || d > time.Second {
+		t.Errorf("ratelimit filter timeout = %v, want a set timeout in (0, 1s]: Envoy waits that long on every request", d)
+	}
+	if rl.GetFailureModeDeny() {
+		t.Error("failure_mode_deny = true, want false (fail open)")
+	}
+	if got := rl.GetEnableXRatelimitHeaders(); got != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		t.Errorf("enable_x_ratelimit_headers = %v, want DRAFT_VERSION_03", got)
+	}
+	if !rl.GetRateLimitedAsResourceExhausted() {
+		t.Error("rate_limited_as_resource_exhausted = false, want true")
+	}
+	if got := rl.GetRateLimitService().GetTransportApiVersion(); got != corev3.ApiVersion_V3 {
+		t.Errorf("rate_limit_service.transport_api_version = %v, want V3", got)
+	}
+}
+
+func checkHTTP2(t *testing.T, c *clusterv3.Cluster) {
+	t.Helper()
+	const key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	a, ok := c.GetTypedExtensionProtocolOptions()[key]
+	if !ok {
+		t.Errorf("cluster %s has no typed_extension_protocol_options[%s]", c.GetName(), key)
+		return
+	}
+	var opts upstreamhttpv3.HttpProtocolOptions
+	if err := a.UnmarshalTo(&opts); err != nil {
+		t.Fatalf("cluster %s protocol options: %v", c.GetName(), err)
+	}
+	if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Errorf("cluster %s does not speak HTTP/2 (explicit_http_config.http2_protocol_options): gRPC needs it", c.GetName())
+	}
+}
+
+// TestRulesLoad loads every rules file through the project's loader: each
+// directory whole, each file alone, and the rules in the Istio ConfigMap.
+func TestRulesLoad(t *testing.T) {
+	for _, dir := range []string{"../config", "../config/examples", envoyRules} {
+		files := rulesFiles(t, dir)
+		if len(files) == 0 {
+			if dir == envoyRules {
+				t.Fatalf("%s holds no rules files", dir)
+			}
+			t.Logf("%s: no rules files", dir)
+			continue
+		}
+		t.Run(dir, func(t *testing.T) {
+			if _, err := config.Load(dir); err != nil {
+				t.Errorf("config.Load(%s): %v", dir, err)
+			}
+			for name, b := range files {
+				if _, err := config.Parse(map[string][]byte{name: b}); err != nil {
+					t.Errorf("config.Parse(%s): %v", filepath.Join(dir, name), err)
+				}
+			}
+		})
+	}
+	t.Run("istio ConfigMap", func(t *testing.T) {
+		if _, err := config.Parse(istioRuleFiles(t)); err != nil {
+			t.Errorf("config.Parse(ConfigMap fastlimit-rules): %v", err)
+		}
+	})
+}
+
+// TestEnvoyRulesUseExtensions keeps the example showing what FastLimit adds
+// to envoyproxy/ratelimit's format.
+func TestEnvoyRulesUseExtensions(t *testing.T) {
+	rules := loadDir(t, envoyRules)
+	algorithms := map[descriptors.Algorithm]bool{}
+	var multiplier, burst, cost, tenant bool
+	for _, l := range rules.Set.Limits() {
+		if l.Unlimited {
+			continue
+		}
+		algorithms[l.Algorithm] = true
+		multiplier = multiplier || l.UnitMultiplier > 1
+		burst = burst || (l.Algorithm == descriptors.TokenBucket && l.Burst != l.Capacity())
+		cost = cost || l.Cost != descriptors.Milli
+	}
+	for _, name := range rules.Set.Domains() {
+		tenant = tenant || rules.Set.Domain(name).TenantKey != ""
+	}
+	for _, a := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
+		if !algorithms[a] {
+			t.Errorf("no rule in %s uses algorithm %s", envoyRules, a)
+		}
+	}
+	for what, ok := range map[string]bool{"unit_multiplier": multiplier, "burst": burst, "cost": cost, "tenant_key": tenant} {
+		if !ok {
+			t.Errorf("no rule in %s uses %s", envoyRules, what)
+		}
+	}
+}
+
+// TestEnvoyActionsMatchRules builds every descriptor the rate_limits of
+// envoy.yaml can send and checks that a rule matches each, and that every
+// rule of the domain is reached.
+func TestEnvoyActionsMatchRules(t *testing.T) {
+	bs := loadBootstrap(t)
+	hcm, _ := findHCM(t, bs)
+	rl := rateLimitConfig(t, hcm.GetHttpFilters())
+	rules := loadDir(t, envoyRules)
+
+	var all []*routev3.RateLimit
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		all = append(all, vh.GetRateLimits()...)
+		for _, r := range vh.GetRoutes() {
+			all = append(all, r.GetRoute().GetRateLimits()...)
+		}
+	}
+	if len(all) == 0 {
+		t.Fatal("envoy.yaml has no rate_limits")
+	}
+	checkActionsMatch(t, rules.Set, rl.GetDomain(), all)
+}
+
+// TestIstioActionsMatchRules does the same for the Istio EnvoyFilters and
+// the rules in the ConfigMap.
+func TestIstioActionsMatchRules(t *testing.T) {
+	objs := loadManifests(t)
+	filter, vhost := istioPatches(t, objs)
+
+	var hf hcmv3.HttpFilter
+	decodeStrict(t, "EnvoyFilter HTTP_FILTER patch", filter.Patch.Value, &hf)
+	validateTree(t, "EnvoyFilter HTTP_FILTER patch", &hf)
+	if hf.GetName() != rateLimitFilter {
+		t.Errorf("inserted filter = %q, want %s", hf.GetName(), rateLimitFilter)
+	}
+	rl := rateLimitConfig(t, []*hcmv3.HttpFilter{&hf, {Name: routerFilter}})
+	checkRateLimitFilter(t, rl)
+	if raw, _ := filter.Patch.Value["typed_config"].(map[string]any); raw == nil || raw["failure_mode_deny"] != false {
+		t.Error("EnvoyFilter: failure_mode_deny should be set explicitly to false")
+	}
+
+	var vh routev3.VirtualHost
+	decodeStrict(t, "EnvoyFilter VIRTUAL_HOST patch", vhost.Patch.Value, &vh)
+	if len(vh.GetRateLimits()) == 0 {
+		t.Fatal("EnvoyFilter VIRTUAL_HOST patch adds no rate_limits")
+	}
+	for i, r := range vh.GetRateLimits() {
+		if err := r.ValidateAll(); err != nil {
+			t.Errorf("EnvoyFilter rate_limits[%d]: %v", i, err)
+		}
+	}
+
+	rules, err := config.Parse(istioRuleFiles(t))
+	if err != nil {
+		t.Fatalf("config.Parse(ConfigMap fastlimit-rules): %v", err)
+	}
+	if rules.Set.Domain(rl.GetDomain()) == nil {
+		t.Fatalf("EnvoyFilter domain %q is not in ConfigMap fastlimit-rules (domains %v)", rl.GetDomain(), rules.Set.Domains())
+	}
+	checkActionsMatch(t, rules.Set, rl.GetDomain(), vh.GetRateLimits())
+}
+
+func checkActionsMatch(t *testing.T, set *descriptors.Set, domain string, rateLimits []*routev3.RateLimit) {
+	t.Helper()
+	d := set.Domain(domain)
+	if d == nil {
+		t.Fatalf("domain %q not loaded", domain)
+	}
+	reached := map[*descriptors.Limit]bool{}
+	for i, r := range rateLimits {
+		descs, err := buildDescriptors(r)
+		if err != nil {
+			t.Errorf("rate_limits[%d]: %v", i, err)
+			continue
+		}
+		for _, entries := range descs {
+			l := descriptors.Match(d, entries)
+			if l == nil {
+				t.Errorf("rate_limits[%d]: no rule of domain %q matches descriptor %s", i, domain, formatEntries(entries))
+				continue
+			}
+			reached[l] = true
+		}
+	}
+	for _, l := range set.Limits() {
+		if strings.HasPrefix(l.Path, domain+".") && !reached[l] {
+			t.Errorf("rule %s is reached by no rate_limits action", l.Path)
+		}
+	}
+}
+
+// choice is the values one action can put in a descriptor entry; absent
+// means the action can also add no entry (skip_if_absent).
+type choice struct {
+	key    string
+	values []string
+	absent bool
+}
+
+// buildDescriptors returns every descriptor a rate_limits entry sends, as
+// Envoy builds them: one entry per action, in order. Actions that produce
+// nothing for a request drop the whole descriptor, so only the requests for
+// which every action produces an entry are listed.
+func buildDescriptors(r *routev3.RateLimit) ([][]descriptors.Entry, error) {
+	var choices []choice
+	for i, a := range r.GetActions() {
+		c, err := actionChoice(a)
+		if err != nil {
+			return nil, fmt.Errorf("action %d: %w", i, err)
+		}
+		choices = append(choices, c)
+	}
+	out := [][]descriptors.Entry{nil}
+	for _, c := range choices {
+		var next [][]descriptors.Entry
+		for _, prefix := range out {
+			if c.absent {
+				next = append(next, prefix)
+			}
+			for _, v := range c.values {
+				e := append(slices.Clip(prefix), descriptors.Entry{Key: c.key, Value: v})
+				next = append(next, e)
+			}
+		}
+		out = next
+	}
+	// Envoy sends no empty descriptor.
+	return slices.DeleteFunc(out, func(e []descriptors.Entry) bool { return len(e) == 0 }), nil
+}
+
+func actionChoice(a *routev3.RateLimit_Action) (choice, error) {
+	or := func(s, def string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	}
+	switch {
+	case a.GetRemoteAddress() != nil:
+		return choice{key: "remote_address", values: []string{sampleRemoteAddress}}, nil
+	case a.GetRequestHeaders() != nil:
+		h := a.GetRequestHeaders()
+		vals, ok := sampleHeaders[strings.ToLower(h.GetHeaderName())]
+		if !ok {
+			vals = []string{"sample"}
+		}
+		return choice{key: h.GetDescriptorKey(), values: vals, absent: h.GetSkipIfAbsent()}, nil
+	case a.GetGenericKey() != nil:
+		g := a.GetGenericKey()
+		return choice{key: or(g.GetDescriptorKey(), "generic_key"), values: []string{g.GetDescriptorValue()}}, nil
+	case a.GetHeaderValueMatch() != nil:
+		h := a.GetHeaderValueMatch()
+		for _, m := range h.GetHeaders() {
+			// Envoy's regexes are RE2, as Go's are.
+			if re := m.GetStringMatch().GetSafeRegex().GetRegex(); re != "" {
+				if _, err := regexp.Compile(re); err != nil {
+					return choice{}, fmt.Errorf("header %s: %w", m.GetName(), err)
+				}
+			}
+		}
+		vals := []string{h.GetDescriptorValue()}
+		if h.GetDefaultValue() != "" {
+			vals = append(vals, h.GetDefaultValue())
+		}
+		return choice{key: or(h.GetDescriptorKey(), "header_match"), values: vals}, nil
+	}
+	return choice{}, fmt.Errorf("action %v: the test's descriptor builder does not know it; teach actionChoice", a)
+}
+
+func formatEntries(es []descriptors.Entry) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Key + "=" + e.Value
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// TestKubernetesManifests checks the Kubernetes and Istio manifests hang
+// together: names, ports, probes, the rules volume and the Redis secret.
+func TestKubernetesManifests(t *testing.T) {
+	objs := loadManifests(t)
+	byKind := func(kind, name string) *k8sObject {
+		t.Helper()
+		for _, o := range objs {
+			if o.Kind == kind && o.Metadata.Name == name {
+				return o
+			}
+		}
+		t.Fatalf("no %s %q in %s", kind, name, istioDir)
+		return nil
+	}
+	for _, o := range objs {
+		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+			t.Errorf("%s: a document lacks apiVersion, kind or metadata.name", o.file)
+		}
+		if o.Kind != "Namespace" && o.Metadata.Namespace == "" {
+			t.Errorf("%s: %s %s has no namespace", o.file, o.Kind, o.Metadata.Name)
+		}
+	}
+
+	ns := byKind("Namespace", "fastlimit")
+	if ns.Metadata.Labels["istio-injection"] != "enabled" {
+		t.Errorf("namespace fastlimit is not in the mesh (istio-injection=%q)", ns.Metadata.Labels["istio-injection"])
+	}
+	cm := byKind("ConfigMap", "fastlimit-rules")
+	secret := byKind("Secret", "fastlimit-redis")
+
+	var dep deployment
+	decodeNode(t, byKind("Deployment", "fastlimit"), &dep)
+	pod := dep.Spec.Template
+	if !subset(dep.Spec.Selector.MatchLabels, pod.Metadata.Labels) {
+		t.Errorf("Deployment fastlimit: selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, pod.Metadata.Labels)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("Deployment fastlimit: %d containers, want 1", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+
+	// The rules: the ConfigMap, mounted as a directory, is --config.
+	var rulesVolume string
+	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == cm.Metadata.Name {
+			rulesVolume = v.Name
+		}
+	}
+	if rulesVolume == "" {
+		t.Fatalf("Deployment fastlimit mounts no volume from ConfigMap %s", cm.Metadata.Name)
+	}
+	var mountPath string
+	for _, m := range c.VolumeMounts {
+		if m.Name != rulesVolume {
+			continue
+		}
+		mountPath = m.MountPath
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			t.Errorf("rules volume mounted with subPath %q: subPath mounts never update, so hot reload would not work", m.SubPath+m.SubPathExpr)
+		}
+	}
+	if mountPath == "" {
+		t.Fatalf("container %s does not mount volume %s", c.Name, rulesVolume)
+	}
+	if got := flagValue(c.Args, "config"); got != mountPath {
+		t.Errorf("container %s: --config = %q, want the rules mount %q", c.Name, got, mountPath)
+	}
+
+	// Probes.
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for _, p := range []struct {
+		name  string
+		probe *probe
+		path  string
+	}{{"livenessProbe", c.LivenessProbe, "/healthcheck"}, {"readinessProbe", c.ReadinessProbe, "/ready"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("container %s: no %s.httpGet", c.Name, p.name)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path {
+			t.Errorf("container %s: %s path = %q, want %q", c.Name, p.name, p.probe.HTTPGet.Path, p.path)
+		}
+		if port := resolvePort(p.probe.HTTPGet.Port, ports); port != 8080 {
+			t.Errorf("container %s: %s port = %v (%d), want the HTTP port 8080", c.Name, p.name, p.probe.HTTPGet.Port, port)
+		}
+	}
+
+	// REDIS_URL comes from the Secret, which points at the Redis Service.
+	var ref *secretKeyRef
+	for _, e := range c.Env {
+		if e.Name == "REDIS_URL" {
+			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				t.Fatalf("container %s: REDIS_URL should come from secretKeyRef", c.Name)
+			}
+			ref = e.ValueFrom.SecretKeyRef
+		}
+	}
+	if ref == nil {
+		t.Fatalf("container %s sets no REDIS_URL", c.Name)
+	}
+	if ref.Name != secret.Metadata.Name || ref.Key != "url" {
+		t.Errorf("REDIS_URL from secret %s key %s, want %s key url", ref.Name, ref.Key, secret.Metadata.Name)
+	}
+	var sec struct {
+		Data       map[string]string `yaml:"data"`
+		StringData map[string]string `yaml:"stringData"`
+	}
+	decodeNode(t, secret, &sec)
+	redisURL, ok := sec.StringData["url"]
+	if !ok {
+		_, ok = sec.Data["url"]
+	}
+	if !ok {
+		t.Errorf("Secret %s has no key url", secret.Metadata.Name)
+	}
+
+	// Services.
+	var svc service
+	decodeNode(t, byKind("Service", "fastlimit"), &svc)
+	if !subset(svc.Spec.Selector, pod.Metadata.Labels) {
+		t.Errorf("Service fastlimit selects %v, not the Deployment's pods %v", svc.Spec.Selector, pod.Metadata.Labels)
+	}
+	svcPorts := map[int]servicePort{}
+	for _, p := range svc.Spec.Ports {
+		svcPorts[p.Port] = p
+	}
+	// The grpc- prefix makes Istio speak HTTP/2 to the port.
+	if p := svcPorts[8081]; !strings.HasPrefix(p.Name, "grpc-") || resolvePort(p.TargetPort, ports) != 8081 {
+		t.Errorf("Service fastlimit: want port 8081 named grpc-* -> container 8081, got %+v", svc.Spec.Ports)
+	}
+	if p := svcPorts[8080]; p.Name != "http" || resolvePort(p.TargetPort, ports) != 8080 {
+		t.Errorf("Service fastlimit: want port 8080 named http -> container 8080, got %+v", svc.Spec.Ports)
+	}
+
+	var redisDep deployment
+	decodeNode(t, byKind("Deployment", "redis"), &redisDep)
+	var redisSvc service
+	rs := byKind("Service", "redis")
+	decodeNode(t, rs, &redisSvc)
+	if !subset(redisSvc.Spec.Selector, redisDep.Spec.Template.Metadata.Labels) {
+		t.Errorf("Service redis selects %v, not the redis pods %v", redisSvc.Spec.Selector, redisDep.Spec.Template.Metadata.Labels)
+	}
+	if redisURL != "" {
+		u, err := url.Parse(redisURL)
+		if err != nil {
+			t.Fatalf("Secret %s url: %v", secret.Metadata.Name, err)
+		}
+		want := rs.Metadata.Name + "." + rs.Metadata.Namespace + ".svc.cluster.local"
+		if h := u.Hostname(); h != want && h != rs.Metadata.Name && h != rs.Metadata.Name+"."+rs.Metadata.Namespace {
+			t.Errorf("Secret %s url host %q is not the redis Service (%s)", secret.Metadata.Name, h, want)
+		}
+	}
+
+	// The EnvoyFilters.
+	filter, vhost := istioPatches(t, objs)
+	if filter.Patch.Operation != "INSERT_BEFORE" || filter.Match.Context != "GATEWAY" ||
+		filter.Match.Listener.FilterChain.Filter.Name != hcmFilter ||
+		filter.Match.Listener.FilterChain.Filter.SubFilter.Name != routerFilter {
+		t.Errorf("HTTP_FILTER patch should INSERT_BEFORE %s in %s in context GATEWAY, got %+v", routerFilter, hcmFilter, filter)
+	}
+	if vhost.Patch.Operation != "MERGE" || vhost.Match.Context != "GATEWAY" {
+		t.Errorf("VIRTUAL_HOST patch should MERGE in context GATEWAY, got %+v", vhost)
+	}
+	var hf hcmv3.HttpFilter
+	decodeStrict(t, "EnvoyFilter HTTP_FILTER patch", filter.Patch.Value, &hf)
+	rl := rateLimitConfig(t, []*hcmv3.HttpFilter{&hf, {Name: routerFilter}})
+	wantCluster := fmt.Sprintf("outbound|8081||%s.%s.svc.cluster.local", svc.Metadata.Name, svc.Metadata.Namespace)
+	if got := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != wantCluster {
+		t.Errorf("EnvoyFilter rate_limit_service cluster = %q, want %q", got, wantCluster)
+	}
+}
+
+// TestDockerCompose checks docker-compose.yml against the files it names
+// and against envoy.yaml's clusters.
+func TestDockerCompose(t *testing.T) {
+	var cf struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(readFile(t, composeFile), &cf); err != nil {
+		t.Fatalf("%s: %v", composeFile, err)
+	}
+	svc := func(name string) composeService {
+		t.Helper()
+		s, ok := cf.Services[name]
+		if !ok {
+			t.Fatalf("%s: no service %q", composeFile, name)
+		}
+		return s
+	}
+	envoy, fl, redis := svc("envoy"), svc("fastlimit"), svc("redis")
+
+	if !strings.HasPrefix(envoy.Image, "envoyproxy/envoy:v1.") {
+		t.Errorf("envoy image = %q, want the official envoyproxy/envoy", envoy.Image)
+	}
+	if !mountsFile(t, envoy, filepath.Join("examples", envoyYAML), false) {
+		t.Errorf("envoy does not mount examples/%s", envoyYAML)
+	}
+	if !publishes(envoy, 10000) {
+		t.Errorf("envoy does not publish port 10000")
+	}
+
+	if !strings.HasPrefix(redis.Image, "redis:7") {
+		t.Errorf("redis image = %q, want redis:7-alpine", redis.Image)
+	}
+
+	ctx, df := fl.build()
+	if ctx == "" {
+		t.Fatal("fastlimit is not built from the repository")
+	}
+	if _, err := os.Stat(filepath.Join("..", ctx, df)); err != nil {
+		t.Errorf("fastlimit build: %v", err)
+	}
+	env := fl.env()
+	if u := env["REDIS_URL"]; u != "redis://redis:6379/0" {
+		t.Errorf("fastlimit REDIS_URL = %q, want redis://redis:6379/0", u)
+	}
+	if u, err := url.Parse(env["REDIS_URL"]); err == nil {
+		if _, ok := cf.Services[u.Hostname()]; !ok {
+			t.Errorf("REDIS_URL host %q is no compose service", u.Hostname())
+		}
+	}
+	configDir := flagValue(fl.command(), "config")
+	if configDir == "" {
+		configDir = env["CONFIG"]
+	}
+	var rulesMounted bool
+	for _, v := range fl.volumes() {
+		if v.target != configDir {
+			continue
+		}
+		st, err := os.Stat(filepath.Join("..", v.source))
+		if err != nil {
+			t.Fatalf("fastlimit volume %s: %v", v.source, err)
+		}
+		if !st.IsDir() {
+			t.Errorf("fastlimit mounts %s as a file: mount the rules directory, or edits never reach the watcher", v.source)
+		}
+		if filepath.Clean(v.source) != filepath.Join("examples", envoyRules) {
+			t.Errorf("fastlimit mounts %s at %s, want examples/%s", v.source, v.target, envoyRules)
+		}
+		rulesMounted = true
+	}
+	if !rulesMounted {
+		t.Errorf("fastlimit: --config %q is not a mounted rules directory", configDir)
+	}
+	for _, p := range []int{8080, 8081} {
+		if !publishes(fl, p) {
+			t.Errorf("fastlimit does not publish port %d", p)
+		}
+	}
+
+	// envoy.yaml's STRICT_DNS clusters name compose services.
+	bs := loadBootstrap(t)
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		host, port := clusterEndpoint(c)
+		if _, ok := cf.Services[host]; !ok {
+			t.Errorf("envoy.yaml cluster %s points at %s:%d, which is no compose service", c.GetName(), host, port)
+		}
+	}
+}
+
+// TestDockerfile reads the Dockerfile as text: a multi-stage, static build
+// of ./cmd/server into a non-root final image.
+func TestDockerfile(t *testing.T) {
+	stages := parseDockerfile(t, readFile(t, dockerfile))
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile has %d stages, want a multi-stage build", len(stages))
+	}
+	build, final := stages[0], stages[len(stages)-1]
+	if !strings.HasPrefix(build.from, "golang:1.26") {
+		t.Errorf("build stage FROM %s, want golang:1.26", build.from)
+	}
+	var built bool
+	for _, run := range build.all("RUN") {
+		if strings.Contains(run, "go build") {
+			built = true
+			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/server", "-o /fastlimit"} {
+				if !strings.Contains(run, want) {
+					t.Errorf("go build step lacks %q: %s", want, run)
+				}
+			}
+		}
+	}
+	if !built {
+		t.Error("no stage runs go build")
+	}
+	if _, err := os.Stat("../cmd/server"); err != nil {
+		t.Errorf("the Dockerfile builds ./cmd/server: %v", err)
+	}
+
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
+		t.Errorf("final stage FROM %s, want distroless static or scratch", final.from)
+	}
+	user := final.last("USER")
+	if user == "" && strings.HasSuffix(final.from, ":nonroot") {
+		user = "nonroot"
+	}
+	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "root" || u == "0" {
+		t.Errorf("final stage runs as %q, want a non-root user", user)
+	}
+	for _, p := range []string{"8080", "8081"} {
+		if !slices.Contains(strings.Fields(final.last("EXPOSE")), p) {
+			t.Errorf("final stage does not EXPOSE %s", p)
+		}
+	}
+	if ep := final.last("ENTRYPOINT"); !strings.Contains(ep, "/fastlimit") {
+		t.Errorf("ENTRYPOINT = %s, want the fastlimit binary", ep)
+	}
+	if cmd := final.last("CMD"); !strings.Contains(cmd, "--config") {
+		t.Errorf("CMD = %s, want a default --config", cmd)
+	}
+	// Files copied from the build context exist and are not ignored.
+	ignored := dockerIgnored(t)
+	for _, st := range stages {
+		for _, cp := range st.all("COPY") {
+			if strings.HasPrefix(cp, "--from=") {
+				continue
+			}
+			f := strings.Fields(cp)
+			for _, src := range f[:len(f)-1] {
+				if strings.HasPrefix(src, "--") || src == "." {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join("..", src)); err != nil {
+					t.Errorf("COPY %s: %v", src, err)
+				}
+				if ignored(src) {
+					t.Errorf("COPY %s: excluded by .dockerignore", src)
+				}
+			}
+		}
+	}
+	for _, p := range []string{"go.mod", "go.sum", "cmd/server", "examples/envoy/rules"} {
+		if ignored(p) {
+			t.Errorf(".dockerignore excludes %s, which the build needs", p)
+		}
+	}
+}
