@@ -1,0 +1,358 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// memShards is the number of independently locked parts of a Memory.
+const memShards = 64
+
+// DefaultSweepInterval is how often an open Memory removes expired state
+// when MemoryOptions.SweepInterval is zero.
+const DefaultSweepInterval = time.Minute
+
+var _ limiter.Store = (*Memory)(nil)
+
+// MemoryOptions configures a Memory.
+type MemoryOptions struct {
+	// Now is the clock for ops with Now == 0 and for sweeping. The default
+	// is time.Now.
+	Now func() time.Time
+	// SweepInterval is how often the janitor started by Open removes
+	// expired state. The default is DefaultSweepInterval.
+	SweepInterval time.Duration
+}
+
+// Memory is a limiter.Store that keeps its state in process, for a single
+// server or for tests. It runs the algorithms of the Lua scripts in package
+// lua with the same integer arithmetic, so it decides exactly as Redis
+// would. It is safe for concurrent use.
+//
+// State that has expired is dropped when it is next touched, and by a
+// janitor that Open starts and Close stops; without Open, state for keys
+// that are never used again stays until Sweep is called.
+type Memory struct {
+	now   func() time.Time
+	every time.Duration
+	seed  maphash.Seed
+
+	shards [memShards]memShard
+
+	mu     sync.Mutex // guards cancel and done
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// memShard holds the state of the keys that hash to it. A sliding window's
+// two counters share a shard because the shard follows the base key.
+type memShard struct {
+	mu      sync.Mutex
+	windows map[windowKey]counter
+	buckets map[string]bucket
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// windowKey names a window counter: the Redis key is base + start/1000.
+type windowKey struct {
+	base  string
+	start int64 // window start, Unix ms
+}
+
+type counter struct {
+	n, expireAt int64
+}
+
+// bucket is a token bucket's state, as the hash fields t, ts and c.
+type bucket struct {
+	t, ts, c, expireAt int64
+}
+
+// NewMemory returns an empty Memory. It starts no goroutines; call Open to
+// start the janitor.
+func NewMemory(opts MemoryOptions) *Memory {
+	m := &Memory{now: opts.Now, every: opts.SweepInterval, seed: maphash.MakeSeed()}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if m.every <= 0 {
+		m.every = DefaultSweepInterval
+	}
+	for i := range m.shards {
+		m.shards[i].windows = make(map[windowKey]counter)
+		m.shards[i].buckets = make(map[string]bucket)
+	}
+	return m
+}
+
+// Open starts the janitor, which calls Sweep every SweepInterval until ctx
+// is done or Close is called. Opening an open Memory is an error.
+func (m *Memory) Open(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cancel != nil {
+		return errors.New("memory store is already open")
+	}
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
+	go m.janitor(ctx, m.done)
+	return nil
+}
+
+func (m *Memory) janitor(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(m.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Close stops the janitor and waits for it. The state stays usable: Take
+// keeps working after Close. Close is idempotent.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	cancel, done := m.cancel, m.done
+	m.cancel, m.done = nil, nil
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// Ping always succeeds.
+func (m *Memory) Ping(context.Context) error { return nil }
+
+// Sweep removes the state that has expired by the store's clock and
+// returns how many entries it removed.
+func (m *Memory) Sweep() int {
+	now := m.now().UnixMilli()
+	removed := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for k, c := range s.windows {
+			if c.expireAt <= now {
+				delete(s.windows, k)
+				removed++
+			}
+		}
+		for k, b := range s.buckets {
+			if b.expireAt <= now {
+				delete(s.buckets, k)
+				removed++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return removed
+}
+
+// Len returns the number of entries held, expired or not: window counters
+// plus token buckets.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.windows) + len(s.buckets)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Take decides ops in order, as described on limiter.Store. It fails only
+// when ctx is done (an error wrapping limiter.ErrUnavailable) or an op is
+// invalid (ErrInvalidOp); either way it decides nothing.
+func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory take: %w: %w", limiter.ErrUnavailable, err)
+	}
+	if err := checkOps(ops, results); err != nil {
+		return err
+	}
+	for i := range ops {
+		op := &ops[i]
+		now := op.Now
+		if now == 0 {
+			now = m.now().UnixMilli()
+		}
+		s := &m.shards[maphash.String(m.seed, op.Key)%memShards]
+		s.mu.Lock()
+		switch op.Algorithm {
+		case descriptors.FixedWindow:
+			results[i] = s.fixedWindow(op, now)
+		case descriptors.SlidingWindow:
+			results[i] = s.slidingWindow(op, now)
+		case descriptors.TokenBucket:
+			results[i] = s.tokenBucket(op, now)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// count returns the counter k at now, 0 if it is missing or expired.
+func (s *memShard) count(k windowKey, now int64) int64 {
+	c, ok := s.windows[k]
+	if !ok {
+		return 0
+	}
+	if c.expireAt <= now {
+		delete(s.windows, k)
+		return 0
+	}
+	return c.n
+}
+
+// fixedWindow mirrors lua/fixed_window.lua.
+func (s *memShard) fixedWindow(op *limiter.Op, now int64) limiter.Result {
+	w := op.Window
+	ws := now - now%w
+	k := windowKey{op.Key, ws}
+	reset := ws + w - now
+	cost := min(op.Cost, maxCost)
+
+	count := s.count(k, now)
+	if cost > 0 {
+		count = min(count+cost, maxCost)
+		s.windows[k] = counter{n: count, expireAt: ws + w}
+	}
+	if count <= op.Limit {
+		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
+	}
+	return limiter.Result{RetryAfter: reset, Reset: reset}
+}
+
+// slidingWindow mirrors lua/sliding_window.lua.
+func (s *memShard) slidingWindow(op *limiter.Op, now int64) limiter.Result {
+	w, limit := op.Window, op.Limit
+	ws := now - now%w
+	elapsed := now - ws
+	reset := w - elapsed
+	curKey := windowKey{op.Key, ws}
+	cost := min(op.Cost, maxCost)
+
+	cur := s.count(curKey, now)
+	prev := min(s.count(windowKey{op.Key, ws - w}, now), limit)
+
+	g := int64(1)
+	for w/g >= slidingSteps {
+		g *= 1000
+	}
+	sw := slider{wg: w / g}
+
+	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
+	if weighted+cost <= limit {
+		if cost > 0 {
+			s.windows[curKey] = counter{n: cur + cost, expireAt: ws + 2*w}
+		}
+		return limiter.Result{Allowed: true, Remaining: limit - weighted - cost, Reset: reset}
+	}
+
+	var retry int64
+	switch {
+	case cost > limit:
+		retry = w
+	case cur <= limit-cost:
+		retry = (sw.wg-1-sw.maxRem(prev, limit-cost-cur))*g - elapsed
+	default:
+		retry = reset + max(sw.wg-1-sw.maxRem(min(cur, limit), limit-cost), 0)*g
+	}
+	return limiter.Result{Remaining: max(limit-weighted, 0), RetryAfter: retry, Reset: reset}
+}
+
+// slider weighs a sliding window's previous count over wg steps.
+type slider struct{ wg int64 }
+
+// share returns floor(p*rem/wg) without forming p*rem.
+func (sw slider) share(p, rem int64) int64 {
+	q, r := p/sw.wg, p%sw.wg
+	return q*rem + r*rem/sw.wg
+}
+
+// maxRem returns the largest rem in [0, wg] with share(p, rem) <= a (a >= 0).
+func (sw slider) maxRem(p, a int64) int64 {
+	lo, hi := int64(0), sw.wg
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if sw.share(p, mid) <= a {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// tokenBucket mirrors lua/token_bucket.lua.
+func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
+	burst, num, den := op.Burst, op.RateNum, op.RateDen
+	cost := min(op.Cost, maxCost)
+	// fill returns the ms until the bucket holds burst again.
+	fill := func(t, c int64) int64 { return ceilDiv((burst-t)*den-c, num) }
+
+	t, ts, c := burst, now, int64(0)
+	if b, ok := s.buckets[op.Key]; ok {
+		if b.expireAt > now {
+			t, ts, c = b.t, b.ts, b.c
+		} else {
+			delete(s.buckets, op.Key)
+		}
+	}
+
+	elapsed := max(0, now-ts)
+	if t >= burst || elapsed >= fill(t, c) {
+		t, c = burst, 0
+	} else {
+		n := elapsed*num + c
+		t += n / den
+		c = n % den
+	}
+	ts = max(ts, now)
+
+	allowed := true
+	if cost > 0 {
+		allowed = t >= cost
+		if allowed {
+			t -= cost
+		}
+		if t >= burst {
+			delete(s.buckets, op.Key)
+		} else {
+			s.buckets[op.Key] = bucket{t: t, ts: ts, c: c, expireAt: ts + max(fill(t, c), 1)}
+		}
+	}
+
+	var reset int64
+	if t < burst {
+		reset = fill(t, c)
+	}
+	if allowed {
+		return limiter.Result{Allowed: true, Remaining: t, Reset: reset}
+	}
+	retry := op.Window
+	if cost <= burst {
+		retry = ceilDiv((cost-t)*den-c, num)
+	}
+	return limiter.Result{Remaining: t, RetryAfter: retry, Reset: reset}
+}
+
+// ceilDiv returns ceil(a/b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	return (a + b - 1) / b
+}

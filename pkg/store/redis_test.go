@@ -1,0 +1,565 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/lua"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/limiter/limitertest"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// Databases of the test server: the Redis tests use their own, so that
+// DBSIZE counts only their keys.
+const (
+	dbSuite  = 0
+	dbExpiry = 9
+)
+
+// newRedis returns a store on the test server's database db, made from a
+// URL as main makes it, and a second client to look at the server with.
+// Keys starting with prefix are deleted when t ends.
+func newRedis(t testing.TB, db int, prefix string) (*store.Redis, *redis.Client) {
+	t.Helper()
+	addr := redistest.Addr(t)
+	r, err := store.NewRedisFromURL(fmt.Sprintf("redis://%s/%d", addr, db),
+		store.ConnOptions{PoolSize: 8, DialTimeout: time.Second}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	t.Cleanup(func() {
+		if prefix != "" {
+			deleteKeys(t, rdb, prefix)
+		}
+		_ = r.Close()
+		_ = rdb.Close()
+	})
+	return r, rdb
+}
+
+func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("delete %s*: %v", prefix, err)
+	}
+}
+
+// inspected is a Redis store that lists its keys for the suite.
+type inspected struct {
+	*store.Redis
+	rdb *redis.Client
+}
+
+var _ limitertest.Inspector = inspected{}
+
+// Expiries reads the keys' absolute expiry with PEXPIRETIME.
+func (s inspected) Expiries(ctx context.Context, prefix string, after int64) (map[string]int64, error) {
+	var keys []string
+	iter := s.rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Do(ctx, "PEXPIRETIME", k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && len(keys) > 0 {
+		return nil, err
+	}
+	out := make(map[string]int64)
+	for i, k := range keys {
+		exp, err := cmds[i].Int64()
+		if err != nil {
+			return nil, err
+		}
+		if exp <= 0 || exp > after {
+			out[k] = max(exp, 0)
+		}
+	}
+	return out, nil
+}
+
+func TestRedisConformance(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T) limiter.Store {
+		r, rdb := newRedis(t, dbSuite, limitertest.KeyPrefix)
+		return inspected{r, rdb}
+	})
+}
+
+// farBase is a time a week or two ahead, so that keys written with it
+// outlive the test by Redis' clock.
+var farBase = (time.Now().UnixMilli()/(7*86_400_000) + 2) * (7 * 86_400_000)
+
+// randomOps returns n ops on a few keys with random algorithms, limits,
+// costs (peeks, fractions, huge) and time steps from *now, which it
+// advances.
+func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
+	windows := []int64{1000, 60_000, 3_600_000, 86_400_000, 604_800_000, 1000 * 365 * 86_400_000}
+	costs := []int64{0, 1, 500, 1000, 1000, 1000, 2500, 1 << 40, 1 << 62}
+	keys := make([]limiter.Op, 12)
+	for i := range keys {
+		w := windows[rng.IntN(len(windows))]
+		requests := 1 + rng.Int64N(20)
+		op := limiter.Op{Key: fmt.Sprintf("%s{k%d}:", prefix, i), Algorithm: descriptors.Algorithm(rng.IntN(3)),
+			Limit: requests*1000 + rng.Int64N(3)*250, Window: w}
+		if op.Algorithm == descriptors.TokenBucket {
+			op.Burst = (1 + rng.Int64N(2*requests)) * 1000
+			g := gcd(requests*1000, w)
+			op.RateNum, op.RateDen = requests*1000/g, w/g
+			if (op.Burst+op.RateNum)*op.RateDen >= descriptors.MaxExact {
+				op.Window, op.RateNum, op.RateDen = 1000, requests, 1
+			}
+		}
+		keys[i] = op
+	}
+	ops := make([]limiter.Op, n)
+	for i := range ops {
+		op := keys[rng.IntN(len(keys))]
+		op.Cost = costs[rng.IntN(len(costs))]
+		switch rng.IntN(4) {
+		case 0:
+			*now += rng.Int64N(op.Window/50 + 1)
+		case 1:
+			*now += rng.Int64N(1000)
+		}
+		op.Now = *now
+		ops[i] = op
+	}
+	return ops
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// TestRedisMatchesMemory sends the same random ops to both stores and
+// compares every result and every key's expiry.
+func TestRedisMatchesMemory(t *testing.T) {
+	const prefix = "differential:"
+	r, rdb := newRedis(t, dbSuite, prefix)
+	ins := inspected{r, rdb}
+	m := newMemory(t, store.MemoryOptions{})
+	rng := rand.New(rand.NewPCG(3, 5))
+	now := farBase
+	ctx := context.Background()
+	for round := range 10 {
+		ops := randomOps(rng, fmt.Sprintf("%sr%d", prefix, round), 2000, &now)
+		got := make([]limiter.Result, len(ops))
+		want := make([]limiter.Result, len(ops))
+		if err := r.Take(ctx, ops, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Take(ctx, ops, want); err != nil {
+			t.Fatal(err)
+		}
+		mismatches := 0
+		for i := range ops {
+			if got[i] != want[i] {
+				if mismatches++; mismatches <= 5 {
+					t.Errorf("round %d op %d %+v: redis %+v, memory %+v", round, i, ops[i], got[i], want[i])
+				}
+			}
+		}
+		roundPrefix := fmt.Sprintf("%sr%d", prefix, round)
+		gotExp, err := ins.Expiries(ctx, roundPrefix, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantExp, _ := m.Expiries(ctx, roundPrefix, now)
+		if fmt.Sprint(gotExp) != fmt.Sprint(wantExp) {
+			t.Errorf("round %d: redis expiries %v\nmemory expiries %v", round, gotExp, wantExp)
+		}
+	}
+}
+
+// TestRedisCountersAreIntegers checks that the scripts write integers
+// without exponents at the largest values.
+func TestRedisCountersAreIntegers(t *testing.T) {
+	const prefix = "integers:"
+	r, rdb := newRedis(t, dbSuite, prefix)
+	ctx := context.Background()
+	now := farBase + 1234
+	ops := []limiter.Op{
+		{Key: prefix + "{f}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1 << 62, Now: now},
+		{Key: prefix + "{f}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1 << 62, Now: now},
+		{Key: prefix + "{s}:", Algorithm: descriptors.SlidingWindow, Limit: 1 << 50, Window: 1000, Cost: 1<<50 - 1, Now: now},
+		{Key: prefix + "{b}:", Algorithm: descriptors.TokenBucket, Burst: 1 << 50, RateNum: 1, RateDen: 7, Window: 1000, Cost: 3, Now: now},
+	}
+	if err := r.Take(ctx, ops, make([]limiter.Result, len(ops))); err != nil {
+		t.Fatal(err)
+	}
+	sec := fmt.Sprint((now - now%1000) / 1000)
+	for key, want := range map[string]string{
+		prefix + "{f}:" + sec: "4503599627370496", // saturated at 2^52
+		prefix + "{s}:" + sec: "1125899906842623",
+	} {
+		if got, err := rdb.Get(ctx, key).Result(); err != nil || got != want {
+			t.Errorf("GET %s = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	got, err := rdb.HGetAll(ctx, prefix+"{b}:bucket").Result()
+	want := map[string]string{"t": "1125899906842621", "ts": fmt.Sprint(now), "c": "0"}
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("HGETALL bucket = %v, %v; want %v", got, err, want)
+	}
+}
+
+func TestRedisNoScriptBetweenCalls(t *testing.T) {
+	const prefix = "noscript:"
+	r, rdb := newRedis(t, dbSuite, prefix)
+	ctx := context.Background()
+	op := limiter.Op{Key: prefix + "{a}:", Algorithm: descriptors.FixedWindow, Limit: 100_000, Window: 3_600_000, Cost: 1000, Now: farBase}
+	ops := []limiter.Op{op, op, op}
+	res := make([]limiter.Result, len(ops))
+	for call := range 4 {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Take(ctx, ops, res); err != nil {
+			t.Fatalf("Take after SCRIPT FLUSH: %v", err)
+		}
+		for i, got := range res {
+			if want := 100_000 - int64(call*3+i+1)*1000; !got.Allowed || got.Remaining != want {
+				t.Errorf("call %d op %d = %+v, want remaining %d (each op counted once)", call, i, got, want)
+			}
+		}
+	}
+	sum := sha1.Sum([]byte(lua.FixedWindow))
+	sha := hex.EncodeToString(sum[:])
+	if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
+		t.Errorf("script not loaded again after the flush: %v %v", ok, err)
+	}
+}
+
+// TestRedisNoScriptConcurrent flushes the script cache continuously while
+// workers take ops, half of them through stores that have not loaded the
+// scripts yet: no decision may fail, and every op counts exactly once.
+func TestRedisNoScriptConcurrent(t *testing.T) {
+	const prefix = "flush:"
+	addr := redistest.Addr(t)
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = client.Close(); _ = rdb.Close() })
+	core, logs := observer.New(zapcore.DebugLevel)
+	shared := store.NewRedis(client, zap.New(core), store.RedisOptions{})
+
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var flusher sync.WaitGroup
+	flusher.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Errorf("SCRIPT FLUSH: %v", err)
+				return
+			}
+			flushes.Add(1)
+		}
+	})
+
+	const workers, calls, perCall = 6, 150, 8
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			op := limiter.Op{Key: fmt.Sprintf("%s{w%d}:", prefix, w), Algorithm: descriptors.FixedWindow,
+				Limit: 1 << 40, Window: 3_600_000, Cost: 1000, Now: farBase}
+			bucket := limiter.Op{Key: fmt.Sprintf("%s{b%d}:", prefix, w), Algorithm: descriptors.TokenBucket,
+				Burst: 1 << 40, RateNum: 1, RateDen: 1, Window: 1000, Cost: 1000, Now: farBase}
+			ops := []limiter.Op{op, bucket, op, op, bucket, op, op, op}
+			res := make([]limiter.Result, perCall)
+			for range calls {
+				st := shared
+				if w%2 == 1 { // a store that loads the scripts first
+					st = store.NewRedis(client, zap.New(core), store.RedisOptions{})
+				}
+				if err := st.Take(ctx, ops, res); err != nil {
+					failures.Add(1)
+					t.Errorf("Take: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	flusher.Wait()
+
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d failed decisions while scripts were flushed", n)
+	}
+	for w := range workers {
+		got, err := rdb.Get(ctx, fmt.Sprintf("%s{w%d}:%d", prefix, w, farBase/1000)).Int64()
+		if want := int64(calls * 6 * 1000); err != nil || got != want {
+			t.Errorf("worker %d counter = %d, %v; want %d (every op exactly once)", w, got, err, want)
+		}
+	}
+	resent := logs.FilterMessageSnippet("scripts missing").Len()
+	t.Logf("%d flushes, %d calls re-sent ops after NOSCRIPT", flushes.Load(), resent)
+	if resent == 0 {
+		t.Error("no call saw NOSCRIPT; the test did not exercise recovery")
+	}
+}
+
+// TestRedisKeysExpire uses the server's clock (Now == 0): every key carries
+// a TTL no longer than its use, and all are gone after the windows end.
+func TestRedisKeysExpire(t *testing.T) {
+	const prefix = "expire:"
+	r, rdb := newRedis(t, dbExpiry, prefix)
+	ctx := context.Background()
+	before, err := rdb.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := []limiter.Op{
+		{Key: prefix + "{f}:", Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 1000},
+		{Key: prefix + "{s}:", Algorithm: descriptors.SlidingWindow, Limit: 5000, Window: 1000, Cost: 1000},
+		{Key: prefix + "{b}:", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 10, RateDen: 1, Window: 1000, Cost: 5000},
+	}
+	start := time.Now()
+	if err := r.Take(ctx, ops, make([]limiter.Result, len(ops))); err != nil {
+		t.Fatal(err)
+	}
+	maxTTL := map[string]time.Duration{"{f}": time.Second, "{s}": 2 * time.Second, "{b}": 500 * time.Millisecond}
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil || len(keys) != 3 {
+		t.Fatalf("keys = %v, %v; want 3", keys, err)
+	}
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		limit := maxTTL[strings.Split(k, ":")[1]]
+		if err != nil || ttl <= 0 || ttl > limit {
+			t.Errorf("PTTL %s = %v, %v; want in (0, %v]", k, ttl, err, limit)
+		}
+	}
+	deadline := start.Add(5 * time.Second)
+	for {
+		left, err := rdb.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, _ := rdb.DBSize(ctx).Result()
+		if len(left) == 0 && (before != 0 || size == 0) {
+			t.Logf("all keys gone after %v", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys left after %v: %v (DBSIZE %d)", time.Since(start), left, size)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// TestRedisUnavailable: a server that is down fails fast with
+// ErrUnavailable, and neither errors nor logs show the password.
+func TestRedisUnavailable(t *testing.T) {
+	const password = "s3cr3t-Pa55"
+	core, logs := observer.New(zapcore.DebugLevel)
+	url := fmt.Sprintf("redis://app:%s@%s/0", password, closedAddr(t))
+	r, err := store.NewRedisFromURL(url, store.ConnOptions{DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := limiter.Op{Key: "down:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
+	for name, call := range map[string]func() error{
+		"Take": func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
+		"Ping": func() error { return r.Ping(ctx) },
+		"Open": func() error { return r.Open(ctx) },
+	} {
+		start := time.Now()
+		err := call()
+		if !errors.Is(err, limiter.ErrUnavailable) {
+			t.Errorf("%s = %v, want ErrUnavailable", name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s took %v against a closed port", name, d)
+		}
+		if err != nil && strings.Contains(err.Error(), password) {
+			t.Errorf("%s error shows the password: %v", name, err)
+		}
+	}
+	for _, e := range logs.All() {
+		line := fmt.Sprint(e.Message, e.ContextMap())
+		if strings.Contains(line, password) {
+			t.Errorf("log shows the password: %s", line)
+		}
+	}
+}
+
+// TestRedisDeadline: Take gives up at ctx's deadline when Redis stalls.
+func TestRedisDeadline(t *testing.T) {
+	r, rdb := newRedis(t, dbSuite, "deadline:")
+	ctx := context.Background()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Scripts are write commands, so a WRITE pause stalls them while
+	// CLIENT UNPAUSE still gets through.
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", 3000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.ClientUnpause(ctx)
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	op := limiter.Op{Key: "deadline:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
+	err := r.Take(tctx, []limiter.Op{op}, make([]limiter.Result, 1))
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Errorf("Take during CLIENT PAUSE = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Take returned after %v, want about the 200ms deadline", d)
+	}
+}
+
+func TestRedisInvalidOps(t *testing.T) {
+	r, _ := newRedis(t, dbSuite, "invalid:")
+	testInvalidOps(t, r)
+}
+
+func TestRedisOptionsFromURL(t *testing.T) {
+	opt, err := store.RedisOptionsFromURL("rediss://app:pw@cache.internal:6380/3?dial_timeout=3s",
+		store.ConnOptions{PoolSize: 7, ReadTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.Addr != "cache.internal:6380" || opt.DB != 3 || opt.TLSConfig == nil || opt.Username != "app" ||
+		opt.Password != "pw" || opt.PoolSize != 7 || opt.ReadTimeout != 2*time.Second ||
+		opt.DialTimeout != 3*time.Second || opt.MaxRetries != -1 || !opt.ContextTimeoutEnabled {
+		t.Errorf("options = %+v", opt)
+	}
+
+	const password = "Hunter2-secret"
+	for _, url := range []string{
+		"http://app:" + password + "@host:6379",
+		"unix://app:" + password + "@/tmp/redis.sock",
+		"redis://app:" + password + "/x@host:6379",
+		"redis://app:" + password + "@host:6379/notanumber",
+		"redis://app:" + password + "@host:6379/0/1",
+		"redis://app:" + password + "@host:6379/0?pool_size=lots",
+		"redis://app:" + password + "@[::1",
+		"redis://:" + password + "%zz@host",
+	} {
+		_, err := store.RedisOptionsFromURL(url, store.ConnOptions{})
+		if err == nil {
+			t.Errorf("%s: no error", store.RedactURL(url))
+			continue
+		}
+		if strings.Contains(err.Error(), password) {
+			t.Errorf("error shows the password: %v", err)
+		}
+		if strings.Contains(store.RedactURL(url), password) {
+			t.Errorf("RedactURL shows the password: %s", store.RedactURL(url))
+		}
+	}
+}
+
+func TestRedisWarnsAboutClientRetries(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	store.NewRedis(client, zap.New(core), store.RedisOptions{})
+	if logs.Len() != 1 {
+		t.Errorf("NewRedis with a retrying client logged %d warnings, want 1", logs.Len())
+	}
+	r, err := store.NewRedisFromURL("redis://127.0.0.1:1", store.ConnOptions{}, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if logs.Len() != 1 {
+		t.Errorf("NewRedisFromURL logged %d warnings, want none", logs.Len()-1)
+	}
+}
+
+func TestScriptHeaders(t *testing.T) {
+	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
+		src := lua.Script(alg)
+		head, _, ok := strings.Cut(src, "]]")
+		if !strings.HasPrefix(src, "--[[") || !ok {
+			t.Errorf("%s: no header comment", alg)
+			continue
+		}
+		for _, want := range []string{"KEYS[1]", "ARGV[1]", "Returns", "ms", "milli"} {
+			if !strings.Contains(head, want) {
+				t.Errorf("%s: header does not mention %q", alg, want)
+			}
+		}
+	}
+	if lua.Script(9) != "" {
+		t.Error("Script of an unknown algorithm is not empty")
+	}
+}
+
+func BenchmarkRedisTake(b *testing.B) {
+	r, _ := newRedis(b, dbSuite, "bench:")
+	ctx := context.Background()
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ops := make([]limiter.Op, n)
+			for i := range ops {
+				ops[i] = limiter.Op{Key: fmt.Sprintf("bench:{k%d}:", i), Algorithm: descriptors.FixedWindow,
+					Limit: 1 << 40, Window: 60_000, Cost: 1000}
+			}
+			res := make([]limiter.Result, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Take(ctx, ops, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
