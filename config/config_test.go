@@ -19,6 +19,7 @@ var errorCases = map[string]string{
 	"alias_cycle.yaml":                      "alias_cycle.yaml: invalid YAML: anchor 'loop' value contains itself",
 	"bad_algorithm.yaml":                    "bad_algorithm.yaml:5: unknown algorithm 'leaky_bucket'",
 	"bad_unit.yaml":                         "bad_unit.yaml:5: invalid rate limit unit 'fortnight'",
+	"token_bucket_zero_rate.yaml":           "token_bucket_zero_rate.yaml:3: token_bucket needs requests_per_unit above 0",
 	"bool_string.yaml":                      "bool_string.yaml:4: shadow_mode: expected a boolean, got a string",
 	"burst_decimals.yaml":                   "burst_decimals.yaml:8: burst '2.0005' has more than 3 decimals",
 	"burst_negative.yaml":                   "burst_negative.yaml:8: burst must not be negative",

@@ -154,7 +154,10 @@ func (l *Limit) Validate() error {
 	if l.Burst < 0 {
 		return fmt.Errorf("burst must not be negative")
 	}
-	if l.Algorithm == TokenBucket && l.RequestsPerUnit > 0 {
+	if l.Algorithm == TokenBucket && l.RequestsPerUnit == 0 {
+		return fmt.Errorf("token_bucket needs requests_per_unit above 0 (it is the refill rate)")
+	}
+	if l.Algorithm == TokenBucket {
 		num, den := l.RefillRate()
 		// Refill computes elapsed*num + carry with elapsed below the fill
 		// time (about burst*den/num), so burst*den must stay exact.
