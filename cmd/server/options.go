@@ -7,6 +7,8 @@ import (
 
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
 // options are the server's settings. Every flag has an environment twin:
@@ -25,7 +27,14 @@ type options struct {
 	dialTimeout  time.Duration
 	maxRecvBytes int
 	drain        time.Duration
+	onStoreError string
+	breakerFails int
+	breakerCool  time.Duration
+	limits       limiter.Limits
 
+	atomic bool // default for domains: decide a request's descriptors all or nothing
+
+	redis   redisOptions  // Redis deployment: type, TLS, credentials
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
 }
@@ -40,11 +49,22 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.keyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or console")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "longest wait for the store on one request")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 50*time.Millisecond,
+		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
+	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
+		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
+	fs.IntVar(&o.breakerFails, "breaker-failures", 5, "consecutive store failures that open the circuit breaker (answers at once until a probe succeeds)")
+	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond, "how long the open circuit waits before probing the store again")
+	fs.IntVar(&o.limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&o.limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
+	fs.IntVar(&o.limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
 	fs.IntVar(&o.poolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
 	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
 	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
+	fs.BoolVar(&o.atomic, "atomic", false,
+		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
+	addRedisFlags(fs, &o.redis)
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
 	return fs
@@ -78,4 +98,26 @@ func parseOptions(fs *flag.FlagSet, args []string, getenv func(string) string) e
 
 func envName(flagName string) string {
 	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Failure policies of --on-store-error.
+const (
+	policyAllow = "allow"
+	policyDeny  = "deny"
+	policyError = "error"
+)
+
+func (o *options) validate() error {
+	switch o.onStoreError {
+	case policyAllow, policyDeny, policyError:
+	default:
+		return fmt.Errorf("--on-store-error: %q is not allow, deny or error", o.onStoreError)
+	}
+	if o.storeTimeout <= 0 {
+		return fmt.Errorf("--store-timeout must be positive")
+	}
+	if o.keyPrefix == "" || strings.ContainsAny(o.keyPrefix, "{}") {
+		return fmt.Errorf("--key-prefix must be non-empty and free of '{' and '}' (they are Redis Cluster hash tags)")
+	}
+	return o.headers.validate()
 }

@@ -27,6 +27,7 @@ type service struct {
 	timeout time.Duration // bound on one decision's store call
 	obs     observer
 	resp    headerOptions
+	onError string // failure policy: allow, deny or error
 	log     *zap.Logger
 }
 
@@ -72,10 +73,11 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	res, err := limiter.Check(ctx, s.limiter, &lreq)
 	if err != nil {
 		s.obs.Failed(req.GetDomain(), err, time.Since(start))
-		if !errors.Is(err, limiter.ErrInvalid) {
-			s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+		if errors.Is(err, limiter.ErrInvalid) {
+			return nil, err
 		}
-		return nil, err
+		s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+		return s.onStoreError(len(req.GetDescriptors()), err)
 	}
 	s.obs.Decided(req.GetDomain(), res, time.Since(start))
 	out := toResponse(res)
@@ -162,4 +164,21 @@ func requestEntries(req *rls.RateLimitRequest) [][]entry {
 		out[i] = d.GetEntries()
 	}
 	return out
+}
+
+// onStoreError answers a request whose store call failed, by policy.
+func (s *service) onStoreError(n int, err error) (*rls.RateLimitResponse, error) {
+	code := rls.RateLimitResponse_OK
+	switch s.onError {
+	case policyAllow:
+	case policyDeny:
+		code = rls.RateLimitResponse_OVER_LIMIT
+	default:
+		return nil, err
+	}
+	out := &rls.RateLimitResponse{OverallCode: code, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, n)}
+	for i := range out.Statuses {
+		out.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: code}
+	}
+	return out, nil
 }

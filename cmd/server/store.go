@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/breaker"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -23,6 +24,29 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	if o.redisURL == "" {
 		return store.NewMemory(store.MemoryOptions{}), nil
 	}
+	r, err := newRedis(o, log)
+	if err != nil {
+		return nil, err
+	}
+	b := breaker.New(r, breaker.Options{
+		Failures: o.breakerFails,
+		Cooldown: o.breakerCool,
+		OnChange: func(from, to breaker.State) {
+			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		},
+	})
+	return &guarded{Breaker: b, open: r.Open}, nil
+}
+
+// guarded is a store behind a circuit breaker, opened through to the store.
+type guarded struct {
+	*breaker.Breaker
+	open func(context.Context) error
+}
+
+func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
+
+func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 	pool := o.poolSize
 	if pool <= 0 {
 		pool = 10 * runtime.GOMAXPROCS(0)
