@@ -152,7 +152,7 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 		logs: &syncBuffer{},
 	}
 	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--log-format", "console", "--log-level", "info"}, extra...)
+		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0"}, extra...)
 	f.cmd = exec.Command(binary, args...)
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}

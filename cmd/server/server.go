@@ -11,12 +11,12 @@ import (
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -33,6 +33,12 @@ type server struct {
 	health  *health.Server
 	http    *http.Server
 
+	registry *prometheus.Registry
+	metrics  *metrics
+	rules    *rules
+	reload   *hotReload // nil until Open
+	admin    *admin     // nil without --admin-addr
+
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
 	life             context.Context // until Close
@@ -41,7 +47,10 @@ type server struct {
 }
 
 func newServer(o options, log *zap.Logger) (*server, error) {
-	if err := o.headers.validate(); err != nil {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.admin.validate(); err != nil {
 		return nil, err
 	}
 	st, err := newStore(o, log)
@@ -49,8 +58,13 @@ func newServer(o options, log *zap.Logger) (*server, error) {
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
-	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix})
-	s.service = newService(s.limiter, o.storeTimeout, nil, o.headers, log.Named("service"))
+	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits})
+	s.registry = prometheus.NewRegistry()
+	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
+	s.service = newService(s.limiter, o.storeTimeout, s.metrics, o.headers, log.Named("service"))
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(o.maxRecvBytes))
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
@@ -63,13 +77,14 @@ func newServer(o options, log *zap.Logger) (*server, error) {
 // Open loads the rules, checks the store, binds the listeners and starts
 // serving.
 func (s *server) Open(ctx context.Context) error {
-	rules, err := config.Load(s.opts.configDir)
-	if err != nil {
+	// Watch before the first load, so that no change goes unseen.
+	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
+	if _, err := s.rules.load(); err != nil {
 		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
 	}
-	s.limiter.SetRules(rules.Set)
-	s.log.Info("rules loaded", zap.String("dir", s.opts.configDir), zap.Int("files", len(rules.Files)),
-		zap.Int("domains", len(rules.Set.Domains())), zap.String("hash", rules.Hash))
+	cur := s.rules.Current()
+	s.log.Info("rules loaded", zap.String("dir", s.opts.configDir), zap.Int("files", len(cur.Files)),
+		zap.Int("domains", len(cur.Set.Domains())), zap.String("hash", cur.Hash))
 	// The store lives until Close: the memory store's janitor runs on this
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -78,16 +93,20 @@ func (s *server) Open(ctx context.Context) error {
 		// Unavailable meanwhile and /healthcheck says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
 	}
+	var err error
 	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
 		return fmt.Errorf("listen grpc: %w", err)
 	}
 	if s.httpLis, err = net.Listen("tcp", s.opts.httpAddr); err != nil {
 		return fmt.Errorf("listen http: %w", err)
 	}
+	if err := s.openAdmin(s.adminHandler()); err != nil {
+		return err
+	}
 	s.serve()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpLis.Addr().String()),
-		zap.String("store", storeName(s.opts)), zap.String("version", Version))
+		zap.String("admin", s.adminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", Version))
 	return nil
 }
 
@@ -107,24 +126,33 @@ func (s *server) serve() {
 	}()
 }
 
-// Close fails readiness, waits the drain period, stops gRPC gracefully
-// (forcefully after a deadline), shuts HTTP down and closes the store.
+// Close fails readiness, stops reloading, waits the drain period, stops
+// gRPC gracefully (forcefully after a deadline), shuts HTTP and then the
+// admin listener down and closes the store.
 func (s *server) Close(ctx context.Context) error {
 	s.draining.Store(true)
 	s.health.Shutdown()
+	var errs []error
+	if s.reload != nil {
+		if err := s.reload.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop reload: %w", err))
+		}
+	}
 	if s.opts.drain > 0 && s.grpcLis != nil {
 		time.Sleep(s.opts.drain)
 	}
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, 5*time.Second)
 	}
-	var errs []error
 	if s.httpLis != nil {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := s.http.Shutdown(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
+	}
+	if err := s.closeAdmin(ctx, 5*time.Second); err != nil {
+		errs = append(errs, err)
 	}
 	s.wg.Wait()
 	if s.cancel != nil {

@@ -13,7 +13,7 @@ import (
 // flaky is a store whose health the test switches; it exercises the
 // breaker's state machine, not any store's behaviour.
 type flaky struct {
-	down        bool
+	down         bool
 	takes, pings int
 }
 

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// Result codes of fastlimit_requests_total.
+const (
+	codeOK          = "OK"
+	codeOverLimit   = "OVER_LIMIT"
+	codeInvalid     = "INVALID_ARGUMENT"
+	codeUnavailable = "UNAVAILABLE"
+)
+
+// metrics are the server's Prometheus metrics. As an observer it counts
+// every decision; the rules loader reports loads to it. Its methods are
+// safe for concurrent use and do not block.
+type metrics struct {
+	farShare int64 // 1-nearRatio, in millionths
+
+	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+
+	duration    prometheus.Histogram
+	requests    *prometheus.CounterVec
+	byCode      map[string]prometheus.Counter
+	storeErrors prometheus.Counter
+
+	loads      *prometheus.CounterVec
+	info       *prometheus.GaugeVec
+	lastOK     prometheus.Gauge
+	lastOKTime prometheus.Gauge
+	limits     prometheus.Gauge
+}
+
+var _ observer = (*metrics)(nil)
+
+// newMetrics registers the server's metrics, and the Go runtime and
+// process collectors, on reg. nearRatio is the share of a limit used past
+// which hits count as near the limit.
+func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) {
+	rule := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fastlimit", Subsystem: "rule", Name: name, Help: help,
+		}, []string{"domain", "rule"})
+	}
+	m := &metrics{
+		farShare:   int64(math.Round((1 - nearRatio) * 1e6)),
+		ruleHits:   rule("total_hits_total", "Hits charged against the rule, in requests."),
+		ruleOver:   rule("over_limit_total", "Hits over the rule's limit, shadowed ones included."),
+		ruleNear:   rule("near_limit_total", "Hits allowed with the rule's remaining at or below the near-limit share."),
+		ruleWithin: rule("within_limit_total", "Hits allowed by the rule."),
+		ruleShadow: rule("shadow_mode_total", "Hits over the rule's limit that shadow mode let through."),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "fastlimit", Name: "request_duration_seconds",
+			Help:    "Time to decide a rate-limit request, store round trip included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fastlimit", Name: "requests_total",
+			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT or UNAVAILABLE.",
+		}, []string{"code"}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fastlimit", Name: "store_errors_total",
+			Help: "Requests that failed because the store did not answer, or answered with an error.",
+		}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
+			Help: "Loads of the rules directory by result: success or failure. A failed reload keeps the rules in force.",
+		}, []string{"result"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "fastlimit", Subsystem: "config", Name: "info",
+			Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' names and contents).",
+		}, []string{"hash"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_successful",
+			Help: "1 if the last load of the rules directory succeeded, 0 if it failed and older rules are in force.",
+		}),
+		lastOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
+			Help: "When the rules directory last loaded successfully, in Unix seconds.",
+		}),
+		limits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fastlimit", Subsystem: "config", Name: "limits",
+			Help: "Limits in the rules in force.",
+		}),
+	}
+	m.byCode = map[string]prometheus.Counter{}
+	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable} {
+		m.byCode[c] = m.requests.WithLabelValues(c)
+	}
+	for _, r := range []string{"success", "failure"} {
+		m.loads.WithLabelValues(r)
+	}
+	cs := []prometheus.Collector{
+		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
+		m.duration, m.requests, m.storeErrors,
+		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}
+
+// Decided counts a decision. Without the request's entries, rules with
+// detailed_metric or value_to_metric count under their path alone; see
+// decided.
+func (m *metrics) Decided(domain string, res *limiter.Response, took time.Duration) {
+	m.decided(domain, nil, res, took)
+}
+
+// decided counts a decision. descs, when not nil, are the request's
+// descriptors, one per status, and give the values that detailed_metric
+// and value_to_metric rules put in their rule label.
+func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, res *limiter.Response, took time.Duration) {
+	m.duration.Observe(took.Seconds())
+	if res.Code == limiter.OverLimit {
+		m.byCode[codeOverLimit].Inc()
+	} else {
+		m.byCode[codeOK].Inc()
+	}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Limit == nil || st.Hits == 0 {
+			continue
+		}
+		var es []entry
+		if i < len(descs) {
+			es = descs[i].GetEntries()
+		}
+		m.rule(domain, ruleLabel(st.Limit, domain, es), st)
+	}
+}
+
+func (m *metrics) rule(domain, rule string, st *limiter.Status) {
+	hits := float64(st.Hits)
+	m.ruleHits.WithLabelValues(domain, rule).Add(hits)
+	switch {
+	case st.Shadowed:
+		m.ruleOver.WithLabelValues(domain, rule).Add(hits)
+		m.ruleShadow.WithLabelValues(domain, rule).Add(hits)
+	case st.Code == limiter.OverLimit:
+		m.ruleOver.WithLabelValues(domain, rule).Add(hits)
+	default:
+		m.ruleWithin.WithLabelValues(domain, rule).Add(hits)
+		if m.near(st) {
+			m.ruleNear.WithLabelValues(domain, rule).Add(hits)
+		}
+	}
+}
+
+// near reports whether an allowed status has at most (1-nearRatio) of its
+// limit left: of requests_per_unit for windows, of burst for buckets. The
+// share is rounded to millionths, so that 0.8 of 100 is exactly 80.
+func (m *metrics) near(st *limiter.Status) bool {
+	lim := st.Limit
+	if lim.Unlimited {
+		return false
+	}
+	capacity := lim.Capacity()
+	if lim.Algorithm == descriptors.TokenBucket {
+		capacity = lim.Burst
+	}
+	return float64(st.Remaining)*descriptors.Milli*1e6 <= float64(m.farShare)*float64(capacity)
+}
+
+// Failed counts a request that failed: invalid, or a store failure.
+func (m *metrics) Failed(_ string, err error, took time.Duration) {
+	m.duration.Observe(took.Seconds())
+	if errors.Is(err, limiter.ErrInvalid) {
+		m.byCode[codeInvalid].Inc()
+		return
+	}
+	m.byCode[codeUnavailable].Inc()
+	m.storeErrors.Inc()
+}
+
+// loaded records a successful load of rules, changed or not.
+func (m *metrics) loaded(r *config.Rules, changed bool) {
+	m.loads.WithLabelValues("success").Inc()
+	m.lastOK.Set(1)
+	m.lastOKTime.SetToCurrentTime()
+	if changed {
+		m.info.Reset()
+		m.info.WithLabelValues(r.Hash).Set(1)
+		m.limits.Set(float64(len(r.Set.Limits())))
+	}
+}
+
+// loadFailed records a failed load; the rules in force stay.
+func (m *metrics) loadFailed() {
+	m.loads.WithLabelValues("failure").Inc()
+	m.lastOK.Set(0)
+}
+
+// ruleLabel is the rule label of a status's limit: the limit's path, with
+// request values for rules that ask for them, as envoyproxy/ratelimit
+// names their stats. detailed_metric puts every entry of the request in
+// ("domain.key_value.key2_value2"); value_to_metric replaces the matched
+// level's configured value (a wildcard, or none) with the request's.
+// Without entries it is the path.
+func ruleLabel(lim *descriptors.Limit, domain string, es []entry) string {
+	if len(es) == 0 || !(lim.DetailedMetric || lim.ValueToMetric) {
+		return lim.Path
+	}
+	var b strings.Builder
+	if lim.DetailedMetric {
+		b.WriteString(domain)
+		for _, e := range es {
+			writeLevel(&b, e.GetKey(), e.GetValue())
+		}
+		return b.String()
+	}
+	last := es[len(es)-1]
+	b.WriteString(parentPath(lim.Path, last.GetKey()))
+	writeLevel(&b, last.GetKey(), last.GetValue())
+	return b.String()
+}
+
+func writeLevel(b *strings.Builder, key, value string) {
+	b.WriteByte('.')
+	b.WriteString(key)
+	if value != "" {
+		b.WriteByte('_')
+		b.WriteString(value)
+	}
+}
+
+// parentPath strips the last level, ".key" or ".key_value", from path.
+func parentPath(path, key string) string {
+	if strings.HasSuffix(path, "."+key) {
+		return path[:len(path)-len(key)-1]
+	}
+	if i := strings.LastIndex(path, "."+key+"_"); i >= 0 {
+		return path[:i]
+	}
+	return path
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+func newTestMetrics(t *testing.T) (*metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func window(path string, rpu uint32) *descriptors.Limit {
+	return &descriptors.Limit{Path: path, Unit: descriptors.Minute, RequestsPerUnit: rpu, UnitMultiplier: 1,
+		Cost: descriptors.Milli, Burst: int64(rpu) * descriptors.Milli}
+}
+
+// TestMetricNames lints every metric family the server registers, each
+// made to appear at least once.
+func TestMetricNames(t *testing.T) {
+	m, reg := newTestMetrics(t)
+	lim := window("d.k", 10)
+	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
+	m.Decided("d", &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
+	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
+	m.Failed("d", limiter.ErrUnavailable, time.Millisecond)
+	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loaded(rules, true)
+	m.loadFailed()
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{
+		"fastlimit_rule_total_hits_total", "fastlimit_rule_over_limit_total", "fastlimit_rule_near_limit_total",
+		"fastlimit_rule_within_limit_total", "fastlimit_rule_shadow_mode_total",
+		"fastlimit_request_duration_seconds", "fastlimit_requests_total", "fastlimit_store_errors_total",
+		"fastlimit_config_loads_total", "fastlimit_config_info", "fastlimit_config_last_reload_successful",
+		"fastlimit_config_last_reload_success_timestamp_seconds", "fastlimit_config_limits",
+		"go_goroutines", "process_cpu_seconds_total",
+	} {
+		if !names[want] {
+			t.Errorf("metric %s is not gathered", want)
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestRuleCounters(t *testing.T) {
+	bucket := &descriptors.Limit{Path: "d.b", Algorithm: descriptors.TokenBucket, Unit: descriptors.Second,
+		RequestsPerUnit: 1, UnitMultiplier: 1, Cost: descriptors.Milli, Burst: 50 * descriptors.Milli}
+	free := &descriptors.Limit{Path: "d.free", Unlimited: true}
+	cases := []struct {
+		name                             string
+		st                               limiter.Status
+		path                             string
+		total, over, near, within, shado float64
+	}{
+		{"within", limiter.Status{Limit: window("d.w", 100), Hits: 3, Remaining: 50}, "d.w", 3, 0, 0, 3, 0},
+		// near: remaining <= (1-0.8)*100 = 20
+		{"near at the threshold", limiter.Status{Limit: window("d.w", 100), Hits: 2, Remaining: 20}, "d.w", 2, 0, 2, 2, 0},
+		{"not near above it", limiter.Status{Limit: window("d.w", 100), Hits: 1, Remaining: 21}, "d.w", 1, 0, 0, 1, 0},
+		{"over", limiter.Status{Code: limiter.OverLimit, Limit: window("d.w", 100), Hits: 4}, "d.w", 4, 4, 0, 0, 0},
+		{"shadowed", limiter.Status{Limit: window("d.w", 100), Hits: 1, Shadowed: true}, "d.w", 1, 1, 0, 0, 1},
+		// buckets compare with their burst: (1-0.8)*50 = 10
+		{"bucket near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 10}, "d.b", 1, 0, 1, 1, 0},
+		{"bucket not near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 11}, "d.b", 1, 0, 0, 1, 0},
+		{"unlimited", limiter.Status{Limit: free, Hits: 1, Remaining: 1<<32 - 1}, "d.free", 1, 0, 0, 1, 0},
+		{"peek counts nothing", limiter.Status{Limit: window("d.w", 100), Hits: 0, Remaining: 0}, "d.w", 0, 0, 0, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := newTestMetrics(t)
+			m.Decided("d", &limiter.Response{Code: tc.st.Code, Statuses: []limiter.Status{tc.st}}, time.Millisecond)
+			for _, c := range []struct {
+				name string
+				vec  *prometheus.CounterVec
+				want float64
+			}{
+				{"total_hits", m.ruleHits, tc.total}, {"over_limit", m.ruleOver, tc.over}, {"near_limit", m.ruleNear, tc.near},
+				{"within_limit", m.ruleWithin, tc.within}, {"shadow_mode", m.ruleShadow, tc.shado},
+			} {
+				if got := testutil.ToFloat64(c.vec.WithLabelValues("d", tc.path)); got != c.want {
+					t.Errorf("%s = %v, want %v", c.name, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestNoRuleNoCount(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	if n := testutil.CollectAndCount(m.ruleHits); n != 0 {
+		t.Fatalf("%d rule series for a descriptor no rule matched", n)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(codeOK)); got != 1 {
+		t.Fatalf("requests{OK} = %v", got)
+	}
+}
+
+func TestRequestCodes(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	m.Decided("d", &limiter.Response{}, time.Millisecond)
+	m.Decided("d", &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
+	m.Decided("d", &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
+	m.Failed("d", fmt.Errorf("%w: no descriptors", limiter.ErrInvalid), time.Millisecond)
+	m.Failed("d", fmt.Errorf("take: %w", limiter.ErrUnavailable), time.Millisecond)
+	m.Failed("d", context.DeadlineExceeded, time.Millisecond)
+	for code, want := range map[string]float64{codeOK: 1, codeOverLimit: 2, codeInvalid: 1, codeUnavailable: 2} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues(code)); got != want {
+			t.Errorf("requests{%s} = %v, want %v", code, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.storeErrors); got != 2 {
+		t.Errorf("store errors = %v, want 2", got)
+	}
+	var h dto.Metric
+	if err := m.duration.Write(&h); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.GetHistogram().GetSampleCount(); n != 6 {
+		t.Fatalf("%d latency observations, want 6", n)
+	}
+}
+
+func TestRuleLabel(t *testing.T) {
+	es := func(kv ...string) []entry {
+		var out []entry
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	plain := &descriptors.Limit{Path: "d.k_*"}
+	detailed := &descriptors.Limit{Path: "d.k_*.sub", DetailedMetric: true}
+	wildValue := &descriptors.Limit{Path: "d.a_x.k_v*", ValueToMetric: true}
+	keyOnly := &descriptors.Limit{Path: "d.a_x.k", ValueToMetric: true}
+	cases := []struct {
+		lim  *descriptors.Limit
+		es   []entry
+		want string
+	}{
+		{plain, es("k", "abc"), "d.k_*"},
+		{detailed, es("k", "abc", "sub", "1"), "d.k_abc.sub_1"},
+		{detailed, es("k", "abc", "sub", ""), "d.k_abc.sub"},
+		{detailed, nil, "d.k_*.sub"},
+		{wildValue, es("a", "x", "k", "v42"), "d.a_x.k_v42"},
+		{keyOnly, es("a", "x", "k", "anything"), "d.a_x.k_anything"},
+	}
+	for _, tc := range cases {
+		if got := ruleLabel(tc.lim, "d", tc.es); got != tc.want {
+			t.Errorf("ruleLabel(%s, %v) = %q, want %q", tc.lim.Path, tc.es, got, tc.want)
+		}
+	}
+}
+
+func TestDecidedWithEntries(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	lim := &descriptors.Limit{Path: "d.user", Unit: descriptors.Minute, RequestsPerUnit: 10, DetailedMetric: true}
+	descs := []*common.RateLimitDescriptor{{Entries: []entry{{Key: "user", Value: "alice"}}}}
+	m.decided("d", descs, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 9}}}, time.Millisecond)
+	if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", "d.user_alice")); got != 1 {
+		t.Fatalf("total_hits{rule=d.user_alice} = %v", got)
+	}
+}
+
+func TestConfigMetrics(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	parse := func(rpu int) *config.Rules {
+		r, err := config.Parse(map[string][]byte{"d.yaml": fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", rpu)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r1, r2 := parse(1), parse(2)
+	m.loaded(r1, true)
+	m.loadFailed()
+	if got := testutil.ToFloat64(m.lastOK); got != 0 {
+		t.Fatalf("last_reload_successful = %v after a failure", got)
+	}
+	m.loaded(r2, true)
+	m.loaded(r2, false)
+	for r, want := range map[string]float64{"success": 3, "failure": 1} {
+		if got := testutil.ToFloat64(m.loads.WithLabelValues(r)); got != want {
+			t.Errorf("loads{%s} = %v, want %v", r, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.info); n != 1 {
+		t.Fatalf("%d config_info series, want the current one only", n)
+	}
+	if got := testutil.ToFloat64(m.info.WithLabelValues(r2.Hash)); got != 1 {
+		t.Fatalf("config_info{hash=%s} = %v", r2.Hash, got)
+	}
+	if got := testutil.ToFloat64(m.lastOK); got != 1 {
+		t.Fatalf("last_reload_successful = %v", got)
+	}
+	if ts := testutil.ToFloat64(m.lastOKTime); time.Since(time.Unix(int64(ts), 0)) > time.Minute {
+		t.Fatalf("last success timestamp %v", ts)
+	}
+}
+
+func TestNewMetricsTwiceOnOneRegistryFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg, 0.8); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newMetrics(reg, 0.8)
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Fatalf("second registration: %v", err)
+	}
+}
+
+func BenchmarkDecided(b *testing.B) {
+	m, err := newMetrics(prometheus.NewRegistry(), 0.8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := &limiter.Response{Statuses: []limiter.Status{{Limit: window("d.k_v", 100), Hits: 1, Remaining: 50}}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Decided("d", res, time.Millisecond)
+		}
+	})
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/reload"
+)
+
+// Log keys of the rules loader.
+const (
+	logDir     = "dir"
+	logHash    = "hash"
+	logCause   = "cause"
+	logErrors  = "errors"
+	logTook    = "took"
+	logFiles   = "files"
+	logDomains = "domains"
+	logLimits  = "limits"
+)
+
+// rules loads the rules directory and swaps it into the limiter. The
+// first load and every reload run the same pipeline: config.Load, then,
+// if the hash differs from the rules in force, limiter.SetRules. A failed
+// load changes nothing. Requests in flight finish on the rules they
+// started with.
+type rules struct {
+	dir     string
+	limiter *limiter.Limiter
+	metrics *metrics
+	log     *zap.Logger
+
+	mu      sync.Mutex // serialises loads
+	current atomic.Pointer[config.Rules]
+}
+
+func newRules(dir string, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
+	return &rules{dir: dir, limiter: l, metrics: m, log: log}
+}
+
+// load loads the directory and swaps the rules in if they changed. It
+// returns whether they did; on error the rules in force stay.
+func (r *rules) load() (changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next, err := config.Load(r.dir)
+	if err != nil {
+		r.metrics.loadFailed()
+		return false, err
+	}
+	if cur := r.current.Load(); cur != nil && cur.Hash == next.Hash {
+		r.metrics.loaded(cur, false)
+		return false, nil
+	}
+	r.limiter.SetRules(next.Set)
+	r.current.Store(next)
+	r.metrics.loaded(next, true)
+	return true, nil
+}
+
+// Current returns the rules in force, nil before the first load.
+func (r *rules) Current() *config.Rules { return r.current.Load() }
+
+// reload is the reload.Func: it loads and logs the outcome once.
+func (r *rules) reload(_ context.Context, cause string) {
+	start := time.Now()
+	changed, err := r.load()
+	took := zap.Duration(logTook, time.Since(start))
+	switch {
+	case err != nil:
+		errs := flatten(err)
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		inForce := ""
+		if cur := r.Current(); cur != nil {
+			inForce = cur.Hash
+		}
+		r.log.Error("rules reload failed; the rules in force stay", zap.String(logCause, cause),
+			zap.Strings(logErrors, msgs), zap.String(logHash, inForce), took)
+	case changed:
+		cur := r.Current()
+		r.log.Info("rules reloaded", zap.String(logCause, cause), zap.String(logHash, cur.Hash),
+			zap.Int(logFiles, len(cur.Files)), zap.Int(logDomains, len(cur.Set.Domains())),
+			zap.Int(logLimits, len(cur.Set.Limits())), took)
+	default:
+		r.log.Debug("rules unchanged", zap.String(logCause, cause), took)
+	}
+}
+
+// hotReload reloads the rules when their directory changes and on
+// SIGHUP. If the directory cannot be watched (inotify instances exhausted,
+// say), SIGHUP still reloads.
+type hotReload struct {
+	watcher *reload.Watcher // nil when the directory is not watched
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startReload starts watching dir and SIGHUP; fn reloads. It returns once
+// both are watched; Close stops them.
+func startReload(ctx context.Context, dir string, fn reload.Func, log *zap.Logger) *hotReload {
+	ctx, cancel := context.WithCancel(ctx)
+	h := &hotReload{cancel: cancel, done: make(chan struct{})}
+	w := reload.New(dir, fn, reload.Options{}, log)
+	if err := w.Open(ctx); err != nil {
+		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, dir), zap.Error(err))
+	} else {
+		h.watcher = w
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer close(h.done)
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if h.watcher != nil {
+					h.watcher.Trigger()
+				} else {
+					fn(ctx, reload.CauseTrigger)
+				}
+			}
+		}
+	}()
+	return h
+}
+
+// Close stops watching; a reload in progress finishes first. It is
+// idempotent.
+func (h *hotReload) Close() error {
+	h.cancel()
+	<-h.done
+	if h.watcher == nil {
+		return nil
+	}
+	return h.watcher.Close()
+}

@@ -1,0 +1,274 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+const adminRules = `
+domain: adm
+descriptors:
+  - key: win
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 10}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	code, _ := get(t, url)
+	return code
+}
+
+// scrape returns the admin listener's /metrics text.
+func scrape(t *testing.T, admin string) string {
+	t.Helper()
+	code, body := get(t, "http://"+admin+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	return body
+}
+
+// metricValue returns the value of one series, as `name{labels}` appears
+// in the text exposition, or 0 when it does not appear.
+func metricValue(t *testing.T, body, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+func admRequest(kv ...string) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: "adm", Descriptors: []*common.RateLimitDescriptor{desc(kv...)}}
+}
+
+// TestAdminSurface checks the admin listener of the real binary: metrics
+// that pass promlint and count decisions per rule, the rules dump, and
+// usage peeks that consume nothing, on both stores.
+func TestAdminSurface(t *testing.T) {
+	stores(t, func(t *testing.T, extra ...string) {
+		admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true, append(extra, "--admin-addr", admin)...)
+		ctx := ctxTimeout(t, 30*time.Second)
+		id := fmt.Sprint(time.Now().UnixNano())
+		for _, req := range []*rls.RateLimitRequest{
+			admRequest("win", id), admRequest("win", id), admRequest("bucket", id), admRequest("user", "alice"),
+		} {
+			if _, err := srv.Client.ShouldRateLimit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 6 { // 5 allowed, the 6th over
+			if _, err := srv.Client.ShouldRateLimit(ctx, admRequest("win", id+"-over")); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		body := scrape(t, admin)
+		problems, err := promlint.New(strings.NewReader(body)).Lint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+		for series, want := range map[string]float64{
+			`fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`:    8,
+			`fastlimit_rule_within_limit_total{domain="adm",rule="adm.win"}`:  7,
+			`fastlimit_rule_over_limit_total{domain="adm",rule="adm.win"}`:    1,
+			`fastlimit_rule_near_limit_total{domain="adm",rule="adm.win"}`:    2, // 1 and 0 left: <= (1-0.8)*5
+			`fastlimit_rule_total_hits_total{domain="adm",rule="adm.bucket"}`: 1,
+			`fastlimit_requests_total{code="OK"}`:                             9,
+			`fastlimit_requests_total{code="OVER_LIMIT"}`:                     1,
+			`fastlimit_request_duration_seconds_count`:                        10,
+			`fastlimit_config_loads_total{result="success"}`:                  1,
+			`fastlimit_config_last_reload_successful`:                         1,
+			`fastlimit_config_limits`:                                         3,
+			`fastlimit_store_errors_total`:                                    0,
+			`fastlimit_config_loads_total{result="failure"}`:                  0,
+			`fastlimit_rule_shadow_mode_total{domain="adm",rule="adm.win"}`:   0,
+		} {
+			if got := metricValue(t, body, series); got != want {
+				t.Errorf("%s = %v, want %v", series, got, want)
+			}
+		}
+		// detailed_metric labels the rule with the request's values when the
+		// observer is given them, and with the rule's path otherwise.
+		if got := metricValue(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user"}`) +
+			metricValue(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user_alice"}`); got != 1 {
+			t.Errorf("detailed_metric rule hits = %v, want 1", got)
+		}
+		if !strings.Contains(body, `fastlimit_config_info{hash="`) || !strings.Contains(body, "process_start_time_seconds") {
+			t.Errorf("/metrics lacks config_info or process metrics:\n%s", body)
+		}
+
+		code, dump := get(t, "http://"+admin+"/rlconfig")
+		if code != http.StatusOK || !strings.Contains(dump, "adm.win: algorithm=fixed_window unit=HOUR requests_per_unit=5 ") ||
+			!strings.Contains(dump, "adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 ") {
+			t.Errorf("/rlconfig: %d\n%s", code, dump)
+		}
+
+		for range 2 { // peeking twice sees the same: nothing consumed
+			var u struct {
+				Matched   bool    `json:"matched"`
+				Rule      string  `json:"rule"`
+				Remaining *uint32 `json:"remaining"`
+				ResetMs   *int64  `json:"reset_ms"`
+				Tokens    *uint32 `json:"tokens"`
+			}
+			usage := func(desc string) {
+				t.Helper()
+				u.Remaining, u.Tokens, u.ResetMs = nil, nil, nil
+				code, body := get(t, "http://"+admin+"/v1/usage?domain=adm&descriptor="+desc)
+				if code != http.StatusOK {
+					t.Fatalf("usage %s: %d %s", desc, code, body)
+				}
+				if err := json.Unmarshal([]byte(body), &u); err != nil {
+					t.Fatal(err)
+				}
+			}
+			usage("win=" + id)
+			if !u.Matched || u.Rule != "adm.win" || u.Remaining == nil || *u.Remaining != 3 || u.ResetMs == nil || *u.ResetMs <= 0 {
+				t.Fatalf("usage of win: %+v", u)
+			}
+			usage("bucket=" + id)
+			if !u.Matched || u.Tokens == nil || *u.Tokens != 9 {
+				t.Fatalf("usage of bucket: %+v", u)
+			}
+			usage("nothing=here")
+			if u.Matched {
+				t.Fatalf("usage of an unmatched descriptor: %+v", u)
+			}
+		}
+		if code := httpStatus(t, "http://"+admin+"/debug/pprof/"); code != http.StatusNotFound {
+			t.Errorf("/debug/pprof/ without --pprof: %d", code)
+		}
+		// Peeks are not requests: the counters did not move.
+		if got := metricValue(t, scrape(t, admin), `fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`); got != 8 {
+			t.Errorf("total_hits after peeks = %v, want 8", got)
+		}
+	})
+}
+
+func TestAdminPprof(t *testing.T) {
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true, "--admin-addr", admin, "--pprof")
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
+		if code := httpStatus(t, "http://"+admin+path); code != http.StatusOK {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+}
+
+// TestAdminDrainThenStop: SIGTERM fails readiness at once, keeps answering
+// gRPC for the drain period, then exits cleanly.
+func TestAdminDrainThenStop(t *testing.T) {
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true,
+		"--admin-addr", admin, "--drain", "1s")
+	cmd := srv.cmd
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 500*time.Millisecond, func() bool { return httpStatus(t, "http://"+srv.HTTP+"/ready") == http.StatusServiceUnavailable })
+	ctx := ctxTimeout(t, 5*time.Second)
+	if _, err := srv.Client.ShouldRateLimit(ctx, admRequest("win", "drain")); err != nil {
+		t.Fatalf("gRPC during drain: %v", err)
+	}
+	if code := httpStatus(t, "http://"+admin+"/metrics"); code != http.StatusOK {
+		t.Fatalf("admin during drain: %d", code)
+	}
+	err := waitExit(t, cmd, 10*time.Second)
+	srv.cmd = nil
+	if err != nil {
+		t.Fatalf("exit after drain: %v\n%s", err, srv.logs.String())
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("exited %s after SIGTERM, before the 1s drain ended", took)
+	}
+}
+
+// TestAdminSecondSignalExitsAtOnce: a second SIGTERM during the drain ends the
+// process without waiting.
+func TestAdminSecondSignalExitsAtOnce(t *testing.T) {
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true,
+		"--admin-addr", admin, "--drain", "30s")
+	cmd := srv.cmd
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, func() bool { return httpStatus(t, "http://"+srv.HTTP+"/ready") == http.StatusServiceUnavailable })
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(t, cmd, 5*time.Second)
+	srv.cmd = nil
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("second SIGTERM took %s to end the process", took)
+	}
+	var ee *exec.ExitError
+	if err == nil || !errors.As(err, &ee) {
+		t.Fatalf("exit after a second signal: %v", err)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("process ended by %v, want SIGTERM", ee)
+	}
+}
+
+// waitExit waits for cmd to exit, killing it after d.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		_ = cmd.Process.Signal(os.Kill)
+		<-done
+		t.Fatalf("process did not exit within %s", d)
+		return nil
+	}
+}

@@ -1,0 +1,219 @@
+// Package reload watches a rules directory and reloads it when it changes.
+package reload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// Defaults of Options.
+const (
+	DefaultDebounce = 100 * time.Millisecond
+	DefaultMaxDelay = time.Second
+	DefaultRewatch  = time.Second
+)
+
+// Causes passed to a Func.
+const (
+	// CauseChange is a change in the directory, after the debounce.
+	CauseChange = "change"
+	// CauseTrigger is an explicit Trigger, such as SIGHUP.
+	CauseTrigger = "trigger"
+	// CauseRewatch follows the directory coming back after it was removed
+	// or renamed.
+	CauseRewatch = "rewatch"
+)
+
+// Func reloads the rules. The Watcher calls it on its own goroutine, never
+// twice at once, and does not interpret the outcome: Func logs and counts
+// its own failures. ctx ends when the Watcher closes.
+type Func func(ctx context.Context, cause string)
+
+// Options tune a Watcher. Zero values take the defaults.
+type Options struct {
+	// Debounce is the quiet time after the last change before a reload,
+	// so that a burst of events (an editor's save, a ConfigMap swap) makes
+	// one reload.
+	Debounce time.Duration
+	// MaxDelay bounds how long a steady stream of events can postpone a
+	// reload, counted from the first event of the burst.
+	MaxDelay time.Duration
+	// Rewatch is how often to try to watch the directory again after it
+	// was removed or renamed.
+	Rewatch time.Duration
+}
+
+// Watcher calls a Func when a directory's entries change: writes,
+// creates, removes and renames of any entry, including a Kubernetes
+// ConfigMap's "..data" symlink swap. It watches the directory, not the
+// files, so that files replaced by rename or symlink swap stay watched.
+// Changes to files outside the directory (the targets of symlinks that
+// point elsewhere) are not seen; Trigger covers those.
+//
+// New starts nothing; Open starts watching; Close stops. A Watcher is not
+// reusable after Close.
+type Watcher struct {
+	dir  string
+	fn   Func
+	opts Options
+	log  *zap.Logger
+	kick chan struct{}
+
+	fsw    *fsnotify.Watcher
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a Watcher of dir that calls fn.
+func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = DefaultMaxDelay
+	}
+	if opts.Rewatch <= 0 {
+		opts.Rewatch = DefaultRewatch
+	}
+	return &Watcher{
+		dir:  filepath.Clean(dir),
+		fn:   fn,
+		opts: opts,
+		log:  log,
+		kick: make(chan struct{}, 1),
+	}
+}
+
+// Open starts watching. It returns an error, and watches nothing, when the
+// directory cannot be watched. The watch lasts until Close or until ctx
+// ends.
+func (w *Watcher) Open(ctx context.Context) error {
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", w.dir, err)
+	}
+	if err := fsw.Add(w.dir); err != nil {
+		_ = fsw.Close()
+		return fmt.Errorf("watch %s: %w", w.dir, err)
+	}
+	w.fsw = fsw
+	ctx, w.cancel = context.WithCancel(ctx)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.run(ctx)
+	}()
+	return nil
+}
+
+// Trigger asks for a reload now, without debounce. It does not wait for
+// the reload; triggers made while one is pending make one reload. It is
+// safe for concurrent use, and does nothing after Close.
+func (w *Watcher) Trigger() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops watching and waits for a reload in progress to finish. It
+// is idempotent and safe to call when Open failed or was not called.
+func (w *Watcher) Close() error {
+	if w.cancel == nil {
+		return nil
+	}
+	w.cancel()
+	w.wg.Wait()
+	err := w.fsw.Close()
+	if errors.Is(err, fsnotify.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// run is the watch loop: it debounces events into calls of fn.
+func (w *Watcher) run(ctx context.Context) {
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	var (
+		burst   time.Time    // first event of the pending burst; zero if none
+		rewatch *time.Ticker // non-nil while the directory is not watched
+		retry   <-chan time.Time
+	)
+	defer func() {
+		if rewatch != nil {
+			rewatch.Stop()
+		}
+	}()
+	schedule := func() {
+		now := time.Now()
+		if burst.IsZero() {
+			burst = now
+		}
+		debounce.Reset(max(0, min(w.opts.Debounce, w.opts.MaxDelay-now.Sub(burst))))
+	}
+	reload := func(cause string) {
+		debounce.Stop()
+		burst = time.Time{}
+		w.fn(ctx, cause)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			if !relevant(ev) {
+				continue
+			}
+			if w.lost(ev) && rewatch == nil {
+				w.log.Warn("rules directory went away; watching for it to come back", zap.String("dir", w.dir), zap.Stringer("event", ev.Op))
+				rewatch = time.NewTicker(w.opts.Rewatch)
+				retry = rewatch.C
+			}
+			schedule()
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			w.log.Warn("watching rules directory", zap.String("dir", w.dir), zap.Error(err))
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				schedule() // events were lost: look again
+			}
+		case <-w.kick:
+			reload(CauseTrigger)
+		case <-debounce.C:
+			reload(CauseChange)
+		case <-retry:
+			if err := w.fsw.Add(w.dir); err != nil {
+				continue
+			}
+			rewatch.Stop()
+			rewatch, retry = nil, nil
+			w.log.Info("rules directory is back", zap.String("dir", w.dir))
+			reload(CauseRewatch)
+		}
+	}
+}
+
+// relevant reports whether ev may change what the directory loads. Chmod
+// alone does not (on Linux it also accompanies removals, which come with
+// their own Remove event).
+func relevant(ev fsnotify.Event) bool {
+	return ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
+}
+
+// lost reports whether ev removed the watch on the directory itself.
+func (w *Watcher) lost(ev fsnotify.Event) bool {
+	return filepath.Clean(ev.Name) == w.dir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
+}
