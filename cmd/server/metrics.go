@@ -7,6 +7,7 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -35,6 +36,8 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	byCode      map[string]prometheus.Counter
 	storeErrors prometheus.Counter
+	// globalShadow counts OVER_LIMIT answers that --shadow-mode turned OK.
+	globalShadow prometheus.Counter
 
 	loads      *prometheus.CounterVec
 	info       *prometheus.GaugeVec
@@ -70,6 +73,10 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 			Namespace: "fastlimit", Name: "requests_total",
 			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT or UNAVAILABLE.",
 		}, []string{"code"}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fastlimit", Name: "global_shadow_mode_total",
+			Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
+		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "fastlimit", Name: "store_errors_total",
 			Help: "Requests that failed because the store did not answer, or answered with an error.",
@@ -104,7 +111,7 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 	}
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
-		m.duration, m.requests, m.storeErrors,
+		m.duration, m.requests, m.storeErrors, m.globalShadow,
 		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -116,12 +123,15 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 	return m, errors.Join(errs...)
 }
 
-// Decided counts a decision. Without the request's entries, rules with
-// detailed_metric or value_to_metric count under their path alone; see
-// decided.
-func (m *metrics) Decided(domain string, res *limiter.Response, took time.Duration) {
-	m.decided(domain, nil, res, took)
+// Decided counts a decision; the request's entries give the values that
+// detailed_metric and value_to_metric rules put in their rule label.
+func (m *metrics) Decided(req *rls.RateLimitRequest, res *limiter.Response, took time.Duration) {
+	m.decided(req.GetDomain(), req.GetDescriptors(), res, took)
 }
+
+// GlobalShadowed counts an OVER_LIMIT answer that global shadow mode
+// turned OK.
+func (m *metrics) GlobalShadowed() { m.globalShadow.Inc() }
 
 // decided counts a decision. descs, when not nil, are the request's
 // descriptors, one per status, and give the values that detailed_metric
@@ -179,7 +189,7 @@ func (m *metrics) near(st *limiter.Status) bool {
 }
 
 // Failed counts a request that failed: invalid, or a store failure.
-func (m *metrics) Failed(_ string, err error, took time.Duration) {
+func (m *metrics) Failed(_ *rls.RateLimitRequest, err error, took time.Duration) {
 	m.duration.Observe(took.Seconds())
 	if errors.Is(err, limiter.ErrInvalid) {
 		m.byCode[codeInvalid].Inc()

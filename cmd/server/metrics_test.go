@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"testing"
 	"time"
 
@@ -38,10 +39,10 @@ func window(path string, rpu uint32) *descriptors.Limit {
 func TestMetricNames(t *testing.T) {
 	m, reg := newTestMetrics(t)
 	lim := window("d.k", 10)
-	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
-	m.Decided("d", &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
-	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
-	m.Failed("d", limiter.ErrUnavailable, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
+	m.Failed(reqD, limiter.ErrUnavailable, time.Millisecond)
 	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestRuleCounters(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m, _ := newTestMetrics(t)
-			m.Decided("d", &limiter.Response{Code: tc.st.Code, Statuses: []limiter.Status{tc.st}}, time.Millisecond)
+			m.Decided(reqD, &limiter.Response{Code: tc.st.Code, Statuses: []limiter.Status{tc.st}}, time.Millisecond)
 			for _, c := range []struct {
 				name string
 				vec  *prometheus.CounterVec
@@ -122,7 +123,7 @@ func TestRuleCounters(t *testing.T) {
 
 func TestNoRuleNoCount(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	m.Decided("d", &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
 	if n := testutil.CollectAndCount(m.ruleHits); n != 0 {
 		t.Fatalf("%d rule series for a descriptor no rule matched", n)
 	}
@@ -133,12 +134,12 @@ func TestNoRuleNoCount(t *testing.T) {
 
 func TestRequestCodes(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	m.Decided("d", &limiter.Response{}, time.Millisecond)
-	m.Decided("d", &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
-	m.Decided("d", &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
-	m.Failed("d", fmt.Errorf("%w: no descriptors", limiter.ErrInvalid), time.Millisecond)
-	m.Failed("d", fmt.Errorf("take: %w", limiter.ErrUnavailable), time.Millisecond)
-	m.Failed("d", context.DeadlineExceeded, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{}, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Code: limiter.OverLimit}, time.Millisecond)
+	m.Failed(reqD, fmt.Errorf("%w: no descriptors", limiter.ErrInvalid), time.Millisecond)
+	m.Failed(reqD, fmt.Errorf("take: %w", limiter.ErrUnavailable), time.Millisecond)
+	m.Failed(reqD, context.DeadlineExceeded, time.Millisecond)
 	for code, want := range map[string]float64{codeOK: 1, codeOverLimit: 2, codeInvalid: 1, codeUnavailable: 2} {
 		if got := testutil.ToFloat64(m.requests.WithLabelValues(code)); got != want {
 			t.Errorf("requests{%s} = %v, want %v", code, got, want)
@@ -254,7 +255,11 @@ func BenchmarkDecided(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			m.Decided("d", res, time.Millisecond)
+			m.Decided(reqD, res, time.Millisecond)
 		}
 	})
 }
+
+// reqD is a request of domain "d" without descriptors: rules count under
+// their path.
+var reqD = &rls.RateLimitRequest{Domain: "d"}

@@ -35,15 +35,19 @@ type service struct {
 // safe for concurrent use.
 type observer interface {
 	// Decided is called after a decision with its time taken.
-	Decided(domain string, res *limiter.Response, took time.Duration)
+	Decided(req *rls.RateLimitRequest, res *limiter.Response, took time.Duration)
 	// Failed is called when a request fails (invalid, or store failure).
-	Failed(domain string, err error, took time.Duration)
+	Failed(req *rls.RateLimitRequest, err error, took time.Duration)
+	// GlobalShadowed is called when --shadow-mode answers OK to a request
+	// that is over limit.
+	GlobalShadowed()
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Decided(string, *limiter.Response, time.Duration) {}
-func (nopObserver) Failed(string, error, time.Duration)              {}
+func (nopObserver) Decided(*rls.RateLimitRequest, *limiter.Response, time.Duration) {}
+func (nopObserver) Failed(*rls.RateLimitRequest, error, time.Duration)              {}
+func (nopObserver) GlobalShadowed()                                                 {}
 
 func newService(l *limiter.Limiter, timeout time.Duration, obs observer, resp headerOptions, log *zap.Logger) *service {
 	if obs == nil {
@@ -72,17 +76,18 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	res, err := limiter.Check(ctx, s.limiter, &lreq)
 	if err != nil {
-		s.obs.Failed(req.GetDomain(), err, time.Since(start))
+		s.obs.Failed(req, err, time.Since(start))
 		if errors.Is(err, limiter.ErrInvalid) {
 			return nil, err
 		}
 		s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
 		return s.onStoreError(len(req.GetDescriptors()), err)
 	}
-	s.obs.Decided(req.GetDomain(), res, time.Since(start))
+	s.obs.Decided(req, res, time.Since(start))
 	out := toResponse(res)
-	if s.resp.shadowMode {
+	if s.resp.shadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rls.RateLimitResponse_OK
+		s.obs.GlobalShadowed()
 	}
 	if s.resp.mode != headersOff || s.resp.dynamicMetadata {
 		s.resp.decorate(out, res, req.GetDomain(), requestEntries(req))

@@ -158,10 +158,6 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		return
 	}
 	st.Quota = lim.QuotaMode
-	if lim.Unlimited {
-		st.Remaining = math.MaxUint32
-		return
-	}
 	rd := &req.Descriptors[i]
 	hits := uint64(req.HitsAddend)
 	if hits == 0 {
@@ -171,6 +167,10 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		hits = rd.Hits
 	}
 	st.Hits = hits
+	if lim.Unlimited {
+		st.Remaining = math.MaxUint32
+		return
+	}
 	cost := int64(maxCost)
 	if hits <= maxCost/uint64(lim.Cost) {
 		cost = int64(hits) * lim.Cost
