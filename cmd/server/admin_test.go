@@ -14,6 +14,7 @@ import (
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -40,7 +41,7 @@ func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *se
 	if err := parseOptions(fs, args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(o, log)
+	s, err := newServer(o, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestAdminAddrInUse(t *testing.T) {
 		"--admin-addr", s.adminAddr()}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := newServer(o, zaptest.NewLogger(t))
+	s2, err := newServer(o, zaptest.NewLogger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestCloseBoundsAndOrder(t *testing.T) {
 		"--admin-addr", "127.0.0.1:0", "--drain", "200ms"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(o, zaptest.NewLogger(t))
+	s, err := newServer(o, zaptest.NewLogger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

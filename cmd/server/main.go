@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -47,7 +48,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv, err := newServer(o, log)
+	srv, err := newServer(o, log, prometheus.NewRegistry())
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1

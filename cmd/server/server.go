@@ -46,7 +46,8 @@ type server struct {
 	wg               sync.WaitGroup
 }
 
-func newServer(o options, log *zap.Logger) (*server, error) {
+// newServer wires the server's parts; reg receives its metrics.
+func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func newServer(o options, log *zap.Logger) (*server, error) {
 	}
 	s := &server{opts: o, log: log, store: st}
 	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits})
-	s.registry = prometheus.NewRegistry()
+	s.registry = reg
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
