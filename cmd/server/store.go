@@ -22,6 +22,9 @@ type openStore interface {
 // given, the embedded in-memory store otherwise. It starts nothing.
 func newStore(o options, log *zap.Logger) (openStore, error) {
 	if o.redisURL == "" {
+		if err := o.redis.validate(o.redisURL); err != nil {
+			return nil, err
+		}
 		return store.NewMemory(store.MemoryOptions{}), nil
 	}
 	r, err := newRedis(o, log)
@@ -46,19 +49,24 @@ type guarded struct {
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
+// newRedis builds the Redis store over a client for the deployment
+// --redis-type and --redis-url describe (single, cluster or sentinel).
 func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 	pool := o.poolSize
 	if pool <= 0 {
 		pool = 10 * runtime.GOMAXPROCS(0)
 	}
-	r, err := store.NewRedisFromURL(o.redisURL, store.ConnOptions{
+	copts := o.redis.clientOptions(o.redisURL, store.ConnOptions{
 		PoolSize:    pool,
 		DialTimeout: o.dialTimeout,
-	}, log.Named("redis"))
+	})
+	client, err := store.NewClient(copts)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	return r, nil
+	log = log.Named("redis").With(zap.String("redis", copts.String()))
+	store.SetClientLogger(log)
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true}), nil
 }
 
 // storeName describes the store for logs, without credentials.
@@ -66,5 +74,5 @@ func storeName(o options) string {
 	if o.redisURL == "" {
 		return "memory"
 	}
-	return store.RedactURL(o.redisURL)
+	return "redis " + o.redis.clientOptions(o.redisURL, store.ConnOptions{}).String()
 }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,14 +58,15 @@ type ConnOptions struct {
 // RedisOptionsFromURL sets it): go-redis re-sends a whole pipeline after a
 // read error, and ops that had already run would be charged twice. It
 // should also have ContextTimeoutEnabled, so that Take honours ctx's
-// deadline rather than the client's ReadTimeout.
+// deadline rather than the client's ReadTimeout. A Cluster client re-sends
+// pipelines whatever its MaxRetries; use NewClient, whose clients of every
+// type (single, cluster, sentinel) never re-send.
 type Redis struct {
 	client redis.UniversalClient
 	log    *zap.Logger
 	owns   bool
 
 	scripts [3]script // by descriptors.Algorithm
-	loaded  atomic.Bool
 	close   sync.Once
 }
 
@@ -76,7 +76,7 @@ type script struct {
 
 // NewRedis returns a Redis that uses client, which may be a single-node,
 // Sentinel or Cluster client. It does no I/O; the scripts are loaded by
-// Open or by the first Take.
+// Open, or on the first Take that finds them missing (NOSCRIPT, then EVAL).
 func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOptions) *Redis {
 	if logger == nil {
 		logger = zap.NewNop()
@@ -211,7 +211,6 @@ func (r *Redis) Load(ctx context.Context) error {
 			return fmt.Errorf("load script %s: %w: server digest %s, want %s", s.name, limiter.ErrUnavailable, sha, s.sha)
 		}
 	}
-	r.loaded.Store(true)
 	return nil
 }
 
@@ -250,12 +249,9 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	if err := ctx.Err(); err != nil {
 		return unavailable("take", err)
 	}
-	if !r.loaded.Load() {
-		if err := r.Load(ctx); err != nil {
-			return err
-		}
-	}
-
+	// Scripts are not loaded here: an op answered NOSCRIPT is re-sent with
+	// EVAL, which caches the script, so a server that lost its scripts (or
+	// a node SCRIPT LOAD could not reach) costs one extra round trip, once.
 	cmds := make([]*redis.Cmd, len(ops))
 	pipe := r.client.Pipeline()
 	for i := range ops {

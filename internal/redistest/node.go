@@ -1,0 +1,305 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitTimeout bounds the waits for a Cluster or a Sentinel setup to form
+// and to fail over: generous, for a loaded machine.
+const waitTimeout = 30 * time.Second
+
+// nodeArgs are the arguments of a plain node: loopback, no persistence,
+// logs on stdout.
+func nodeArgs(port int, dir string) []string {
+	return []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--repl-diskless-sync", "yes",
+		"--repl-diskless-sync-delay", "0",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--logfile", "",
+	}
+}
+
+// lookPath finds a program the way Addr finds redis-server: a missing one
+// skips t, or fails it with FASTLIMIT_REQUIRE_REDIS=1.
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatalf("%s not found and %s=1: %v", name, EnvRequire, err)
+		}
+		t.Skipf("%s not found", name)
+	}
+	return path
+}
+
+// proc is one redis-server process (a node or a sentinel) of a Cluster or
+// a Sentinel setup. Like Addr's server, it dies with the test binary.
+type proc struct {
+	name string // for logs: "node 1", "sentinel 2"
+	*server
+}
+
+// startProc starts path in a fresh directory under parent, on a free
+// loopback port, with the arguments args(port, dir) returns, and waits
+// until it answers PING. A port taken between choosing and binding it
+// makes it try again with another.
+func startProc(name, path, parent string, args func(port int, dir string) ([]string, error)) (*proc, error) {
+	var errs []error
+	for attempt := range 3 {
+		dir, err := os.MkdirTemp(parent, strings.ReplaceAll(name, " ", "")+"-")
+		if err != nil {
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		argv, err := args(port, dir)
+		if err != nil {
+			return nil, err
+		}
+		s := &server{
+			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			dir:    dir,
+			exited: make(chan struct{}),
+			out:    &syncBuffer{},
+		}
+		s.cmd = exec.Command(path, argv...)
+		s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+		s.cmd.SysProcAttr = sysProcAttr()
+		if err := run(s.cmd, s.exited); err != nil {
+			return nil, err
+		}
+		if err := s.waitReady(); err != nil {
+			s.stop()
+			errs = append(errs, fmt.Errorf("%s, attempt %d, port %d: %w; output:\n%s", name, attempt+1, port, err, s.out.String()))
+			continue
+		}
+		return &proc{name: name, server: s}, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// run starts cmd on a goroutine locked to its thread, which waits for it
+// and then closes exited: the parent-death signal follows the thread that
+// started the process, so that thread must live as long as the process.
+func run(cmd *exec.Cmd, exited chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
+		close(exited)
+	}()
+	return <-started
+}
+
+// kill ends the process at once (SIGKILL) and waits for it, keeping its
+// directory and output. It is idempotent.
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	<-p.exited
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// tail returns the last n lines of the process' output.
+func (p *proc) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(p.out.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// logs formats the output of procs for a failure message.
+func logs(procs []*proc, n int) string {
+	var b strings.Builder
+	for _, p := range procs {
+		state := "running"
+		if !p.alive() {
+			state = "exited"
+		}
+		fmt.Fprintf(&b, "--- %s %s (%s), last %d lines:\n%s\n", p.name, p.addr, state, n, p.tail(n))
+	}
+	return b.String()
+}
+
+// waitUntil polls cond every 50 ms until it returns nil or d passes, and
+// returns cond's last error then.
+func waitUntil(d time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %w", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// respError is an error reply.
+type respError string
+
+func (e respError) Error() string { return string(e) }
+
+// do sends one command to addr on a new connection and returns its reply:
+// a string, an int64, nil, a []any of those, or a respError as the error.
+func do(addr string, args ...string) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+// doString is do for commands that answer a string.
+func doString(addr string, args ...string) (string, error) {
+	v, err := do(addr, args...)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s answered %T, want a string", args[0], v)
+	}
+	return s, nil
+}
+
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty reply line")
+	}
+	switch line[0] {
+	case '+':
+		return line[1:], nil
+	case '-':
+		return nil, respError(line[1:])
+	case ':':
+		return strconv.ParseInt(line[1:], 10, 64)
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown reply %q", line)
+}
+
+// infoField returns field's value in an INFO-style "key:value" text.
+func infoField(text, field string) string {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// StartServer starts a redis-server of t's own on a free loopback port,
+// without persistence, with extra arguments (TLS, ACL users, ...), and
+// returns its plain address. It stops when t ends, and on Linux it also
+// dies with the test binary. It skips t when redis-server is missing, or
+// fails it with FASTLIMIT_REQUIRE_REDIS=1.
+func StartServer(t testing.TB, extra ...string) string {
+	t.Helper()
+	path := lookPath(t, "redis-server")
+	dir, err := os.MkdirTemp("", "redistest-server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProc("server", path, dir, func(port int, dir string) ([]string, error) {
+		return append(nodeArgs(port, dir), extra...), nil
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("redis-server logs:\n%s", logs([]*proc{p}, 40))
+		}
+		p.kill()
+		_ = os.RemoveAll(dir)
+	})
+	return p.addr
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}

@@ -1,0 +1,343 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Redis deployment types, as envoyproxy/ratelimit's REDIS_TYPE names them.
+// ClientOptions.Type accepts them in any case.
+const (
+	TypeSingle   = "single"
+	TypeCluster  = "cluster"
+	TypeSentinel = "sentinel"
+)
+
+// ClientOptions describe a Redis deployment and how to reach it. Zero
+// fields take go-redis' defaults, except those NewClient always sets.
+type ClientOptions struct {
+	// Type is TypeSingle (the default when empty), TypeCluster or
+	// TypeSentinel, in any case.
+	Type string
+	// URL says where the deployment is, as envoyproxy/ratelimit's
+	// REDIS_URL does:
+	//   single:   redis://[user:password@]host:port[/db], rediss://… (TLS)
+	//             or host:port
+	//   cluster:  seed nodes, host:port,host:port,…
+	//   sentinel: MASTER_NAME,host:port,host:port,… (the sentinels)
+	URL string
+	// Username and Password authenticate to the Redis nodes (AUTH, with a
+	// user for ACLs). They override a URL's credentials.
+	Username, Password string
+	// SentinelPassword authenticates to the sentinels, when they have a
+	// requirepass of their own.
+	SentinelPassword string
+	// TLS configures TLS to every node (and to the sentinels).
+	TLS TLSOptions
+	// Conn applies to every connection, on every node.
+	Conn ConnOptions
+}
+
+// NewClient returns a client for the deployment o describes: a
+// *redis.Client for single, a *redis.ClusterClient for cluster, a
+// failover *redis.Client (go-redis' NewFailoverClient) for sentinel. It
+// does no I/O.
+//
+// The client never sends a script twice: MaxRetries is -1, and a Cluster
+// client's pipelines and scripts follow MOVED and ASK redirects (the
+// command did not run) but are not re-sent after a network error or a
+// timeout, when they may have run. (go-redis' ClusterClient re-sends a
+// whole pipeline after such an error, up to MaxRedirects times, whatever
+// MaxRetries says; its single-command path has a similar retry loop.)
+// A Cluster client also reloads the slot map after such an error, so that
+// it finds a promoted replica without waiting for a redirect or its
+// periodic reload. Context deadlines bound every call
+// (ContextTimeoutEnabled).
+//
+// Its errors never contain a password.
+func NewClient(o ClientOptions) (redis.UniversalClient, error) {
+	typ := strings.ToLower(strings.TrimSpace(o.Type))
+	if typ == "" {
+		typ = TypeSingle
+	}
+	switch typ {
+	case TypeSingle:
+		return newSingle(o)
+	case TypeCluster:
+		return newCluster(o)
+	case TypeSentinel:
+		return newSentinel(o)
+	}
+	return nil, fmt.Errorf("redis type %q: want single, cluster or sentinel", o.Type)
+}
+
+// String describes o for logs: its type and its URL without a password.
+func (o ClientOptions) String() string {
+	typ := strings.ToLower(strings.TrimSpace(o.Type))
+	if typ == "" {
+		typ = TypeSingle
+	}
+	if typ == TypeSingle {
+		return typ + " " + redactAddr(o.URL)
+	}
+	parts := strings.Split(o.URL, ",")
+	for i, p := range parts {
+		parts[i] = redactAddr(p)
+	}
+	return typ + " " + strings.Join(parts, ",")
+}
+
+// redactAddr is RedactURL for URLs, and for anything else that holds
+// credentials ("user:password@host:port") it hides all before the '@'.
+func redactAddr(s string) string {
+	if strings.Contains(s, "://") {
+		return RedactURL(s)
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "xxxxx" + s[i:]
+	}
+	return s
+}
+
+func newSingle(o ClientOptions) (redis.UniversalClient, error) {
+	raw := strings.TrimSpace(o.URL)
+	if raw == "" {
+		return nil, errors.New("redis URL is empty")
+	}
+	if !strings.Contains(raw, "://") {
+		// envoyproxy/ratelimit's host:port.
+		if err := checkHostPort(raw); err != nil {
+			return nil, fmt.Errorf("redis address %q: %w", redactAddr(raw), err)
+		}
+		raw = "redis://" + raw
+	}
+	opt, err := RedisOptionsFromURL(raw, o.Conn)
+	if err != nil {
+		return nil, err
+	}
+	if o.Username != "" {
+		opt.Username = o.Username
+	}
+	if o.Password != "" {
+		opt.Password = o.Password
+	}
+	host, _, _ := net.SplitHostPort(opt.Addr)
+	tlsOn := o.TLS.Enabled || opt.TLSConfig != nil
+	if opt.TLSConfig, err = o.TLS.config(tlsOn, host); err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(opt)
+	c.AddHook(noRetryHook{})
+	return c, nil
+}
+
+func newCluster(o ClientOptions) (redis.UniversalClient, error) {
+	seeds, err := splitAddrs("cluster seed", o.URL)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := o.TLS.config(o.TLS.Enabled, "")
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 seeds,
+		Username:              o.Username,
+		Password:              o.Password,
+		TLSConfig:             tlsCfg,
+		PoolSize:              o.Conn.PoolSize,
+		DialTimeout:           o.Conn.DialTimeout,
+		ReadTimeout:           o.Conn.ReadTimeout,
+		WriteTimeout:          o.Conn.WriteTimeout,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	c.AddHook(clusterHook{c: c})
+	return c, nil
+}
+
+func newSentinel(o ClientOptions) (redis.UniversalClient, error) {
+	master, rest, _ := strings.Cut(o.URL, ",")
+	master = strings.TrimSpace(master)
+	if master == "" || strings.Contains(master, ":") {
+		return nil, fmt.Errorf("redis sentinel URL %q: want MASTER_NAME,host:port[,host:port…]", o.String())
+	}
+	sentinels, err := splitAddrs("sentinel", rest)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := o.TLS.config(o.TLS.Enabled, "")
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         sentinels,
+		SentinelPassword:      o.SentinelPassword,
+		Username:              o.Username,
+		Password:              o.Password,
+		TLSConfig:             tlsCfg,
+		PoolSize:              o.Conn.PoolSize,
+		DialTimeout:           o.Conn.DialTimeout,
+		ReadTimeout:           o.Conn.ReadTimeout,
+		WriteTimeout:          o.Conn.WriteTimeout,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	c.AddHook(noRetryHook{})
+	return c, nil
+}
+
+// splitAddrs parses a comma-separated host:port list.
+func splitAddrs(what, list string) ([]string, error) {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if err := checkHostPort(a); err != nil {
+			return nil, fmt.Errorf("%s %q: %w", what, redactAddr(a), err)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no %s address: want host:port[,host:port…]", what)
+	}
+	return addrs, nil
+}
+
+func checkHostPort(addr string) error {
+	if strings.Contains(addr, "://") || strings.Contains(addr, "@") {
+		return errors.New("want host:port")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// noRetryHook marks every pipelined command as not to be retried, so that
+// go-redis never re-sends a command that may have run. A Cluster client
+// re-sends a pipeline after a network error or timeout whatever its
+// MaxRetries (its MaxRedirects bounds the attempts), unless a command in
+// it says NoRetry; MOVED and ASK redirects are still followed.
+type noRetryHook struct{}
+
+func (noRetryHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (noRetryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (noRetryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(ctx, noRetry(cmds))
+	}
+}
+
+// noRetryCmd is a command that go-redis must not retry; everything else,
+// its reply included, goes to the command it wraps.
+type noRetryCmd struct{ redis.Cmder }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+func noRetry(cmds []redis.Cmder) []redis.Cmder {
+	out := make([]redis.Cmder, len(cmds))
+	for i, c := range cmds {
+		if c.NoRetry() {
+			out[i] = c
+		} else {
+			out[i] = noRetryCmd{c}
+		}
+	}
+	return out
+}
+
+// clusterHook is noRetryHook plus a reload of the slot map after a
+// connection error: a dead master answers no MOVED, so without it the
+// client would keep sending its slots to it until the periodic reload
+// (a minute by default) after a replica has taken over.
+type clusterHook struct {
+	noRetryHook
+	c *redis.ClusterClient
+}
+
+func (h clusterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		var err error
+		if isScript(cmd) {
+			// A Cluster client retries single commands too. Only scripts
+			// are marked: commands such as PING or SCRIPT LOAD are safe to
+			// retry, and some of them fan out to every node, where go-redis
+			// wants its own command types.
+			err = next(ctx, noRetryCmd{cmd})
+		} else {
+			err = next(ctx, cmd)
+		}
+		if isConnError(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func isScript(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+		return true
+	}
+	return false
+}
+
+func (h clusterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, noRetry(cmds))
+		for _, c := range cmds {
+			if isConnError(c.Err()) {
+				// ReloadState reloads in the background, at most one
+				// reload at a time and one per 200 ms.
+				h.c.ReloadState(ctx)
+				break
+			}
+		}
+		return err
+	}
+}
+
+// isConnError reports an error that is not a Redis reply: the connection
+// failed, or a deadline passed.
+func isConnError(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
+
+// SetClientLogger sends go-redis' own log lines (failed dials, a sentinel's
+// new master) to log at warn level, at most 5 a second and every 1000th
+// beyond, rather than to stderr: a dead node makes one per failed dial.
+// go-redis has one logger per process, so this affects every client.
+func SetClientLogger(log *zap.Logger) {
+	log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 5, 1000)
+	}))
+	redis.SetLogger(clientLogger{log})
+}
+
+type clientLogger struct{ log *zap.Logger }
+
+func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
+}

@@ -1,0 +1,335 @@
+package store_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+const secret = "Sup3r-s3cret-pw"
+
+func TestNewClientTypes(t *testing.T) {
+	for _, tc := range []struct {
+		typ, url string
+		check    func(t *testing.T, c redis.UniversalClient)
+	}{
+		{"", "127.0.0.1:6379", single(func(o *redis.Options) bool { return o.Addr == "127.0.0.1:6379" && o.TLSConfig == nil })},
+		{"SINGLE", "redis://app:" + secret + "@cache:6380/2", single(func(o *redis.Options) bool {
+			return o.Addr == "cache:6380" && o.DB == 2 && o.Username == "app" && o.Password == secret
+		})},
+		{"single", "rediss://cache:6380", single(func(o *redis.Options) bool {
+			return o.TLSConfig != nil && o.TLSConfig.ServerName == "cache" && o.TLSConfig.MinVersion == 0x0303
+		})},
+		{"Cluster", " a:1, b:2 ,c:3", func(t *testing.T, c redis.UniversalClient) {
+			cc, ok := c.(*redis.ClusterClient)
+			if !ok {
+				t.Fatalf("client %T, want *redis.ClusterClient", c)
+			}
+			o := cc.Options()
+			if strings.Join(o.Addrs, ",") != "a:1,b:2,c:3" || o.MaxRetries != -1 || !o.ContextTimeoutEnabled ||
+				o.PoolSize != 7 || o.DialTimeout != 3*time.Second {
+				t.Errorf("options %+v", o)
+			}
+		}},
+		{"SENTINEL", "mymaster,s1:26379,s2:26379", single(func(o *redis.Options) bool {
+			return o.Addr == "FailoverClient" && o.MaxRetries == 0
+		})},
+	} {
+		t.Run(tc.typ+" "+store.ClientOptions{Type: tc.typ, URL: tc.url}.String(), func(t *testing.T) {
+			c, err := store.NewClient(store.ClientOptions{Type: tc.typ, URL: tc.url,
+				Conn: store.ConnOptions{PoolSize: 7, DialTimeout: 3 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tc.check(t, c)
+		})
+	}
+}
+
+// single checks a *redis.Client's options, and that it never retries.
+func single(ok func(*redis.Options) bool) func(t *testing.T, c redis.UniversalClient) {
+	return func(t *testing.T, c redis.UniversalClient) {
+		rc, isClient := c.(*redis.Client)
+		if !isClient {
+			t.Fatalf("client %T, want *redis.Client", c)
+		}
+		o := rc.Options()
+		// go-redis stores a MaxRetries of -1 as 0.
+		if !ok(o) || o.MaxRetries != 0 || !o.ContextTimeoutEnabled || o.PoolSize != 7 || o.DialTimeout != 3*time.Second {
+			t.Errorf("options %+v", o)
+		}
+	}
+}
+
+func TestNewClientOverridesURLCredentials(t *testing.T) {
+	c, err := store.NewClient(store.ClientOptions{URL: "redis://old:pw@h:1", Username: "app", Password: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.(*redis.Client).Options(); o.Username != "app" || o.Password != secret {
+		t.Errorf("credentials %q %q, want the options'", o.Username, o.Password)
+	}
+}
+
+func TestNewClientErrors(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    store.ClientOptions
+		want string
+	}{
+		{"bad type", store.ClientOptions{Type: "ring", URL: "h:1"}, "want single, cluster or sentinel"},
+		{"empty URL", store.ClientOptions{}, "empty"},
+		{"single bad address", store.ClientOptions{URL: "app:" + secret + "@h"}, "want host:port"},
+		{"single bad scheme", store.ClientOptions{URL: "http://app:" + secret + "@h:1"}, "scheme"},
+		{"cluster URL", store.ClientOptions{Type: "cluster", URL: "redis://app:" + secret + "@h:1"}, "want host:port"},
+		{"cluster no port", store.ClientOptions{Type: "cluster", URL: "a:1,b"}, "want host:port"},
+		{"cluster bad port", store.ClientOptions{Type: "cluster", URL: "a:99999"}, "bad port"},
+		{"cluster empty", store.ClientOptions{Type: "cluster", URL: " , "}, "no cluster seed"},
+		{"sentinel no master", store.ClientOptions{Type: "sentinel", URL: "s1:26379,s2:26379"}, "MASTER_NAME"},
+		{"sentinel no sentinels", store.ClientOptions{Type: "sentinel", URL: "mymaster"}, "no sentinel"},
+		{"TLS settings, TLS off", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{CAFile: notPEM}}, "TLS is off"},
+		{"CA not PEM", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{Enabled: true, CAFile: notPEM}}, "no PEM"},
+		{"CA missing", store.ClientOptions{Type: "cluster", URL: "h:1", TLS: store.TLSOptions{Enabled: true, CAFile: dir + "/none"}}, "no such file"},
+		{"cert without key", store.ClientOptions{URL: "rediss://h:1", TLS: store.TLSOptions{CertFile: notPEM}}, "both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Password = secret
+			c, err := store.NewClient(tc.o)
+			if err == nil {
+				c.Close()
+				t.Fatalf("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want it to mention %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestClientOptionsString(t *testing.T) {
+	for o, want := range map[store.ClientOptions]string{
+		{URL: "redis://app:" + secret + "@h:1/0"}:            "single redis://app:xxxxx@h:1/0",
+		{Type: "CLUSTER", URL: "a:1,b:2"}:                    "cluster a:1,b:2",
+		{Type: "sentinel", URL: "m,s:1", Password: secret}:   "sentinel m,s:1",
+		{URL: "rediss://:" + secret + "@h:1", Username: "x"}: "single rediss://:xxxxx@h:1",
+	} {
+		if got := o.String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
+
+// TestClientACL: a user and password reach the server; a wrong password
+// fails without showing itself.
+func TestClientACL(t *testing.T) {
+	addr := redistest.StartServer(t, "--user", "alice", "on", ">"+secret, "~*", "+@all")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		o  store.ClientOptions
+		ok bool
+	}{
+		{store.ClientOptions{URL: addr, Username: "alice", Password: secret}, true},
+		{store.ClientOptions{URL: "redis://alice:" + secret + "@" + addr}, true},
+		{store.ClientOptions{URL: addr, Username: "alice", Password: secret + "x"}, false},
+	} {
+		c, err := store.NewClient(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+		c.Close()
+		switch {
+		case tc.ok && (err != nil || who != "alice"):
+			t.Errorf("%s: ACL WHOAMI = %q, %v; want alice", tc.o, who, err)
+		case !tc.ok && err == nil:
+			t.Errorf("%s: wrong password accepted", tc.o)
+		case err != nil && strings.Contains(err.Error(), secret):
+			t.Errorf("error shows the password: %v", err)
+		}
+	}
+}
+
+// tlsFiles are PEM files of a CA, a server certificate for 127.0.0.1 and
+// localhost, and a client certificate, all signed by the CA.
+type tlsFiles struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+func writeTLSFiles(t *testing.T) tlsFiles {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	now := time.Now()
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fastlimit test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP, names []string) ([]byte, []byte) {
+		k := newKey()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, DNSNames: names}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, keyDER(k)
+	}
+	srvDER, srvKey := issue(2, "redis", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	cliDER, cliKey := issue(3, "fastlimit", x509.ExtKeyUsageClientAuth, nil, nil)
+	return tlsFiles{
+		ca:         write("ca.pem", "CERTIFICATE", caDER),
+		serverCert: write("server.pem", "CERTIFICATE", srvDER),
+		serverKey:  write("server-key.pem", "PRIVATE KEY", srvKey),
+		clientCert: write("client.pem", "CERTIFICATE", cliDER),
+		clientKey:  write("client-key.pem", "PRIVATE KEY", cliKey),
+	}
+}
+
+// TestClientTLS runs against redis-server's TLS port with a CA made here,
+// requiring client certificates.
+func TestClientTLS(t *testing.T) {
+	f := writeTLSFiles(t)
+	tlsPort := redistest.FreePort(t)
+	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", f.serverCert,
+		"--tls-key-file", f.serverKey, "--tls-ca-cert-file", f.ca, "--tls-auth-clients", "yes")
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mutual := store.TLSOptions{Enabled: true, CAFile: f.ca, CertFile: f.clientCert, KeyFile: f.clientKey}
+	with := func(change func(*store.TLSOptions)) store.TLSOptions {
+		o := mutual
+		change(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		url  string
+		tls  store.TLSOptions
+		ok   bool
+	}{
+		{"mutual", tlsAddr, mutual, true},
+		{"rediss URL", "rediss://" + tlsAddr, with(func(o *store.TLSOptions) { o.Enabled = false }), true},
+		{"localhost", "localhost:" + strconv.Itoa(tlsPort), mutual, true},
+		{"no client certificate", tlsAddr, with(func(o *store.TLSOptions) { o.CertFile, o.KeyFile = "", "" }), false},
+		{"system roots", tlsAddr, with(func(o *store.TLSOptions) { o.CAFile = "" }), false},
+		{"skip verify", tlsAddr, with(func(o *store.TLSOptions) { o.CAFile, o.InsecureSkipVerify = "", true }), true},
+		{"wrong name", tlsAddr, with(func(o *store.TLSOptions) { o.ServerName = "cache.example" }), false},
+		{"wrong name, hostname not verified", tlsAddr, with(func(o *store.TLSOptions) {
+			o.ServerName, o.SkipHostnameVerification = "cache.example", true
+		}), true},
+		{"hostname not verified, system roots", tlsAddr, with(func(o *store.TLSOptions) {
+			o.CAFile, o.SkipHostnameVerification = "", true
+		}), false},
+		{"plaintext", tlsAddr, store.TLSOptions{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := store.NewClient(store.ClientOptions{URL: tc.url, TLS: tc.tls,
+				Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
+			defer r.Close()
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			err = r.Open(cctx)
+			if tc.ok != (err == nil) {
+				t.Fatalf("Open = %v, want success %v", err, tc.ok)
+			}
+			if !tc.ok {
+				return
+			}
+			op := limiter.Op{Key: "tls:{" + tc.name + "}:", Algorithm: descriptors.FixedWindow, Limit: 5000,
+				Window: 60_000, Cost: 1000, Now: farBase}
+			res := make([]limiter.Result, 1)
+			if err := r.Take(cctx, []limiter.Op{op}, res); err != nil || !res[0].Allowed {
+				t.Errorf("Take over TLS = %+v, %v", res[0], err)
+			}
+		})
+	}
+}
+
+func TestSetClientLogger(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	store.SetClientLogger(zap.New(core))
+	defer store.SetClientLogger(zap.NewNop())
+	c, err := store.NewClient(store.ClientOptions{URL: closedAddr(t), Password: secret,
+		Conn: store.ConnOptions{DialTimeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		_ = c.Ping(ctx).Err()
+	}
+	if n := logs.FilterMessage("redis client").Len(); n == 0 || n > 10 {
+		t.Errorf("%d go-redis lines logged in a second of failed dials, want 1 to 10 (sampled)", n)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(e.ContextMap()["detail"].(string), secret) {
+			t.Errorf("log shows the password: %v", e.ContextMap())
+		}
+	}
+}

@@ -1,0 +1,541 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/lua"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/limiter/limitertest"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// newClusterStore returns a store over a client that store.NewClient made
+// for c, and a plain client to look at the cluster with.
+func newClusterStore(t testing.TB, c *redistest.Cluster) (*store.Redis, *redis.ClusterClient) {
+	t.Helper()
+	client, err := store.NewClient(store.ClientOptions{Type: "CLUSTER", URL: c.Seeds(),
+		Conn: store.ConnOptions{PoolSize: 8, DialTimeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := client.(*redis.ClusterClient); !ok {
+		t.Fatalf("NewClient(cluster) = %T, want *redis.ClusterClient", client)
+	}
+	r := store.NewRedis(client, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = r.Close(); _ = rdb.Close() })
+	return r, rdb
+}
+
+// clusterInspected lists a cluster store's keys for the suite, master by
+// master.
+type clusterInspected struct {
+	*store.Redis
+	rdb *redis.ClusterClient
+}
+
+var _ limitertest.Inspector = clusterInspected{}
+
+func (s clusterInspected) Expiries(ctx context.Context, prefix string, after int64) (map[string]int64, error) {
+	var mu sync.Mutex
+	out := make(map[string]int64)
+	err := s.rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		var keys []string
+		iter := m.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			exp, err := m.Do(ctx, "PEXPIRETIME", k).Int64()
+			if err != nil {
+				return err
+			}
+			if exp <= 0 || exp > after {
+				mu.Lock()
+				out[k] = max(exp, 0)
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func TestRedisClusterConformance(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r, rdb := newClusterStore(t, c)
+	limitertest.Run(t, func(t *testing.T) limiter.Store { return clusterInspected{r, rdb} })
+}
+
+// scriptSHAs returns the digests of the three scripts.
+func scriptSHAs() []string {
+	var out []string
+	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
+		sum := sha1.Sum([]byte(lua.Script(alg)))
+		out = append(out, hex.EncodeToString(sum[:]))
+	}
+	return out
+}
+
+// spreadKeys returns n keys (base keys, as the limiter builds them) and
+// how many distinct masters serve them.
+func spreadKeys(t *testing.T, c *redistest.Cluster, prefix string, n int) ([]string, int) {
+	keys := make([]string, n)
+	masters := map[string]bool{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s{k%d}:", prefix, i)
+		masters[c.MasterOf(t, keys[i])] = true
+	}
+	return keys, len(masters)
+}
+
+// TestRedisClusterPipelines: one Take whose ops live on every master is
+// decided in full, the scripts reach every node (replicas too, so that a
+// promoted replica has them), and after SCRIPT FLUSH on every node the
+// NOSCRIPT replies from each master are re-sent with EVAL and counted
+// once.
+func TestRedisClusterPipelines(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r, rdb := newClusterStore(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shas := scriptSHAs()
+	for _, addr := range c.Addrs() {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		ok, err := node.ScriptExists(ctx, shas...).Result()
+		node.Close()
+		if err != nil || !slices.Equal(ok, []bool{true, true, true}) {
+			t.Errorf("node %s: SCRIPT EXISTS = %v, %v; want every script on every node", addr, ok, err)
+		}
+	}
+
+	keys, masters := spreadKeys(t, c, "spread:", 30)
+	if masters != 3 {
+		t.Fatalf("30 keys landed on %d masters, want 3", masters)
+	}
+	var ops []limiter.Op
+	for i, k := range keys {
+		ops = append(ops, limiter.Op{Key: k, Algorithm: descriptors.Algorithm(i % 3), Limit: 10_000, Window: 3_600_000,
+			Burst: 10_000, RateNum: 1, RateDen: 1, Cost: 1000, Now: farBase})
+	}
+	res := make([]limiter.Result, len(ops))
+	for call := range 3 {
+		if call > 0 {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.Take(ctx, ops, res); err != nil {
+			t.Fatalf("call %d: Take across 3 masters: %v", call, err)
+		}
+		for i, got := range res {
+			if want := int64(10_000 - (call+1)*1000); !got.Allowed || got.Remaining != want {
+				t.Errorf("call %d op %d (%s) = %+v, want remaining %d (counted once)", call, i, ops[i].Algorithm, got, want)
+			}
+		}
+	}
+}
+
+// dropProxy forwards TCP to a Redis node; with drop set it lets a command
+// through but cuts the connection instead of passing the reply on, as a
+// network failure after the server ran the command would.
+type dropProxy struct {
+	ln     net.Listener
+	target string
+	drop   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startDropProxy(t *testing.T, target string) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+func (p *dropProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+func (p *dropProxy) serve() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, client, server)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
+		go func() {
+			defer client.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				if n > 0 {
+					if p.drop.Load() {
+						_ = server.Close()
+						return
+					}
+					if _, err := client.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// TestRedisClusterDoesNotResend: when the connection breaks after a
+// command ran, a plain go-redis ClusterClient re-sends the pipeline (up to
+// MaxRedirects times), charging the op again each time; the client
+// store.NewClient makes fails the call instead, and the op counts once.
+func TestRedisClusterDoesNotResend(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const key = "resend:{a}:"
+	master := c.MasterOf(t, key)
+	proxy := startDropProxy(t, master)
+	// The master announces the proxy's port, so that clients reach it
+	// through the proxy.
+	admin := redis.NewClient(&redis.Options{Addr: master})
+	defer admin.Close()
+	if err := admin.ConfigSet(ctx, "cluster-announce-port", strconv.Itoa(proxy.port())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	viaProxy := net.JoinHostPort("127.0.0.1", strconv.Itoa(proxy.port()))
+	deadline := time.Now().Add(20 * time.Second)
+	for _, addr := range c.Addrs() {
+		for {
+			node := redis.NewClient(&redis.Options{Addr: addr})
+			slots, err := node.ClusterSlots(ctx).Result()
+			node.Close()
+			if err == nil && servedBy(slots, viaProxy) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s does not announce the proxy %s: %v %v", addr, viaProxy, slots, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	op := limiter.Op{Key: key, Algorithm: descriptors.FixedWindow, Limit: 1 << 40, Window: 3_600_000, Cost: 1000, Now: farBase}
+	counter := key + strconv.FormatInt(farBase/1000, 10)
+	count := func() int64 {
+		t.Helper()
+		n, err := admin.Get(ctx, counter).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return n / 1000
+	}
+
+	// A plain ClusterClient, for comparison: it shows the hazard.
+	plain := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
+	defer plain.Close()
+	sha := scriptSHAs()[descriptors.FixedWindow]
+	if err := plain.ScriptLoad(ctx, lua.FixedWindow).Err(); err != nil {
+		t.Fatal(err)
+	}
+	evalPlain := func() error {
+		pipe := plain.Pipeline()
+		pipe.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now)
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	if err := evalPlain(); err != nil {
+		t.Fatalf("plain client before the drop: %v", err)
+	}
+	before := count()
+	proxy.drop.Store(true)
+	err := evalPlain()
+	proxy.drop.Store(false)
+	plainRuns := count() - before
+	t.Logf("plain go-redis ClusterClient: one pipelined op after a dropped reply ran %d times (err %v)", plainRuns, err)
+	for range 2 { // the dropped connection may still be pooled: use it up
+		_ = plain.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+	}
+	before = count()
+	proxy.drop.Store(true)
+	err = plain.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+	proxy.drop.Store(false)
+	plainSingle := count() - before
+	t.Logf("plain go-redis ClusterClient: one EVALSHA after a dropped reply ran %d times (err %v)", plainSingle, err)
+	if plainRuns <= 1 && plainSingle <= 1 {
+		t.Logf("go-redis no longer re-sends; store.NewClient's NoRetry marks are now belt and braces")
+	}
+
+	r, _ := newClusterStore(t, c)
+	res := make([]limiter.Result, 1)
+	if err := r.Take(ctx, []limiter.Op{op}, res); err != nil {
+		t.Fatalf("store before the drop: %v", err)
+	}
+	before = count()
+	proxy.drop.Store(true)
+	err = r.Take(ctx, []limiter.Op{op}, res)
+	proxy.drop.Store(false)
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Errorf("Take with the reply dropped = %v, want ErrUnavailable", err)
+	}
+	if runs := count() - before; runs != 1 {
+		t.Errorf("Take with the reply dropped ran the op %d times, want once (no re-send)", runs)
+	}
+	// And the store recovers on a new connection.
+	if err := r.Take(ctx, []limiter.Op{op}, res); err != nil {
+		t.Errorf("Take after the drop: %v", err)
+	}
+
+	// A script sent alone, outside a pipeline, is not re-sent either.
+	client, err := store.NewClient(store.ClientOptions{Type: "cluster", URL: c.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := client.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err(); err != nil {
+		t.Fatalf("EVALSHA before the drop: %v", err)
+	}
+	before = count()
+	proxy.drop.Store(true)
+	err = client.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+	proxy.drop.Store(false)
+	if runs := count() - before; err == nil || runs != 1 {
+		t.Errorf("EVALSHA with the reply dropped: error %v, ran %d times; want an error and once", err, runs)
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Errorf("PING after the drop: %v", err)
+	}
+}
+
+func servedBy(slots []redis.ClusterSlot, addr string) bool {
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && s.Nodes[0].Addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// failoverLoad drives a store with fixed-window ops on one key from
+// several workers, each reply telling the counter's value after its op,
+// and records what happened around a failover.
+type failoverLoad struct {
+	st     *store.Redis
+	op     limiter.Op
+	killAt time.Time
+
+	mu        sync.Mutex
+	ok        int64
+	notRun    int64   // failures of ops that cannot have run: refused, redis error replies
+	ambiguous int64   // failures of ops that may have run: timeouts, broken connections
+	counts    []int64 // counter values after each OK op, in requests
+	firstFail time.Time
+	lastFail  time.Time
+	lastOK    time.Time
+	errSample []string
+}
+
+const loadLimit = int64(1) << 40
+
+func newFailoverLoad(st *store.Redis, key string) *failoverLoad {
+	// Tomorrow, 01:00 UTC: the counter lives until tomorrow ends.
+	now := (time.Now().UnixMilli()/86_400_000+1)*86_400_000 + 3_600_000
+	return &failoverLoad{st: st, op: limiter.Op{Key: key, Algorithm: descriptors.FixedWindow, Limit: loadLimit,
+		Window: 86_400_000, Cost: 1000, Now: now}}
+}
+
+// counterKey is the key of the op's window counter.
+func (l *failoverLoad) counterKey() string {
+	return l.op.Key + strconv.FormatInt((l.op.Now-l.op.Now%l.op.Window)/1000, 10)
+}
+
+// run sends ops from workers goroutines until stop closes.
+func (l *failoverLoad) run(workers int, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			res := make([]limiter.Result, 1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				err := l.st.Take(ctx, []limiter.Op{l.op}, res)
+				cancel()
+				l.record(err, res[0])
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	return &wg
+}
+
+func (l *failoverLoad) record(err error, res limiter.Result) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		l.ok++
+		l.counts = append(l.counts, (loadLimit-res.Remaining)/1000)
+		l.lastOK = now
+		return
+	}
+	var rerr redis.Error
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &rerr) {
+		l.notRun++
+	} else {
+		l.ambiguous++
+	}
+	if !l.killAt.IsZero() {
+		if l.firstFail.IsZero() {
+			l.firstFail = now
+		}
+		l.lastFail = now
+	}
+	if len(l.errSample) < 5 {
+		l.errSample = append(l.errSample, err.Error())
+	}
+}
+
+// kill marks the moment of the kill and runs it.
+func (l *failoverLoad) kill(kill func()) {
+	l.mu.Lock()
+	l.killAt = time.Now()
+	l.mu.Unlock()
+	kill()
+}
+
+// waitRecovered waits until ops have succeeded for quiet with no failure,
+// at most d after the kill, and reports whether they did.
+func (l *failoverLoad) waitRecovered(d, quiet time.Duration) bool {
+	for time.Since(l.killAt) < d {
+		l.mu.Lock()
+		ok := !l.lastOK.IsZero() && l.lastOK.After(l.lastFail) && time.Since(l.lastFail) > quiet &&
+			time.Since(l.killAt) > quiet
+		l.mu.Unlock()
+		if ok {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// report checks the figures against final, the counter's value on the new
+// master after the load, and logs them.
+func (l *failoverLoad) report(t *testing.T, what string, final int64, bound time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	outage := time.Duration(0)
+	if !l.firstFail.IsZero() {
+		outage = l.lastFail.Sub(l.killAt)
+	}
+	seen := map[int64]int{}
+	lo, hi := int64(1)<<62, int64(0)
+	for _, c := range l.counts {
+		seen[c]++
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	// A value two OK replies share is a hit acknowledged by the old master
+	// and lost with it (replication is asynchronous). A value no reply
+	// shows between the lowest and highest is an op that ran without its
+	// reply arriving: an ambiguous failure, or a re-send.
+	lost := int64(len(l.counts) - len(seen))
+	gaps := hi - lo + 1 - int64(len(seen))
+	t.Logf("%s failover: decisions failed from %v to %v after the kill (%d failed: %d could not have run, %d may have run; %d OK); "+
+		"counter %d; %d acknowledged hits lost with the old master; %d ops ran without their reply; errors: %q",
+		what, l.firstFail.Sub(l.killAt).Round(time.Millisecond), outage.Round(time.Millisecond),
+		l.notRun+l.ambiguous, l.notRun, l.ambiguous, l.ok, final, lost, gaps, l.errSample)
+	if outage > bound {
+		t.Errorf("decisions failed for %v after the kill, want under %v", outage, bound)
+	}
+	// Every op runs at most once: the ops that ran are the OK ones plus
+	// some of the ambiguous failures, and none is re-sent.
+	if gaps > l.ambiguous {
+		t.Errorf("%d ops ran without a reply but only %d failures were ambiguous: some op ran twice", gaps, l.ambiguous)
+	}
+	if final+lost > l.ok+l.ambiguous {
+		t.Errorf("counter %d + %d lost > %d OK + %d ambiguous: some op ran twice", final, lost, l.ok, l.ambiguous)
+	}
+	if final < 1 {
+		t.Errorf("counter %d after the load", final)
+	}
+}
+
+// TestRedisClusterFailover kills the master of a key under load: decisions
+// fail until a replica takes over and the client finds it, then flow
+// again, and no op is counted twice.
+func TestRedisClusterFailover(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r, rdb := newClusterStore(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const key = "failover:{a}:"
+	load := newFailoverLoad(r, key)
+	old := c.MasterOf(t, key)
+	stop := make(chan struct{})
+	wg := load.run(4, stop)
+	time.Sleep(time.Second)
+	load.kill(func() { c.Kill(t, old) })
+	newMaster := c.WaitFailover(t, key, old)
+	t.Logf("cluster: %s took over from %s %v after the kill", newMaster, old, time.Since(load.killAt).Round(time.Millisecond))
+	recovered := load.waitRecovered(30*time.Second, time.Second)
+	close(stop)
+	wg.Wait()
+	if !recovered {
+		t.Fatalf("decisions did not flow again within 30 s of the kill")
+	}
+	final, err := rdb.Get(ctx, load.counterKey()).Int64()
+	if err != nil {
+		t.Fatalf("read counter: %v", err)
+	}
+	load.report(t, "cluster", final/1000, 15*time.Second)
+}
