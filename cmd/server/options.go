@@ -29,6 +29,7 @@ type options struct {
 	drain        time.Duration
 	onStoreError string
 	breakerFails int
+	batchSlots   int
 	breakerCool  time.Duration
 	limits       limiter.Limits
 
@@ -53,6 +54,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
+	fs.IntVar(&o.batchSlots, "redis-batches", 0,
+		"merge concurrent requests into shared Redis pipelines, with at most this many in flight (0: one pipeline per request)")
 	fs.IntVar(&o.breakerFails, "breaker-failures", 5, "consecutive store failures that open the circuit breaker (answers at once until a probe succeeds)")
 	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond, "how long the open circuit waits before probing the store again")
 	fs.IntVar(&o.limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")

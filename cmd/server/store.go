@@ -31,7 +31,11 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := breaker.New(r, breaker.Options{
+	var under limiter.Store = r
+	if o.batchSlots > 0 {
+		under = store.NewCoalescer(r, store.CoalesceOptions{InFlight: o.batchSlots, Timeout: o.storeTimeout})
+	}
+	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
 		Cooldown: o.breakerCool,
 		OnChange: func(from, to breaker.State) {
