@@ -18,6 +18,11 @@ var (
 	TokenBucket string
 )
 
+// Atomic decides several ops of any algorithms all or nothing, in one call.
+//
+//go:embed atomic.lua
+var Atomic string
+
 // Script returns the script that implements alg, or "" for an unknown
 // algorithm.
 func Script(alg descriptors.Algorithm) string {

@@ -59,13 +59,14 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
-	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits})
+	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits, Atomic: o.atomic})
 	s.registry = reg
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
 	s.service = newService(s.limiter, o.storeTimeout, s.metrics, o.headers, log.Named("service"))
+	s.service.onError = o.onStoreError
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(o.maxRecvBytes))
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()

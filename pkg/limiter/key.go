@@ -26,18 +26,55 @@ const windowSuffixRoom = 12
 //
 // The identifier is the domain and the matched entries, key=value joined by
 // '/', each part escaped so that ':', '{', '}', '*', '?', '[', ']', '/',
-// '=', '%', spaces, control bytes and non-ASCII cannot collide or inject.
+// '=', '%', '~', spaces, control bytes and non-ASCII cannot collide or
+// inject.
 // Values of share_threshold levels are replaced by their wildcard pattern.
 // The braces make the identifier a Redis Cluster hash tag, so the keys of
 // one limit (both windows of a sliding window) share a slot. If the key
 // would pass MaxKeyLen, the identifier is replaced by a readable prefix and
-// the SHA-256 digest of the whole identifier.
+// the SHA-256 digest of the whole identifier, after a '~' that no escaped
+// part contains.
 func AppendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
+	return appendKey(dst, prefix, domain, l, entries, tenant, false)
+}
+
+// AppendAtomicKey appends the base key of a limit of an all-or-nothing
+// domain to dst. It is AppendKey's key with the hash tag around the domain
+// alone:
+//
+//	{prefix}:{<domain>}/<entries>:{tenant}:
+//
+// so that every key of one request (a request has one domain) hashes to
+// the same Redis Cluster slot and one script can decide them together. The
+// price is that all of a domain's counters live on one cluster shard. A
+// domain whose escaped name passes maxDomainTag bytes is tagged by a
+// readable prefix and a digest of its name instead. Atomic and plain keys
+// never collide: a plain key's tag closes with "}:", an atomic one's with
+// "}/".
+func AppendAtomicKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
+	return appendKey(dst, prefix, domain, l, entries, tenant, true)
+}
+
+// maxDomainTag is the longest escaped domain kept whole in an atomic key's
+// hash tag.
+const maxDomainTag = 64
+
+func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string, atomic bool) []byte {
 	start := len(dst)
 	dst = append(dst, prefix...)
 	dst = append(dst, ':', '{')
 	idStart := len(dst)
 	dst = appendEscaped(dst, domain)
+	tagEnd := 0 // where an atomic key's entries start, after "}"
+	if atomic {
+		if len(dst)-idStart > maxDomainTag {
+			sum := sha256.Sum256(dst[idStart:])
+			dst = append(dst[:idStart+readableTag], '~')
+			dst = hex.AppendEncode(dst, sum[:tagDigestBytes])
+		}
+		dst = append(dst, '}')
+		tagEnd = len(dst)
+	}
 	for i, e := range entries {
 		dst = append(dst, '/')
 		dst = appendEscaped(dst, e.GetKey())
@@ -49,20 +86,34 @@ func AppendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 		dst = appendEscaped(dst, v)
 	}
 	idEnd := len(dst)
-	dst = append(dst, '}', ':')
+	if !atomic {
+		dst = append(dst, '}')
+	}
+	dst = append(dst, ':')
 	dst = appendEscaped(dst, tenant)
 	dst = append(dst, ':')
 	if len(dst)-start+windowSuffixRoom <= MaxKeyLen {
 		return dst
 	}
+	// Digest the identifier; an atomic key keeps its tag whole. The
+	// readable part shrinks to leave room for a long tag or tenant.
 	sum := sha256.Sum256(dst[idStart:idEnd])
 	tail := append([]byte(nil), dst[idEnd:]...)
-	keep := min(readablePrefix, idEnd-idStart)
-	dst = dst[:idStart+keep]
+	keepFrom := max(idStart, tagEnd)
+	room := MaxKeyLen - windowSuffixRoom - (keepFrom - start) - 1 - 2*sha256.Size - len(tail)
+	keep := max(min(readablePrefix, idEnd-keepFrom, room), 0)
+	dst = dst[:keepFrom+keep]
 	dst = append(dst, '~')
 	dst = hex.AppendEncode(dst, sum[:])
 	return append(dst, tail...)
 }
+
+// An over-long domain's atomic hash tag keeps readableTag bytes of the
+// escaped name and tagDigestBytes of its SHA-256.
+const (
+	readableTag    = 16
+	tagDigestBytes = 16
+)
 
 const hexDigits = "0123456789ABCDEF"
 
@@ -78,11 +129,14 @@ func appendEscaped(dst []byte, s string) []byte {
 	return dst
 }
 
+// safe reports whether c stands for itself in a key. '~' does not: it
+// marks a digest, so that no raw value can spell out another identifier's
+// digested form.
 func safe(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
-	case c == '-' || c == '_' || c == '.' || c == '~' || c == '+' || c == '@' || c == ',' || c == ';' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')':
+	case c == '-' || c == '_' || c == '.' || c == '+' || c == '@' || c == ',' || c == ';' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')':
 		return true
 	}
 	return false

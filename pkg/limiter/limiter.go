@@ -19,6 +19,8 @@ const maxCost = 1 << 52
 // in flight finishes on the rules it started with.
 type Limiter struct {
 	store  Store
+	all    AtomicStore // store, if it decides all or nothing
+	atomic bool        // every domain decides all or nothing
 	prefix string
 	limits Limits
 	rules  atomic.Pointer[descriptors.Set]
@@ -31,11 +33,15 @@ type Options struct {
 	KeyPrefix string
 	// Limits bound request sizes (default DefaultLimits).
 	Limits *Limits
+	// Atomic decides the requests of every domain all or nothing, as a
+	// domain's atomic: true does for that domain; see Check.
+	Atomic bool
 }
 
 // New returns a Limiter over store, with no rules until SetRules.
 func New(store Store, opts Options) *Limiter {
-	l := &Limiter{store: store, prefix: opts.KeyPrefix, limits: DefaultLimits}
+	l := &Limiter{store: store, atomic: opts.Atomic, prefix: opts.KeyPrefix, limits: DefaultLimits}
+	l.all, _ = store.(AtomicStore)
 	if l.prefix == "" {
 		l.prefix = "ratelimit"
 	}
@@ -68,6 +74,14 @@ type scratch struct {
 // Check decides req. It returns an error wrapping ErrInvalid for a
 // malformed request and one wrapping ErrUnavailable when the store fails;
 // otherwise one status per descriptor, in request order.
+//
+// A request of an atomic domain (or any request, with Options.Atomic) is
+// decided all or nothing in one AtomicStore.TakeAll: when the answer is
+// OVER_LIMIT nothing is charged, and descriptors that would have passed
+// answer OK with the remaining they would have had. Descriptors with no
+// limit or an unlimited one take no part. Keys of such a domain come from
+// AppendAtomicKey. Without an AtomicStore, such requests fail with
+// ErrNotAtomic.
 func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
 	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
 		return nil, err
@@ -86,15 +100,20 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 	sc := l.pool.Get().(*scratch)
 	defer l.pool.Put(sc)
 	sc.ops, sc.index = sc.ops[:0], sc.index[:0]
+	atomic := l.atomic || domain.Atomic
 	for i := range req.Descriptors {
-		addOp(l, sc, domain, req, i, &resp.Statuses[i])
+		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
 	}
 	if len(sc.ops) > 0 {
 		if cap(sc.results) < len(sc.ops) {
 			sc.results = make([]Result, len(sc.ops))
 		}
 		res := sc.results[:len(sc.ops)]
-		if err := l.store.Take(ctx, sc.ops, res); err != nil {
+		if atomic {
+			if err := l.takeAll(ctx, sc, res, resp.Statuses); err != nil {
+				return nil, err
+			}
+		} else if err := l.store.Take(ctx, sc.ops, res); err != nil {
 			return nil, fmt.Errorf("take: %w", err)
 		}
 		for j, r := range res {
@@ -104,6 +123,35 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 	resp.Code = overall(resp.Statuses)
 	clear(sc.ops) // drop key references before pooling
 	return resp, nil
+}
+
+// takeAll decides sc.ops all or nothing, with each op's veto derived from
+// its status so that the store commits exactly when overall answers OK.
+func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []Status) error {
+	if l.all == nil {
+		return fmt.Errorf("take all: %w", ErrNotAtomic)
+	}
+	// overall answers OVER_LIMIT for quota descriptors only when all of
+	// them are over; an unlimited or shadowed one never is.
+	quotaCanFail := true
+	for i := range st {
+		if st[i].Quota && (st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
+			quotaCanFail = false
+		}
+	}
+	for j := range sc.ops {
+		lim := st[sc.index[j]].Limit
+		switch {
+		case lim.ShadowMode, lim.QuotaMode && !quotaCanFail:
+			sc.ops[j].Veto = VetoNone
+		case lim.QuotaMode:
+			sc.ops[j].Veto = VetoGroup
+		}
+	}
+	if err := l.all.TakeAll(ctx, sc.ops, res); err != nil {
+		return fmt.Errorf("take all: %w", err)
+	}
+	return nil
 }
 
 // resolveLimits sets each status's limit: the override, or the matched
@@ -152,7 +200,7 @@ func replaced(st []Status, name string) bool {
 
 // addOp queues the store decision for descriptor i, or settles it here
 // when it needs none (no limit, unlimited).
-func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status) {
+func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status, atomic bool) {
 	lim := st.Limit
 	if lim == nil {
 		return
@@ -175,7 +223,11 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 	if hits <= maxCost/uint64(lim.Cost) {
 		cost = int64(hits) * lim.Cost
 	}
-	sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+	if atomic {
+		sc.key = AppendAtomicKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+	} else {
+		sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+	}
 	op := Op{
 		Key:       string(sc.key),
 		Algorithm: lim.Algorithm,

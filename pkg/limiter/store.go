@@ -7,6 +7,16 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
+var (
+	// ErrUnavailable marks store failures: the backend did not answer, or
+	// answered with an error.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrNotAtomic is returned for a request of an all-or-nothing domain
+	// when the store does not implement AtomicStore: a wiring mistake, not
+	// a store failure.
+	ErrNotAtomic = errors.New("store cannot decide all or nothing")
+)
+
 // Op is one decision for a Store to make atomically: charge Cost against
 // the limit kept under Key, if the limit allows it.
 //
@@ -20,6 +30,9 @@ type Op struct {
 	// Algorithm selects the semantics described on the constants in
 	// package descriptors and in lua/*.lua.
 	Algorithm descriptors.Algorithm
+	// Veto says how a denial of this op weighs in an all-or-nothing call
+	// (AtomicStore.TakeAll); Take ignores it.
+	Veto Veto
 	// Limit is the window's capacity (windows) or the refill per Window
 	// (token bucket), in milli-requests.
 	Limit int64
@@ -66,6 +79,66 @@ type Store interface {
 	Close() error
 }
 
-// ErrUnavailable marks store failures: the backend did not answer, or
-// answered with an error.
-var ErrUnavailable = errors.New("store unavailable")
+// AtomicStore is a Store that can also decide a call's ops all or nothing,
+// for the domains that ask for it (atomic: true, or Options.Atomic).
+//
+// TakeAll decides every op at one instant, the Now of the ops (all ops of
+// a call must carry the same Now), in order, each op seeing the charges of
+// the ops before it, exactly as Take would. Then it either commits, and
+// writes what Take would have written, or rejects, and writes nothing at
+// all: not even a fixed window's count of a denied hit. It rejects when an
+// op with VetoAlone is denied, or when the call has VetoGroup ops and every
+// one of them is denied; denials of VetoNone ops reject nothing. Peeks
+// (Cost 0) never write.
+//
+// results[i] is the answer Take would have given ops[i] in that order,
+// whether the call committed or not: an allowed op of a rejected call
+// reports the Remaining it would have had, its charge included.
+//
+// The whole decision is one atomic step: concurrent calls on the same keys
+// see either all of a call's charges or none. In Redis Cluster every key of
+// a call must hash to one slot (AppendAtomicKey's hash tag does that).
+// Errors are as Take's; after an error no result may be used, and the call
+// may or may not have committed (a Redis reply lost after the script ran).
+type AtomicStore interface {
+	Store
+	TakeAll(ctx context.Context, ops []Op, results []Result) error
+}
+
+// Veto is how a denied op weighs in an all-or-nothing call. The limiter
+// derives it from the descriptor's limit so that a call commits exactly
+// when the request's overall answer is OK.
+type Veto uint8
+
+// Vetoes.
+const (
+	// VetoAlone: a denial of this op rejects the call (the zero value).
+	VetoAlone Veto = iota
+	// VetoNone: a denial of this op rejects nothing (shadow mode; quota
+	// descriptors when a request's quota descriptors cannot all be over).
+	VetoNone
+	// VetoGroup: the call is rejected when every VetoGroup op of it is
+	// denied (quota mode: a request is over when all its quota
+	// descriptors are).
+	VetoGroup
+)
+
+// Rejects reports whether an all-or-nothing call of ops whose verdicts are
+// results must write nothing (see AtomicStore).
+func Rejects(ops []Op, results []Result) bool {
+	group, groupDenied := 0, 0
+	for i := range ops {
+		switch ops[i].Veto {
+		case VetoAlone:
+			if !results[i].Allowed {
+				return true
+			}
+		case VetoGroup:
+			group++
+			if !results[i].Allowed {
+				groupDenied++
+			}
+		}
+	}
+	return group > 0 && groupDenied == group
+}

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("RetryAfter", func(t *testing.T) { testRetryAfter(t, newStore) })
 	t.Run("Atomic", func(t *testing.T) { testAtomic(t, newStore) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
+	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
 	t.Run("Empty", func(t *testing.T) {
 		if err := newStore(t).Take(context.Background(), nil, nil); err != nil {
 			t.Fatalf("Take(no ops) = %v", err)

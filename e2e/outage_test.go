@@ -1,0 +1,410 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const outageRules = `
+domain: outage
+descriptors:
+  - key: high
+    rate_limit: {unit: hour, requests_per_unit: 4000000000}
+  - key: one
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+// Outage test settings.
+const (
+	outageStoreTimeout = 100 * time.Millisecond
+	// outageSlack is what an answer may take beyond the store timeout:
+	// the gRPC round trip, scheduling on a shared machine, and the
+	// breaker's probe, whose own timeout (100ms) is not the store's.
+	outageSlack    = 150 * time.Millisecond
+	outageDuration = 10 * time.Second
+	outageWorkers  = 8
+	outagePool     = 16
+	// outageRecovery bounds the time from Redis answering again to the
+	// last policy answer.
+	outageRecovery = 5 * time.Second
+)
+
+// answer is one call of the load.
+type answer struct {
+	at, took time.Duration // since the load started
+	kind     string        // "real", "policy" or what went wrong
+}
+
+// outageLoad sends one request per worker in a loop, 2 ms apart, and
+// records every answer.
+type outageLoad struct {
+	start   time.Time
+	mu      sync.Mutex
+	answers []answer
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startOutageLoad(srv *fastlimit, req *rls.RateLimitRequest, classify func(*rls.RateLimitResponse, error) string) *outageLoad {
+	l := &outageLoad{start: time.Now(), stop: make(chan struct{})}
+	for range outageWorkers {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				begin := time.Now()
+				resp, err := srv.Client.ShouldRateLimit(ctx, req)
+				took := time.Since(begin)
+				cancel()
+				l.mu.Lock()
+				l.answers = append(l.answers, answer{at: begin.Sub(l.start), took: took, kind: classify(resp, err)})
+				l.mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	return l
+}
+
+func (l *outageLoad) Stop() []answer {
+	close(l.stop)
+	l.wg.Wait()
+	return l.answers
+}
+
+func (l *outageLoad) since() time.Duration { return time.Since(l.start) }
+
+// serverRedisConns counts pid's established TCP connections to port, by
+// matching its socket inodes in /proc/net/tcp.
+func serverRedisConns(t *testing.T, pid, port int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	n := 0
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(file)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 || fields[3] != "01" || !inodes[fields[9]] {
+				continue
+			}
+			_, rport, _ := strings.Cut(fields[2], ":")
+			if p, err := strconv.ParseInt(rport, 16, 32); err == nil && int(p) == port {
+				n++
+			}
+		}
+		f.Close()
+	}
+	return n
+}
+
+// redisClients reads connected_clients from INFO, less the asking one.
+func redisClients(t *testing.T, addr string) int {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n - 1
+		}
+	}
+	t.Fatal("no connected_clients in INFO")
+	return 0
+}
+
+type latencies []time.Duration
+
+func (ls latencies) pct(p float64) time.Duration {
+	if len(ls) == 0 {
+		return 0
+	}
+	s := slices.Clone(ls)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func (ls latencies) String() string {
+	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", len(ls), ls.pct(0.5).Round(10*time.Microsecond),
+		ls.pct(0.99).Round(10*time.Microsecond), ls.pct(1).Round(10*time.Microsecond))
+}
+
+// TestOutage kills Redis under continuous load for 10 s and starts it
+// again, once per --on-store-error policy, and once more freezing Redis
+// (SIGSTOP) instead of killing it: every answer comes within the store
+// timeout plus a small slack and follows the policy while Redis is away,
+// decisions come back by themselves once it returns, and the server's
+// goroutines and Redis connections return to their baseline.
+func TestOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four 10-second outages")
+	}
+	for _, tc := range []struct {
+		policy string
+		freeze bool
+	}{{"allow", false}, {"deny", false}, {"error", false}, {"error", true}} {
+		name := tc.policy
+		if tc.freeze {
+			name += "/frozen"
+		}
+		t.Run(name, func(t *testing.T) { testOutage(t, tc.policy, tc.freeze) })
+	}
+}
+
+func testOutage(t *testing.T, policy string, freeze bool) {
+	r := startRedis(t)
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startServer(t, writeRules(t, map[string]string{"outage.yaml": outageRules}), true,
+		"--redis-url", "redis://"+r.Addr+"/0", "--store-timeout", outageStoreTimeout.String(),
+		"--on-store-error", policy, "--redis-pool-size", fmt.Sprint(outagePool), "--admin-addr", admin)
+	pid := srv.cmd.Process.Pid
+	name := policyName(policy, freeze)
+
+	// With allow, a real answer is OVER_LIMIT (the limit of one is used
+	// up) and the policy's is OK; with deny and error a real answer is OK.
+	req := domainRequest("outage", fmt.Sprint(time.Now().UnixNano()), "high")
+	classify := func(resp *rls.RateLimitResponse, err error) string {
+		switch {
+		case err != nil && status.Code(err) == codes.Unavailable && policy == policyError:
+			return "policy"
+		case err != nil:
+			return "error " + status.Code(err).String()
+		case resp.OverallCode == rls.RateLimitResponse_OK && policy != policyAllow,
+			resp.OverallCode == rls.RateLimitResponse_OVER_LIMIT && policy == policyAllow:
+			return "real"
+		default:
+			return "policy"
+		}
+	}
+	if policy == policyAllow {
+		req = domainRequest("outage", "x", "one")
+	}
+	// The first call uses up the limit of one, connects the client and
+	// fills the pool with a connection: the idle baseline.
+	if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), req); err != nil {
+		t.Fatal(err)
+	}
+
+	idleGoroutines := goroutines(t, admin)
+	load := startOutageLoad(srv, req, classify)
+	time.Sleep(2 * time.Second)
+	loadedGoroutines := goroutines(t, admin)
+	baseConns, baseClients := serverRedisConns(t, pid, r.port), redisClients(t, r.Addr)
+
+	downAt := load.since()
+	if freeze {
+		if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		r.Stop()
+	}
+	time.Sleep(outageDuration)
+	upAt := load.since()
+	if freeze {
+		if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		r.Restart(t)
+	}
+	readyAt := load.since() // Redis answers PING
+	time.Sleep(outageRecovery + time.Second)
+	afterConns, afterClients := serverRedisConns(t, pid, r.port), redisClients(t, r.Addr)
+	afterLoaded := goroutines(t, admin)
+	answers := load.Stop()
+	endAt := answers[len(answers)-1].at
+
+	var idleAfter float64
+	waitUntil(5*time.Second, func() bool {
+		idleAfter = goroutines(t, admin)
+		return idleAfter <= idleGoroutines
+	})
+
+	// Sort the answers into phases; every one must be fast and either a
+	// real decision or the policy's.
+	var before, during, after latencies
+	var slowest []answer
+	var recoveredAt time.Duration = -1
+	realBefore, realDuring, realLast, policyLast, policyAfter, problems := 0, 0, 0, 0, 0, 0
+	for _, a := range answers {
+		end := a.at + a.took
+		switch {
+		case a.at < downAt:
+			before = append(before, a.took)
+		case a.at < readyAt:
+			during = append(during, a.took)
+		default:
+			after = append(after, a.took)
+		}
+		if a.took > outageStoreTimeout+outageSlack {
+			slowest = append(slowest, a)
+		}
+		switch a.kind {
+		case "real":
+			switch {
+			case end < downAt:
+				realBefore++
+			case a.at > downAt+outageStoreTimeout && end < upAt:
+				realDuring++
+			case a.at >= readyAt && recoveredAt < 0:
+				recoveredAt = a.at
+			}
+			if a.at > endAt-3*time.Second {
+				realLast++
+			}
+		case "policy":
+			if a.at > endAt-3*time.Second {
+				policyLast++
+			}
+			if recoveredAt >= 0 {
+				policyAfter++
+			}
+		default:
+			if problems++; problems <= 5 {
+				t.Errorf("answer at %v: %s", a.at.Round(time.Millisecond), a.kind)
+			}
+		}
+	}
+	recovery := recoveredAt - readyAt
+
+	t.Logf("%s: %d answers; before %s; outage %s; after %s", name, len(answers), before, during, after)
+	t.Logf("%s: Redis away %v, answering PING %v later; first real decision %v after that; %d policy answers after it",
+		name, (upAt - downAt).Round(time.Millisecond), (readyAt - upAt).Round(time.Millisecond), recovery.Round(time.Millisecond), policyAfter)
+	t.Logf("%s: goroutines idle %v -> %v, under load %v -> %v; server conns to Redis %d -> %d (pool %d); Redis connected_clients %d -> %d",
+		name, idleGoroutines, idleAfter, loadedGoroutines, afterLoaded, baseConns, afterConns, outagePool, baseClients, afterClients)
+	t.Logf("%s: timeline (real/policy per 500ms; Redis away at %v, back at %v): %s", name,
+		downAt.Round(time.Millisecond), upAt.Round(time.Millisecond), timeline(answers, 500*time.Millisecond))
+
+	for i, a := range slowest {
+		if i == 5 {
+			t.Errorf("... %d answers slower than %v in all", len(slowest), outageStoreTimeout+outageSlack)
+			break
+		}
+		t.Errorf("answer at %v took %v (%s), more than store timeout %v + %v", a.at.Round(time.Millisecond),
+			a.took.Round(time.Millisecond), a.kind, outageStoreTimeout, outageSlack)
+	}
+	// Store timeouts on a busy machine give policy answers with Redis up:
+	// tolerated, but few.
+	if realBefore < len(before)*9/10 {
+		t.Errorf("only %d of %d answers before the outage were real decisions", realBefore, len(before))
+	}
+	if realDuring > 0 {
+		t.Errorf("%d real decisions while Redis was away", realDuring)
+	}
+	if len(during) == 0 || len(during)-realDuring == 0 {
+		t.Error("no policy answer: the outage was not seen")
+	}
+	if recoveredAt < 0 || recovery > outageRecovery {
+		t.Errorf("first real decision %v after Redis came back, want at most %v", recovery, outageRecovery)
+	}
+	if realLast < (realLast+policyLast)*9/10 {
+		t.Errorf("in the last 3 s, %d real decisions and %d policy answers: not recovered", realLast, policyLast)
+	}
+
+	if idleAfter > idleGoroutines+1 {
+		t.Errorf("goroutines: %v idle before, %v after", idleGoroutines, idleAfter)
+	}
+	if afterLoaded > loadedGoroutines+outageWorkers {
+		t.Errorf("goroutines under load: %v before, %v after", loadedGoroutines, afterLoaded)
+	}
+	if afterConns > outagePool || afterClients > outagePool {
+		t.Errorf("connections to Redis after the outage: %d from the server, %d at Redis; pool is %d", afterConns, afterClients, outagePool)
+	}
+	if t.Failed() || os.Getenv("OUTAGE_LOGS") != "" {
+		for _, line := range strings.Split(srv.logs.String(), "\n") {
+			if strings.Contains(line, "breaker") {
+				t.Log(line)
+			}
+		}
+	}
+}
+
+// goroutines reads go_goroutines from the admin listener, on a connection
+// of its own that does not outlive the scrape (an idle keep-alive
+// connection holds a server goroutine).
+func goroutines(t *testing.T, admin string) float64 {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metricValue(t, string(body), "go_goroutines")
+}
+
+func policyName(policy string, freeze bool) string {
+	if freeze {
+		return policy + " (Redis frozen)"
+	}
+	return policy + " (Redis killed)"
+}
+
+// Policies of --on-store-error.
+const (
+	policyAllow = "allow"
+	policyError = "error"
+)
+
+// timeline counts real and policy answers per step.
+func timeline(answers []answer, step time.Duration) string {
+	var b strings.Builder
+	var real, pol int
+	cur := time.Duration(0)
+	for _, a := range answers {
+		for a.at >= cur+step {
+			fmt.Fprintf(&b, " %d/%d", real, pol)
+			real, pol, cur = 0, 0, cur+step
+		}
+		if a.kind == "real" {
+			real++
+		} else {
+			pol++
+		}
+	}
+	fmt.Fprintf(&b, " %d/%d", real, pol)
+	return b.String()
+}

@@ -1,0 +1,251 @@
+--[[
+atomic.lua: several ops decided all or nothing. The ops run in order at one
+instant, each with exactly the arithmetic of its algorithm's script
+(fixed_window.lua, sliding_window.lua, token_bucket.lua) and each seeing
+the writes of the ops before it; those writes are staged in the script and
+reach Redis only if the call commits.
+
+KEYS[i]  base key of op i, ending in ':'. All KEYS of a call must share one
+         {hash tag} in Redis Cluster. The state lives at KEYS[i] .. S
+         (windows; S is a window start in Unix seconds) or
+         KEYS[i] .. 'bucket' (token bucket), as in the per-algorithm scripts.
+ARGV[1]  now     decision time of every op, Unix ms; 0 means Redis TIME
+ARGV[2 + 8 * (i - 1)] .. ARGV[9 + 8 * (i - 1)], op i:
+         alg     0 fixed_window, 1 sliding_window, 2 token_bucket
+         limit   window capacity, milli-requests (windows)
+         window  window length, ms
+         cost    charge, milli-requests; 0 peeks without writing
+         burst   bucket capacity, milli-tokens (token bucket)
+         num     refill rate numerator (token bucket)
+         den     refill rate denominator (token bucket)
+         veto    how a denial weighs: 0 rejects the call, 1 rejects nothing,
+                 2 rejects when every op with veto 2 is denied
+         with the ranges of the per-algorithm scripts' headers.
+Returns  {allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
+         four integers per op, each op's reply exactly as its algorithm's
+         script would give it in this order (so an allowed op of a rejected
+         call reports the remaining it would have had).
+
+Commit or reject: the call is rejected when an op with veto 0 is denied, or
+when there are ops with veto 2 and all of them are denied. A committed call
+writes what the per-algorithm scripts would have written, in order, with
+the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
+sliding window: the current counter PXAT ws + 2W, allowed charges only;
+token bucket: DEL when full, else HSET and PEXPIREAT when full again). A
+rejected call writes nothing, not even a fixed window's denied hit.
+
+All numbers stay below 2^53, so Lua's doubles hold them exactly;
+pkg/store/memory_atomic.go mirrors this script.
+]]
+
+local MAX = 4503599627370496 -- 2^52: counters and costs saturate here
+local STEPS = 94000000 -- sliding window: Wg stays below this
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Staged state: what the ops so far wrote, read before Redis'.
+local counters = {} -- window counter key -> count
+local buckets = {}  -- bucket key -> {t, ts, c}, or false once deleted
+local writes = {}   -- the commands to run on commit, in order
+
+local function stage(...)
+  writes[#writes + 1] = {...}
+end
+
+local function getcount(key)
+  local n = counters[key]
+  if n == nil then
+    n = tonumber(redis.call('GET', key) or 0)
+  end
+  return n
+end
+
+-- fixed mirrors fixed_window.lua.
+local function fixed(base, limit, window, cost)
+  local ws = now - now % window
+  local key = base .. int(ws / 1000)
+  local reset = ws + window - now
+
+  local count = getcount(key)
+  if cost > 0 then
+    count = math.min(count + cost, MAX)
+    counters[key] = count
+    stage('SET', key, int(count), 'PXAT', int(ws + window))
+  end
+
+  if count <= limit then
+    return 1, limit - count, 0, reset
+  end
+  return 0, 0, reset, reset
+end
+
+-- sliding mirrors sliding_window.lua. Its INCRBY and PEXPIREAT become one
+-- SET with PXAT of the same value and expiry.
+local function sliding(base, limit, window, cost)
+  local ws = now - now % window
+  local elapsed = now - ws
+  local reset = window - elapsed
+  local cur_key = base .. int(ws / 1000)
+  local prev_key = base .. int((ws - window) / 1000)
+
+  local cur = getcount(cur_key)
+  local prev = math.min(getcount(prev_key), limit)
+
+  local g = 1
+  while math.floor(window / g) >= STEPS do
+    g = g * 1000
+  end
+  local wg = math.floor(window / g)
+
+  local function share(p, rem)
+    local q = math.floor(p / wg)
+    local r = p - q * wg
+    return q * rem + math.floor(r * rem / wg)
+  end
+
+  local function maxrem(p, a)
+    local lo, hi = 0, wg
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if share(p, mid) <= a then
+        lo = mid
+      else
+        hi = mid - 1
+      end
+    end
+    return lo
+  end
+
+  local weighted = cur + share(prev, wg - 1 - math.floor(elapsed / g))
+
+  if weighted + cost <= limit then
+    if cost > 0 then
+      counters[cur_key] = cur + cost
+      stage('SET', cur_key, int(cur + cost), 'PXAT', int(ws + 2 * window))
+    end
+    return 1, limit - weighted - cost, 0, reset
+  end
+
+  local retry
+  if cost > limit then
+    retry = window
+  elseif cur <= limit - cost then
+    retry = (wg - 1 - maxrem(prev, limit - cost - cur)) * g - elapsed
+  else
+    retry = reset + math.max(wg - 1 - maxrem(math.min(cur, limit), limit - cost), 0) * g
+  end
+  return 0, math.max(limit - weighted, 0), retry, reset
+end
+
+-- bucket mirrors token_bucket.lua.
+local function bucket(base, burst, num, den, window, cost)
+  local key = base .. 'bucket'
+
+  local function fill(t, c)
+    return math.ceil(((burst - t) * den - c) / num)
+  end
+
+  local t, ts, c = burst, now, 0
+  local staged = buckets[key]
+  if staged then
+    t, ts, c = staged[1], staged[2], staged[3]
+  elseif staged == nil then
+    local state = redis.call('HMGET', key, 't', 'ts', 'c')
+    if state[1] then
+      t = tonumber(state[1])
+      ts = tonumber(state[2]) or now
+      c = tonumber(state[3]) or 0
+    end
+  end
+
+  local elapsed = math.max(0, now - ts)
+  if t >= burst or elapsed >= fill(t, c) then
+    t, c = burst, 0
+  else
+    local n = elapsed * num + c
+    local add = math.floor(n / den)
+    t = t + add
+    c = n - add * den
+  end
+  ts = math.max(ts, now)
+
+  local allowed = true
+  if cost > 0 then
+    allowed = t >= cost
+    if allowed then
+      t = t - cost
+    end
+    if t >= burst then
+      buckets[key] = false
+      stage('DEL', key)
+    else
+      buckets[key] = {t, ts, c}
+      stage('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
+      stage('PEXPIREAT', key, int(ts + math.max(fill(t, c), 1)))
+    end
+  end
+
+  local reset = 0
+  if t < burst then
+    reset = fill(t, c)
+  end
+  if allowed then
+    return 1, t, 0, reset
+  end
+  local retry = window
+  if cost <= burst then
+    retry = math.ceil(((cost - t) * den - c) / num)
+  end
+  return 0, t, retry, reset
+end
+
+local out = {}
+local reject = false
+local group, group_denied = 0, 0
+for i = 1, #KEYS do
+  local a = 1 + 8 * (i - 1)
+  local alg = tonumber(ARGV[a + 1])
+  local limit = tonumber(ARGV[a + 2])
+  local window = tonumber(ARGV[a + 3])
+  local cost = math.min(tonumber(ARGV[a + 4]), MAX)
+  local veto = tonumber(ARGV[a + 8])
+  local allowed, remaining, retry, reset
+  if alg == 0 then
+    allowed, remaining, retry, reset = fixed(KEYS[i], limit, window, cost)
+  elseif alg == 1 then
+    allowed, remaining, retry, reset = sliding(KEYS[i], limit, window, cost)
+  else
+    allowed, remaining, retry, reset = bucket(KEYS[i], tonumber(ARGV[a + 5]),
+      tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), window, cost)
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = remaining
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+  if veto == 2 then
+    group = group + 1
+    if allowed == 0 then
+      group_denied = group_denied + 1
+    end
+  elseif veto == 0 and allowed == 0 then
+    reject = true
+  end
+end
+if group > 0 and group_denied == group then
+  reject = true
+end
+
+if not reject then
+  for _, w in ipairs(writes) do
+    redis.call(unpack(w))
+  end
+end
+return out

@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+var _ limiter.AtomicStore = (*Memory)(nil)
+
+// stagePool recycles the scratch shards TakeAll stages its writes in.
+var stagePool = sync.Pool{New: func() any {
+	return &memShard{windows: make(map[windowKey]counter), buckets: make(map[string]bucket)}
+}}
+
+// TakeAll decides ops all or nothing, as described on limiter.AtomicStore
+// and in lua/atomic.lua. It locks the shards of every op's key, in shard
+// order so that concurrent calls cannot deadlock, copies the state the ops
+// read into a scratch shard, runs the ops there with Take's arithmetic, and
+// copies the scratch state back only when the call commits. It fails only
+// when ctx is done (limiter.ErrUnavailable) or an op is invalid
+// (ErrInvalidOp); either way it decides nothing.
+func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory take all: %w: %w", limiter.ErrUnavailable, err)
+	}
+	if err := checkAtomicOps(ops, results); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	now := ops[0].Now
+	if now == 0 {
+		now = m.now().UnixMilli()
+	}
+
+	var locked uint64 // one bit per shard; memShards is 64
+	for i := range ops {
+		locked |= 1 << m.shardOf(ops[i].Key)
+	}
+	for set := locked; set != 0; set &= set - 1 {
+		m.shards[bits.TrailingZeros64(set)].mu.Lock()
+	}
+	defer func() {
+		for set := locked; set != 0; set &= set - 1 {
+			m.shards[bits.TrailingZeros64(set)].mu.Unlock()
+		}
+	}()
+
+	stage := stagePool.Get().(*memShard)
+	defer func() {
+		clear(stage.windows)
+		clear(stage.buckets)
+		stagePool.Put(stage)
+	}()
+	m.visit(ops, now, func(s *memShard, k windowKey) {
+		if c, ok := s.windows[k]; ok {
+			stage.windows[k] = c
+		}
+	}, func(s *memShard, k string) {
+		if b, ok := s.buckets[k]; ok {
+			stage.buckets[k] = b
+		}
+	})
+
+	for i := range ops {
+		switch op := &ops[i]; op.Algorithm {
+		case descriptors.FixedWindow:
+			results[i] = stage.fixedWindow(op, now)
+		case descriptors.SlidingWindow:
+			results[i] = stage.slidingWindow(op, now)
+		case descriptors.TokenBucket:
+			results[i] = stage.tokenBucket(op, now)
+		}
+	}
+	if limiter.Rejects(ops, results[:len(ops)]) {
+		return nil
+	}
+
+	m.visit(ops, now, func(s *memShard, k windowKey) {
+		if c, ok := stage.windows[k]; ok {
+			s.windows[k] = c
+		} else {
+			delete(s.windows, k)
+		}
+	}, func(s *memShard, k string) {
+		if b, ok := stage.buckets[k]; ok {
+			s.buckets[k] = b
+		} else {
+			delete(s.buckets, k)
+		}
+	})
+	return nil
+}
+
+func (m *Memory) shardOf(key string) uint64 {
+	return maphash.String(m.seed, key) % memShards
+}
+
+// visit calls window and bucket for every state an op of ops may read or
+// write at now, with the shard that holds it: a fixed window's counter, a
+// sliding window's current and previous counters, a bucket.
+func (m *Memory) visit(ops []limiter.Op, now int64, window func(*memShard, windowKey), bucket func(*memShard, string)) {
+	for i := range ops {
+		op := &ops[i]
+		s := &m.shards[m.shardOf(op.Key)]
+		ws := now - now%op.Window
+		switch op.Algorithm {
+		case descriptors.FixedWindow:
+			window(s, windowKey{op.Key, ws})
+		case descriptors.SlidingWindow:
+			window(s, windowKey{op.Key, ws})
+			window(s, windowKey{op.Key, ws - op.Window})
+		case descriptors.TokenBucket:
+			bucket(s, op.Key)
+		}
+	}
+}
+
+// checkAtomicOps is checkOps plus what TakeAll needs: one Now for all ops
+// and known vetoes.
+func checkAtomicOps(ops []limiter.Op, results []limiter.Result) error {
+	if err := checkOps(ops, results); err != nil {
+		return err
+	}
+	for i := range ops {
+		if ops[i].Now != ops[0].Now {
+			return fmt.Errorf("%w: op %d: now %d differs from op 0's %d; an all-or-nothing call has one time",
+				ErrInvalidOp, i, ops[i].Now, ops[0].Now)
+		}
+		if ops[i].Veto > limiter.VetoGroup {
+			return fmt.Errorf("%w: op %d: unknown veto %d", ErrInvalidOp, i, ops[i].Veto)
+		}
+	}
+	return nil
+}
