@@ -84,6 +84,7 @@ func (r *redisServer) start(t testing.TB, path string, extra ...string) {
 	args := append([]string{"--port", fmt.Sprint(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", r.dir}, extra...)
 	r.cmd = exec.Command(path, args...)
+	r.cmd.SysProcAttr = sysProcAttr()
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +157,7 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 	f.cmd = exec.Command(binary, args...)
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	f.cmd.SysProcAttr = sysProcAttr()
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

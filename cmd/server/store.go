@@ -38,6 +38,8 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
 		Cooldown: o.breakerCool,
+		// The probe answers a caller: it gets no longer than any request.
+		ProbeTimeout: o.storeTimeout,
 		OnChange: func(from, to breaker.State) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},

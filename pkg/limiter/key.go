@@ -59,6 +59,10 @@ func AppendAtomicKey[E descriptors.KV](dst []byte, prefix, domain string, l *des
 // hash tag.
 const maxDomainTag = 64
 
+// maxTenant is the longest escaped tenant kept whole; a longer one keeps
+// readableTag bytes and a digest, like an over-long domain tag.
+const maxTenant = 64
+
 func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string, atomic bool) []byte {
 	start := len(dst)
 	dst = append(dst, prefix...)
@@ -90,7 +94,13 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 		dst = append(dst, '}')
 	}
 	dst = append(dst, ':')
+	tenantStart := len(dst)
 	dst = appendEscaped(dst, tenant)
+	if len(dst)-tenantStart > maxTenant {
+		sum := sha256.Sum256(dst[tenantStart:])
+		dst = append(dst[:tenantStart+readableTag], '~')
+		dst = hex.AppendEncode(dst, sum[:tagDigestBytes])
+	}
 	dst = append(dst, ':')
 	if len(dst)-start+windowSuffixRoom <= MaxKeyLen {
 		return dst

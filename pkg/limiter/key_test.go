@@ -124,3 +124,19 @@ func BenchmarkAppendKey(b *testing.B) {
 		buf = limiter.AppendKey(buf[:0], "ratelimit", "d", l, entries, "default")
 	}
 }
+
+func TestAppendKeyLongTenantIsDigested(t *testing.T) {
+	lim := &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 1}
+	s := mustSet(t, descriptors.DomainConfig{Name: "d", Descriptors: []descriptors.Descriptor{{Key: "k", Limit: lim}}})
+	e := descriptors.Entry{Key: "k", Value: "v"}
+	k1 := keyFor(t, s, "d", strings.Repeat("t", 4000)+"1", e)
+	k2 := keyFor(t, s, "d", strings.Repeat("t", 4000)+"2", e)
+	if k1 == k2 {
+		t.Fatal("digested tenants collide")
+	}
+	for _, k := range []string{k1, k2} {
+		if len(k)+12 > limiter.MaxKeyLen || !strings.HasPrefix(k, "ratelimit:{d/k=v}:tttt") {
+			t.Fatalf("long tenant key %q (%d bytes)", k, len(k))
+		}
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -138,3 +139,15 @@ func (c *Coalescer) Ping(ctx context.Context) error { return c.store.Ping(ctx) }
 
 // Close closes the store.
 func (c *Coalescer) Close() error { return c.store.Close() }
+
+var _ limiter.AtomicStore = (*Coalescer)(nil)
+
+// TakeAll passes an all-or-nothing call straight to the store: it is one
+// script call already, and merging would tie its fate to other requests.
+func (c *Coalescer) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	all, ok := c.store.(limiter.AtomicStore)
+	if !ok {
+		return fmt.Errorf("coalescer: %T: %w", c.store, limiter.ErrNotAtomic)
+	}
+	return all.TakeAll(ctx, ops, results)
+}

@@ -107,3 +107,19 @@ func TestCoalescerFailsEveryMemberAndRetriesNothing(t *testing.T) {
 		t.Fatalf("%d store calls for 16 takes: something was retried", under.calls.Load())
 	}
 }
+
+func TestCoalescerPassesAtomicCallsThrough(t *testing.T) {
+	c := store.NewCoalescer(store.NewMemory(store.MemoryOptions{}), store.CoalesceOptions{})
+	op := limiter.Op{Key: "all:{d}/k=v:t:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 60_000, Cost: 1000, Now: 1_000_000, Veto: limiter.VetoAlone}
+	res := make([]limiter.Result, 2)
+	if err := c.TakeAll(context.Background(), []limiter.Op{op, op}, res); err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].Allowed || res[1].Allowed {
+		t.Fatalf("second charge of a limit of 1 passed: %+v", res)
+	}
+	// Rejected: nothing was charged, so a single charge still passes.
+	if err := c.TakeAll(context.Background(), []limiter.Op{op}, res[:1]); err != nil || !res[0].Allowed {
+		t.Fatalf("after a rejected all-or-nothing call: %+v, %v", res[0], err)
+	}
+}
