@@ -14,6 +14,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -363,5 +364,13 @@ func TestShippedRules(t *testing.T) {
 	}
 	if resp.Statuses[0].CurrentLimit == nil {
 		t.Fatalf("shipped rules do not limit api_key: %v", resp)
+	}
+}
+
+func TestGRPCHealth(t *testing.T) {
+	srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true)
+	resp, err := healthpb.NewHealthClient(srv.conn).Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc.health.v1 Check: %v %v", resp, err)
 	}
 }

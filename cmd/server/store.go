@@ -63,8 +63,10 @@ func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 		pool = 10 * runtime.GOMAXPROCS(0)
 	}
 	copts := o.redis.clientOptions(o.redisURL, store.ConnOptions{
-		PoolSize:    pool,
-		DialTimeout: o.dialTimeout,
+		PoolSize:     pool,
+		DialTimeout:  o.dialTimeout,
+		ReadTimeout:  o.readTimeout,
+		WriteTimeout: o.writeTimeout,
 	})
 	client, err := store.NewClient(copts)
 	if err != nil {
