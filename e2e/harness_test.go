@@ -153,7 +153,10 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 		logs: &syncBuffer{},
 	}
 	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0"}, extra...)
+		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0",
+		// Correctness tests must not fail on a loaded machine: a test of
+		// timeouts passes its own --store-timeout, which wins.
+		"--store-timeout", "2s"}, extra...)
 	f.cmd = exec.Command(binary, args...)
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
