@@ -15,25 +15,26 @@ import (
 // the flag's name in upper case with '-' as '_' (--redis-url, REDIS_URL).
 // A flag given on the command line wins over its environment variable.
 type options struct {
-	configDir    string
-	grpcAddr     string
-	httpAddr     string
-	redisURL     string
-	keyPrefix    string
-	logLevel     string
-	logFormat    string
-	storeTimeout time.Duration
-	poolSize     int
-	dialTimeout  time.Duration
-	readTimeout  time.Duration
-	writeTimeout time.Duration
-	maxRecvBytes int
-	drain        time.Duration
-	onStoreError string
-	breakerFails int
-	batchSlots   int
-	breakerCool  time.Duration
-	limits       limiter.Limits
+	configDir     string
+	grpcAddr      string
+	httpAddr      string
+	redisURL      string
+	keyPrefix     string
+	logLevel      string
+	logFormat     string
+	storeTimeout  time.Duration
+	poolSize      int
+	dialTimeout   time.Duration
+	readTimeout   time.Duration
+	writeTimeout  time.Duration
+	maxRecvBytes  int
+	drain         time.Duration
+	onStoreError  string
+	breakerFails  int
+	batchSlots    int
+	streamWorkers int
+	breakerCool   time.Duration
+	limits        limiter.Limits
 
 	atomic bool // default for domains: decide a request's descriptors all or nothing
 
@@ -56,8 +57,9 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
-	fs.IntVar(&o.batchSlots, "redis-batches", 0,
+	fs.IntVar(&o.batchSlots, "redis-batches", 2,
 		"merge concurrent requests into shared Redis pipelines, with at most this many in flight (0: one pipeline per request)")
+	fs.IntVar(&o.streamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
 	fs.IntVar(&o.breakerFails, "breaker-failures", 5, "consecutive store failures that open the circuit breaker (answers at once until a probe succeeds)")
 	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond, "how long the open circuit waits before probing the store again")
 	fs.IntVar(&o.limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")

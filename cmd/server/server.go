@@ -67,7 +67,7 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
 	s.service = newService(s.limiter, o.storeTimeout, s.metrics, o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(o.maxRecvBytes))
+	s.grpc = grpc.NewServer(grpcOptions(o)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -179,4 +179,15 @@ func stopGRPC(g *grpc.Server, timeout time.Duration) {
 		g.Stop()
 		<-done
 	}
+}
+
+// grpcOptions tune the gRPC server for many small unary calls: stream
+// workers reuse goroutines (and their grown stacks) instead of starting one
+// per call, and connections share write buffers.
+func grpcOptions(o options) []grpc.ServerOption {
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.maxRecvBytes), grpc.SharedWriteBuffer(true)}
+	if o.streamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(o.streamWorkers)))
+	}
+	return opts
 }
