@@ -16,5 +16,7 @@ lint: ## gofmt, vet, tidy check
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	go vet ./...
 	go mod tidy -diff
+bench: ## load, memory and Go benchmarks into BENCHMARKS.md (about 10 min)
+	./scripts/bench.sh
 e2e: ## end-to-end tests only
 	go test -count=1 ./e2e/
