@@ -29,8 +29,8 @@
 #   BENCH_RSS_IDS=1000000 identifiers per embedded-store RSS round (0: skip)
 #   BENCH_RSS_CYCLES=2   rounds of new 1-second identifiers, each followed
 #                        by the janitor's sweep
-#   BENCH_SWEEP=60       the memory store's sweep interval, seconds
-#                        (store.DefaultSweepInterval; the server has no flag)
+#   BENCH_SWEEP=10       the memory store's sweep interval, seconds
+#                        (--memory-sweep-interval of the RSS server)
 #   BENCH_GO=1           run the Go benchmarks (0: skip)
 #   BENCH_GOTIME=1s      -benchtime of the Go benchmarks
 #   BENCH_PROFILE=1      CPU profiles of the server under load, if it has --pprof
@@ -55,7 +55,7 @@ REDIS_N=${BENCH_REDIS_N:-200000}
 MEM_IDS=${BENCH_MEM_IDS:-100000}
 RSS_IDS=${BENCH_RSS_IDS:-1000000}
 RSS_CYCLES=${BENCH_RSS_CYCLES:-2}
-SWEEP=${BENCH_SWEEP:-60}
+SWEEP=${BENCH_SWEEP:-10}
 GO_BENCH=${BENCH_GO:-1}
 GO_BENCHTIME=${BENCH_GOTIME:-1s}
 PROFILE=${BENCH_PROFILE:-1}
@@ -418,7 +418,7 @@ wait_sweep() {
 }
 if ((RSS_IDS > 0)); then
 	log "embedded store RSS at $RSS_IDS identifiers"
-	start_server rss
+	start_server rss --memory-sweep-interval "${SWEEP}s"
 	settle
 	rss_point "started; settled on the unlimited rule" 0
 	rss_round fw_hour 0
@@ -587,7 +587,7 @@ GEN=$TMP/generated.md
 		echo "from /proc/PID/status; live Go heap at the last GC, as half the GC's next goal"
 		echo "(go_memstats_next_gc_bytes of /metrics, GOGC=100). \"Settled\" means after requests on"
 		echo "the unlimited rule until the GC had run twice since the point before. The janitor sweeps expired state every"
-		echo "${SWEEP} s (store.DefaultSweepInterval; the server has no flag for it); swept maps keep"
+		echo "${SWEEP} s (\`--memory-sweep-interval ${SWEEP}s\`); swept maps keep"
 		echo "their buckets for the next identifiers."
 		echo
 		echo "| point | identifiers seen | VmRSS | VmHWM | live Go heap |"

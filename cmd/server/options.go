@@ -32,6 +32,7 @@ type options struct {
 	onStoreError  string
 	breakerFails  int
 	batchSlots    int
+	sweepEvery    time.Duration
 	streamWorkers int
 	breakerCool   time.Duration
 	limits        limiter.Limits
@@ -59,6 +60,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
 	fs.IntVar(&o.batchSlots, "redis-batches", 2,
 		"merge concurrent requests into shared Redis pipelines, with at most this many in flight (0: one pipeline per request)")
+	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,
+		"embedded store: how often expired windows and buckets are swept from memory")
 	fs.IntVar(&o.streamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
 	fs.IntVar(&o.breakerFails, "breaker-failures", 5, "consecutive store failures that open the circuit breaker (answers at once until a probe succeeds)")
 	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond, "how long the open circuit waits before probing the store again")

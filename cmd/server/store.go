@@ -25,7 +25,7 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		if err := o.redis.validate(o.redisURL); err != nil {
 			return nil, err
 		}
-		return store.NewMemory(store.MemoryOptions{}), nil
+		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery}), nil
 	}
 	r, err := newRedis(o, log)
 	if err != nil {
