@@ -63,6 +63,14 @@ BATCHES=${BENCH_BATCHES:-4}
 OUT=${BENCH_OUT:-BENCHMARKS.md}
 read -r -a EXTRA_FLAGS <<<"${BENCH_SERVER_FLAGS-"--store-timeout 1s"}"
 
+# On a fresh Debian machine, install what is missing (as scripts/test.sh does).
+if ! command -v jq >/dev/null || ! command -v curl >/dev/null || ! command -v redis-benchmark >/dev/null ||
+	! command -v redis-server >/dev/null; then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo="sudo"
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq jq curl redis-server redis-tools >/dev/null
+fi
 for tool in go jq curl redis-server redis-cli redis-benchmark; do
 	command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found on PATH" >&2; exit 1; }
 done
@@ -505,7 +513,7 @@ GEN=$TMP/generated.md
 	echo
 	echo "| target | measured | goal | met | by CPU per decision |"
 	echo "| --- | --- | --- | --- | --- |"
-	echo "| Redis fixed window (one pipeline per request, the default), $CALLERS callers, 1 descriptor: rate vs \`unlimited\` | $(printf '%.0f' "$R64")/s vs $(printf '%.0f' "$U64")/s = $(pct "$R64" "$U64") % | ≥ 80 % | $(met "$(jq -n "$R64 >= 0.8 * $U64")") | $(printf '%.0f' "$R64C") µs vs $(printf '%.0f' "$U64C") µs = $(pct "$U64C" "$R64C") % |"
+	echo "| Redis fixed window (default flags: --redis-batches 2), $CALLERS callers, 1 descriptor: rate vs \`unlimited\` | $(printf '%.0f' "$R64")/s vs $(printf '%.0f' "$U64")/s = $(pct "$R64" "$U64") % | ≥ 80 % | $(met "$(jq -n "$R64 >= 0.8 * $U64")") | $(printf '%.0f' "$R64C") µs vs $(printf '%.0f' "$U64C") µs = $(pct "$U64C" "$R64C") % |"
 	echo "| Redis fixed window, $CALLERS callers, 1 descriptor: p99 | $(fmt_us "$R64P99") | ≤ 5 ms | $(met "$(jq -n "$R64P99 <= 5000")") | |"
 	echo "| Redis fixed window, 1 caller: p50 | $(fmt_us "$R1P50") | ≤ 250 µs | $(met "$(jq -n "$R1P50 <= 250")") | |"
 	if ((BATCHES > 0)); then
