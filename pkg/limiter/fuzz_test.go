@@ -29,6 +29,9 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add("é", "ünï", "k\x00", "\xff\xfe", " ", "\t", false, false)
 	lim := &descriptors.Limit{}
 	f.Fuzz(func(t *testing.T, domain, tenant, k1, v1, k2, v2 string, two, atomic bool) {
+		if domain == "" {
+			t.Skip("Check refuses an empty domain before any key is built")
+		}
 		build := limiter.AppendKey[descriptors.Entry]
 		if atomic {
 			build = limiter.AppendAtomicKey[descriptors.Entry]
