@@ -65,7 +65,12 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
-	s.service = newService(s.limiter, o.storeTimeout, s.metrics, o.headers, log.Named("service"))
+	// The embedded store never waits, so it needs no per-request timer.
+	timeout := o.storeTimeout
+	if o.redisURL == "" {
+		timeout = 0
+	}
+	s.service = newService(s.limiter, timeout, s.metrics, o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
 	s.grpc = grpc.NewServer(grpcOptions(o)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
