@@ -29,6 +29,9 @@ fi
 echo "==> go vet"
 go vet ./...
 
+echo "==> go mod tidy"
+go mod tidy -diff
+
 echo "==> go test -race (unit, conformance on memory and real Redis, e2e)"
 export FASTLIMIT_REQUIRE_REDIS=1
 go test -race -count=1 -timeout 20m ./...
