@@ -155,23 +155,7 @@ func TestAtomicCanceled(t *testing.T) {
 func TestAtomicRedisNoScript(t *testing.T) {
 	const prefix = "atomic-noscript:"
 	r, rdb := newRedis(t, dbSuite, prefix)
-	ctx := context.Background()
-	op := limiter.Op{Key: prefix + "{a}/x:", Algorithm: descriptors.FixedWindow, Limit: 100_000, Window: 3_600_000, Cost: 1000, Now: farBase}
-	ops := []limiter.Op{op, op, op}
-	res := make([]limiter.Result, len(ops))
-	for call := range 4 {
-		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.TakeAll(ctx, ops, res); err != nil {
-			t.Fatalf("TakeAll after SCRIPT FLUSH: %v", err)
-		}
-		for i, got := range res {
-			if want := 100_000 - int64(call*3+i+1)*1000; !got.Allowed || got.Remaining != want {
-				t.Errorf("call %d op %d = %+v, want remaining %d (each op counted once)", call, i, got, want)
-			}
-		}
-	}
+	takeAfterFlushes(t, rdb, r.TakeAll, prefix+"{a}/x:")
 }
 
 // TestMemoryTakeAllNoDeadlock races calls over keys in many shards, each

@@ -237,19 +237,21 @@ func TestRedisCountersAreIntegers(t *testing.T) {
 	}
 }
 
-func TestRedisNoScriptBetweenCalls(t *testing.T) {
-	const prefix = "noscript:"
-	r, rdb := newRedis(t, dbSuite, prefix)
+// takeAfterFlushes flushes the scripts before each of 4 calls of take,
+// each with 3 charges of one fixed window, and checks that every charge
+// counted exactly once.
+func takeAfterFlushes(t *testing.T, rdb *redis.Client, take func(context.Context, []limiter.Op, []limiter.Result) error, key string) {
+	t.Helper()
 	ctx := context.Background()
-	op := limiter.Op{Key: prefix + "{a}:", Algorithm: descriptors.FixedWindow, Limit: 100_000, Window: 3_600_000, Cost: 1000, Now: farBase}
+	op := limiter.Op{Key: key, Algorithm: descriptors.FixedWindow, Limit: 100_000, Window: 3_600_000, Cost: 1000, Now: farBase}
 	ops := []limiter.Op{op, op, op}
 	res := make([]limiter.Result, len(ops))
 	for call := range 4 {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Take(ctx, ops, res); err != nil {
-			t.Fatalf("Take after SCRIPT FLUSH: %v", err)
+		if err := take(ctx, ops, res); err != nil {
+			t.Fatalf("call %d after SCRIPT FLUSH: %v", call, err)
 		}
 		for i, got := range res {
 			if want := 100_000 - int64(call*3+i+1)*1000; !got.Allowed || got.Remaining != want {
@@ -257,6 +259,13 @@ func TestRedisNoScriptBetweenCalls(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestRedisNoScriptBetweenCalls(t *testing.T) {
+	const prefix = "noscript:"
+	r, rdb := newRedis(t, dbSuite, prefix)
+	ctx := context.Background()
+	takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
 	sum := sha1.Sum([]byte(lua.FixedWindow))
 	sha := hex.EncodeToString(sum[:])
 	if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
