@@ -45,7 +45,12 @@ func randomCalls(rng *rand.Rand, prefix string, n int, now *int64) [][]limiter.O
 // to both stores and compares every result and every key's expiry.
 func TestAtomicRedisMatchesMemory(t *testing.T) {
 	const prefix = "atomic-differential:"
-	r, rdb := newRedis(t, dbSuite, prefix)
+	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		atomicMatchesMemory(t, prefix, r, rdb)
+	})
+}
+
+func atomicMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 	ins := inspected{r, rdb}
 	m := newMemory(t, store.MemoryOptions{})
 	rng := rand.New(rand.NewPCG(23, 29))
@@ -94,9 +99,10 @@ func TestAtomicRedisMatchesMemory(t *testing.T) {
 
 func TestAtomicInvalidOps(t *testing.T) {
 	r, _ := newRedis(t, dbSuite, "atomic-invalid:")
-	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r} {
+	mux, _ := newRedisMux(t, dbSuite, "atomic-invalid:")
+	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r, "mux": mux} {
 		t.Run(name, func(t *testing.T) {
-			valid := limiter.Op{Key: "atomic-invalid:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000, Now: farBase}
+			valid := limiter.Op{Key: "atomic-invalid:{" + name + "}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000, Now: farBase}
 			bad := map[string]limiter.Op{}
 			for _, tc := range invalidOps {
 				tc.op.Key, tc.op.Now = valid.Key, farBase
@@ -135,11 +141,12 @@ func TestAtomicInvalidOps(t *testing.T) {
 
 func TestAtomicCanceled(t *testing.T) {
 	r, _ := newRedis(t, dbSuite, "atomic-canceled:")
+	mux, _ := newRedisMux(t, dbSuite, "atomic-canceled:")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	op := limiter.Op{Key: "atomic-canceled:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
 	m := newMemory(t, store.MemoryOptions{})
-	for name, st := range map[string]limiter.AtomicStore{"memory": m, "redis": r} {
+	for name, st := range map[string]limiter.AtomicStore{"memory": m, "redis": r, "mux": mux} {
 		err := st.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1))
 		if !errors.Is(err, limiter.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: TakeAll(canceled) = %v, want ErrUnavailable and context.Canceled", name, err)
@@ -154,8 +161,9 @@ func TestAtomicCanceled(t *testing.T) {
 // script with EVAL, and every op still counts exactly once.
 func TestAtomicRedisNoScript(t *testing.T) {
 	const prefix = "atomic-noscript:"
-	r, rdb := newRedis(t, dbSuite, prefix)
-	takeAfterFlushes(t, rdb, r.TakeAll, prefix+"{a}/x:")
+	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		takeAfterFlushes(t, rdb, r.TakeAll, prefix+"{a}/x:")
+	})
 }
 
 // TestMemoryTakeAllNoDeadlock races calls over keys in many shards, each

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/fastlimit/fastlimit/pkg/resp"
 )
 
 // Redis deployment types, as envoyproxy/ratelimit's REDIS_TYPE names them.
@@ -109,6 +111,17 @@ func redactAddr(s string) string {
 }
 
 func newSingle(o ClientOptions) (redis.UniversalClient, error) {
+	opt, err := singleOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(opt)
+	c.AddHook(noRetryHook{})
+	return c, nil
+}
+
+// singleOptions maps o, of type single, onto go-redis' options.
+func singleOptions(o ClientOptions) (*redis.Options, error) {
 	raw := strings.TrimSpace(o.URL)
 	if raw == "" {
 		return nil, errors.New("redis URL is empty")
@@ -135,9 +148,32 @@ func newSingle(o ClientOptions) (redis.UniversalClient, error) {
 	if opt.TLSConfig, err = o.TLS.config(tlsOn, host); err != nil {
 		return nil, err
 	}
-	c := redis.NewClient(opt)
-	c.AddHook(noRetryHook{})
-	return c, nil
+	return opt, nil
+}
+
+// NewMuxClient returns a resp.Client, for RedisMux, to the single server o
+// describes (o.Type must be single or empty), with conns shared
+// connections. Conn.ReadTimeout is how long a connection may go without a
+// reply it awaits before it is closed; PoolSize and WriteTimeout do not
+// apply. It does no I/O, and its errors never contain a password.
+func NewMuxClient(o ClientOptions, conns int) (*resp.Client, error) {
+	if typ := strings.ToLower(strings.TrimSpace(o.Type)); typ != "" && typ != TypeSingle {
+		return nil, fmt.Errorf("redis type %q: multiplexed connections need a single server", o.Type)
+	}
+	opt, err := singleOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	return resp.New(resp.Options{
+		Addr:        opt.Addr,
+		Username:    opt.Username,
+		Password:    opt.Password,
+		DB:          opt.DB,
+		TLS:         opt.TLSConfig,
+		Conns:       conns,
+		DialTimeout: o.Conn.DialTimeout,
+		ReadTimeout: o.Conn.ReadTimeout,
+	}), nil
 }
 
 func newCluster(o ClientOptions) (redis.UniversalClient, error) {

@@ -180,7 +180,42 @@ func TestClientACL(t *testing.T) {
 		case err != nil && strings.Contains(err.Error(), secret):
 			t.Errorf("error shows the password: %v", err)
 		}
+		// The multiplexed client authenticates with the same settings.
+		err = newKind(t, "mux", tc.o).Open(ctx)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: mux Open = %v", tc.o, err)
+		case !tc.ok && err == nil:
+			t.Errorf("%s: mux: wrong password accepted", tc.o)
+		case err != nil && strings.Contains(err.Error(), secret):
+			t.Errorf("mux error shows the password: %v", err)
+		}
 	}
+}
+
+// newKind returns a Redis store of the kind named ("go-redis": Redis over
+// NewClient, "mux": RedisMux over NewMuxClient), closed when t ends.
+func newKind(t *testing.T, kind string, o store.ClientOptions) redisStore {
+	t.Helper()
+	var r redisStore
+	switch kind {
+	case "go-redis":
+		c, err := store.NewClient(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
+	case "mux":
+		c, err := store.NewMuxClient(o, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = store.NewRedisMux(c, zaptest.NewLogger(t))
+	default:
+		t.Fatalf("unknown store kind %q", kind)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }
 
 // tlsFiles are PEM files of a CA, a server certificate for 127.0.0.1 and
@@ -283,27 +318,24 @@ func TestClientTLS(t *testing.T) {
 		{"plaintext", tlsAddr, store.TLSOptions{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := store.NewClient(store.ClientOptions{URL: tc.url, TLS: tc.tls,
-				Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
-			defer r.Close()
-			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			defer cancel()
-			err = r.Open(cctx)
-			if tc.ok != (err == nil) {
-				t.Fatalf("Open = %v, want success %v", err, tc.ok)
-			}
-			if !tc.ok {
-				return
-			}
-			op := limiter.Op{Key: "tls:{" + tc.name + "}:", Algorithm: descriptors.FixedWindow, Limit: 5000,
-				Window: 60_000, Cost: 1000, Now: farBase}
-			res := make([]limiter.Result, 1)
-			if err := r.Take(cctx, []limiter.Op{op}, res); err != nil || !res[0].Allowed {
-				t.Errorf("Take over TLS = %+v, %v", res[0], err)
+			for _, kind := range []string{"go-redis", "mux"} {
+				r := newKind(t, kind, store.ClientOptions{URL: tc.url, TLS: tc.tls,
+					Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				err := r.Open(cctx)
+				if tc.ok != (err == nil) {
+					t.Fatalf("%s: Open = %v, want success %v", kind, err, tc.ok)
+				}
+				if !tc.ok {
+					continue
+				}
+				op := limiter.Op{Key: "tls:{" + tc.name + "}:", Algorithm: descriptors.FixedWindow, Limit: 5000,
+					Window: 60_000, Cost: 1000, Now: farBase}
+				res := make([]limiter.Result, 1)
+				if err := r.Take(cctx, []limiter.Op{op}, res); err != nil || !res[0].Allowed {
+					t.Errorf("%s: Take over TLS = %+v, %v", kind, res[0], err)
+				}
 			}
 		})
 	}

@@ -74,6 +74,17 @@ type script struct {
 	name, src, sha string
 }
 
+// algorithmScripts returns the scripts by algorithm, with their digests.
+func algorithmScripts() [3]script {
+	var all [3]script
+	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
+		src := lua.Script(alg)
+		sum := sha1.Sum([]byte(src))
+		all[alg] = script{name: alg.String(), src: src, sha: hex.EncodeToString(sum[:])}
+	}
+	return all
+}
+
 // NewRedis returns a Redis that uses client, which may be a single-node,
 // Sentinel or Cluster client. It does no I/O; the scripts are loaded by
 // Open, or on the first Take that finds them missing (NOSCRIPT, then EVAL).
@@ -81,12 +92,7 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	r := &Redis{client: client, log: logger, owns: opts.CloseClient}
-	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
-		src := lua.Script(alg)
-		sum := sha1.Sum([]byte(src))
-		r.scripts[alg] = script{name: alg.String(), src: src, sha: hex.EncodeToString(sum[:])}
-	}
+	r := &Redis{client: client, log: logger, owns: opts.CloseClient, scripts: algorithmScripts()}
 	if n, ok := clientRetries(client); ok && n > 0 {
 		r.log.Warn("redis client retries failed commands; a retried pipeline may charge ops twice, set MaxRetries to -1",
 			zap.Int(logKeyRetry, n))

@@ -59,6 +59,47 @@ func newRedis(t testing.TB, db int, prefix string) (*store.Redis, *redis.Client)
 	return r, rdb
 }
 
+// redisStore is what both Redis stores, Redis and RedisMux, offer.
+type redisStore interface {
+	limiter.AtomicStore
+	Open(ctx context.Context) error
+}
+
+// newRedisMux is newRedis for a RedisMux.
+func newRedisMux(t testing.TB, db int, prefix string) (*store.RedisMux, *redis.Client) {
+	t.Helper()
+	addr := redistest.Addr(t)
+	client, err := store.NewMuxClient(store.ClientOptions{URL: fmt.Sprintf("redis://%s/%d", addr, db),
+		Conn: store.ConnOptions{DialTimeout: time.Second}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.NewRedisMux(client, zaptest.NewLogger(t))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	t.Cleanup(func() {
+		if prefix != "" {
+			deleteKeys(t, rdb, prefix)
+		}
+		_ = r.Close()
+		_ = rdb.Close()
+	})
+	return r, rdb
+}
+
+// forEachRedis runs f in a subtest for each Redis store, on the test
+// server's database db; keys starting with prefix are deleted after each.
+func forEachRedis(t *testing.T, db int, prefix string, f func(t *testing.T, st redisStore, rdb *redis.Client)) {
+	t.Helper()
+	t.Run("go-redis", func(t *testing.T) {
+		r, rdb := newRedis(t, db, prefix)
+		f(t, r, rdb)
+	})
+	t.Run("mux", func(t *testing.T) {
+		r, rdb := newRedisMux(t, db, prefix)
+		f(t, r, rdb)
+	})
+}
+
 func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
 	ctx := context.Background()
 	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
@@ -72,7 +113,7 @@ func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
 
 // inspected is a Redis store that lists its keys for the suite.
 type inspected struct {
-	*store.Redis
+	limiter.AtomicStore
 	rdb *redis.Client
 }
 
@@ -112,6 +153,13 @@ func (s inspected) Expiries(ctx context.Context, prefix string, after int64) (ma
 func TestRedisConformance(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T) limiter.Store {
 		r, rdb := newRedis(t, dbSuite, limitertest.KeyPrefix)
+		return inspected{r, rdb}
+	})
+}
+
+func TestRedisMuxConformance(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T) limiter.Store {
+		r, rdb := newRedisMux(t, dbSuite, limitertest.KeyPrefix)
 		return inspected{r, rdb}
 	})
 }
@@ -169,7 +217,12 @@ func gcd(a, b int64) int64 {
 // compares every result and every key's expiry.
 func TestRedisMatchesMemory(t *testing.T) {
 	const prefix = "differential:"
-	r, rdb := newRedis(t, dbSuite, prefix)
+	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		redisMatchesMemory(t, prefix, r, rdb)
+	})
+}
+
+func redisMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 	ins := inspected{r, rdb}
 	m := newMemory(t, store.MemoryOptions{})
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -209,7 +262,12 @@ func TestRedisMatchesMemory(t *testing.T) {
 // without exponents at the largest values.
 func TestRedisCountersAreIntegers(t *testing.T) {
 	const prefix = "integers:"
-	r, rdb := newRedis(t, dbSuite, prefix)
+	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		countersAreIntegers(t, prefix, r, rdb)
+	})
+}
+
+func countersAreIntegers(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 	ctx := context.Background()
 	now := farBase + 1234
 	ops := []limiter.Op{
@@ -263,14 +321,15 @@ func takeAfterFlushes(t *testing.T, rdb *redis.Client, take func(context.Context
 
 func TestRedisNoScriptBetweenCalls(t *testing.T) {
 	const prefix = "noscript:"
-	r, rdb := newRedis(t, dbSuite, prefix)
-	ctx := context.Background()
-	takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
-	sum := sha1.Sum([]byte(lua.FixedWindow))
-	sha := hex.EncodeToString(sum[:])
-	if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
-		t.Errorf("script not loaded again after the flush: %v %v", ok, err)
-	}
+	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		ctx := context.Background()
+		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
+		sum := sha1.Sum([]byte(lua.FixedWindow))
+		sha := hex.EncodeToString(sum[:])
+		if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
+			t.Errorf("script not loaded again after the flush: %v %v", ok, err)
+		}
+	})
 }
 
 // TestRedisNoScriptConcurrent flushes the script cache continuously while
@@ -347,11 +406,81 @@ func TestRedisNoScriptConcurrent(t *testing.T) {
 	}
 }
 
+// TestRedisMuxNoScriptConcurrent is TestRedisNoScriptConcurrent for
+// RedisMux: workers share one store while the scripts are flushed.
+func TestRedisMuxNoScriptConcurrent(t *testing.T) {
+	const prefix = "flush-mux:"
+	core, logs := observer.New(zapcore.DebugLevel)
+	addr := redistest.Addr(t)
+	client, err := store.NewMuxClient(store.ClientOptions{URL: addr}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.NewRedisMux(client, zap.New(core))
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = st.Close(); _ = rdb.Close() })
+
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var flusher sync.WaitGroup
+	flusher.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Errorf("SCRIPT FLUSH: %v", err)
+				return
+			}
+			flushes.Add(1)
+		}
+	})
+	const workers, calls = 6, 150
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			op := limiter.Op{Key: fmt.Sprintf("%s{w%d}:", prefix, w), Algorithm: descriptors.FixedWindow,
+				Limit: 1 << 40, Window: 3_600_000, Cost: 1000, Now: farBase}
+			bucket := limiter.Op{Key: fmt.Sprintf("%s{b%d}:", prefix, w), Algorithm: descriptors.TokenBucket,
+				Burst: 1 << 40, RateNum: 1, RateDen: 1, Window: 1000, Cost: 1000, Now: farBase}
+			ops := []limiter.Op{op, bucket, op, op, bucket, op, op, op}
+			res := make([]limiter.Result, len(ops))
+			for range calls {
+				if err := st.Take(ctx, ops, res); err != nil {
+					t.Errorf("Take: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	flusher.Wait()
+	for w := range workers {
+		got, err := rdb.Get(ctx, fmt.Sprintf("%s{w%d}:%d", prefix, w, farBase/1000)).Int64()
+		if want := int64(calls * 6 * 1000); err != nil || got != want {
+			t.Errorf("worker %d counter = %d, %v; want %d (every op exactly once)", w, got, err, want)
+		}
+	}
+	resent := logs.FilterMessageSnippet("scripts missing").Len()
+	t.Logf("%d flushes, %d calls re-sent ops after NOSCRIPT", flushes.Load(), resent)
+	if resent == 0 {
+		t.Error("no call saw NOSCRIPT; the test did not exercise recovery")
+	}
+}
+
 // TestRedisKeysExpire uses the server's clock (Now == 0): every key carries
 // a TTL no longer than its use, and all are gone after the windows end.
 func TestRedisKeysExpire(t *testing.T) {
 	const prefix = "expire:"
-	r, rdb := newRedis(t, dbExpiry, prefix)
+	forEachRedis(t, dbExpiry, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+		keysExpire(t, prefix, r, rdb)
+	})
+}
+
+func keysExpire(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 	ctx := context.Background()
 	before, err := rdb.DBSize(ctx).Result()
 	if err != nil {
@@ -447,9 +576,49 @@ func TestRedisUnavailable(t *testing.T) {
 	}
 }
 
+// TestRedisMuxUnavailable: a server that is down fails fast with
+// ErrUnavailable, and errors do not show the password.
+func TestRedisMuxUnavailable(t *testing.T) {
+	const password = "s3cr3t-Pa55"
+	client, err := store.NewMuxClient(store.ClientOptions{URL: fmt.Sprintf("redis://app:%s@%s/0", password, closedAddr(t)),
+		Conn: store.ConnOptions{DialTimeout: 200 * time.Millisecond}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.NewRedisMux(client, zaptest.NewLogger(t))
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := limiter.Op{Key: "down:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
+	for name, call := range map[string]func() error{
+		"Take":    func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
+		"TakeAll": func() error { return r.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
+		"Ping":    func() error { return r.Ping(ctx) },
+		"Open":    func() error { return r.Open(ctx) },
+	} {
+		start := time.Now()
+		err := call()
+		if !errors.Is(err, limiter.ErrUnavailable) {
+			t.Errorf("%s = %v, want ErrUnavailable", name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s took %v against a closed port", name, d)
+		}
+		if err != nil && strings.Contains(err.Error(), password) {
+			t.Errorf("%s error shows the password: %v", name, err)
+		}
+	}
+	if _, err := store.NewMuxClient(store.ClientOptions{Type: "cluster", URL: "127.0.0.1:1"}, 2); err == nil {
+		t.Error("NewMuxClient accepted a cluster")
+	}
+}
+
 // TestRedisDeadline: Take gives up at ctx's deadline when Redis stalls.
 func TestRedisDeadline(t *testing.T) {
-	r, rdb := newRedis(t, dbSuite, "deadline:")
+	forEachRedis(t, dbSuite, "deadline:", redisDeadline)
+}
+
+func redisDeadline(t *testing.T, r redisStore, rdb *redis.Client) {
 	ctx := context.Background()
 	if err := r.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -474,8 +643,9 @@ func TestRedisDeadline(t *testing.T) {
 }
 
 func TestRedisInvalidOps(t *testing.T) {
-	r, _ := newRedis(t, dbSuite, "invalid:")
-	testInvalidOps(t, r)
+	forEachRedis(t, dbSuite, "invalid:", func(t *testing.T, r redisStore, _ *redis.Client) {
+		testInvalidOps(t, r)
+	})
 }
 
 func TestRedisOptionsFromURL(t *testing.T) {
@@ -554,6 +724,16 @@ func TestScriptHeaders(t *testing.T) {
 
 func BenchmarkRedisTake(b *testing.B) {
 	r, _ := newRedis(b, dbSuite, "bench:")
+	benchmarkTake(b, r)
+}
+
+func BenchmarkRedisMuxTake(b *testing.B) {
+	r, _ := newRedisMux(b, dbSuite, "bench:")
+	benchmarkTake(b, r)
+}
+
+// benchmarkTake times sequential Takes of 1, 10 and 100 ops.
+func benchmarkTake(b *testing.B, r limiter.Store) {
 	ctx := context.Background()
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
