@@ -32,6 +32,8 @@ type options struct {
 	onStoreError  string
 	breakerFails  int
 	batchSlots    int
+	muxConns      int
+	cacheBytes    int
 	sweepEvery    time.Duration
 	streamWorkers int
 	breakerCool   time.Duration
@@ -60,6 +62,10 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
 	fs.IntVar(&o.batchSlots, "redis-batches", 2,
 		"merge concurrent requests into shared Redis pipelines, with at most this many in flight (0: one pipeline per request)")
+	fs.IntVar(&o.muxConns, "redis-conns", 2,
+		"single Redis: connections that all requests share, pipelined (0: go-redis' pool with --redis-pool-size and --redis-batches instead)")
+	fs.IntVar(&o.cacheBytes, "local-cache-size-in-bytes", 0,
+		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
 	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
 	fs.IntVar(&o.streamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")

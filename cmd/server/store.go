@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/breaker"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/overlimit"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
@@ -27,13 +30,25 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		}
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery}), nil
 	}
-	r, err := newRedis(o, log)
-	if err != nil {
-		return nil, err
-	}
-	var under limiter.Store = r
-	if o.batchSlots > 0 {
-		under = store.NewCoalescer(r, store.CoalesceOptions{InFlight: o.batchSlots, Timeout: o.storeTimeout})
+	var (
+		under limiter.Store
+		open  func(context.Context) error
+	)
+	if o.muxConns > 0 && isSingle(o.redis.typ) {
+		m, err := newRedisMux(o, log)
+		if err != nil {
+			return nil, err
+		}
+		under, open = m, m.Open
+	} else {
+		r, err := newRedis(o, log)
+		if err != nil {
+			return nil, err
+		}
+		under, open = r, r.Open
+		if o.batchSlots > 0 {
+			under = store.NewCoalescer(r, store.CoalesceOptions{InFlight: o.batchSlots, Timeout: o.storeTimeout})
+		}
 	}
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
@@ -44,13 +59,76 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	return &guarded{Breaker: b, open: r.Open}, nil
+	g := &guarded{AtomicStore: b, open: open}
+	if n := o.cacheBytes / cacheEntryBytes; n > 0 {
+		// Outside the breaker: keys known to be over their limit stay
+		// denied while Redis is away.
+		g.cache = overlimit.New(b, overlimit.Options{MaxEntries: n})
+		g.AtomicStore = g.cache
+	}
+	return g, nil
 }
 
-// guarded is a store behind a circuit breaker, opened through to the store.
+// registerCache exports the over-limit cache's counters on reg, if st has
+// a cache.
+func registerCache(st openStore, reg prometheus.Registerer) error {
+	g, ok := st.(*guarded)
+	if !ok || g.cache == nil {
+		return nil
+	}
+	stat := func(f func(overlimit.Stats) float64) func() float64 {
+		return func() float64 { return f(g.cache.Stats()) }
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_hits_total",
+			Help: "Descriptors denied by the local over-limit cache without a Redis round trip."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_full_total",
+			Help: "Over-limit keys not cached because the cache was full (--local-cache-size-in-bytes)."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Full) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_local_cache_entries",
+			Help: "Keys held by the local over-limit cache, expired ones not yet dropped included."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Entries) })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cacheEntryBytes is what --local-cache-size-in-bytes counts per key: an
+// entry measured 115 bytes of heap plus its key (about 50 bytes for keys
+// of 40), rounded up for longer keys and map growth.
+const cacheEntryBytes = 256
+
+// isSingle reports whether --redis-type names a single server.
+func isSingle(typ string) bool {
+	typ = strings.ToLower(strings.TrimSpace(typ))
+	return typ == "" || typ == store.TypeSingle
+}
+
+// newRedisMux builds the Redis store for a single server over
+// --redis-conns shared, pipelined connections.
+func newRedisMux(o options, log *zap.Logger) (*store.RedisMux, error) {
+	copts := o.redis.clientOptions(o.redisURL, store.ConnOptions{
+		DialTimeout: o.dialTimeout,
+		ReadTimeout: o.readTimeout,
+	})
+	client, err := store.NewMuxClient(copts, o.muxConns)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	log = log.Named("redis").With(zap.String("redis", copts.String()), zap.Int("conns", o.muxConns))
+	return store.NewRedisMux(client, log), nil
+}
+
+// guarded is a store behind a circuit breaker, and the over-limit cache
+// when there is one, opened through to the store.
 type guarded struct {
-	*breaker.Breaker
-	open func(context.Context) error
+	limiter.AtomicStore
+	open  func(context.Context) error
+	cache *overlimit.Cache // nil without --local-cache-size-in-bytes
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
