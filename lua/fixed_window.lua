@@ -11,11 +11,16 @@ ARGV[4]  now     decision time, Unix ms; 0 means Redis TIME
 Returns  {allowed (1 or 0), remaining (milli-requests), retry_after (ms),
           reset (ms)}
 
-ws = now - now % W; reset = ws + W - now. count = GET or 0. With a cost,
-count = min(count + cost, 2^52) and SET count PXAT ws + W: the counter grows
-even when over the limit, and saturates instead of overflowing. allowed =
-count <= limit; remaining = max(limit - count, 0); retry_after = reset when
-denied.
+ws = now - now % W; reset = ws + W - now. With a cost, count = INCRBY cost
+(the counter grows even when over the limit), saturating at 2^52 instead of
+overflowing (a count past it is SET back to 2^52, KEEPTTL); the INCRBY that
+creates the counter (count == cost) sets PEXPIREAT ws + W. A peek reads
+count = GET or 0. allowed = count <= limit; remaining = max(limit - count,
+0); retry_after = reset when denied.
+
+INCRBY and one PEXPIREAT per window cost Redis about 40 % less CPU per call
+than a GET and a SET ... PXAT on every call (redis-benchmark -P 64 of both,
+see BENCHMARKS.md), for the same counter and the same expiry.
 
 All numbers stay below 2^53, so Lua's doubles hold them exactly;
 pkg/store/memory.go mirrors this script step for step.
@@ -40,10 +45,17 @@ local ws = now - now % window
 local key = KEYS[1] .. int(ws / 1000)
 local reset = ws + window - now
 
-local count = tonumber(redis.call('GET', key) or 0)
+local count
 if cost > 0 then
-  count = math.min(count + cost, MAX)
-  redis.call('SET', key, int(count), 'PXAT', int(ws + window))
+  count = redis.call('INCRBY', key, int(cost))
+  if count == cost then
+    redis.call('PEXPIREAT', key, int(ws + window))
+  elseif count > MAX then
+    count = MAX
+    redis.call('SET', key, int(MAX), 'KEEPTTL')
+  end
+else
+  count = tonumber(redis.call('GET', key) or 0)
 end
 
 if count <= limit then
