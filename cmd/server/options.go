@@ -77,7 +77,7 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.poolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
 	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
 	fs.DurationVar(&o.readTimeout, "redis-read-timeout", 0,
-		"Redis socket read timeout (0: go-redis' 3s); a request's wait is bounded by --store-timeout anyway")
+		"Redis read timeout (0: 3s): go-redis' socket timeout, or with --redis-conns how long a connection may await a reply before it is redialled; a request's wait is bounded by --store-timeout anyway")
 	fs.DurationVar(&o.writeTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
 	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
