@@ -67,6 +67,7 @@ func (r *Reply) HasErrorPrefix(prefix string) bool {
 
 // readReply reads one reply into r, reusing its buffers.
 func readReply(br *bufio.Reader, r *Reply) error {
+	r.reset()
 	line, err := readLine(br)
 	if err != nil {
 		return err
