@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -31,9 +32,16 @@ type metrics struct {
 	farShare int64 // 1-nearRatio, in millionths
 
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+	// series holds the rule counters of the rules in force, by limit,
+	// rebuilt on each load that changes them. A limit not in it (an
+	// override, one of older rules, detailed_metric and value_to_metric
+	// rules, whose label takes the request's values) counts through the
+	// vecs.
+	series atomic.Pointer[map[*descriptors.Limit]*ruleSeries]
 
 	duration    prometheus.Histogram
 	requests    *prometheus.CounterVec
+	ok, over    prometheus.Counter // requests by code, resolved once
 	byCode      map[string]prometheus.Counter
 	storeErrors prometheus.Counter
 	// globalShadow counts OVER_LIMIT answers that --shadow-mode turned OK.
@@ -106,6 +114,7 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable} {
 		m.byCode[c] = m.requests.WithLabelValues(c)
 	}
+	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
 	for _, r := range []string{"success", "failure"} {
 		m.loads.WithLabelValues(r)
 	}
@@ -139,13 +148,21 @@ func (m *metrics) GlobalShadowed() { m.globalShadow.Inc() }
 func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, res *limiter.Response, took time.Duration) {
 	m.duration.Observe(took.Seconds())
 	if res.Code == limiter.OverLimit {
-		m.byCode[codeOverLimit].Inc()
+		m.over.Inc()
 	} else {
-		m.byCode[codeOK].Inc()
+		m.ok.Inc()
+	}
+	var series map[*descriptors.Limit]*ruleSeries
+	if p := m.series.Load(); p != nil {
+		series = *p
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		if st.Limit == nil || st.Hits == 0 {
+			continue
+		}
+		if rs := series[st.Limit]; rs != nil {
+			m.ruleCached(rs, domain, st)
 			continue
 		}
 		var es []entry
@@ -171,6 +188,70 @@ func (m *metrics) rule(domain, rule string, st *limiter.Status) {
 			m.ruleNear.WithLabelValues(domain, rule).Add(hits)
 		}
 	}
+}
+
+// ruleCached counts as rule does, through the rule's resolved counters.
+func (m *metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) {
+	hits := float64(st.Hits)
+	rs.hits.get(m.ruleHits, domain, rs.rule).Add(hits)
+	switch {
+	case st.Shadowed:
+		rs.over.get(m.ruleOver, domain, rs.rule).Add(hits)
+		rs.shadow.get(m.ruleShadow, domain, rs.rule).Add(hits)
+	case st.Code == limiter.OverLimit:
+		rs.over.get(m.ruleOver, domain, rs.rule).Add(hits)
+	default:
+		rs.within.get(m.ruleWithin, domain, rs.rule).Add(hits)
+		if m.near(st) {
+			rs.near.get(m.ruleNear, domain, rs.rule).Add(hits)
+		}
+	}
+}
+
+// ruleSeries are the counters of one configured limit whose rule label
+// is its path. Each is resolved on its first count, so that a series
+// appears only once it counts, as with WithLabelValues.
+type ruleSeries struct {
+	rule                             string
+	hits, over, near, within, shadow lazyCounter
+}
+
+// lazyCounter is one series of a CounterVec, resolved on first use and
+// kept with the domain it was resolved for.
+type lazyCounter struct{ p atomic.Pointer[domainCounter] }
+
+type domainCounter struct {
+	domain string
+	c      prometheus.Counter
+}
+
+// get returns the (domain, rule) series of vec. Racing first calls
+// resolve the same series.
+func (lc *lazyCounter) get(vec *prometheus.CounterVec, domain, rule string) prometheus.Counter {
+	if dc := lc.p.Load(); dc != nil && dc.domain == domain {
+		return dc.c
+	}
+	c := vec.WithLabelValues(domain, rule)
+	lc.p.Store(&domainCounter{domain: domain, c: c})
+	return c
+}
+
+// cacheSeries indexes the counters of set's limits whose rule label does
+// not depend on the request (neither detailed_metric nor value_to_metric).
+// Series already counted keep their values; those of removed rules stay,
+// as they always have.
+func (m *metrics) cacheSeries(set *descriptors.Set) {
+	lims := set.Limits()
+	all := make([]ruleSeries, len(lims))
+	series := make(map[*descriptors.Limit]*ruleSeries, len(lims))
+	for i, l := range lims {
+		if l.DetailedMetric || l.ValueToMetric {
+			continue
+		}
+		all[i].rule = l.Path
+		series[l] = &all[i]
+	}
+	m.series.Store(&series)
 }
 
 // near reports whether an allowed status has at most (1-nearRatio) of its
@@ -208,6 +289,7 @@ func (m *metrics) loaded(r *config.Rules, changed bool) {
 		m.info.Reset()
 		m.info.WithLabelValues(r.Hash).Set(1)
 		m.limits.Set(float64(len(r.Set.Limits())))
+		m.cacheSeries(r.Set)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,6 +248,8 @@ func TestNewMetricsTwiceOnOneRegistryFails(t *testing.T) {
 	}
 }
 
+// BenchmarkDecided counts one status of a limit that is not among the
+// loaded rules, as for an override: its counters are found by label.
 func BenchmarkDecided(b *testing.B) {
 	m, err := newMetrics(prometheus.NewRegistry(), 0.8)
 	if err != nil {
@@ -260,6 +264,136 @@ func BenchmarkDecided(b *testing.B) {
 	})
 }
 
+// BenchmarkDecidedLoaded is BenchmarkDecided for a limit of the rules in
+// force, whose counters are resolved once rather than per decision.
+func BenchmarkDecidedLoaded(b *testing.B) {
+	m, err := newMetrics(prometheus.NewRegistry(), 0.8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.loaded(rules, true)
+	lim := descriptors.Match(rules.Set.Domain("d"), []descriptors.Entry{{Key: "k", Value: "v"}})
+	res := &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 50}}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Decided(reqD, res, time.Millisecond)
+		}
+	})
+}
+
 // reqD is a request of domain "d" without descriptors: rules count under
 // their path.
 var reqD = &rls.RateLimitRequest{Domain: "d"}
+
+// TestRuleCountersOfLoadedRules counts through the counters resolved for
+// the rules in force: same series as WithLabelValues, each appearing only
+// once it counts, request values for detailed_metric rules, and series
+// that carry over a reload.
+func TestRuleCountersOfLoadedRules(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	load := func(rpu int) *descriptors.Domain {
+		t.Helper()
+		r, err := config.Parse(map[string][]byte{"d.yaml": fmt.Appendf(nil, `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: %d}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`, rpu)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.loaded(r, true)
+		return r.Set.Domain("d")
+	}
+	es := func(k, v string) []*common.RateLimitDescriptor_Entry {
+		return []*common.RateLimitDescriptor_Entry{{Key: k, Value: v}}
+	}
+	decide := func(d *descriptors.Domain, entries []*common.RateLimitDescriptor_Entry, st limiter.Status) {
+		t.Helper()
+		st.Limit = descriptors.Match(d, entries)
+		if st.Limit == nil {
+			t.Fatal("no rule matched")
+		}
+		req := &rls.RateLimitRequest{Domain: "d", Descriptors: []*common.RateLimitDescriptor{{Entries: entries}}}
+		m.Decided(req, &limiter.Response{Code: st.Code, Statuses: []limiter.Status{st}}, time.Millisecond)
+	}
+	count := func(vec *prometheus.CounterVec, rule string) float64 {
+		t.Helper()
+		return testutil.ToFloat64(vec.WithLabelValues("d", rule))
+	}
+
+	d := load(100)
+	decide(d, es("k", "a"), limiter.Status{Hits: 2, Remaining: 50})
+	if n := testutil.CollectAndCount(m.ruleOver) + testutil.CollectAndCount(m.ruleNear) + testutil.CollectAndCount(m.ruleShadow); n != 0 {
+		t.Fatalf("%d over, near or shadow series before any such count", n)
+	}
+	decide(d, es("k", "b"), limiter.Status{Code: limiter.OverLimit, Hits: 1})
+	decide(d, es("k", "c"), limiter.Status{Hits: 1, Shadowed: true})
+	decide(d, es("k", "a"), limiter.Status{Hits: 1, Remaining: 10})
+	decide(d, es("user", "alice"), limiter.Status{Hits: 1, Remaining: 9})
+
+	d = load(200) // another set of limits; the series go on
+	decide(d, es("k", "a"), limiter.Status{Hits: 1, Remaining: 150})
+	for _, c := range []struct {
+		name string
+		vec  *prometheus.CounterVec
+		rule string
+		want float64
+	}{
+		{"total_hits", m.ruleHits, "d.k", 6}, {"over_limit", m.ruleOver, "d.k", 2}, {"shadow_mode", m.ruleShadow, "d.k", 1},
+		{"within_limit", m.ruleWithin, "d.k", 4}, {"near_limit", m.ruleNear, "d.k", 1},
+		{"total_hits detailed", m.ruleHits, "d.user_alice", 1},
+	} {
+		if got := count(c.vec, c.rule); got != c.want {
+			t.Errorf("%s{rule=%s} = %v, want %v", c.name, c.rule, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.ruleHits); n != 2 {
+		t.Errorf("%d total_hits series, want d.k and d.user_alice", n)
+	}
+}
+
+// TestRuleCountersConcurrentReload counts from several goroutines while
+// the rules reload, for the race detector, and checks that no hit is lost.
+func TestRuleCountersConcurrentReload(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	var current atomic.Pointer[descriptors.Set]
+	load := func() {
+		r, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")})
+		if err != nil {
+			panic(err)
+		}
+		current.Store(r.Set) // as rules.load: the limiter first, then metrics
+		m.loaded(r, true)
+	}
+	load()
+	const workers, decisions = 4, 500
+	var wg sync.WaitGroup
+	wg.Add(workers + 1)
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			load()
+		}
+	}()
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for range decisions {
+				lim := descriptors.Match(current.Load().Domain("d"), []descriptors.Entry{{Key: "k", Value: "v"}})
+				m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 50}}}, time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", "d.k")); got != workers*decisions {
+		t.Fatalf("total_hits = %v, want %d", got, workers*decisions)
+	}
+}
