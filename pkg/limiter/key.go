@@ -127,17 +127,31 @@ const (
 
 const hexDigits = "0123456789ABCDEF"
 
+// appendEscaped appends s with every byte that is not safe as %XX. Runs of
+// safe bytes, all of s in the common case, are copied whole.
 func appendEscaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if safe(c) {
-			dst = append(dst, c)
-			continue
+	for {
+		i := 0
+		for i < len(s) && safeBytes[s[i]] {
+			i++
 		}
+		dst = append(dst, s[:i]...)
+		if i == len(s) {
+			return dst
+		}
+		c := s[i]
 		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+		s = s[i+1:]
 	}
-	return dst
 }
+
+// safeBytes[c] is safe(c).
+var safeBytes = func() (t [256]bool) {
+	for c := range t {
+		t[c] = safe(byte(c))
+	}
+	return t
+}()
 
 // safe reports whether c stands for itself in a key. '~' does not: it
 // marks a digest, so that no raw value can spell out another identifier's
