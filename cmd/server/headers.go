@@ -4,9 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
-	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -51,14 +51,15 @@ func (o *headerOptions) validate() error {
 }
 
 // decorate adds headers and dynamic metadata to out, as the options ask.
-func (o *headerOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, entries [][]entry) {
+// descs are the request's descriptors, one per status.
+func (o *headerOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.mode != headersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
 			out.ResponseHeadersToAdd = o.headers(st, res.Code == limiter.OverLimit)
 		}
 	}
 	if o.dynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(res, domain, entries)
+		out.DynamicMetadata = dynamicMetadata(res, domain, descs)
 	}
 }
 
@@ -88,23 +89,64 @@ func restrictier(a, b *limiter.Status) bool {
 	return a.ResetMillis > b.ResetMillis
 }
 
+// headers describes st, the most restrictive status, in the mode's
+// headers, and adds Retry-After when the request is over limit.
 func (o *headerOptions) headers(st *limiter.Status, over bool) []*core.HeaderValue {
-	var hs []*core.HeaderValue
-	add := func(k, v string) { hs = append(hs, &core.HeaderValue{Key: k, Value: v}) }
+	var scratch [128]byte
+	b := scratch[:0]
+	var h headerList
 	lim := st.Limit
-	reset := strconv.FormatInt(ceilSeconds(st.ResetMillis), 10)
+	reset := ceilSeconds(st.ResetMillis)
 	if o.mode == headersLegacy {
-		add(o.limitHeader, strconv.FormatUint(uint64(lim.RequestsPerUnit), 10))
-		add(o.remainingHeader, strconv.FormatUint(uint64(st.Remaining), 10))
-		add(o.resetHeader, reset)
+		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
+		h.end(o.limitHeader, len(b))
+		b = strconv.AppendUint(b, uint64(st.Remaining), 10)
+		h.end(o.remainingHeader, len(b))
+		b = strconv.AppendInt(b, reset, 10)
+		h.end(o.resetHeader, len(b))
 	} else {
-		name := sfString(policyName(lim))
 		quota, window := policy(lim)
-		add("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, quota, window))
-		add("RateLimit", fmt.Sprintf("%s;r=%d;t=%s", name, st.Remaining, reset))
+		b = appendSFString(b, policyName(lim))
+		name := len(b)
+		b = strconv.AppendInt(append(b, ";q="...), quota, 10)
+		b = strconv.AppendInt(append(b, ";w="...), window, 10)
+		h.end("RateLimit-Policy", len(b))
+		b = append(b, b[:name]...) // the name again
+		b = strconv.AppendUint(append(b, ";r="...), uint64(st.Remaining), 10)
+		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
+		h.end("RateLimit", len(b))
 	}
 	if over {
-		add("Retry-After", strconv.FormatInt(max(ceilSeconds(st.RetryAfterMillis), 1), 10))
+		b = strconv.AppendInt(b, max(ceilSeconds(st.RetryAfterMillis), 1), 10)
+		h.end("Retry-After", len(b))
+	}
+	return h.list(b)
+}
+
+// headerList builds a few headers whose values are written one after
+// the other in one buffer, so that the list, its messages and all its
+// values take one allocation each.
+type headerList struct {
+	n    int
+	keys [4]string
+	ends [4]int // where each value ends in the buffer
+}
+
+// end names the value that ends at end, after the previous one.
+func (h *headerList) end(key string, end int) {
+	h.keys[h.n], h.ends[h.n] = key, end
+	h.n++
+}
+
+// list returns the headers, their values taken from buf.
+func (h *headerList) list(buf []byte) []*core.HeaderValue {
+	values := string(buf)
+	msgs := make([]core.HeaderValue, h.n)
+	hs := make([]*core.HeaderValue, h.n)
+	start := 0
+	for i := range hs {
+		msgs[i].Key, msgs[i].Value = h.keys[i], values[start:h.ends[i]]
+		hs[i], start = &msgs[i], h.ends[i]
 	}
 	return hs
 }
@@ -130,23 +172,21 @@ func policyName(l *descriptors.Limit) string {
 	return l.Path
 }
 
-// sfString renders s as a structured-field string (RFC 8941): quoted,
-// with '"' and '\' escaped and other bytes outside printable ASCII dropped.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
+// appendSFString appends s as a structured-field string (RFC 8941):
+// quoted, with '"' and '\' escaped and other bytes outside printable
+// ASCII dropped.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case c >= 0x20 && c < 0x7f:
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(dst, '"')
 }
 
 func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
@@ -155,7 +195,7 @@ func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
 // the domain, and for each descriptor that passed under a rule its entries
 // ("key=value") and the rule's metadata. Descriptors of quota_mode rules
 // that are over are listed by index in quotaModeViolations.
-func dynamicMetadata(res *limiter.Response, domain string, entries [][]entry) *structpb.Struct {
+func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
 	var passed, violations []any
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
@@ -165,7 +205,7 @@ func dynamicMetadata(res *limiter.Response, domain string, entries [][]entry) *s
 		if st.Limit == nil || st.Code == limiter.OverLimit {
 			continue
 		}
-		d := map[string]any{"entries": entryStrings(entries[i])}
+		d := map[string]any{"entries": entryStrings(descs[i].GetEntries())}
 		if len(st.Limit.Metadata) > 0 {
 			d["metadata"] = st.Limit.Metadata
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -29,12 +30,16 @@ type service struct {
 	resp    headerOptions
 	onError string // failure policy: allow, deny or error
 	log     *zap.Logger
+	// responses pools the limiter's answers: a decision is done with its
+	// answer once it has built the gRPC response.
+	responses sync.Pool // *limiter.Response
 }
 
 // observer is told of every decision, for metrics. It must be cheap and
 // safe for concurrent use.
 type observer interface {
-	// Decided is called after a decision with its time taken.
+	// Decided is called after a decision with its time taken. It must not
+	// keep res, which is reused once it returns.
 	Decided(req *rls.RateLimitRequest, res *limiter.Response, took time.Duration)
 	// Failed is called when a request fails (invalid, or store failure).
 	Failed(req *rls.RateLimitRequest, err error, took time.Duration)
@@ -53,7 +58,15 @@ func newService(l *limiter.Limiter, timeout time.Duration, obs observer, resp he
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &service{limiter: l, timeout: timeout, obs: obs, resp: resp, log: log}
+	s := &service{limiter: l, timeout: timeout, obs: obs, resp: resp, log: log}
+	s.responses.New = func() any { return new(limiter.Response) }
+	return s
+}
+
+// putResponse pools res, without the limits it points to.
+func (s *service) putResponse(res *limiter.Response) {
+	clear(res.Statuses)
+	s.responses.Put(res)
 }
 
 // ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
@@ -68,13 +81,16 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 
 func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	start := time.Now()
-	lreq := toRequest(req)
-	if s.timeout > 0 {
+	var buf [inlineDescriptors]limiter.Descriptor[entry]
+	lreq := toRequest(req, buf[:0])
+	if s.timeout > 0 && !deadlineWithin(ctx, start, s.timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	res, err := limiter.Check(ctx, s.limiter, &lreq)
+	res := s.responses.Get().(*limiter.Response)
+	defer s.putResponse(res)
+	err := limiter.CheckInto(ctx, s.limiter, &lreq, res)
 	if err != nil {
 		s.obs.Failed(req, err, time.Since(start))
 		if errors.Is(err, limiter.ErrInvalid) {
@@ -90,9 +106,18 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 		s.obs.GlobalShadowed()
 	}
 	if s.resp.mode != headersOff || s.resp.dynamicMetadata {
-		s.resp.decorate(out, res, req.GetDomain(), requestEntries(req))
+		s.resp.decorate(out, res, req.GetDomain(), req.GetDescriptors())
 	}
 	return out, nil
+}
+
+// deadlineWithin reports whether ctx ends at most timeout after start.
+// The store call then waits no longer than timeout without a timer of
+// ours: Envoy's deadline (20ms by default) comes before the default
+// --store-timeout (50ms).
+func deadlineWithin(ctx context.Context, start time.Time, timeout time.Duration) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Sub(start) <= timeout
 }
 
 // grpcError maps limiter errors to gRPC status codes.
@@ -107,8 +132,20 @@ func grpcError(err error) error {
 	}
 }
 
-func toRequest(req *rls.RateLimitRequest) limiter.Request[entry] {
-	ds := make([]limiter.Descriptor[entry], len(req.GetDescriptors()))
+// inlineDescriptors is how many descriptors a request converts without
+// allocating: Envoy sends one per rate_limits entry of a route, rarely
+// more than a few.
+const inlineDescriptors = 8
+
+// toRequest converts req, its descriptors in buf when they fit.
+func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
+	var ds []limiter.Descriptor[entry]
+	if n := len(req.GetDescriptors()); n <= cap(buf) {
+		ds = buf[:n]
+		clear(ds)
+	} else {
+		ds = make([]limiter.Descriptor[entry], n)
+	}
 	for i, d := range req.GetDescriptors() {
 		ds[i].Entries = d.GetEntries()
 		if o := d.GetLimit(); o != nil {
@@ -129,27 +166,40 @@ func toResponse(res *limiter.Response) *rls.RateLimitResponse {
 		OverallCode: toCode(res.Code),
 		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
 	}
+	blocks := make([]statusBlock, len(res.Statuses))
 	for i := range res.Statuses {
-		out.Statuses[i] = toStatus(&res.Statuses[i])
+		out.Statuses[i] = blocks[i].set(&res.Statuses[i])
 	}
 	return out
 }
 
-func toStatus(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
-	ds := &rls.RateLimitResponse_DescriptorStatus{Code: toCode(st.Code)}
+// statusBlock holds the messages of one descriptor status, so that a
+// response allocates those of all its statuses at once.
+type statusBlock struct {
+	status rls.RateLimitResponse_DescriptorStatus
+	limit  rls.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// set fills b's status from st and returns it.
+func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
+	ds := &b.status
+	ds.Code = toCode(st.Code)
 	lim := st.Limit
 	switch {
 	case lim == nil:
 	case lim.Unlimited:
 		ds.LimitRemaining = math.MaxUint32
 	default:
-		ds.CurrentLimit = &rls.RateLimitResponse_RateLimit{
-			Name:            lim.Name,
-			RequestsPerUnit: lim.RequestsPerUnit,
-			Unit:            rls.RateLimitResponse_RateLimit_Unit(lim.Unit),
-		}
+		b.limit.Name = lim.Name
+		b.limit.RequestsPerUnit = lim.RequestsPerUnit
+		b.limit.Unit = rls.RateLimitResponse_RateLimit_Unit(lim.Unit)
+		ds.CurrentLimit = &b.limit
 		ds.LimitRemaining = st.Remaining
-		ds.DurationUntilReset = durationpb.New(millis(st.ResetMillis))
+		// durationpb.New(millis(st.ResetMillis)), in place.
+		ns := millis(st.ResetMillis).Nanoseconds()
+		b.reset.Seconds, b.reset.Nanos = ns/1e9, int32(ns%1e9)
+		ds.DurationUntilReset = &b.reset
 	}
 	return ds
 }
@@ -162,14 +212,6 @@ func toCode(c limiter.Code) rls.RateLimitResponse_Code {
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
-func requestEntries(req *rls.RateLimitRequest) [][]entry {
-	out := make([][]entry, len(req.GetDescriptors()))
-	for i, d := range req.GetDescriptors() {
-		out[i] = d.GetEntries()
-	}
-	return out
-}
 
 // onStoreError answers a request whose store call failed, by policy.
 func (s *service) onStoreError(n int, err error) (*rls.RateLimitResponse, error) {

@@ -83,18 +83,35 @@ type scratch struct {
 // AppendAtomicKey. Without an AtomicStore, such requests fail with
 // ErrNotAtomic.
 func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
-	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
+	resp := new(Response)
+	if err := CheckInto(ctx, l, req, resp); err != nil {
 		return nil, err
+	}
+	return resp, nil
+}
+
+// CheckInto is Check answering in resp, whose Statuses it reuses when
+// their capacity allows, so that a caller may pool responses. It
+// overwrites all of resp; after an error resp holds nothing of use.
+func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E], resp *Response) error {
+	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
+		return err
 	}
 	for i := range req.Descriptors {
 		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	resp := &Response{Statuses: make([]Status, len(req.Descriptors))}
+	resp.Code = OK
+	if n := len(req.Descriptors); cap(resp.Statuses) >= n {
+		resp.Statuses = resp.Statuses[:n]
+		clear(resp.Statuses)
+	} else {
+		resp.Statuses = make([]Status, n)
+	}
 	domain := l.rules.Load().Domain(req.Domain)
 	if domain == nil {
-		return resp, nil
+		return nil
 	}
 	resolveLimits(domain, req, resp.Statuses)
 	sc := l.pool.Get().(*scratch)
@@ -111,10 +128,10 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 		res := sc.results[:len(sc.ops)]
 		if atomic {
 			if err := l.takeAll(ctx, sc, res, resp.Statuses); err != nil {
-				return nil, err
+				return err
 			}
 		} else if err := l.store.Take(ctx, sc.ops, res); err != nil {
-			return nil, fmt.Errorf("take: %w", err)
+			return fmt.Errorf("take: %w", err)
 		}
 		for j, r := range res {
 			applyResult(&resp.Statuses[sc.index[j]], r)
@@ -122,7 +139,7 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 	}
 	resp.Code = overall(resp.Statuses)
 	clear(sc.ops) // drop key references before pooling
-	return resp, nil
+	return nil
 }
 
 // takeAll decides sc.ops all or nothing, with each op's veto derived from
