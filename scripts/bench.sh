@@ -477,6 +477,8 @@ if [[ $GO_BENCH == 1 ]]; then
 	log "Go benchmarks (-benchtime $GO_BENCHTIME)"
 	go test -run '^$' -bench . -benchmem -benchtime "$GO_BENCHTIME" ./pkg/descriptors/ ./pkg/limiter/ >>"$GOBENCH" 2>&1 ||
 		log "Go benchmarks failed, see $GOBENCH"
+	go test -run '^$' -bench 'ShouldRateLimit' -benchmem -benchtime "$GO_BENCHTIME" ./cmd/server/ >>"$GOBENCH" 2>&1 ||
+		log "service benchmarks failed, see $GOBENCH"
 	REDIS_ADDR=127.0.0.1:$REDIS_PORT go test -run '^$' -bench 'Take' -benchmem -benchtime "$GO_BENCHTIME" ./pkg/store/ >>"$GOBENCH" 2>&1 ||
 		log "store benchmarks failed, see $GOBENCH"
 fi
@@ -645,7 +647,8 @@ GEN=$TMP/generated.md
 		echo "### Go benchmarks"
 		echo
 		echo "\`go test -run '^\$' -bench . -benchmem -benchtime $GO_BENCHTIME ./pkg/descriptors/ ./pkg/limiter/\` and"
-		echo "\`-bench Take ./pkg/store/\` (the Redis one against the same redis-server)."
+		echo "\`-bench ShouldRateLimit ./cmd/server/\` (a whole gRPC decision on the embedded store, metrics on) and"
+		echo "\`-bench Take ./pkg/store/\` (the Redis ones against the same redis-server: RedisMux is \`--redis-conns\`, Redis is go-redis)."
 		echo
 		echo "| benchmark | ns/op | B/op | allocs/op |"
 		echo "| --- | --- | --- | --- |"
