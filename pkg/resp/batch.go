@@ -48,35 +48,25 @@ func (b *Batch) Command(argc int) {
 }
 
 // String appends a bulk-string argument.
-func (b *Batch) String(s string) {
-	b.buf = append(b.buf, '$')
-	b.buf = strconv.AppendInt(b.buf, int64(len(s)), 10)
-	b.buf = append(b.buf, '\r', '\n')
-	b.buf = append(b.buf, s...)
-	b.buf = append(b.buf, '\r', '\n')
-	b.args--
-}
+func (b *Batch) String(s string) { b.buf = appendBulk(b.buf, s); b.args-- }
 
 // Bytes appends a bulk-string argument.
-func (b *Batch) Bytes(p []byte) {
-	b.buf = append(b.buf, '$')
-	b.buf = strconv.AppendInt(b.buf, int64(len(p)), 10)
-	b.buf = append(b.buf, '\r', '\n')
-	b.buf = append(b.buf, p...)
-	b.buf = append(b.buf, '\r', '\n')
-	b.args--
-}
+func (b *Batch) Bytes(p []byte) { b.buf = appendBulk(b.buf, p); b.args-- }
 
 // Int appends an integer argument, in decimal.
 func (b *Batch) Int(v int64) {
 	var digits [20]byte
-	d := strconv.AppendInt(digits[:0], v, 10)
-	b.buf = append(b.buf, '$')
-	b.buf = strconv.AppendInt(b.buf, int64(len(d)), 10)
-	b.buf = append(b.buf, '\r', '\n')
-	b.buf = append(b.buf, d...)
-	b.buf = append(b.buf, '\r', '\n')
+	b.buf = appendBulk(b.buf, strconv.AppendInt(digits[:0], v, 10))
 	b.args--
+}
+
+// appendBulk appends v as a RESP bulk string.
+func appendBulk[T ~string | ~[]byte](buf []byte, v T) []byte {
+	buf = append(buf, '$')
+	buf = strconv.AppendInt(buf, int64(len(v)), 10)
+	buf = append(buf, '\r', '\n')
+	buf = append(buf, v...)
+	return append(buf, '\r', '\n')
 }
 
 // Reply returns the reply to the i-th command. It is valid after Do

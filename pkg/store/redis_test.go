@@ -343,67 +343,12 @@ func TestRedisNoScriptConcurrent(t *testing.T) {
 	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = client.Close(); _ = rdb.Close() })
 	core, logs := observer.New(zapcore.DebugLevel)
 	shared := store.NewRedis(client, zap.New(core), store.RedisOptions{})
-
-	ctx := context.Background()
-	stop := make(chan struct{})
-	var flushes atomic.Int64
-	var flusher sync.WaitGroup
-	flusher.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-				t.Errorf("SCRIPT FLUSH: %v", err)
-				return
-			}
-			flushes.Add(1)
+	takeWhileFlushing(t, rdb, prefix, logs, func(w int) limiter.Store {
+		if w%2 == 1 { // a store that loads the scripts first
+			return store.NewRedis(client, zap.New(core), store.RedisOptions{})
 		}
+		return shared
 	})
-
-	const workers, calls, perCall = 6, 150, 8
-	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			op := limiter.Op{Key: fmt.Sprintf("%s{w%d}:", prefix, w), Algorithm: descriptors.FixedWindow,
-				Limit: 1 << 40, Window: 3_600_000, Cost: 1000, Now: farBase}
-			bucket := limiter.Op{Key: fmt.Sprintf("%s{b%d}:", prefix, w), Algorithm: descriptors.TokenBucket,
-				Burst: 1 << 40, RateNum: 1, RateDen: 1, Window: 1000, Cost: 1000, Now: farBase}
-			ops := []limiter.Op{op, bucket, op, op, bucket, op, op, op}
-			res := make([]limiter.Result, perCall)
-			for range calls {
-				st := shared
-				if w%2 == 1 { // a store that loads the scripts first
-					st = store.NewRedis(client, zap.New(core), store.RedisOptions{})
-				}
-				if err := st.Take(ctx, ops, res); err != nil {
-					failures.Add(1)
-					t.Errorf("Take: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(stop)
-	flusher.Wait()
-
-	if n := failures.Load(); n != 0 {
-		t.Fatalf("%d failed decisions while scripts were flushed", n)
-	}
-	for w := range workers {
-		got, err := rdb.Get(ctx, fmt.Sprintf("%s{w%d}:%d", prefix, w, farBase/1000)).Int64()
-		if want := int64(calls * 6 * 1000); err != nil || got != want {
-			t.Errorf("worker %d counter = %d, %v; want %d (every op exactly once)", w, got, err, want)
-		}
-	}
-	resent := logs.FilterMessageSnippet("scripts missing").Len()
-	t.Logf("%d flushes, %d calls re-sent ops after NOSCRIPT", flushes.Load(), resent)
-	if resent == 0 {
-		t.Error("no call saw NOSCRIPT; the test did not exercise recovery")
-	}
 }
 
 // TestRedisMuxNoScriptConcurrent is TestRedisNoScriptConcurrent for
@@ -419,7 +364,15 @@ func TestRedisMuxNoScriptConcurrent(t *testing.T) {
 	st := store.NewRedisMux(client, zap.New(core))
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = st.Close(); _ = rdb.Close() })
+	takeWhileFlushing(t, rdb, prefix, logs, func(int) limiter.Store { return st })
+}
 
+// takeWhileFlushing flushes the script cache continuously while workers
+// take ops through storeFor(worker) for each call: no decision may fail,
+// every op must count exactly once, and some call must have re-sent ops
+// after NOSCRIPT (logged at debug level into logs).
+func takeWhileFlushing(t *testing.T, rdb *redis.Client, prefix string, logs *observer.ObservedLogs, storeFor func(w int) limiter.Store) {
+	t.Helper()
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var flushes atomic.Int64
@@ -438,7 +391,9 @@ func TestRedisMuxNoScriptConcurrent(t *testing.T) {
 			flushes.Add(1)
 		}
 	})
+
 	const workers, calls = 6, 150
+	var failures atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -449,7 +404,8 @@ func TestRedisMuxNoScriptConcurrent(t *testing.T) {
 			ops := []limiter.Op{op, bucket, op, op, bucket, op, op, op}
 			res := make([]limiter.Result, len(ops))
 			for range calls {
-				if err := st.Take(ctx, ops, res); err != nil {
+				if err := storeFor(w).Take(ctx, ops, res); err != nil {
+					failures.Add(1)
 					t.Errorf("Take: %v", err)
 				}
 			}
@@ -458,6 +414,10 @@ func TestRedisMuxNoScriptConcurrent(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	flusher.Wait()
+
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d failed decisions while scripts were flushed", n)
+	}
 	for w := range workers {
 		got, err := rdb.Get(ctx, fmt.Sprintf("%s{w%d}:%d", prefix, w, farBase/1000)).Int64()
 		if want := int64(calls * 6 * 1000); err != nil || got != want {
