@@ -556,7 +556,7 @@ GEN=$TMP/generated.md
 	echo
 	echo "\`loadgen -c C -conns $CONNS -d $DURATION -warmup $WARMUP -keys $KEYS -descriptors D -key K\` against"
 	echo "the server with \`bench/rules/bench.yaml\` (limits that never deny) and \`${EXTRA_FLAGS[*]}\`"
-	echo "(defaults otherwise: Redis pool of 10 connections per CPU). A decision is one"
+	echo "(defaults otherwise: single Redis over --redis-conns 2 shared connections). A decision is one"
 	echo "ShouldRateLimit answer; with 3 descriptors it decides 3 counters in one Redis round trip."
 	echo "Latency is seen by the caller (closed loop: each caller waits for its answer)."
 	echo "CPU columns: CPU time of each process per decision. \"vs unlimited\" compares with the"
