@@ -1,8 +1,10 @@
 // Package store implements limiter.Store: Redis runs the algorithms as Lua
-// scripts on a Redis server, Memory runs the same integer arithmetic in
-// process.
+// scripts on a Redis server (or Cluster, or Sentinel-managed server) through
+// go-redis, RedisMux runs the same scripts on a single server through
+// package resp's shared pipelined connections, and Memory runs the same
+// integer arithmetic in process.
 //
-// Both give identical results for identical ops and times. Every state
+// All give identical results for identical ops and times. Every state
 // they write expires once it can no longer change a decision: a fixed
 // window at its end, a sliding window's counter one window later, a token
 // bucket when it would be full again.
