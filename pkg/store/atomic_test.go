@@ -82,14 +82,7 @@ func atomicMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.C
 				}
 			}
 		}
-		gotExp, err := ins.Expiries(ctx, roundPrefix, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantExp, _ := m.Expiries(ctx, roundPrefix, now)
-		if fmt.Sprint(gotExp) != fmt.Sprint(wantExp) {
-			t.Errorf("round %d: redis expiries %v\nmemory expiries %v", round, gotExp, wantExp)
-		}
+		sameExpiries(t, ins, m, roundPrefix, now)
 	}
 	t.Logf("%d calls committed, %d rejected", commits, rejects)
 	if commits < 100 || rejects < 100 {

@@ -246,14 +246,8 @@ func (r *Redis) Close() error {
 // are being flushed). An error wraps limiter.ErrUnavailable, or
 // ErrInvalidOp for ops that were not sent.
 func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if err := checkOps(ops, results); err != nil {
+	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("take", err)
 	}
 	// Scripts are not loaded here: an op answered NOSCRIPT is re-sent with
 	// EVAL, which caches the script, so a server that lost its scripts (or
@@ -272,7 +266,7 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 			missing = append(missing, i)
 			continue
 		}
-		if err := readResult(cmd, &results[i]); err != nil {
+		if err := readResult(cmd, results[i:i+1]); err != nil {
 			return unavailable("take "+r.scripts[ops[i].Algorithm].name, err)
 		}
 	}
@@ -289,7 +283,7 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	}
 	_, _ = pipe.Exec(ctx)
 	for _, i := range missing {
-		if err := readResult(cmds[i], &results[i]); err != nil {
+		if err := readResult(cmds[i], results[i:i+1]); err != nil {
 			return unavailable("take "+r.scripts[ops[i].Algorithm].name, err)
 		}
 	}
@@ -312,17 +306,41 @@ func (r *Redis) eval(ctx context.Context, pipe redis.Pipeliner, op *limiter.Op, 
 	return pipe.Eval(ctx, s.src, keys, args...)
 }
 
-// readResult parses a script's reply {allowed, remaining, retry_after, reset}.
-func readResult(cmd *redis.Cmd, res *limiter.Result) error {
+// readResult parses a script's reply into res, a slice of one result.
+func readResult(cmd *redis.Cmd, res []limiter.Result) error {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return err
 	}
-	if len(v) != 4 {
-		return fmt.Errorf("script replied %d values, want 4", len(v))
+	return decodeResults(v, res)
+}
+
+// decodeResults fills results from a script's reply of 4 integers per op
+// {allowed, remaining, retry_after, reset}, the reply of every script here.
+func decodeResults(v []int64, results []limiter.Result) error {
+	if len(v) != 4*len(results) {
+		return fmt.Errorf("script replied %d values for %d ops, want 4 each", len(v), len(results))
 	}
-	*res = limiter.Result{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: v[2], Reset: v[3]}
+	for i := range results {
+		w := v[4*i : 4*i+4]
+		results[i] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+	}
 	return nil
+}
+
+// begin runs the checks every call of a Redis store starts with: invalid
+// ops (checkErr) are refused unsent, a call without ops is done, a call
+// whose ctx has ended is Unavailable. send reports whether to go on.
+func begin(ctx context.Context, what string, checkErr error, ops int) (send bool, err error) {
+	switch {
+	case checkErr != nil:
+		return false, checkErr
+	case ops == 0:
+		return false, nil
+	case ctx.Err() != nil:
+		return false, unavailable(what, ctx.Err())
+	}
+	return true, nil
 }
 
 func isNoScript(err error) bool {

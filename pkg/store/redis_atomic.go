@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,14 +32,8 @@ const atomicArgs = 8
 // Redis Cluster all keys of a call must share a hash slot. An error wraps
 // limiter.ErrUnavailable, or ErrInvalidOp for ops that were not sent.
 func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if err := checkAtomicOps(ops, results); err != nil {
+	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("take all", err)
 	}
 	keys := make([]string, len(ops))
 	args := make([]any, 0, 1+atomicArgs*len(ops))
@@ -56,15 +49,11 @@ func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter
 		cmd = r.evalAtomic(ctx, false, keys, args)
 	}
 	v, err := cmd.Int64Slice()
+	if err == nil {
+		err = decodeResults(v, results[:len(ops)])
+	}
 	if err != nil {
 		return unavailable("take all", err)
-	}
-	if len(v) != 4*len(ops) {
-		return unavailable("take all", fmt.Errorf("script replied %d values for %d ops, want 4 each", len(v), len(ops)))
-	}
-	for i := range ops {
-		w := v[4*i : 4*i+4]
-		results[i] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
 	}
 	return nil
 }

@@ -93,14 +93,8 @@ func (m *RedisMux) Close() error { return m.client.Close() }
 // An error wraps limiter.ErrUnavailable, or ErrInvalidOp for ops that were
 // not sent.
 func (m *RedisMux) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if err := checkOps(ops, results); err != nil {
+	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("take", err)
 	}
 	b := m.client.Batch()
 	for i := range ops {
@@ -118,7 +112,7 @@ func (m *RedisMux) Take(ctx context.Context, ops []limiter.Op, results []limiter
 			missing = append(missing, i)
 			continue
 		}
-		if err := scriptResult(r, &results[i]); err != nil {
+		if err := scriptResults(r, results[i:i+1]); err != nil {
 			m.client.Release(b)
 			return unavailable("take "+m.scripts[ops[i].Algorithm].name, err)
 		}
@@ -140,7 +134,7 @@ func (m *RedisMux) Take(ctx context.Context, ops []limiter.Op, results []limiter
 		return unavailable("take", err)
 	}
 	for j, i := range missing {
-		if err := scriptResult(b.Reply(j), &results[i]); err != nil {
+		if err := scriptResults(b.Reply(j), results[i:i+1]); err != nil {
 			return unavailable("take "+m.scripts[ops[i].Algorithm].name, err)
 		}
 	}
@@ -177,17 +171,16 @@ func (m *RedisMux) eval(b *resp.Batch, op *limiter.Op, bySHA bool) {
 	b.Int(op.Now)
 }
 
-// scriptResult reads a script's reply {allowed, remaining, retry_after,
-// reset}.
-func scriptResult(r *resp.Reply, res *limiter.Result) error {
+// scriptResults reads a script's reply of 4 integers per result (see
+// decodeResults).
+func scriptResults(r *resp.Reply, results []limiter.Result) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
-	if r.Kind != resp.KindArray || r.Mixed || len(r.Ints) != 4 {
-		return fmt.Errorf("script replied %s, want 4 integers", describe(r))
+	if r.Kind != resp.KindArray || r.Mixed {
+		return fmt.Errorf("script replied %s, want 4 integers per op", describe(r))
 	}
-	*res = limiter.Result{Allowed: r.Ints[0] == 1, Remaining: r.Ints[1], RetryAfter: r.Ints[2], Reset: r.Ints[3]}
-	return nil
+	return decodeResults(r.Ints, results)
 }
 
 // describe names a reply's shape for errors.
@@ -206,14 +199,8 @@ func describe(r *resp.Reply) string {
 // TakeAll decides ops all or nothing in one script call (lua/atomic.lua),
 // as Redis.TakeAll does.
 func (m *RedisMux) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if err := checkAtomicOps(ops, results); err != nil {
+	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return unavailable("take all", err)
 	}
 	r, b, err := m.evalAtomic(ctx, ops, true)
 	if err == nil && r.HasErrorPrefix("NOSCRIPT") {
@@ -224,15 +211,8 @@ func (m *RedisMux) TakeAll(ctx context.Context, ops []limiter.Op, results []limi
 		return unavailable("take all", err)
 	}
 	defer m.client.Release(b)
-	if err := r.Err(); err != nil {
+	if err := scriptResults(r, results[:len(ops)]); err != nil {
 		return unavailable("take all", err)
-	}
-	if r.Kind != resp.KindArray || r.Mixed || len(r.Ints) != 4*len(ops) {
-		return unavailable("take all", fmt.Errorf("script replied %s for %d ops, want 4 integers each", describe(r), len(ops)))
-	}
-	for i := range ops {
-		w := r.Ints[4*i : 4*i+4]
-		results[i] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
 	}
 	return nil
 }

@@ -206,6 +206,21 @@ func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 	return ops
 }
 
+// sameExpiries checks that Redis and the memory store hold the same keys
+// under prefix, expiring at the same times (keys expiring after now).
+func sameExpiries(t *testing.T, ins inspected, m *store.Memory, prefix string, now int64) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := ins.Expiries(ctx, prefix, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := m.Expiries(ctx, prefix, now)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: redis expiries %v\nmemory expiries %v", prefix, got, want)
+	}
+}
+
 func gcd(a, b int64) int64 {
 	for b != 0 {
 		a, b = b, a%b
@@ -247,14 +262,7 @@ func redisMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.Cl
 			}
 		}
 		roundPrefix := fmt.Sprintf("%sr%d", prefix, round)
-		gotExp, err := ins.Expiries(ctx, roundPrefix, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantExp, _ := m.Expiries(ctx, roundPrefix, now)
-		if fmt.Sprint(gotExp) != fmt.Sprint(wantExp) {
-			t.Errorf("round %d: redis expiries %v\nmemory expiries %v", round, gotExp, wantExp)
-		}
+		sameExpiries(t, ins, m, roundPrefix, now)
 	}
 }
 
@@ -497,75 +505,51 @@ func closedAddr(t *testing.T) string {
 }
 
 // TestRedisUnavailable: a server that is down fails fast with
-// ErrUnavailable, and neither errors nor logs show the password.
+// ErrUnavailable from both Redis stores, and neither errors nor logs show
+// the password.
 func TestRedisUnavailable(t *testing.T) {
 	const password = "s3cr3t-Pa55"
 	core, logs := observer.New(zapcore.DebugLevel)
 	url := fmt.Sprintf("redis://app:%s@%s/0", password, closedAddr(t))
-	r, err := store.NewRedisFromURL(url, store.ConnOptions{DialTimeout: 200 * time.Millisecond,
+	goRedis, err := store.NewRedisFromURL(url, store.ConnOptions{DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer goRedis.Close()
+	client, err := store.NewMuxClient(store.ClientOptions{URL: url, Conn: store.ConnOptions{DialTimeout: 200 * time.Millisecond}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := store.NewRedisMux(client, zap.New(core))
+	defer mux.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	op := limiter.Op{Key: "down:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
-	for name, call := range map[string]func() error{
-		"Take": func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
-		"Ping": func() error { return r.Ping(ctx) },
-		"Open": func() error { return r.Open(ctx) },
-	} {
-		start := time.Now()
-		err := call()
-		if !errors.Is(err, limiter.ErrUnavailable) {
-			t.Errorf("%s = %v, want ErrUnavailable", name, err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("%s took %v against a closed port", name, d)
-		}
-		if err != nil && strings.Contains(err.Error(), password) {
-			t.Errorf("%s error shows the password: %v", name, err)
+	for kind, r := range map[string]redisStore{"go-redis": goRedis, "mux": mux} {
+		for name, call := range map[string]func() error{
+			"Take":    func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
+			"TakeAll": func() error { return r.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
+			"Ping":    func() error { return r.Ping(ctx) },
+			"Open":    func() error { return r.Open(ctx) },
+		} {
+			start := time.Now()
+			err := call()
+			if !errors.Is(err, limiter.ErrUnavailable) {
+				t.Errorf("%s %s = %v, want ErrUnavailable", kind, name, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("%s %s took %v against a closed port", kind, name, d)
+			}
+			if err != nil && strings.Contains(err.Error(), password) {
+				t.Errorf("%s %s error shows the password: %v", kind, name, err)
+			}
 		}
 	}
 	for _, e := range logs.All() {
 		line := fmt.Sprint(e.Message, e.ContextMap())
 		if strings.Contains(line, password) {
 			t.Errorf("log shows the password: %s", line)
-		}
-	}
-}
-
-// TestRedisMuxUnavailable: a server that is down fails fast with
-// ErrUnavailable, and errors do not show the password.
-func TestRedisMuxUnavailable(t *testing.T) {
-	const password = "s3cr3t-Pa55"
-	client, err := store.NewMuxClient(store.ClientOptions{URL: fmt.Sprintf("redis://app:%s@%s/0", password, closedAddr(t)),
-		Conn: store.ConnOptions{DialTimeout: 200 * time.Millisecond}}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := store.NewRedisMux(client, zaptest.NewLogger(t))
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	op := limiter.Op{Key: "down:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
-	for name, call := range map[string]func() error{
-		"Take":    func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
-		"TakeAll": func() error { return r.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
-		"Ping":    func() error { return r.Ping(ctx) },
-		"Open":    func() error { return r.Open(ctx) },
-	} {
-		start := time.Now()
-		err := call()
-		if !errors.Is(err, limiter.ErrUnavailable) {
-			t.Errorf("%s = %v, want ErrUnavailable", name, err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("%s took %v against a closed port", name, d)
-		}
-		if err != nil && strings.Contains(err.Error(), password) {
-			t.Errorf("%s error shows the password: %v", name, err)
 		}
 	}
 	if _, err := store.NewMuxClient(store.ClientOptions{Type: "cluster", URL: "127.0.0.1:1"}, 2); err == nil {
