@@ -38,12 +38,7 @@ All numbers stay below 2^53, so Lua's doubles hold them exactly;
 pkg/store/memory_atomic.go mirrors this script.
 ]]
 
-local MAX = 4503599627370496 -- 2^52: counters and costs saturate here
-local STEPS = 94000000 -- sliding window: Wg stays below this
-
-local function int(x)
-  return string.format('%.0f', x)
-end
+-- #include arith.lua
 
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -68,7 +63,8 @@ local function getcount(key)
   return n
 end
 
--- fixed mirrors fixed_window.lua.
+-- fixed mirrors fixed_window.lua. Its INCRBY (saturating) and PEXPIREAT
+-- become one SET with PXAT of the same value and expiry.
 local function fixed(base, limit, window, cost)
   local ws = now - now % window
   local key = base .. int(ws / 1000)
@@ -91,68 +87,22 @@ end
 -- SET with PXAT of the same value and expiry.
 local function sliding(base, limit, window, cost)
   local ws = now - now % window
-  local elapsed = now - ws
-  local reset = window - elapsed
   local cur_key = base .. int(ws / 1000)
   local prev_key = base .. int((ws - window) / 1000)
-
   local cur = getcount(cur_key)
   local prev = math.min(getcount(prev_key), limit)
 
-  local g = 1
-  while math.floor(window / g) >= STEPS do
-    g = g * 1000
+  local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - ws, cur, prev)
+  if allowed == 1 and cost > 0 then
+    counters[cur_key] = cur + cost
+    stage('SET', cur_key, int(cur + cost), 'PXAT', int(ws + 2 * window))
   end
-  local wg = math.floor(window / g)
-
-  local function share(p, rem)
-    local q = math.floor(p / wg)
-    local r = p - q * wg
-    return q * rem + math.floor(r * rem / wg)
-  end
-
-  local function maxrem(p, a)
-    local lo, hi = 0, wg
-    while lo < hi do
-      local mid = math.floor((lo + hi + 1) / 2)
-      if share(p, mid) <= a then
-        lo = mid
-      else
-        hi = mid - 1
-      end
-    end
-    return lo
-  end
-
-  local weighted = cur + share(prev, wg - 1 - math.floor(elapsed / g))
-
-  if weighted + cost <= limit then
-    if cost > 0 then
-      counters[cur_key] = cur + cost
-      stage('SET', cur_key, int(cur + cost), 'PXAT', int(ws + 2 * window))
-    end
-    return 1, limit - weighted - cost, 0, reset
-  end
-
-  local retry
-  if cost > limit then
-    retry = window
-  elseif cur <= limit - cost then
-    retry = (wg - 1 - maxrem(prev, limit - cost - cur)) * g - elapsed
-  else
-    retry = reset + math.max(wg - 1 - maxrem(math.min(cur, limit), limit - cost), 0) * g
-  end
-  return 0, math.max(limit - weighted, 0), retry, reset
+  return allowed, remaining, retry, reset
 end
 
 -- bucket mirrors token_bucket.lua.
 local function bucket(base, burst, num, den, window, cost)
   local key = base .. 'bucket'
-
-  local function fill(t, c)
-    return math.ceil(((burst - t) * den - c) / num)
-  end
-
   local t, ts, c = burst, now, 0
   local staged = buckets[key]
   if staged then
@@ -166,45 +116,19 @@ local function bucket(base, burst, num, den, window, cost)
     end
   end
 
-  local elapsed = math.max(0, now - ts)
-  if t >= burst or elapsed >= fill(t, c) then
-    t, c = burst, 0
-  else
-    local n = elapsed * num + c
-    local add = math.floor(n / den)
-    t = t + add
-    c = n - add * den
-  end
-  ts = math.max(ts, now)
-
-  local allowed = true
+  local allowed
+  allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
   if cost > 0 then
-    allowed = t >= cost
-    if allowed then
-      t = t - cost
-    end
     if t >= burst then
       buckets[key] = false
       stage('DEL', key)
     else
       buckets[key] = {t, ts, c}
       stage('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-      stage('PEXPIREAT', key, int(ts + math.max(fill(t, c), 1)))
+      stage('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
     end
   end
-
-  local reset = 0
-  if t < burst then
-    reset = fill(t, c)
-  end
-  if allowed then
-    return 1, t, 0, reset
-  end
-  local retry = window
-  if cost <= burst then
-    retry = math.ceil(((cost - t) * den - c) / num)
-  end
-  return 0, t, retry, reset
+  return bucket_reply(burst, num, den, window, cost, allowed, t, c)
 end
 
 local out = {}

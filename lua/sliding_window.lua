@@ -41,12 +41,7 @@ All numbers stay below 2^53, so Lua's doubles hold them exactly;
 pkg/store/memory.go mirrors this script step for step.
 ]]
 
-local MAX = 4503599627370496 -- 2^52: costs saturate here
-local STEPS = 94000000 -- Wg stays below this, so Wg * Wg < 2^53
-
-local function int(x)
-  return string.format('%.0f', x)
-end
+-- #include arith.lua
 
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -58,57 +53,14 @@ if now == 0 then
 end
 
 local ws = now - now % window
-local elapsed = now - ws
-local reset = window - elapsed
 local cur_key = KEYS[1] .. int(ws / 1000)
 local prev_key = KEYS[1] .. int((ws - window) / 1000)
-
 local cur = tonumber(redis.call('GET', cur_key) or 0)
 local prev = math.min(tonumber(redis.call('GET', prev_key) or 0), limit)
 
-local g = 1
-while math.floor(window / g) >= STEPS do
-  g = g * 1000
+local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - ws, cur, prev)
+if allowed == 1 and cost > 0 then
+  redis.call('INCRBY', cur_key, int(cost))
+  redis.call('PEXPIREAT', cur_key, int(ws + 2 * window))
 end
-local wg = math.floor(window / g)
-
--- share returns floor(p * rem / wg) without forming p * rem.
-local function share(p, rem)
-  local q = math.floor(p / wg)
-  local r = p - q * wg
-  return q * rem + math.floor(r * rem / wg)
-end
-
--- maxrem returns the largest rem in [0, wg] with share(p, rem) <= a (a >= 0).
-local function maxrem(p, a)
-  local lo, hi = 0, wg
-  while lo < hi do
-    local mid = math.floor((lo + hi + 1) / 2)
-    if share(p, mid) <= a then
-      lo = mid
-    else
-      hi = mid - 1
-    end
-  end
-  return lo
-end
-
-local weighted = cur + share(prev, wg - 1 - math.floor(elapsed / g))
-
-if weighted + cost <= limit then
-  if cost > 0 then
-    redis.call('INCRBY', cur_key, int(cost))
-    redis.call('PEXPIREAT', cur_key, int(ws + 2 * window))
-  end
-  return {1, limit - weighted - cost, 0, reset}
-end
-
-local retry
-if cost > limit then
-  retry = window
-elseif cur <= limit - cost then
-  retry = (wg - 1 - maxrem(prev, limit - cost - cur)) * g - elapsed
-else
-  retry = reset + math.max(wg - 1 - maxrem(math.min(cur, limit), limit - cost), 0) * g
-end
-return {0, math.max(limit - weighted, 0), retry, reset}
+return {allowed, remaining, retry, reset}

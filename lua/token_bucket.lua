@@ -34,11 +34,7 @@ All numbers stay below 2^53, so Lua's doubles hold them exactly;
 pkg/store/memory.go mirrors this script step for step.
 ]]
 
-local MAX = 4503599627370496 -- 2^52: costs saturate here
-
-local function int(x)
-  return string.format('%.0f', x)
-end
+-- #include arith.lua
 
 local burst = tonumber(ARGV[1])
 local num = tonumber(ARGV[2])
@@ -52,12 +48,6 @@ if now == 0 then
 end
 
 local key = KEYS[1] .. 'bucket'
-
--- fill returns the ms until the bucket holds burst again.
-local function fill(t, c)
-  return math.ceil(((burst - t) * den - c) / num)
-end
-
 local t, ts, c = burst, now, 0
 local state = redis.call('HMGET', key, 't', 'ts', 'c')
 if state[1] then
@@ -66,40 +56,14 @@ if state[1] then
   c = tonumber(state[3]) or 0
 end
 
-local elapsed = math.max(0, now - ts)
-if t >= burst or elapsed >= fill(t, c) then
-  t, c = burst, 0
-else
-  local n = elapsed * num + c
-  local add = math.floor(n / den)
-  t = t + add
-  c = n - add * den
-end
-ts = math.max(ts, now)
-
-local allowed = true
+local allowed
+allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
 if cost > 0 then
-  allowed = t >= cost
-  if allowed then
-    t = t - cost
-  end
   if t >= burst then
     redis.call('DEL', key)
   else
     redis.call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-    redis.call('PEXPIREAT', key, int(ts + math.max(fill(t, c), 1)))
+    redis.call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
   end
 end
-
-local reset = 0
-if t < burst then
-  reset = fill(t, c)
-end
-if allowed then
-  return {1, t, 0, reset}
-end
-local retry = window
-if cost <= burst then
-  retry = math.ceil(((cost - t) * den - c) / num)
-end
-return {0, t, retry, reset}
+return {bucket_reply(burst, num, den, window, cost, allowed, t, c)}
