@@ -1,13 +1,22 @@
 -- arith.lua: the arithmetic the scripts share, without Redis calls. lua.go
--- puts it where a script has the line "-- #include arith.lua"
--- (sliding_window.lua, token_bucket.lua, atomic.lua); the scripts' headers
--- describe what it computes.
+-- puts it where a script has the line "-- #include arith.lua" (take.lua,
+-- atomic.lua); take.lua's header describes what it computes.
 
 local MAX = 4503599627370496 -- 2^52: counters and costs saturate here
 local STEPS = 94000000 -- sliding window: Wg stays below this, so Wg * Wg < 2^53
 
 local function int(x)
   return string.format('%.0f', x)
+end
+
+-- fixed_reply answers a fixed-window op whose window holds count after
+-- it, reset ms before the window ends: allowed (1 or 0), remaining,
+-- retry_after and reset.
+local function fixed_reply(limit, count, reset)
+  if count <= limit then
+    return 1, limit - count, 0, reset
+  end
+  return 0, 0, reset, reset
 end
 
 -- sliding_decide decides a sliding-window op elapsed ms into its window,

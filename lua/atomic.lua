@@ -1,7 +1,7 @@
 --[[
 atomic.lua: several ops decided all or nothing. The ops run in order at one
 instant, each with exactly the arithmetic of its algorithm's script
-(fixed_window.lua, sliding_window.lua, token_bucket.lua) and each seeing
+(take.lua's fixed_window, sliding_window and token_bucket) and each seeing
 the writes of the ops before it; those writes are staged in the script and
 reach Redis only if the call commits.
 
@@ -9,8 +9,9 @@ KEYS[i]  base key of op i, ending in ':'. All KEYS of a call must share one
          {hash tag} in Redis Cluster. The state lives at KEYS[i] .. S
          (windows; S is a window start in Unix seconds) or
          KEYS[i] .. 'bucket' (token bucket), as in the per-algorithm scripts.
-ARGV[1]  now     decision time of every op, Unix ms; 0 means Redis TIME
-ARGV[2 + 8 * (i - 1)] .. ARGV[9 + 8 * (i - 1)], op i:
+ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
+ARGV[2]  now     decision time of every op, Unix ms; 0 means Redis TIME
+ARGV[3 + 8 * (i - 1)] .. ARGV[10 + 8 * (i - 1)], op i:
          alg     0 fixed_window, 1 sliding_window, 2 token_bucket
          limit   window capacity, milli-requests (windows)
          window  window length, ms
@@ -21,9 +22,9 @@ ARGV[2 + 8 * (i - 1)] .. ARGV[9 + 8 * (i - 1)], op i:
          veto    how a denial weighs: 0 rejects the call, 1 rejects nothing,
                  2 rejects when every op with veto 2 is denied
          with the ranges of the per-algorithm scripts' headers.
-Returns  {allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
-         four integers per op, each op's reply exactly as its algorithm's
-         script would give it in this order (so an allowed op of a rejected
+Returns  {tag, allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
+         four integers per op, each op's reply exactly as take.lua would
+         give it in this order (so an allowed op of a rejected
          call reports the remaining it would have had).
 
 Commit or reject: the call is rejected when an op with veto 0 is denied, or
@@ -40,7 +41,7 @@ pkg/store/memory_atomic.go mirrors this script.
 
 -- #include arith.lua
 
-local now = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -63,7 +64,7 @@ local function getcount(key)
   return n
 end
 
--- fixed mirrors fixed_window.lua. Its INCRBY (saturating) and PEXPIREAT
+-- fixed mirrors take.lua's fixed. Its INCRBY (saturating) and PEXPIREAT
 -- become one SET with PXAT of the same value and expiry.
 local function fixed(base, limit, window, cost)
   local ws = now - now % window
@@ -77,13 +78,10 @@ local function fixed(base, limit, window, cost)
     stage('SET', key, int(count), 'PXAT', int(ws + window))
   end
 
-  if count <= limit then
-    return 1, limit - count, 0, reset
-  end
-  return 0, 0, reset, reset
+  return fixed_reply(limit, count, reset)
 end
 
--- sliding mirrors sliding_window.lua. Its INCRBY and PEXPIREAT become one
+-- sliding mirrors take.lua's sliding. Its INCRBY and PEXPIREAT become one
 -- SET with PXAT of the same value and expiry.
 local function sliding(base, limit, window, cost)
   local ws = now - now % window
@@ -100,7 +98,7 @@ local function sliding(base, limit, window, cost)
   return allowed, remaining, retry, reset
 end
 
--- bucket mirrors token_bucket.lua.
+-- bucket mirrors take.lua's bucket.
 local function bucket(base, burst, num, den, window, cost)
   local key = base .. 'bucket'
   local t, ts, c = burst, now, 0
@@ -131,11 +129,11 @@ local function bucket(base, burst, num, den, window, cost)
   return bucket_reply(burst, num, den, window, cost, allowed, t, c)
 end
 
-local out = {}
+local out = {tonumber(ARGV[1])}
 local reject = false
 local group, group_denied = 0, 0
 for i = 1, #KEYS do
-  local a = 1 + 8 * (i - 1)
+  local a = 2 + 8 * (i - 1)
   local alg = tonumber(ARGV[a + 1])
   local limit = tonumber(ARGV[a + 2])
   local window = tonumber(ARGV[a + 3])

@@ -5,27 +5,23 @@ package lua
 import (
 	_ "embed"
 	"strings"
-
-	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// The scripts, one per algorithm, as sent to Redis.
+// Take decides independent ops of any algorithms, each on its own, in one
+// script call; Atomic decides a call's ops all or nothing.
 var (
-	FixedWindow   = include(fixedWindowSrc)
-	SlidingWindow = include(slidingWindowSrc)
-	TokenBucket   = include(tokenBucketSrc)
+	Take   = include(takeSrc)
+	Atomic = include(atomicSrc)
 )
 
-// Atomic decides several ops of any algorithms all or nothing, in one call.
-var Atomic = include(atomicSrc)
+// TakeCrossSlot is Take declaring the Redis 7 script flag
+// allow-cross-slot-keys, so that one call on a Cluster node may carry the
+// keys of every slot that node serves.
+var TakeCrossSlot = "#!lua flags=allow-cross-slot-keys\n" + Take
 
 var (
-	//go:embed fixed_window.lua
-	fixedWindowSrc string
-	//go:embed sliding_window.lua
-	slidingWindowSrc string
-	//go:embed token_bucket.lua
-	tokenBucketSrc string
+	//go:embed take.lua
+	takeSrc string
 	//go:embed atomic.lua
 	atomicSrc string
 	//go:embed arith.lua
@@ -39,18 +35,4 @@ const includeLine = "-- #include arith.lua\n"
 // include returns src with arith.lua in place of its include line.
 func include(src string) string {
 	return strings.Replace(src, includeLine, arith, 1)
-}
-
-// Script returns the script that implements alg, or "" for an unknown
-// algorithm.
-func Script(alg descriptors.Algorithm) string {
-	switch alg {
-	case descriptors.FixedWindow:
-		return FixedWindow
-	case descriptors.SlidingWindow:
-		return SlidingWindow
-	case descriptors.TokenBucket:
-		return TokenBucket
-	}
-	return ""
 }

@@ -5,13 +5,12 @@ import (
 	"testing"
 )
 
-// TestInclude: the scripts that share arith.lua hold it once, in place of
-// their include line; fixed_window.lua is sent as it is on disk.
+// TestInclude: the scripts hold arith.lua once, in place of their include
+// line, and open with their header.
 func TestInclude(t *testing.T) {
 	for name, tc := range map[string]struct{ script, src string }{
-		"sliding_window.lua": {SlidingWindow, slidingWindowSrc},
-		"token_bucket.lua":   {TokenBucket, tokenBucketSrc},
-		"atomic.lua":         {Atomic, atomicSrc},
+		"take.lua":   {Take, takeSrc},
+		"atomic.lua": {Atomic, atomicSrc},
 	} {
 		if strings.Count(tc.src, includeLine) != 1 {
 			t.Errorf("%s: %d include lines, want 1", name, strings.Count(tc.src, includeLine))
@@ -23,7 +22,7 @@ func TestInclude(t *testing.T) {
 			t.Errorf("%s: the header no longer opens the script", name)
 		}
 	}
-	if FixedWindow != fixedWindowSrc || strings.Contains(FixedWindow, "sliding_decide") {
-		t.Error("fixed_window.lua is not sent as it is")
+	if first, _, _ := strings.Cut(TakeCrossSlot, "\n"); first != "#!lua flags=allow-cross-slot-keys" {
+		t.Errorf("TakeCrossSlot opens with %q, want the shebang with its flag", first)
 	}
 }

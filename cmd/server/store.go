@@ -46,9 +46,6 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 			return nil, err
 		}
 		under, open = r, r.Open
-		if o.batchSlots > 0 {
-			under = store.NewCoalescer(r, store.CoalesceOptions{InFlight: o.batchSlots, Timeout: o.storeTimeout})
-		}
 	}
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
@@ -152,7 +149,7 @@ func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	store.SetClientLogger(log)
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true}), nil
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: o.batchSlots, SendTimeout: o.readTimeout}), nil
 }
 
 // storeName describes the store for logs, without credentials.

@@ -1,7 +1,9 @@
 package resp
 
 import (
+	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,10 +21,22 @@ type Batch struct {
 	got     int   // replies read
 	err     error // set with done when the connection failed
 	done    chan struct{}
-	sent    time.Time // when it was queued on a connection
-	busy    bool      // queued on a connection and not yet waited out
-	last    bool      // the last batch of a write
+	state   atomic.Int32 // batchIdle, batchPending, batchWritten or batchDropped
+	cn      *conn        // the connection it was sent on
+	nc      net.Conn     // the network connection it was written on
+	sent    time.Time    // when it was written
+	busy    bool         // sent on a connection and not yet waited out
+	last    bool         // the last batch of a write
 }
+
+// Batch states: a batch is pending on a connection until it is written or
+// dropped (its caller gave up first, and it is never written).
+const (
+	batchIdle int32 = iota
+	batchPending
+	batchWritten
+	batchDropped
+)
 
 func newBatch() *Batch { return &Batch{done: make(chan struct{}, 1)} }
 
@@ -80,6 +94,8 @@ func (b *Batch) prepare() {
 	}
 	b.replies = b.replies[:b.cmds]
 	b.got, b.err, b.last = 0, nil, false
+	b.cn, b.nc = nil, nil
+	b.state.Store(batchIdle)
 	select { // a stale signal of an earlier use
 	case <-b.done:
 	default:

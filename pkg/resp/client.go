@@ -10,7 +10,10 @@
 //
 // When a connection fails, every batch in flight on it fails with an error
 // wrapping ErrConn, whether or not Redis ran its commands; the next batch
-// dials again. Nothing is retried.
+// dials again. Nothing is retried. A batch whose caller gives up before it
+// is written is never written, and fails with an error wrapping ErrNotSent.
+// Connections are dialled in the background, so that a handshake slower
+// than callers' deadlines still completes for the callers that follow.
 package resp
 
 import (
@@ -33,6 +36,10 @@ var (
 	ErrClosed = errors.New("redis client closed")
 	// ErrBatch is returned by Do for a malformed batch, which is not sent.
 	ErrBatch = errors.New("malformed batch")
+	// ErrNotSent marks a batch that was never written, so none of its
+	// commands ran: its caller gave up first, or too much already waited
+	// to be written, or its connection failed before its turn.
+	ErrNotSent = errors.New("not sent")
 )
 
 // Options configure a Client.
@@ -55,6 +62,9 @@ type Options struct {
 	// failing every batch on it (default 3s). A Do's context bounds each
 	// caller's own wait, whatever this says.
 	ReadTimeout time.Duration
+	// MaxPending caps the bytes of batches waiting to be written on one
+	// connection (default 4 MiB): past it, Do fails at once with ErrNotSent.
+	MaxPending int
 	// Dialer dials TCP; nil means a net.Dialer. Tests inject proxies here.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -84,6 +94,9 @@ func New(opts Options) *Client {
 	}
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 3 * time.Second
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 4 << 20
 	}
 	if opts.Dialer == nil {
 		var d net.Dialer
@@ -122,9 +135,12 @@ func (c *Client) Release(b *Batch) {
 
 // Do sends b's commands and waits for their replies, or for ctx to end. It
 // returns nil when every command has its reply (which may be an error
-// reply: see Reply.Err), an error wrapping ErrConn when the connection
-// failed, or ctx's error, in which case the commands may still run. The
-// commands of one batch go out together, in order, on one connection.
+// reply: see Reply.Err); an error wrapping ErrNotSent when none of them was
+// written (ctx ended first, or the connection failed before b's turn); an
+// error wrapping ErrConn when the connection failed after b was written;
+// or ctx's error once b was written, in which case the commands may still
+// run. The commands of one batch go out together, in order, on one
+// connection.
 func (c *Client) Do(ctx context.Context, b *Batch) error {
 	if b.args != 0 || b.cmds == 0 {
 		return fmt.Errorf("%w: %d commands, %d arguments missing", ErrBatch, b.cmds, b.args)
@@ -134,6 +150,7 @@ func (c *Client) Do(ctx context.Context, b *Batch) error {
 	}
 	b.prepare()
 	cn := c.conns[int(c.next.Add(1))%len(c.conns)]
+	b.cn = cn
 	if err := cn.send(ctx, b); err != nil {
 		return err
 	}
@@ -146,8 +163,26 @@ func (c *Client) Do(ctx context.Context, b *Batch) error {
 		b.busy = false
 		return nil
 	case <-ctx.Done():
+		if b.state.CompareAndSwap(batchPending, batchDropped) {
+			return fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+		}
 		return ctx.Err()
 	}
+}
+
+// Discard closes the connection that carried b, failing every other batch
+// on it, if it is still up: call it when b's replies show that the
+// connection's replies no longer match its commands (a script's reply
+// without the tag it was sent with). b must be a batch whose Do returned
+// nil, not yet released.
+func (c *Client) Discard(b *Batch, err error) {
+	cn, nc := b.cn, b.nc
+	if cn == nil || nc == nil {
+		return
+	}
+	cn.mu.Lock()
+	cn.failLocked(nc, fmt.Errorf("%w: %w", ErrConn, err))
+	cn.mu.Unlock()
 }
 
 // Connect dials every connection that is not up, and returns the first
@@ -165,6 +200,19 @@ func (c *Client) Connect(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Up reports how many connections are up.
+func (c *Client) Up() int {
+	n := 0
+	for _, cn := range c.conns {
+		cn.mu.Lock()
+		if cn.nc != nil {
+			n++
+		}
+		cn.mu.Unlock()
+	}
+	return n
 }
 
 // Close closes every connection, failing the batches on them, and stops
@@ -273,3 +321,6 @@ func (c *Client) handshake(nc net.Conn, br *bufio.Reader) error {
 	}
 	return nil
 }
+
+// Conns returns the number of connections batches share.
+func (c *Client) Conns() int { return len(c.conns) }

@@ -2,20 +2,17 @@ package store
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/lua"
-	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -32,6 +29,15 @@ var _ limiter.Store = (*Redis)(nil)
 type RedisOptions struct {
 	// CloseClient makes Close close the client as well.
 	CloseClient bool
+	// InFlight is how many script calls' pipelines may be at one server (or
+	// one Cluster node) at once; Takes that arrive meanwhile are merged
+	// into the next (default 2).
+	InFlight int
+	// SendTimeout bounds one pipeline, whatever its callers' deadlines
+	// (default 3s). Callers wait no longer than their own context allows,
+	// but their pipeline goes on without them, so that a connection that
+	// is still being dialled and authenticated gets ready for the next.
+	SendTimeout time.Duration
 }
 
 // ConnOptions are connection settings applied on top of a URL's. Zero
@@ -44,45 +50,45 @@ type ConnOptions struct {
 }
 
 // Redis is a limiter.Store that runs the algorithms as Lua scripts (package
-// lua) on a Redis server, so that every server instance shares the same
-// state and the same clock (Redis TIME). It is safe for concurrent use.
+// lua) on a Redis server, a Cluster or a Sentinel-managed server, through
+// go-redis, so that every server instance shares the same state and the
+// same clock (Redis TIME). It is safe for concurrent use.
 //
-// Take sends all ops of a call in one pipeline, as EVALSHA. Replies of
-// NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) mean the op did
-// not run: Take re-sends just those ops with EVAL, which also loads the
-// script again, so a flush costs a round trip but no decision. Any other
-// failure fails the whole call, and nothing is retried, because an op that
-// may have run must not run twice.
+// Concurrent Takes bound for one server (one Cluster node) are merged: at
+// most InFlight pipelines are at a server at once, and the ops of the
+// Takes that arrive meanwhile leave together in the next, as take.lua
+// calls that decide any number of ops each. On a Cluster, a call carries
+// the keys of every slot its node serves when the nodes run Redis 7 or
+// later (the script flag allow-cross-slot-keys), else of one slot; a call
+// answered MOVED, ASK or TRYAGAIN did not run and is sent again through
+// the Cluster client, slot by slot. Every call carries a tag that the
+// script echoes: a reply without it fails its call (go-redis closes a
+// connection that holds unread replies, so the drift does not last).
+// Replies of NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) mean
+// the call did not run: it is sent again with EVAL, which also loads the
+// script, so a flush costs a round trip but no decision. Any other failure
+// fails the call, and nothing is retried, because an op that may have run
+// must not run twice.
 //
 // The client must not retry commands itself (MaxRetries -1, as
 // RedisOptionsFromURL sets it): go-redis re-sends a whole pipeline after a
 // read error, and ops that had already run would be charged twice. It
-// should also have ContextTimeoutEnabled, so that Take honours ctx's
-// deadline rather than the client's ReadTimeout. A Cluster client re-sends
+// should also have ContextTimeoutEnabled. A Cluster client re-sends
 // pipelines whatever its MaxRetries; use NewClient, whose clients of every
 // type (single, cluster, sentinel) never re-send.
 type Redis struct {
-	client redis.UniversalClient
-	log    *zap.Logger
-	owns   bool
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless client is one
+	log     *zap.Logger
+	opts    RedisOptions
 
-	scripts [3]script // by descriptors.Algorithm
-	close   sync.Once
-}
+	single *batcher // the server's, when not a Cluster
 
-type script struct {
-	name, src, sha string
-}
+	mu      sync.Mutex
+	nodes   map[*redis.Client]*batcher // a Cluster's, by master
+	perSlot atomic.Bool                // Cluster nodes refuse cross-slot calls
 
-// algorithmScripts returns the scripts by algorithm, with their digests.
-func algorithmScripts() [3]script {
-	var all [3]script
-	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
-		src := lua.Script(alg)
-		sum := sha1.Sum([]byte(src))
-		all[alg] = script{name: alg.String(), src: src, sha: hex.EncodeToString(sum[:])}
-	}
-	return all
+	close sync.Once
 }
 
 // NewRedis returns a Redis that uses client, which may be a single-node,
@@ -92,7 +98,21 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	r := &Redis{client: client, log: logger, owns: opts.CloseClient, scripts: algorithmScripts()}
+	if opts.InFlight <= 0 {
+		opts.InFlight = 2
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = 3 * time.Second
+	}
+	r := &Redis{client: client, log: logger, opts: opts}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		r.cluster = cc
+		r.nodes = make(map[*redis.Client]*batcher)
+	} else {
+		r.single = r.newBatcher(func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+			return r.send(ctx, client, ops, results)
+		})
+	}
 	if n, ok := clientRetries(client); ok && n > 0 {
 		r.log.Warn("redis client retries failed commands; a retried pipeline may charge ops twice, set MaxRetries to -1",
 			zap.Int(logKeyRetry, n))
@@ -208,9 +228,19 @@ func (r *Redis) Open(ctx context.Context) error {
 
 // Load loads the scripts with SCRIPT LOAD (on every master of a Cluster).
 func (r *Redis) Load(ctx context.Context) error {
-	for _, s := range r.scripts {
+	scripts := []script{takeScript, atomicScript}
+	if r.cluster != nil {
+		scripts = append(scripts, takeCrossScript)
+	}
+	for _, s := range scripts {
 		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
+			if s == takeCrossScript {
+				// Redis before 7 knows no script flags: calls go slot by
+				// slot instead.
+				r.perSlot.Store(true)
+				continue
+			}
 			return unavailable("load script "+s.name, err)
 		}
 		if sha != s.sha {
@@ -228,104 +258,24 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the client if the Redis owns it (NewRedisFromURL, or
-// RedisOptions.CloseClient). It is idempotent.
+// Close fails the Takes that wait, and closes the client if the Redis owns
+// it (NewRedisFromURL, or RedisOptions.CloseClient). It is idempotent.
 func (r *Redis) Close() error {
 	var err error
 	r.close.Do(func() {
-		if r.owns {
+		if r.single != nil {
+			r.single.close()
+		}
+		r.mu.Lock()
+		for _, b := range r.nodes {
+			b.close()
+		}
+		r.mu.Unlock()
+		if r.opts.CloseClient {
 			err = r.client.Close()
 		}
 	})
 	return err
-}
-
-// Take decides ops in one round trip, two if the server lost the scripts;
-// see Redis. Ops run in order, except that an op answered NOSCRIPT runs
-// after the ops behind it that did run (which only happens while scripts
-// are being flushed). An error wraps limiter.ErrUnavailable, or
-// ErrInvalidOp for ops that were not sent.
-func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
-		return err
-	}
-	// Scripts are not loaded here: an op answered NOSCRIPT is re-sent with
-	// EVAL, which caches the script, so a server that lost its scripts (or
-	// a node SCRIPT LOAD could not reach) costs one extra round trip, once.
-	cmds := make([]*redis.Cmd, len(ops))
-	pipe := r.client.Pipeline()
-	for i := range ops {
-		cmds[i] = r.eval(ctx, pipe, &ops[i], true)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-
-	var missing []int
-	for i, cmd := range cmds {
-		err := cmd.Err()
-		if err != nil && isNoScript(err) {
-			missing = append(missing, i)
-			continue
-		}
-		if err := readResult(cmd, results[i:i+1]); err != nil {
-			return unavailable("take "+r.scripts[ops[i].Algorithm].name, err)
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-
-	// The ops answered NOSCRIPT did not run, so they are safe to send
-	// again; EVAL cannot answer NOSCRIPT and loads the script as it runs.
-	r.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
-	pipe = r.client.Pipeline()
-	for _, i := range missing {
-		cmds[i] = r.eval(ctx, pipe, &ops[i], false)
-	}
-	_, _ = pipe.Exec(ctx)
-	for _, i := range missing {
-		if err := readResult(cmds[i], results[i:i+1]); err != nil {
-			return unavailable("take "+r.scripts[ops[i].Algorithm].name, err)
-		}
-	}
-	return nil
-}
-
-// eval queues op's script on pipe, by digest or by source.
-func (r *Redis) eval(ctx context.Context, pipe redis.Pipeliner, op *limiter.Op, bySHA bool) *redis.Cmd {
-	s := &r.scripts[op.Algorithm]
-	keys := []string{op.Key}
-	var args []any
-	if op.Algorithm == descriptors.TokenBucket {
-		args = []any{op.Burst, op.RateNum, op.RateDen, op.Window, op.Cost, op.Now}
-	} else {
-		args = []any{op.Limit, op.Window, op.Cost, op.Now}
-	}
-	if bySHA {
-		return pipe.EvalSha(ctx, s.sha, keys, args...)
-	}
-	return pipe.Eval(ctx, s.src, keys, args...)
-}
-
-// readResult parses a script's reply into res, a slice of one result.
-func readResult(cmd *redis.Cmd, res []limiter.Result) error {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return err
-	}
-	return decodeResults(v, res)
-}
-
-// decodeResults fills results from a script's reply of 4 integers per op
-// {allowed, remaining, retry_after, reset}, the reply of every script here.
-func decodeResults(v []int64, results []limiter.Result) error {
-	if len(v) != 4*len(results) {
-		return fmt.Errorf("script replied %d values for %d ops, want 4 each", len(v), len(results))
-	}
-	for i := range results {
-		w := v[4*i : 4*i+4]
-		results[i] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
-	}
-	return nil
 }
 
 // begin runs the checks every call of a Redis store starts with: invalid

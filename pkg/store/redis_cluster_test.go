@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -88,14 +86,9 @@ func TestRedisClusterConformance(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T) limiter.Store { return clusterInspected{r, rdb} })
 }
 
-// scriptSHAs returns the digests of the three scripts.
+// scriptSHAs returns the digests of the scripts Open loads on a Cluster.
 func scriptSHAs() []string {
-	var out []string
-	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
-		sum := sha1.Sum([]byte(lua.Script(alg)))
-		out = append(out, hex.EncodeToString(sum[:]))
-	}
-	return out
+	return []string{store.TakeSHA, store.AtomicSHA, store.TakeCrossSHA}
 }
 
 // spreadKeys returns n keys (base keys, as the limiter builds them) and
@@ -277,13 +270,13 @@ func TestRedisClusterDoesNotResend(t *testing.T) {
 	// A plain ClusterClient, for comparison: it shows the hazard.
 	plain := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
 	defer plain.Close()
-	sha := scriptSHAs()[descriptors.FixedWindow]
-	if err := plain.ScriptLoad(ctx, lua.FixedWindow).Err(); err != nil {
+	sha := store.TakeSHA
+	if err := plain.ScriptLoad(ctx, lua.Take).Err(); err != nil {
 		t.Fatal(err)
 	}
 	evalPlain := func() error {
 		pipe := plain.Pipeline()
-		pipe.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now)
+		pipe.EvalSha(ctx, sha, []string{key}, store.TakeArgs(1, op)...)
 		_, err := pipe.Exec(ctx)
 		return err
 	}
@@ -297,11 +290,11 @@ func TestRedisClusterDoesNotResend(t *testing.T) {
 	plainRuns := count() - before
 	t.Logf("plain go-redis ClusterClient: one pipelined op after a dropped reply ran %d times (err %v)", plainRuns, err)
 	for range 2 { // the dropped connection may still be pooled: use it up
-		_ = plain.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+		_ = plain.EvalSha(ctx, sha, []string{key}, store.TakeArgs(1, op)...).Err()
 	}
 	before = count()
 	proxy.drop.Store(true)
-	err = plain.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+	err = plain.EvalSha(ctx, sha, []string{key}, store.TakeArgs(1, op)...).Err()
 	proxy.drop.Store(false)
 	plainSingle := count() - before
 	t.Logf("plain go-redis ClusterClient: one EVALSHA after a dropped reply ran %d times (err %v)", plainSingle, err)
@@ -335,12 +328,12 @@ func TestRedisClusterDoesNotResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	if err := client.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err(); err != nil {
+	if err := client.EvalSha(ctx, sha, []string{key}, store.TakeArgs(1, op)...).Err(); err != nil {
 		t.Fatalf("EVALSHA before the drop: %v", err)
 	}
 	before = count()
 	proxy.drop.Store(true)
-	err = client.EvalSha(ctx, sha, []string{key}, op.Limit, op.Window, op.Cost, op.Now).Err()
+	err = client.EvalSha(ctx, sha, []string{key}, store.TakeArgs(1, op)...).Err()
 	proxy.drop.Store(false)
 	if runs := count() - before; err == nil || runs != 1 {
 		t.Errorf("EVALSHA with the reply dropped: error %v, ran %d times; want an error and once", err, runs)

@@ -2,12 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/lua"
-	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/resp"
 )
@@ -16,27 +16,37 @@ import (
 // Sentinel) that runs the same Lua scripts as Redis, through package
 // resp rather than go-redis: requests share a few pipelined connections,
 // and a Take costs one small buffer write and no per-op objects.
-// Concurrent Takes leave in one write when they arrive together, so the
-// pipelines grow with the load without a coalescing stage.
 //
-// Semantics are Redis's: a Take's ops go out as EVALSHA in one batch; ops
-// answered NOSCRIPT did not run and are sent again with EVAL; any other
-// failure fails the call and nothing is re-sent, because an op that may
-// have run must not run twice. A Take waits no longer than its ctx allows.
+// Concurrent Takes are merged: while as many script calls are in flight as
+// there are connections, the ops of the Takes that arrive meanwhile leave
+// together in the next call (lua/take.lua decides any number of ops), so
+// Redis pays one script call for many decisions and the calls grow with
+// the load. A Take that finds a connection free goes out at once.
+//
+// Semantics are Redis's: every call carries a tag that the script echoes,
+// and a reply without its call's tag fails the call and closes the
+// connection (its replies have drifted from its calls). A call answered
+// NOSCRIPT did not run and is sent again with EVAL; any other failure
+// fails the call and nothing is re-sent, because an op that may have run
+// must not run twice. A Take that gives up before its call is written is
+// never sent (ErrNotSent). A Take waits no longer than its ctx allows.
 type RedisMux struct {
-	client  *resp.Client
-	log     *zap.Logger
-	scripts [3]script
+	client *resp.Client
+	log    *zap.Logger
+	batch  *batcher
 }
 
 var _ limiter.AtomicStore = (*RedisMux)(nil)
 
-// NewRedisMux returns a RedisMux that owns client. It does no I/O.
+// NewRedisMux returns a RedisMux that owns client, with as many script
+// calls in flight at once as the client has connections. It does no I/O.
 func NewRedisMux(client *resp.Client, logger *zap.Logger) *RedisMux {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &RedisMux{client: client, log: logger, scripts: algorithmScripts()}
+	m := &RedisMux{client: client, log: logger}
+	m.batch = newBatcher(m.send, client.Conns(), 4*maxBatchOps, time.Second)
+	return m
 }
 
 // Open connects, checks that Redis answers and loads the scripts.
@@ -50,7 +60,8 @@ func (m *RedisMux) Open(ctx context.Context) error {
 	}
 	b := m.client.Batch()
 	defer m.client.Release(b)
-	for _, s := range m.scripts {
+	scripts := []script{takeScript, atomicScript}
+	for _, s := range scripts {
 		b.Command(3)
 		b.String("SCRIPT")
 		b.String("LOAD")
@@ -59,7 +70,7 @@ func (m *RedisMux) Open(ctx context.Context) error {
 	if err := m.client.Do(ctx, b); err != nil {
 		return unavailable("load scripts", err)
 	}
-	for i, s := range m.scripts {
+	for i, s := range scripts {
 		r := b.Reply(i)
 		if err := r.Err(); err != nil {
 			return unavailable("load script "+s.name, err)
@@ -71,7 +82,8 @@ func (m *RedisMux) Open(ctx context.Context) error {
 	return nil
 }
 
-// Ping sends PING.
+// Ping sends PING. A reply other than PONG closes the connection that
+// carried it.
 func (m *RedisMux) Ping(ctx context.Context) error {
 	b := m.client.Batch()
 	defer m.client.Release(b)
@@ -80,107 +92,110 @@ func (m *RedisMux) Ping(ctx context.Context) error {
 	if err := m.client.Do(ctx, b); err != nil {
 		return unavailable("ping", err)
 	}
-	if err := b.Reply(0).Err(); err != nil {
+	r := b.Reply(0)
+	if err := r.Err(); err != nil {
+		return unavailable("ping", err)
+	}
+	if r.Kind != resp.KindStatus || string(r.Str) != "PONG" {
+		err := fmt.Errorf("%w: PING answered %s", ErrReplyMismatch, describe(r))
+		m.client.Discard(b, err)
 		return unavailable("ping", err)
 	}
 	return nil
 }
 
-// Close closes the connections. It is idempotent.
-func (m *RedisMux) Close() error { return m.client.Close() }
+// Close fails the Takes that wait and closes the connections. It is
+// idempotent.
+func (m *RedisMux) Close() error {
+	m.batch.close()
+	return m.client.Close()
+}
 
-// Take decides ops in one round trip, two if the server lost the scripts.
-// An error wraps limiter.ErrUnavailable, or ErrInvalidOp for ops that were
-// not sent.
+// BatchStats returns how many script calls' pipelines Take made, and how
+// many ops they carried.
+func (m *RedisMux) BatchStats() BatchStats { return m.batch.Stats() }
+
+// Take decides ops, in a script call of their own or shared with other
+// Takes: one round trip, two if the server lost the scripts. An error wraps
+// limiter.ErrUnavailable (and ErrNotSent if nothing was sent), or
+// ErrInvalidOp for ops that were not sent.
 func (m *RedisMux) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
 	}
-	b := m.client.Batch()
-	for i := range ops {
-		m.eval(b, &ops[i], true)
-	}
-	err := m.client.Do(ctx, b)
-	if err != nil {
-		m.client.Release(b)
-		return unavailable("take", err)
-	}
-	var missing []int
-	for i := range ops {
-		r := b.Reply(i)
-		if r.HasErrorPrefix("NOSCRIPT") {
-			missing = append(missing, i)
-			continue
-		}
-		if err := scriptResults(r, results[i:i+1]); err != nil {
-			m.client.Release(b)
-			return unavailable("take "+m.scripts[ops[i].Algorithm].name, err)
-		}
-	}
-	m.client.Release(b)
-	if len(missing) == 0 {
-		return nil
-	}
+	return m.batch.take(ctx, ops, results)
+}
 
-	// The ops answered NOSCRIPT did not run, so they are safe to send
+// send runs ops as take.lua calls of at most maxBatchOps ops each, in one
+// batch, and the calls answered NOSCRIPT again with EVAL.
+func (m *RedisMux) send(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	var chunks [maxSendChunks]takeChunk
+	calls := splitChunks(ops, chunks[:0])
+	missing, err := m.sendChunks(ctx, ops, results, calls, true)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	// The calls answered NOSCRIPT did not run, so they are safe to send
 	// again; EVAL cannot answer NOSCRIPT and loads the script as it runs.
 	m.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
-	b = m.client.Batch()
-	defer m.client.Release(b)
-	for _, i := range missing {
-		m.eval(b, &ops[i], false)
+	_, err = m.sendChunks(ctx, ops, results, missing, false)
+	return err
+}
+
+// sendChunks sends one batch of take.lua calls, by digest or by source, and
+// decodes their replies into results. It returns the calls answered
+// NOSCRIPT.
+func (m *RedisMux) sendChunks(ctx context.Context, ops []limiter.Op, results []limiter.Result,
+	calls []takeChunk, bySHA bool) (missing []takeChunk, err error) {
+	b := m.client.Batch()
+	for i := range calls {
+		c := &calls[i]
+		c.tag = nextTag()
+		part := ops[c.from:c.to]
+		b.Command(2 + takeArgs(part))
+		if bySHA {
+			b.String("EVALSHA")
+			b.String(takeScript.sha)
+		} else {
+			b.String("EVAL")
+			b.String(takeScript.src)
+		}
+		writeTake(b, c.tag, part)
 	}
 	if err := m.client.Do(ctx, b); err != nil {
-		return unavailable("take", err)
+		m.client.Release(b)
+		return nil, unavailable("take", err)
 	}
-	for j, i := range missing {
-		if err := scriptResults(b.Reply(j), results[i:i+1]); err != nil {
-			return unavailable("take "+m.scripts[ops[i].Algorithm].name, err)
+	defer m.client.Release(b)
+	for i, c := range calls {
+		r := b.Reply(i)
+		if bySHA && r.HasErrorPrefix("NOSCRIPT") {
+			missing = append(missing, c)
+			continue
+		}
+		if err := m.scriptReply(b, r, c.tag, results[c.from:c.to]); err != nil {
+			return nil, unavailable("take", err)
 		}
 	}
-	return nil
+	return missing, nil
 }
 
-// eval appends op's script call to b, by digest or by source.
-func (m *RedisMux) eval(b *resp.Batch, op *limiter.Op, bySHA bool) {
-	s := &m.scripts[op.Algorithm]
-	if op.Algorithm == descriptors.TokenBucket {
-		b.Command(10)
-	} else {
-		b.Command(8)
-	}
-	if bySHA {
-		b.String("EVALSHA")
-		b.String(s.sha)
-	} else {
-		b.String("EVAL")
-		b.String(s.src)
-	}
-	b.Int(1)
-	b.String(op.Key)
-	if op.Algorithm == descriptors.TokenBucket {
-		b.Int(op.Burst)
-		b.Int(op.RateNum)
-		b.Int(op.RateDen)
-		b.Int(op.Window)
-	} else {
-		b.Int(op.Limit)
-		b.Int(op.Window)
-	}
-	b.Int(op.Cost)
-	b.Int(op.Now)
-}
-
-// scriptResults reads a script's reply of 4 integers per result (see
-// decodeResults).
-func scriptResults(r *resp.Reply, results []limiter.Result) error {
+// scriptReply decodes a tagged script reply into results. A reply without
+// the tag closes the connection that carried b.
+func (m *RedisMux) scriptReply(b *resp.Batch, r *resp.Reply, tag int64, results []limiter.Result) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
+	var err error
 	if r.Kind != resp.KindArray || r.Mixed {
-		return fmt.Errorf("script replied %s, want 4 integers per op", describe(r))
+		err = fmt.Errorf("%w: script replied %s, want a tag and 4 integers per op", ErrReplyMismatch, describe(r))
+	} else {
+		err = decodeTagged(r.Ints, tag, results)
 	}
-	return decodeResults(r.Ints, results)
+	if errors.Is(err, ErrReplyMismatch) {
+		m.client.Discard(b, err)
+	}
+	return err
 }
 
 // describe names a reply's shape for errors.
@@ -192,26 +207,30 @@ func describe(r *resp.Reply) string {
 		return fmt.Sprintf("an array of %d integers (mixed: %t)", len(r.Ints), r.Mixed)
 	case r.Kind == resp.KindInt:
 		return fmt.Sprintf("the integer %d", r.Int)
+	case r.Kind == resp.KindStatus || r.Kind == resp.KindBulk:
+		return fmt.Sprintf("%q", r.Str)
 	}
 	return fmt.Sprintf("a reply of type %q", r.Kind)
 }
 
 // TakeAll decides ops all or nothing in one script call (lua/atomic.lua),
-// as Redis.TakeAll does.
+// as Redis.TakeAll does. It is never merged with other calls.
 func (m *RedisMux) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
 	}
-	r, b, err := m.evalAtomic(ctx, ops, true)
+	tag := nextTag()
+	r, b, err := m.evalAtomic(ctx, tag, ops, true)
 	if err == nil && r.HasErrorPrefix("NOSCRIPT") {
 		m.client.Release(b)
-		r, b, err = m.evalAtomic(ctx, ops, false)
+		tag = nextTag()
+		r, b, err = m.evalAtomic(ctx, tag, ops, false)
 	}
 	if err != nil {
 		return unavailable("take all", err)
 	}
 	defer m.client.Release(b)
-	if err := scriptResults(r, results[:len(ops)]); err != nil {
+	if err := m.scriptReply(b, r, tag, results[:len(ops)]); err != nil {
 		return unavailable("take all", err)
 	}
 	return nil
@@ -219,32 +238,17 @@ func (m *RedisMux) TakeAll(ctx context.Context, ops []limiter.Op, results []limi
 
 // evalAtomic runs lua.Atomic by digest or by source. On success the caller
 // releases the batch.
-func (m *RedisMux) evalAtomic(ctx context.Context, ops []limiter.Op, bySHA bool) (*resp.Reply, *resp.Batch, error) {
+func (m *RedisMux) evalAtomic(ctx context.Context, tag int64, ops []limiter.Op, bySHA bool) (*resp.Reply, *resp.Batch, error) {
 	b := m.client.Batch()
-	b.Command(4 + len(ops) + atomicArgs*len(ops))
+	b.Command(5 + len(ops) + atomicArgs*len(ops))
 	if bySHA {
 		b.String("EVALSHA")
-		b.String(atomicSHA)
+		b.String(atomicScript.sha)
 	} else {
 		b.String("EVAL")
-		b.String(lua.Atomic)
+		b.String(atomicScript.src)
 	}
-	b.Int(int64(len(ops)))
-	for i := range ops {
-		b.String(ops[i].Key)
-	}
-	b.Int(ops[0].Now)
-	for i := range ops {
-		op := &ops[i]
-		b.Int(int64(op.Algorithm))
-		b.Int(op.Limit)
-		b.Int(op.Window)
-		b.Int(op.Cost)
-		b.Int(op.Burst)
-		b.Int(op.RateNum)
-		b.Int(op.RateDen)
-		b.Int(int64(op.Veto))
-	}
+	writeAtomic(b, tag, ops)
 	if err := m.client.Do(ctx, b); err != nil {
 		m.client.Release(b)
 		return nil, nil, err

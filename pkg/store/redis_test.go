@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -332,9 +330,7 @@ func TestRedisNoScriptBetweenCalls(t *testing.T) {
 	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
 		ctx := context.Background()
 		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
-		sum := sha1.Sum([]byte(lua.FixedWindow))
-		sha := hex.EncodeToString(sum[:])
-		if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
+		if ok, err := rdb.ScriptExists(ctx, store.TakeSHA).Result(); err != nil || !ok[0] {
 			t.Errorf("script not loaded again after the flush: %v %v", ok, err)
 		}
 	})
@@ -648,21 +644,17 @@ func TestRedisWarnsAboutClientRetries(t *testing.T) {
 }
 
 func TestScriptHeaders(t *testing.T) {
-	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
-		src := lua.Script(alg)
+	for name, src := range map[string]string{"take.lua": lua.Take, "atomic.lua": lua.Atomic} {
 		head, _, ok := strings.Cut(src, "]]")
 		if !strings.HasPrefix(src, "--[[") || !ok {
-			t.Errorf("%s: no header comment", alg)
+			t.Errorf("%s: no header comment", name)
 			continue
 		}
-		for _, want := range []string{"KEYS[1]", "ARGV[1]", "Returns", "ms", "milli"} {
+		for _, want := range []string{"KEYS[i]", "ARGV[1]", "tag", "Returns", "ms", "milli"} {
 			if !strings.Contains(head, want) {
-				t.Errorf("%s: header does not mention %q", alg, want)
+				t.Errorf("%s: header does not mention %q", name, want)
 			}
 		}
-	}
-	if lua.Script(9) != "" {
-		t.Error("Script of an unknown algorithm is not empty")
 	}
 }
 

@@ -1,0 +1,20 @@
+package store
+
+import "github.com/fastlimit/fastlimit/pkg/limiter"
+
+// Digests of the scripts, for tests that check what Redis holds.
+var (
+	TakeSHA      = takeScript.sha
+	TakeCrossSHA = takeCrossScript.sha
+	AtomicSHA    = atomicScript.sha
+)
+
+// TakeArgs returns the ARGV of a take.lua call of one op with tag.
+func TakeArgs(tag int64, op limiter.Op) []any {
+	var a anyArgs
+	writeTake(&a, tag, []limiter.Op{op})
+	return a[2:] // after numkeys and the key
+}
+
+// SlotOf is slotOf.
+var SlotOf = slotOf

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// Take decides ops in take.lua calls shared with other Takes bound for the
+// same server or Cluster node; see Redis. An error wraps
+// limiter.ErrUnavailable (and ErrNotSent when nothing was sent), or
+// ErrInvalidOp for ops that were not sent.
+func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
+		return err
+	}
+	if r.cluster == nil {
+		return r.single.take(ctx, ops, results)
+	}
+	return r.takeCluster(ctx, ops, results)
+}
+
+// BatchStats returns how many script calls' pipelines Take made, and how
+// many ops they carried, over every server.
+func (r *Redis) BatchStats() BatchStats {
+	if r.single != nil {
+		return r.single.Stats()
+	}
+	var all BatchStats
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.nodes {
+		s := b.Stats()
+		all.Sends += s.Sends
+		all.Ops += s.Ops
+	}
+	return all
+}
+
+func (r *Redis) newBatcher(send sendFunc) *batcher {
+	return newDetachedBatcher(send, r.opts.InFlight, 4*maxBatchOps, r.opts.SendTimeout)
+}
+
+// takeCluster sends each op to the batcher of the master that serves its
+// key, and waits for them all.
+func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	first, err := r.cluster.MasterForKey(ctx, ops[0].Key)
+	if err != nil {
+		return unavailable("take: find node", err)
+	}
+	same := true
+	nodes := make([]*redis.Client, len(ops))
+	nodes[0] = first
+	for i := 1; i < len(ops); i++ {
+		if nodes[i], err = r.cluster.MasterForKey(ctx, ops[i].Key); err != nil {
+			return unavailable("take: find node", err)
+		}
+		same = same && nodes[i] == first
+	}
+	if same {
+		return r.nodeBatcher(first).take(ctx, ops, results)
+	}
+	// Ops on several nodes: one share per node, all at once.
+	type share struct {
+		idx     []int
+		ops     []limiter.Op
+		results []limiter.Result
+		err     error
+	}
+	shares := map[*redis.Client]*share{}
+	var order []*redis.Client
+	for i, n := range nodes {
+		sh := shares[n]
+		if sh == nil {
+			sh = &share{}
+			shares[n] = sh
+			order = append(order, n)
+		}
+		sh.idx = append(sh.idx, i)
+		sh.ops = append(sh.ops, ops[i])
+	}
+	var wg sync.WaitGroup
+	for _, n := range order {
+		sh := shares[n]
+		sh.results = make([]limiter.Result, len(sh.ops))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sh.err = r.nodeBatcher(n).take(ctx, sh.ops, sh.results)
+		}()
+	}
+	wg.Wait()
+	for _, n := range order {
+		if err := shares[n].err; err != nil {
+			return err
+		}
+	}
+	for _, n := range order {
+		sh := shares[n]
+		for j, i := range sh.idx {
+			results[i] = sh.results[j]
+		}
+	}
+	return nil
+}
+
+// nodeBatcher returns the batcher of a Cluster master.
+func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.nodes[node]
+	if b == nil {
+		b = r.newBatcher(func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+			return r.send(ctx, node, ops, results)
+		})
+		r.nodes[node] = b
+	}
+	return b
+}
+
+// send runs ops on one server (a Cluster master, or the server) as one
+// pipeline of take.lua calls, and the calls answered NOSCRIPT again with
+// EVAL. On a Cluster, calls answered with a redirect go again through the
+// Cluster client, one slot a call.
+func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
+	if r.cluster != nil && r.perSlot.Load() {
+		return r.sendBySlot(ctx, c, ops, results)
+	}
+	s := takeScript
+	if r.cluster != nil {
+		s = takeCrossScript
+	}
+	var chunks [maxSendChunks]takeChunk
+	return r.sendCalls(ctx, c, s, ops, results, splitChunks(ops, chunks[:0]))
+}
+
+// sendBySlot sends ops in calls of one slot each, in one pipeline.
+func (r *Redis) sendBySlot(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
+	sorted, perm, calls := groupBySlot(ops)
+	res := make([]limiter.Result, len(ops))
+	if err := r.sendCalls(ctx, c, takeScript, sorted, res, calls); err != nil {
+		return err
+	}
+	for i, j := range perm {
+		results[j] = res[i]
+	}
+	return nil
+}
+
+// sendCalls sends calls of script s as one pipeline, the calls answered
+// NOSCRIPT again with EVAL, and the calls a Cluster node redirected
+// through the Cluster client.
+func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
+	missing, moved, err := r.sendChunks(ctx, c, s, true, ops, results, calls)
+	if err == nil && len(missing) > 0 {
+		// The calls answered NOSCRIPT did not run, so they are safe to
+		// send again; EVAL cannot answer NOSCRIPT and loads the script.
+		r.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
+		var moved2 []takeChunk
+		_, moved2, err = r.sendChunks(ctx, c, s, false, ops, results, missing)
+		moved = append(moved, moved2...)
+	}
+	if err == nil && len(moved) > 0 {
+		err = r.resend(ctx, ops, results, moved)
+	}
+	return err
+}
+
+// sendChunks sends calls as one pipeline, by digest or by source, and
+// decodes their replies into results. It returns the calls answered
+// NOSCRIPT, and those a Cluster node did not run (a redirect, or a
+// refusal of the cross-slot script).
+func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA bool,
+	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i := range calls {
+		ch := &calls[i]
+		ch.tag = nextTag()
+		cmds[i] = takeCmd(ctx, s, bySHA, ch.tag, ops[ch.from:ch.to])
+		_ = pipe.Process(ctx, onceCmd{cmds[i]})
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	for i, ch := range calls {
+		err := cmds[i].Err()
+		switch {
+		case err != nil && isNoScript(err):
+			missing = append(missing, ch)
+			continue
+		case err != nil && r.cluster != nil && isRedirect(err):
+			moved = append(moved, ch)
+			continue
+		case err != nil && r.cluster != nil && s == takeCrossScript && isScriptFlagError(err):
+			r.log.Warn("redis cluster refuses cross-slot script calls; sending one slot a call", zap.Error(err))
+			r.perSlot.Store(true)
+			moved = append(moved, ch)
+			continue
+		case err != nil:
+			if isConnError(err) && r.cluster != nil {
+				r.cluster.ReloadState(ctx)
+			}
+			return nil, nil, unavailable("take", err)
+		}
+		v, err := cmds[i].Int64Slice()
+		if err == nil {
+			err = decodeTagged(v, ch.tag, results[ch.from:ch.to])
+		}
+		if err != nil {
+			return nil, nil, unavailable("take", err)
+		}
+	}
+	return missing, moved, nil
+}
+
+// takeCmd builds a take.lua call of ops.
+func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+	args := make(anyArgs, 0, 2+takeArgs(ops))
+	if bySHA {
+		args = append(args, "evalsha", s.sha)
+	} else {
+		args = append(args, "eval", s.src)
+	}
+	writeTake(&args, tag, ops)
+	return redis.NewCmd(ctx, args...)
+}
+
+// resend sends calls that a Cluster node did not run through the Cluster
+// client, one slot a call, so that it follows the redirects.
+func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
+	r.cluster.ReloadState(ctx)
+	for _, ch := range calls {
+		sorted, perm, subs := groupBySlot(ops[ch.from:ch.to])
+		res := make([]limiter.Result, len(sorted))
+		for _, sub := range subs {
+			part := sorted[sub.from:sub.to]
+			tag := nextTag()
+			cmd := takeCmd(ctx, takeScript, true, tag, part)
+			_ = r.client.Process(ctx, onceCmd{cmd})
+			if err := cmd.Err(); err != nil && isNoScript(err) {
+				tag = nextTag()
+				cmd = takeCmd(ctx, takeScript, false, tag, part)
+				_ = r.client.Process(ctx, onceCmd{cmd})
+			}
+			v, err := cmd.Int64Slice()
+			if err == nil {
+				err = decodeTagged(v, tag, res[sub.from:sub.to])
+			}
+			if err != nil {
+				return unavailable("take", err)
+			}
+		}
+		for i, j := range perm {
+			results[ch.from+j] = res[i]
+		}
+	}
+	return nil
+}
+
+// isRedirect reports a Cluster redirect or a refusal that means the call
+// did not run on that node.
+func isRedirect(err error) bool {
+	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "CROSSSLOT"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// isScriptFlagError reports a server that cannot run take.lua's cross-slot
+// variant (Redis before 7 fails to compile its shebang line).
+func isScriptFlagError(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "compiling script") || strings.Contains(msg, "shebang") ||
+		strings.Contains(msg, "flag")
+}

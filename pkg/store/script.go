@@ -1,0 +1,184 @@
+package store
+
+import (
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/fastlimit/fastlimit/lua"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// ErrReplyMismatch marks a script reply that does not carry the tag of the
+// call it was read for: the connection's replies have drifted from its
+// calls (an unsolicited reply, a proxy's fault). The call fails, and the
+// connection is closed so that no later call reads another's reply.
+var ErrReplyMismatch = errors.New("reply does not match its call")
+
+// script is a Lua script and the digest EVALSHA names it by.
+type script struct {
+	name, src, sha string
+}
+
+func newScript(name, src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// The scripts the Redis stores run.
+var (
+	takeScript      = newScript("take", lua.Take)
+	takeCrossScript = newScript("take (cross-slot)", lua.TakeCrossSlot)
+	atomicScript    = newScript("atomic", lua.Atomic)
+)
+
+// maxBatchOps caps the ops of one take.lua call: Redis runs a script to the
+// end before it serves anything else, so a call stays well under a
+// millisecond.
+const maxBatchOps = 256
+
+// atomicArgs is the number of ARGV entries per op of lua/atomic.lua.
+const atomicArgs = 8
+
+// tags numbers script calls. The reply echoes the tag, so a reply read for
+// the wrong call is caught. Tags start at a random point below 2^40 so that
+// two processes (or a restarted one) sharing a connection's history cannot
+// mistake each other's replies, and stay below 2^53, where Lua's doubles
+// are exact.
+var tags atomic.Int64
+
+func init() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tags.Store(int64(binary.LittleEndian.Uint64(b[:]) >> 24))
+}
+
+// nextTag returns a fresh tag.
+func nextTag() int64 {
+	return tags.Add(1) & (1<<53 - 1)
+}
+
+// argWriter receives a command's arguments in order.
+type argWriter interface {
+	String(s string)
+	Int(v int64)
+}
+
+// takeArgs is the number of arguments of a take.lua call of ops after the
+// script's name and digest: numkeys, the keys, the tag and each op's.
+func takeArgs(ops []limiter.Op) int {
+	n := 2 + len(ops)
+	for i := range ops {
+		n += takeOpArgs(&ops[i])
+	}
+	return n
+}
+
+func takeOpArgs(op *limiter.Op) int {
+	if op.Algorithm == descriptors.TokenBucket {
+		return 7
+	}
+	return 5
+}
+
+// writeTake writes the arguments of a take.lua call after the digest (or
+// source): numkeys, KEYS, then ARGV as take.lua's header lays them out.
+func writeTake(w argWriter, tag int64, ops []limiter.Op) {
+	w.Int(int64(len(ops)))
+	for i := range ops {
+		w.String(ops[i].Key)
+	}
+	w.Int(tag)
+	for i := range ops {
+		op := &ops[i]
+		w.Int(int64(op.Algorithm))
+		w.Int(op.Now)
+		if op.Algorithm == descriptors.TokenBucket {
+			w.Int(op.Burst)
+			w.Int(op.RateNum)
+			w.Int(op.RateDen)
+		} else {
+			w.Int(op.Limit)
+		}
+		w.Int(op.Window)
+		w.Int(op.Cost)
+	}
+}
+
+// writeAtomic writes the arguments of an atomic.lua call after the digest
+// (or source).
+func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
+	w.Int(int64(len(ops)))
+	for i := range ops {
+		w.String(ops[i].Key)
+	}
+	w.Int(tag)
+	w.Int(ops[0].Now)
+	for i := range ops {
+		op := &ops[i]
+		w.Int(int64(op.Algorithm))
+		w.Int(op.Limit)
+		w.Int(op.Window)
+		w.Int(op.Cost)
+		w.Int(op.Burst)
+		w.Int(op.RateNum)
+		w.Int(op.RateDen)
+		w.Int(int64(op.Veto))
+	}
+}
+
+// decodeTagged fills results from a script reply {tag, 4 integers per op}
+// (the reply of take.lua and atomic.lua), after checking that it carries
+// tag. A wrong tag is ErrReplyMismatch.
+func decodeTagged(v []int64, tag int64, results []limiter.Result) error {
+	if len(v) == 0 || v[0] != tag {
+		got := "none"
+		if len(v) > 0 {
+			got = fmt.Sprint(v[0])
+		}
+		return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
+	}
+	return decodeResults(v[1:], results)
+}
+
+// decodeResults fills results from 4 integers per op {allowed, remaining,
+// retry_after, reset}.
+func decodeResults(v []int64, results []limiter.Result) error {
+	if len(v) != 4*len(results) {
+		return fmt.Errorf("%w: script replied %d values for %d ops, want 4 each", ErrReplyMismatch, len(v), len(results))
+	}
+	for i := range results {
+		w := v[4*i : 4*i+4]
+		results[i] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+	}
+	return nil
+}
+
+// anyArgs collects arguments for go-redis.
+type anyArgs []any
+
+func (a *anyArgs) String(s string) { *a = append(*a, s) }
+func (a *anyArgs) Int(v int64)     { *a = append(*a, v) }
+
+// takeChunk is the ops [from, to) of a send that go in one take.lua call,
+// and the call's tag.
+type takeChunk struct {
+	from, to int
+	tag      int64
+}
+
+// maxSendChunks is how many calls a send splits into without allocating.
+const maxSendChunks = 8
+
+// splitChunks appends to dst the calls that carry ops, maxBatchOps each.
+func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
+	for from := 0; from < len(ops); from += maxBatchOps {
+		dst = append(dst, takeChunk{from: from, to: min(from+maxBatchOps, len(ops))})
+	}
+	return dst
+}
