@@ -9,7 +9,11 @@ KEYS[i]  base key of op i, ending in ':' and holding a {hash tag}. Window
          a token bucket is the hash KEYS[i] .. 'bucket'.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
                  so that the caller can tell its reply from any other
-ARGV[...] per op, in the order of KEYS:
+ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
+                 parameters among those that follow, so that the ops of a
+                 call that share their parameters (most do: one rule, one
+                 cost) send them once
+ARGV[3...] the parameters, one set after another:
          fixed_window   0, now, limit, window, cost
          sliding_window 1, now, limit, window, cost
          token_bucket   2, now, burst, num, den, window, cost
@@ -19,16 +23,21 @@ ARGV[...] per op, in the order of KEYS:
          cost    charge, milli-requests; 0 peeks without writing
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
-Returns  {tag, allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
-         four integers per op, allowed 1 or 0, remaining in milli-requests,
-         retry_after and reset in ms.
+Returns  {tag, clock, then per op: fixed_window: count; sliding_window and
+         token_bucket: allowed, remaining, retry_after, reset}. clock is the
+         Redis TIME the ops with now 0 were decided at (0 if none);
+         allowed is 1 or 0, remaining in milli-requests, retry_after and
+         reset in ms.
 
-fixed_window (envoyproxy/ratelimit's algorithm): ws = now - now % W,
-reset = ws + W - now. With a cost, count = INCRBY cost (the counter grows
-even when over the limit), saturating at 2^52 (a count past it is SET back
-to 2^52, KEEPTTL); the INCRBY that creates the counter (count == cost) sets
-PEXPIREAT ws + W. A peek reads count = GET or 0. allowed = count <= limit;
-remaining = max(limit - count, 0); retry_after = reset when denied.
+fixed_window (envoyproxy/ratelimit's algorithm): ws = now - now % W. With a
+cost, count = INCRBY cost (the counter grows even when over the limit),
+saturating at 2^52 (a count past it is SET back to 2^52, KEEPTTL); the
+INCRBY that creates the counter (count == cost) sets PEXPIREAT ws + W. A
+peek reads count = GET or 0. The reply is the count alone: the caller
+derives reset = ws + W - now, allowed = count <= limit,
+remaining = max(limit - count, 0) and retry_after = reset when denied
+(pkg/store/script.go, fixedResult), so that Redis formats one integer a
+decision rather than four.
 
 sliding_window: the counters of this window (cur) and of the previous one
 (prev, capped at limit); arith.lua's sliding_decide weighs prev by the share
@@ -41,103 +50,111 @@ key is a full bucket. A peek writes nothing and is allowed. A charge writes
 the state: a full bucket is deleted, any other stored (fields t, ts, c) with
 PEXPIREAT ts + max(fill, 1), when it would be full again.
 
-All numbers stay below 2^53, so Lua's doubles hold them exactly;
-pkg/store/memory.go mirrors this script step for step, and atomic.lua
-decides the same ops all or nothing.
+Cost: what Redis spends on a call is mostly moving arguments and replies
+and running redis.call, so an op sends one argument of its own (its key)
+and converts no number it need not convert. All numbers stay below 2^53,
+so Lua's doubles hold them exactly; pkg/store/memory.go mirrors this script
+step for step, and atomic.lua decides the same ops all or nothing.
 ]]
 
 -- #include arith.lua
 
+local call, byte, tonumber = redis.call, string.byte, tonumber
+local MAXS = int(MAX)
+
+-- The parameter sets, each converted once: P[k] = {alg, now, ...}, and for
+-- windows the key suffixes and expiries as the strings Redis takes.
 local clock = 0
-local function time_of(now)
-  if now ~= 0 then
-    return now
-  end
-  if clock == 0 then
-    local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return clock
-end
-
-local function fixed(base, now, limit, window, cost)
-  local ws = now - now % window
-  local key = base .. int(ws / 1000)
-  local count
-  if cost > 0 then
-    count = redis.call('INCRBY', key, int(cost))
-    if count == cost then
-      redis.call('PEXPIREAT', key, int(ws + window))
-    elseif count > MAX then
-      count = MAX
-      redis.call('SET', key, int(MAX), 'KEEPTTL')
+local P = {}
+local a, nargs = 3, #ARGV
+while a <= nargs do
+  local alg, now = ARGV[a], ARGV[a + 1]
+  if now == '0' then
+    if clock == 0 then
+      local t = call('TIME')
+      clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
+    now = clock
   else
-    count = tonumber(redis.call('GET', key) or 0)
+    now = tonumber(now)
   end
-  return fixed_reply(limit, count, ws + window - now)
-end
-
-local function sliding(base, now, limit, window, cost)
-  local ws = now - now % window
-  local cur_key = base .. int(ws / 1000)
-  local prev_key = base .. int((ws - window) / 1000)
-  local cur = tonumber(redis.call('GET', cur_key) or 0)
-  local prev = math.min(tonumber(redis.call('GET', prev_key) or 0), limit)
-  local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - ws, cur, prev)
-  if allowed == 1 and cost > 0 then
-    redis.call('INCRBY', cur_key, int(cost))
-    redis.call('PEXPIREAT', cur_key, int(ws + 2 * window))
-  end
-  return allowed, remaining, retry, reset
-end
-
-local function bucket(base, now, burst, num, den, window, cost)
-  local key = base .. 'bucket'
-  local t, ts, c = burst, now, 0
-  local state = redis.call('HMGET', key, 't', 'ts', 'c')
-  if state[1] then
-    t = tonumber(state[1])
-    ts = tonumber(state[2]) or now
-    c = tonumber(state[3]) or 0
-  end
-  local allowed
-  allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-  if cost > 0 then
-    if t >= burst then
-      redis.call('DEL', key)
-    else
-      redis.call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-      redis.call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
-    end
-  end
-  return bucket_reply(burst, num, den, window, cost, allowed, t, c)
-end
-
-local out = {tonumber(ARGV[1])}
-local a = 2
-for i = 1, #KEYS do
-  local alg = tonumber(ARGV[a])
-  local now = time_of(tonumber(ARGV[a + 1]))
-  local allowed, remaining, retry, reset
-  if alg == 2 then
-    allowed, remaining, retry, reset = bucket(KEYS[i], now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), math.min(tonumber(ARGV[a + 6]), MAX))
+  if alg == '2' then
+    P[#P + 1] = {2, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      tonumber(ARGV[a + 5]), math.min(tonumber(ARGV[a + 6]), MAX)}
     a = a + 7
   else
-    local limit, window = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local cost = math.min(tonumber(ARGV[a + 4]), MAX)
-    if alg == 0 then
-      allowed, remaining, retry, reset = fixed(KEYS[i], now, limit, window, cost)
+    local limit, window, cs = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
+    local cost = tonumber(cs)
+    if cost > MAX then
+      cost, cs = MAX, MAXS
+    end
+    local ws = now - now % window
+    if alg == '0' then
+      P[#P + 1] = {0, now, limit, window, cost, cs, int(ws / 1000), int(ws + window)}
     else
-      allowed, remaining, retry, reset = sliding(KEYS[i], now, limit, window, cost)
+      P[#P + 1] = {1, now, limit, window, cost, int(cost), int(ws / 1000), int(ws + 2 * window),
+        int((ws - window) / 1000), ws}
     end
     a = a + 5
   end
-  local n = #out
-  out[n + 1] = allowed
-  out[n + 2] = remaining
-  out[n + 3] = retry
-  out[n + 4] = reset
+end
+
+local out = {tonumber(ARGV[1]), clock}
+local n = 2
+local map = ARGV[2]
+for i = 1, #KEYS do
+  local p = P[byte(map, i)]
+  local alg = p[1]
+  if alg == 0 then
+    local key = KEYS[i] .. p[7]
+    local count
+    if p[5] > 0 then
+      count = call('INCRBY', key, p[6])
+      if count == p[5] then
+        call('PEXPIREAT', key, p[8])
+      elseif count > MAX then
+        count = MAX
+        call('SET', key, MAXS, 'KEEPTTL')
+      end
+    else
+      count = tonumber(call('GET', key) or 0)
+    end
+    n = n + 1
+    out[n] = count
+  elseif alg == 1 then
+    local now, limit, window, cost = p[2], p[3], p[4], p[5]
+    local cur_key = KEYS[i] .. p[7]
+    local cur = tonumber(call('GET', cur_key) or 0)
+    local prev = math.min(tonumber(call('GET', KEYS[i] .. p[9]) or 0), limit)
+    local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - p[10], cur, prev)
+    if allowed == 1 and cost > 0 then
+      call('INCRBY', cur_key, p[6])
+      call('PEXPIREAT', cur_key, p[8])
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed, remaining, retry, reset
+    n = n + 4
+  else
+    local now, burst, num, den, window, cost = p[2], p[3], p[4], p[5], p[6], p[7]
+    local key = KEYS[i] .. 'bucket'
+    local t, ts, c = burst, now, 0
+    local state = call('HMGET', key, 't', 'ts', 'c')
+    if state[1] then
+      t = tonumber(state[1])
+      ts = tonumber(state[2]) or now
+      c = tonumber(state[3]) or 0
+    end
+    local allowed
+    allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
+    if cost > 0 then
+      if t >= burst then
+        call('DEL', key)
+      else
+        call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
+        call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+      end
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bucket_reply(burst, num, den, window, cost, allowed, t, c)
+    n = n + 4
+  end
 end
 return out

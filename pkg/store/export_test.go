@@ -11,8 +11,11 @@ var (
 
 // TakeArgs returns the ARGV of a take.lua call of one op with tag.
 func TakeArgs(tag int64, op limiter.Op) []any {
+	var enc takeEncoder
+	ops := []limiter.Op{op}
+	enc.plan(ops)
 	var a anyArgs
-	writeTake(&a, tag, []limiter.Op{op})
+	enc.write(&a, tag, ops)
 	return a[2:] // after numkeys and the key
 }
 

@@ -148,11 +148,12 @@ func (m *RedisMux) send(ctx context.Context, ops []limiter.Op, results []limiter
 func (m *RedisMux) sendChunks(ctx context.Context, ops []limiter.Op, results []limiter.Result,
 	calls []takeChunk, bySHA bool) (missing []takeChunk, err error) {
 	b := m.client.Batch()
+	enc := encoders.Get().(*takeEncoder)
 	for i := range calls {
 		c := &calls[i]
 		c.tag = nextTag()
 		part := ops[c.from:c.to]
-		b.Command(2 + takeArgs(part))
+		b.Command(2 + enc.plan(part))
 		if bySHA {
 			b.String("EVALSHA")
 			b.String(takeScript.sha)
@@ -160,8 +161,9 @@ func (m *RedisMux) sendChunks(ctx context.Context, ops []limiter.Op, results []l
 			b.String("EVAL")
 			b.String(takeScript.src)
 		}
-		writeTake(b, c.tag, part)
+		enc.write(b, c.tag, part)
 	}
+	encoders.Put(enc)
 	if err := m.client.Do(ctx, b); err != nil {
 		m.client.Release(b)
 		return nil, unavailable("take", err)
@@ -173,24 +175,26 @@ func (m *RedisMux) sendChunks(ctx context.Context, ops []limiter.Op, results []l
 			missing = append(missing, c)
 			continue
 		}
-		if err := m.scriptReply(b, r, c.tag, results[c.from:c.to]); err != nil {
+		if err := m.scriptReply(b, r, func(v []int64) error {
+			return decodeTake(v, c.tag, ops[c.from:c.to], results[c.from:c.to])
+		}); err != nil {
 			return nil, unavailable("take", err)
 		}
 	}
 	return missing, nil
 }
 
-// scriptReply decodes a tagged script reply into results. A reply without
-// the tag closes the connection that carried b.
-func (m *RedisMux) scriptReply(b *resp.Batch, r *resp.Reply, tag int64, results []limiter.Result) error {
+// scriptReply decodes a tagged script reply with decode. A reply that is
+// not what the call expects closes the connection that carried b.
+func (m *RedisMux) scriptReply(b *resp.Batch, r *resp.Reply, decode func([]int64) error) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
 	var err error
 	if r.Kind != resp.KindArray || r.Mixed {
-		err = fmt.Errorf("%w: script replied %s, want a tag and 4 integers per op", ErrReplyMismatch, describe(r))
+		err = fmt.Errorf("%w: script replied %s, want a tag and integers", ErrReplyMismatch, describe(r))
 	} else {
-		err = decodeTagged(r.Ints, tag, results)
+		err = decode(r.Ints)
 	}
 	if errors.Is(err, ErrReplyMismatch) {
 		m.client.Discard(b, err)
@@ -230,7 +234,7 @@ func (m *RedisMux) TakeAll(ctx context.Context, ops []limiter.Op, results []limi
 		return unavailable("take all", err)
 	}
 	defer m.client.Release(b)
-	if err := m.scriptReply(b, r, tag, results[:len(ops)]); err != nil {
+	if err := m.scriptReply(b, r, func(v []int64) error { return decodeTagged(v, tag, results[:len(ops)]) }); err != nil {
 		return unavailable("take all", err)
 	}
 	return nil

@@ -209,7 +209,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		}
 		v, err := cmds[i].Int64Slice()
 		if err == nil {
-			err = decodeTagged(v, ch.tag, results[ch.from:ch.to])
+			err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to])
 		}
 		if err != nil {
 			return nil, nil, unavailable("take", err)
@@ -220,13 +220,14 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 
 // takeCmd builds a take.lua call of ops.
 func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
-	args := make(anyArgs, 0, 2+takeArgs(ops))
+	var enc takeEncoder
+	args := make(anyArgs, 0, 2+enc.plan(ops))
 	if bySHA {
 		args = append(args, "evalsha", s.sha)
 	} else {
 		args = append(args, "eval", s.src)
 	}
-	writeTake(&args, tag, ops)
+	enc.write(&args, tag, ops)
 	return redis.NewCmd(ctx, args...)
 }
 
@@ -249,7 +250,7 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 			}
 			v, err := cmd.Int64Slice()
 			if err == nil {
-				err = decodeTagged(v, tag, res[sub.from:sub.to])
+				err = decodeTake(v, tag, part, res[sub.from:sub.to])
 			}
 			if err != nil {
 				return unavailable("take", err)

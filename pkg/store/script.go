@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/fastlimit/fastlimit/lua"
@@ -39,8 +40,9 @@ var (
 
 // maxBatchOps caps the ops of one take.lua call: Redis runs a script to the
 // end before it serves anything else, so a call stays well under a
-// millisecond.
-const maxBatchOps = 256
+// millisecond; and the call's map numbers each op's parameter set in one
+// byte.
+const maxBatchOps = 255
 
 // atomicArgs is the number of ARGV entries per op of lua/atomic.lua.
 const atomicArgs = 8
@@ -66,35 +68,75 @@ func nextTag() int64 {
 // argWriter receives a command's arguments in order.
 type argWriter interface {
 	String(s string)
+	Bytes(p []byte)
 	Int(v int64)
 }
 
-// takeArgs is the number of arguments of a take.lua call of ops after the
-// script's name and digest: numkeys, the keys, the tag and each op's.
-func takeArgs(ops []limiter.Op) int {
-	n := 2 + len(ops)
+// takeChunk is the ops [from, to) of a send that go in one take.lua call,
+// and the call's tag.
+type takeChunk struct {
+	from, to int
+	tag      int64
+}
+
+// maxSendChunks is how many calls a send splits into without allocating.
+const maxSendChunks = 8
+
+// sameParams reports whether two ops send the same parameters to take.lua.
+func sameParams(a, b *limiter.Op) bool {
+	return a.Algorithm == b.Algorithm && a.Now == b.Now && a.Limit == b.Limit && a.Window == b.Window &&
+		a.Cost == b.Cost && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+}
+
+// splitChunks appends to dst the calls that carry ops, maxBatchOps each.
+func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
+	for from := 0; from < len(ops); from += maxBatchOps {
+		dst = append(dst, takeChunk{from: from, to: min(from+maxBatchOps, len(ops))})
+	}
+	return dst
+}
+
+// takeEncoder writes take.lua calls. Its buffers are reused from call to
+// call; it is not safe for concurrent use.
+type takeEncoder struct {
+	sets []int  // the first op of each parameter set
+	mapb []byte // each op's set, 1-based
+}
+
+// plan finds the parameter sets of ops (at most maxBatchOps ops) and
+// returns the number of arguments of the call after the
+// script's name and digest.
+func (e *takeEncoder) plan(ops []limiter.Op) int {
+	e.sets, e.mapb = e.sets[:0], e.mapb[:0]
+	n := 3 + len(ops) // numkeys, keys, tag, map
 	for i := range ops {
-		n += takeOpArgs(&ops[i])
+		k := 0
+		for k < len(e.sets) && !sameParams(&ops[e.sets[k]], &ops[i]) {
+			k++
+		}
+		if k == len(e.sets) {
+			e.sets = append(e.sets, i)
+			if ops[i].Algorithm == descriptors.TokenBucket {
+				n += 7
+			} else {
+				n += 5
+			}
+		}
+		e.mapb = append(e.mapb, byte(k+1))
 	}
 	return n
 }
 
-func takeOpArgs(op *limiter.Op) int {
-	if op.Algorithm == descriptors.TokenBucket {
-		return 7
-	}
-	return 5
-}
-
-// writeTake writes the arguments of a take.lua call after the digest (or
-// source): numkeys, KEYS, then ARGV as take.lua's header lays them out.
-func writeTake(w argWriter, tag int64, ops []limiter.Op) {
+// write writes the arguments plan counted: numkeys, KEYS, then ARGV as
+// take.lua's header lays them out.
+func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 	w.Int(int64(len(ops)))
 	for i := range ops {
 		w.String(ops[i].Key)
 	}
 	w.Int(tag)
-	for i := range ops {
+	w.Bytes(e.mapb)
+	for _, i := range e.sets {
 		op := &ops[i]
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Now)
@@ -108,6 +150,60 @@ func writeTake(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(op.Window)
 		w.Int(op.Cost)
 	}
+}
+
+// decodeTake fills results from take.lua's reply to a call of ops with
+// tag: {tag, clock, then per op a fixed window's count or four integers}.
+// A reply that is not that is ErrReplyMismatch.
+func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result) error {
+	if len(v) < 2 || v[0] != tag {
+		return mismatch(v, tag)
+	}
+	clock, i := v[1], 2
+	for k := range ops {
+		op := &ops[k]
+		if op.Algorithm == descriptors.FixedWindow {
+			if i >= len(v) || op.Now == 0 && clock <= 0 {
+				return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+			}
+			results[k] = fixedResult(op, v[i], clock)
+			i++
+			continue
+		}
+		if i+4 > len(v) {
+			return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+		}
+		w := v[i : i+4]
+		results[k] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+		i += 4
+	}
+	if i != len(v) {
+		return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+	}
+	return nil
+}
+
+// fixedResult derives a fixed-window op's answer from the count its
+// window holds after it, as take.lua's header says: at now (the op's, or
+// Redis' clock), reset = ws + W - now; allowed while count <= limit.
+func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
+	now := op.Now
+	if now == 0 {
+		now = clock
+	}
+	reset := op.Window - now%op.Window
+	if count <= op.Limit {
+		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
+	}
+	return limiter.Result{RetryAfter: reset, Reset: reset}
+}
+
+func mismatch(v []int64, tag int64) error {
+	got := "none"
+	if len(v) > 0 {
+		got = fmt.Sprint(v[0])
+	}
+	return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
 }
 
 // writeAtomic writes the arguments of an atomic.lua call after the digest
@@ -133,15 +229,11 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 }
 
 // decodeTagged fills results from a script reply {tag, 4 integers per op}
-// (the reply of take.lua and atomic.lua), after checking that it carries
-// tag. A wrong tag is ErrReplyMismatch.
+// (atomic.lua's), after checking that it carries tag. A wrong tag is
+// ErrReplyMismatch.
 func decodeTagged(v []int64, tag int64, results []limiter.Result) error {
 	if len(v) == 0 || v[0] != tag {
-		got := "none"
-		if len(v) > 0 {
-			got = fmt.Sprint(v[0])
-		}
-		return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
+		return mismatch(v, tag)
 	}
 	return decodeResults(v[1:], results)
 }
@@ -163,22 +255,9 @@ func decodeResults(v []int64, results []limiter.Result) error {
 type anyArgs []any
 
 func (a *anyArgs) String(s string) { *a = append(*a, s) }
+func (a *anyArgs) Bytes(p []byte)  { *a = append(*a, string(p)) }
 func (a *anyArgs) Int(v int64)     { *a = append(*a, v) }
 
-// takeChunk is the ops [from, to) of a send that go in one take.lua call,
-// and the call's tag.
-type takeChunk struct {
-	from, to int
-	tag      int64
-}
 
-// maxSendChunks is how many calls a send splits into without allocating.
-const maxSendChunks = 8
-
-// splitChunks appends to dst the calls that carry ops, maxBatchOps each.
-func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
-	for from := 0; from < len(ops); from += maxBatchOps {
-		dst = append(dst, takeChunk{from: from, to: min(from+maxBatchOps, len(ops))})
-	}
-	return dst
-}
+// encoders pools takeEncoders.
+var encoders = sync.Pool{New: func() any { return new(takeEncoder) }}
