@@ -258,6 +258,5 @@ func (a *anyArgs) String(s string) { *a = append(*a, s) }
 func (a *anyArgs) Bytes(p []byte)  { *a = append(*a, string(p)) }
 func (a *anyArgs) Int(v int64)     { *a = append(*a, v) }
 
-
 // encoders pools takeEncoders.
 var encoders = sync.Pool{New: func() any { return new(takeEncoder) }}
