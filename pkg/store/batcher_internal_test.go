@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// gate is a sendFunc that records each send's ops and blocks every send
+// until released, answering each op with Remaining = its Cost.
+type gate struct {
+	mu      sync.Mutex
+	sends   [][]limiter.Op
+	started chan int // the number of ops of each send, as it starts
+	release chan struct{}
+	err     error
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan int, 100), release: make(chan struct{})}
+}
+
+func (g *gate) send(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	g.mu.Lock()
+	g.sends = append(g.sends, append([]limiter.Op(nil), ops...))
+	g.mu.Unlock()
+	g.started <- len(ops)
+	<-g.release
+	for i := range ops {
+		results[i] = limiter.Result{Allowed: true, Remaining: ops[i].Cost}
+	}
+	return g.err
+}
+
+func op(cost int64) []limiter.Op { return []limiter.Op{{Key: "k", Cost: cost}} }
+
+// TestBatcherMergesWhileBusy: calls that arrive while the only slot is busy
+// leave together in the next send, and each gets its own answer.
+func TestBatcherMergesWhileBusy(t *testing.T) {
+	g := newGate()
+	b := newBatcher(g.send, 1, 1000, time.Second)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- b.take(ctx, op(1), make([]limiter.Result, 1)) }()
+	if n := <-g.started; n != 1 {
+		t.Fatalf("first send carried %d ops, want 1", n)
+	}
+	const waiting = 10
+	var wg sync.WaitGroup
+	errs := make([]error, waiting)
+	res := make([][]limiter.Result, waiting)
+	for i := range waiting {
+		res[i] = make([]limiter.Result, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.take(ctx, op(int64(100+i)), res[i])
+		}()
+	}
+	waitQueued(t, b, waiting)
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-g.started; n != waiting {
+		t.Fatalf("second send carried %d ops, want all %d waiting calls", n, waiting)
+	}
+	wg.Wait()
+	for i := range waiting {
+		if errs[i] != nil || res[i][0].Remaining != int64(100+i) {
+			t.Errorf("call %d: %v %+v, want its own answer %d", i, errs[i], res[i][0], 100+i)
+		}
+	}
+	if s := b.Stats(); s.Sends != 2 || s.Ops != 1+waiting {
+		t.Errorf("stats %+v, want 2 sends of %d ops", s, 1+waiting)
+	}
+}
+
+// TestBatcherDropsCallsThatGaveUp: a call whose context ends while it
+// waits for a send is never sent, and says so.
+func TestBatcherDropsCallsThatGaveUp(t *testing.T) {
+	g := newGate()
+	b := newBatcher(g.send, 1, 1000, time.Second)
+	go func() { _ = b.take(context.Background(), op(1), make([]limiter.Result, 1)) }()
+	<-g.started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := b.take(ctx, op(2), make([]limiter.Result, 1))
+	if !errors.Is(err, ErrNotSent) || !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("call that gave up while waiting = %v, want ErrNotSent (and ErrUnavailable)", err)
+	}
+	// A later call still goes out, without the dropped one.
+	done := make(chan error, 1)
+	go func() { done <- b.take(context.Background(), op(3), make([]limiter.Result, 1)) }()
+	waitQueued(t, b, 2)
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.sends {
+		for _, o := range s {
+			if o.Cost == 2 {
+				t.Fatalf("the call that gave up was sent: %+v", g.sends)
+			}
+		}
+	}
+}
+
+// TestBatcherCallerLeavesDuringSend: a call that gives up once its send
+// has started gets its context's error, not ErrNotSent, and the send no
+// longer touches its results.
+func TestBatcherCallerLeavesDuringSend(t *testing.T) {
+	for _, detached := range []bool{false, true} {
+		g := newGate()
+		b := newBatcher(g.send, 1, 1000, time.Second)
+		b.detached = detached
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make([]limiter.Result, 1)
+		done := make(chan error, 1)
+		go func() { done <- b.take(ctx, op(7), res) }()
+		<-g.started
+		cancel()
+		if !detached {
+			// The send runs on the caller's goroutine: it returns with it.
+			close(g.release)
+			if err := <-done; err != nil {
+				t.Errorf("attached send = %v", err)
+			}
+			waitIdle(t, b)
+			continue
+		}
+		err := <-done
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotSent) {
+			t.Errorf("detached: caller gone during its send = %v, want the context's error", err)
+		}
+		res[0].Remaining = -1 // the caller owns its results again
+		close(g.release)
+		waitIdle(t, b)
+		if res[0].Remaining != -1 {
+			t.Errorf("detached: the send wrote into the results of a caller that left: %+v", res[0])
+		}
+	}
+}
+
+// TestBatcherFailsEveryMember: a failed send fails every call in it, and
+// nothing is sent again.
+func TestBatcherFailsEveryMember(t *testing.T) {
+	g := newGate()
+	g.err = errors.New("boom")
+	b := newDetachedBatcher(g.send, 1, 1000, time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- b.take(context.Background(), op(int64(i)), make([]limiter.Result, 1))
+		}()
+	}
+	go func() {
+		for range g.started {
+			g.release <- struct{}{}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err == nil || err.Error() != "boom" {
+			t.Errorf("member of a failed send = %v, want its error", err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sent := 0
+	for _, s := range g.sends {
+		sent += len(s)
+	}
+	if sent != 8 {
+		t.Errorf("%d ops sent for 8 calls: something was sent twice or not at all", sent)
+	}
+}
+
+// TestBatcherClose fails waiting calls and every later one.
+func TestBatcherClose(t *testing.T) {
+	g := newGate()
+	b := newBatcher(g.send, 1, 1000, time.Second)
+	go func() { _ = b.take(context.Background(), op(1), make([]limiter.Result, 1)) }()
+	<-g.started
+	done := make(chan error, 1)
+	go func() { done <- b.take(context.Background(), op(2), make([]limiter.Result, 1)) }()
+	waitQueued(t, b, 1)
+	b.close()
+	if err := <-done; !errors.Is(err, limiter.ErrUnavailable) {
+		t.Errorf("waiting call at close = %v, want ErrUnavailable", err)
+	}
+	if err := b.take(context.Background(), op(3), make([]limiter.Result, 1)); !errors.Is(err, limiter.ErrUnavailable) {
+		t.Errorf("call after close = %v, want ErrUnavailable", err)
+	}
+	close(g.release)
+}
+
+func waitQueued(t *testing.T, b *batcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		if q >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", q, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func waitIdle(t *testing.T, b *batcher) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		busy := b.busy
+		b.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batcher still busy")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
