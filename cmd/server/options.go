@@ -75,7 +75,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&o.limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
 	fs.IntVar(&o.poolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
-	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
+	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", 0,
+		"Redis connect timeout: dial, TLS and AUTH/SELECT, done in the background; requests wait for it no longer than --store-timeout (0: the URL's dial_timeout, else 1s)")
 	fs.DurationVar(&o.readTimeout, "redis-read-timeout", 0,
 		"Redis read timeout (0: 3s): go-redis' socket timeout, or with --redis-conns how long a connection may await a reply before it is redialled; a request's wait is bounded by --store-timeout anyway")
 	fs.DurationVar(&o.writeTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")

@@ -44,8 +44,12 @@ var (
 
 // Options configure a Client.
 type Options struct {
-	// Addr is the server's host:port.
+	// Network is "tcp" (the default) or "unix".
+	Network string
+	// Addr is the server's host:port, or a socket's path.
 	Addr string
+	// ClientName, when set, names the connections with CLIENT SETNAME.
+	ClientName string
 	// Username and Password authenticate with AUTH when Password is set.
 	Username, Password string
 	// DB is selected with SELECT when not 0.
@@ -57,6 +61,9 @@ type Options struct {
 	// DialTimeout bounds connecting, TLS and the AUTH/SELECT handshake
 	// (default 1s); a Do's context bounds it too.
 	DialTimeout time.Duration
+	// WriteTimeout bounds each write (default: none beyond the connection's
+	// failure).
+	WriteTimeout time.Duration
 	// ReadTimeout is how long the oldest batch on a connection may wait for
 	// its replies before the connection is declared dead and closed,
 	// failing every batch on it (default 3s). A Do's context bounds each
@@ -97,6 +104,9 @@ func New(opts Options) *Client {
 	}
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = 4 << 20
+	}
+	if opts.Network == "" {
+		opts.Network = "tcp"
 	}
 	if opts.Dialer == nil {
 		var d net.Dialer
@@ -259,7 +269,7 @@ func (c *Client) startWatchdog() {
 func (c *Client) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	nc, err := c.opts.Dialer(ctx, "tcp", c.opts.Addr)
+	nc, err := c.opts.Dialer(ctx, c.opts.Network, c.opts.Addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: dial %s: %w", ErrConn, c.opts.Addr, err)
 	}
@@ -302,6 +312,12 @@ func (c *Client) handshake(nc net.Conn, br *bufio.Reader) error {
 		b.String("SELECT")
 		b.Int(int64(c.opts.DB))
 	}
+	if c.opts.ClientName != "" {
+		b.Command(3)
+		b.String("CLIENT")
+		b.String("SETNAME")
+		b.String(c.opts.ClientName)
+	}
 	if b.cmds == 0 {
 		return nil
 	}
@@ -324,3 +340,6 @@ func (c *Client) handshake(nc net.Conn, br *bufio.Reader) error {
 
 // Conns returns the number of connections batches share.
 func (c *Client) Conns() int { return len(c.conns) }
+
+// Options returns the client's options, defaults filled in.
+func (c *Client) Options() Options { return c.opts }

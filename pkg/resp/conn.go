@@ -95,6 +95,9 @@ func (cn *conn) flushLocked() {
 		cn.queue[len(cn.queue)-1].last = true
 		cn.flying = true
 		cn.mu.Unlock()
+		if wt := cn.client.opts.WriteTimeout; wt > 0 {
+			_ = nc.SetWriteDeadline(now.Add(wt))
+		}
 		_, err := nc.Write(out)
 		cn.mu.Lock()
 		if cap(out) <= 1<<20 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -154,26 +155,63 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 // NewMuxClient returns a resp.Client, for RedisMux, to the single server o
 // describes (o.Type must be single or empty), with conns shared
 // connections. Conn.ReadTimeout is how long a connection may go without a
-// reply it awaits before it is closed; PoolSize and WriteTimeout do not
-// apply. It does no I/O, and its errors never contain a password.
+// reply it awaits before it is closed; PoolSize does not apply. Timeouts
+// not given in o.Conn come from the URL's dial_timeout, read_timeout and
+// write_timeout options; URL options that only go-redis' pool knows
+// (pool_size, min_idle_conns, ...) are refused. It does no I/O, and its
+// errors never contain a password.
 func NewMuxClient(o ClientOptions, conns int) (*resp.Client, error) {
 	if typ := strings.ToLower(strings.TrimSpace(o.Type)); typ != "" && typ != TypeSingle {
 		return nil, fmt.Errorf("redis type %q: multiplexed connections need a single server", o.Type)
+	}
+	if err := checkMuxURL(o.URL); err != nil {
+		return nil, err
 	}
 	opt, err := singleOptions(o)
 	if err != nil {
 		return nil, err
 	}
 	return resp.New(resp.Options{
-		Addr:        opt.Addr,
-		Username:    opt.Username,
-		Password:    opt.Password,
-		DB:          opt.DB,
-		TLS:         opt.TLSConfig,
-		Conns:       conns,
-		DialTimeout: o.Conn.DialTimeout,
-		ReadTimeout: o.Conn.ReadTimeout,
+		Network:      opt.Network,
+		Addr:         opt.Addr,
+		Username:     opt.Username,
+		Password:     opt.Password,
+		DB:           opt.DB,
+		ClientName:   opt.ClientName,
+		TLS:          opt.TLSConfig,
+		Conns:        conns,
+		DialTimeout:  opt.DialTimeout,
+		ReadTimeout:  opt.ReadTimeout,
+		WriteTimeout: opt.WriteTimeout,
 	}), nil
+}
+
+// muxURLOptions are the URL options RedisMux's client honours.
+var muxURLOptions = map[string]bool{
+	"db": true, "dial_timeout": true, "read_timeout": true, "write_timeout": true,
+	"client_name": true, "skip_verify": true, "max_retries": true, "protocol": true,
+}
+
+// checkMuxURL refuses URL options that RedisMux's client cannot honour.
+func checkMuxURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // singleOptions says what is wrong with it
+	}
+	q := u.Query()
+	for k := range q {
+		if !muxURLOptions[k] {
+			return fmt.Errorf("redis URL %q: option %s does not apply to the shared connections of --redis-conns "+
+				"(it configures go-redis' pool: use --redis-conns 0 for that)", RedactURL(raw), k)
+		}
+	}
+	if p := q.Get("protocol"); p != "" && p != "2" {
+		return fmt.Errorf("redis URL %q: protocol=%s: the shared connections speak RESP2 (use --redis-conns 0 for go-redis)", RedactURL(raw), p)
+	}
+	return nil
 }
 
 func newCluster(o ClientOptions) (redis.UniversalClient, error) {
@@ -191,7 +229,7 @@ func newCluster(o ClientOptions) (redis.UniversalClient, error) {
 		Password:              o.Password,
 		TLSConfig:             tlsCfg,
 		PoolSize:              o.Conn.PoolSize,
-		DialTimeout:           o.Conn.DialTimeout,
+		DialTimeout:           or(o.Conn.DialTimeout, DefaultDialTimeout),
 		ReadTimeout:           o.Conn.ReadTimeout,
 		WriteTimeout:          o.Conn.WriteTimeout,
 		MaxRetries:            -1,
@@ -223,7 +261,7 @@ func newSentinel(o ClientOptions) (redis.UniversalClient, error) {
 		Password:              o.Password,
 		TLSConfig:             tlsCfg,
 		PoolSize:              o.Conn.PoolSize,
-		DialTimeout:           o.Conn.DialTimeout,
+		DialTimeout:           or(o.Conn.DialTimeout, DefaultDialTimeout),
 		ReadTimeout:           o.Conn.ReadTimeout,
 		WriteTimeout:          o.Conn.WriteTimeout,
 		MaxRetries:            -1,
@@ -376,4 +414,12 @@ type clientLogger struct{ log *zap.Logger }
 
 func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
+}
+
+// or returns d, or def when d is not positive.
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }

@@ -365,3 +365,51 @@ func TestSetClientLogger(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxURLOptions: the shared connections honour the URL's timeouts, db
+// and client name (flags win), and refuse what only go-redis' pool knows.
+func TestMuxURLOptions(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		conn     store.ConnOptions
+		dial     time.Duration
+		read     time.Duration
+		write    time.Duration
+		db       int
+		errMatch string
+	}{
+		{url: "redis://127.0.0.1:6379", dial: time.Second, read: 3 * time.Second},
+		{url: "redis://127.0.0.1:6379/2?dial_timeout=150ms&read_timeout=2s&write_timeout=500ms&client_name=fl",
+			dial: 150 * time.Millisecond, read: 2 * time.Second, write: 500 * time.Millisecond, db: 2},
+		{url: "redis://127.0.0.1:6379?dial_timeout=150ms&read_timeout=2s", conn: store.ConnOptions{DialTimeout: 40 * time.Millisecond},
+			dial: 40 * time.Millisecond, read: 2 * time.Second},
+		{url: "redis://127.0.0.1:6379?pool_size=5", errMatch: "option pool_size does not apply"},
+		{url: "redis://127.0.0.1:6379?min_idle_conns=5", errMatch: "option min_idle_conns does not apply"},
+		{url: "redis://127.0.0.1:6379?protocol=3", errMatch: "protocol=3"},
+		{url: "redis://127.0.0.1:6379?max_retries=3", errMatch: "max_retries=3"},
+		{url: "redis://127.0.0.1:6379?bogus=1", errMatch: "bogus"},
+	} {
+		c, err := store.NewMuxClient(store.ClientOptions{URL: tc.url, Conn: tc.conn}, 2)
+		if tc.errMatch != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errMatch) {
+				t.Errorf("%s: error %v, want one naming %q", tc.url, err, tc.errMatch)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		o := c.Options()
+		if o.DialTimeout != tc.dial || o.ReadTimeout != tc.read || o.WriteTimeout != tc.write || o.DB != tc.db {
+			t.Errorf("%s: dial %v read %v write %v db %d; want %v %v %v %d", tc.url, o.DialTimeout, o.ReadTimeout,
+				o.WriteTimeout, o.DB, tc.dial, tc.read, tc.write, tc.db)
+		}
+		_ = c.Close()
+	}
+	// go-redis' pool takes its own options, but never retries.
+	if _, err := store.NewClient(store.ClientOptions{URL: "redis://127.0.0.1:6379?max_retries=2"}); err == nil ||
+		!strings.Contains(err.Error(), "max_retries=2") {
+		t.Errorf("go-redis client with max_retries=2: %v, want a refusal", err)
+	}
+}

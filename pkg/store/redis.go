@@ -40,8 +40,13 @@ type RedisOptions struct {
 	SendTimeout time.Duration
 }
 
+// DefaultDialTimeout bounds a connection's dial and handshake when neither
+// ConnOptions nor the URL say otherwise.
+const DefaultDialTimeout = time.Second
+
 // ConnOptions are connection settings applied on top of a URL's. Zero
-// fields keep the URL's value or go-redis' default.
+// fields keep the URL's value, or DefaultDialTimeout, or go-redis'
+// default.
 type ConnOptions struct {
 	PoolSize     int
 	DialTimeout  time.Duration
@@ -149,8 +154,12 @@ func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error
 		}
 		return nil, fmt.Errorf("parse redis URL %q: malformed URL", safe)
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("parse redis URL %q: scheme must be redis or rediss", safe)
+	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
+		return nil, fmt.Errorf("parse redis URL %q: scheme must be redis, rediss or unix", safe)
+	}
+	if v := u.Query().Get("max_retries"); v != "" && v != "0" && v != "-1" {
+		return nil, fmt.Errorf("parse redis URL %q: max_retries=%s: FastLimit never sends a script call twice "+
+			"(one that may have run would be charged twice); remove the option", safe, v)
 	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
@@ -171,6 +180,9 @@ func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error
 	}
 	if conn.WriteTimeout > 0 {
 		opt.WriteTimeout = conn.WriteTimeout
+	}
+	if opt.DialTimeout <= 0 {
+		opt.DialTimeout = DefaultDialTimeout
 	}
 	opt.MaxRetries = -1
 	opt.ContextTimeoutEnabled = true
