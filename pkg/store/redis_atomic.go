@@ -24,6 +24,28 @@ func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
 	}
+	// As Take's sends, the call goes on when its caller gives up, so that a
+	// connection it is dialling gets ready for the next.
+	res := make([]limiter.Result, len(ops))
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), r.opts.SendTimeout)
+		defer cancel()
+		done <- r.takeAll(sctx, ops, res)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return unavailable("take all", err)
+		}
+		copy(results, res)
+		return nil
+	case <-ctx.Done():
+		return unavailable("take all", ctx.Err())
+	}
+}
+
+func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	tag := nextTag()
 	cmd := r.evalAtomic(ctx, true, tag, ops)
 	if err := cmd.Err(); err != nil && isNoScript(err) {
@@ -32,12 +54,9 @@ func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	}
 	v, err := cmd.Int64Slice()
 	if err == nil {
-		err = decodeTagged(v, tag, results[:len(ops)])
+		err = decodeTagged(v, tag, results)
 	}
-	if err != nil {
-		return unavailable("take all", err)
-	}
-	return nil
+	return err
 }
 
 // evalAtomic runs lua.Atomic by digest or by source, as a command that
