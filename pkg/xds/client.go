@@ -150,7 +150,7 @@ func (c *Client) Close() {
 
 // run keeps a stream open until ctx ends.
 func (c *Client) run(ctx context.Context) {
-	retry := 0      // stream retries since a stream last delivered
+	retry := 0     // stream retries since a stream last delivered
 	lastFail := "" // the last connect failure, logged once in a row
 	for {
 		received, err := c.session(ctx)
