@@ -215,7 +215,7 @@ func (s *server) openXDS(ctx context.Context) error {
 		return nil
 	}
 	s.xds = startXDS(context.WithoutCancel(ctx), opts, apply, log)
-	log.Info("rules come from an xDS server", zap.String("node", opts.NodeID),
+	log.Info("rules come from an xDS server", zap.String("server", opts.ServerURL), zap.String("node", opts.NodeID),
 		zap.Bool("tls", opts.TLS != nil), zap.Bool("force_start", s.opts.xds.forceStart))
 	if s.opts.xds.forceStart {
 		return nil
