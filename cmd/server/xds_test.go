@@ -438,3 +438,24 @@ func TestXDSForceStart(t *testing.T) {
 		t.Fatalf("second hit: %v %v", code, err)
 	}
 }
+
+// FuzzXDSEnvFormats proves that the header and node metadata formats
+// never panic, and that accepted headers are valid gRPC metadata names.
+func FuzzXDSEnvFormats(f *testing.F) {
+	for _, s := range []string{"", "a:1", "a=1,b=2", "x-y:Bearer a:b,k:v", ":", "=", ",,", " a :b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if h, err := parseXDSHeaders(s); err == nil {
+			for k := range h {
+				if k == "" || strings.Trim(k, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" {
+					t.Fatalf("header name %q accepted from %q", k, s)
+				}
+			}
+		}
+		md, ignored := parseNodeMetadata(s)
+		if s != "" && len(md)+len(ignored) == 0 {
+			t.Fatalf("%q: no entry kept or ignored", s)
+		}
+	})
+}
