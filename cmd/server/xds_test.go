@@ -19,6 +19,7 @@ import (
 	zapobserver "go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/fastlimit/fastlimit/internal/xdstest"
 	"github.com/fastlimit/fastlimit/pkg/xds"
@@ -458,4 +459,42 @@ func FuzzXDSEnvFormats(f *testing.F) {
 			t.Fatalf("%q: no entry kept or ignored", s)
 		}
 	})
+}
+
+func TestApplyXDSBadResource(t *testing.T) {
+	var o options
+	fs := newFlagSet("test", &o, io.Discard)
+	if err := parseOptions(fs, []string{"--config-type", "GRPC_XDS_SOTW"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(o, zaptest.NewLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	good, err := anypb.New(xdstest.Config("r", "d", xdstest.Limit("k", "", rlsconf.RateLimitUnit_SECOND, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A resource of another type, as a confused server might send.
+	other, err := anypb.New(&rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.applyXDS([]*anypb.Any{good, other})
+	if err == nil || !strings.Contains(err.Error(), "resource #1 (type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitPolicy)") {
+		t.Fatalf("error %v", err)
+	}
+	if s.rules.Current() != nil || s.limiter.Rules() != nil {
+		t.Error("rules swapped in despite a bad resource")
+	}
+	if got := testutil.ToFloat64(s.metrics.loads.WithLabelValues("failure")); got != 1 {
+		t.Errorf("failed loads %v", got)
+	}
+	if err := s.applyXDS([]*anypb.Any{good}); err != nil {
+		t.Fatal(err)
+	}
+	if s.rules.Current() == nil || !s.rules.Current().FromXDS {
+		t.Error("good resource not swapped in")
+	}
 }
