@@ -4,12 +4,14 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,7 +38,6 @@ const maxNackMessage = 16 << 10
 // Log keys.
 const (
 	logServer  = "server"
-	logError   = "error"
 	logRetryIn = "retry_in"
 	logCount   = "resources"
 )
@@ -259,14 +260,23 @@ func (c *Client) handle(ctx context.Context, ads sotw.ADSClient, res []*anypb.An
 	return ads.Ack()
 }
 
-// digest identifies a response's resources by content.
+// digest identifies a response's resources by content, in any order: a
+// server may send the same resources in another order (go-control-plane's
+// cache keeps them in a map).
 func digest(res []*anypb.Any) [sha256.Size]byte {
-	h := sha256.New()
-	for _, r := range res {
+	sums := make([][sha256.Size]byte, len(res))
+	for i, r := range res {
+		h := sha256.New()
 		for _, b := range [][]byte{[]byte(r.GetTypeUrl()), r.GetValue()} {
 			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
 			h.Write(b)
 		}
+		h.Sum(sums[i][:0])
+	}
+	slices.SortFunc(sums, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	for _, s := range sums {
+		h.Write(s[:])
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])

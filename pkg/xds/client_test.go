@@ -31,13 +31,17 @@ const (
 type sink struct {
 	mu      sync.Mutex
 	domains []string
-	applied int
+	applied int // responses applied
+	calls   int // calls of apply, rejected ones included
 	changed chan struct{}
 }
 
 func newSink() *sink { return &sink{changed: make(chan struct{})} }
 
 func (s *sink) apply(_ context.Context, res []*anypb.Any) error {
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
 	var domains []string
 	for _, a := range res {
 		var c rlsconf.RateLimitConfig
@@ -169,7 +173,10 @@ func TestBadSnapshotNACKed(t *testing.T) {
 	}
 	_, appliedBefore := s.current()
 
-	srv.Set(t, node, "v2", xdstest.Config("a", "alpha"), xdstest.Config("oops", "bad"))
+	// Several resources, so that the cache's map order varies between
+	// the resends.
+	srv.Set(t, node, "v2", xdstest.Config("a", "alpha"), xdstest.Config("b", "beta"), xdstest.Config("c", "gamma"),
+		xdstest.Config("d", "delta"), xdstest.Config("oops", "bad"))
 	nack, err := srv.WaitNACK(wait)
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +201,12 @@ func TestBadSnapshotNACKed(t *testing.T) {
 	domains, applied := s.current()
 	if !slices.Equal(domains, []string{"alpha"}) || applied != appliedBefore {
 		t.Errorf("after a NACK: domains %v applied %d times, want [alpha] %d times", domains, applied, appliedBefore)
+	}
+	s.mu.Lock()
+	calls := s.calls
+	s.mu.Unlock()
+	if calls != appliedBefore+1 {
+		t.Errorf("apply called %d times, want %d: a resent rejected snapshot was checked again", calls, appliedBefore+1)
 	}
 
 	// A good snapshot after a bad one is applied.
