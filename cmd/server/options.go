@@ -44,6 +44,7 @@ type options struct {
 	redis   redisOptions  // Redis deployment: type, TLS, credentials
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
+	xds     xdsOptions    // rules over xDS (--config-type=GRPC_XDS_SOTW)
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -86,6 +87,7 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addRedisFlags(fs, &o.redis)
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
+	addXDSFlags(fs, &o.xds)
 	return fs
 }
 
@@ -137,6 +139,9 @@ func (o *options) validate() error {
 	}
 	if o.keyPrefix == "" || strings.ContainsAny(o.keyPrefix, "{}") {
 		return fmt.Errorf("--key-prefix must be non-empty and free of '{' and '}' (they are Redis Cluster hash tags)")
+	}
+	if err := o.xds.validate(); err != nil {
+		return err
 	}
 	return o.headers.validate()
 }

@@ -36,7 +36,8 @@ type server struct {
 	registry *prometheus.Registry
 	metrics  *metrics
 	rules    *rules
-	reload   *hotReload // nil until Open
+	reload   *hotReload // nil until Open, and with rules from xDS
+	xds      *xdsRules  // nil unless rules come from xDS
 	admin    *admin     // nil without --admin-addr
 
 	grpcLis, httpLis net.Listener
@@ -87,14 +88,9 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 // Open loads the rules, checks the store, binds the listeners and starts
 // serving.
 func (s *server) Open(ctx context.Context) error {
-	// Watch before the first load, so that no change goes unseen.
-	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
-	if _, err := s.rules.load(); err != nil {
-		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
+	if err := s.openRules(ctx); err != nil {
+		return err
 	}
-	cur := s.rules.Current()
-	s.log.Info("rules loaded", zap.String("dir", s.opts.configDir), zap.Int("files", len(cur.Files)),
-		zap.Int("domains", len(cur.Set.Domains())), zap.String("hash", cur.Hash))
 	// The store lives until Close: the memory store's janitor runs on this
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -147,6 +143,9 @@ func (s *server) Close(ctx context.Context) error {
 		if err := s.reload.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("stop reload: %w", err))
 		}
+	}
+	if s.xds != nil {
+		s.xds.Close()
 	}
 	if s.opts.drain > 0 && s.grpcLis != nil {
 		time.Sleep(s.opts.drain)
