@@ -44,6 +44,8 @@ type options struct {
 	redis   redisOptions  // Redis deployment: type, TLS, credentials
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
+	tls     tlsOptions    // gRPC TLS and mTLS
+	tracing traceOptions  // OpenTelemetry spans over OTLP
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -86,6 +88,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addRedisFlags(fs, &o.redis)
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
+	addTLSFlags(fs, &o.tls)
+	addTracingFlags(fs, &o.tracing)
 	return fs
 }
 
