@@ -123,7 +123,7 @@ func newTracing(o traceOptions, log *zap.Logger) (*tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	otel.SetErrorHandler(&throttled{log: log, every: time.Minute})
+	otel.SetErrorHandler(&throttled{log: log, every: time.Minute, now: time.Now})
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
@@ -266,14 +266,15 @@ func (c mdCarrier) Keys() []string {
 type throttled struct {
 	log     *zap.Logger
 	every   time.Duration
+	now     func() time.Time
 	last    atomic.Int64 // Unix ns of the last error logged
 	dropped atomic.Int64
 }
 
 func (h *throttled) Handle(err error) {
-	now := time.Now().UnixNano()
+	now := h.now().UnixNano()
 	last := h.last.Load()
-	if now-last < int64(h.every) || !h.last.CompareAndSwap(last, now) {
+	if last != 0 && now-last < int64(h.every) || !h.last.CompareAndSwap(last, now) {
 		h.dropped.Add(1)
 		return
 	}

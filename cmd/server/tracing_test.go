@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -222,4 +226,26 @@ func TestTracingJSON(t *testing.T) {
 		t.Errorf("trace id %s", got)
 	}
 	wantAttrs(t, spans[1].Attributes, map[string]string{"http.response.status_code": "200"})
+}
+
+func TestThrottledErrors(t *testing.T) {
+	core, logs := zapobserver.New(zapcore.WarnLevel)
+	now := time.Unix(1000, 0)
+	h := &throttled{log: zap.New(core), every: time.Minute, now: func() time.Time { return now }}
+	for _, step := range []struct {
+		advance  time.Duration
+		wantLogs int
+	}{
+		{0, 1}, {time.Second, 1}, {30 * time.Second, 1}, {29 * time.Second, 2}, {time.Second, 2}, {time.Hour, 3},
+	} {
+		now = now.Add(step.advance)
+		h.Handle(errors.New("export failed"))
+		if n := logs.Len(); n != step.wantLogs {
+			t.Fatalf("after %v: %d lines logged, want %d", step.advance, n, step.wantLogs)
+		}
+	}
+	last := logs.All()[2].ContextMap()["errors_not_logged"]
+	if last != int64(1) {
+		t.Errorf("errors_not_logged = %v, want 1", last)
+	}
 }
