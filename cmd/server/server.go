@@ -111,6 +111,9 @@ func (s *server) Open(ctx context.Context) error {
 		// Unavailable meanwhile and /healthcheck says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
 	}
+	if err := s.tracing.Open(s.life); err != nil {
+		return err
+	}
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
 		return fmt.Errorf("listen grpc: %w", err)

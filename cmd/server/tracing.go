@@ -89,16 +89,17 @@ func (o traceOptions) validate() error {
 }
 
 // tracing makes the spans of decisions and exports them. A nil *tracing
-// is tracing off: nothing is installed and nothing is spent.
+// is tracing off: nothing is installed and nothing is spent. newTracing
+// starts nothing; Open starts the exporter; Shutdown flushes and stops it.
 type tracing struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
+	protocol string // http or grpc; empty: the provider exports already
+	log      *zap.Logger
 }
 
-// newTracing returns nil when tracing is off; otherwise it starts the
-// OTLP exporter (which connects lazily: a collector that is away costs
-// dropped spans, not a failed start).
+// newTracing returns nil when tracing is off.
 func newTracing(o traceOptions, log *zap.Logger) (*tracing, error) {
 	if !o.enabled {
 		return nil, nil
@@ -106,33 +107,20 @@ func newTracing(o traceOptions, log *zap.Logger) (*tracing, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
-	if strings.EqualFold(o.protocol, "grpc") {
-		exp, err = otlptracegrpc.New(ctx)
-	} else {
-		exp, err = otlptracehttp.New(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
-	}
-	res, err := newResource(ctx, o)
+	res, err := newResource(context.Background(), o)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	otel.SetErrorHandler(&throttled{log: log, every: time.Minute, now: time.Now})
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.rate))),
 	)
-	return newTracingWith(tp), nil
+	t := newTracingWith(tp)
+	t.protocol, t.log = strings.ToLower(o.protocol), log
+	return t, nil
 }
 
-// newTracingWith traces on tp.
+// newTracingWith traces on tp, whose span processors are set.
 func newTracingWith(tp *sdktrace.TracerProvider) *tracing {
 	return &tracing{
 		provider: tp,
@@ -140,6 +128,31 @@ func newTracingWith(tp *sdktrace.TracerProvider) *tracing {
 		// Later propagators win: W3C over B3 when a caller sends both.
 		prop: propagation.NewCompositeTextMapPropagator(b3.New(), propagation.TraceContext{}, propagation.Baggage{}),
 	}
+}
+
+// Open starts the OTLP exporter, configured by the SDK's
+// OTEL_EXPORTER_OTLP_* variables. It connects lazily: a collector that is
+// away costs dropped spans, not a failed start.
+func (t *tracing) Open(ctx context.Context) error {
+	if t == nil || t.protocol == "" {
+		return nil
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	if t.protocol == "grpc" {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	otel.SetErrorHandler(&throttled{log: t.log, every: time.Minute, now: time.Now})
+	t.provider.RegisterSpanProcessor(sdktrace.NewBatchSpanProcessor(exp))
+	t.log.Info("tracing: spans export over OTLP", zap.String("protocol", t.protocol))
+	return nil
 }
 
 func newResource(ctx context.Context, o traceOptions) (*resource.Resource, error) {
