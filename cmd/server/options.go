@@ -45,6 +45,8 @@ type options struct {
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
 	xds     xdsOptions    // rules over xDS (--config-type=GRPC_XDS_SOTW)
+	tls     tlsOptions    // gRPC TLS and mTLS
+	tracing traceOptions  // OpenTelemetry spans over OTLP
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -88,6 +90,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
 	addXDSFlags(fs, &o.xds)
+	addTLSFlags(fs, &o.tls)
+	addTracingFlags(fs, &o.tracing)
 	return fs
 }
 

@@ -38,6 +38,7 @@ type server struct {
 	rules    *rules
 	reload   *hotReload // nil until Open, and with rules from xDS
 	xds      *xdsRules  // nil unless rules come from xDS
+	tracing  *tracing   // nil with tracing off
 	admin    *admin     // nil without --admin-addr
 
 	grpcLis, httpLis net.Listener
@@ -60,7 +61,14 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
-	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits, Atomic: o.atomic})
+	tlsOpts, err := grpcTLS(o.tls, log.Named("tls"))
+	if err != nil {
+		return nil, err
+	}
+	if s.tracing, err = newTracing(o.tracing, log.Named("tracing")); err != nil {
+		return nil, err
+	}
+	s.limiter = limiter.New(s.tracing.store(st, storeKind(o)), limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits, Atomic: o.atomic})
 	s.registry = reg
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -76,12 +84,12 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	}
 	s.service = newService(s.limiter, timeout, s.metrics, o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
-	s.grpc = grpc.NewServer(grpcOptions(o)...)
+	s.grpc = grpc.NewServer(append(grpcOptions(o), append(tlsOpts, s.tracing.grpcOptions()...)...)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	s.http = &http.Server{Handler: s.tracing.http(s.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
 
@@ -98,6 +106,9 @@ func (s *server) Open(ctx context.Context) error {
 		// Not fatal: the store may come up later; requests answer
 		// Unavailable meanwhile and /healthcheck says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
+	}
+	if err := s.tracing.Open(s.life); err != nil {
+		return err
 	}
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
@@ -162,6 +173,11 @@ func (s *server) Close(ctx context.Context) error {
 	}
 	if err := s.closeAdmin(ctx, 5*time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(tctx); err != nil {
+		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
 	}
 	s.wg.Wait()
 	if s.cancel != nil {
