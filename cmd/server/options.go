@@ -44,6 +44,8 @@ type options struct {
 	redis   redisOptions  // Redis deployment: type, TLS, credentials
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
+
+	refStats refStatsOptions // envoyproxy/ratelimit's stats: Prometheus, statsd
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -86,6 +88,7 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addRedisFlags(fs, &o.redis)
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
+	addRefStatsFlags(fs, &o.refStats)
 	return fs
 }
 

@@ -36,8 +36,9 @@ type server struct {
 	registry *prometheus.Registry
 	metrics  *metrics
 	rules    *rules
-	reload   *hotReload // nil until Open
-	admin    *admin     // nil without --admin-addr
+	reload   *hotReload  // nil until Open
+	admin    *admin      // nil without --admin-addr
+	ref      *refMetrics // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
@@ -67,15 +68,19 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if err := registerCache(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if s.ref, err = newRefMetrics(o.refStats, s.limiter, o.admin.nearRatio, s.registry, log.Named("refstats")); err != nil {
+		return nil, err
+	}
+	s.metrics.onLoad = s.ref.loadHook()
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
 	// The embedded store never waits, so it needs no per-request timer.
 	timeout := o.storeTimeout
 	if o.redisURL == "" {
 		timeout = 0
 	}
-	s.service = newService(s.limiter, timeout, s.metrics, o.headers, log.Named("service"))
+	s.service = newService(s.limiter, timeout, s.ref.observer(s.metrics), o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
-	s.grpc = grpc.NewServer(grpcOptions(o)...)
+	s.grpc = grpc.NewServer(append(grpcOptions(o), s.ref.grpcOptions()...)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -111,6 +116,9 @@ func (s *server) Open(ctx context.Context) error {
 		return fmt.Errorf("listen http: %w", err)
 	}
 	if err := s.openAdmin(s.adminHandler()); err != nil {
+		return err
+	}
+	if err := s.ref.open(s.life); err != nil {
 		return err
 	}
 	s.serve()
@@ -162,6 +170,9 @@ func (s *server) Close(ctx context.Context) error {
 		}
 	}
 	if err := s.closeAdmin(ctx, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ref.close(ctx, 5*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	s.wg.Wait()
