@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/statsmap"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -520,5 +521,78 @@ func TestRefMetricsOff(t *testing.T) {
 		if m.grpcOptions() != nil || m.loadHook() != nil {
 			t.Error("a nil refMetrics adds gRPC options or a load hook")
 		}
+	}
+}
+
+// TestStatKey checks stat keys of rules whose key depends on the request,
+// share_threshold included, and the reference's sanitizing.
+func TestStatKey(t *testing.T) {
+	rules := `domain: d
+descriptors:
+  - key: file
+    value: "img*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: file
+    value: "doc*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: tenant
+    value_to_metric: true
+    descriptors:
+      - key: ip
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+`
+	r, err := config.Parse(map[string][]byte{"r.yaml": []byte(rules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := r.Set.Domain("d")
+	for _, tc := range []struct {
+		entries []string
+		want    string
+	}{
+		// share_threshold keeps the pattern, even with detailed_metric.
+		{[]string{"file", "img1", "user", "bob"}, "d.file_img*.user_bob"},
+		// ... and over value_to_metric.
+		{[]string{"file", "doc7"}, "d.file_doc*"},
+		// detailed_metric: every entry's key_value, IPv4 dots sanitized,
+		// ':' and '|' too.
+		{[]string{"tenant", "a:b|c", "ip", "10.1.2.3"}, "d.tenant_a_b_c.ip_10_1_2_3"},
+		{[]string{"tenant", "v1.2.3.4567", "ip", "x"}, "d.tenant_v1_2_3_4567.ip_x"},
+	} {
+		d := desc(tc.entries...)
+		lim := descriptors.Match(dom, d.GetEntries())
+		if lim == nil {
+			t.Fatalf("%v matches no rule", tc.entries)
+		}
+		if got := sanitizeStat(string(appendStatKey(nil, "d", lim, false, d.GetEntries()))); got != tc.want {
+			t.Errorf("%v: key %q, want %q", tc.entries, got, tc.want)
+		}
+	}
+}
+
+func TestMogrifiersFromEnv(t *testing.T) {
+	env := map[string]string{
+		"DOG_STATSD_MOGRIFIER_HITS_PATTERN": `^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+		"DOG_STATSD_MOGRIFIER_HITS_NAME":    "ratelimit.service.rate_limit.$3",
+		"DOG_STATSD_MOGRIFIER_HITS_TAGS":    "domain:$1,descriptor:$2",
+	}
+	ms, err := mogrifiers("HITS", func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].Name != "ratelimit.service.rate_limit.$3" || len(ms[0].Tags) != 2 ||
+		!ms[0].Pattern.MatchString("ratelimit.service.rate_limit.d.k_v.over_limit") {
+		t.Errorf("mogrifiers = %+v", ms)
+	}
+	env["DOG_STATSD_MOGRIFIER_HITS_TAGS"] = "domain:"
+	if _, err := mogrifiers("HITS", func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "DOG_STATSD_MOGRIFIER_HITS_TAGS") {
+		t.Errorf("empty tag value: err = %v", err)
 	}
 }
