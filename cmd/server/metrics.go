@@ -48,6 +48,10 @@ type metrics struct {
 	// globalShadow counts OVER_LIMIT answers that --shadow-mode turned OK.
 	globalShadow prometheus.Counter
 
+	// onLoad, if set, is told of every load of the rules, as loaded and
+	// loadFailed are.
+	onLoad func(ok bool)
+
 	loads      *prometheus.CounterVec
 	info       *prometheus.GaugeVec
 	lastOK     prometheus.Gauge
@@ -288,6 +292,9 @@ func (m *metrics) Failed(_ *rls.RateLimitRequest, err error, took time.Duration)
 // loaded records a successful load of rules, changed or not.
 func (m *metrics) loaded(r *config.Rules, changed bool) {
 	m.loads.WithLabelValues("success").Inc()
+	if m.onLoad != nil {
+		m.onLoad(true)
+	}
 	m.lastOK.Set(1)
 	m.lastOKTime.SetToCurrentTime()
 	if changed {
@@ -301,6 +308,9 @@ func (m *metrics) loaded(r *config.Rules, changed bool) {
 // loadFailed records a failed load; the rules in force stay.
 func (m *metrics) loadFailed() {
 	m.loads.WithLabelValues("failure").Inc()
+	if m.onLoad != nil {
+		m.onLoad(false)
+	}
 	m.lastOK.Set(0)
 }
 

@@ -47,6 +47,8 @@ type options struct {
 	xds     xdsOptions    // rules over xDS (--config-type=GRPC_XDS_SOTW)
 	tls     tlsOptions    // gRPC TLS and mTLS
 	tracing traceOptions  // OpenTelemetry spans over OTLP
+
+	refStats refStatsOptions // envoyproxy/ratelimit's stats: Prometheus, statsd
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -92,6 +94,7 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addXDSFlags(fs, &o.xds)
 	addTLSFlags(fs, &o.tls)
 	addTracingFlags(fs, &o.tracing)
+	addRefStatsFlags(fs, &o.refStats)
 	return fs
 }
 

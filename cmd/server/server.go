@@ -36,10 +36,11 @@ type server struct {
 	registry *prometheus.Registry
 	metrics  *metrics
 	rules    *rules
-	reload   *hotReload // nil until Open, and with rules from xDS
-	xds      *xdsRules  // nil unless rules come from xDS
-	tracing  *tracing   // nil with tracing off
-	admin    *admin     // nil without --admin-addr
+	reload   *hotReload  // nil until Open, and with rules from xDS
+	xds      *xdsRules   // nil unless rules come from xDS
+	tracing  *tracing    // nil with tracing off
+	admin    *admin      // nil without --admin-addr
+	ref      *refMetrics // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
@@ -76,15 +77,21 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if err := registerCache(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if s.ref, err = newRefMetrics(o.refStats, s.limiter, o.admin.nearRatio, s.registry, log.Named("refstats")); err != nil {
+		return nil, err
+	}
+	s.metrics.onLoad = s.ref.loadHook()
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
 	// The embedded store never waits, so it needs no per-request timer.
 	timeout := o.storeTimeout
 	if o.redisURL == "" {
 		timeout = 0
 	}
-	s.service = newService(s.limiter, timeout, s.metrics, o.headers, log.Named("service"))
+	s.service = newService(s.limiter, timeout, s.ref.observer(s.metrics), o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
-	s.grpc = grpc.NewServer(append(grpcOptions(o), append(tlsOpts, s.tracing.grpcOptions()...)...)...)
+	gopts := append(grpcOptions(o), tlsOpts...)
+	gopts = append(gopts, s.tracing.grpcOptions()...)
+	s.grpc = grpc.NewServer(append(gopts, s.ref.grpcOptions()...)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -118,6 +125,9 @@ func (s *server) Open(ctx context.Context) error {
 		return fmt.Errorf("listen http: %w", err)
 	}
 	if err := s.openAdmin(s.adminHandler()); err != nil {
+		return err
+	}
+	if err := s.ref.open(s.life); err != nil {
 		return err
 	}
 	s.serve()
@@ -172,6 +182,9 @@ func (s *server) Close(ctx context.Context) error {
 		}
 	}
 	if err := s.closeAdmin(ctx, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ref.close(ctx, 5*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
