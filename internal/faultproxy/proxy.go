@@ -166,9 +166,11 @@ func (p *Proxy) CutAll(refuseFor time.Duration) {
 		p.refuseUntil = time.Now().Add(refuseFor)
 		p.mu.Unlock()
 	}
-	for _, c := range p.connList() {
-		c.close(true, "cut")
+	conns := p.connList()
+	for _, c := range conns {
+		c.close(true, "")
 	}
+	p.logf("cut %d connections, refusing new ones for %v", len(conns), refuseFor)
 }
 
 // CutConn closes the connection with ID id with a TCP reset, and reports

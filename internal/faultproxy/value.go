@@ -163,7 +163,8 @@ func ParseValue(b []byte) (Value, error) {
 
 // ReadValue reads one RESP2 or RESP3 value from r, as a raw client of
 // the proxy would: an error reply is a Value of KindError, not an error.
-// Bytes that are not RESP give an error wrapping ErrMalformed, and r is
+// A stream that ends inside a value gives io.ErrUnexpectedEOF, one that
+// ends before it io.EOF. Bytes that are not RESP give an error wrapping ErrMalformed, and r is
 // then unusable.
 func ReadValue(r *bufio.Reader) (Value, error) {
 	_, v, err := readValue(r, DefaultMaxValue, true)
@@ -187,6 +188,9 @@ type parser struct {
 func readValue(r *bufio.Reader, max int, build bool) (raw []byte, v Value, err error) {
 	p := parser{r: r, max: max, build: build}
 	v, err = p.value(0)
+	if errors.Is(err, io.EOF) && len(p.raw) > 0 {
+		err = io.ErrUnexpectedEOF
+	}
 	return p.raw, v, err
 }
 
