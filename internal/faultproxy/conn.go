@@ -60,6 +60,10 @@ type upReply struct {
 	push bool
 }
 
+// connIDs numbers connections across every proxy of the process, so that
+// a Group's rules tell its proxies' connections apart.
+var connIDs atomic.Int64
+
 func (p *Proxy) newConn(nc net.Conn) *conn {
 	p.mu.Lock()
 	select {
@@ -69,10 +73,9 @@ func (p *Proxy) newConn(nc net.Conn) *conn {
 		return nil
 	default:
 	}
-	p.nextID++
 	c := &conn{
 		p:          p,
-		id:         p.nextID,
+		id:         connIDs.Add(1),
 		clientAddr: nc.RemoteAddr().String(),
 		opened:     time.Now(),
 		raw:        nc,
@@ -268,6 +271,8 @@ func (c *conn) readRequests(up net.Conn) {
 			if !c.resp3.Load() {
 				c.unpaired.Store(true)
 			}
+		case c.unpaired.Load():
+			// Nothing pairs on this connection any more.
 		default:
 			c.push(e)
 		}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -97,6 +98,25 @@ func TestScopes(t *testing.T) {
 		wantValue(t, c.do("ECHO", "a"), fp.Bulk("a"))
 		wantValue(t, c.do("ECHO", "b"), fake)
 	})
+	t.Run("Group", func(t *testing.T) {
+		// Two proxies to the same Redis under two names: a group rule
+		// tells their connections apart.
+		_, port, _ := net.SplitHostPort(addr)
+		g := fp.NewGroup(t, addr, net.JoinHostPort("localhost", port))
+		ps := g.Proxies()
+		g.Add(&fp.ErrorReply{Match: fp.Match{NextConns: 1}, Err: "ERR faked"})
+		a, b := dialRaw(t, ps[0].Addr()), dialRaw(t, ps[1].Addr())
+		wantValue(t, a.do("PING"), fake)
+		wantValue(t, b.do("PING"), pong)
+		g.Clear()
+		id := ps[1].Conns()[0].ID
+		g.Add(&fp.ErrorReply{Match: fp.Match{Conn: id}, Err: "ERR faked"})
+		wantValue(t, a.do("PING"), pong)
+		wantValue(t, b.do("PING"), fake)
+		if s := g.Stats(); s.Accepted != 2 || s.Faked != 2 {
+			t.Errorf("group stats %+v: want 2 connections, 2 faked", s)
+		}
+	})
 	t.Run("Release and Clear", func(t *testing.T) {
 		p := fp.New(t, addr)
 		rule := p.Add(&fp.ErrorReply{Err: "ERR faked"})
@@ -125,8 +145,19 @@ func TestPubSub(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantValue(t, c.mustRead(), fp.Array(fp.Bulk("message"), fp.Bulk(ch), fp.Bulk("hi")))
-		if n := p.Stats().Unpaired; n != 2 {
-			t.Errorf("%d unpaired replies, want 2", n)
+		p.Add(&fp.ErrorReply{Match: fp.Nth(2, "PING"), Err: "ERR faked"})
+		c.send(cmd("PING"), cmd("PING"))
+		// Replies no longer pair here, so the fake goes out at once,
+		// maybe before the first PING's reply.
+		got := []string{c.mustRead().String(), c.mustRead().String()}
+		slices.Sort(got)
+		want := []string{fp.Array(fp.Bulk("pong"), fp.Bulk("")).String(), fp.Error("ERR faked").String()}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("replies %v, want %v", got, want)
+		}
+		if n := p.Stats().Unpaired; n != 3 {
+			t.Errorf("%d unpaired replies, want 3", n)
 		}
 	})
 	t.Run("RESP3", func(t *testing.T) {

@@ -10,7 +10,11 @@ import (
 // Match selects what a fault applies to. Its zero value matches every
 // command on every connection, every time. Faults are decided when the
 // proxy reads a command from a client, so a fault added while a command is
-// in flight does not apply to that command's reply.
+// in flight does not apply to that command's reply. A reply that answers
+// no command (a RESP3 push, a message on a RESP2 connection that
+// subscribed, an unsolicited reply) is matched when it arrives, by the
+// faults whose Match names no command (no Commands, FirstCommands or
+// Func).
 type Match struct {
 	// Commands lists command names in any case ("EVALSHA"); a name with
 	// a space also names the subcommand ("CLUSTER SLOTS"). Empty matches
@@ -150,7 +154,9 @@ type SplitReplies struct {
 // ErrorReply answers matching commands with the error reply Err ("BUSY
 // Redis is busy running a script...", "OOM ...", "READONLY ...",
 // "LOADING ...", "NOSCRIPT ...") instead of forwarding them: Redis never
-// sees them. Rule.Applied counts the fakes.
+// sees them. Rule.Applied counts the fakes. A fake goes out in command
+// order, except on a RESP2 connection that has subscribed, where replies
+// no longer pair with commands and it goes out at once.
 type ErrorReply struct {
 	Match
 	Err string

@@ -51,7 +51,6 @@ type Proxy struct {
 
 	mu          sync.Mutex
 	conns       map[int64]*conn
-	nextID      int64
 	refuseUntil time.Time
 	refuseAll   bool
 	byName      map[string]int64
@@ -210,7 +209,7 @@ func (p *Proxy) refusing() bool {
 // ConnInfo describes one open connection.
 type ConnInfo struct {
 	// ID names the connection in Match.Conn and CutConn; IDs grow with
-	// each connection accepted.
+	// each connection accepted, and are unique across all proxies.
 	ID int64
 	// Client is the client's address.
 	Client string
