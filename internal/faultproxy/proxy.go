@@ -250,8 +250,9 @@ type Stats struct {
 	Forwarded int64
 	Commands  map[string]int64
 	// Faked counts the commands ErrorReply answered, and Dropped those
-	// that were never forwarded because a drop closed their connection.
-	// The upstream saw neither.
+	// DropRequest kept back; the upstream saw neither. (Commands a client
+	// pipelined behind a DropRequest or a DropAndLose are neither read
+	// nor counted.)
 	Faked, Dropped int64
 	// Replies counts the replies delivered whole to clients, faked and
 	// extra ones included; Unpaired counts those among them that
