@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,40 +28,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-// startWithEnv starts the binary on the rules in dir and Redis with
+// startRefWithEnv starts the binary on the rules in dir and Redis with
 // flags, plus env, and waits for /healthcheck.
-func startWithEnv(t *testing.T, dir, redisAddr string, env ...string) *fastlimit {
+func startRefWithEnv(t *testing.T, dir, redisAddr string, env ...string) *fastlimit {
 	t.Helper()
-	f := &fastlimit{
-		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		logs: &syncBuffer{},
-	}
-	f.cmd = exec.Command(binary, "--config", dir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--redis-url", "redis://"+redisAddr, "--admin-addr", "127.0.0.1:0", "--log-format", "console", "--store-timeout", "2s")
-	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
-	f.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	f.cmd.SysProcAttr = sysProcAttr()
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", f.logs.String())
-		}
-	})
-	healthy := func() bool {
-		resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	if !waitUntil(10*time.Second, healthy) {
-		t.Fatalf("server did not come up; logs:\n%s", f.logs.String())
-	}
+	f := startWithEnv(t, dir, env, "--redis-url", "redis://"+redisAddr)
 	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +110,7 @@ func scrapeSeries(t *testing.T, url string) map[string]float64 {
 func TestRefMetricsPrometheus(t *testing.T) {
 	r := startRedis(t)
 	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	f := startWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
+	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr)
 	refDrive(t, f)
 	got := scrapeSeries(t, "http://"+promAddr+"/metrics")
@@ -196,7 +165,7 @@ func TestRefMetricsStatsd(t *testing.T) {
 		}
 	}()
 	port := pc.LocalAddr().(*net.UDPAddr).Port
-	f := startWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
+	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
 		"USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(port),
 		"STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:e2e")
 	refDrive(t, f)
