@@ -1,9 +1,11 @@
-// Package config loads rate-limit rules files into a descriptors.Set.
+// Package config loads rate-limit rules files, or the RateLimitConfig
+// resources of an xDS snapshot, into a descriptors.Set.
 //
 // A rules directory holds one YAML file per domain, in the format of
 // envoyproxy/ratelimit plus FastLimit's extensions (tenant_key, atomic,
 // algorithm, unit_multiplier, burst, cost). Decoding is strict: unknown keys
-// and wrong types are errors, and every error carries its file and line.
+// and wrong types are errors, and every error carries its file and line
+// (for xDS resources, the resource and descriptor path).
 package config
 
 import (
@@ -34,6 +36,10 @@ type Rules struct {
 	Hash string
 	// Files are the files loaded, sorted, as named in errors.
 	Files []string
+	// FromXDS marks rules compiled by FromXDS from an xDS snapshot; their
+	// Resources name the snapshot's resources, sorted, and Files is empty.
+	FromXDS   bool
+	Resources []string
 }
 
 // Load reads every rules file in dir and compiles them. Rules files are

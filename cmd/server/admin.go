@@ -115,7 +115,7 @@ func (s *server) closeAdmin(ctx context.Context, timeout time.Duration) error {
 }
 
 // handleRLConfig writes the rules in force as text: a header of comment
-// lines (hash, files), then one line per limit.
+// lines (hash, files or xDS resources), then one line per limit.
 func (s *server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
 	cur := s.rules.Current()
 	if cur == nil {
@@ -123,10 +123,14 @@ func (s *server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = fmt.Fprintf(w, "# hash %s\n# %d files, %d domains, %d limits\n",
-		cur.Hash, len(cur.Files), len(cur.Set.Domains()), len(cur.Set.Limits()))
-	for _, f := range cur.Files {
-		_, _ = fmt.Fprintf(w, "# file %s\n", f)
+	kind, names := "file", cur.Files
+	if cur.FromXDS {
+		kind, names = "xds resource", cur.Resources
+	}
+	_, _ = fmt.Fprintf(w, "# hash %s\n# %d %ss, %d domains, %d limits\n",
+		cur.Hash, len(names), kind, len(cur.Set.Domains()), len(cur.Set.Limits()))
+	for _, f := range names {
+		_, _ = fmt.Fprintf(w, "# %s %s\n", kind, f)
 	}
 	_ = cur.Set.Dump(w)
 }

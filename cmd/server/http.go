@@ -42,7 +42,7 @@ func (s *server) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) healthy(ctx context.Context) error {
-	if s.limiter.Rules() == nil {
+	if s.limiter.Rules() == nil && !s.opts.xds.forceStart {
 		return errors.New("no rules loaded")
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(s.opts.storeTimeout, 250e6))
@@ -70,6 +70,9 @@ func (s *server) handleJSON(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, limiter.ErrInvalid):
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case errors.Is(err, errNoRules):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	case err != nil:
 		http.Error(w, "rate-limit store unavailable", http.StatusServiceUnavailable)

@@ -39,6 +39,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	o.refStats.getenv = getenv
 	log, err := newLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

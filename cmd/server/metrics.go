@@ -23,6 +23,7 @@ const (
 	codeOverLimit   = "OVER_LIMIT"
 	codeInvalid     = "INVALID_ARGUMENT"
 	codeUnavailable = "UNAVAILABLE"
+	codeUnknown     = "UNKNOWN" // no rules yet (xDS, forced start)
 )
 
 // metrics are the server's Prometheus metrics. As an observer it counts
@@ -46,6 +47,10 @@ type metrics struct {
 	storeErrors prometheus.Counter
 	// globalShadow counts OVER_LIMIT answers that --shadow-mode turned OK.
 	globalShadow prometheus.Counter
+
+	// onLoad, if set, is told of every load of the rules, as loaded and
+	// loadFailed are.
+	onLoad func(ok bool)
 
 	loads      *prometheus.CounterVec
 	info       *prometheus.GaugeVec
@@ -79,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fastlimit", Name: "requests_total",
-			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT or UNAVAILABLE.",
+			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, or UNKNOWN before the first rules from xDS.",
 		}, []string{"code"}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "fastlimit", Name: "global_shadow_mode_total",
@@ -91,19 +96,19 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 		}),
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
-			Help: "Loads of the rules directory by result: success or failure. A failed reload keeps the rules in force.",
+			Help: "Loads of the rules directory (or xDS snapshots) by result: success or failure. A failed reload keeps the rules in force.",
 		}, []string{"result"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "fastlimit", Subsystem: "config", Name: "info",
-			Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' names and contents).",
+			Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' or xDS resources' names and contents).",
 		}, []string{"hash"}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_successful",
-			Help: "1 if the last load of the rules directory succeeded, 0 if it failed and older rules are in force.",
+			Help: "1 if the last load of the rules directory (or xDS snapshot) succeeded, 0 if it failed and older rules are in force.",
 		}),
 		lastOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
-			Help: "When the rules directory last loaded successfully, in Unix seconds.",
+			Help: "When the rules directory (or an xDS snapshot) last loaded successfully, in Unix seconds.",
 		}),
 		limits: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fastlimit", Subsystem: "config", Name: "limits",
@@ -111,7 +116,7 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 		}),
 	}
 	m.byCode = map[string]prometheus.Counter{}
-	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable} {
+	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable, codeUnknown} {
 		m.byCode[c] = m.requests.WithLabelValues(c)
 	}
 	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
@@ -272,8 +277,12 @@ func (m *metrics) near(st *limiter.Status) bool {
 // Failed counts a request that failed: invalid, or a store failure.
 func (m *metrics) Failed(_ *rls.RateLimitRequest, err error, took time.Duration) {
 	m.duration.Observe(took.Seconds())
-	if errors.Is(err, limiter.ErrInvalid) {
+	switch {
+	case errors.Is(err, limiter.ErrInvalid):
 		m.byCode[codeInvalid].Inc()
+		return
+	case errors.Is(err, errNoRules):
+		m.byCode[codeUnknown].Inc()
 		return
 	}
 	m.byCode[codeUnavailable].Inc()
@@ -283,6 +292,9 @@ func (m *metrics) Failed(_ *rls.RateLimitRequest, err error, took time.Duration)
 // loaded records a successful load of rules, changed or not.
 func (m *metrics) loaded(r *config.Rules, changed bool) {
 	m.loads.WithLabelValues("success").Inc()
+	if m.onLoad != nil {
+		m.onLoad(true)
+	}
 	m.lastOK.Set(1)
 	m.lastOKTime.SetToCurrentTime()
 	if changed {
@@ -296,6 +308,9 @@ func (m *metrics) loaded(r *config.Rules, changed bool) {
 // loadFailed records a failed load; the rules in force stay.
 func (m *metrics) loadFailed() {
 	m.loads.WithLabelValues("failure").Inc()
+	if m.onLoad != nil {
+		m.onLoad(false)
+	}
 	m.lastOK.Set(0)
 }
 

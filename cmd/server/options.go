@@ -44,6 +44,11 @@ type options struct {
 	redis   redisOptions  // Redis deployment: type, TLS, credentials
 	headers headerOptions // response headers, metadata, global shadow mode
 	admin   adminOptions  // reload, metrics, admin surface
+	xds     xdsOptions    // rules over xDS (--config-type=GRPC_XDS_SOTW)
+	tls     tlsOptions    // gRPC TLS and mTLS
+	tracing traceOptions  // OpenTelemetry spans over OTLP
+
+	refStats refStatsOptions // envoyproxy/ratelimit's stats: Prometheus, statsd
 }
 
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
@@ -87,6 +92,10 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	addRedisFlags(fs, &o.redis)
 	addHeaderFlags(fs, &o.headers)
 	addAdminFlags(fs, &o.admin)
+	addXDSFlags(fs, &o.xds)
+	addTLSFlags(fs, &o.tls)
+	addTracingFlags(fs, &o.tracing)
+	addRefStatsFlags(fs, &o.refStats)
 	return fs
 }
 
@@ -138,6 +147,9 @@ func (o *options) validate() error {
 	}
 	if o.keyPrefix == "" || strings.ContainsAny(o.keyPrefix, "{}") {
 		return fmt.Errorf("--key-prefix must be non-empty and free of '{' and '}' (they are Redis Cluster hash tags)")
+	}
+	if err := o.xds.validate(); err != nil {
+		return err
 	}
 	return o.headers.validate()
 }

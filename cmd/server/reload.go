@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -26,12 +27,14 @@ const (
 	logFiles   = "files"
 	logDomains = "domains"
 	logLimits  = "limits"
+
+	logResources = "resources"
 )
 
-// rules loads the rules directory and swaps it into the limiter. The
-// first load and every reload run the same pipeline: config.Load, then,
-// if the hash differs from the rules in force, limiter.SetRules. A failed
-// load changes nothing. Requests in flight finish on the rules they
+// rules loads the rules directory (or takes rules from xDS) and swaps them
+// into the limiter. The first load and every reload run the same pipeline:
+// config.Load (or config.FromXDS), then, if the hash differs from the
+// rules in force, limiter.SetRules. A failed load changes nothing. Requests in flight finish on the rules they
 // started with.
 type rules struct {
 	dir     string
@@ -50,9 +53,16 @@ func newRules(dir string, l *limiter.Limiter, m *metrics, log *zap.Logger) *rule
 // load loads the directory and swaps the rules in if they changed. It
 // returns whether they did; on error the rules in force stay.
 func (r *rules) load() (changed bool, err error) {
+	return r.swap(func() (*config.Rules, error) { return config.Load(r.dir) })
+}
+
+// swap compiles rules with build and swaps them in if their hash differs
+// from the rules in force, as load does for the directory. Rules from
+// files and from xDS take this one path.
+func (r *rules) swap(build func() (*config.Rules, error)) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := config.Load(r.dir)
+	next, err := build()
 	if err != nil {
 		r.metrics.loadFailed()
 		return false, err
@@ -72,8 +82,14 @@ func (r *rules) Current() *config.Rules { return r.current.Load() }
 
 // reload is the reload.Func: it loads and logs the outcome once.
 func (r *rules) reload(_ context.Context, cause string) {
+	_ = r.update(cause, r.load)
+}
+
+// update runs load (load, or a swap of rules from elsewhere) and logs the
+// outcome once. It returns load's error.
+func (r *rules) update(cause string, load func() (bool, error)) error {
 	start := time.Now()
-	changed, err := r.load()
+	changed, err := load()
 	took := zap.Duration(logTook, time.Since(start))
 	switch {
 	case err != nil:
@@ -91,11 +107,37 @@ func (r *rules) reload(_ context.Context, cause string) {
 	case changed:
 		cur := r.Current()
 		r.log.Info("rules reloaded", zap.String(logCause, cause), zap.String(logHash, cur.Hash),
-			zap.Int(logFiles, len(cur.Files)), zap.Int(logDomains, len(cur.Set.Domains())),
+			sources(cur), zap.Int(logDomains, len(cur.Set.Domains())),
 			zap.Int(logLimits, len(cur.Set.Limits())), took)
 	default:
 		r.log.Debug("rules unchanged", zap.String(logCause, cause), took)
 	}
+	return err
+}
+
+// sources is the log field that counts where rules came from.
+func sources(r *config.Rules) zap.Field {
+	if r.FromXDS {
+		return zap.Int(logResources, len(r.Resources))
+	}
+	return zap.Int(logFiles, len(r.Files))
+}
+
+// openRules loads the first rules: from the directory, which is then
+// watched, or from an xDS server with --config-type=GRPC_XDS_SOTW.
+func (s *server) openRules(ctx context.Context) error {
+	if s.opts.xds.enabled() {
+		return s.openXDS(ctx)
+	}
+	// Watch before the first load, so that no change goes unseen.
+	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
+	if _, err := s.rules.load(); err != nil {
+		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
+	}
+	cur := s.rules.Current()
+	s.log.Info("rules loaded", zap.String(logDir, s.opts.configDir), zap.Int(logFiles, len(cur.Files)),
+		zap.Int(logDomains, len(cur.Set.Domains())), zap.String(logHash, cur.Hash))
+	return nil
 }
 
 // hotReload reloads the rules when their directory changes and on

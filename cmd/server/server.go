@@ -36,8 +36,11 @@ type server struct {
 	registry *prometheus.Registry
 	metrics  *metrics
 	rules    *rules
-	reload   *hotReload // nil until Open
-	admin    *admin     // nil without --admin-addr
+	reload   *hotReload  // nil until Open, and with rules from xDS
+	xds      *xdsRules   // nil unless rules come from xDS
+	tracing  *tracing    // nil with tracing off
+	admin    *admin      // nil without --admin-addr
+	ref      *refMetrics // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
@@ -59,7 +62,14 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
-	s.limiter = limiter.New(st, limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits, Atomic: o.atomic})
+	tlsOpts, err := grpcTLS(o.tls, log.Named("tls"))
+	if err != nil {
+		return nil, err
+	}
+	if s.tracing, err = newTracing(o.tracing, log.Named("tracing")); err != nil {
+		return nil, err
+	}
+	s.limiter = limiter.New(s.tracing.store(st, storeKind(o)), limiter.Options{KeyPrefix: o.keyPrefix, Limits: &o.limits, Atomic: o.atomic})
 	s.registry = reg
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -67,34 +77,35 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if err := registerCache(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if s.ref, err = newRefMetrics(o.refStats, s.limiter, o.admin.nearRatio, s.registry, log.Named("refstats")); err != nil {
+		return nil, err
+	}
+	s.metrics.onLoad = s.ref.loadHook()
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
 	// The embedded store never waits, so it needs no per-request timer.
 	timeout := o.storeTimeout
 	if o.redisURL == "" {
 		timeout = 0
 	}
-	s.service = newService(s.limiter, timeout, s.metrics, o.headers, log.Named("service"))
+	s.service = newService(s.limiter, timeout, s.ref.observer(s.metrics), o.headers, log.Named("service"))
 	s.service.onError = o.onStoreError
-	s.grpc = grpc.NewServer(grpcOptions(o)...)
+	gopts := append(grpcOptions(o), tlsOpts...)
+	gopts = append(gopts, s.tracing.grpcOptions()...)
+	s.grpc = grpc.NewServer(append(gopts, s.ref.grpcOptions()...)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	s.http = &http.Server{Handler: s.tracing.http(s.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
 
 // Open loads the rules, checks the store, binds the listeners and starts
 // serving.
 func (s *server) Open(ctx context.Context) error {
-	// Watch before the first load, so that no change goes unseen.
-	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
-	if _, err := s.rules.load(); err != nil {
-		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
+	if err := s.openRules(ctx); err != nil {
+		return err
 	}
-	cur := s.rules.Current()
-	s.log.Info("rules loaded", zap.String("dir", s.opts.configDir), zap.Int("files", len(cur.Files)),
-		zap.Int("domains", len(cur.Set.Domains())), zap.String("hash", cur.Hash))
 	// The store lives until Close: the memory store's janitor runs on this
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -102,6 +113,9 @@ func (s *server) Open(ctx context.Context) error {
 		// Not fatal: the store may come up later; requests answer
 		// Unavailable meanwhile and /healthcheck says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
+	}
+	if err := s.tracing.Open(s.life); err != nil {
+		return err
 	}
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
@@ -111,6 +125,9 @@ func (s *server) Open(ctx context.Context) error {
 		return fmt.Errorf("listen http: %w", err)
 	}
 	if err := s.openAdmin(s.adminHandler()); err != nil {
+		return err
+	}
+	if err := s.ref.open(s.life); err != nil {
 		return err
 	}
 	s.serve()
@@ -148,6 +165,9 @@ func (s *server) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop reload: %w", err))
 		}
 	}
+	if s.xds != nil {
+		s.xds.Close()
+	}
 	if s.opts.drain > 0 && s.grpcLis != nil {
 		time.Sleep(s.opts.drain)
 	}
@@ -163,6 +183,14 @@ func (s *server) Close(ctx context.Context) error {
 	}
 	if err := s.closeAdmin(ctx, 5*time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	if err := s.ref.close(ctx, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(tctx); err != nil {
+		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
 	}
 	s.wg.Wait()
 	if s.cancel != nil {

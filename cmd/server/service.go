@@ -81,6 +81,12 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 
 func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	start := time.Now()
+	if s.limiter.Rules() == nil {
+		// Only with rules over xDS and a forced start, before the first
+		// snapshot.
+		s.obs.Failed(req, errNoRules, time.Since(start))
+		return nil, errNoRules
+	}
 	var buf [inlineDescriptors]limiter.Descriptor[entry]
 	lreq := toRequest(req, buf[:0])
 	if s.timeout > 0 && !deadlineWithin(ctx, start, s.timeout) {
@@ -120,9 +126,16 @@ func deadlineWithin(ctx context.Context, start time.Time, timeout time.Duration)
 	return ok && d.Sub(start) <= timeout
 }
 
+// errNoRules answers requests before the first rules: the reference's
+// message, with its status (Unknown), so that Envoy's failure_mode_deny
+// decides.
+var errNoRules = errors.New("no rate limit configuration loaded")
+
 // grpcError maps limiter errors to gRPC status codes.
 func grpcError(err error) error {
 	switch {
+	case errors.Is(err, errNoRules):
+		return status.Error(codes.Unknown, err.Error())
 	case errors.Is(err, limiter.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

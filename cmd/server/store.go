@@ -153,6 +153,14 @@ func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 }
 
 // storeName describes the store for logs, without credentials.
+// storeKind is "memory" or "redis".
+func storeKind(o options) string {
+	if o.redisURL == "" {
+		return "memory"
+	}
+	return "redis"
+}
+
 func storeName(o options) string {
 	if o.redisURL == "" {
 		return "memory"

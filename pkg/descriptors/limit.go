@@ -80,12 +80,26 @@ type Limit struct {
 	// Path is the rule's readable path, "domain.key_value.key", for metrics
 	// and debugging.
 	Path string
+	// Levels are the configured levels of the rule's path, one per
+	// descriptor entry of the requests it matches; nil for an override.
+	Levels []Level
 
 	// shared[i] is the wildcard pattern that replaces the request's value at
 	// depth i in keys (share_threshold), or "" to use the request's value.
 	shared []string
 	// hasShared reports whether any entry of shared is set.
 	hasShared bool
+}
+
+// Level is one configured level of a rule's path.
+type Level struct {
+	Key string
+	// Value is the configured value: "" for a key-only level, or a
+	// wildcard pattern.
+	Value string
+	// ValueToMetric and ShareThreshold are the level's flags;
+	// ShareThreshold is set only on wildcard levels.
+	ValueToMetric, ShareThreshold bool
 }
 
 // NewLimit returns a fixed-window limit with defaults filled in, as used

@@ -124,7 +124,7 @@ func NewSet(domains []DomainConfig) (*Set, error) {
 			sources[dc.Name] = dc.Source
 			s.domains[dc.Name] = d
 		}
-		errs = append(errs, s.build(&d.root, dc.Name, dc.Descriptors, nil)...)
+		errs = append(errs, s.build(&d.root, dc.Name, dc.Descriptors, nil, nil)...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -139,17 +139,18 @@ func firstAt(source string) string {
 	return " (first at " + source + ")"
 }
 
-func (s *Set) build(n *node, path string, ds []Descriptor, shared []string) []error {
+func (s *Set) build(n *node, path string, ds []Descriptor, shared []string, levels []Level) []error {
 	n.leaf = len(ds) == 0
 	var errs []error
 	for i := range ds {
-		errs = append(errs, s.add(n, path, &ds[i], shared)...)
+		errs = append(errs, s.add(n, path, &ds[i], shared, levels)...)
 	}
 	return errs
 }
 
-// add compiles d and its nested descriptors as a child of n.
-func (s *Set) add(n *node, path string, d *Descriptor, shared []string) []error {
+// add compiles d and its nested descriptors as a child of n; levels are
+// those of n's path.
+func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels []Level) []error {
 	if d.Key == "" {
 		return []error{&Error{d.Source, errors.New("descriptor has empty key")}}
 	}
@@ -169,21 +170,24 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string) []error 
 	if d.Value != "" {
 		childPath += "_" + d.Value
 	}
+	childLevels := append(levels[:len(levels):len(levels)], Level{
+		Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold && wildcard,
+	})
 	if err := s.insert(n, d, child, wildcard, childPath); err != nil {
 		fail(err)
 	}
 	if d.Limit != nil {
-		l, err := s.limit(d, childPath, childShared)
+		l, err := s.limit(d, childPath, childShared, childLevels)
 		if err != nil {
 			fail(err)
 		}
 		child.limit = l
 	}
-	return append(errs, s.build(child, childPath, d.Descriptors, childShared)...)
+	return append(errs, s.build(child, childPath, d.Descriptors, childShared, childLevels)...)
 }
 
 // limit compiles the limit of d, found at path, or returns nil and why not.
-func (s *Set) limit(d *Descriptor, path string, shared []string) (*Limit, error) {
+func (s *Set) limit(d *Descriptor, path string, shared []string, levels []Level) (*Limit, error) {
 	l := *d.Limit
 	l.fillDefaults()
 	if err := l.Validate(); err != nil {
@@ -201,6 +205,7 @@ func (s *Set) limit(d *Descriptor, path string, shared []string) (*Limit, error)
 	l.DetailedMetric, l.ValueToMetric = d.DetailedMetric, d.ValueToMetric
 	l.Metadata = d.Metadata
 	l.Path = path
+	l.Levels = levels
 	for _, p := range shared {
 		if p != "" {
 			l.hasShared = true

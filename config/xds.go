@@ -1,0 +1,161 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// FromXDS compiles the RateLimitConfig resources of one xDS snapshot, as
+// envoyproxy/ratelimit reads them: each resource holds one domain's rules,
+// and two resources of one domain are an error. The proto has no field for
+// FastLimit's extensions (tenant_key, atomic, algorithm, unit_multiplier,
+// burst, cost, quota_mode, value_to_metric, share_threshold, metadata), so
+// they keep their defaults. A snapshot without resources compiles to rules
+// without domains: every request is answered OK, as the reference does.
+//
+// Resources are compiled in the order of their names, which Rules.Resources
+// lists. Errors are *Error values joined with errors.Join, each with Line 0
+// and File naming the resource and, for a descriptor, its path:
+// "resource 'rl' descriptor d.k_v (descriptors[0])". The Hash covers the
+// names and the deterministic encoding of the resources.
+func FromXDS(resources []*rlsconf.RateLimitConfig) (*Rules, error) {
+	sorted := slices.Clone(resources)
+	slices.SortStableFunc(sorted, func(a, b *rlsconf.RateLimitConfig) int {
+		return strings.Compare(a.GetName(), b.GetName())
+	})
+	r := &Rules{FromXDS: true, Resources: make([]string, 0, len(sorted))}
+	h := sha256.New()
+	x := &xdsConverter{}
+	domains := make([]descriptors.DomainConfig, 0, len(sorted))
+	for i, res := range sorted {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("encode resource '%s': %w", res.GetName(), err)
+		}
+		for _, part := range [][]byte{[]byte(res.GetName()), b} {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+			h.Write(part)
+		}
+		r.Resources = append(r.Resources, res.GetName())
+		domains = append(domains, x.domain(resourceLabel(res.GetName(), i), res))
+	}
+	set, err := descriptors.NewSet(domains)
+	errs := append(x.errs, located(err)...)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	r.Set, r.Hash = set, hex.EncodeToString(h.Sum(nil))
+	return r, nil
+}
+
+// resourceLabel names a resource in errors; one without a name is named
+// by its position among the sorted resources.
+func resourceLabel(name string, i int) string {
+	if name == "" {
+		return "resource #" + strconv.Itoa(i)
+	}
+	return "resource '" + name + "'"
+}
+
+// xdsConverter maps RateLimitConfig protos onto descriptors, collecting
+// the errors that NewSet cannot see (units the proto knows by number only).
+type xdsConverter struct {
+	errs []*Error
+}
+
+func (x *xdsConverter) domain(label string, res *rlsconf.RateLimitConfig) descriptors.DomainConfig {
+	return descriptors.DomainConfig{
+		Name:        res.GetDomain(),
+		Source:      fmt.Sprintf("%s (domain '%s')", label, res.GetDomain()),
+		Descriptors: x.descriptors(label, res.GetDomain(), "", res.GetDescriptors()),
+	}
+}
+
+// descriptors converts one level; path is the readable path of the parent
+// ("domain.key_value"), at its index path ("descriptors[0]", "" at the top).
+func (x *xdsConverter) descriptors(label, path, at string, pbs []*rlsconf.RateLimitDescriptor) []descriptors.Descriptor {
+	if len(pbs) == 0 {
+		return nil
+	}
+	out := make([]descriptors.Descriptor, 0, len(pbs))
+	for i, pb := range pbs {
+		p := path + "." + pb.GetKey()
+		if pb.GetValue() != "" {
+			p += "_" + pb.GetValue()
+		}
+		idx := "descriptors[" + strconv.Itoa(i) + "]"
+		if at != "" {
+			idx = at + "." + idx
+		}
+		d := descriptors.Descriptor{
+			Key:            pb.GetKey(),
+			Value:          pb.GetValue(),
+			ShadowMode:     pb.GetShadowMode(),
+			DetailedMetric: pb.GetDetailedMetric(),
+			Source:         fmt.Sprintf("%s descriptor %s (%s)", label, p, idx),
+		}
+		if pb.GetRateLimit() != nil {
+			d.Limit = x.limit(d.Source, pb.GetRateLimit())
+		}
+		d.Descriptors = x.descriptors(label, p, idx, pb.GetDescriptors())
+		out = append(out, d)
+	}
+	return out
+}
+
+// limit converts a policy, or returns nil after recording why it cannot.
+func (x *xdsConverter) limit(source string, pb *rlsconf.RateLimitPolicy) *descriptors.Limit {
+	l := &descriptors.Limit{
+		RequestsPerUnit: pb.GetRequestsPerUnit(),
+		Unlimited:       pb.GetUnlimited(),
+		Name:            pb.GetName(),
+	}
+	// UNKNOWN is a missing unit, which NewSet reports unless the limit is
+	// unlimited. Other units map by name, so that a number this proto
+	// does not know is refused as the reference refuses it.
+	if u := pb.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
+		unit, ok := descriptors.ParseUnit(u.String())
+		if !ok {
+			x.errs = append(x.errs, &Error{File: source, Msg: fmt.Sprintf("invalid rate limit unit '%s'", u)})
+			return nil
+		}
+		l.Unit = unit
+	}
+	for _, r := range pb.GetReplaces() {
+		l.Replaces = append(l.Replaces, r.GetName())
+	}
+	return l
+}
+
+// located turns the joined *descriptors.Error values of NewSet into
+// *Error values whose File is the whole source, which here is a resource
+// and descriptor path rather than "file:line".
+func located(err error) []*Error {
+	if err == nil {
+		return nil
+	}
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	}
+	errs := make([]*Error, len(list))
+	for i, e := range list {
+		errs[i] = &Error{Msg: e.Error(), Err: e}
+		var de *descriptors.Error
+		if errors.As(e, &de) {
+			errs[i].File, errs[i].Msg, errs[i].Err = de.Source, de.Err.Error(), de.Err
+		}
+	}
+	return errs
+}

@@ -1,0 +1,254 @@
+package e2e_test
+
+import (
+	"crypto/tls"
+	"fmt"
+	"math/big"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/certtest"
+)
+
+// startWithEnv starts the binary with the rules in rulesDir, the
+// environment env (besides PATH) and flags, and waits until /healthcheck
+// answers 200. It dials no gRPC: the caller knows how.
+func startWithEnv(t *testing.T, rulesDir string, env []string, extra ...string) *fastlimit {
+	t.Helper()
+	f := &fastlimit{
+		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		logs: &syncBuffer{},
+	}
+	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
+		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--store-timeout", "2s"}, extra...)
+	f.cmd = exec.Command(binary, args...)
+	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
+	f.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	f.cmd.SysProcAttr = sysProcAttr()
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
+		}
+	})
+	ok := waitUntil(10*time.Second, func() bool {
+		resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ok {
+		t.Fatalf("server did not come up; logs:\n%s", f.logs.String())
+	}
+	return f
+}
+
+const tlsRules = `domain: tls
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+func tlsRequest(client string) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: "tls", Descriptors: []*common.RateLimitDescriptor{
+		{Entries: []*common.RateLimitDescriptor_Entry{{Key: "client", Value: client}}},
+	}}
+}
+
+// TestMTLS runs the binary as Envoy Gateway does, with gRPC mTLS from the
+// reference's variables only, for both ways certificates reach a pod:
+// plain files rewritten in place, and a Kubernetes Secret whose "..data"
+// symlink is swapped. A client with a certificate decides; clients
+// without one, without the SAN or from another CA are refused; a rotated
+// server certificate is served to new connections within 2 s while an
+// established connection keeps working.
+func TestMTLS(t *testing.T) {
+	r := startRedis(t)
+	for i, layout := range []string{"files rewritten in place", "Kubernetes Secret ..data swap"} {
+		t.Run(layout, func(t *testing.T) {
+			// Both layouts share Redis: each counts its own clients.
+			secret := strings.HasPrefix(layout, "Kubernetes")
+			ca, other := certtest.NewCA(t, "ca"), certtest.NewCA(t, "other")
+			first, second := ca.Issue(t, certtest.Server()), ca.Issue(t, certtest.Server())
+			dir := filepath.Join(t.TempDir(), "certs")
+			put := func(l *certtest.Leaf) {
+				files := map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM, "ca.crt": ca.PEM}
+				if secret {
+					certtest.Secret(t, dir, files)
+					return
+				}
+				for _, name := range []string{"tls.key", "tls.crt", "ca.crt"} { // the key first: a rewrite is not atomic
+					certtest.Write(t, filepath.Join(dir, name), files[name])
+				}
+			}
+			put(first)
+			certtest.Write(t, filepath.Join(t.TempDir(), "other-ca.crt"), other.PEM)
+			srv := startWithEnv(t, writeRules(t, map[string]string{"tls.yaml": tlsRules}), []string{
+				"GRPC_SERVER_USE_TLS=true",
+				"GRPC_SERVER_TLS_CERT=" + filepath.Join(dir, "tls.crt"),
+				"GRPC_SERVER_TLS_KEY=" + filepath.Join(dir, "tls.key"),
+				"GRPC_CLIENT_TLS_CACERT=" + filepath.Join(dir, "ca.crt"),
+				"GRPC_CLIENT_TLS_SAN=envoy.example",
+				// Envoy Gateway sets it; the reference does not read it,
+				// and neither may FastLimit: another CA's clients stay out.
+				"GRPC_SERVER_TLS_CA_CERT=" + filepath.Join(dir, "..", "other-ca.crt"),
+			}, "--redis-url", "redis://"+r.Addr+"/0")
+			envoy := ca.Issue(t, certtest.Options{Client: true, DNS: []string{"envoy.example"}}).TLS(t)
+			clientConf := func(certs ...tls.Certificate) *tls.Config {
+				return &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost", Certificates: certs}
+			}
+			dial := func(conf *tls.Config) rls.RateLimitServiceClient {
+				conn, err := grpc.NewClient(srv.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				return rls.NewRateLimitServiceClient(conn)
+			}
+			// decide calls on c and returns the code and the connection's
+			// server certificate serial and local address.
+			decide := func(c rls.RateLimitServiceClient, client string) (rls.RateLimitResponse_Code, *big.Int, string, error) {
+				var p peer.Peer
+				resp, err := c.ShouldRateLimit(ctxTimeout(t, 10*time.Second), tlsRequest(fmt.Sprint(i, client)), grpc.Peer(&p))
+				if err != nil {
+					return 0, nil, "", err
+				}
+				info := p.AuthInfo.(credentials.TLSInfo)
+				return resp.GetOverallCode(), info.State.PeerCertificates[0].SerialNumber, p.LocalAddr.String(), nil
+			}
+
+			established := dial(clientConf(envoy))
+			var local string
+			for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+				code, serial, addr, err := decide(established, "a")
+				if err != nil {
+					t.Fatalf("call %d with a client certificate: %v", i, err)
+				}
+				if code != want || serial.Cmp(first.Cert.SerialNumber) != 0 {
+					t.Fatalf("call %d: %v from certificate %x, want %v from %x", i, code, serial, want, first.Cert.SerialNumber)
+				}
+				local = addr
+			}
+
+			for name, conf := range map[string]*tls.Config{
+				"no certificate":  clientConf(),
+				"lacking the SAN": clientConf(ca.Issue(t, certtest.Options{Client: true, DNS: []string{"other.example"}}).TLS(t)),
+				"of another CA (GRPC_SERVER_TLS_CA_CERT's)": clientConf(
+					other.Issue(t, certtest.Options{Client: true, DNS: []string{"envoy.example"}}).TLS(t)),
+			} {
+				_, _, _, err := decide(dial(conf), "refused")
+				if status.Code(err) != codes.Unavailable {
+					t.Errorf("client with %s: %v, want refused (Unavailable)", name, err)
+				}
+			}
+
+			put(second)
+			rotated := time.Now()
+			var servedIn time.Duration
+			ok := waitUntil(10*time.Second, func() bool {
+				start := time.Now()
+				c, err := tls.Dial("tcp", srv.GRPC, &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost",
+					Certificates: []tls.Certificate{envoy}, NextProtos: []string{"h2"}})
+				if err != nil {
+					return false
+				}
+				defer c.Close()
+				servedIn = start.Sub(rotated)
+				return c.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(second.Cert.SerialNumber) == 0
+			})
+			if !ok {
+				t.Fatal("the rotated certificate was not served within 10 s")
+			}
+			if servedIn > 2*time.Second {
+				t.Errorf("the rotated certificate was first served to a connection started %v after the rotation, want within 2s", servedIn)
+			}
+			t.Logf("rotated certificate served to a connection started %v after the rotation", servedIn)
+
+			code, serial, _, err := decide(dial(clientConf(envoy)), "b")
+			if err != nil || code != rls.RateLimitResponse_OK || serial.Cmp(second.Cert.SerialNumber) != 0 {
+				t.Errorf("new connection after rotation: %v from %x (%v), want OK from %x", code, serial, err, second.Cert.SerialNumber)
+			}
+			code, serial, addr, err := decide(established, "c")
+			if err != nil || code != rls.RateLimitResponse_OK {
+				t.Fatalf("established connection after rotation: %v, %v", code, err)
+			}
+			if serial.Cmp(first.Cert.SerialNumber) != 0 || addr != local {
+				t.Errorf("established connection was replaced: certificate %x from %s, want %x from %s",
+					serial, addr, first.Cert.SerialNumber, local)
+			}
+			if !strings.Contains(srv.logs.String(), "TLS certificate reloaded") {
+				t.Error("no reload logged")
+			}
+		})
+	}
+}
+
+// TestTLSStartErrors checks that a start with unusable TLS settings fails
+// with a message naming the variable.
+func TestTLSStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "ca")
+	l := ca.Issue(t, certtest.Server())
+	certtest.Write(t, filepath.Join(dir, "tls.crt"), l.CertPEM)
+	certtest.Write(t, filepath.Join(dir, "tls.key"), l.KeyPEM)
+	rules := writeRules(t, map[string]string{"tls.yaml": tlsRules})
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + filepath.Join(dir, "missing.crt"), "GRPC_SERVER_TLS_KEY=" + filepath.Join(dir, "tls.key")},
+			"GRPC_SERVER_TLS_CERT: open " + filepath.Join(dir, "missing.crt") + ": no such file"},
+		{[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + filepath.Join(dir, "tls.crt")},
+			"GRPC_SERVER_TLS_KEY: required when GRPC_SERVER_USE_TLS is true"},
+		{[]string{"GRPC_SERVER_USE_TLS=yes"}, `GRPC_SERVER_USE_TLS="yes"`},
+	} {
+		cmd := exec.Command(binary, "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "")
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tc.env...)
+		out, err := runBounded(cmd, 10*time.Second)
+		if err == nil {
+			t.Errorf("%v: started, want a failure", tc.env)
+			continue
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("%v: output %q lacks %q", tc.env, out, tc.want)
+		}
+	}
+}
+
+// runBounded runs cmd, killing it after d, and returns its output.
+func runBounded(cmd *exec.Cmd, d time.Duration) (string, error) {
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		return out.String(), fmt.Errorf("still running after %v", d)
+	}
+}

@@ -1,0 +1,293 @@
+package e2e_test
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/xdstest"
+)
+
+// xdsNodeID is the node id Envoy Gateway gives its rate-limit service.
+const xdsNodeID = "envoy-ratelimit"
+
+// startControlPlane starts go-control-plane's own xDS server and snapshot
+// cache in the test process, serving TLS when cfg is set, and returns its
+// address and a function that makes version, holding res, the snapshot
+// of node xdsNodeID. srv records what clients send back (ACKs, NACKs).
+func startControlPlane(t testing.TB, cfg *tls.Config) (addr string, set func(version string, res ...*rlsconf.RateLimitConfig), srv *xdstest.Server) {
+	t.Helper()
+	srv = xdstest.Start(t, cfg)
+	return srv.Addr, func(version string, res ...*rlsconf.RateLimitConfig) { srv.Set(t, xdsNodeID, version, res...) }, srv
+}
+
+// startEnv starts the binary with no flags, only the environment env
+// (and PATH), as Kubernetes starts it. GRPC_ADDR, HTTP_ADDR and
+// ADMIN_ADDR are set to free loopback ports unless env has them. With
+// wantHealthy it waits for /healthcheck to answer 200; otherwise it only
+// starts the process.
+func startEnv(t testing.TB, env map[string]string, wantHealthy bool) (*fastlimit, string) {
+	t.Helper()
+	f := &fastlimit{
+		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		logs: &syncBuffer{},
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	full := map[string]string{"GRPC_ADDR": f.GRPC, "HTTP_ADDR": f.HTTP, "ADMIN_ADDR": admin, "LOG_FORMAT": "console"}
+	for k, v := range env {
+		full[k] = v
+	}
+	f.GRPC, f.HTTP, admin = full["GRPC_ADDR"], full["HTTP_ADDR"], full["ADMIN_ADDR"]
+	f.cmd = exec.Command(binary)
+	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range full {
+		f.cmd.Env = append(f.cmd.Env, k+"="+v)
+	}
+	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
+	f.cmd.SysProcAttr = sysProcAttr()
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
+		}
+	})
+	if wantHealthy {
+		ok := waitUntil(15*time.Second, func() bool {
+			resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		if !ok {
+			t.Fatalf("server did not become healthy; logs:\n%s", f.logs.String())
+		}
+	}
+	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
+	return f, admin
+}
+
+// xdsRules are the rules of snapshot i: user is limited to rpu a minute.
+func xdsRules(rpu uint32) *rlsconf.RateLimitConfig {
+	return xdstest.Config("xds-rules", "xds",
+		xdstest.Limit("user", "", rlsconf.RateLimitUnit_MINUTE, rpu),
+		&rlsconf.RateLimitDescriptor{Key: "free", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}})
+}
+
+// httpGet returns the status and body of url.
+func httpGet(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestXDSRules(t *testing.T) {
+	cases := []struct {
+		name       string
+		mtls       bool
+		forceStart bool
+	}{
+		{"plaintext", false, false},
+		{"mtls forced start", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startRedis(t)
+			env := map[string]string{
+				"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
+				"CONFIG_GRPC_XDS_NODE_ID":            xdsNodeID,
+				"FORCE_START_WITHOUT_INITIAL_CONFIG": fmt.Sprint(tc.forceStart),
+				"REDIS_URL":                          "redis://" + r.Addr + "/0",
+				// Correctness, not timing, on a loaded machine.
+				"STORE_TIMEOUT": "2s",
+			}
+			var cfg *tls.Config
+			if tc.mtls {
+				certs := xdstest.NewCerts(t)
+				cfg = certs.ServerTLS(true)
+				env["CONFIG_GRPC_XDS_SERVER_USE_TLS"] = "true"
+				env["CONFIG_GRPC_XDS_CLIENT_TLS_CERT"] = certs.ClientCert
+				env["CONFIG_GRPC_XDS_CLIENT_TLS_KEY"] = certs.ClientKey
+				env["CONFIG_GRPC_XDS_SERVER_TLS_CACERT"] = certs.CAFile
+				env["CONFIG_GRPC_XDS_SERVER_TLS_SAN"] = xdstest.ServerName
+			}
+			addr, set, cp := startControlPlane(t, cfg)
+			env["CONFIG_GRPC_XDS_SERVER_URL"] = addr
+			ctx := ctxTimeout(t, 60*time.Second)
+
+			if !tc.forceStart {
+				set("v1", xdsRules(3))
+			}
+			srv, admin := startEnv(t, env, true)
+			if tc.forceStart {
+				// Serving and healthy without rules; requests get the
+				// reference's answer until the first snapshot.
+				_, err := srv.Client.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "xds", Descriptors: []*common.RateLimitDescriptor{desc("user", "early")}})
+				if st, _ := status.FromError(err); st.Code() != codes.Unknown || st.Message() != "no rate limit configuration loaded" {
+					t.Fatalf("before the first snapshot: %v", err)
+				}
+				set("v1", xdsRules(3))
+			}
+			if _, err := cp.WaitACK(15*time.Second, "v1"); err != nil {
+				t.Fatal(err)
+			}
+			call := func(user string) *rls.RateLimitResponse {
+				t.Helper()
+				resp, err := srv.Client.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "xds", Descriptors: []*common.RateLimitDescriptor{desc("user", user)}})
+				if err != nil {
+					t.Fatalf("ShouldRateLimit: %v", err)
+				}
+				return resp
+			}
+			for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK,
+				rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+				if got := call("alice").GetOverallCode(); got != want {
+					t.Fatalf("hit %d of alice: %v, want %v", i+1, got, want)
+				}
+			}
+
+			// A new snapshot is in effect in under a second.
+			set("v2", xdsRules(10))
+			start := time.Now()
+			n := 0
+			for call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 10 {
+				if time.Since(start) > 5*time.Second {
+					t.Fatal("v2 not in effect after 5 s")
+				}
+				n++
+				time.Sleep(5 * time.Millisecond)
+			}
+			if took := time.Since(start); took >= time.Second {
+				t.Errorf("v2 took %v to take effect", took)
+			}
+			if got := call("alice").GetOverallCode(); got != rls.RateLimitResponse_OK {
+				t.Errorf("alice's 5th hit under 10/minute: %v", got)
+			}
+
+			// A bad snapshot is NACKed with the error; v2 keeps deciding.
+			set("v3", xdsRules(10), xdstest.Config("bad-rules", "other",
+				&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
+			nack, err := cp.WaitNACK(15 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg, want := nack.GetErrorDetail().GetMessage(),
+				"resource 'bad-rules' descriptor other.k (descriptors[0]): should not specify rate limit unit when unlimited"; msg != want {
+				t.Errorf("NACK %q, want %q", msg, want)
+			}
+			if nack.GetVersionInfo() != "v2" {
+				t.Errorf("NACK version %q, want v2", nack.GetVersionInfo())
+			}
+			if lim := call("bob").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 10 {
+				t.Errorf("after the bad v3: limit %d, want v2's 10", lim)
+			}
+			for range 6 {
+				call("carol")
+			}
+			if got := call("carol").GetOverallCode(); got != rls.RateLimitResponse_OK {
+				t.Errorf("carol's 7th hit under v2's 10/minute: %v", got)
+			}
+
+			code, body := httpGet(t, "http://"+admin+"/rlconfig")
+			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
+				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
+				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
+				t.Errorf("/rlconfig %d:\n%s", code, body)
+			}
+			_, metrics := httpGet(t, "http://"+admin+"/metrics")
+			for _, want := range []string{`fastlimit_config_loads_total{result="failure"} 1`, "fastlimit_config_last_reload_successful 0"} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("/metrics lacks %q", want)
+				}
+			}
+			if logs := srv.logs.String(); !strings.Contains(logs, "rules reload failed") || !strings.Contains(logs, "resource 'bad-rules'") {
+				t.Errorf("the failed update is not logged:\n%s", logs)
+			}
+
+			// SIGHUP does not end the process: there is nothing to reload.
+			if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, func() bool { return strings.Contains(srv.logs.String(), "nothing to reload") })
+			if lim := call("dave").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 10 {
+				t.Errorf("after SIGHUP: limit %d", lim)
+			}
+		})
+	}
+}
+
+// TestXDSWaitsForRules starts the binary without a snapshot and without a
+// forced start: like the reference, it does not listen until rules come.
+func TestXDSWaitsForRules(t *testing.T) {
+	addr, set, _ := startControlPlane(t, nil)
+	srv, _ := startEnv(t, map[string]string{
+		"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": addr, "CONFIG_GRPC_XDS_NODE_ID": xdsNodeID,
+	}, false)
+	time.Sleep(500 * time.Millisecond)
+	if resp, err := http.Get("http://" + srv.HTTP + "/healthcheck"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("listening before the first rules: %d", resp.StatusCode)
+	}
+	set("v1", xdsRules(1))
+	waitFor(t, 15*time.Second, func() bool {
+		resp, err := http.Get("http://" + srv.HTTP + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	ctx := ctxTimeout(t, 30*time.Second)
+	resp, err := srv.Client.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "xds", Descriptors: []*common.RateLimitDescriptor{desc("user", "u")}})
+	if err != nil || resp.GetOverallCode() != rls.RateLimitResponse_OK {
+		t.Fatalf("%v %v", resp, err)
+	}
+}
+
+// TestXDSConfigTypeRefused checks that an unknown CONFIG_TYPE stops the
+// start with a message naming the variable.
+func TestXDSConfigTypeRefused(t *testing.T) {
+	cmd := exec.Command(binary)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CONFIG_TYPE=GRPC_XDS_DELTA", "ADMIN_ADDR="}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("exit %v; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "CONFIG_TYPE") || !strings.Contains(string(out), "GRPC_XDS_DELTA") {
+		t.Errorf("output does not name CONFIG_TYPE:\n%s", out)
+	}
+}

@@ -1,0 +1,310 @@
+// Package certs serves a TLS server's certificate and client CA from PEM
+// files, re-reading them when they change, so that a rotated certificate
+// takes effect on new connections without a restart.
+package certs
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultInterval is how long a loaded certificate is served before the
+// files are read again.
+const DefaultInterval = time.Second
+
+var (
+	// ErrNoCertificate: a certificate file holds no PEM certificate.
+	ErrNoCertificate = errors.New("no PEM certificate")
+	// ErrSANWithoutCA: a client SAN to check without a client CA to
+	// verify client certificates with.
+	ErrSANWithoutCA = errors.New("a client SAN needs a client CA")
+	// ErrSANMismatch: the client certificate lacks the SAN asked for.
+	ErrSANMismatch = errors.New("client certificate does not carry the required SAN")
+)
+
+// File is a PEM file and the name errors give it: the setting that
+// named the file, such as an environment variable.
+type File struct {
+	Name string
+	Path string
+}
+
+// Error is a file that cannot be read or parsed.
+type Error struct {
+	File File
+	Err  error
+}
+
+func (e *Error) Error() string {
+	var pe *fs.PathError
+	if errors.As(e.Err, &pe) {
+		return e.File.Name + ": " + e.Err.Error()
+	}
+	return e.File.Name + ": " + e.File.Path + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Options say what a Reloader serves.
+type Options struct {
+	// Cert and Key are the server's certificate chain and private key.
+	Cert, Key File
+	// ClientCA, when its Path is set, makes the server require client
+	// certificates and verify them against the certificates it holds
+	// (and only those, not the system's roots).
+	ClientCA File
+	// ClientSAN, when set, is a subject alternative name the client
+	// certificate must carry: a DNS name or IP address, matched as
+	// x509.Certificate.VerifyHostname does (so a certificate for
+	// *.example.com carries a.example.com), or a URI (a SPIFFE ID),
+	// matched exactly. It needs ClientCA.
+	ClientSAN string
+	// NextProtos are the ALPN protocols offered ("h2" for gRPC).
+	NextProtos []string
+	// Interval is how long the files are trusted before they are read
+	// again (DefaultInterval when zero); a rotation is served to new
+	// connections at most this long after it.
+	Interval time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Reloader serves the current certificate and client CA to TLS
+// handshakes. It reads the files at most once per Interval, on a
+// handshake, and takes a change in when it parses: the certificate and
+// key match, the client CA holds a certificate. A change that does not
+// parse is logged once and the files in force stay. Established
+// connections are not touched. Files are read, not watched, so a
+// Kubernetes Secret's "..data" symlink swap, a rename or a rewrite in
+// place are all seen. It is safe for concurrent use and starts no
+// goroutine.
+type Reloader struct {
+	opts Options
+	log  *zap.Logger
+
+	checked atomic.Int64 // when the files were last read, Unix ns
+	cur     atomic.Pointer[loaded]
+
+	mu      sync.Mutex // serialises reads
+	pending string     // the failure of the last read, not logged yet
+	bad     string     // the last failure logged, so that it is logged once
+}
+
+// loaded is a parsed set of files and the configuration they make.
+type loaded struct {
+	sum    [sha256.Size]byte
+	config *tls.Config
+	leaf   *x509.Certificate
+}
+
+// New reads and parses the files. Errors name the File at fault.
+func New(o Options, log *zap.Logger) (*Reloader, error) {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ClientSAN != "" && o.ClientCA.Path == "" {
+		return nil, fmt.Errorf("%s: %w", o.ClientCA.Name, ErrSANWithoutCA)
+	}
+	r := &Reloader{opts: o, log: log}
+	data, err := r.read()
+	if err != nil {
+		return nil, err
+	}
+	l, err := r.parse(data)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.Store(l)
+	r.checked.Store(o.Now().UnixNano())
+	return r, nil
+}
+
+// ServerConfig returns a server configuration that takes the
+// certificate, the client CA and the rest from the Reloader on every
+// handshake.
+func (r *Reloader) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         slices.Clone(r.opts.NextProtos),
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.current().config, nil },
+	}
+}
+
+// Leaf returns the certificate in force, reading the files first if
+// Interval has passed.
+func (r *Reloader) Leaf() *x509.Certificate { return r.current().leaf }
+
+func (r *Reloader) current() *loaded {
+	now := r.opts.Now().UnixNano()
+	if now-r.checked.Load() >= int64(r.opts.Interval) {
+		r.refresh(now)
+	}
+	return r.cur.Load()
+}
+
+// refresh reads the files and swaps in what they hold if it changed and
+// parses.
+func (r *Reloader) refresh(now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now-r.checked.Load() < int64(r.opts.Interval) {
+		return // another handshake read them meanwhile
+	}
+	r.checked.Store(now)
+	data, err := r.read()
+	if err != nil {
+		r.failed(err.Error(), err)
+		return
+	}
+	sum := digest(data)
+	if sum == r.cur.Load().sum {
+		r.bad, r.pending = "", ""
+		return
+	}
+	key := fmt.Sprintf("%x", sum)
+	if key == r.bad {
+		return
+	}
+	l, err := r.parse(data)
+	if err != nil {
+		r.failed(key, err)
+		return
+	}
+	r.bad, r.pending = "", ""
+	r.cur.Store(l)
+	r.log.Info("TLS certificate reloaded", zap.String("file", r.opts.Cert.Path),
+		zap.String("subject", l.leaf.Subject.String()), zap.String("serial", l.leaf.SerialNumber.Text(16)),
+		zap.Time("not_after", l.leaf.NotAfter))
+}
+
+// failed logs err when the same failure is seen on two reads in a row,
+// once: a rewrite caught half-way (the certificate written, its key not
+// yet) is not worth an error.
+func (r *Reloader) failed(key string, err error) {
+	switch key {
+	case r.bad:
+	case r.pending:
+		r.bad = key
+		r.log.Error("TLS files changed but cannot be used; the certificate in force stays", zap.Error(err))
+	default:
+		r.pending = key
+	}
+}
+
+// read returns the files' contents: cert, key, client CA.
+func (r *Reloader) read() ([3][]byte, error) {
+	var out [3][]byte
+	for i, f := range []File{r.opts.Cert, r.opts.Key, r.opts.ClientCA} {
+		if f.Path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.Path)
+		if err != nil {
+			return out, &Error{File: f, Err: err}
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+func digest(data [3][]byte) [sha256.Size]byte {
+	h := sha256.New()
+	for _, b := range data {
+		_, _ = fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// parse builds the configuration that data make.
+func (r *Reloader) parse(data [3][]byte) (*loaded, error) {
+	o := r.opts
+	if !hasCertificate(data[0]) {
+		return nil, &Error{File: o.Cert, Err: ErrNoCertificate}
+	}
+	pair, err := tls.X509KeyPair(data[0], data[1])
+	if err != nil {
+		// The chain holds certificates, so the key is at fault (or
+		// does not match the certificate).
+		return nil, &Error{File: o.Key, Err: err}
+	}
+	conf := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   slices.Clone(o.NextProtos),
+		Certificates: []tls.Certificate{pair},
+	}
+	if o.ClientCA.Path != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(data[2]) {
+			return nil, &Error{File: o.ClientCA, Err: ErrNoCertificate}
+		}
+		conf.ClientCAs = pool
+		conf.ClientAuth = tls.RequireAndVerifyClientCert
+		// A resumed session would skip verification against a rotated CA.
+		conf.SessionTicketsDisabled = true
+		if san := o.ClientSAN; san != "" {
+			conf.VerifyConnection = func(cs tls.ConnectionState) error { return verifySAN(cs, san) }
+		}
+	}
+	return &loaded{sum: digest(data), config: conf, leaf: pair.Leaf}, nil
+}
+
+// hasCertificate reports whether b holds a PEM CERTIFICATE block.
+func hasCertificate(b []byte) bool {
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return false
+		}
+		if block.Type == "CERTIFICATE" {
+			return true
+		}
+	}
+}
+
+// verifySAN checks that the verified client certificate carries san.
+func verifySAN(cs tls.ConnectionState, san string) error {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return ErrSANMismatch
+	}
+	return MatchSAN(cs.VerifiedChains[0][0], san)
+}
+
+// MatchSAN returns nil when c carries san: as a DNS name or IP address
+// (x509.Certificate.VerifyHostname's rules) or as a URI, compared
+// exactly. Otherwise it returns an error wrapping ErrSANMismatch.
+func MatchSAN(c *x509.Certificate, san string) error {
+	if c.VerifyHostname(san) == nil {
+		return nil
+	}
+	for _, u := range c.URIs {
+		if u.String() == san {
+			return nil
+		}
+	}
+	for _, e := range c.EmailAddresses {
+		if strings.EqualFold(e, san) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w %q", ErrSANMismatch, san)
+}

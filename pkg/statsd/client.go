@@ -1,0 +1,302 @@
+package statsd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Format is the line format a Client writes.
+type Format uint8
+
+// Formats.
+const (
+	// Gostats writes "name.__tag=value:N|c", tags folded into the name as
+	// lyft/gostats does (envoyproxy/ratelimit's USE_STATSD).
+	Gostats Format = iota
+	// DogStatsD writes "name:N|c|#tag:value" (envoyproxy/ratelimit's
+	// USE_DOG_STATSD), names first rewritten by the Mogrifiers.
+	DogStatsD
+)
+
+// Tag is a statsd tag.
+type Tag struct{ Key, Value string }
+
+// Mogrifier rewrites the names of a DogStatsD client, as
+// envoyproxy/ratelimit's USE_DOG_STATSD_MOGRIFIERS do: a stat that Pattern
+// matches is sent as Name with Tags added, $0, $1, ... in either replaced
+// with the match and its groups.
+type Mogrifier struct {
+	Pattern *regexp.Regexp
+	Name    string
+	Tags    []Tag
+}
+
+// Options configure a Client.
+type Options struct {
+	// Network is "tcp" (gostats' default) or "udp".
+	Network string
+	// Addr is the server's host:port.
+	Addr   string
+	Format Format
+	// Tags are added to every stat (envoyproxy/ratelimit's EXTRA_TAGS).
+	Tags []Tag
+	// Mogrifiers apply, the first that matches, to DogStatsD names.
+	Mogrifiers []Mogrifier
+	// Timeout bounds a dial and a write (default 1s).
+	Timeout time.Duration
+}
+
+// maxDatagram is the largest UDP payload sent, small enough not to be
+// fragmented on a 1500-byte MTU (gostats and datadog-go use the same).
+const maxDatagram = 1432
+
+// Client sends the counts of a Store's counters to a statsd server: each
+// Flush sends what every counter counted since the last Flush that reached
+// the server, so that counts a failed Flush could not send go with the
+// next. It is safe for concurrent use.
+type Client struct {
+	store   *Store
+	opts    Options
+	log     *zap.Logger
+	tagSufx string // Gostats: ".__k=v..." after every name
+	conn    net.Conn
+	failing bool // the last flush failed; Run logs changes only
+}
+
+// NewClient returns a client of store; it dials on its first Flush.
+func NewClient(store *Store, o Options, log *zap.Logger) (*Client, error) {
+	switch o.Network {
+	case "":
+		o.Network = "tcp"
+	case "tcp", "udp":
+	default:
+		return nil, fmt.Errorf("statsd network %q is neither tcp nor udp", o.Network)
+	}
+	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+		return nil, fmt.Errorf("statsd address %q: %w", o.Addr, err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	// gostats drops tags with an empty key or value.
+	o.Tags = slices.DeleteFunc(slices.Clone(o.Tags), func(t Tag) bool { return t.Key == "" || t.Value == "" })
+	slices.SortFunc(o.Tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
+	c := &Client{store: store, opts: o, log: log}
+	for _, t := range o.Tags {
+		c.tagSufx += ".__" + t.Key + "=" + cleanTagValue(t.Value)
+	}
+	return c, nil
+}
+
+// cleanTagValue replaces the characters that statsd lines reserve, as
+// gostats does for tag values.
+func cleanTagValue(v string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', ':', '|':
+			return '_'
+		}
+		return r
+	}, v)
+}
+
+// packet is one write and the counts it carries.
+type packet struct {
+	data   []byte
+	counts []count
+}
+
+type count struct {
+	c *Counter
+	n uint64
+}
+
+// Flush sends what the counters counted since the last successful Flush.
+// It returns an error when the server cannot be reached or a write fails;
+// the counts not sent then go with the next Flush.
+func (c *Client) Flush(ctx context.Context) error {
+	c.store.flush.Lock()
+	defer c.store.flush.Unlock()
+	pkts := c.packets()
+	if len(pkts) == 0 {
+		return nil
+	}
+	if c.conn == nil {
+		d := net.Dialer{Timeout: c.opts.Timeout}
+		conn, err := d.DialContext(ctx, c.opts.Network, c.opts.Addr)
+		if err != nil {
+			return fmt.Errorf("statsd dial %s %s: %w", c.opts.Network, c.opts.Addr, err)
+		}
+		c.conn = conn
+	}
+	for _, p := range pkts {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
+		if _, err := c.conn.Write(p.data); err != nil {
+			_ = c.conn.Close()
+			c.conn = nil
+			return fmt.Errorf("statsd write to %s: %w", c.opts.Addr, err)
+		}
+		for _, n := range p.counts {
+			n.c.sent += n.n
+		}
+	}
+	return nil
+}
+
+// packets formats the unsent counts into writes: datagrams of at most
+// maxDatagram bytes (a longer line goes alone) over UDP, one write over
+// TCP.
+func (c *Client) packets() []packet {
+	limit := maxDatagram
+	if c.opts.Network == "tcp" {
+		limit = 1 << 30
+	}
+	var pkts []packet
+	var cur packet
+	var line []byte
+	for _, ctr := range c.store.Counters() {
+		n := ctr.Value() - ctr.sent
+		if n == 0 {
+			continue
+		}
+		line = c.appendLine(line[:0], ctr.name, n)
+		if len(cur.data) > 0 && len(cur.data)+len(line) > limit {
+			pkts = append(pkts, cur)
+			cur = packet{}
+		}
+		cur.data = append(cur.data, line...)
+		cur.counts = append(cur.counts, count{ctr, n})
+	}
+	if len(cur.data) > 0 {
+		pkts = append(pkts, cur)
+	}
+	return pkts
+}
+
+// appendLine appends the counter line of name and n in c's format.
+func (c *Client) appendLine(b []byte, name string, n uint64) []byte {
+	if c.opts.Format == Gostats {
+		b = append(b, name...)
+		b = append(b, c.tagSufx...)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, n, 10)
+		return append(b, "|c\n"...)
+	}
+	name, mtags := mogrify(c.opts.Mogrifiers, name)
+	b = append(b, name...)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, n, 10)
+	b = append(b, "|c"...)
+	sep := "|#"
+	for _, t := range c.opts.Tags {
+		b = append(b, sep...)
+		b = append(b, t.Key+":"+cleanTagValue(t.Value)...)
+		sep = ","
+	}
+	for _, t := range mtags {
+		b = append(b, sep...)
+		b = append(b, t...)
+		sep = ","
+	}
+	return append(b, '\n')
+}
+
+var groupRef = regexp.MustCompile(`\$\d+`)
+
+// mogrify applies the first mogrifier that matches name.
+func mogrify(ms []Mogrifier, name string) (string, []string) {
+	for _, m := range ms {
+		groups := m.Pattern.FindStringSubmatch(name)
+		if groups == nil {
+			continue
+		}
+		expand := func(tmpl string) string {
+			return groupRef.ReplaceAllStringFunc(tmpl, func(ref string) string {
+				i, err := strconv.Atoi(ref[1:])
+				if err != nil || i >= len(groups) {
+					return ref
+				}
+				return groups[i]
+			})
+		}
+		tags := make([]string, len(m.Tags))
+		for i, t := range m.Tags {
+			tags[i] = t.Key + ":" + expand(t.Value)
+		}
+		return expand(m.Name), tags
+	}
+	return name, nil
+}
+
+// Run flushes every interval until ctx ends, then flushes once more,
+// bounded by the client's timeout. It logs when flushes start failing and
+// when they succeed again, not every failure.
+func (c *Client) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.flushAndLog(ctx)
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.Timeout)
+			c.flushAndLog(fctx)
+			cancel()
+			return
+		}
+	}
+}
+
+func (c *Client) flushAndLog(ctx context.Context) {
+	err := c.Flush(ctx)
+	switch {
+	case err != nil && !c.failing:
+		c.failing = true
+		c.log.Warn("statsd flush failed; counts are kept for the next flush", zap.Error(err))
+	case err == nil && c.failing:
+		c.failing = false
+		c.log.Info("statsd flush succeeded again", zap.String("addr", c.opts.Addr))
+	}
+}
+
+// Close closes the connection, if any.
+func (c *Client) Close() error {
+	c.store.flush.Lock()
+	defer c.store.flush.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	return err
+}
+
+// ErrTags marks a malformed tags list.
+var ErrTags = errors.New("invalid tags")
+
+// ParseTags parses "k1:v1,k2:v2", the form of envoyproxy/ratelimit's
+// EXTRA_TAGS and of a mogrifier's TAGS. A value may hold ':'; an empty
+// string is no tags.
+func ParseTags(s string) ([]Tag, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var tags []Tag
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: %q is not key:value", ErrTags, kv)
+		}
+		tags = append(tags, Tag{k, v})
+	}
+	return tags, nil
+}
