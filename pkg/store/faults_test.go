@@ -1,0 +1,426 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/internal/faultproxy"
+	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// The fault tests put a fault-injecting proxy between each Redis store path
+// and real redis-servers, break the network as issue 11 lists, and check
+// every answer against what Redis really did: no answer may carry another
+// key's count, Redis may count no more than the answered calls plus those
+// whose replies were lost, and the store comes back by itself.
+
+// faulter is a faultproxy.Proxy, or a Group in front of a Cluster's or a
+// sentinel setup's nodes.
+type faulter interface {
+	Add(faultproxy.Fault) *faultproxy.Rule
+	Clear()
+	CutAll(refuseFor time.Duration)
+	Stats() faultproxy.Stats
+}
+
+// faultPath is one way the server reaches Redis, behind proxies.
+type faultPath struct {
+	name  string
+	fx    faulter
+	admin redis.UniversalClient // straight to Redis, not through the proxies
+	db    int                   // the database the store selects
+	open  func(t *testing.T) limiter.Store
+}
+
+// faultPaths returns every store path: single Redis over package resp and
+// over go-redis (both selecting db 1, so that every connection has a
+// handshake), Cluster and Sentinel.
+func faultPaths(t *testing.T) []*faultPath {
+	addr := redistest.Addr(t)
+	nop := zap.NewNop()
+	single := func(name string, mux bool) *faultPath {
+		p := faultproxy.New(t, addr)
+		admin := redis.NewClient(&redis.Options{Addr: addr, DB: 1})
+		t.Cleanup(func() { _ = admin.Close() })
+		return &faultPath{name: name, fx: p, admin: admin, db: 1, open: func(t *testing.T) limiter.Store {
+			url := "redis://" + p.Addr() + "/1"
+			if mux {
+				c, err := store.NewMuxClient(store.ClientOptions{URL: url}, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := store.NewRedisMux(c, nop)
+				t.Cleanup(func() { _ = m.Close() })
+				return m
+			}
+			c, err := store.NewClient(store.ClientOptions{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := store.NewRedis(c, nop, store.RedisOptions{CloseClient: true})
+			t.Cleanup(func() { _ = r.Close() })
+			return r
+		}}
+	}
+	paths := []*faultPath{single("mux", true), single("go-redis", false)}
+	if testing.Short() {
+		return paths
+	}
+
+	c := redistest.StartCluster(t)
+	cg := faultproxy.NewGroup(t, c.Addrs()[0])
+	cadmin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cadmin.Close() })
+	paths = append(paths, &faultPath{name: "cluster", fx: cg, admin: cadmin, open: func(t *testing.T) limiter.Store {
+		client, err := store.NewClient(store.ClientOptions{Type: store.TypeCluster, URL: cg.Addr(c.Addrs()[0])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := store.NewRedis(client, nop, store.RedisOptions{CloseClient: true})
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}})
+
+	s := redistest.StartSentinel(t)
+	sentinels := sentinelAddrs(s)
+	sg := faultproxy.NewGroup(t, sentinels...)
+	sadmin := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName, SentinelAddrs: sentinels})
+	t.Cleanup(func() { _ = sadmin.Close() })
+	paths = append(paths, &faultPath{name: "sentinel", fx: sg, admin: sadmin, open: func(t *testing.T) limiter.Store {
+		client, err := store.NewClient(store.ClientOptions{Type: store.TypeSentinel,
+			URL: redistest.MasterName + "," + strings.Join(sg.Addrs(sentinels...), ",")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := store.NewRedis(client, nop, store.RedisOptions{CloseClient: true})
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}})
+	return paths
+}
+
+// Load parameters: every caller owns a key whose counter starts at
+// caller x span, so that an answer carrying another caller's count is
+// caught.
+const (
+	faultSpan   = 1_000_000_000_000 // milli-requests
+	faultLimit  = 1 << 50
+	faultWindow = 3_600_000
+)
+
+// faultLoad is what a run of callers saw.
+type faultLoad struct {
+	ok, failed, notSent, wrong atomic.Int64
+	firstWrong                 atomic.Value // string
+	mu                         sync.Mutex
+	errs                       map[string]int
+	keys                       []string // each caller's counter
+}
+
+func (l *faultLoad) total() int64 { return l.ok.Load() + l.failed.Load() }
+
+func (l *faultLoad) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d ok, %d failed (%d not sent), %d wrong; errors %v", l.ok.Load(), l.failed.Load(),
+		l.notSent.Load(), l.wrong.Load(), l.errs)
+}
+
+// counted returns how many hits Redis counted on the callers' keys.
+func (l *faultLoad) counted(t *testing.T, admin redis.UniversalClient) int64 {
+	t.Helper()
+	var n int64
+	for c, k := range l.keys {
+		v, err := admin.Get(context.Background(), k).Int64()
+		if err != nil {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+		n += (v - int64(c)*faultSpan) / 1000
+	}
+	return n
+}
+
+// runLoad runs callers that each take one hit on their own key, back to
+// back (or every pace), each call bounded by timeout, for d; during runs
+// alongside and its end does not stop the load early.
+func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, timeout, pace time.Duration, during func()) *faultLoad {
+	t.Helper()
+	ctx := context.Background()
+	run := fmt.Sprintf("faults:%d", time.Now().UnixNano())
+	now := farBase
+	ws := now - now%faultWindow
+	l := &faultLoad{errs: map[string]int{}}
+	ops := make([]limiter.Op, callers)
+	for c := range callers {
+		base := fmt.Sprintf("%s:{c%d}:", run, c)
+		key := fmt.Sprintf("%s%d", base, ws/1000)
+		if err := fp.admin.Set(ctx, key, int64(c)*faultSpan, 10*time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l.keys = append(l.keys, key)
+		ops[c] = limiter.Op{Key: base, Algorithm: descriptors.FixedWindow, Limit: faultLimit, Window: faultWindow,
+			Cost: 1000, Now: now}
+	}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]limiter.Result, 1)
+			last := int64(c) * faultSpan
+			for next := time.Now(); time.Now().Before(end); next = next.Add(pace) {
+				if pace > 0 {
+					time.Sleep(time.Until(next))
+				}
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				err := st.Take(cctx, ops[c:c+1], res)
+				cancel()
+				if err != nil {
+					l.failed.Add(1)
+					if errors.Is(err, store.ErrNotSent) {
+						l.notSent.Add(1)
+					}
+					l.mu.Lock()
+					l.errs[errKind(err)]++
+					l.mu.Unlock()
+					continue
+				}
+				count := faultLimit - res[0].Remaining
+				if !res[0].Allowed || count <= last || count >= int64(c+1)*faultSpan {
+					l.wrong.Add(1)
+					l.firstWrong.CompareAndSwap(nil, fmt.Sprintf("caller %d: count %d after %d", c, count, last))
+				} else {
+					last = count
+				}
+				l.ok.Add(1)
+			}
+		}()
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	return l
+}
+
+// errKind names an error's kind for the logs.
+func errKind(err error) string {
+	switch {
+	case errors.Is(err, store.ErrNotSent):
+		return "not sent"
+	case errors.Is(err, store.ErrReplyMismatch):
+		return "reply mismatch"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 && len(s)-i < 60 {
+		return s[i+2:]
+	}
+	return "other"
+}
+
+// checkCounts checks the load's answers against Redis' counters: nothing
+// wrong, every OK answer counted, and no more counted than OK answers plus
+// the failed calls whose ops may have run (at most maxLost).
+func checkCounts(t *testing.T, fp *faultPath, l *faultLoad, maxLost int64) {
+	t.Helper()
+	if w := l.wrong.Load(); w != 0 {
+		t.Errorf("%d answers carried a count that is not their caller's: %v", w, l.firstWrong.Load())
+	}
+	counted, ok := l.counted(t, fp.admin), l.ok.Load()
+	if counted < ok {
+		t.Errorf("Redis counted %d hits for %d OK answers", counted, ok)
+	}
+	if lost := counted - ok; lost > maxLost {
+		t.Errorf("Redis counted %d hits beyond the %d OK answers, want at most %d", lost, ok, maxLost)
+	}
+	if counted-ok > l.failed.Load()-l.notSent.Load() {
+		t.Errorf("Redis counted %d hits beyond the OK answers, but only %d failed calls were sent", counted-ok,
+			l.failed.Load()-l.notSent.Load())
+	}
+}
+
+// TestFaults runs every fault on every store path.
+func TestFaults(t *testing.T) {
+	for _, fp := range faultPaths(t) {
+		t.Run(fp.name, func(t *testing.T) {
+			for _, sc := range faultScenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					fp.fx.Clear()
+					defer fp.fx.Clear()
+					sc.run(t, fp)
+				})
+			}
+		})
+	}
+}
+
+var faultScenarios = []struct {
+	name string
+	run  func(t *testing.T, fp *faultPath)
+}{
+	{"DropMidReply", func(t *testing.T, fp *faultPath) {
+		dropFive(t, fp, func() faultproxy.Fault {
+			return &faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5}
+		})
+	}},
+	{"DropAndLose", func(t *testing.T, fp *faultPath) {
+		dropFive(t, fp, func() faultproxy.Fault { return &faultproxy.DropAndLose{Match: faultproxy.Nth(1, "EVALSHA", "EVAL")} })
+	}},
+	{"ExtraReply", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		for _, before := range []bool{true, false} {
+			// Shaped like a script's reply: only its tag can tell it apart.
+			extra := faultproxy.Ints(12345, 0, faultLimit-7000)
+			l := runLoad(t, fp, st, 32, 1500*time.Millisecond, time.Second, 0, func() {
+				time.Sleep(300 * time.Millisecond)
+				<-fp.fx.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Reply: extra, Before: before}).Done()
+			})
+			t.Logf("before=%t: %v", before, l)
+			checkCounts(t, fp, l, l.failed.Load())
+			checkRecovers(t, fp, st)
+		}
+	}},
+	{"HeldReplies", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		const callers = 32
+		var rule *faultproxy.Rule
+		l := runLoad(t, fp, st, callers, 3*time.Second, 50*time.Millisecond, 0, func() {
+			time.Sleep(500 * time.Millisecond)
+			rule = fp.fx.Add(&faultproxy.Freeze{})
+			time.Sleep(2 * time.Second)
+			rule.Release()
+		})
+		t.Logf("%v; %d replies held", l, rule.Applied())
+		// Only the calls already at Redis when it froze may have run.
+		checkCounts(t, fp, l, callers)
+		checkRecovers(t, fp, st)
+	}},
+	{"SlowHandshake", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		checkRecovers(t, fp, st)
+		// Every new connection's handshake (SELECT, HELLO, ...) answers
+		// after 80 ms, longer than any call waits; then every connection
+		// is cut.
+		fp.fx.Add(&faultproxy.SlowHandshake{First: 3, Delay: 80 * time.Millisecond})
+		fp.fx.CutAll(0)
+		l := runLoad(t, fp, st, 32, 3*time.Second, 50*time.Millisecond, 0, nil)
+		t.Logf("%v", l)
+		if ok, total := l.ok.Load(), l.total(); ok*10 < total*9 {
+			t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
+		}
+		checkCounts(t, fp, l, l.failed.Load())
+	}},
+	{"SplitReplies", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		fp.fx.Add(&faultproxy.SplitReplies{MaxChunk: 3, Seed: 1})
+		l := runLoad(t, fp, st, 16, time.Second, 2*time.Second, 0, nil)
+		t.Logf("%v", l)
+		if l.failed.Load() != 0 {
+			t.Errorf("%d calls failed on split replies", l.failed.Load())
+		}
+		checkCounts(t, fp, l, 0)
+	}},
+	{"ErrorReplies", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		for _, e := range []string{
+			"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+			"OOM command not allowed when used memory > 'maxmemory'.",
+			"READONLY You can't write against a read only replica.",
+			"LOADING Redis is loading the dataset in memory",
+		} {
+			rule := fp.fx.Add(&faultproxy.ErrorReply{Match: faultproxy.Match{Commands: []string{"EVALSHA"}, Times: 3}, Err: e})
+			l := runLoad(t, fp, st, 8, 500*time.Millisecond, time.Second, 0, nil)
+			t.Logf("%s: %v", strings.Fields(e)[0], l)
+			if rule.Applied() != 3 || l.failed.Load() < 1 {
+				t.Errorf("%s: %d faked, %d failed calls; want 3 faked and their calls failed", strings.Fields(e)[0],
+					rule.Applied(), l.failed.Load())
+			}
+			// A faked error means Redis never ran the call.
+			checkCounts(t, fp, l, 0)
+			checkRecovers(t, fp, st)
+		}
+	}},
+	{"Stalls", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		checkRecovers(t, fp, st)
+		// 500 calls a second; five 80 ms stalls of Redis.
+		l := runLoad(t, fp, st, 25, 5*time.Second, 50*time.Millisecond, 50*time.Millisecond, func() {
+			for range 5 {
+				time.Sleep(600 * time.Millisecond)
+				r := fp.fx.Add(&faultproxy.Freeze{Requests: true})
+				time.Sleep(80 * time.Millisecond)
+				r.Release()
+			}
+		})
+		t.Logf("%v", l)
+		if failed, total := l.failed.Load(), l.total(); failed*20 > total {
+			t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most 5 %%", failed, total)
+		}
+		checkCounts(t, fp, l, l.failed.Load())
+	}},
+}
+
+// dropFive cuts one connection five times in 4 s under 32 callers: at
+// most 2 % of the calls may fail.
+func dropFive(t *testing.T, fp *faultPath, fault func() faultproxy.Fault) {
+	st := fp.open(t)
+	checkRecovers(t, fp, st)
+	l := runLoad(t, fp, st, 32, 4*time.Second, 2*time.Second, 0, func() {
+		for range 5 {
+			time.Sleep(700 * time.Millisecond)
+			fp.fx.Add(fault())
+		}
+	})
+	t.Logf("%v", l)
+	if failed, total := l.failed.Load(), l.total(); failed*50 > total {
+		t.Errorf("%d of %d calls failed over 5 connection drops, want at most 2 %%", failed, total)
+	}
+	checkCounts(t, fp, l, l.failed.Load())
+	checkRecovers(t, fp, st)
+}
+
+// checkRecovers waits (5 s at most) until the store answers again, then
+// checks that 20 calls in a row succeed.
+func checkRecovers(t *testing.T, fp *faultPath, st limiter.Store) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	op := []limiter.Op{{Key: "faults:recover:{r}:", Algorithm: descriptors.FixedWindow, Limit: faultLimit,
+		Window: faultWindow, Cost: 1000}}
+	res := make([]limiter.Result, 1)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = st.Take(ctx, op, res)
+		cancel()
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("store did not recover within 5 s: %v", err)
+	}
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := st.Take(ctx, op, res)
+		cancel()
+		if err != nil {
+			t.Fatalf("call %d after recovery: %v", i, err)
+		}
+	}
+}
