@@ -53,13 +53,17 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
 		Cooldown: o.breakerCool,
-		// The probe answers a caller: it gets no longer than any request.
+		// A store that answers a PING only past --store-timeout would
+		// fail the requests again: it is not back yet.
 		ProbeTimeout: o.storeTimeout,
 		OnChange: func(from, to breaker.State) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, open: open}
+	g := &guarded{AtomicStore: b, breaker: b, open: func(ctx context.Context) error {
+		_ = b.Open(ctx) // ties the breaker's prober to the store's life
+		return open(ctx)
+	}}
 	if n := o.cacheBytes / cacheEntryBytes; n > 0 {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
@@ -69,11 +73,19 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	return g, nil
 }
 
-// registerCache exports the over-limit cache's counters on reg, if st has
-// a cache.
+// registerCache exports the over-limit cache's counters and the circuit
+// breaker's state on reg, if st has them.
 func registerCache(st openStore, reg prometheus.Registerer) error {
 	g, ok := st.(*guarded)
-	if !ok || g.cache == nil {
+	if !ok {
+		return nil
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_store_breaker_state",
+		Help: "The store's circuit breaker: 0 closed, 1 open (requests get the --on-store-error answer at once), 2 open with a probe in flight."},
+		func() float64 { return float64(g.breaker.State()) })); err != nil {
+		return err
+	}
+	if g.cache == nil {
 		return nil
 	}
 	stat := func(f func(overlimit.Stats) float64) func() float64 {
@@ -127,8 +139,9 @@ func newRedisMux(o options, log *zap.Logger) (*store.RedisMux, error) {
 // when there is one, opened through to the store.
 type guarded struct {
 	limiter.AtomicStore
-	open  func(context.Context) error
-	cache *overlimit.Cache // nil without --local-cache-size-in-bytes
+	breaker *breaker.Breaker
+	open    func(context.Context) error
+	cache   *overlimit.Cache // nil without --local-cache-size-in-bytes
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
