@@ -80,7 +80,7 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	s.http = newHTTPServer(s.httpHandler(), o.admin.timeouts, o.admin.timeouts.write)
 	return s, nil
 }
 
