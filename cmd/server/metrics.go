@@ -173,8 +173,20 @@ func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, re
 	}
 }
 
+// maxCountedHits caps the hits one descriptor's decision adds to the rule
+// counters. A descriptor's hits_addend may be anything up to 2^64-1; such
+// a request is decided (OVER_LIMIT: the charge saturates) but counts as
+// 2^32 hits, so that a few of them cannot push a counter past what a
+// float64 holds exactly, or past 2^64 in exporters that convert to
+// integers, where it would read as a counter reset. A request's own
+// hits_addend is a uint32 and is never capped.
+const maxCountedHits = 1 << 32
+
+// countedHits is what st adds to its rule's counters.
+func countedHits(st *limiter.Status) float64 { return float64(min(st.Hits, maxCountedHits)) }
+
 func (m *metrics) rule(domain, rule string, st *limiter.Status) {
-	hits := float64(st.Hits)
+	hits := countedHits(st)
 	m.ruleHits.WithLabelValues(domain, rule).Add(hits)
 	switch {
 	case st.Shadowed:
@@ -192,7 +204,7 @@ func (m *metrics) rule(domain, rule string, st *limiter.Status) {
 
 // ruleCached counts as rule does, through the rule's resolved counters.
 func (m *metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) {
-	hits := float64(st.Hits)
+	hits := countedHits(st)
 	rs.hits.get(m.ruleHits, domain, rs.rule).Add(hits)
 	switch {
 	case st.Shadowed:

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -395,5 +397,36 @@ func TestRuleCountersConcurrentReload(t *testing.T) {
 	wg.Wait()
 	if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", "d.k")); got != workers*decisions {
 		t.Fatalf("total_hits = %v, want %d", got, workers*decisions)
+	}
+}
+
+// TestHugeHitsAddend sends descriptor hits_addend 2^63 twice and 2^64-1
+// once, on a plain rule and a detailed_metric one: the limiter answers
+// OVER_LIMIT (its charge saturates), and each decision counts 2^32 hits,
+// so that the counters stay exact and never wrap.
+func TestHugeHitsAddend(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"huge.yaml": `domain: huge
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`}, "--drain", "0s")
+	for _, c := range []struct{ key, rule string }{{"k", "huge.k"}, {"user", "huge.user_alice"}} {
+		for _, hits := range []uint64{1 << 63, 1 << 63, math.MaxUint64} {
+			d := &common.RateLimitDescriptor{Entries: []*common.RateLimitDescriptor_Entry{{Key: c.key, Value: "alice"}},
+				HitsAddend: wrapperspb.UInt64(hits)}
+			resp, err := s.service.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "huge",
+				Descriptors: []*common.RateLimitDescriptor{d}})
+			if err != nil || resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("%s hits_addend %d: %v, %v; want OVER_LIMIT", c.key, hits, resp, err)
+			}
+		}
+		for _, vec := range []*prometheus.CounterVec{s.metrics.ruleHits, s.metrics.ruleOver} {
+			if got := testutil.ToFloat64(vec.WithLabelValues("huge", c.rule)); got != 3*maxCountedHits {
+				t.Errorf("%s: counted %v hits, want 3 x 2^32", c.rule, got)
+			}
+		}
 	}
 }
