@@ -35,6 +35,7 @@ type options struct {
 	muxConns      int
 	cacheBytes    int
 	sweepEvery    time.Duration
+	memoryMaxKeys int
 	streamWorkers int
 	breakerCool   time.Duration
 	limits        limiter.Limits
@@ -68,6 +69,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
 	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
+	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", 1_000_000,
+		"embedded store: most windows and buckets held (about 150 bytes each); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
 	fs.IntVar(&o.streamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
 	fs.IntVar(&o.breakerFails, "breaker-failures", 5,
 		"independent store failures in a row that open the circuit breaker; calls that fail together (one connection reset, one stall) count once, a success resets the count")

@@ -64,7 +64,7 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	if err := registerCache(st, s.registry); err != nil {
+	if err := registerStoreMetrics(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))

@@ -28,7 +28,7 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		if err := o.redis.validate(o.redisURL); err != nil {
 			return nil, err
 		}
-		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery}), nil
+		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery, MaxKeys: o.memoryMaxKeys}), nil
 	}
 	var (
 		under limiter.Store
@@ -73,9 +73,12 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	return g, nil
 }
 
-// registerCache exports the over-limit cache's counters and the circuit
-// breaker's state on reg, if st has them.
-func registerCache(st openStore, reg prometheus.Registerer) error {
+// registerStoreMetrics exports the embedded store's gauges, or the
+// over-limit cache's counters and the circuit breaker's state, on reg.
+func registerStoreMetrics(st openStore, reg prometheus.Registerer) error {
+	if m, ok := st.(*store.Memory); ok {
+		return registerMemory(m, reg)
+	}
 	g, ok := st.(*guarded)
 	if !ok {
 		return nil
@@ -101,6 +104,23 @@ func registerCache(st openStore, reg prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_local_cache_entries",
 			Help: "Keys held by the local over-limit cache, expired ones not yet dropped included."},
 			stat(func(s overlimit.Stats) float64 { return float64(s.Entries) })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerMemory exports the embedded store's entries and refusals.
+func registerMemory(m *store.Memory, reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_memory_keys",
+			Help: "Embedded store: windows and buckets held, expired ones not yet swept included (bounded by --memory-max-keys)."},
+			func() float64 { return float64(m.Stats().Keys) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_memory_refused_total",
+			Help: "Embedded store: requests refused as store errors because --memory-max-keys windows and buckets were held."},
+			func() float64 { return float64(m.Stats().Refused) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
