@@ -25,6 +25,8 @@ type adminOptions struct {
 	addr      string  // admin listener; empty: none
 	pprof     bool    // serve /debug/pprof/ on the admin listener
 	nearRatio float64 // share of a limit past which hits are near it
+	// maxDetailed bounds the rule series labelled with request values.
+	maxDetailed int
 	// timeouts bound the connections of the HTTP and admin listeners
 	// (not flags: tests shorten them).
 	timeouts httpTimeouts
@@ -64,11 +66,16 @@ func addAdminFlags(fs *flag.FlagSet, o *adminOptions) {
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.nearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
+	fs.IntVar(&o.maxDetailed, "max-detailed-metric-series", defaultMaxDetailedSeries,
+		"most rule series labelled with request values (detailed_metric, value_to_metric); past it, hits count under the rule's path and in fastlimit_rule_detailed_series_folded_total (0: no bound)")
 }
 
 func (o *adminOptions) validate() error {
 	if !(o.nearRatio > 0 && o.nearRatio <= 1) {
 		return fmt.Errorf("--near-limit-ratio: %v is not in (0, 1]", o.nearRatio)
+	}
+	if o.maxDetailed < 0 {
+		return fmt.Errorf("--max-detailed-metric-series: %d is negative", o.maxDetailed)
 	}
 	return nil
 }

@@ -430,3 +430,62 @@ descriptors:
 		}
 	}
 }
+
+// TestDetailedSeriesBound: with a bound of 3, the first three request
+// values of detailed_metric and value_to_metric rules get their own
+// series; later ones count under the rule's path, and the folded counter
+// says how many did. Rules labelled by their path alone are not bounded.
+func TestDetailedSeriesBound(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	m.detailed.max = 3
+	r, err := config.Parse(map[string][]byte{"d.yaml": []byte(`domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: path
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loaded(r, true)
+	d := r.Set.Domain("d")
+	decide := func(key, value string) {
+		t.Helper()
+		es := []*common.RateLimitDescriptor_Entry{{Key: key, Value: value}}
+		st := limiter.Status{Limit: descriptors.Match(d, es), Hits: 1, Remaining: 5}
+		req := &rls.RateLimitRequest{Domain: "d", Descriptors: []*common.RateLimitDescriptor{{Entries: es}}}
+		m.Decided(req, &limiter.Response{Statuses: []limiter.Status{st}}, time.Millisecond)
+	}
+	steps := []struct {
+		key, value string
+		rule       string // the series that counts it
+		folded     float64
+	}{
+		{"user", "a", "d.user_a", 0},
+		{"user", "b", "d.user_b", 0},
+		{"user", "a", "d.user_a", 0}, // held
+		{"path", "x", "d.path_x", 0}, // the third series
+		{"user", "c", "d.user", 1},   // folded
+		{"path", "y", "d.path", 2},   // folded
+		{"user", "b", "d.user_b", 2}, // held
+		{"k", "z", "d.k", 2},         // labelled by its path: never folded
+	}
+	for i, s := range steps {
+		before := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", s.rule))
+		decide(s.key, s.value)
+		if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", s.rule)); got != before+1 {
+			t.Fatalf("step %d (%s=%s): %s did not count it", i, s.key, s.value, s.rule)
+		}
+		if got := testutil.ToFloat64(m.detailed.folded); got != s.folded {
+			t.Fatalf("step %d: folded %v, want %v", i, got, s.folded)
+		}
+	}
+	if n := testutil.CollectAndCount(m.ruleHits); n != 6 {
+		t.Errorf("%d total_hits series, want 3 request-labelled, 2 paths of folded rules and d.k", n)
+	}
+}

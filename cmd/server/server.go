@@ -64,6 +64,7 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	s.metrics.detailed.max = o.admin.maxDetailed
 	if err := registerStoreMetrics(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
