@@ -37,7 +37,7 @@ func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *se
 	var o options
 	fs := newFlagSet("test", &o, io.Discard)
 	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0"}, args...)
+		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
 	if err := parseOptions(fs, args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"Redis read timeout (0: 3s): go-redis' socket timeout, or with --redis-conns how long a connection may await a reply before it is redialled; a request's wait is bounded by --store-timeout anyway")
 	fs.DurationVar(&o.writeTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
-	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
+	fs.DurationVar(&o.drain, "drain", 5*time.Second,
+		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	fs.BoolVar(&o.atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
 	addRedisFlags(fs, &o.redis)

@@ -41,6 +41,7 @@ type server struct {
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
+	serving          atomic.Bool // Open got as far as serving: Close drains
 	life             context.Context // until Close
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
@@ -122,6 +123,7 @@ func (s *server) Open(ctx context.Context) error {
 }
 
 func (s *server) serve() {
+	s.serving.Store(true)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -149,7 +151,7 @@ func (s *server) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop reload: %w", err))
 		}
 	}
-	if s.opts.drain > 0 && s.grpcLis != nil {
+	if s.opts.drain > 0 && s.serving.Load() {
 		time.Sleep(s.opts.drain)
 	}
 	if s.grpcLis != nil {

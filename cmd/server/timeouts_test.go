@@ -108,3 +108,40 @@ func TestJSONBodyLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainDefault: by default a stopping server fails readiness for 5 s
+// before its listeners close, so that load balancers see it; a server
+// whose Open failed never served and stops at once.
+func TestDrainDefault(t *testing.T) {
+	var o options
+	if err := parseOptions(newFlagSet("test", &o, io.Discard), nil, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if o.drain != 5*time.Second {
+		t.Fatalf("--drain defaults to %s", o.drain)
+	}
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+	if err := parseOptions(newFlagSet("test", &o, io.Discard), []string{"--config", dir, "--grpc-addr", "127.0.0.1:0",
+		"--http-addr", "127.0.0.1:0", "--admin-addr", taken.Addr().String()}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(o, zaptest.NewLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(context.Background()); err == nil {
+		t.Fatal("Open on a taken admin address succeeded")
+	}
+	start := time.Now()
+	_ = s.Close(context.Background())
+	if took := time.Since(start); took >= o.drain {
+		t.Fatalf("Close after a failed Open took %s: it drained", took)
+	}
+}
