@@ -41,7 +41,7 @@ type server struct {
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
-	serving          atomic.Bool // Open got as far as serving: Close drains
+	serving          atomic.Bool     // Open got as far as serving: Close drains
 	life             context.Context // until Close
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
