@@ -78,7 +78,8 @@ type Options struct {
 // every call, so the count grows by one at least every time a call can
 // fail (a refused connection: at once; a frozen store: once per store
 // timeout), and the circuit opens after Failures of them. A caller's own
-// cancellation (context.Canceled) is no evidence either way.
+// cancellation (context.Canceled) and limiter.ErrNotAtomic (a wiring
+// mistake) are no evidence either way; any other error is a failure.
 //
 // While the circuit is open, every call answers ErrOpen without touching
 // the store, and a goroutine of the Breaker's own pings the store every
