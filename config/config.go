@@ -112,6 +112,28 @@ func hash(names []string, files map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// Fingerprint returns the Hash that Load would give dir's rules, from the
+// same files, without parsing them: equal fingerprints mean the rules
+// files did not change.
+func Fingerprint(dir string) (string, error) {
+	files, err := readDir(dir)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return hash(names, files), nil
+}
+
+// IsRulesName reports whether a directory entry named name is read as a
+// rules file, if it is a regular file or a symlink to one.
+func IsRulesName(name string) bool {
+	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+}
+
 // readDir reads the rules files of dir, keyed by name.
 func readDir(dir string) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
@@ -141,8 +163,7 @@ func readDir(dir string) (map[string][]byte, error) {
 // following a symlink. Names starting with a dot, including Kubernetes'
 // "..data" entries, are never rules files.
 func isRulesFile(path string, e fs.DirEntry) (bool, error) {
-	name := e.Name()
-	if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+	if !IsRulesName(e.Name()) {
 		return false, nil
 	}
 	switch {

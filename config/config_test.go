@@ -460,6 +460,37 @@ func TestHash(t *testing.T) {
 	if r.Hash != base {
 		t.Errorf("Load hash %s, Parse hash %s", r.Hash, base)
 	}
+	// Fingerprint hashes the same files without parsing them: what is not
+	// a rules file does not count, and an unparsable file does.
+	if fp, err := config.Fingerprint(dir); err != nil || fp != base {
+		t.Errorf("Fingerprint = %s, %v; want Load's hash %s", fp, err, base)
+	}
+	for name, body := range map[string]string{".a.yaml.tmp": "x", "notes.txt": "x"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fp, err := config.Fingerprint(dir); err != nil || fp != base {
+		t.Errorf("Fingerprint with other files = %s, %v; want %s", fp, err, base)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fp, err := config.Fingerprint(dir); err != nil || fp == base {
+		t.Errorf("Fingerprint of a changed, unparsable file = %s, %v", fp, err)
+	}
+	if _, err := config.Fingerprint(filepath.Join(dir, "missing")); err == nil {
+		t.Error("Fingerprint of a missing directory succeeded")
+	}
+}
+
+func TestIsRulesName(t *testing.T) {
+	for name, want := range map[string]bool{"a.yaml": true, "a.yml": true, ".a.yaml": false, "..data": false,
+		"a.yaml.tmp": false, "a.yaml~": false, "a.json": false, ".a.yaml.swp": false} {
+		if got := config.IsRulesName(name); got != want {
+			t.Errorf("IsRulesName(%q) = %v", name, got)
+		}
+	}
 }
 
 func readFile(t *testing.T, path string) []byte {

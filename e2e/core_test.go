@@ -230,7 +230,6 @@ func TestInvalidArgument(t *testing.T) {
 	cases := map[string]*rls.RateLimitRequest{
 		"empty domain":           {Descriptors: []*common.RateLimitDescriptor{desc("fixed", "x")}},
 		"no descriptors":         request(),
-		"descriptor no entries":  request(&common.RateLimitDescriptor{}),
 		"override unit UNKNOWN":  request(unknownUnit),
 		"10,000 descriptors":     many,
 		"value longer than 4KiB": request(desc("fixed", strings.Repeat("v", 5000))),
@@ -247,6 +246,38 @@ func TestInvalidArgument(t *testing.T) {
 	if _, err := srv.Client.ShouldRateLimit(ctx, request(desc("fixed", "alive"))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDescriptorWithoutEntries: a descriptor with no entries does not fail
+// the request, as in envoyproxy/ratelimit: it answers OK without a limit,
+// and the request's other descriptors stay enforced.
+func TestDescriptorWithoutEntries(t *testing.T) {
+	stores(t, func(t *testing.T, extra ...string) {
+		srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true, extra...)
+		ctx := ctxTimeout(t, 30*time.Second)
+		id := fmt.Sprint("noentries-", time.Now().UnixNano())
+		req := request(&common.RateLimitDescriptor{}, desc("small", id))
+		if time.Now().Second() >= 58 { // keep the four calls in one minute window
+			time.Sleep(3 * time.Second)
+		}
+		for i := range 4 {
+			resp, err := srv.Client.ShouldRateLimit(ctx, req)
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			empty, small := resp.Statuses[0], resp.Statuses[1]
+			if empty.Code != rls.RateLimitResponse_OK || empty.CurrentLimit != nil {
+				t.Fatalf("call %d: the descriptor without entries answered %v", i, empty)
+			}
+			want := rls.RateLimitResponse_OK // small allows 3 a minute
+			if i == 3 {
+				want = rls.RateLimitResponse_OVER_LIMIT
+			}
+			if small.Code != want || resp.OverallCode != want || small.CurrentLimit.GetRequestsPerUnit() != 3 {
+				t.Fatalf("call %d: %v, want %v from the small limit", i, resp, want)
+			}
+		}
+	})
 }
 
 func TestRedisDownAnswersUnavailableFast(t *testing.T) {

@@ -156,7 +156,10 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0",
 		// Correctness tests must not fail on a loaded machine: a test of
 		// timeouts passes its own --store-timeout, which wins.
-		"--store-timeout", "2s"}, extra...)
+		"--store-timeout", "2s",
+		// Stopping a server must not wait out the default drain; a test
+		// of draining passes its own --drain, which wins.
+		"--drain", "0s"}, extra...)
 	f.cmd = exec.Command(binary, args...)
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}

@@ -35,8 +35,8 @@ descriptors:
 const (
 	outageStoreTimeout = 100 * time.Millisecond
 	// outageSlack is what an answer may take beyond the store timeout:
-	// the gRPC round trip, scheduling on a shared machine, and the
-	// breaker's probe, whose own timeout (100ms) is not the store's.
+	// the gRPC round trip and scheduling on a shared machine (the
+	// breaker probes in the background: no answer waits for it).
 	outageSlack    = 150 * time.Millisecond
 	outageDuration = 10 * time.Second
 	outageWorkers  = 8

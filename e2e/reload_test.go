@@ -128,10 +128,10 @@ func TestReloadUnderLoad(t *testing.T) {
 		l := startLoad(t, srv.Client, 4)
 		time.Sleep(200 * time.Millisecond) // load running before the first edit
 
-		took1 := timeToEffect(t, srv.Client, 2_000_000, func() { writeFileT(t, path, reloadRules(2_000_000)) })
+		took1 := timeToEffect(t, srv.Client, 2_000_000, func() { replaceFileT(t, path, reloadRules(2_000_000)) })
 
 		failuresBefore := metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`)
-		writeFileT(t, path, badReloadRules)
+		replaceFileT(t, path, badReloadRules)
 		waitFor(t, 5*time.Second, func() bool {
 			return metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`) > failuresBefore
 		})
@@ -148,7 +148,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			t.Fatalf("bad edit not logged with file and line:\n%s", logs)
 		}
 
-		took2 := timeToEffect(t, srv.Client, 3_000_000, func() { writeFileT(t, path, reloadRules(3_000_000)) })
+		took2 := timeToEffect(t, srv.Client, 3_000_000, func() { replaceFileT(t, path, reloadRules(3_000_000)) })
 
 		time.Sleep(200 * time.Millisecond) // load running after the last edit
 		l.Stop()
@@ -232,6 +232,18 @@ func configMapVolume(t *testing.T, dir, name string) func(body string) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// replaceFileT replaces path atomically, the way README advises: a
+// temporary dotfile beside it, renamed into place. (A write in place
+// reloads only after 2 s of quiet.)
+func replaceFileT(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	writeFileT(t, tmp, body)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -34,7 +34,7 @@ func startWithEnv(t *testing.T, rulesDir string, env []string, extra ...string) 
 		logs: &syncBuffer{},
 	}
 	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--store-timeout", "2s"}, extra...)
+		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--store-timeout", "2s", "--drain", "0s"}, extra...)
 	f.cmd = exec.Command(binary, args...)
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)

@@ -50,7 +50,7 @@ func startEnv(t testing.TB, env map[string]string, wantHealthy bool) (*fastlimit
 		logs: &syncBuffer{},
 	}
 	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	full := map[string]string{"GRPC_ADDR": f.GRPC, "HTTP_ADDR": f.HTTP, "ADMIN_ADDR": admin, "LOG_FORMAT": "console"}
+	full := map[string]string{"GRPC_ADDR": f.GRPC, "HTTP_ADDR": f.HTTP, "ADMIN_ADDR": admin, "LOG_FORMAT": "console", "DRAIN": "0s"}
 	for k, v := range env {
 		full[k] = v
 	}

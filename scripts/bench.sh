@@ -172,6 +172,9 @@ start_server() {
 	grpc=$(free_port)
 	http=$(free_port)
 	SRV_ADMIN=
+	if has_flag drain; then
+		extra+=(--drain 0s) # stop at once between runs
+	fi
 	if has_flag admin-addr; then
 		SRV_ADMIN=127.0.0.1:$(free_port)
 		extra+=(--admin-addr "$SRV_ADMIN")

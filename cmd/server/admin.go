@@ -25,19 +25,57 @@ type adminOptions struct {
 	addr      string  // admin listener; empty: none
 	pprof     bool    // serve /debug/pprof/ on the admin listener
 	nearRatio float64 // share of a limit past which hits are near it
+	// maxDetailed bounds the rule series labelled with request values.
+	maxDetailed int
+	// timeouts bound the connections of the HTTP and admin listeners
+	// (not flags: tests shorten them).
+	timeouts httpTimeouts
+}
+
+// httpTimeouts bound an HTTP listener's connections, so that a client that
+// stalls (headers or a body sent in part, a response never read, an idle
+// keep-alive) cannot hold a connection and its goroutine forever.
+type httpTimeouts struct {
+	readHeader time.Duration // request headers
+	read       time.Duration // the whole request, body included
+	write      time.Duration // from the end of the headers to the end of the response
+	idle       time.Duration // a keep-alive connection between requests
+	// adminWrite is the admin listener's write timeout: longer, so that
+	// a /debug/pprof/profile or trace of up to a minute can answer.
+	adminWrite time.Duration
+}
+
+var defaultHTTPTimeouts = httpTimeouts{
+	readHeader: 5 * time.Second,
+	read:       10 * time.Second,
+	write:      10 * time.Second,
+	idle:       60 * time.Second,
+	adminWrite: 75 * time.Second,
+}
+
+// newHTTPServer is an http.Server of h bounded by t, writing within write.
+func newHTTPServer(h http.Handler, t httpTimeouts, write time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.readHeader, ReadTimeout: t.read,
+		WriteTimeout: write, IdleTimeout: t.idle}
 }
 
 func addAdminFlags(fs *flag.FlagSet, o *adminOptions) {
+	o.timeouts = defaultHTTPTimeouts
 	fs.StringVar(&o.addr, "admin-addr", "127.0.0.1:6070",
 		"admin HTTP address: /metrics, /rlconfig, /v1/usage (and /debug/pprof/ with --pprof); empty disables it")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.nearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
+	fs.IntVar(&o.maxDetailed, "max-detailed-metric-series", defaultMaxDetailedSeries,
+		"most rule series labelled with request values (detailed_metric, value_to_metric); past it, hits count under the rule's path and in fastlimit_rule_detailed_series_folded_total (0: no bound)")
 }
 
 func (o *adminOptions) validate() error {
 	if !(o.nearRatio > 0 && o.nearRatio <= 1) {
 		return fmt.Errorf("--near-limit-ratio: %v is not in (0, 1]", o.nearRatio)
+	}
+	if o.maxDetailed < 0 {
+		return fmt.Errorf("--max-detailed-metric-series: %d is negative", o.maxDetailed)
 	}
 	return nil
 }
@@ -79,7 +117,7 @@ func (s *server) openAdmin(h http.Handler) error {
 		return fmt.Errorf("listen admin: %w", err)
 	}
 	s.admin = &admin{
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second},
+		srv: newHTTPServer(h, s.opts.admin.timeouts, s.opts.admin.timeouts.adminWrite),
 		lis: lis,
 	}
 	s.wg.Add(1)

@@ -37,7 +37,7 @@ func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *se
 	var o options
 	fs := newFlagSet("test", &o, io.Discard)
 	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0"}, args...)
+		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
 	if err := parseOptions(fs, args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
@@ -299,11 +299,12 @@ func TestNearLimitRatioFlag(t *testing.T) {
 	var o options
 	fs := newFlagSet("test", &o, io.Discard)
 	if err := parseOptions(fs, nil, func(k string) string {
-		return map[string]string{"ADMIN_ADDR": "127.0.0.1:7000", "NEAR_LIMIT_RATIO": "0.9", "PPROF": "true"}[k]
+		return map[string]string{"ADMIN_ADDR": "127.0.0.1:7000", "NEAR_LIMIT_RATIO": "0.9", "PPROF": "true",
+			"MAX_DETAILED_METRIC_SERIES": "7"}[k]
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if o.admin != (adminOptions{addr: "127.0.0.1:7000", pprof: true, nearRatio: 0.9}) {
+	if o.admin != (adminOptions{addr: "127.0.0.1:7000", pprof: true, nearRatio: 0.9, maxDetailed: 7, timeouts: defaultHTTPTimeouts}) {
 		t.Fatalf("environment twins: %+v", o.admin)
 	}
 }

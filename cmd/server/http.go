@@ -57,6 +57,10 @@ func (s *server) healthy(ctx context.Context) error {
 // 429 when OVER_LIMIT, 400 for bad input, 503 when the store fails.
 func (s *server) handleJSON(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		http.Error(w, "request body larger than 4 MiB", http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		http.Error(w, "cannot read body: "+err.Error(), http.StatusBadRequest)
 		return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,8 @@ type metrics struct {
 	// rules, whose label takes the request's values) counts through the
 	// vecs.
 	series atomic.Pointer[map[*descriptors.Limit]*ruleSeries]
+	// detailed bounds the series whose rule label takes request values.
+	detailed detailedSeries
 
 	duration    prometheus.Histogram
 	requests    *prometheus.CounterVec
@@ -115,6 +118,11 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 			Help: "Limits in the rules in force.",
 		}),
 	}
+	m.detailed.max = defaultMaxDetailedSeries
+	m.detailed.folded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fastlimit", Subsystem: "rule", Name: "detailed_series_folded_total",
+		Help: "Decisions of detailed_metric and value_to_metric rules counted under the rule's path, because --max-detailed-metric-series request-labelled series existed.",
+	})
 	m.byCode = map[string]prometheus.Counter{}
 	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable, codeUnknown} {
 		m.byCode[c] = m.requests.WithLabelValues(c)
@@ -126,7 +134,7 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
 		m.duration, m.requests, m.storeErrors, m.globalShadow,
-		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits,
+		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -174,12 +182,28 @@ func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, re
 		if i < len(descs) {
 			es = descs[i].GetEntries()
 		}
-		m.rule(domain, ruleLabel(st.Limit, domain, es), st)
+		rule := ruleLabel(st.Limit, domain, es)
+		if rule != st.Limit.Path {
+			rule = m.detailed.label(domain, rule, st.Limit.Path)
+		}
+		m.rule(domain, rule, st)
 	}
 }
 
+// maxCountedHits caps the hits one descriptor's decision adds to the rule
+// counters. A descriptor's hits_addend may be anything up to 2^64-1; such
+// a request is decided (OVER_LIMIT: the charge saturates) but counts as
+// 2^32 hits, so that a few of them cannot push a counter past what a
+// float64 holds exactly, or past 2^64 in exporters that convert to
+// integers, where it would read as a counter reset. A request's own
+// hits_addend is a uint32 and is never capped.
+const maxCountedHits = 1 << 32
+
+// countedHits is what st adds to its rule's counters.
+func countedHits(st *limiter.Status) float64 { return float64(min(st.Hits, maxCountedHits)) }
+
 func (m *metrics) rule(domain, rule string, st *limiter.Status) {
-	hits := float64(st.Hits)
+	hits := countedHits(st)
 	m.ruleHits.WithLabelValues(domain, rule).Add(hits)
 	switch {
 	case st.Shadowed:
@@ -197,7 +221,7 @@ func (m *metrics) rule(domain, rule string, st *limiter.Status) {
 
 // ruleCached counts as rule does, through the rule's resolved counters.
 func (m *metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) {
-	hits := float64(st.Hits)
+	hits := countedHits(st)
 	rs.hits.get(m.ruleHits, domain, rs.rule).Add(hits)
 	switch {
 	case st.Shadowed:
@@ -355,5 +379,49 @@ func parentPath(path, key string) string {
 	if i := strings.LastIndex(path, "."+key+"_"); i >= 0 {
 		return path[:i]
 	}
+	return path
+}
+
+// defaultMaxDetailedSeries is --max-detailed-metric-series' default.
+const defaultMaxDetailedSeries = 10_000
+
+// detailedSeries bounds the rule series labelled with request values
+// (detailed_metric, value_to_metric): the first max distinct (domain,
+// rule) pairs get their own series, for the life of the process; the
+// decisions of any other count under the limit's path, and in folded.
+// Its methods are safe for concurrent use.
+type detailedSeries struct {
+	max    int // 0: no bound
+	folded prometheus.Counter
+
+	seen sync.Map // seriesKey -> struct{}
+	n    atomic.Int64
+	mu   sync.Mutex // serialises additions to seen
+}
+
+type seriesKey struct{ domain, rule string }
+
+// label returns rule if its series may exist, path otherwise.
+func (d *detailedSeries) label(domain, rule, path string) string {
+	if d.max <= 0 {
+		return rule
+	}
+	k := seriesKey{domain, rule}
+	if _, ok := d.seen.Load(k); ok {
+		return rule
+	}
+	if d.n.Load() < int64(d.max) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if _, ok := d.seen.Load(k); ok {
+			return rule
+		}
+		if d.n.Load() < int64(d.max) {
+			d.seen.Store(k, struct{}{})
+			d.n.Add(1)
+			return rule
+		}
+	}
+	d.folded.Inc()
 	return path
 }

@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -395,5 +397,95 @@ func TestRuleCountersConcurrentReload(t *testing.T) {
 	wg.Wait()
 	if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", "d.k")); got != workers*decisions {
 		t.Fatalf("total_hits = %v, want %d", got, workers*decisions)
+	}
+}
+
+// TestHugeHitsAddend sends descriptor hits_addend 2^63 twice and 2^64-1
+// once, on a plain rule and a detailed_metric one: the limiter answers
+// OVER_LIMIT (its charge saturates), and each decision counts 2^32 hits,
+// so that the counters stay exact and never wrap.
+func TestHugeHitsAddend(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"huge.yaml": `domain: huge
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`}, "--drain", "0s")
+	for _, c := range []struct{ key, rule string }{{"k", "huge.k"}, {"user", "huge.user_alice"}} {
+		for _, hits := range []uint64{1 << 63, 1 << 63, math.MaxUint64} {
+			d := &common.RateLimitDescriptor{Entries: []*common.RateLimitDescriptor_Entry{{Key: c.key, Value: "alice"}},
+				HitsAddend: wrapperspb.UInt64(hits)}
+			resp, err := s.service.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "huge",
+				Descriptors: []*common.RateLimitDescriptor{d}})
+			if err != nil || resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("%s hits_addend %d: %v, %v; want OVER_LIMIT", c.key, hits, resp, err)
+			}
+		}
+		for _, vec := range []*prometheus.CounterVec{s.metrics.ruleHits, s.metrics.ruleOver} {
+			if got := testutil.ToFloat64(vec.WithLabelValues("huge", c.rule)); got != 3*maxCountedHits {
+				t.Errorf("%s: counted %v hits, want 3 x 2^32", c.rule, got)
+			}
+		}
+	}
+}
+
+// TestDetailedSeriesBound: with a bound of 3, the first three request
+// values of detailed_metric and value_to_metric rules get their own
+// series; later ones count under the rule's path, and the folded counter
+// says how many did. Rules labelled by their path alone are not bounded.
+func TestDetailedSeriesBound(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	m.detailed.max = 3
+	r, err := config.Parse(map[string][]byte{"d.yaml": []byte(`domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: path
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loaded(r, true)
+	d := r.Set.Domain("d")
+	decide := func(key, value string) {
+		t.Helper()
+		es := []*common.RateLimitDescriptor_Entry{{Key: key, Value: value}}
+		st := limiter.Status{Limit: descriptors.Match(d, es), Hits: 1, Remaining: 5}
+		req := &rls.RateLimitRequest{Domain: "d", Descriptors: []*common.RateLimitDescriptor{{Entries: es}}}
+		m.Decided(req, &limiter.Response{Statuses: []limiter.Status{st}}, time.Millisecond)
+	}
+	steps := []struct {
+		key, value string
+		rule       string // the series that counts it
+		folded     float64
+	}{
+		{"user", "a", "d.user_a", 0},
+		{"user", "b", "d.user_b", 0},
+		{"user", "a", "d.user_a", 0}, // held
+		{"path", "x", "d.path_x", 0}, // the third series
+		{"user", "c", "d.user", 1},   // folded
+		{"path", "y", "d.path", 2},   // folded
+		{"user", "b", "d.user_b", 2}, // held
+		{"k", "z", "d.k", 2},         // labelled by its path: never folded
+	}
+	for i, s := range steps {
+		before := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", s.rule))
+		decide(s.key, s.value)
+		if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", s.rule)); got != before+1 {
+			t.Fatalf("step %d (%s=%s): %s did not count it", i, s.key, s.value, s.rule)
+		}
+		if got := testutil.ToFloat64(m.detailed.folded); got != s.folded {
+			t.Fatalf("step %d: folded %v, want %v", i, got, s.folded)
+		}
+	}
+	if n := testutil.CollectAndCount(m.ruleHits); n != 6 {
+		t.Errorf("%d total_hits series, want 3 request-labelled, 2 paths of folded rules and d.k", n)
 	}
 }

@@ -35,6 +35,7 @@ type options struct {
 	muxConns      int
 	cacheBytes    int
 	sweepEvery    time.Duration
+	memoryMaxKeys int
 	streamWorkers int
 	breakerCool   time.Duration
 	limits        limiter.Limits
@@ -73,9 +74,13 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
 	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
+	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", 1_000_000,
+		"embedded store: most windows and buckets held (about 150 bytes each); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
 	fs.IntVar(&o.streamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
-	fs.IntVar(&o.breakerFails, "breaker-failures", 5, "consecutive store failures that open the circuit breaker (answers at once until a probe succeeds)")
-	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond, "how long the open circuit waits before probing the store again")
+	fs.IntVar(&o.breakerFails, "breaker-failures", 5,
+		"independent store failures in a row that open the circuit breaker; calls that fail together (one connection reset, one stall) count once, a success resets the count")
+	fs.DurationVar(&o.breakerCool, "breaker-cooldown", 500*time.Millisecond,
+		"while the circuit is open (requests answered at once), how often it pings the store in the background; the first answer closes it")
 	fs.IntVar(&o.limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&o.limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&o.limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
@@ -86,7 +91,8 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"Redis read timeout (0: 3s): go-redis' socket timeout, or with --redis-conns how long a connection may await a reply before it is redialled; a request's wait is bounded by --store-timeout anyway")
 	fs.DurationVar(&o.writeTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
-	fs.DurationVar(&o.drain, "drain", 0, "on SIGTERM, how long to fail readiness before stopping")
+	fs.DurationVar(&o.drain, "drain", 5*time.Second,
+		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	fs.BoolVar(&o.atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
 	addRedisFlags(fs, &o.redis)

@@ -154,7 +154,10 @@ type hotReload struct {
 func startReload(ctx context.Context, dir string, fn reload.Func, log *zap.Logger) *hotReload {
 	ctx, cancel := context.WithCancel(ctx)
 	h := &hotReload{cancel: cancel, done: make(chan struct{})}
-	w := reload.New(dir, fn, reload.Options{}, log)
+	w := reload.New(dir, fn, reload.Options{
+		Loaded:      config.IsRulesName,
+		Fingerprint: func() (string, error) { return config.Fingerprint(dir) },
+	}, log)
 	if err := w.Open(ctx); err != nil {
 		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, dir), zap.Error(err))
 	} else {

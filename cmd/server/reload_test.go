@@ -161,3 +161,47 @@ func TestServerReloads(t *testing.T) {
 	}
 	waitTrue(t, 5*time.Second, func() bool { return limit() == 30 })
 }
+
+// TestRulesFileWrittenInTwoPieces writes a rules file in place in two
+// pieces 1.5 s apart; the first piece alone parses (requests_per_unit 5
+// of the final 50). The half-written file is never live: the limit goes
+// from 10 straight to 50.
+func TestRulesFileWrittenInTwoPieces(t *testing.T) {
+	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)}, "--drain", "0s")
+	limit := func() uint32 {
+		resp, err := s.service.decide(context.Background(), rlsRequest("r", "k", "v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "r.yaml"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 5"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]int{}
+	second := time.Now().Add(1500 * time.Millisecond)
+	deadline := second.Add(10 * time.Second)
+	wrote := false
+	for time.Now().Before(deadline) {
+		if !wrote && time.Now().After(second) {
+			if _, err := f.WriteString("0\n"); err != nil {
+				t.Fatal(err)
+			}
+			wrote = true
+		}
+		n := limit()
+		seen[n]++
+		if n == 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if seen[5] != 0 || seen[50] == 0 {
+		t.Fatalf("limits seen (value: times): %v; want 10 then 50, never the half-written 5", seen)
+	}
+}

@@ -44,6 +44,7 @@ type server struct {
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
+	serving          atomic.Bool     // Open got as far as serving: Close drains
 	life             context.Context // until Close
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
@@ -74,7 +75,8 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if s.metrics, err = newMetrics(s.registry, o.admin.nearRatio); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	if err := registerCache(st, s.registry); err != nil {
+	s.metrics.detailed.max = o.admin.maxDetailed
+	if err := registerStoreMetrics(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	if s.ref, err = newRefMetrics(o.refStats, s.limiter, o.admin.nearRatio, s.registry, log.Named("refstats")); err != nil {
@@ -96,7 +98,7 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.http = &http.Server{Handler: s.tracing.http(s.httpHandler()), ReadHeaderTimeout: 5 * time.Second}
+	s.http = newHTTPServer(s.tracing.http(s.httpHandler()), o.admin.timeouts, o.admin.timeouts.write)
 	return s, nil
 }
 
@@ -138,6 +140,7 @@ func (s *server) Open(ctx context.Context) error {
 }
 
 func (s *server) serve() {
+	s.serving.Store(true)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -168,7 +171,7 @@ func (s *server) Close(ctx context.Context) error {
 	if s.xds != nil {
 		s.xds.Close()
 	}
-	if s.opts.drain > 0 && s.grpcLis != nil {
+	if s.opts.drain > 0 && s.serving.Load() {
 		time.Sleep(s.opts.drain)
 	}
 	if s.grpcLis != nil {

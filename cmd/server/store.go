@@ -28,7 +28,7 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		if err := o.redis.validate(o.redisURL); err != nil {
 			return nil, err
 		}
-		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery}), nil
+		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery, MaxKeys: o.memoryMaxKeys}), nil
 	}
 	var (
 		under limiter.Store
@@ -50,13 +50,17 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
 		Cooldown: o.breakerCool,
-		// The probe answers a caller: it gets no longer than any request.
+		// A store that answers a PING only past --store-timeout would
+		// fail the requests again: it is not back yet.
 		ProbeTimeout: o.storeTimeout,
 		OnChange: func(from, to breaker.State) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, open: open}
+	g := &guarded{AtomicStore: b, breaker: b, open: func(ctx context.Context) error {
+		_ = b.Open(ctx) // ties the breaker's prober to the store's life
+		return open(ctx)
+	}}
 	if n := o.cacheBytes / cacheEntryBytes; n > 0 {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
@@ -66,11 +70,22 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 	return g, nil
 }
 
-// registerCache exports the over-limit cache's counters on reg, if st has
-// a cache.
-func registerCache(st openStore, reg prometheus.Registerer) error {
+// registerStoreMetrics exports the embedded store's gauges, or the
+// over-limit cache's counters and the circuit breaker's state, on reg.
+func registerStoreMetrics(st openStore, reg prometheus.Registerer) error {
+	if m, ok := st.(*store.Memory); ok {
+		return registerMemory(m, reg)
+	}
 	g, ok := st.(*guarded)
-	if !ok || g.cache == nil {
+	if !ok {
+		return nil
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_store_breaker_state",
+		Help: "The store's circuit breaker: 0 closed, 1 open (requests get the --on-store-error answer at once), 2 open with a probe in flight."},
+		func() float64 { return float64(g.breaker.State()) })); err != nil {
+		return err
+	}
+	if g.cache == nil {
 		return nil
 	}
 	stat := func(f func(overlimit.Stats) float64) func() float64 {
@@ -86,6 +101,23 @@ func registerCache(st openStore, reg prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_local_cache_entries",
 			Help: "Keys held by the local over-limit cache, expired ones not yet dropped included."},
 			stat(func(s overlimit.Stats) float64 { return float64(s.Entries) })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerMemory exports the embedded store's entries and refusals.
+func registerMemory(m *store.Memory, reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_memory_keys",
+			Help: "Embedded store: windows and buckets held, expired ones not yet swept included (bounded by --memory-max-keys)."},
+			func() float64 { return float64(m.Stats().Keys) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_memory_refused_total",
+			Help: "Embedded store: requests refused as store errors because --memory-max-keys windows and buckets were held."},
+			func() float64 { return float64(m.Stats().Refused) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
@@ -124,8 +156,9 @@ func newRedisMux(o options, log *zap.Logger) (*store.RedisMux, error) {
 // when there is one, opened through to the store.
 type guarded struct {
 	limiter.AtomicStore
-	open  func(context.Context) error
-	cache *overlimit.Cache // nil without --local-cache-size-in-bytes
+	breaker *breaker.Breaker
+	open    func(context.Context) error
+	cache   *overlimit.Cache // nil without --local-cache-size-in-bytes
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }

@@ -10,17 +10,19 @@ import (
 var _ limiter.AtomicStore = (*Breaker)(nil)
 
 // TakeAll forwards to the store's TakeAll unless the circuit is open, and
-// counts the outcome as Take does. A store that cannot decide all or
-// nothing answers limiter.ErrNotAtomic, which leaves the circuit alone.
+// counts the outcome as Take does: Take and TakeAll calls share one count
+// of independent failures. A store that cannot decide all or nothing
+// answers limiter.ErrNotAtomic, which leaves the circuit alone.
 func (b *Breaker) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	all, ok := b.store.(limiter.AtomicStore)
 	if !ok {
 		return fmt.Errorf("breaker: %T: %w", b.store, limiter.ErrNotAtomic)
 	}
-	if err := b.admit(ctx); err != nil {
+	ticket, err := b.admit()
+	if err != nil {
 		return err
 	}
-	err := all.TakeAll(ctx, ops, results)
-	b.record(err)
+	err = all.TakeAll(ctx, ops, results)
+	b.record(ticket, err)
 	return err
 }

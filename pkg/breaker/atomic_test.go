@@ -10,16 +10,17 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// flakyAll is a flaky store that also decides all or nothing.
-type flakyAll struct {
-	flaky
+// gateAll is a gate that also decides all or nothing; TakeAll answers by
+// the store's health at once.
+type gateAll struct {
+	*gate
 	all int
 }
 
-func (f *flakyAll) TakeAll(context.Context, []limiter.Op, []limiter.Result) error {
-	f.all++
-	if f.down {
-		return limiter.ErrUnavailable
+func (g *gateAll) TakeAll(context.Context, []limiter.Op, []limiter.Result) error {
+	g.all++
+	if g.down.Load() {
+		return errReset
 	}
 	return nil
 }
@@ -29,14 +30,17 @@ func (f *flakyAll) TakeAll(context.Context, []limiter.Op, []limiter.Result) erro
 // ErrNotAtomic and leaves the circuit closed.
 func TestBreakerTakeAll(t *testing.T) {
 	ctx := context.Background()
-	store := &flakyAll{}
+	store := &gateAll{gate: newGate()}
 	b := breaker.New(store, breaker.Options{Failures: 2, Cooldown: time.Hour})
-	if err := b.TakeAll(ctx, nil, nil); err != nil || store.all != 1 || store.takes != 0 {
-		t.Fatalf("TakeAll = %v; store saw %d TakeAll, %d Take", err, store.all, store.takes)
+	defer b.Close()
+	if err := b.TakeAll(ctx, nil, nil); err != nil || store.all != 1 || store.takes.Load() != 0 {
+		t.Fatalf("TakeAll = %v; store saw %d TakeAll, %d Take", err, store.all, store.takes.Load())
 	}
-	store.down = true
+	store.down.Store(true)
 	_ = b.TakeAll(ctx, nil, nil)
-	_ = b.Take(ctx, nil, nil)
+	c := &call{settle: make(chan error, 1)}
+	c.settle <- errReset
+	_ = b.Take(context.WithValue(ctx, callKey{}, c), nil, nil)
 	if b.State() != breaker.Open {
 		t.Fatalf("state %v after two failures, one of each kind", b.State())
 	}
@@ -44,7 +48,8 @@ func TestBreakerTakeAll(t *testing.T) {
 		t.Errorf("TakeAll with the circuit open = %v after %d store calls", err, store.all)
 	}
 
-	plain := breaker.New(&flaky{}, breaker.Options{Failures: 1})
+	plain := breaker.New(newGate(), breaker.Options{Failures: 1})
+	defer plain.Close()
 	for range 3 {
 		if err := plain.TakeAll(ctx, nil, nil); !errors.Is(err, limiter.ErrNotAtomic) {
 			t.Fatalf("TakeAll on a plain store = %v, want ErrNotAtomic", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -17,148 +18,225 @@ import (
 var ErrOpen = fmt.Errorf("circuit open: %w", limiter.ErrUnavailable)
 
 // State is the breaker's state.
-type State int
+type State int32
 
 // States.
 const (
 	Closed   State = iota // calls go through
-	Open                  // calls fail at once
-	HalfOpen              // one probe is checking the store
+	Open                  // calls fail at once; a probe comes every Cooldown
+	HalfOpen              // open, and a probe is checking the store
 )
 
 func (s State) String() string {
-	return [...]string{"closed", "open", "half-open"}[s]
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
 }
 
-// Options configure a Breaker.
+// Defaults of Options.
+const (
+	DefaultFailures     = 5
+	DefaultCooldown     = 500 * time.Millisecond
+	DefaultProbeTimeout = 100 * time.Millisecond
+)
+
+// Options configure a Breaker. Zero values take the defaults.
 type Options struct {
-	// Failures is how many consecutive failed calls open the circuit
-	// (default 5).
+	// Failures is how many independent failures in a row open the
+	// circuit (see Breaker). Default DefaultFailures.
 	Failures int
-	// Cooldown is how long the circuit stays open before a probe
-	// (default 1s).
+	// Cooldown is the interval between the background probes of an open
+	// circuit: the first comes Cooldown after the circuit opens. Default
+	// DefaultCooldown.
 	Cooldown time.Duration
-	// ProbeTimeout bounds the probe's Ping (default 100ms).
+	// ProbeTimeout bounds each probe's Ping. Default DefaultProbeTimeout.
 	ProbeTimeout time.Duration
-	// Now is the clock (default time.Now).
-	Now func() time.Time
-	// OnChange, if set, is called (outside the lock) on every state change.
+	// After is the clock the prober waits on (default time.After).
+	After func(time.Duration) <-chan time.Time
+	// OnChange, if set, is called when the circuit opens (Closed to Open)
+	// and when it closes again (Open to Closed), outside any lock and
+	// never twice at once for one Breaker. Probes that fail do not call it.
 	OnChange func(from, to State)
 }
 
-// Breaker is a limiter.Store that forwards to another until it fails
-// Failures times in a row; then it fails calls at once with ErrOpen for
-// Cooldown, after which one caller probes the store with Ping: success
-// closes the circuit, failure opens it for another Cooldown. It is safe
-// for concurrent use.
+// Breaker is a limiter.Store that forwards to another until the other is
+// known to be down, then answers ErrOpen at once until a background probe
+// finds it answering again. It is safe for concurrent use.
+//
+// The circuit opens on evidence that the store is down, not on one burst:
+// it opens after Options.Failures independent failures in a row, where a
+// failure is independent when its call started after the last failure
+// that was counted. Calls that were in flight together when one
+// connection reset, or one stall of the store, fail together and count
+// once; a call that succeeds resets the count. A store that is down fails
+// every call, so the count grows by one at least every time a call can
+// fail (a refused connection: at once; a frozen store: once per store
+// timeout), and the circuit opens after Failures of them. A caller's own
+// cancellation (context.Canceled) and limiter.ErrNotAtomic (a wiring
+// mistake) are no evidence either way; any other error is a failure.
+//
+// While the circuit is open, every call answers ErrOpen without touching
+// the store, and a goroutine of the Breaker's own pings the store every
+// Cooldown, each Ping bounded by ProbeTimeout. The first Ping that
+// succeeds closes the circuit, traffic or not; calls admitted from then on
+// go to the store. No caller ever waits for a probe. The prober exists only
+// while the circuit is open; Close stops it.
 type Breaker struct {
 	store limiter.Store
 	opts  Options
 
-	mu       sync.Mutex
-	state    State
-	failures int
-	openedAt time.Time
+	state atomic.Int32  // a State: read on every call
+	gen   atomic.Uint64 // failures counted so far, ever: a call's ticket
+	fails atomic.Int64  // failures counted since the last success
+
+	mu     sync.Mutex // guards the transitions, life and closed
+	change sync.Mutex // serialises OnChange calls
+	life   context.Context
+	cancel context.CancelFunc
+	closed bool
+	wg     sync.WaitGroup
 }
 
 var _ limiter.Store = (*Breaker)(nil)
 
-// New wraps store.
+// New wraps store. It starts nothing.
 func New(store limiter.Store, opts Options) *Breaker {
 	if opts.Failures <= 0 {
-		opts.Failures = 5
+		opts.Failures = DefaultFailures
 	}
 	if opts.Cooldown <= 0 {
-		opts.Cooldown = time.Second
+		opts.Cooldown = DefaultCooldown
 	}
 	if opts.ProbeTimeout <= 0 {
-		opts.ProbeTimeout = 100 * time.Millisecond
+		opts.ProbeTimeout = DefaultProbeTimeout
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.After == nil {
+		opts.After = time.After
 	}
-	return &Breaker{store: store, opts: opts}
+	b := &Breaker{store: store, opts: opts}
+	b.life, b.cancel = context.WithCancel(context.Background())
+	return b
 }
 
-// State returns the current state.
-func (b *Breaker) State() State {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state
-}
-
-// Take forwards to the store unless the circuit is open.
-func (b *Breaker) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if err := b.admit(ctx); err != nil {
-		return err
-	}
-	err := b.store.Take(ctx, ops, results)
-	b.record(err)
-	return err
-}
-
-// admit decides whether a call may go to the store, probing it when the
-// cooldown has passed.
-func (b *Breaker) admit(ctx context.Context) error {
-	b.mu.Lock()
-	switch {
-	case b.state == Closed:
-		b.mu.Unlock()
-		return nil
-	case b.state == HalfOpen || b.opts.Now().Sub(b.openedAt) < b.opts.Cooldown:
-		b.mu.Unlock()
-		return ErrOpen
-	}
-	b.state = HalfOpen
-	b.mu.Unlock()
-	b.notify(Open, HalfOpen)
-
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.ProbeTimeout)
-	err := b.store.Ping(pctx)
-	cancel()
-	b.mu.Lock()
-	if err != nil {
-		b.state, b.openedAt = Open, b.opts.Now()
-		b.mu.Unlock()
-		b.notify(HalfOpen, Open)
-		return ErrOpen
-	}
-	b.state, b.failures = Closed, 0
-	b.mu.Unlock()
-	b.notify(HalfOpen, Closed)
+// Open ties the prober's lifetime to ctx as well: when ctx ends, an open
+// circuit stops probing (and stays open). It opens nothing else and may be
+// left out; Close stops the prober either way.
+func (b *Breaker) Open(ctx context.Context) error {
+	context.AfterFunc(ctx, b.cancel)
 	return nil
 }
 
-// record counts a call's outcome. Only store failures count: a caller's
-// own cancellation says nothing about the store.
-func (b *Breaker) record(err error) {
-	if err != nil && errors.Is(err, context.Canceled) {
-		return
+// State returns the current state, for metrics.
+func (b *Breaker) State() State { return State(b.state.Load()) }
+
+func (b *Breaker) setState(s State) { b.state.Store(int32(s)) }
+
+// Take forwards to the store unless the circuit is open.
+func (b *Breaker) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	ticket, err := b.admit()
+	if err != nil {
+		return err
 	}
-	b.mu.Lock()
-	if err == nil {
-		b.failures = 0
-		b.mu.Unlock()
-		return
-	}
-	b.failures++
-	if b.state != Closed || b.failures < b.opts.Failures {
-		b.mu.Unlock()
-		return
-	}
-	b.state, b.openedAt = Open, b.opts.Now()
-	b.mu.Unlock()
-	b.notify(Closed, Open)
+	err = b.store.Take(ctx, ops, results)
+	b.record(ticket, err)
+	return err
 }
 
-func (b *Breaker) notify(from, to State) {
-	if b.opts.OnChange != nil {
-		b.opts.OnChange(from, to)
+// admit lets a call through while the circuit is closed, and returns its
+// ticket: the number of failures counted when it started.
+func (b *Breaker) admit() (uint64, error) {
+	if b.State() != Closed {
+		return 0, ErrOpen
 	}
+	return b.gen.Load(), nil
+}
+
+// record counts the outcome of a call admitted with ticket. A failure
+// counts only when no other failure was counted since the call started.
+func (b *Breaker) record(ticket uint64, err error) {
+	switch {
+	case err == nil:
+		if b.fails.Load() != 0 {
+			b.fails.Store(0)
+		}
+	case errors.Is(err, context.Canceled), errors.Is(err, limiter.ErrNotAtomic):
+		// The caller's doing or a wiring mistake: no evidence either way.
+	case b.gen.CompareAndSwap(ticket, ticket+1):
+		if b.fails.Add(1) >= int64(b.opts.Failures) {
+			b.trip()
+		}
+	}
+}
+
+// trip opens a closed circuit and starts its prober.
+func (b *Breaker) trip() {
+	b.mu.Lock()
+	if b.State() != Closed || b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.setState(Open)
+	b.wg.Add(1)
+	go b.probe(b.life)
+	b.notifyUnlock(Closed, Open)
+}
+
+// probe pings the store every Cooldown until a Ping succeeds, then closes
+// the circuit. It returns early when ctx ends.
+func (b *Breaker) probe(ctx context.Context) {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.opts.After(b.opts.Cooldown):
+		}
+		b.setState(HalfOpen)
+		pctx, cancel := context.WithTimeout(ctx, b.opts.ProbeTimeout)
+		err := b.store.Ping(pctx)
+		cancel()
+		if err != nil {
+			b.setState(Open)
+			continue
+		}
+		b.mu.Lock()
+		b.fails.Store(0)
+		b.setState(Closed)
+		b.notifyUnlock(Open, Closed)
+		return
+	}
+}
+
+// notifyUnlock releases b.mu and reports a transition made under it.
+// Taking b.change before releasing b.mu keeps the reports in the order of
+// the transitions.
+func (b *Breaker) notifyUnlock(from, to State) {
+	if b.opts.OnChange == nil {
+		b.mu.Unlock()
+		return
+	}
+	b.change.Lock()
+	b.mu.Unlock()
+	defer b.change.Unlock()
+	b.opts.OnChange(from, to)
 }
 
 // Ping forwards to the store: health checks see the store itself.
 func (b *Breaker) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
-// Close closes the store.
-func (b *Breaker) Close() error { return b.store.Close() }
+// Close stops the prober, waits for it (a Ping in progress is cancelled)
+// and closes the store. A circuit open at Close stays open.
+func (b *Breaker) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return b.store.Close()
+}

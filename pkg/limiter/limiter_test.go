@@ -67,3 +67,57 @@ func TestCheckIntoReusesResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestDescriptorWithoutEntries: a descriptor with no entries is answered
+// on its own, as envoyproxy/ratelimit does: OK without a limit, while the
+// request's other descriptors are decided as usual; with a limit
+// override, the override applies to one key of the domain. Plain and
+// all-or-nothing requests alike.
+func TestDescriptorWithoutEntries(t *testing.T) {
+	set := mustSet(t, descriptors.DomainConfig{Name: "d", Descriptors: []descriptors.Descriptor{
+		{Key: "k", Limit: &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: 1}},
+	}})
+	type want struct {
+		overall limiter.Code
+		codes   []limiter.Code
+		limited []bool // a limit applied
+	}
+	empty := limiter.Descriptor[descriptors.Entry]{}
+	override := limiter.Descriptor[descriptors.Entry]{Override: &limiter.Override{RequestsPerUnit: 1, Unit: descriptors.Hour}}
+	k := limiter.Descriptor[descriptors.Entry]{Entries: []descriptors.Entry{{Key: "k", Value: "v"}}}
+	steps := []struct {
+		name  string
+		descs []limiter.Descriptor[descriptors.Entry]
+		want  want
+	}{
+		{"alone", []limiter.Descriptor[descriptors.Entry]{empty}, want{limiter.OK, []limiter.Code{limiter.OK}, []bool{false}}},
+		{"beside a limited one", []limiter.Descriptor[descriptors.Entry]{empty, k},
+			want{limiter.OK, []limiter.Code{limiter.OK, limiter.OK}, []bool{false, true}}},
+		{"the limited one is enforced", []limiter.Descriptor[descriptors.Entry]{empty, k},
+			want{limiter.OverLimit, []limiter.Code{limiter.OK, limiter.OverLimit}, []bool{false, true}}},
+		{"override, first hit", []limiter.Descriptor[descriptors.Entry]{override},
+			want{limiter.OK, []limiter.Code{limiter.OK}, []bool{true}}},
+		{"override, second hit", []limiter.Descriptor[descriptors.Entry]{override, empty},
+			want{limiter.OverLimit, []limiter.Code{limiter.OverLimit, limiter.OK}, []bool{true, false}}},
+	}
+	for _, atomic := range []bool{false, true} {
+		m := store.NewMemory(store.MemoryOptions{})
+		t.Cleanup(func() { _ = m.Close() })
+		l := limiter.New(m, limiter.Options{Atomic: atomic})
+		l.SetRules(set)
+		for _, s := range steps {
+			resp, err := limiter.Check(context.Background(), l, &limiter.Request[descriptors.Entry]{Domain: "d", Descriptors: s.descs})
+			if err != nil {
+				t.Fatalf("atomic %v, %s: %v", atomic, s.name, err)
+			}
+			got := want{overall: resp.Code}
+			for _, st := range resp.Statuses {
+				got.codes = append(got.codes, st.Code)
+				got.limited = append(got.limited, st.Limit != nil)
+			}
+			if !reflect.DeepEqual(got, s.want) {
+				t.Errorf("atomic %v, %s: %+v, want %+v", atomic, s.name, got, s.want)
+			}
+		}
+	}
+}

@@ -104,10 +104,12 @@ func (lim Limits) validate(domain string, n int) error {
 	return nil
 }
 
+// validateDescriptor checks descriptor i of a request. A descriptor with
+// no entries is valid, as in envoyproxy/ratelimit: it matches no rule and
+// answers OK on its own, so that the request's other descriptors are still
+// decided; with a limit override, the override applies to a key of the
+// domain alone.
 func validateDescriptor[E descriptors.KV](lim Limits, i int, d *Descriptor[E]) error {
-	if len(d.Entries) == 0 {
-		return invalid("descriptor %d has no entries", i)
-	}
 	if lim.MaxEntries > 0 && len(d.Entries) > lim.MaxEntries {
 		return invalid("descriptor %d has %d entries, more than the limit of %d", i, len(d.Entries), lim.MaxEntries)
 	}

@@ -3,8 +3,12 @@ package reload
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -18,6 +22,7 @@ const (
 	DefaultDebounce = 100 * time.Millisecond
 	DefaultMaxDelay = time.Second
 	DefaultRewatch  = time.Second
+	DefaultSettle   = 2 * time.Second
 )
 
 // Causes passed to a Func.
@@ -48,6 +53,17 @@ type Options struct {
 	// Rewatch is how often to try to watch the directory again after it
 	// was removed or renamed.
 	Rewatch time.Duration
+	// Settle is how long the directory must stay unchanged after a file
+	// was written in place before a reload (see Watcher).
+	Settle time.Duration
+	// Loaded reports whether the directory entry name (a base name) is
+	// one the Func loads; writes to other entries, such as the temporary
+	// file of an atomic rename, need not settle. Default: every entry.
+	Loaded func(name string) bool
+	// Fingerprint returns the state of the files the Func loads; equal
+	// values mean unchanged files. Default: a SHA-256 of the names and
+	// contents of the directory's regular files, symlinks followed.
+	Fingerprint func() (string, error)
 }
 
 // Watcher calls a Func when a directory's entries change: writes,
@@ -56,6 +72,15 @@ type Options struct {
 // files, so that files replaced by rename or symlink swap stay watched.
 // Changes to files outside the directory (the targets of symlinks that
 // point elsewhere) are not seen; Trigger covers those.
+//
+// Atomic replacements (a file created or renamed into place, a removal, a
+// symlink swap) reload after Debounce of quiet, at most MaxDelay after the
+// first event of a burst. A write in place to a loaded file may be one of
+// several pieces, so a burst that has one reloads only once the directory
+// has been quiet for Debounce and then kept the same Fingerprint for
+// Settle: a file written in two pieces less than Settle apart is never
+// loaded half-written. Such a burst is not bounded by MaxDelay: files
+// written without pause never reload (Trigger still does).
 //
 // New starts nothing; Open starts watching; Close stops. A Watcher is not
 // reusable after Close.
@@ -82,8 +107,18 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 	if opts.Rewatch <= 0 {
 		opts.Rewatch = DefaultRewatch
 	}
+	if opts.Settle <= 0 {
+		opts.Settle = DefaultSettle
+	}
+	dir = filepath.Clean(dir)
+	if opts.Loaded == nil {
+		opts.Loaded = func(string) bool { return true }
+	}
+	if opts.Fingerprint == nil {
+		opts.Fingerprint = func() (string, error) { return fingerprint(dir) }
+	}
 	return &Watcher{
-		dir:  filepath.Clean(dir),
+		dir:  dir,
 		fn:   fn,
 		opts: opts,
 		log:  log,
@@ -145,6 +180,9 @@ func (w *Watcher) run(ctx context.Context) {
 	defer debounce.Stop()
 	var (
 		burst   time.Time    // first event of the pending burst; zero if none
+		inPlace bool         // the pending burst wrote a loaded file in place
+		settled string       // fingerprint at the start of the settle time
+		settle  bool         // settled is set: the settle time runs
 		rewatch *time.Ticker // non-nil while the directory is not watched
 		retry   <-chan time.Time
 	)
@@ -158,11 +196,16 @@ func (w *Watcher) run(ctx context.Context) {
 		if burst.IsZero() {
 			burst = now
 		}
+		if inPlace {
+			settle = false
+			debounce.Reset(w.opts.Debounce)
+			return
+		}
 		debounce.Reset(max(0, min(w.opts.Debounce, w.opts.MaxDelay-now.Sub(burst))))
 	}
 	reload := func(cause string) {
 		debounce.Stop()
-		burst = time.Time{}
+		burst, inPlace, settle = time.Time{}, false, false
 		w.fn(ctx, cause)
 	}
 	for {
@@ -181,6 +224,11 @@ func (w *Watcher) run(ctx context.Context) {
 				rewatch = time.NewTicker(w.opts.Rewatch)
 				retry = rewatch.C
 			}
+			if ev.Has(fsnotify.Write) && w.opts.Loaded(filepath.Base(ev.Name)) && !inPlace {
+				inPlace = true
+				w.log.Debug("rules file written in place; reloading once the directory settles",
+					zap.String("file", ev.Name), zap.Duration("settle", w.opts.Settle))
+			}
 			schedule()
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
@@ -188,12 +236,23 @@ func (w *Watcher) run(ctx context.Context) {
 			}
 			w.log.Warn("watching rules directory", zap.String("dir", w.dir), zap.Error(err))
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				schedule() // events were lost: look again
+				inPlace = true // events were lost, writes maybe: look again once settled
+				schedule()
 			}
 		case <-w.kick:
 			reload(CauseTrigger)
 		case <-debounce.C:
-			reload(CauseChange)
+			if !inPlace {
+				reload(CauseChange)
+				continue
+			}
+			fp, err := w.opts.Fingerprint()
+			if err != nil || (settle && fp == settled) {
+				reload(CauseChange) // on error, the load reports what is wrong
+				continue
+			}
+			settled, settle = fp, true
+			debounce.Reset(w.opts.Settle)
 		case <-retry:
 			if err := w.fsw.Add(w.dir); err != nil {
 				continue
@@ -216,4 +275,33 @@ func relevant(ev fsnotify.Event) bool {
 // lost reports whether ev removed the watch on the directory itself.
 func (w *Watcher) lost(ev fsnotify.Event) bool {
 	return filepath.Clean(ev.Name) == w.dir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
+}
+
+// fingerprint is the default Options.Fingerprint: a SHA-256 over the names
+// and contents of dir's regular files (symlinks followed), in directory
+// order, each length-prefixed.
+func fingerprint(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	var n [8]byte
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(path)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // gone since ReadDir, dangling, or not a file
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		for _, part := range [][]byte{[]byte(e.Name()), b} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write(part)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -2,8 +2,11 @@ package reload_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 
 const (
 	debounce = 30 * time.Millisecond
+	// settle is the tests' Settle: in-place writes reload after it.
+	settle = 100 * time.Millisecond
 	// patience bounds how long a test waits for a reload that must come.
 	patience = 3 * time.Second
 	// quiet is how long a test waits to be sure that no reload comes.
@@ -26,6 +31,9 @@ func watch(t *testing.T, dir string, opts reload.Options) (*reload.Watcher, <-ch
 	causes := make(chan string, 100)
 	if opts.Debounce == 0 {
 		opts.Debounce = debounce
+	}
+	if opts.Settle == 0 {
+		opts.Settle = settle
 	}
 	w := reload.New(dir, func(ctx context.Context, cause string) { causes <- cause }, opts, zaptest.NewLogger(t))
 	if err := w.Open(context.Background()); err != nil {
@@ -57,6 +65,17 @@ func expectNone(t *testing.T, causes <-chan string) {
 	case got := <-causes:
 		t.Fatalf("unexpected reload (%s)", got)
 	case <-time.After(quiet):
+	}
+}
+
+// replace writes path atomically: a temporary dotfile beside it, renamed
+// into place.
+func replace(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	write(t, tmp, body)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -133,13 +152,15 @@ func TestBurstMakesOneReload(t *testing.T) {
 	expectNone(t, causes)
 }
 
+// TestMaxDelayBoundsAStream: a steady stream of atomic replacements (new
+// files here) reloads within MaxDelay.
 func TestMaxDelayBoundsAStream(t *testing.T) {
 	dir := t.TempDir()
-	_, causes := watch(t, dir, reload.Options{Debounce: 100 * time.Millisecond, MaxDelay: 200 * time.Millisecond})
+	_, causes := watch(t, dir, reload.Options{Debounce: 100 * time.Millisecond, MaxDelay: 200 * time.Millisecond, Loaded: rulesOnly})
 	stop := time.Now().Add(time.Second)
 	reloaded := false
-	for time.Now().Before(stop) && !reloaded {
-		write(t, filepath.Join(dir, "a.yaml"), time.Now().String())
+	for i := 0; time.Now().Before(stop) && !reloaded; i++ {
+		replace(t, filepath.Join(dir, fmt.Sprintf("a%d.yaml", i)), time.Now().String())
 		select {
 		case <-causes:
 			reloaded = true
@@ -275,4 +296,110 @@ func TestCloseIsIdempotent(t *testing.T) {
 		}
 	}
 	w.Trigger() // no-op after Close
+}
+
+// rulesOnly is the Loaded of the server: dotfiles are not loaded.
+func rulesOnly(name string) bool { return !strings.HasPrefix(name, ".") }
+
+// TestInPlaceWritesSettle writes a file in two pieces, a while apart but
+// less than Settle: the only reload sees the whole file.
+func TestInPlaceWritesSettle(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.yaml")
+	write(t, path, "old")
+	seen := make(chan string, 10)
+	w := reload.New(dir, func(ctx context.Context, cause string) {
+		b, _ := os.ReadFile(path)
+		seen <- string(b)
+	}, reload.Options{Debounce: debounce, Settle: 500 * time.Millisecond, Loaded: rulesOnly}, zaptest.NewLogger(t))
+	if err := w.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("first half, "); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // past Debounce, within Settle
+	if _, err := f.WriteString("second half"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-seen:
+		if got != "first half, second half" {
+			t.Fatalf("reload saw %q", got)
+		}
+	case <-time.After(patience):
+		t.Fatal("no reload")
+	}
+	select {
+	case got := <-seen:
+		t.Fatalf("second reload saw %q", got)
+	case <-time.After(700 * time.Millisecond):
+	}
+}
+
+// TestAtomicReplacementsSkipSettle: with a Settle far longer than the
+// test, creates, renames into place (from a temporary dotfile written in
+// the directory), removals and ConfigMap swaps reload after the debounce.
+func TestAtomicReplacementsSkipSettle(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(t *testing.T, dir string)
+	}{
+		{"create", func(t *testing.T, dir string) { replace(t, filepath.Join(dir, "b.yaml"), "x") }},
+		{"rename into place", func(t *testing.T, dir string) { replace(t, filepath.Join(dir, "a.yaml"), "y") }},
+		{"remove", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, filepath.Join(dir, "a.yaml"), "x")
+			_, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
+			tc.change(t, dir)
+			expect(t, causes, reload.CauseChange)
+			expectNone(t, causes)
+		})
+	}
+}
+
+// TestInPlaceWriteWaitsForSettle: an in-place write does not reload before
+// Settle; Trigger still does.
+func TestInPlaceWriteWaitsForSettle(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "x")
+	w, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
+	write(t, filepath.Join(dir, "a.yaml"), "y")
+	expectNone(t, causes)
+	w.Trigger()
+	expect(t, causes, reload.CauseTrigger)
+	expectNone(t, causes)
+}
+
+// TestSettleComparesFingerprints: a directory whose fingerprint changes
+// without events (writes fsnotify does not report, such as through mmap)
+// reloads only once two fingerprints Settle apart agree.
+func TestSettleComparesFingerprints(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "x")
+	var calls atomic.Int32
+	_, causes := watch(t, dir, reload.Options{Settle: 50 * time.Millisecond, Fingerprint: func() (string, error) {
+		n := calls.Add(1)
+		return fmt.Sprint(min(n, 4)), nil // changes three times, then holds
+	}})
+	write(t, filepath.Join(dir, "a.yaml"), "y")
+	expect(t, causes, reload.CauseChange)
+	if n := calls.Load(); n != 5 {
+		t.Fatalf("reloaded after %d fingerprints, want 5 (4 then 4 again)", n)
+	}
+	expectNone(t, causes)
 }

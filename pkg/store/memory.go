@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -29,6 +30,9 @@ type MemoryOptions struct {
 	// SweepInterval is how often the janitor started by Open removes
 	// expired state. The default is DefaultSweepInterval.
 	SweepInterval time.Duration
+	// MaxKeys bounds the entries held (window counters plus token
+	// buckets; see Memory); 0 means no bound.
+	MaxKeys int
 }
 
 // Memory is a limiter.Store that keeps its state in process, for a single
@@ -39,10 +43,28 @@ type MemoryOptions struct {
 // State that has expired is dropped when it is next touched, and by a
 // janitor that Open starts and Close stops; without Open, state for keys
 // that are never used again stays until Sweep is called.
+//
+// With MaxKeys, the store holds about that many entries at most (a key's
+// fixed window or bucket is one entry, a sliding window two). When it is
+// full, the window that ended is dropped when the next window of its key
+// is stored, and a call that would add an entry first sweeps expired
+// state (at most once a second); if the store is still full, the call
+// fails with
+// an error wrapping ErrFull and limiter.ErrUnavailable, and decides
+// nothing, so that the server's failure policy answers it. Calls on the
+// entries held keep working. Live counters are never evicted: that would
+// admit hits their limit had already counted. Calls in flight when the
+// store fills may add their entries past MaxKeys.
 type Memory struct {
 	now   func() time.Time
 	every time.Duration
 	seed  maphash.Seed
+	max   int64
+
+	keys    atomic.Int64 // entries held
+	refused atomic.Int64 // calls refused because the store was full
+	sweepMu sync.Mutex   // serialises the sweeps of a full store
+	swept   time.Time    // last sweep of a full store, by the store's clock
 
 	shards [memShards]memShard
 
@@ -57,7 +79,9 @@ type memShard struct {
 	mu      sync.Mutex
 	windows map[windowKey]counter
 	buckets map[string]bucket
-	_       [40]byte // keep shards on separate cache lines
+	keys    *atomic.Int64 // the Memory's count of entries; nil for TakeAll's scratch
+	max     int64         // the Memory's MaxKeys; 0 for none
+	_       [24]byte      // keep shards on separate cache lines
 }
 
 // windowKey names a window counter: the Redis key is base + start/1000.
@@ -78,7 +102,7 @@ type bucket struct {
 // NewMemory returns an empty Memory. It starts no goroutines; call Open to
 // start the janitor.
 func NewMemory(opts MemoryOptions) *Memory {
-	m := &Memory{now: opts.Now, every: opts.SweepInterval, seed: maphash.MakeSeed()}
+	m := &Memory{now: opts.Now, every: opts.SweepInterval, seed: maphash.MakeSeed(), max: int64(max(opts.MaxKeys, 0))}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -88,6 +112,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 	for i := range m.shards {
 		m.shards[i].windows = make(map[windowKey]counter)
 		m.shards[i].buckets = make(map[string]bucket)
+		m.shards[i].keys, m.shards[i].max = &m.keys, m.max
 	}
 	return m
 }
@@ -145,19 +170,22 @@ func (m *Memory) Sweep() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
+		n := 0
 		for k, c := range s.windows {
 			if c.expireAt <= now {
 				delete(s.windows, k)
-				removed++
+				n++
 			}
 		}
 		for k, b := range s.buckets {
 			if b.expireAt <= now {
 				delete(s.buckets, k)
-				removed++
+				n++
 			}
 		}
+		s.grew(-int64(n))
 		s.mu.Unlock()
+		removed += n
 	}
 	return removed
 }
@@ -184,6 +212,9 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 	}
 	if err := checkOps(ops, results); err != nil {
 		return err
+	}
+	if err := m.room(ops); err != nil {
+		return fmt.Errorf("memory take: %w", err)
 	}
 	for i := range ops {
 		op := &ops[i]
@@ -213,7 +244,7 @@ func (s *memShard) count(k windowKey, now int64) int64 {
 		return 0
 	}
 	if c.expireAt <= now {
-		delete(s.windows, k)
+		s.dropWindow(k)
 		return 0
 	}
 	return c.n
@@ -230,7 +261,9 @@ func (s *memShard) fixedWindow(op *limiter.Op, now int64) limiter.Result {
 	count := s.count(k, now)
 	if cost > 0 {
 		count = min(count+cost, maxCost)
-		s.windows[k] = counter{n: count, expireAt: ws + w}
+		if s.putWindow(k, counter{n: count, expireAt: ws + w}) && s.full() {
+			s.dropWindow(windowKey{op.Key, ws - w}) // ended: replaced
+		}
 	}
 	if count <= op.Limit {
 		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
@@ -258,8 +291,8 @@ func (s *memShard) slidingWindow(op *limiter.Op, now int64) limiter.Result {
 
 	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
 	if weighted+cost <= limit {
-		if cost > 0 {
-			s.windows[curKey] = counter{n: cur + cost, expireAt: ws + 2*w}
+		if cost > 0 && s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*w}) && s.full() {
+			s.dropWindow(windowKey{op.Key, ws - 2*w}) // ended: replaced
 		}
 		return limiter.Result{Allowed: true, Remaining: limit - weighted - cost, Reset: reset}
 	}
@@ -311,7 +344,7 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 		if b.expireAt > now {
 			t, ts, c = b.t, b.ts, b.c
 		} else {
-			delete(s.buckets, op.Key)
+			s.dropBucket(op.Key)
 		}
 	}
 
@@ -332,9 +365,9 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 			t -= cost
 		}
 		if t >= burst {
-			delete(s.buckets, op.Key)
+			s.dropBucket(op.Key)
 		} else {
-			s.buckets[op.Key] = bucket{t: t, ts: ts, c: c, expireAt: ts + max(fill(t, c), 1)}
+			s.putBucket(op.Key, bucket{t: t, ts: ts, c: c, expireAt: ts + max(fill(t, c), 1)})
 		}
 	}
 

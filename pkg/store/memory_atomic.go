@@ -35,6 +35,9 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 	if len(ops) == 0 {
 		return nil
 	}
+	if err := m.room(ops); err != nil {
+		return fmt.Errorf("memory take all: %w", err)
+	}
 	now := ops[0].Now
 	if now == 0 {
 		now = m.now().UnixMilli()
@@ -59,7 +62,7 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 		clear(stage.buckets)
 		stagePool.Put(stage)
 	}()
-	m.visit(ops, now, func(s *memShard, k windowKey) {
+	m.visit(ops, now, func(s *memShard, k, _ windowKey, _ bool) {
 		if c, ok := s.windows[k]; ok {
 			stage.windows[k] = c
 		}
@@ -83,17 +86,19 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 		return nil
 	}
 
-	m.visit(ops, now, func(s *memShard, k windowKey) {
+	m.visit(ops, now, func(s *memShard, k, ended windowKey, replaces bool) {
 		if c, ok := stage.windows[k]; ok {
-			s.windows[k] = c
+			if s.putWindow(k, c) && replaces && s.full() {
+				s.dropWindow(ended)
+			}
 		} else {
-			delete(s.windows, k)
+			s.dropWindow(k)
 		}
 	}, func(s *memShard, k string) {
 		if b, ok := stage.buckets[k]; ok {
-			s.buckets[k] = b
+			s.putBucket(k, b)
 		} else {
-			delete(s.buckets, k)
+			s.dropBucket(k)
 		}
 	})
 	return nil
@@ -105,18 +110,20 @@ func (m *Memory) shardOf(key string) uint64 {
 
 // visit calls window and bucket for every state an op of ops may read or
 // write at now, with the shard that holds it: a fixed window's counter, a
-// sliding window's current and previous counters, a bucket.
-func (m *Memory) visit(ops []limiter.Op, now int64, window func(*memShard, windowKey), bucket func(*memShard, string)) {
+// sliding window's current and previous counters, a bucket. A current
+// counter comes with the ended one it replaces (replaces true), as Take
+// replaces it.
+func (m *Memory) visit(ops []limiter.Op, now int64, window func(s *memShard, k, ended windowKey, replaces bool), bucket func(*memShard, string)) {
 	for i := range ops {
 		op := &ops[i]
 		s := &m.shards[m.shardOf(op.Key)]
 		ws := now - now%op.Window
 		switch op.Algorithm {
 		case descriptors.FixedWindow:
-			window(s, windowKey{op.Key, ws})
+			window(s, windowKey{op.Key, ws}, windowKey{op.Key, ws - op.Window}, true)
 		case descriptors.SlidingWindow:
-			window(s, windowKey{op.Key, ws})
-			window(s, windowKey{op.Key, ws - op.Window})
+			window(s, windowKey{op.Key, ws}, windowKey{op.Key, ws - 2*op.Window}, true)
+			window(s, windowKey{op.Key, ws - op.Window}, windowKey{}, false)
 		case descriptors.TokenBucket:
 			bucket(s, op.Key)
 		}

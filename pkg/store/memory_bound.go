@@ -1,0 +1,139 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// ErrFull is returned, wrapped with limiter.ErrUnavailable, by a Memory
+// holding MemoryOptions.MaxKeys entries for a call that would add one.
+var ErrFull = errors.New("memory store full: --memory-max-keys entries held")
+
+// fullSweepEvery spaces the sweeps that a full Memory runs for the calls
+// it would refuse.
+const fullSweepEvery = time.Second
+
+// MemoryStats are a Memory's gauges and counters.
+type MemoryStats struct {
+	Keys    int64 // entries held, expired ones not yet dropped included
+	Refused int64 // calls refused because the store was full
+}
+
+// Stats returns the store's gauges and counters. It is cheap and safe for
+// concurrent use.
+func (m *Memory) Stats() MemoryStats {
+	return MemoryStats{Keys: m.keys.Load(), Refused: m.refused.Load()}
+}
+
+// room checks that ops may run: a full store refuses a call that would add
+// an entry, after a sweep of expired state (at most one per
+// fullSweepEvery). Entries added by calls in flight may pass the bound.
+func (m *Memory) room(ops []limiter.Op) error {
+	if !m.full() || !m.grows(ops) {
+		return nil
+	}
+	m.sweepFull()
+	if m.full() && m.grows(ops) {
+		m.refused.Add(1)
+		return fmt.Errorf("%w: %w", limiter.ErrUnavailable, ErrFull)
+	}
+	return nil
+}
+
+func (m *Memory) full() bool { return m.shards[0].full() }
+
+// sweepFull sweeps, unless a sweep of a full store ran within the last
+// fullSweepEvery; concurrent callers wait for one sweep.
+func (m *Memory) sweepFull() {
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	now := m.now()
+	if !m.swept.IsZero() && now.Sub(m.swept) < fullSweepEvery && now.After(m.swept) {
+		return
+	}
+	m.swept = now
+	m.Sweep()
+}
+
+// grows reports whether an op of ops would add an entry to a full store:
+// a charge on a key whose current window (or bucket) is not held and
+// replaces no ended window. Peeks never add one.
+func (m *Memory) grows(ops []limiter.Op) bool {
+	for i := range ops {
+		op := &ops[i]
+		if op.Cost <= 0 {
+			continue
+		}
+		now := op.Now
+		if now == 0 {
+			now = m.now().UnixMilli()
+		}
+		s := &m.shards[m.shardOf(op.Key)]
+		ws := now - now%op.Window
+		s.mu.Lock()
+		var held bool
+		switch op.Algorithm {
+		case descriptors.FixedWindow:
+			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasWindow(windowKey{op.Key, ws - op.Window})
+		case descriptors.SlidingWindow:
+			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasWindow(windowKey{op.Key, ws - 2*op.Window})
+		case descriptors.TokenBucket:
+			_, held = s.buckets[op.Key]
+		}
+		s.mu.Unlock()
+		if !held {
+			return true
+		}
+	}
+	return false
+}
+
+// full reports whether the Memory this shard belongs to holds MaxKeys
+// entries or more; a shard keeps the ended window of a key it replaces
+// only while the store is not full.
+func (s *memShard) full() bool { return s.max > 0 && s.keys.Load() >= s.max }
+
+func (s *memShard) hasWindow(k windowKey) bool {
+	_, ok := s.windows[k]
+	return ok
+}
+
+// putWindow stores k and reports whether it is a new entry.
+func (s *memShard) putWindow(k windowKey, c counter) bool {
+	n := len(s.windows)
+	s.windows[k] = c
+	if len(s.windows) == n {
+		return false
+	}
+	s.grew(1)
+	return true
+}
+
+func (s *memShard) dropWindow(k windowKey) {
+	n := len(s.windows)
+	delete(s.windows, k)
+	s.grew(int64(len(s.windows) - n))
+}
+
+func (s *memShard) putBucket(k string, b bucket) {
+	n := len(s.buckets)
+	s.buckets[k] = b
+	s.grew(int64(len(s.buckets) - n))
+}
+
+func (s *memShard) dropBucket(k string) {
+	n := len(s.buckets)
+	delete(s.buckets, k)
+	s.grew(int64(len(s.buckets) - n))
+}
+
+// grew counts d more entries held (fewer when negative).
+func (s *memShard) grew(d int64) {
+	if s.keys != nil && d != 0 {
+		s.keys.Add(d)
+	}
+}
