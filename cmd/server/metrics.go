@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/breaker"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -38,6 +40,13 @@ type metrics struct {
 	// rules, whose label takes the request's values) counts through the
 	// vecs.
 	series atomic.Pointer[map[*descriptors.Limit]*ruleSeries]
+
+	// unmatched counts descriptors no rule matched, by domain: the
+	// domains of the rules in force, every other one as "other", so
+	// that requests cannot grow the series without bound.
+	unmatched       *prometheus.CounterVec
+	unmatchedByName atomic.Pointer[map[string]prometheus.Counter]
+	unmatchedOther  prometheus.Counter
 
 	duration    prometheus.Histogram
 	requests    *prometheus.CounterVec
@@ -81,6 +90,10 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 			Namespace: "fastlimit", Name: "requests_total",
 			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT or UNAVAILABLE.",
 		}, []string{"code"}),
+		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fastlimit", Name: "unmatched_descriptors_total",
+			Help: "Descriptors that no rule matched (so nothing limited them), by domain; domains without rules count as \"other\".",
+		}, []string{"domain"}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "fastlimit", Name: "global_shadow_mode_total",
 			Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
@@ -115,12 +128,13 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 		m.byCode[c] = m.requests.WithLabelValues(c)
 	}
 	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
+	m.unmatchedOther = m.unmatched.WithLabelValues(otherDomain)
 	for _, r := range []string{"success", "failure"} {
 		m.loads.WithLabelValues(r)
 	}
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
-		m.duration, m.requests, m.storeErrors, m.globalShadow,
+		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
 		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -158,6 +172,9 @@ func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, re
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
+		if st.Limit == nil && !st.Replaced {
+			m.unmatchedIn(domain).Inc()
+		}
 		if st.Limit == nil || st.Hits == 0 {
 			continue
 		}
@@ -241,6 +258,12 @@ func (lc *lazyCounter) get(vec *prometheus.CounterVec, domain, rule string) prom
 // Series already counted keep their values; those of removed rules stay,
 // as they always have.
 func (m *metrics) cacheSeries(set *descriptors.Set) {
+	byName := map[string]prometheus.Counter{}
+	for _, d := range set.Domains() {
+		byName[d] = m.unmatched.WithLabelValues(d)
+	}
+	m.unmatchedByName.Store(&byName)
+
 	lims := set.Limits()
 	all := make([]ruleSeries, len(lims))
 	series := make(map[*descriptors.Limit]*ruleSeries, len(lims))
@@ -252,6 +275,19 @@ func (m *metrics) cacheSeries(set *descriptors.Set) {
 		series[l] = &all[i]
 	}
 	m.series.Store(&series)
+}
+
+// otherDomain labels unmatched descriptors of domains without rules.
+const otherDomain = "other"
+
+// unmatchedIn returns the unmatched counter of domain.
+func (m *metrics) unmatchedIn(domain string) prometheus.Counter {
+	if p := m.unmatchedByName.Load(); p != nil {
+		if c, ok := (*p)[domain]; ok {
+			return c
+		}
+	}
+	return m.unmatchedOther
 }
 
 // near reports whether an allowed status has at most (1-nearRatio) of its
@@ -341,4 +377,49 @@ func parentPath(path, key string) string {
 		return path[:i]
 	}
 	return path
+}
+
+// registerProcess registers, on reg, fastlimit_build_info and, when state
+// is not nil, the store circuit breaker's state as
+// fastlimit_store_breaker_state{state}: 1 for the current state, 0 for
+// the others.
+func registerProcess(reg prometheus.Registerer, version string, state func() breaker.State) error {
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Name: "build_info",
+		Help: "The running build: 1, labelled with its version and Go version.",
+	}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	if err := reg.Register(info); err != nil {
+		return err
+	}
+	if state == nil {
+		return nil
+	}
+	for _, st := range []breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fastlimit", Subsystem: "store", Name: "breaker_state",
+			Help:        "The store circuit breaker's state: 1 for the current one (closed: calls go to Redis; open: they fail at once; half_open: one probe is out).",
+			ConstLabels: prometheus.Labels{"state": breakerStateLabel(st)},
+		}, func() float64 {
+			if state() == st {
+				return 1
+			}
+			return 0
+		})
+		if err := reg.Register(g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func breakerStateLabel(s breaker.State) string {
+	switch s {
+	case breaker.Closed:
+		return "closed"
+	case breaker.Open:
+		return "open"
+	default:
+		return "half_open"
+	}
 }

@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/breaker"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -45,6 +48,10 @@ func TestMetricNames(t *testing.T) {
 	m.Decided(reqD, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
 	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
 	m.Failed(reqD, limiter.ErrUnavailable, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	if err := registerProcess(reg, "test", func() breaker.State { return breaker.Open }); err != nil {
+		t.Fatal(err)
+	}
 	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +73,7 @@ func TestMetricNames(t *testing.T) {
 		"fastlimit_request_duration_seconds", "fastlimit_requests_total", "fastlimit_store_errors_total",
 		"fastlimit_config_loads_total", "fastlimit_config_info", "fastlimit_config_last_reload_successful",
 		"fastlimit_config_last_reload_success_timestamp_seconds", "fastlimit_config_limits",
+		"fastlimit_unmatched_descriptors_total", "fastlimit_build_info", "fastlimit_store_breaker_state",
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		if !names[want] {
@@ -395,5 +403,68 @@ func TestRuleCountersConcurrentReload(t *testing.T) {
 	wg.Wait()
 	if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", "d.k")); got != workers*decisions {
 		t.Fatalf("total_hits = %v, want %d", got, workers*decisions)
+	}
+}
+
+// TestUnmatchedDescriptors counts descriptors no rule matched by domain:
+// domains of the rules in force by name, any other as "other"; a
+// replaced limit is not unmatched.
+func TestUnmatchedDescriptors(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loaded(rules, true)
+	unmatched := limiter.Response{Statuses: []limiter.Status{{}, {Replaced: true}}}
+	m.Decided(reqD, &unmatched, time.Millisecond)
+	for _, domain := range []string{"nope", "nope2", "d"} {
+		m.decided(domain, nil, &unmatched, time.Millisecond)
+	}
+	for label, want := range map[string]float64{"d": 2, otherDomain: 2} {
+		if got := testutil.ToFloat64(m.unmatched.WithLabelValues(label)); got != want {
+			t.Errorf("unmatched{domain=%q} = %v, want %v", label, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.unmatched); n != 2 {
+		t.Errorf("%d unmatched series, want 2", n)
+	}
+}
+
+// TestProcessMetrics exports the build and the breaker's state.
+func TestProcessMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	state := breaker.Closed
+	if err := registerProcess(reg, "v1.2.3", func() breaker.State { return state }); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`
+# HELP fastlimit_build_info The running build: 1, labelled with its version and Go version.
+# TYPE fastlimit_build_info gauge
+fastlimit_build_info{goversion=%q,version="v1.2.3"} 1
+`, runtime.Version())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fastlimit_build_info"); err != nil {
+		t.Error(err)
+	}
+	for _, st := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen} {
+		state = st
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "fastlimit_store_breaker_state" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				label := mt.GetLabel()[0].GetValue()
+				if on := mt.GetGauge().GetValue() == 1; on != (label == breakerStateLabel(st)) {
+					t.Errorf("state %s: breaker_state{state=%q} = %v", st, label, mt.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	if err := registerProcess(prometheus.NewRegistry(), "v", nil); err != nil {
+		t.Errorf("no breaker: %v", err)
 	}
 }

@@ -34,7 +34,7 @@ const (
 // load changes nothing. Requests in flight finish on the rules they
 // started with.
 type rules struct {
-	dir     string
+	layout  rulesLayout
 	limiter *limiter.Limiter
 	metrics *metrics
 	log     *zap.Logger
@@ -43,8 +43,8 @@ type rules struct {
 	current atomic.Pointer[config.Rules]
 }
 
-func newRules(dir string, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
-	return &rules{dir: dir, limiter: l, metrics: m, log: log}
+func newRules(layout rulesLayout, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
+	return &rules{layout: layout, limiter: l, metrics: m, log: log}
 }
 
 // load loads the directory and swaps the rules in if they changed. It
@@ -52,7 +52,7 @@ func newRules(dir string, l *limiter.Limiter, m *metrics, log *zap.Logger) *rule
 func (r *rules) load() (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := config.Load(r.dir)
+	next, err := config.LoadWith(r.layout.dir, r.layout.load)
 	if err != nil {
 		r.metrics.loadFailed()
 		return false, err
@@ -107,14 +107,14 @@ type hotReload struct {
 	done    chan struct{}
 }
 
-// startReload starts watching dir and SIGHUP; fn reloads. It returns once
-// both are watched; Close stops them.
-func startReload(ctx context.Context, dir string, fn reload.Func, log *zap.Logger) *hotReload {
+// startReload starts watching the rules directory and SIGHUP; fn
+// reloads. It returns once both are watched; Close stops them.
+func startReload(ctx context.Context, layout rulesLayout, fn reload.Func, log *zap.Logger) *hotReload {
 	ctx, cancel := context.WithCancel(ctx)
 	h := &hotReload{cancel: cancel, done: make(chan struct{})}
-	w := reload.New(dir, fn, reload.Options{}, log)
+	w := reload.New(layout.dir, fn, reload.Options{Recursive: layout.recursive, Root: layout.root}, log)
 	if err := w.Open(ctx); err != nil {
-		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, dir), zap.Error(err))
+		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, layout.dir), zap.Error(err))
 	} else {
 		h.watcher = w
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -41,21 +44,27 @@ type server struct {
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
+	storeSeen        atomic.Bool // the store has answered since the start
 	life             context.Context // until Close
 	cancel           context.CancelFunc
+	stopProbe        context.CancelFunc // ends the gRPC health prober, if any
 	wg               sync.WaitGroup
 }
+
+// healthServices are the gRPC health service names FastLimit answers
+// for: the server as a whole, and "ratelimit" as the reference names it.
+var healthServices = []string{"", "ratelimit"}
 
 // newServer wires the server's parts; reg receives its metrics.
 func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if err := o.admin.validate(); err != nil {
-		return nil, err
-	}
 	st, err := newStore(o, log)
 	if err != nil {
+		if o.redisURL != "" {
+			err = fmt.Errorf("%s: %w", o.name("redis-url"), err)
+		}
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
@@ -67,7 +76,10 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if err := registerCache(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
+	if err := registerProcess(s.registry, Version, breakerState(st)); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	s.rules = newRules(o.rules(), s.limiter, s.metrics, log.Named("rules"))
 	// The embedded store never waits, so it needs no per-request timer.
 	timeout := o.storeTimeout
 	if o.redisURL == "" {
@@ -78,8 +90,11 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	s.grpc = grpc.NewServer(grpcOptions(o)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.setHealth(false)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// grpcurl and other tools list and call the services without .proto
+	// files.
+	reflection.Register(s.grpc)
 	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
@@ -88,33 +103,39 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 // serving.
 func (s *server) Open(ctx context.Context) error {
 	// Watch before the first load, so that no change goes unseen.
-	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
+	layout := s.opts.rules()
+	s.reload = startReload(context.WithoutCancel(ctx), layout, s.rules.reload, s.log.Named("reload"))
 	if _, err := s.rules.load(); err != nil {
-		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
+		return fmt.Errorf("load rules from %s (%s): %w", layout.dir, s.opts.name("config"), err)
 	}
 	cur := s.rules.Current()
-	s.log.Info("rules loaded", zap.String("dir", s.opts.configDir), zap.Int("files", len(cur.Files)),
+	s.log.Info("rules loaded", zap.String("dir", layout.dir), zap.Int("files", len(cur.Files)),
 		zap.Int("domains", len(cur.Set.Domains())), zap.String("hash", cur.Hash))
 	// The store lives until Close: the memory store's janitor runs on this
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.store.Open(s.life); err != nil {
-		// Not fatal: the store may come up later; requests answer
-		// Unavailable meanwhile and /healthcheck says so.
+		// Not fatal: the store may come up later; requests get the
+		// --on-store-error answer meanwhile and /ready says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
+	} else {
+		s.storeSeen.Store(true)
 	}
 	var err error
-	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
-		return fmt.Errorf("listen grpc: %w", err)
+	if s.grpcLis, err = listen(s.opts.grpcAddr); err != nil {
+		return fmt.Errorf("listen grpc on %s (%s): %w", s.opts.grpcAddr, s.opts.name("grpc-addr"), err)
 	}
 	if s.httpLis, err = net.Listen("tcp", s.opts.httpAddr); err != nil {
-		return fmt.Errorf("listen http: %w", err)
+		return fmt.Errorf("listen http on %s (%s): %w", s.opts.httpAddr, s.opts.name("http-addr"), err)
 	}
 	if err := s.openAdmin(s.adminHandler()); err != nil {
 		return err
 	}
 	s.serve()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.setHealth(true)
+	if s.opts.health.activeConn {
+		s.probeHealth()
+	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpLis.Addr().String()),
 		zap.String("admin", s.adminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", Version))
 	return nil
@@ -141,6 +162,9 @@ func (s *server) serve() {
 // admin listener down and closes the store.
 func (s *server) Close(ctx context.Context) error {
 	s.draining.Store(true)
+	if s.stopProbe != nil {
+		s.stopProbe()
+	}
 	s.health.Shutdown()
 	var errs []error
 	if s.reload != nil {
@@ -197,9 +221,65 @@ func grpcOptions(o options) []grpc.ServerOption {
 	// (returning it to a pool after every flush) cost 20-25 % of the rate
 	// of the unlimited rule at 64 callers (BENCHMARKS.md), and Envoy holds
 	// few connections.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.maxRecvBytes)}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(o.maxRecvBytes),
+		// Connections are closed after a day (with a random +-10 %),
+		// so that Envoys spread over replicas added since they connected.
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      o.grpcMaxAge,
+			MaxConnectionAgeGrace: o.grpcMaxAgeGrace,
+		}),
+	}
 	if o.streamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(o.streamWorkers)))
 	}
 	return opts
+}
+
+// listen binds addr: host:port over TCP, or "unix:PATH" (also
+// "unix://PATH") on a unix socket, as GRPC_UDS asks.
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return net.Listen("unix", path)
+	}
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// setHealth sets the gRPC health of every service name.
+func (s *server) setHealth(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range healthServices {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// probeInterval is how often gRPC health follows the store with
+// --redis-health-check-active-connection.
+const probeInterval = time.Second
+
+// probeHealth keeps gRPC health in step with /healthcheck while the
+// store's answers decide it, until Close.
+func (s *server) probeHealth() {
+	ctx, cancel := context.WithCancel(s.life)
+	s.stopProbe = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.setHealth(s.healthy(ctx) == nil)
+			}
+		}
+	}()
 }

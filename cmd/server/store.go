@@ -59,7 +59,7 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, open: open}
+	g := &guarded{AtomicStore: b, open: open, state: b.State}
 	if n := o.cacheBytes / cacheEntryBytes; n > 0 {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
@@ -128,7 +128,17 @@ func newRedisMux(o options, log *zap.Logger) (*store.RedisMux, error) {
 type guarded struct {
 	limiter.AtomicStore
 	open  func(context.Context) error
-	cache *overlimit.Cache // nil without --local-cache-size-in-bytes
+	state func() breaker.State // the circuit breaker's
+	cache *overlimit.Cache     // nil without --local-cache-size-in-bytes
+}
+
+// breakerState returns how to read st's circuit breaker state, nil when
+// st has no breaker (the embedded store).
+func breakerState(st openStore) func() breaker.State {
+	if g, ok := st.(*guarded); ok {
+		return g.state
+	}
+	return nil
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
