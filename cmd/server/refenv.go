@@ -232,7 +232,9 @@ var refMappings = []refMapping{
 		flags: []string{"config"}, apply: mapRuntime},
 	{vars: []string{"CACHE_KEY_PREFIX"}, flags: []string{"key-prefix"}, apply: mapKeyPrefix},
 	{vars: []string{"REDIS_SENTINEL_AUTH"}, flags: []string{"redis-sentinel-password"},
-		apply: func(m *refMapper) error { return m.set("redis-sentinel-password", m.get("REDIS_SENTINEL_AUTH"), "REDIS_SENTINEL_AUTH") }},
+		apply: func(m *refMapper) error {
+			return m.set("redis-sentinel-password", m.get("REDIS_SENTINEL_AUTH"), "REDIS_SENTINEL_AUTH")
+		}},
 	{vars: []string{"REDIS_TIMEOUT"}, flags: []string{"redis-dial-timeout", "redis-read-timeout", "redis-write-timeout"}, apply: mapRedisTimeout},
 	{vars: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, flags: []string{"atomic"},
 		apply: mapBool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "atomic", "true")},

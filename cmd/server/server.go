@@ -44,7 +44,7 @@ type server struct {
 
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
-	storeSeen        atomic.Bool // the store has answered since the start
+	storeSeen        atomic.Bool     // the store has answered since the start
 	life             context.Context // until Close
 	cancel           context.CancelFunc
 	stopProbe        context.CancelFunc // ends the gRPC health prober, if any
