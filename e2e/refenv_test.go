@@ -276,3 +276,25 @@ func TestHealthcheckWithRedisDown(t *testing.T) {
 		})
 	}
 }
+
+// TestReferenceEnvironmentUnixSocket reaches a single Redis on its unix
+// socket, as REDIS_SOCKET_TYPE=unix and a socket path in REDIS_URL ask.
+func TestReferenceEnvironmentUnixSocket(t *testing.T) {
+	waitOutDayBoundary(t)
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	r := startRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	env := refEnv(t, writeTree(t, refRules), sock)
+	env["REDIS_SOCKET_TYPE"] = "unix"
+	srv := startRef(t, env)
+	if got := decideN(t, srv.Client, "ref", "user", "unix", 4); got[2] != rls.RateLimitResponse_OK || got[3] != rls.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("limit 3 over the unix socket: codes %v", got)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	if keys, err := rdb.Keys(ctxTimeout(t, 5*time.Second), "*unix*").Result(); err != nil || len(keys) != 1 {
+		t.Errorf("Redis keys: %v, %v; want the counter", keys, err)
+	}
+	if !strings.Contains(srv.logs.String(), "store\": \"redis single "+sock) {
+		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
+	}
+}
