@@ -89,10 +89,12 @@ func (o *options) rules() rulesLayout {
 func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.configDir, "config", "config", "directory of rules files (YAML, one domain each)")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (Envoy's rate-limit service)")
+	fs.StringVar(&o.configDir, "config", "config",
+		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (Envoy's rate-limit service), or unix:PATH for a unix socket")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /ready, /json)")
-	fs.StringVar(&o.redisURL, "redis-url", "", "Redis URL (redis:// or rediss://); empty runs on the embedded in-memory store")
+	fs.StringVar(&o.redisURL, "redis-url", "",
+		"Redis: redis:// or rediss:// URL, host:port, or a unix socket's path; empty runs on the embedded in-memory store")
 	fs.StringVar(&o.keyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
 	o.logLevel, o.logFormat = "info", "json"
 	fs.Var(checked{&o.logLevel, parseLogLevel}, "log-level", "log level: trace (as debug), debug, info, warn, error, in any case")

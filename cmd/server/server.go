@@ -132,7 +132,7 @@ func (s *server) Open(ctx context.Context) error {
 		return err
 	}
 	s.serve()
-	s.setHealth(true)
+	s.setHealth(!s.opts.health.activeConn || s.storeSeen.Load())
 	if s.opts.health.activeConn {
 		s.probeHealth()
 	}
