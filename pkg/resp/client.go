@@ -37,6 +37,9 @@ var (
 
 // Options configure a Client.
 type Options struct {
+	// Network is "tcp" (the default when empty) or "unix", for which Addr
+	// is the socket's path.
+	Network string
 	// Addr is the server's host:port.
 	Addr string
 	// Username and Password authenticate with AUTH when Password is set.
@@ -55,7 +58,7 @@ type Options struct {
 	// failing every batch on it (default 3s). A Do's context bounds each
 	// caller's own wait, whatever this says.
 	ReadTimeout time.Duration
-	// Dialer dials TCP; nil means a net.Dialer. Tests inject proxies here.
+	// Dialer dials Network; nil means a net.Dialer. Tests inject proxies here.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -84,6 +87,9 @@ func New(opts Options) *Client {
 	}
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 3 * time.Second
+	}
+	if opts.Network == "" {
+		opts.Network = "tcp"
 	}
 	if opts.Dialer == nil {
 		var d net.Dialer
@@ -211,7 +217,7 @@ func (c *Client) startWatchdog() {
 func (c *Client) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	nc, err := c.opts.Dialer(ctx, "tcp", c.opts.Addr)
+	nc, err := c.opts.Dialer(ctx, c.opts.Network, c.opts.Addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: dial %s: %w", ErrConn, c.opts.Addr, err)
 	}
