@@ -51,21 +51,64 @@ type Rules struct {
 // A read failure is returned alone. Otherwise Load reports every rules
 // error it finds, each a *Error, joined with errors.Join.
 func Load(dir string) (*Rules, error) {
-	files, err := readDir(dir)
+	return LoadWith(dir, Options{})
+}
+
+// Options say how LoadWith finds and combines rules files. The zero value
+// is Load's layout.
+type Options struct {
+	// Tree loads the files as envoyproxy/ratelimit's runtime loader finds
+	// them: every file under dir, in subdirectories at any depth, whatever
+	// its name. Symlinks to files are followed, symlinks to directories
+	// are not (the reference skips them too). Names starting with ".."
+	// (a Kubernetes ConfigMap's "..data" and timestamped directories)
+	// are never loaded, so that a ConfigMap mount loads each file once.
+	Tree bool
+	// DotFiles, with Tree, also loads files and directories whose names
+	// start with a dot (the reference's RUNTIME_IGNOREDOTFILES=false).
+	DotFiles bool
+	// Prefix, with Tree, keeps only the files whose key starts with
+	// Prefix+".", a file's key being its path under dir with '/' as '.':
+	// the reference's RUNTIME_WATCH_ROOT=true layout, where dir is
+	// $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY and Prefix $RUNTIME_APPDIRECTORY.
+	// That is the tree of the entry named Prefix plus the entries whose
+	// names start with Prefix+".".
+	Prefix string
+	// MergeDomains merges files of one domain, as the reference's
+	// MERGE_DOMAIN_CONFIG does: their top-level descriptors are loaded
+	// side by side, in the order of the files' names, and a descriptor
+	// repeated across them is an error. A domain's tenant_key must be the
+	// same in every file that sets it; atomic holds if any file sets it.
+	// Without it, a domain in two files is an error.
+	MergeDomains bool
+}
+
+// LoadWith reads the rules files of dir that o selects and compiles them,
+// as Load does.
+func LoadWith(dir string, o Options) (*Rules, error) {
+	var (
+		files map[string][]byte
+		err   error
+	)
+	if o.Tree {
+		files, err = readTree(dir, o)
+	} else {
+		files, err = readDir(dir)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return compile(dir, files)
+	return compile(dir, files, o.MergeDomains)
 }
 
 // Parse compiles in-memory rules files, keyed by file name, as Load does
 // once it has read them. Every file is parsed, whatever its name.
 func Parse(files map[string][]byte) (*Rules, error) {
-	return compile("", files)
+	return compile("", files, false)
 }
 
 // compile parses files (names relative to dir) and builds the Set.
-func compile(dir string, files map[string][]byte) (*Rules, error) {
+func compile(dir string, files map[string][]byte, merge bool) (*Rules, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w in '%s'", ErrNoFiles, dir)
 	}
@@ -87,6 +130,11 @@ func compile(dir string, files map[string][]byte) (*Rules, error) {
 		}
 		errs = append(errs, ferrs...)
 		r.Files = append(r.Files, label)
+	}
+	if merge {
+		var merrs []*Error
+		domains, merrs = mergeDomains(domains)
+		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
 	errs = append(errs, fromSet(err)...)
@@ -116,7 +164,21 @@ func hash(names []string, files map[string][]byte) string {
 // same files, without parsing them: equal fingerprints mean the rules
 // files did not change.
 func Fingerprint(dir string) (string, error) {
-	files, err := readDir(dir)
+	return FingerprintWith(dir, Options{})
+}
+
+// FingerprintWith returns the Hash that LoadWith would give dir's rules
+// read as o says, without parsing them.
+func FingerprintWith(dir string, o Options) (string, error) {
+	var (
+		files map[string][]byte
+		err   error
+	)
+	if o.Tree {
+		files, err = readTree(dir, o)
+	} else {
+		files, err = readDir(dir)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -126,6 +188,16 @@ func Fingerprint(dir string) (string, error) {
 	}
 	slices.Sort(names)
 	return hash(names, files), nil
+}
+
+// IsRulesName reports whether a directory entry named name is read as a
+// rules file (or, with Tree, as part of the rules tree), if it is a
+// regular file or a symlink to one.
+func (o Options) IsRulesName(name string) bool {
+	if !o.Tree {
+		return IsRulesName(name)
+	}
+	return !strings.HasPrefix(name, "..") && (o.DotFiles || !strings.HasPrefix(name, "."))
 }
 
 // IsRulesName reports whether a directory entry named name is read as a

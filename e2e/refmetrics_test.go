@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-const refRules = `domain: rl
+const refStatsRules = `domain: rl
 descriptors:
   - key: generic_key
     value: slowpath
@@ -110,7 +110,7 @@ func scrapeSeries(t *testing.T, url string) map[string]float64 {
 func TestRefMetricsPrometheus(t *testing.T) {
 	r := startRedis(t)
 	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
+	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr)
 	refDrive(t, f)
 	got := scrapeSeries(t, "http://"+promAddr+"/metrics")
@@ -165,7 +165,7 @@ func TestRefMetricsStatsd(t *testing.T) {
 		}
 	}()
 	port := pc.LocalAddr().(*net.UDPAddr).Port
-	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refRules}), r.Addr,
+	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
 		"USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(port),
 		"STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:e2e")
 	refDrive(t, f)

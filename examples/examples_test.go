@@ -472,6 +472,13 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 
+	// Liveness must not follow Redis: an outage would restart every pod.
+	for _, e := range c.Env {
+		if e.Name == "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION" && e.Value != "false" {
+			t.Errorf("container %s: REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=%q makes the liveness probe fail with Redis", c.Name, e.Value)
+		}
+	}
+
 	// REDIS_URL comes from the Secret, which points at the Redis Service.
 	var ref *secretKeyRef
 	for _, e := range c.Env {
@@ -678,23 +685,38 @@ func TestDockerfile(t *testing.T) {
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
 		t.Errorf("final stage FROM %s, want distroless static or scratch", final.from)
 	}
+	// A numeric user: Kubernetes' runAsNonRoot can only check a number.
 	user := final.last("USER")
-	if user == "" && strings.HasSuffix(final.from, ":nonroot") {
-		user = "nonroot"
-	}
-	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "root" || u == "0" {
-		t.Errorf("final stage runs as %q, want a non-root user", user)
+	if u, _, _ := strings.Cut(user, ":"); u == "" || strings.Trim(u, "0123456789") != "" || strings.Trim(u, "0") == "" {
+		t.Errorf("final stage runs as %q, want a numeric non-root user", user)
 	}
 	for _, p := range []string{"8080", "8081"} {
 		if !slices.Contains(strings.Fields(final.last("EXPOSE")), p) {
 			t.Errorf("final stage does not EXPOSE %s", p)
 		}
 	}
-	if ep := final.last("ENTRYPOINT"); !strings.Contains(ep, "/fastlimit") {
-		t.Errorf("ENTRYPOINT = %s, want the fastlimit binary", ep)
+	// The binary is where Envoy Gateway starts envoyproxy/ratelimit's, and
+	// runs without flags: no CMD.
+	if ep := final.last("ENTRYPOINT"); ep != `["/bin/ratelimit"]` {
+		t.Errorf("ENTRYPOINT = %s, want [\"/bin/ratelimit\"]", ep)
 	}
-	if cmd := final.last("CMD"); !strings.Contains(cmd, "--config") {
-		t.Errorf("CMD = %s, want a default --config", cmd)
+	if cmd := final.last("CMD"); cmd != "" {
+		t.Errorf("CMD = %s, want none: the image runs on the environment alone", cmd)
+	}
+	var linked bool
+	for _, run := range build.all("RUN") {
+		linked = linked || strings.Contains(run, "/out/bin/ratelimit") && strings.Contains(run, "ln -s bin/ratelimit /out/fastlimit")
+	}
+	if !linked || !slices.Contains(final.all("COPY"), "--from=build /out/ /") {
+		t.Error("the final stage lacks /bin/ratelimit and /fastlimit from the build stage's /out")
+	}
+	// With nothing set, the default --config (config) is the reference's
+	// default rules directory, and holds the shipped rules.
+	if wd := final.last("WORKDIR"); wd != "/srv/runtime_data/current" {
+		t.Errorf("WORKDIR = %q, want the reference's RUNTIME_ROOT default /srv/runtime_data/current", wd)
+	}
+	if !slices.Contains(final.all("COPY"), "examples/envoy/rules/ /srv/runtime_data/current/config/") {
+		t.Errorf("the final stage does not ship examples/envoy/rules at /srv/runtime_data/current/config")
 	}
 	// Files copied from the build context exist and are not ignored.
 	ignored := dockerIgnored(t)

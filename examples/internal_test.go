@@ -384,9 +384,15 @@ type envoyFilter struct {
 // loadManifests parses every YAML document in the istio directory.
 func loadManifests(t *testing.T) []*k8sObject {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(istioDir, "*.yaml"))
+	return loadManifestsIn(t, istioDir)
+}
+
+// loadManifestsIn parses every YAML document in dir.
+func loadManifestsIn(t *testing.T, dir string) []*k8sObject {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(paths) == 0 {
-		t.Fatalf("no manifests in %s: %v", istioDir, err)
+		t.Fatalf("no manifests in %s: %v", dir, err)
 	}
 	var objs []*k8sObject
 	for _, p := range paths {
@@ -418,6 +424,26 @@ func decodeNode(t *testing.T, o *k8sObject, v any) {
 	if err := o.node.Decode(v); err != nil {
 		t.Fatalf("%s: %s %s: %v", o.file, o.Kind, o.Metadata.Name, err)
 	}
+}
+
+// decodeStrictYAML decodes b into v, failing on fields v does not have.
+func decodeStrictYAML(t *testing.T, what string, b []byte, v any) {
+	t.Helper()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// decodeNodeStrict is decodeNode failing on fields v does not have.
+func decodeNodeStrict(t *testing.T, o *k8sObject, v any) {
+	t.Helper()
+	b, err := yaml.Marshal(o.node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodeStrictYAML(t, o.file+": "+o.Kind+" "+o.Metadata.Name, b, v)
 }
 
 // istioPatches returns the gateway's HTTP_FILTER and VIRTUAL_HOST patches.

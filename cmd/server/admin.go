@@ -62,7 +62,7 @@ func newHTTPServer(h http.Handler, t httpTimeouts, write time.Duration) *http.Se
 func addAdminFlags(fs *flag.FlagSet, o *adminOptions) {
 	o.timeouts = defaultHTTPTimeouts
 	fs.StringVar(&o.addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /v1/usage (and /debug/pprof/ with --pprof); empty disables it")
+		"admin HTTP address: /metrics, /rlconfig, /v1/usage (and /debug/pprof/ with --pprof); empty or off disables it")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.nearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
@@ -72,13 +72,16 @@ func addAdminFlags(fs *flag.FlagSet, o *adminOptions) {
 
 func (o *adminOptions) validate() error {
 	if !(o.nearRatio > 0 && o.nearRatio <= 1) {
-		return fmt.Errorf("--near-limit-ratio: %v is not in (0, 1]", o.nearRatio)
+		return badSetting("near-limit-ratio", "%v is not in (0, 1]", o.nearRatio)
 	}
 	if o.maxDetailed < 0 {
 		return fmt.Errorf("--max-detailed-metric-series: %d is negative", o.maxDetailed)
 	}
 	return nil
 }
+
+// off reports whether the admin listener is turned off.
+func (o *adminOptions) off() bool { return o.addr == "" || strings.EqualFold(o.addr, "off") }
 
 // admin is the admin HTTP listener.
 type admin struct {
@@ -109,12 +112,15 @@ func (s *server) adminHandler() http.Handler {
 
 // openAdmin binds and serves the admin listener, if one is configured.
 func (s *server) openAdmin(h http.Handler) error {
-	if s.opts.admin.addr == "" {
+	if s.opts.admin.off() {
 		return nil
 	}
 	lis, err := net.Listen("tcp", s.opts.admin.addr)
 	if err != nil {
-		return fmt.Errorf("listen admin: %w", err)
+		return fmt.Errorf("listen admin on %s (%s): %w; the admin listener serves /metrics and /rlconfig: "+
+			"give it a free address (--admin-addr, ADMIN_ADDR, or DEBUG_HOST and DEBUG_PORT), "+
+			"or turn it off with --admin-addr off (ADMIN_ADDR=off)",
+			s.opts.admin.addr, s.opts.name("admin-addr"), err)
 	}
 	s.admin = &admin{
 		srv: newHTTPServer(h, s.opts.admin.timeouts, s.opts.admin.timeouts.adminWrite),

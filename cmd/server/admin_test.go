@@ -283,6 +283,12 @@ func TestAdminAddrInUse(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "listen admin") {
 		t.Fatalf("Open on a taken admin address: %v", err)
 	}
+	// The message says which setting to change, and how to turn it off.
+	for _, want := range []string{"(--admin-addr)", "--admin-addr off", "ADMIN_ADDR=off"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
 }
 
 func TestNearLimitRatioFlag(t *testing.T) {

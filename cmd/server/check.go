@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fastlimit/fastlimit/config"
 )
@@ -14,14 +15,18 @@ import (
 func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var o options
 	fs := newFlagSet("fastlimit check", &o, stderr)
-	if err := parseOptions(fs, args, getenv); err != nil {
+	if err := readOptions(&o, fs, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	rules, err := config.Load(o.configDir)
+	if len(o.refWarnings) > 0 {
+		fmt.Fprintln(stderr, "warning: "+refWarningMsg+": "+strings.Join(o.refWarnings, "; "))
+	}
+	layout := o.rules()
+	rules, err := config.LoadWith(layout.dir, layout.load)
 	if err != nil {
 		for _, e := range flatten(err) {
 			fmt.Fprintln(stderr, e)
@@ -29,7 +34,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
-		o.configDir, len(rules.Files), len(rules.Set.Domains()), len(rules.Set.Limits()))
+		layout.dir, len(rules.Files), len(rules.Set.Domains()), len(rules.Set.Limits()))
 	return 0
 }
 

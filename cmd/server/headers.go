@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,6 +28,7 @@ type headerOptions struct {
 	resetHeader     string
 	dynamicMetadata bool
 	shadowMode      bool // global: overall OK whatever the statuses say
+	quotaMode       bool // global: every limit in quota mode, as QUOTA_MODE
 }
 
 func addHeaderFlags(fs *flag.FlagSet, o *headerOptions) {
@@ -40,6 +40,8 @@ func addHeaderFlags(fs *flag.FlagSet, o *headerOptions) {
 	fs.BoolVar(&o.dynamicMetadata, "response-dynamic-metadata", false,
 		"answer with dynamic_metadata built from the metadata of the descriptors that passed")
 	fs.BoolVar(&o.shadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
+	fs.BoolVar(&o.quotaMode, "quota-mode", false,
+		"global quota mode: a descriptor over its limit answers OK and is listed in the dynamic metadata's quotaModeViolations; the request is never OVER_LIMIT")
 }
 
 func (o *headerOptions) validate() error {
@@ -47,7 +49,7 @@ func (o *headerOptions) validate() error {
 	case headersOff, headersIETF, headersLegacy:
 		return nil
 	}
-	return fmt.Errorf("--response-headers: %q is not off, ietf or legacy", o.mode)
+	return badSetting("response-headers", "%q is not off, ietf or legacy", o.mode)
 }
 
 // decorate adds headers and dynamic metadata to out, as the options ask.
@@ -55,11 +57,11 @@ func (o *headerOptions) validate() error {
 func (o *headerOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.mode != headersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
-			out.ResponseHeadersToAdd = o.headers(st, res.Code == limiter.OverLimit)
+			out.ResponseHeadersToAdd = o.headers(st, res.Code == limiter.OverLimit && !o.quotaMode)
 		}
 	}
 	if o.dynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(res, domain, descs)
+		out.DynamicMetadata = dynamicMetadata(res, domain, descs, o.quotaMode)
 	}
 }
 
@@ -194,12 +196,13 @@ func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
 // dynamicMetadata describes the request for Envoy's dynamic metadata:
 // the domain, and for each descriptor that passed under a rule its entries
 // ("key=value") and the rule's metadata. Descriptors of quota_mode rules
-// that are over are listed by index in quotaModeViolations.
-func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
+// that are over (of every rule, in global quota mode) are listed by index
+// in quotaModeViolations.
+func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor, quota bool) *structpb.Struct {
 	var passed, violations []any
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		if st.Quota && st.Code == limiter.OverLimit {
+		if (st.Quota || quota) && st.Code == limiter.OverLimit {
 			violations = append(violations, float64(i))
 		}
 		if st.Limit == nil || st.Code == limiter.OverLimit {

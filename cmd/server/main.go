@@ -32,7 +32,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	var o options
 	fs := newFlagSet("fastlimit", &o, stderr)
-	if err := parseOptions(fs, args, getenv); err != nil {
+	if err := readOptions(&o, fs, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -42,10 +42,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	o.refStats.getenv = getenv
 	log, err := newLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, o.named(err))
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	if len(o.refWarnings) > 0 {
+		log.Warn(refWarningMsg, zap.Strings("settings", o.refWarnings))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -69,22 +72,27 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	return 0
 }
 
+// newLogger builds the process's logger. level and format are checked
+// already (parseLogLevel, parseLogFormat); a bad one is a settingError.
 func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, badSetting("log-level", "%w", err)
 	}
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
 	var enc zapcore.Encoder
 	switch format {
-	case "json":
+	case logJSON:
 		enc = zapcore.NewJSONEncoder(ec)
-	case "console":
+	case logText:
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	case logConsole:
 		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, fmt.Errorf("--log-format: %q is neither json nor console", format)
+		return nil, badSetting("log-format", "%q is not json, text or console", format)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(out), lvl)), nil
 }

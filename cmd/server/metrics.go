@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,13 @@ type metrics struct {
 	series atomic.Pointer[map[*descriptors.Limit]*ruleSeries]
 	// detailed bounds the series whose rule label takes request values.
 	detailed detailedSeries
+
+	// unmatched counts descriptors no rule matched, by domain: the
+	// domains of the rules in force, every other one as "other", so
+	// that requests cannot grow the series without bound.
+	unmatched       *prometheus.CounterVec
+	unmatchedByName atomic.Pointer[map[string]prometheus.Counter]
+	unmatchedOther  prometheus.Counter
 
 	duration    prometheus.Histogram
 	requests    *prometheus.CounterVec
@@ -89,6 +97,10 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 			Namespace: "fastlimit", Name: "requests_total",
 			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, or UNKNOWN before the first rules from xDS.",
 		}, []string{"code"}),
+		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fastlimit", Name: "unmatched_descriptors_total",
+			Help: "Descriptors that no rule matched (so nothing limited them), by domain; domains without rules count as \"other\".",
+		}, []string{"domain"}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "fastlimit", Name: "global_shadow_mode_total",
 			Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
@@ -128,12 +140,13 @@ func newMetrics(reg prometheus.Registerer, nearRatio float64) (*metrics, error) 
 		m.byCode[c] = m.requests.WithLabelValues(c)
 	}
 	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
+	m.unmatchedOther = m.unmatched.WithLabelValues(otherDomain)
 	for _, r := range []string{"success", "failure"} {
 		m.loads.WithLabelValues(r)
 	}
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
-		m.duration, m.requests, m.storeErrors, m.globalShadow,
+		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
 		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -171,6 +184,9 @@ func (m *metrics) decided(domain string, descs []*common.RateLimitDescriptor, re
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
+		if st.Limit == nil && !st.Replaced {
+			m.unmatchedIn(domain).Inc()
+		}
 		if st.Limit == nil || st.Hits == 0 {
 			continue
 		}
@@ -270,6 +286,12 @@ func (lc *lazyCounter) get(vec *prometheus.CounterVec, domain, rule string) prom
 // Series already counted keep their values; those of removed rules stay,
 // as they always have.
 func (m *metrics) cacheSeries(set *descriptors.Set) {
+	byName := map[string]prometheus.Counter{}
+	for _, d := range set.Domains() {
+		byName[d] = m.unmatched.WithLabelValues(d)
+	}
+	m.unmatchedByName.Store(&byName)
+
 	lims := set.Limits()
 	all := make([]ruleSeries, len(lims))
 	series := make(map[*descriptors.Limit]*ruleSeries, len(lims))
@@ -281,6 +303,19 @@ func (m *metrics) cacheSeries(set *descriptors.Set) {
 		series[l] = &all[i]
 	}
 	m.series.Store(&series)
+}
+
+// otherDomain labels unmatched descriptors of domains without rules.
+const otherDomain = "other"
+
+// unmatchedIn returns the unmatched counter of domain.
+func (m *metrics) unmatchedIn(domain string) prometheus.Counter {
+	if p := m.unmatchedByName.Load(); p != nil {
+		if c, ok := (*p)[domain]; ok {
+			return c
+		}
+	}
+	return m.unmatchedOther
 }
 
 // near reports whether an allowed status has at most (1-nearRatio) of its
@@ -424,4 +459,19 @@ func (d *detailedSeries) label(domain, rule, path string) string {
 	}
 	d.folded.Inc()
 	return path
+}
+
+// registerProcess registers fastlimit_build_info on reg. (The store's
+// circuit breaker has fastlimit_store_breaker_state: see
+// registerStoreMetrics.)
+func registerProcess(reg prometheus.Registerer, version string) error {
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Name: "build_info",
+		Help: "The running build: 1, labelled with its version and Go version.",
+	}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	if err := reg.Register(info); err != nil {
+		return err
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +49,10 @@ func TestMetricNames(t *testing.T) {
 	m.Decided(reqD, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
 	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
 	m.Failed(reqD, limiter.ErrUnavailable, time.Millisecond)
+	m.Decided(reqD, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	if err := registerProcess(reg, "test"); err != nil {
+		t.Fatal(err)
+	}
 	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +74,7 @@ func TestMetricNames(t *testing.T) {
 		"fastlimit_request_duration_seconds", "fastlimit_requests_total", "fastlimit_store_errors_total",
 		"fastlimit_config_loads_total", "fastlimit_config_info", "fastlimit_config_last_reload_successful",
 		"fastlimit_config_last_reload_success_timestamp_seconds", "fastlimit_config_limits",
+		"fastlimit_unmatched_descriptors_total", "fastlimit_build_info",
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		if !names[want] {
@@ -487,5 +494,46 @@ descriptors:
 	}
 	if n := testutil.CollectAndCount(m.ruleHits); n != 6 {
 		t.Errorf("%d total_hits series, want 3 request-labelled, 2 paths of folded rules and d.k", n)
+	}
+}
+
+// TestUnmatchedDescriptors counts descriptors no rule matched by domain:
+// domains of the rules in force by name, any other as "other"; a
+// replaced limit is not unmatched.
+func TestUnmatchedDescriptors(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	rules, err := config.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loaded(rules, true)
+	unmatched := limiter.Response{Statuses: []limiter.Status{{}, {Replaced: true}}}
+	m.Decided(reqD, &unmatched, time.Millisecond)
+	for _, domain := range []string{"nope", "nope2", "d"} {
+		m.decided(domain, nil, &unmatched, time.Millisecond)
+	}
+	for label, want := range map[string]float64{"d": 2, otherDomain: 2} {
+		if got := testutil.ToFloat64(m.unmatched.WithLabelValues(label)); got != want {
+			t.Errorf("unmatched{domain=%q} = %v, want %v", label, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.unmatched); n != 2 {
+		t.Errorf("%d unmatched series, want 2", n)
+	}
+}
+
+// TestProcessMetrics exports the build.
+func TestProcessMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := registerProcess(reg, "v1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`
+# HELP fastlimit_build_info The running build: 1, labelled with its version and Go version.
+# TYPE fastlimit_build_info gauge
+fastlimit_build_info{goversion=%q,version="v1.2.3"} 1
+`, runtime.Version())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fastlimit_build_info"); err != nil {
+		t.Error(err)
 	}
 }

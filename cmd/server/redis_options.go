@@ -13,6 +13,7 @@ import (
 // reach it. The names follow envoyproxy/ratelimit's REDIS_* settings.
 type redisOptions struct {
 	typ              string
+	socketType       string // tcp or unix; empty: from the URL
 	username         string
 	password         string
 	auth             string // REDIS_AUTH: password or user:password
@@ -36,6 +37,8 @@ type redisOptions struct {
 func addRedisFlags(fs *flag.FlagSet, o *redisOptions) {
 	fs.StringVar(&o.typ, "redis-type", store.TypeSingle,
 		"Redis deployment: single, cluster (--redis-url host:port,host:port,...) or sentinel (--redis-url MASTER_NAME,host:port,...); any case")
+	fs.StringVar(&o.socketType, "redis-socket-type", "",
+		"single Redis: tcp, or unix with --redis-url a socket path (/run/redis.sock or unix:///run/redis.sock); empty: from --redis-url")
 	fs.StringVar(&o.username, "redis-username", "", "Redis ACL user (overrides the URL's)")
 	fs.StringVar(&o.password, "redis-password", "", "Redis password (overrides the URL's); never logged")
 	fs.StringVar(&o.auth, "redis-auth", "",
@@ -56,7 +59,7 @@ func addRedisFlags(fs *flag.FlagSet, o *redisOptions) {
 
 // set reports whether any setting other than the default type is given.
 func (o *redisOptions) set() bool {
-	return !strings.EqualFold(o.typ, store.TypeSingle) || o.username != "" || o.password != "" || o.auth != "" ||
+	return !strings.EqualFold(o.typ, store.TypeSingle) || o.socketType != "" || o.username != "" || o.password != "" || o.auth != "" ||
 		o.sentinelPassword != "" || o.tls || o.tlsCA != "" || o.tlsCert != "" || o.tlsKey != "" ||
 		o.tlsServerName != "" || o.tlsSkipVerify || o.refTLSCA != "" || o.refTLSCert != "" || o.refTLSKey != "" ||
 		o.refTLSSkipHostname
@@ -67,6 +70,7 @@ func (o *redisOptions) set() bool {
 func (o *redisOptions) clientOptions(url string, conn store.ConnOptions) store.ClientOptions {
 	c := store.ClientOptions{
 		Type:             o.typ,
+		SocketType:       o.socketType,
 		URL:              url,
 		Username:         o.username,
 		Password:         o.password,
@@ -99,7 +103,8 @@ func (o *redisOptions) clientOptions(url string, conn store.ConnOptions) store.C
 // validate checks what can be checked without a URL.
 func (o *redisOptions) validate(url string) error {
 	if url == "" && o.set() {
-		return errors.New("--redis-* settings given without --redis-url (the embedded store needs none)")
+		return errors.New("--redis-* settings (REDIS_* variables) given without --redis-url (REDIS_URL): " +
+			"without it FastLimit runs on its embedded store, which needs none")
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ const (
 // rules in force, limiter.SetRules. A failed load changes nothing. Requests in flight finish on the rules they
 // started with.
 type rules struct {
-	dir     string
+	layout  rulesLayout
 	limiter *limiter.Limiter
 	metrics *metrics
 	log     *zap.Logger
@@ -46,14 +46,14 @@ type rules struct {
 	current atomic.Pointer[config.Rules]
 }
 
-func newRules(dir string, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
-	return &rules{dir: dir, limiter: l, metrics: m, log: log}
+func newRules(layout rulesLayout, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
+	return &rules{layout: layout, limiter: l, metrics: m, log: log}
 }
 
 // load loads the directory and swaps the rules in if they changed. It
 // returns whether they did; on error the rules in force stay.
 func (r *rules) load() (changed bool, err error) {
-	return r.swap(func() (*config.Rules, error) { return config.Load(r.dir) })
+	return r.swap(func() (*config.Rules, error) { return config.LoadWith(r.layout.dir, r.layout.load) })
 }
 
 // swap compiles rules with build and swaps them in if their hash differs
@@ -130,12 +130,13 @@ func (s *server) openRules(ctx context.Context) error {
 		return s.openXDS(ctx)
 	}
 	// Watch before the first load, so that no change goes unseen.
-	s.reload = startReload(context.WithoutCancel(ctx), s.opts.configDir, s.rules.reload, s.log.Named("reload"))
+	layout := s.opts.rules()
+	s.reload = startReload(context.WithoutCancel(ctx), layout, s.rules.reload, s.log.Named("reload"))
 	if _, err := s.rules.load(); err != nil {
-		return fmt.Errorf("load rules from %s: %w", s.opts.configDir, err)
+		return fmt.Errorf("load rules from %s (%s): %w", layout.dir, s.opts.name("config"), err)
 	}
 	cur := s.rules.Current()
-	s.log.Info("rules loaded", zap.String(logDir, s.opts.configDir), zap.Int(logFiles, len(cur.Files)),
+	s.log.Info("rules loaded", zap.String(logDir, layout.dir), zap.Int(logFiles, len(cur.Files)),
 		zap.Int(logDomains, len(cur.Set.Domains())), zap.String(logHash, cur.Hash))
 	return nil
 }
@@ -149,17 +150,19 @@ type hotReload struct {
 	done    chan struct{}
 }
 
-// startReload starts watching dir and SIGHUP; fn reloads. It returns once
-// both are watched; Close stops them.
-func startReload(ctx context.Context, dir string, fn reload.Func, log *zap.Logger) *hotReload {
+// startReload starts watching the rules directory and SIGHUP; fn
+// reloads. It returns once both are watched; Close stops them.
+func startReload(ctx context.Context, layout rulesLayout, fn reload.Func, log *zap.Logger) *hotReload {
 	ctx, cancel := context.WithCancel(ctx)
 	h := &hotReload{cancel: cancel, done: make(chan struct{})}
-	w := reload.New(dir, fn, reload.Options{
-		Loaded:      config.IsRulesName,
-		Fingerprint: func() (string, error) { return config.Fingerprint(dir) },
+	w := reload.New(layout.dir, fn, reload.Options{
+		Recursive:   layout.recursive,
+		Root:        layout.root,
+		Loaded:      layout.load.IsRulesName,
+		Fingerprint: func() (string, error) { return config.FingerprintWith(layout.dir, layout.load) },
 	}, log)
 	if err := w.Open(ctx); err != nil {
-		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, dir), zap.Error(err))
+		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, layout.dir), zap.Error(err))
 	} else {
 		h.watcher = w
 	}

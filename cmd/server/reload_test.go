@@ -34,7 +34,7 @@ func newTestRules(t testing.TB, dir string) (*rules, *limiter.Limiter, *metrics,
 		t.Fatal(err)
 	}
 	l := limiter.New(store.NewMemory(store.MemoryOptions{}), limiter.Options{})
-	return newRules(dir, l, m, zap.New(core)), l, m, logs
+	return newRules(rulesLayout{dir: dir}, l, m, zap.New(core)), l, m, logs
 }
 
 func TestRulesLoad(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -45,21 +48,27 @@ type server struct {
 	grpcLis, httpLis net.Listener
 	draining         atomic.Bool
 	serving          atomic.Bool     // Open got as far as serving: Close drains
+	storeSeen        atomic.Bool     // the store has answered since the start
 	life             context.Context // until Close
 	cancel           context.CancelFunc
+	stopProbe        context.CancelFunc // ends the gRPC health prober, if any
 	wg               sync.WaitGroup
 }
+
+// healthServices are the gRPC health service names FastLimit answers
+// for: the server as a whole, and "ratelimit" as the reference names it.
+var healthServices = []string{"", "ratelimit"}
 
 // newServer wires the server's parts; reg receives its metrics.
 func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if err := o.admin.validate(); err != nil {
-		return nil, err
-	}
 	st, err := newStore(o, log)
 	if err != nil {
+		if o.redisURL != "" {
+			err = fmt.Errorf("%s: %w", o.name("redis-url"), err)
+		}
 		return nil, err
 	}
 	s := &server{opts: o, log: log, store: st}
@@ -79,11 +88,14 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	if err := registerStoreMetrics(st, s.registry); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if err := registerProcess(s.registry, Version); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	if s.ref, err = newRefMetrics(o.refStats, s.limiter, o.admin.nearRatio, s.registry, log.Named("refstats")); err != nil {
 		return nil, err
 	}
 	s.metrics.onLoad = s.ref.loadHook()
-	s.rules = newRules(o.configDir, s.limiter, s.metrics, log.Named("rules"))
+	s.rules = newRules(o.rules(), s.limiter, s.metrics, log.Named("rules"))
 	// The embedded store never waits, so it needs no per-request timer.
 	timeout := o.storeTimeout
 	if o.redisURL == "" {
@@ -96,8 +108,11 @@ func newServer(o options, log *zap.Logger, reg *prometheus.Registry) (*server, e
 	s.grpc = grpc.NewServer(append(gopts, s.ref.grpcOptions()...)...)
 	rls.RegisterRateLimitServiceServer(s.grpc, s.service)
 	s.health = health.NewServer()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.setHealth(false)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// grpcurl and other tools list and call the services without .proto
+	// files.
+	reflection.Register(s.grpc)
 	s.http = newHTTPServer(s.tracing.http(s.httpHandler()), o.admin.timeouts, o.admin.timeouts.write)
 	return s, nil
 }
@@ -112,19 +127,21 @@ func (s *server) Open(ctx context.Context) error {
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.store.Open(s.life); err != nil {
-		// Not fatal: the store may come up later; requests answer
-		// Unavailable meanwhile and /healthcheck says so.
+		// Not fatal: the store may come up later; requests get the
+		// --on-store-error answer meanwhile and /ready says so.
 		s.log.Warn("store does not answer yet", zap.Error(err))
+	} else {
+		s.storeSeen.Store(true)
 	}
 	if err := s.tracing.Open(s.life); err != nil {
 		return err
 	}
 	var err error
-	if s.grpcLis, err = net.Listen("tcp", s.opts.grpcAddr); err != nil {
-		return fmt.Errorf("listen grpc: %w", err)
+	if s.grpcLis, err = listen(s.opts.grpcAddr); err != nil {
+		return fmt.Errorf("listen grpc on %s (%s): %w", s.opts.grpcAddr, s.opts.name("grpc-addr"), err)
 	}
 	if s.httpLis, err = net.Listen("tcp", s.opts.httpAddr); err != nil {
-		return fmt.Errorf("listen http: %w", err)
+		return fmt.Errorf("listen http on %s (%s): %w", s.opts.httpAddr, s.opts.name("http-addr"), err)
 	}
 	if err := s.openAdmin(s.adminHandler()); err != nil {
 		return err
@@ -133,7 +150,10 @@ func (s *server) Open(ctx context.Context) error {
 		return err
 	}
 	s.serve()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.setHealth(!s.opts.health.activeConn || s.storeSeen.Load())
+	if s.opts.health.activeConn {
+		s.probeHealth()
+	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpLis.Addr().String()),
 		zap.String("admin", s.adminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", Version))
 	return nil
@@ -161,6 +181,9 @@ func (s *server) serve() {
 // admin listener down and closes the store.
 func (s *server) Close(ctx context.Context) error {
 	s.draining.Store(true)
+	if s.stopProbe != nil {
+		s.stopProbe()
+	}
 	s.health.Shutdown()
 	var errs []error
 	if s.reload != nil {
@@ -228,9 +251,65 @@ func grpcOptions(o options) []grpc.ServerOption {
 	// (returning it to a pool after every flush) cost 20-25 % of the rate
 	// of the unlimited rule at 64 callers (BENCHMARKS.md), and Envoy holds
 	// few connections.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.maxRecvBytes)}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(o.maxRecvBytes),
+		// Connections are closed after a day (with a random +-10 %),
+		// so that Envoys spread over replicas added since they connected.
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      o.grpcMaxAge,
+			MaxConnectionAgeGrace: o.grpcMaxAgeGrace,
+		}),
+	}
 	if o.streamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(o.streamWorkers)))
 	}
 	return opts
+}
+
+// listen binds addr: host:port over TCP, or "unix:PATH" (also
+// "unix://PATH") on a unix socket, as GRPC_UDS asks.
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return net.Listen("unix", path)
+	}
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// setHealth sets the gRPC health of every service name.
+func (s *server) setHealth(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range healthServices {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// probeInterval is how often gRPC health follows the store with
+// --redis-health-check-active-connection.
+const probeInterval = time.Second
+
+// probeHealth keeps gRPC health in step with /healthcheck while the
+// store's answers decide it, until Close.
+func (s *server) probeHealth() {
+	ctx, cancel := context.WithCancel(s.life)
+	s.stopProbe = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.setHealth(s.healthy(ctx) == nil)
+			}
+		}
+	}()
 }

@@ -106,7 +106,13 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 		return s.onStoreError(len(req.GetDescriptors()), err)
 	}
 	s.obs.Decided(req, res, time.Since(start))
+	if s.log.Core().Enabled(zap.DebugLevel) {
+		s.logUnmatched(req, res)
+	}
 	out := toResponse(res)
+	if s.resp.quotaMode {
+		quotaAll(out)
+	}
 	if s.resp.shadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rls.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
@@ -115,6 +121,30 @@ func (s *service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 		s.resp.decorate(out, res, req.GetDomain(), req.GetDescriptors())
 	}
 	return out, nil
+}
+
+// logUnmatched logs, at debug level, the descriptors of req that no rule
+// matched, so that a rule that never applies can be found.
+func (s *service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response) {
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Limit != nil || st.Replaced || i >= len(req.GetDescriptors()) {
+			continue
+		}
+		s.log.Debug("descriptor matches no rule", zap.String("domain", req.GetDomain()),
+			zap.Any("entries", entryStrings(req.GetDescriptors()[i].GetEntries())))
+	}
+}
+
+// quotaAll is global quota mode (QUOTA_MODE): every descriptor over its
+// limit answers OK, and so does the request.
+func quotaAll(out *rls.RateLimitResponse) {
+	for _, st := range out.Statuses {
+		if st.Code == rls.RateLimitResponse_OVER_LIMIT {
+			st.Code = rls.RateLimitResponse_OK
+		}
+	}
+	out.OverallCode = rls.RateLimitResponse_OK
 }
 
 // deadlineWithin reports whether ctx ends at most timeout after start.

@@ -196,7 +196,7 @@ func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st 
 			continue
 		}
 		if replaced(st, st[i].Limit.Name) {
-			st[i].Limit = nil
+			st[i].Limit, st[i].Replaced = nil, true
 		}
 	}
 }

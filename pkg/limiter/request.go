@@ -66,6 +66,9 @@ type Status struct {
 	Shadowed bool
 	// Quota is true for descriptors of quota_mode rules.
 	Quota bool
+	// Replaced is true when a rule matched but another limit of the
+	// request replaced it (Limit is then nil).
+	Replaced bool
 }
 
 // Response is the decision for a whole request.

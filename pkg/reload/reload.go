@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,18 @@ type Options struct {
 	// values mean unchanged files. Default: a SHA-256 of the names and
 	// contents of the directory's regular files, symlinks followed.
 	Fingerprint func() (string, error)
+	// Recursive also watches the directory's subdirectories at any depth,
+	// those created later included. Symlinks to directories are not
+	// followed, and names starting with ".." (a Kubernetes ConfigMap's
+	// timestamped directories, whose swaps show in the directory itself)
+	// are not watched.
+	Recursive bool
+	// Root, when not empty, is a path, at or above the directory, whose
+	// replacement also reloads: a symlink swapped over it, as
+	// envoyproxy/ratelimit's RUNTIME_WATCH_ROOT expects of its
+	// RUNTIME_ROOT. The directory is watched again through the new target
+	// before the reload.
+	Root string
 }
 
 // Watcher calls a Func when a directory's entries change: writes,
@@ -91,6 +104,9 @@ type Watcher struct {
 	log  *zap.Logger
 	kick chan struct{}
 
+	root, rootParent string              // Options.Root and its directory; "" without
+	subs             map[string]struct{} // subdirectories watched (Recursive)
+
 	fsw    *fsnotify.Watcher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -117,13 +133,19 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 	if opts.Fingerprint == nil {
 		opts.Fingerprint = func() (string, error) { return fingerprint(dir) }
 	}
-	return &Watcher{
+	w := &Watcher{
 		dir:  dir,
 		fn:   fn,
 		opts: opts,
 		log:  log,
 		kick: make(chan struct{}, 1),
+		subs: map[string]struct{}{},
 	}
+	if opts.Root != "" {
+		w.root = filepath.Clean(opts.Root)
+		w.rootParent = filepath.Dir(w.root)
+	}
+	return w
 }
 
 // Open starts watching. It returns an error, and watches nothing, when the
@@ -138,7 +160,14 @@ func (w *Watcher) Open(ctx context.Context) error {
 		_ = fsw.Close()
 		return fmt.Errorf("watch %s: %w", w.dir, err)
 	}
+	if w.root != "" {
+		if err := fsw.Add(w.rootParent); err != nil {
+			_ = fsw.Close()
+			return fmt.Errorf("watch %s: %w", w.rootParent, err)
+		}
+	}
 	w.fsw = fsw
+	w.watchSubdirs(w.dir)
 	ctx, w.cancel = context.WithCancel(ctx)
 	w.wg.Add(1)
 	go func() {
@@ -203,9 +232,14 @@ func (w *Watcher) run(ctx context.Context) {
 		}
 		debounce.Reset(max(0, min(w.opts.Debounce, w.opts.MaxDelay-now.Sub(burst))))
 	}
+	rootSwapped := false
 	reload := func(cause string) {
 		debounce.Stop()
 		burst, inPlace, settle = time.Time{}, false, false
+		if rootSwapped && rewatch == nil {
+			rootSwapped = false
+			w.rewatchTree()
+		}
 		w.fn(ctx, cause)
 	}
 	for {
@@ -219,6 +253,13 @@ func (w *Watcher) run(ctx context.Context) {
 			if !relevant(ev) {
 				continue
 			}
+			if w.root != "" && filepath.Dir(ev.Name) == w.rootParent && !w.watched(w.rootParent) {
+				if filepath.Clean(ev.Name) != w.root {
+					continue // another entry beside the root
+				}
+				rootSwapped = true
+			}
+			w.follow(ev)
 			if w.lost(ev) && rewatch == nil {
 				w.log.Warn("rules directory went away; watching for it to come back", zap.String("dir", w.dir), zap.Stringer("event", ev.Op))
 				rewatch = time.NewTicker(w.opts.Rewatch)
@@ -259,6 +300,8 @@ func (w *Watcher) run(ctx context.Context) {
 			}
 			rewatch.Stop()
 			rewatch, retry = nil, nil
+			w.clearSubdirs()
+			w.watchSubdirs(w.dir)
 			w.log.Info("rules directory is back", zap.String("dir", w.dir))
 			reload(CauseRewatch)
 		}
@@ -304,4 +347,104 @@ func fingerprint(dir string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// watched reports whether dir is the directory or one of its watched
+// subdirectories.
+func (w *Watcher) watched(dir string) bool {
+	if dir == w.dir {
+		return true
+	}
+	_, ok := w.subs[dir]
+	return ok
+}
+
+// follow keeps the watches of a Recursive Watcher in step with ev: a
+// directory created is watched with its subdirectories, one removed or
+// renamed away is forgotten.
+func (w *Watcher) follow(ev fsnotify.Event) {
+	if !w.opts.Recursive {
+		return
+	}
+	name := filepath.Clean(ev.Name)
+	if _, ok := w.subs[name]; ok && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+		w.forget(name)
+	}
+	if ev.Has(fsnotify.Create) && w.watched(filepath.Dir(name)) && watchable(name) {
+		w.add(name)
+		w.watchSubdirs(name)
+	}
+}
+
+// watchSubdirs watches the subdirectories of dir, at any depth, when the
+// Watcher is Recursive. Errors (a directory removed meanwhile, inotify
+// watches exhausted) are logged: the rest stays watched.
+func (w *Watcher) watchSubdirs(dir string) {
+	if !w.opts.Recursive {
+		return
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		w.log.Warn("watching rules subdirectories", zap.String("dir", dir), zap.Error(err))
+		return
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if !e.IsDir() || strings.HasPrefix(e.Name(), "..") {
+			continue
+		}
+		w.add(path)
+		w.watchSubdirs(path)
+	}
+}
+
+// add watches the subdirectory path.
+func (w *Watcher) add(path string) {
+	if _, ok := w.subs[path]; ok {
+		return
+	}
+	if err := w.fsw.Add(path); err != nil {
+		w.log.Warn("watching a rules subdirectory", zap.String("dir", path), zap.Error(err))
+		return
+	}
+	w.subs[path] = struct{}{}
+}
+
+// forget stops watching the subdirectory path and those below it.
+func (w *Watcher) forget(path string) {
+	for sub := range w.subs {
+		if sub == path || strings.HasPrefix(sub, path+string(filepath.Separator)) {
+			_ = w.fsw.Remove(sub) // gone with its directory, most likely
+			delete(w.subs, sub)
+		}
+	}
+}
+
+func (w *Watcher) clearSubdirs() {
+	for sub := range w.subs {
+		_ = w.fsw.Remove(sub)
+		delete(w.subs, sub)
+	}
+}
+
+// rewatchTree watches the directory and its subdirectories again by path,
+// after the root above them was swapped for another target.
+func (w *Watcher) rewatchTree() {
+	w.clearSubdirs()
+	_ = w.fsw.Remove(w.dir)
+	if err := w.fsw.Add(w.dir); err != nil {
+		w.log.Warn("watching the rules directory after its root changed", zap.String("dir", w.dir), zap.Error(err))
+		return
+	}
+	w.watchSubdirs(w.dir)
+}
+
+// watchable reports whether path is a directory (not a symlink to one)
+// that a Recursive Watcher watches.
+func watchable(path string) bool {
+	if strings.HasPrefix(filepath.Base(path), "..") {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	return err == nil && fi.IsDir()
 }

@@ -403,3 +403,81 @@ func TestSettleComparesFingerprints(t *testing.T) {
 	}
 	expectNone(t, causes)
 }
+
+// TestRecursive watches a tree: writes in nested directories reload, in
+// directories created after Open too; a ConfigMap's ".." directories are
+// not watched themselves (their swap shows in the directory).
+func TestRecursive(t *testing.T) {
+	dir := t.TempDir()
+	nested := filepath.Join(dir, "a", "b")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, causes := watch(t, dir, reload.Options{Recursive: true})
+
+	write(t, filepath.Join(nested, "r.yaml"), "x")
+	expect(t, causes, reload.CauseChange)
+
+	fresh := filepath.Join(dir, "c", "d")
+	if err := os.MkdirAll(fresh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, causes, reload.CauseChange) // the directories appearing
+	write(t, filepath.Join(fresh, "r.yaml"), "y")
+	expect(t, causes, reload.CauseChange)
+
+	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, causes, reload.CauseChange)
+	expectNone(t, causes)
+}
+
+// TestNotRecursive keeps the flat watch: a write in a subdirectory does
+// not reload.
+func TestNotRecursive(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, causes := watch(t, dir, reload.Options{})
+	write(t, filepath.Join(sub, "r.yaml"), "x")
+	expectNone(t, causes)
+}
+
+// TestRootSwap swaps the root symlink above the watched directory, as a
+// RUNTIME_WATCH_ROOT deployment does: the swap reloads, entries beside
+// the root do not, and the new tree is watched afterwards.
+func TestRootSwap(t *testing.T) {
+	base := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.MkdirAll(filepath.Join(base, v, "app", "config", "nested"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(base, "current")
+	if err := os.Symlink("v1", root); err != nil {
+		t.Fatal(err)
+	}
+	_, causes := watch(t, filepath.Join(root, "app", "config"), reload.Options{Recursive: true, Root: root})
+
+	write(t, filepath.Join(base, "unrelated"), "x")
+	expectNone(t, causes)
+
+	tmp := filepath.Join(base, "current.tmp")
+	if err := os.Symlink("v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, causes, reload.CauseChange)
+	expectNone(t, causes)
+
+	// The new target is watched, its nested directories too; the old is not.
+	write(t, filepath.Join(base, "v1", "app", "config", "nested", "r.yaml"), "old")
+	expectNone(t, causes)
+	write(t, filepath.Join(base, "v2", "app", "config", "nested", "r.yaml"), "new")
+	expect(t, causes, reload.CauseChange)
+}

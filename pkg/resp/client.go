@@ -44,7 +44,8 @@ var (
 
 // Options configure a Client.
 type Options struct {
-	// Network is "tcp" (the default) or "unix".
+	// Network is "tcp" (the default when empty) or "unix", for which Addr
+	// is the socket's path.
 	Network string
 	// Addr is the server's host:port, or a socket's path.
 	Addr string
@@ -72,7 +73,7 @@ type Options struct {
 	// MaxPending caps the bytes of batches waiting to be written on one
 	// connection (default 4 MiB): past it, Do fails at once with ErrNotSent.
 	MaxPending int
-	// Dialer dials TCP; nil means a net.Dialer. Tests inject proxies here.
+	// Dialer dials Network; nil means a net.Dialer. Tests inject proxies here.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 

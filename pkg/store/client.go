@@ -44,6 +44,14 @@ type ClientOptions struct {
 	// SentinelPassword authenticates to the sentinels, when they have a
 	// requirepass of their own.
 	SentinelPassword string
+	// SocketType is how a single server is reached, as
+	// envoyproxy/ratelimit's REDIS_SOCKET_TYPE says it: "tcp" (or tcp4,
+	// tcp6) or "unix", in any case; empty takes it from the URL, unix for
+	// a path ("/run/redis.sock") or a unix:// URL. With unix the URL is the
+	// socket's path, or unix://[user:password@]/path[?db=N]. Cluster and
+	// sentinel deployments are reached over TCP whatever it says, as in
+	// the reference.
+	SocketType string
 	// TLS configures TLS to every node (and to the sentinels).
 	TLS TLSOptions
 	// Conn applies to every connection, on every node.
@@ -127,6 +135,13 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 	if raw == "" {
 		return nil, errors.New("redis URL is empty")
 	}
+	network, err := socketType(o.SocketType, raw)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		return unixOptions(o, raw)
+	}
 	if !strings.Contains(raw, "://") {
 		// envoyproxy/ratelimit's host:port.
 		if err := checkHostPort(raw); err != nil {
@@ -138,6 +153,7 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	opt.Network = network
 	if o.Username != "" {
 		opt.Username = o.Username
 	}
@@ -212,6 +228,86 @@ func checkMuxURL(raw string) error {
 		return fmt.Errorf("redis URL %q: protocol=%s: the shared connections speak RESP2 (use --redis-conns 0 for go-redis)", RedactURL(raw), p)
 	}
 	return nil
+}
+
+// socketType returns the network to dial a single server on: the socket
+// type given, or the one the URL implies.
+func socketType(typ, url string) (string, error) {
+	isPath := strings.HasPrefix(url, "/") || strings.HasPrefix(url, "unix://")
+	switch t := strings.ToLower(strings.TrimSpace(typ)); t {
+	case "":
+		if isPath {
+			return "unix", nil
+		}
+		return "tcp", nil
+	case "unix":
+		if strings.Contains(url, "://") && !strings.HasPrefix(url, "unix://") {
+			return "", fmt.Errorf("redis socket type unix: %q is no socket path", redactAddr(url))
+		}
+		return t, nil
+	case "tcp", "tcp4", "tcp6":
+		if isPath {
+			return "", fmt.Errorf("redis socket type %s: %q is a socket path, not an address", typ, redactAddr(url))
+		}
+		return t, nil
+	}
+	return "", fmt.Errorf("redis socket type %q: want tcp or unix", typ)
+}
+
+// unixOptions maps o, a single server on a unix socket at url (a path or a
+// unix:// URL), onto go-redis' options.
+func unixOptions(o ClientOptions, url string) (*redis.Options, error) {
+	if !strings.Contains(url, "://") {
+		url = "unix://" + url
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis URL %q: %s", RedactURL(url), redactPassword(err.Error(), url))
+	}
+	if o.TLS.Enabled || o.TLS.set() {
+		return nil, errors.New("redis TLS over a unix socket is not supported")
+	}
+	c := o.Conn
+	if c.PoolSize > 0 {
+		opt.PoolSize = c.PoolSize
+	}
+	if c.DialTimeout > 0 {
+		opt.DialTimeout = c.DialTimeout
+	}
+	if c.ReadTimeout > 0 {
+		opt.ReadTimeout = c.ReadTimeout
+	}
+	if c.WriteTimeout > 0 {
+		opt.WriteTimeout = c.WriteTimeout
+	}
+	if opt.DialTimeout <= 0 {
+		opt.DialTimeout = DefaultDialTimeout
+	}
+	opt.MaxRetries = -1
+	opt.ContextTimeoutEnabled = true
+	if o.Username != "" {
+		opt.Username = o.Username
+	}
+	if o.Password != "" {
+		opt.Password = o.Password
+	}
+	return opt, nil
+}
+
+// redactPassword hides the password of url wherever msg quotes it.
+func redactPassword(msg, url string) string {
+	rest, ok := strings.CutPrefix(url, "unix://")
+	if !ok {
+		return msg
+	}
+	userinfo, _, found := strings.Cut(rest, "@")
+	if !found {
+		return msg
+	}
+	if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
+		return strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return msg
 }
 
 func newCluster(o ClientOptions) (redis.UniversalClient, error) {

@@ -413,3 +413,56 @@ func TestMuxURLOptions(t *testing.T) {
 		t.Errorf("go-redis client with max_retries=2: %v, want a refusal", err)
 	}
 }
+
+// TestClientUnixSocket reaches a single server on its unix socket, with
+// envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix and a path, a unix:// URL,
+// or a path alone, through both clients.
+func TestClientUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.StartServer(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct{ socketType, url string }{
+		{"unix", sock},
+		{"UNIX", "unix://" + sock + "?db=3"},
+		{"", sock},
+	} {
+		for _, kind := range []string{"go-redis", "mux"} {
+			r := newKind(t, kind, store.ClientOptions{SocketType: tc.socketType, URL: tc.url,
+				Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
+			if err := r.Open(ctx); err != nil {
+				t.Fatalf("%s %s %s: Open = %v", kind, tc.socketType, tc.url, err)
+			}
+			op := limiter.Op{Key: "unix:{" + kind + tc.socketType + tc.url + "}:", Algorithm: descriptors.FixedWindow, Limit: 1000,
+				Window: 60_000, Cost: 1000, Now: farBase}
+			res := make([]limiter.Result, 1)
+			for i, want := range []bool{true, false} {
+				if err := r.Take(ctx, []limiter.Op{op}, res); err != nil || res[0].Allowed != want {
+					t.Errorf("%s %s: take %d = %+v, %v; want allowed %v", kind, tc.url, i, res[0], err, want)
+				}
+			}
+		}
+	}
+	c, err := store.NewClient(store.ClientOptions{SocketType: "unix", URL: "unix://" + sock + "?db=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.(*redis.Client).Options(); o.Network != "unix" || o.Addr != sock || o.DB != 3 {
+		t.Errorf("options: network %q addr %q db %d", o.Network, o.Addr, o.DB)
+	}
+
+	for _, tc := range []struct {
+		o    store.ClientOptions
+		want string
+	}{
+		{store.ClientOptions{SocketType: "tcp", URL: sock}, "is a socket path"},
+		{store.ClientOptions{SocketType: "unix", URL: "redis://h:1"}, "no socket path"},
+		{store.ClientOptions{SocketType: "udp", URL: "h:1"}, "want tcp or unix"},
+		{store.ClientOptions{SocketType: "unix", URL: sock, TLS: store.TLSOptions{Enabled: true}}, "unix socket"},
+	} {
+		if _, err := store.NewClient(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want it to mention %q", tc.o, err, tc.want)
+		}
+	}
+}

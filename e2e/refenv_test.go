@@ -1,0 +1,300 @@
+package e2e_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// refRules are rules files laid out as a deployment of envoyproxy/ratelimit
+// has them: under $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config, one of them in
+// a nested directory.
+var refRules = map[string]string{
+	"ratelimit/config/ref.yaml": `
+domain: ref
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+`,
+	"ratelimit/config/teams/nested.yaml": `
+domain: nested
+descriptors:
+  - key: team
+    rate_limit: {unit: day, requests_per_unit: 1}
+`,
+}
+
+// writeTree writes path→content files under a fresh directory.
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// refServer is the binary started with envoyproxy/ratelimit's
+// environment only: no flag at all.
+type refServer struct {
+	*fastlimit
+	debug string // DEBUG_PORT's address
+}
+
+// refEnv is the environment of a reference deployment on root and Redis
+// at redisAddr, on free ports.
+func refEnv(t *testing.T, root, redisAddr string) map[string]string {
+	t.Helper()
+	return map[string]string{
+		"RUNTIME_ROOT":         root,
+		"RUNTIME_SUBDIRECTORY": "ratelimit",
+		"PORT":                 fmt.Sprint(freePort(t)),
+		"GRPC_PORT":            fmt.Sprint(freePort(t)),
+		"DEBUG_PORT":           fmt.Sprint(freePort(t)),
+		"REDIS_SOCKET_TYPE":    "tcp",
+		"REDIS_URL":            redisAddr,
+		"LOG_FORMAT":           "text",
+	}
+}
+
+// startRef starts the binary with env (plus PATH) and no arguments, and
+// waits for /healthcheck on PORT.
+func startRef(t *testing.T, env map[string]string) *refServer {
+	t.Helper()
+	f := &fastlimit{
+		GRPC: "127.0.0.1:" + env["GRPC_PORT"],
+		HTTP: "127.0.0.1:" + env["PORT"],
+		logs: &syncBuffer{},
+	}
+	f.cmd = exec.Command(binary)
+	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
+	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		f.cmd.Env = append(f.cmd.Env, k+"="+v)
+	}
+	f.cmd.SysProcAttr = sysProcAttr()
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		if t.Failed() {
+			t.Logf("server logs:\n%s", f.logs.String())
+		}
+	})
+	if !waitUntil(10*time.Second, func() bool { return httpCode(f.HTTP+"/healthcheck") == http.StatusOK }) {
+		t.Fatalf("/healthcheck on PORT never answered 200; logs:\n%s", f.logs.String())
+	}
+	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
+	return &refServer{fastlimit: f, debug: "127.0.0.1:" + env["DEBUG_PORT"]}
+}
+
+// domainRequest1 is a request of one descriptor of one entry in domain.
+func domainRequest1(domain, key, value string) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc(key, value)}}
+}
+
+// httpCode is the status of GET http://addrPath, 0 when it fails.
+func httpCode(addrPath string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addrPath)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// decideN sends n requests of one descriptor and returns their codes.
+func decideN(t *testing.T, c rls.RateLimitServiceClient, domain, key, value string, n int) []rls.RateLimitResponse_Code {
+	t.Helper()
+	var codes []rls.RateLimitResponse_Code
+	for range n {
+		resp, err := c.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest1(domain, key, value))
+		if err != nil {
+			t.Fatalf("%s %s=%s: %v", domain, key, value, err)
+		}
+		codes = append(codes, resp.GetOverallCode())
+	}
+	return codes
+}
+
+// TestReferenceEnvironment starts the binary as a deployment of
+// envoyproxy/ratelimit starts its own: the reference's file settings only,
+// no flags. It decides on Redis with the rules found where the reference
+// finds them (nested ones too), serves /healthcheck on PORT and its admin
+// listener on DEBUG_PORT, logs as text, names the variable it does not
+// honour in its startup warning, and reloads a nested file.
+func TestReferenceEnvironment(t *testing.T) {
+	waitOutDayBoundary(t)
+	r := startRedis(t)
+	root := writeTree(t, refRules)
+	env := refEnv(t, root, r.Addr)
+	env["MEMCACHE_HOST_PORT"] = "memcache:11211"
+	srv := startRef(t, env)
+
+	want := []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OK,
+		rls.RateLimitResponse_OVER_LIMIT, rls.RateLimitResponse_OVER_LIMIT}
+	if got := decideN(t, srv.Client, "ref", "user", "alice", 5); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("limit 3: codes %v, want %v", got, want)
+	}
+	if got := decideN(t, srv.Client, "nested", "team", "a", 2); got[0] != rls.RateLimitResponse_OK || got[1] != rls.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("nested rules file, limit 1: codes %v", got)
+	}
+	// The counters are in the Redis of REDIS_URL.
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctxTimeout(t, 5*time.Second), "*alice*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Errorf("Redis keys for alice: %v, %v; want one counter", keys, err)
+	}
+
+	// The admin listener on DEBUG_PORT (loopback).
+	if code := httpCode(srv.debug + "/metrics"); code != http.StatusOK {
+		t.Errorf("admin /metrics on DEBUG_PORT: %d", code)
+	}
+	logs := srv.logs.String()
+	if strings.Contains(logs, `{"level"`) {
+		t.Errorf("LOG_FORMAT=text, but the logs are JSON:\n%s", logs)
+	}
+	if !strings.Contains(logs, "envoyproxy/ratelimit settings that FastLimit does not honour") ||
+		!strings.Contains(logs, "MEMCACHE_HOST_PORT: ignored") {
+		t.Errorf("no startup warning naming MEMCACHE_HOST_PORT:\n%s", logs)
+	}
+
+	// A change to the nested file reloads.
+	nested := filepath.Join(root, "ratelimit/config/teams/nested.yaml")
+	if err := os.WriteFile(nested, []byte(strings.Replace(refRules["ratelimit/config/teams/nested.yaml"], "requests_per_unit: 1", "requests_per_unit: 7", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		_, body := get(t, "http://"+srv.debug+"/rlconfig")
+		return strings.Contains(body, "requests_per_unit=7")
+	})
+}
+
+// TestReferenceEnvironmentRefused: a value FastLimit cannot honour stops
+// the start, and the message names the variable.
+func TestReferenceEnvironmentRefused(t *testing.T) {
+	root := writeTree(t, refRules)
+	for _, tc := range []struct{ name, value string }{
+		{"BACKEND_TYPE", "memcache"},
+		{"PORT", "http"},
+		{"LOG_LEVEL", "verbose"},
+		{"RUNTIME_WATCH_ROOT", "maybe"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := refEnv(t, root, "127.0.0.1:1")
+			env[tc.name] = tc.value
+			cmd := exec.Command(binary)
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+			cmd.SysProcAttr = sysProcAttr()
+			done := make(chan struct{})
+			var out []byte
+			var err error
+			go func() { out, err = cmd.CombinedOutput(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				t.Fatalf("%s=%s: still running after 10s:\n%s", tc.name, tc.value, out)
+			}
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Errorf("%s=%s: exit %v, want 2", tc.name, tc.value, err)
+			}
+			if !strings.Contains(string(out), tc.name+"=") {
+				t.Errorf("%s=%s: the message does not name the variable:\n%s", tc.name, tc.value, out)
+			}
+		})
+	}
+}
+
+// TestHealthcheckWithRedisDown: Redis down leaves /healthcheck 200, while
+// requests get the failure policy's answer; with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true it answers 503 until Redis
+// is back.
+func TestHealthcheckWithRedisDown(t *testing.T) {
+	for _, active := range []bool{false, true} {
+		t.Run(fmt.Sprintf("active=%v", active), func(t *testing.T) {
+			r := startRedis(t)
+			env := refEnv(t, writeTree(t, refRules), r.Addr)
+			if active {
+				env["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"] = "true"
+			}
+			srv := startRef(t, env)
+			health := srv.HTTP + "/healthcheck"
+			r.Stop()
+			// Redis is down: a decision fails (--on-store-error error).
+			waitFor(t, 5*time.Second, func() bool {
+				_, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest1("ref", "user", "down"))
+				return status.Code(err) == codes.Unavailable
+			})
+			if active {
+				waitFor(t, 5*time.Second, func() bool { return httpCode(health) == http.StatusServiceUnavailable })
+				r.Restart(t)
+				waitFor(t, 10*time.Second, func() bool { return httpCode(health) == http.StatusOK })
+				return
+			}
+			for range 10 {
+				if code := httpCode(health); code != http.StatusOK {
+					t.Fatalf("/healthcheck %d with Redis down, want 200", code)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code := httpCode(srv.HTTP + "/ready"); code != http.StatusOK {
+				t.Errorf("/ready %d with Redis down after it answered once, want 200", code)
+			}
+		})
+	}
+}
+
+// TestReferenceEnvironmentUnixSocket reaches a single Redis on its unix
+// socket, as REDIS_SOCKET_TYPE=unix and a socket path in REDIS_URL ask.
+func TestReferenceEnvironmentUnixSocket(t *testing.T) {
+	waitOutDayBoundary(t)
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	r := startRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	env := refEnv(t, writeTree(t, refRules), sock)
+	env["REDIS_SOCKET_TYPE"] = "unix"
+	srv := startRef(t, env)
+	if got := decideN(t, srv.Client, "ref", "user", "unix", 4); got[2] != rls.RateLimitResponse_OK || got[3] != rls.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("limit 3 over the unix socket: codes %v", got)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	if keys, err := rdb.Keys(ctxTimeout(t, 5*time.Second), "*unix*").Result(); err != nil || len(keys) != 1 {
+		t.Errorf("Redis keys: %v, %v; want the counter", keys, err)
+	}
+	if !strings.Contains(srv.logs.String(), "store\": \"redis single "+sock) {
+		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
+	}
+}
