@@ -154,8 +154,8 @@ func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error
 		}
 		return nil, fmt.Errorf("parse redis URL %q: malformed URL", safe)
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
-		return nil, fmt.Errorf("parse redis URL %q: scheme must be redis, rediss or unix", safe)
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("parse redis URL %q: scheme must be redis or rediss", safe)
 	}
 	if v := u.Query().Get("max_retries"); v != "" && v != "0" && v != "-1" {
 		return nil, fmt.Errorf("parse redis URL %q: max_retries=%s: FastLimit never sends a script call twice "+
