@@ -265,6 +265,11 @@ func (r *report) runs() {
 		if r.compare() && rr.Samples[1] != nil {
 			cells := []string{rr.Spec.title(), r.ratioName()}
 			for _, m := range metrics[:6] {
+				if m.name == mRedis.name && !rr.Spec.store() {
+					// Redis' idle ticks, not decisions: no ratio.
+					cells = append(cells, "")
+					continue
+				}
 				cells = append(cells, fmtRange(ratios(rr.Samples[0], rr.Samples[1], m), fmtRatio))
 			}
 			r.row(append(cells, "", "")...)
