@@ -17,13 +17,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -207,154 +205,6 @@ func repoRoot() string {
 	}
 }
 
-// execute runs the benchmark o describes, prints the report to stdout and
-// writes it and the raw results where o says. Progress goes to stderr.
-func execute(ctx context.Context, o *options, stdout, stderr io.Writer) (*results, error) {
-	tools, err := findRedis(ctx, o.install, stderr)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "fastlimit-bench-")
-	if err != nil {
-		return nil, err
-	}
-	ps := &procs{dir: dir}
-	b := &bench{o: o, tools: tools, ps: ps, rules: filepath.Join(dir, "rules"), log: stderr, start: time.Now()}
-	res, err := b.execute(ctx)
-	ps.stopAll()
-	if err != nil {
-		if ctx.Err() == nil {
-			fmt.Fprintf(stderr, "bench: logs of every process are in %s\n", dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
-		return nil, err
-	}
-	_ = os.RemoveAll(dir)
-	section := render(res)
-	if _, err := io.WriteString(stdout, section); err != nil {
-		return nil, err
-	}
-	if err := o.write(res, section); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// execute prepares the servers and runs the plan.
-func (b *bench) execute(ctx context.Context) (*results, error) {
-	o := b.o
-	if err := writeRules(b.rules); err != nil {
-		return nil, err
-	}
-	if err := b.binaries(ctx); err != nil {
-		return nil, err
-	}
-	res := &results{Machine: readMachine(ctx, b.tools.server), Settings: settings{
-		Command:  "go run ./cmd/bench" + quoteArgs(o.args),
-		Rounds:   o.rounds,
-		Duration: o.duration.String(),
-		Warmup:   o.warmup.String(),
-		Callers:  o.callers,
-		Conns:    o.conns,
-		Keys:     o.keys,
-		Sweep:    o.sweep,
-		Redis:    "one per server, on loopback, without persistence (`--save '' --appendonly no`); for the cluster runs, a Redis Cluster of 3 masters per server",
-		Timeout:  callTimeout.Seconds(),
-	}}
-	for _, bin := range b.bins {
-		k := "flags"
-		if bin.kind == kindReference {
-			k = "environment (`REDIS_SOCKET_TYPE=tcp REDIS_TYPE REDIS_URL RUNTIME_ROOT RUNTIME_SUBDIRECTORY USE_STATSD=false LOG_LEVEL=warn` and loopback `HOST PORT GRPC_HOST GRPC_PORT DEBUG_HOST DEBUG_PORT`; defaults otherwise)"
-		}
-		res.Binaries = append(res.Binaries, binaryInfo{Name: bin.name, Path: bin.path, Version: bin.version, Kind: k, Args: bin.args, Env: bin.env})
-	}
-	if err := b.run(ctx, res); err != nil {
-		return nil, err
-	}
-	res.Machine.LoadAfter = loadAverages()
-	res.Seconds = time.Since(b.start).Seconds()
-	return res, nil
-}
-
-// binaries builds or inspects FastLimit, and inspects --compare.
-func (b *bench) binaries(ctx context.Context) error {
-	o := b.o
-	var fl *binary
-	if o.server != "" {
-		fl = &binary{name: "FastLimit", path: o.server}
-		if err := fl.inspect(); err != nil {
-			return err
-		}
-		if fl.kind != kindFastLimit {
-			return fmt.Errorf("--server %s is not a FastLimit build (its Go build information names another module)", o.server)
-		}
-	} else {
-		b.logf("building ./cmd/server")
-		var err error
-		if fl, err = buildFastLimit(ctx, o.root, b.ps.dir); err != nil {
-			return err
-		}
-	}
-	fl.args = o.serverFlags
-	b.bins = []*binary{fl}
-	if o.compare == "" {
-		return nil
-	}
-	path, err := filepath.Abs(o.compare)
-	if err != nil {
-		return err
-	}
-	other := &binary{path: path, env: o.compareEnv}
-	if err := other.inspect(); err != nil {
-		return fmt.Errorf("--compare: %w", err)
-	}
-	other.name = o.compareName
-	if other.name == "" {
-		other.name = "reference"
-		if other.kind == kindFastLimit {
-			other.name = "FastLimit B"
-		}
-	}
-	if other.kind == kindFastLimit {
-		other.args = o.serverFlags
-	}
-	if other.name == fl.name {
-		return fmt.Errorf("--compare-name %q is the name of the first server", other.name)
-	}
-	b.bins = append(b.bins, other)
-	return nil
-}
-
-// write writes the section into o.out and the results into o.raw.
-func (o *options) write(res *results, section string) error {
-	out, raw := o.out, o.raw
-	if out == "" {
-		out = filepath.Join(o.root, "BENCHMARKS.md")
-	}
-	if raw == "" {
-		raw = filepath.Join(o.root, ".tmp", "bench", "results.json")
-	}
-	if out != "-" {
-		if err := writeSection(out, section); err != nil {
-			return err
-		}
-	}
-	if raw != "-" {
-		if err := os.MkdirAll(filepath.Dir(raw), 0o755); err != nil {
-			return err
-		}
-		j, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(raw, append(j, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // quoteArgs formats args for a shell, each after a space.
 func quoteArgs(args []string) string {
 	var b strings.Builder
@@ -367,47 +217,4 @@ func quoteArgs(args []string) string {
 		b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
 	}
 	return b.String()
-}
-
-// findRedis finds redis-server and redis-cli, installing Debian's
-// redis-server and redis-tools with apt-get when one is missing and
-// install is set.
-func findRedis(ctx context.Context, install bool, log io.Writer) (redisTools, error) {
-	look := func() (redisTools, error) {
-		var t redisTools
-		var err error
-		if t.server, err = exec.LookPath("redis-server"); err != nil {
-			return t, err
-		}
-		t.cli, err = exec.LookPath("redis-cli")
-		return t, err
-	}
-	t, err := look()
-	if err == nil || !install {
-		if err != nil {
-			err = fmt.Errorf("%w: install redis-server and redis-cli (Debian: apt-get install redis-server redis-tools)", err)
-		}
-		return t, err
-	}
-	apt, aptErr := exec.LookPath("apt-get")
-	if aptErr != nil {
-		return t, fmt.Errorf("%w, and no apt-get to install it: install redis-server and redis-cli", err)
-	}
-	argv := []string{apt}
-	if os.Geteuid() != 0 {
-		sudo, sudoErr := exec.LookPath("sudo")
-		if sudoErr != nil {
-			return t, fmt.Errorf("%w; installing it needs root or sudo: apt-get install redis-server redis-tools", err)
-		}
-		argv = []string{sudo, apt}
-	}
-	fmt.Fprintln(log, "bench: installing redis-server and redis-tools with apt-get")
-	for _, step := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "redis-server", "redis-tools"}} {
-		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], step...)...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return t, fmt.Errorf("apt-get %s: %w\n%s", step[0], err, out)
-		}
-	}
-	return look()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -200,4 +201,47 @@ func redisCLI(ctx context.Context, cli, addr string, args ...string) (string, er
 		return s, fmt.Errorf("redis-cli %s: %s", strings.Join(args, " "), strings.TrimSpace(s))
 	}
 	return s, nil
+}
+
+// findRedis finds redis-server and redis-cli, installing Debian's
+// redis-server and redis-tools with apt-get when one is missing and
+// install is set.
+func findRedis(ctx context.Context, install bool, log io.Writer) (redisTools, error) {
+	look := func() (redisTools, error) {
+		var t redisTools
+		var err error
+		if t.server, err = exec.LookPath("redis-server"); err != nil {
+			return t, err
+		}
+		t.cli, err = exec.LookPath("redis-cli")
+		return t, err
+	}
+	t, err := look()
+	if err == nil || !install {
+		if err != nil {
+			err = fmt.Errorf("%w: install redis-server and redis-cli (Debian: apt-get install redis-server redis-tools)", err)
+		}
+		return t, err
+	}
+	apt, aptErr := exec.LookPath("apt-get")
+	if aptErr != nil {
+		return t, fmt.Errorf("%w, and no apt-get to install it: install redis-server and redis-cli", err)
+	}
+	argv := []string{apt}
+	if os.Geteuid() != 0 {
+		sudo, sudoErr := exec.LookPath("sudo")
+		if sudoErr != nil {
+			return t, fmt.Errorf("%w; installing it needs root or sudo: apt-get install redis-server redis-tools", err)
+		}
+		argv = []string{sudo, apt}
+	}
+	fmt.Fprintln(log, "bench: installing redis-server and redis-tools with apt-get")
+	for _, step := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "redis-server", "redis-tools"}} {
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], step...)...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return t, fmt.Errorf("apt-get %s: %w\n%s", step[0], err, out)
+		}
+	}
+	return look()
 }

@@ -40,6 +40,7 @@ type binary struct {
 	path    string
 	kind    kind
 	version string   // for the report
+	built   bool     // built from this tree by cmd/bench, into a temporary path
 	args    []string // extra flags (FastLimit)
 	env     []string // extra environment, KEY=VALUE
 }
@@ -115,7 +116,7 @@ func buildFastLimit(ctx context.Context, root, dir string) (*binary, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ./cmd/server: %w\n%s", err, out)
 	}
-	return &binary{name: "FastLimit", path: path, kind: kindFastLimit, version: version + " (built from " + root + ")"}, nil
+	return &binary{name: "FastLimit", path: path, kind: kindFastLimit, version: version, built: true}, nil
 }
 
 // server is one running server under test, with its own Redis.
