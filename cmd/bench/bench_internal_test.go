@@ -15,8 +15,10 @@ import (
 )
 
 // These tests run cmd/bench for real: FastLimit built from this tree,
-// real redis-server processes, real load, for a second or so per run.
-// They check that every figure is there and plausible, not its value.
+// real redis-server processes, real load. Runs are kept short (about 7 s
+// of load in all): closed-loop load saturates the machine, and other
+// packages' timing tests may run beside these. They check that every
+// figure is there and plausible, not its value.
 
 var (
 	buildDir  string
@@ -102,8 +104,12 @@ func checkSample(t *testing.T, spec runSpec, name string, s *sample) {
 		t.Errorf("%s: %d errors for %d decisions, first %s", where, r.Errors, r.Decisions(), r.FirstError)
 	case r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50:
 		t.Errorf("%s: latency %+v", where, r.Latency)
-	case s.ServerCPU <= 0 || r.CPUSeconds <= 0:
+	case s.ServerCPU < 0 || r.CPUSeconds <= 0:
 		t.Errorf("%s: server CPU %v s, loadgen CPU %v s: not read", where, s.ServerCPU, r.CPUSeconds)
+	case spec.Callers >= 16 && s.ServerCPU == 0:
+		// /proc counts 10 ms ticks: a short run of a few callers may
+		// round to none, a busy one cannot.
+		t.Errorf("%s: no server CPU in a run of %d callers", where, spec.Callers)
 	case s.perDecision(s.ServerCPU) > 1e5:
 		t.Errorf("%s: %.0f µs of server CPU per decision", where, s.perDecision(s.ServerCPU))
 	case spec.store() && (s.RedisCPU <= 0 || s.RedisCommands <= 0):
@@ -144,7 +150,7 @@ func TestQuickRun(t *testing.T) {
 	if err := os.WriteFile(out, []byte(head+beginMarker+"\nold\n"+endMarker+tail), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, md := quick(t, "--duration", "500ms", "--warmup", "100ms", "--out", out, "--raw", raw)
+	res, md := quick(t, "--duration", "400ms", "--warmup", "50ms", "--out", out, "--raw", raw)
 
 	specs := plan(&options{scenarios: strings.Split(defaultScenarios, ","), callers: 64, sweep: []int{1, 4, 16, 64, 256}})
 	if len(res.Runs) != len(specs) {
@@ -189,8 +195,8 @@ func TestQuickRun(t *testing.T) {
 // (configured like any --compare binary of its kind), interleaved.
 func TestQuickCompare(t *testing.T) {
 	needTools(t)
-	res, md := quick(t, "--compare", fastlimit(t), "--compare-env", "GOGC=100", "--scenarios", "unlimited,fw,sw",
-		"--rounds", "2", "--duration", "300ms", "--warmup", "0s")
+	res, md := quick(t, "--compare", fastlimit(t), "--compare-env", "GOGC=100", "--scenarios", "fw,sw",
+		"--rounds", "2", "--duration", "200ms", "--warmup", "0s")
 	if len(res.Binaries) != 2 || res.Binaries[1].Name != "FastLimit B" || res.Binaries[1].Env[0] != "GOGC=100" {
 		t.Fatalf("servers %+v", res.Binaries)
 	}
@@ -231,7 +237,7 @@ func TestQuickCompare(t *testing.T) {
 // masters, CPU summed over them.
 func TestQuickCluster(t *testing.T) {
 	needTools(t)
-	res, md := quick(t, "--scenarios", "cluster", "--duration", "500ms", "--warmup", "100ms")
+	res, md := quick(t, "--scenarios", "cluster", "--duration", "300ms", "--warmup", "50ms")
 	if len(res.Runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(res.Runs))
 	}
