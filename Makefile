@@ -16,7 +16,7 @@ lint: ## gofmt, vet, tidy check
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	go vet ./...
 	go mod tidy -diff
-bench: ## load, memory and Go benchmarks into BENCHMARKS.md (about 10 min)
-	./scripts/bench.sh
+bench: ## load scenarios into BENCHMARKS.md (~6 min; COMPARE=path/to/service_cmd adds the reference, ~11 min)
+	go run ./cmd/bench $(if $(COMPARE),--compare $(COMPARE))
 e2e: ## end-to-end tests only
 	go test -count=1 ./e2e/

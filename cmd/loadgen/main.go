@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/load"
 )
 
 func main() {
@@ -41,15 +43,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := generate(ctx, cfg)
+	g, err := load.Dial(ctx, cfg.Config)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
 		return 1
 	}
+	defer g.Close()
+	if cfg.warmup > 0 {
+		g.Run(ctx, cfg.warmup)
+	}
+	rep := g.Run(ctx, cfg.duration)
 	if cfg.json {
-		err = rep.writeJSON(stdout)
+		err = rep.WriteJSON(stdout)
 	} else {
-		err = rep.writeText(stdout)
+		err = rep.WriteText(stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
@@ -58,30 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Ways to draw identifiers.
-const (
-	pickUniform = "uniform" // independent uniform draws from the keyspace
-	pickSeq     = "seq"     // offset, offset+1, ... wrapping at keys
-)
-
-// config is a run's settings.
+// config is a run's settings: the load's, and the phases'.
 type config struct {
-	addr        string
-	callers     int
-	conns       int
-	duration    time.Duration // measured phase; always bounds the run
-	requests    int64         // 0: no count bound
-	warmup      time.Duration
-	timeout     time.Duration // per call
-	keys        int64
-	offset      int64
-	pick        string
-	descriptors int
-	domain      string
-	entryKeys   []string // descriptor i uses entryKeys[i % len]
-	valuePrefix string
-	seed        uint64
-	json        bool
+	load.Config
+	duration time.Duration // measured phase; always bounds the run
+	warmup   time.Duration
+	json     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -89,21 +78,21 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var keys string
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "gRPC address of the rate-limit server")
-	fs.IntVar(&c.callers, "c", 64, "concurrent callers, each with one request in flight")
-	fs.IntVar(&c.conns, "conns", 4, "gRPC connections; callers are spread over them round-robin")
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8081", "gRPC address of the rate-limit server")
+	fs.IntVar(&c.Callers, "c", 64, "concurrent callers, each with one request in flight")
+	fs.IntVar(&c.Conns, "conns", 4, "gRPC connections; callers are spread over them round-robin")
 	fs.DurationVar(&c.duration, "d", 10*time.Second, "measured duration (always bounds the run)")
-	fs.Int64Var(&c.requests, "n", 0, "stop after this many requests (0: only -d bounds the run)")
+	fs.Int64Var(&c.Requests, "n", 0, "stop after this many requests (0: only -d bounds the run)")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before the measured phase")
-	fs.DurationVar(&c.timeout, "timeout", time.Second, "deadline of each call")
-	fs.Int64Var(&c.keys, "keys", 10000, "distinct identifiers in the keyspace")
-	fs.Int64Var(&c.offset, "offset", 0, "first identifier: values are prefix+offset .. prefix+offset+keys-1")
-	fs.StringVar(&c.pick, "pick", pickUniform, "how identifiers are drawn: uniform or seq (each one once, in order, then wrap)")
-	fs.IntVar(&c.descriptors, "descriptors", 1, "descriptors per request, each with its own identifier")
-	fs.StringVar(&c.domain, "domain", "bench", "request domain")
+	fs.DurationVar(&c.Timeout, "timeout", time.Second, "deadline of each call")
+	fs.Int64Var(&c.Keys, "keys", 10000, "distinct identifiers in the keyspace")
+	fs.Int64Var(&c.Offset, "offset", 0, "first identifier: values are prefix+offset .. prefix+offset+keys-1")
+	fs.StringVar(&c.Pick, "pick", load.PickUniform, "how identifiers are drawn: uniform or seq (each one once, in order, then wrap)")
+	fs.IntVar(&c.Descriptors, "descriptors", 1, "descriptors per request, each with its own identifier")
+	fs.StringVar(&c.Domain, "domain", "bench", "request domain")
 	fs.StringVar(&keys, "key", "fw", "descriptor entry key; a comma-separated list gives descriptor i the i-th key (cycling)")
-	fs.StringVar(&c.valuePrefix, "prefix", "user-", "prefix of every identifier value")
-	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the uniform draws")
+	fs.StringVar(&c.ValuePrefix, "prefix", "user-", "prefix of every identifier value")
+	fs.Uint64Var(&c.Seed, "seed", 1, "random seed of the uniform draws")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object instead of text")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -113,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	for _, k := range strings.Split(keys, ",") {
 		if k = strings.TrimSpace(k); k != "" {
-			c.entryKeys = append(c.entryKeys, k)
+			c.EntryKeys = append(c.EntryKeys, k)
 		}
 	}
 	return c, c.validate()
@@ -121,25 +110,25 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c *config) validate() error {
 	switch {
-	case c.callers < 1:
+	case c.Callers < 1:
 		return errors.New("-c must be at least 1")
-	case c.conns < 1:
+	case c.Conns < 1:
 		return errors.New("-conns must be at least 1")
 	case c.duration <= 0:
 		return errors.New("-d must be positive: it bounds the run")
-	case c.requests < 0, c.warmup < 0, c.offset < 0:
+	case c.Requests < 0, c.warmup < 0, c.Offset < 0:
 		return errors.New("-n, -warmup and -offset must not be negative")
-	case c.timeout <= 0:
+	case c.Timeout <= 0:
 		return errors.New("-timeout must be positive")
-	case c.keys < 1:
+	case c.Keys < 1:
 		return errors.New("-keys must be at least 1")
-	case c.pick != pickUniform && c.pick != pickSeq:
-		return fmt.Errorf("-pick %q is neither %s nor %s", c.pick, pickUniform, pickSeq)
-	case c.descriptors < 1:
+	case c.Pick != load.PickUniform && c.Pick != load.PickSeq:
+		return fmt.Errorf("-pick %q is neither %s nor %s", c.Pick, load.PickUniform, load.PickSeq)
+	case c.Descriptors < 1:
 		return errors.New("-descriptors must be at least 1")
-	case c.domain == "":
+	case c.Domain == "":
 		return errors.New("-domain must not be empty")
-	case len(c.entryKeys) == 0:
+	case len(c.EntryKeys) == 0:
 		return errors.New("-key must name at least one key")
 	}
 	return nil

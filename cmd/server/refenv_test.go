@@ -252,10 +252,11 @@ func TestRefEnvWarnings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.refWarnings) != 5 {
-		t.Errorf("warnings %q, want 5", o.refWarnings)
+	// USE_STATSD is honoured (--use-statsd): no warning.
+	if len(o.refWarnings) != 4 {
+		t.Errorf("warnings %q, want 4", o.refWarnings)
 	}
-	for _, want := range []string{"MEMCACHE_HOST_PORT: ignored: FastLimit has no memcache backend", "USE_STATSD: not honoured yet",
+	for _, want := range []string{"MEMCACHE_HOST_PORT: ignored: FastLimit has no memcache backend",
 		"EXPIRATION_JITTER_MAX_SECONDS: ignored", "REDIS_PERSECOND: ignored", "GRPC_SERVER_TLS_CA_CERT: ignored"} {
 		if !slices.ContainsFunc(o.refWarnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
 			t.Errorf("warnings %q lack %q", o.refWarnings, want)

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"encoding/json"
@@ -139,8 +139,8 @@ func (s *stats) merge(o *stats) {
 	}
 }
 
-// latency is a latency summary in microseconds.
-type latency struct {
+// Latency is a latency summary in microseconds.
+type Latency struct {
 	P50  float64 `json:"p50_us"`
 	P90  float64 `json:"p90_us"`
 	P99  float64 `json:"p99_us"`
@@ -149,8 +149,9 @@ type latency struct {
 	Mean float64 `json:"mean_us"`
 }
 
-// report is the outcome of the measured phase.
-type report struct {
+// Report is the outcome of one phase. Decisions are OK and OVER_LIMIT
+// answers; Errors are failed calls, by gRPC code in ErrorCodes.
+type Report struct {
 	Addr        string   `json:"addr"`
 	Domain      string   `json:"domain"`
 	Keys        []string `json:"keys"`
@@ -167,7 +168,7 @@ type report struct {
 	Errors            int64   `json:"errors"`
 	DecisionsPerSec   float64 `json:"decisions_per_sec"`
 	DescriptorsPerSec float64 `json:"descriptors_per_sec"`
-	Latency           latency `json:"latency"`
+	Latency           Latency `json:"latency"`
 	// CPUSeconds is the CPU time loadgen itself used in the measured
 	// phase: on a shared machine, what it took from the server.
 	CPUSeconds float64          `json:"loadgen_cpu_seconds"`
@@ -177,13 +178,13 @@ type report struct {
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-func newReport(c *config, s *stats, took, cpu time.Duration) *report {
-	r := &report{
-		Addr: c.addr, Domain: c.domain, Keys: c.entryKeys, Descriptors: c.descriptors,
-		Callers: c.callers, Conns: c.conns, Keyspace: c.keys, Pick: c.pick,
+func newReport(c *Config, s *stats, took, cpu time.Duration) *Report {
+	r := &Report{
+		Addr: c.Addr, Domain: c.Domain, Keys: c.EntryKeys, Descriptors: c.Descriptors,
+		Callers: c.Callers, Conns: c.Conns, Keyspace: c.Keys, Pick: c.Pick,
 		Seconds:  took.Seconds(),
 		Requests: s.ok + s.over + s.errors, OK: s.ok, Over: s.over, Errors: s.errors,
-		Latency: latency{
+		Latency: Latency{
 			P50: us(s.hist.quantile(0.50)), P90: us(s.hist.quantile(0.90)),
 			P99: us(s.hist.quantile(0.99)), P999: us(s.hist.quantile(0.999)),
 			Max: us(time.Duration(s.hist.max)), Mean: us(s.hist.mean()),
@@ -196,17 +197,22 @@ func newReport(c *config, s *stats, took, cpu time.Duration) *report {
 	}
 	if took > 0 {
 		r.DecisionsPerSec = float64(s.ok+s.over) / took.Seconds()
-		r.DescriptorsPerSec = r.DecisionsPerSec * float64(c.descriptors)
+		r.DescriptorsPerSec = r.DecisionsPerSec * float64(c.Descriptors)
 	}
 	return r
 }
 
-func (r *report) writeJSON(w io.Writer) error {
+// Decisions returns the OK and OVER_LIMIT answers.
+func (r *Report) Decisions() int64 { return r.OK + r.Over }
+
+// WriteJSON writes r as one JSON object and a newline.
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	return enc.Encode(r)
 }
 
-func (r *report) writeText(w io.Writer) error {
+// WriteText writes r for people, one line per aspect.
+func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "target     %s domain=%s key=%s descriptors=%d\n", r.Addr, r.Domain, strings.Join(r.Keys, ","), r.Descriptors)
 	fmt.Fprintf(&b, "load       %d callers over %d conns, %d identifiers (%s)\n", r.Callers, r.Conns, r.Keyspace, r.Pick)

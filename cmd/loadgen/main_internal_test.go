@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/load"
 )
 
 // fakeService answers OVER_LIMIT for values ending in "7", fails values
@@ -61,13 +63,13 @@ func startFake(t *testing.T) (string, *fakeService) {
 	return lis.Addr().String(), f
 }
 
-func runJSON(t *testing.T, args ...string) *report {
+func runJSON(t *testing.T, args ...string) *load.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if code := run(append(args, "-json"), &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var r report
+	var r load.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestParseProcStat(t *testing.T) {
+	tests := []struct {
+		name string
+		line string
+		hz   int64
+		want time.Duration
+		err  bool
+	}{
+		{
+			name: "plain",
+			line: "4242 (fastlimit) S 1 4242 4242 0 -1 4194560 2185 0 0 0 150 37 0 0 20 0 9 0 123456 1300000000 5000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+			hz:   100,
+			want: 1870 * time.Millisecond,
+		},
+		{
+			name: "name with spaces and parentheses",
+			line: "77 (redis-server *:6379) (x) R 1 77 77 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 999 1 1 1",
+			hz:   100,
+			want: 80 * time.Millisecond,
+		},
+		{
+			name: "other clock rate",
+			line: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 1000 24 0 0 20 0 1 0 1 1 1 1",
+			hz:   1024,
+			want: time.Second,
+		},
+		{name: "too few fields", line: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 1000", hz: 100, err: true},
+		{name: "no name", line: "1 init S 0 1 1 0 -1 0 0 0 0 0 1 2 0 0", hz: 100, err: true},
+		{name: "not a number", line: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 x 2 0 0 20 0 1", hz: 100, err: true},
+		{name: "negative", line: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 -5 2 0 0 20 0 1", hz: 100, err: true},
+		{name: "no clock rate", line: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1", hz: 0, err: true},
+		{name: "empty", line: "", hz: 100, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseProcStat([]byte(tt.line), tt.hz)
+			if tt.err {
+				if !errors.Is(err, ErrParse) {
+					t.Fatalf("got %v, %v; want an ErrParse", got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestProcCPUReadsThisProcess burns CPU until /proc/self/stat shows more
+// of it: the reading is live, and grows with work.
+func TestProcCPUReadsThisProcess(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/PID/stat is Linux'")
+	}
+	before, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	x := 1.0
+	for {
+		for range 1_000_000 {
+			x = x*1.0000001 + 1e-9
+		}
+		after, err := procCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time stuck at %v after 30 s of work (%v)", before, x)
+		}
+	}
+	if _, err := procCPU(1 << 30); err == nil {
+		t.Fatal("no error for a pid that does not exist")
+	}
+}
+
+// info is an INFO cpu stats reply of Redis 7.0, with its CRLFs.
+const info = "# CPU\r\nused_cpu_sys:1.234567\r\nused_cpu_user:2.000001\r\nused_cpu_sys_children:9.000000\r\n" +
+	"used_cpu_user_children:9.000000\r\nused_cpu_sys_main_thread:1.200000\r\nused_cpu_user_main_thread:1.900000\r\n\r\n" +
+	"# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:4711\r\ninstantaneous_ops_per_sec:0\r\n"
+
+func TestParseInfo(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want redisStats
+		err  bool
+	}{
+		{name: "cpu and stats", text: info, want: redisStats{cpu: 3234568 * time.Microsecond, commands: 4711}},
+		{name: "LF only", text: "used_cpu_user:0.5\nused_cpu_sys:0.25\ntotal_commands_processed:0\n", want: redisStats{cpu: 750 * time.Millisecond}},
+		{name: "no stats section", text: "# CPU\r\nused_cpu_sys:1\r\nused_cpu_user:1\r\n", err: true},
+		{name: "no cpu section", text: "# Stats\r\ntotal_commands_processed:1\r\n", err: true},
+		{name: "bad float", text: "used_cpu_sys:abc\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\n", err: true},
+		{name: "bad count", text: "used_cpu_sys:1\r\nused_cpu_user:1\r\ntotal_commands_processed:-1\r\n", err: true},
+		{name: "an error reply", text: "ERR unknown command", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseInfo(tt.text)
+			if tt.err {
+				if !errors.Is(err, ErrParse) {
+					t.Fatalf("got %+v, %v; want an ErrParse", got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRedisStatsArithmetic(t *testing.T) {
+	a := redisStats{cpu: 3 * time.Second, commands: 10}
+	b := redisStats{cpu: time.Second, commands: 4}
+	if got := a.add(b).sub(b); got != a {
+		t.Fatalf("a + b - b = %+v, want %+v", got, a)
+	}
+	if got := a.sub(b); got != (redisStats{cpu: 2 * time.Second, commands: 6}) {
+		t.Fatalf("a - b = %+v", got)
+	}
+}
+
+func FuzzParseProcStat(f *testing.F) {
+	f.Add([]byte("4242 (fastlimit) S 1 4242 4242 0 -1 4194560 2185 0 0 0 150 37 0 0 20 0 9 0"))
+	f.Add([]byte("1 ()) S"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := parseProcStat(b, 100)
+		if err == nil && d < 0 {
+			t.Fatalf("negative CPU time %v from %q", d, b)
+		}
+	})
+}
+
+func FuzzParseInfo(f *testing.F) {
+	f.Add(info)
+	f.Fuzz(func(t *testing.T, s string) {
+		st, err := parseInfo(s)
+		if err == nil && (st.cpu < 0 || st.commands < 0) {
+			t.Fatalf("negative counters %+v from %q", st, s)
+		}
+	})
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// metric is one figure of a sample, and how to print a range of it.
+type metric struct {
+	name   string
+	value  func(*sample) float64
+	format func(lo, hi float64) string
+}
+
+var (
+	mRate    = metric{"decisions/s", func(s *sample) float64 { return s.Report.DecisionsPerSec }, fmtRate}
+	mP50     = metric{"p50", func(s *sample) float64 { return s.Report.Latency.P50 }, fmtMicros}
+	mP99     = metric{"p99", func(s *sample) float64 { return s.Report.Latency.P99 }, fmtMicros}
+	mServer  = metric{"server CPU per decision", func(s *sample) float64 { return s.perDecision(s.ServerCPU) }, fmtCPU}
+	mRedis   = metric{"Redis CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisCPU) }, fmtCPU}
+	mLoadgen = metric{"loadgen CPU per decision", func(s *sample) float64 { return s.perDecision(s.Report.CPUSeconds) }, fmtCPU}
+	mErrors  = metric{"errors", func(s *sample) float64 { return float64(s.Report.Errors) }, fmtCount}
+	mLoad    = metric{"load average (1 min) before", func(s *sample) float64 { return s.Load1 }, fmtLoad}
+)
+
+// values returns m of each sample.
+func values(samples []*sample, m metric) []float64 {
+	out := make([]float64, 0, len(samples))
+	for _, s := range samples {
+		out = append(out, m.value(s))
+	}
+	return out
+}
+
+// ratios returns m of a's samples over m of b's, round by round, for
+// the rounds both have and where b's figure is not zero.
+func ratios(a, b []*sample, m metric) []float64 {
+	var out []float64
+	for _, sa := range a {
+		for _, sb := range b {
+			if sa.Round == sb.Round && m.value(sb) != 0 {
+				out = append(out, m.value(sa)/m.value(sb))
+			}
+		}
+	}
+	return out
+}
+
+// fmtRange prints vs as "lo–hi unit" (or one value when they print the
+// same), "" when there are none.
+func fmtRange(vs []float64, format func(lo, hi float64) string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return format(slices.Min(vs), slices.Max(vs))
+}
+
+// span joins lo and hi formatted with the same number of decimals.
+func span(lo, hi float64, decimals int, unit string) string {
+	a := strconv.FormatFloat(lo, 'f', decimals, 64)
+	b := strconv.FormatFloat(hi, 'f', decimals, 64)
+	if a == b {
+		return a + unit
+	}
+	return a + "–" + b + unit
+}
+
+// fmtMicros prints durations given in µs: "480–610 µs", "13.5–17.4 ms".
+func fmtMicros(lo, hi float64) string {
+	switch {
+	case hi < 1000:
+		return span(lo, hi, 0, " µs")
+	case hi < 10000:
+		return span(lo/1000, hi/1000, 2, " ms")
+	case hi < 100000:
+		return span(lo/1000, hi/1000, 1, " ms")
+	}
+	return span(lo/1000, hi/1000, 0, " ms")
+}
+
+// fmtUS prints one duration in µs, for progress lines.
+func fmtUS(v float64) string { return fmtMicros(v, v) }
+
+// fmtCPU prints CPU time per decision in µs: "68–89 µs", "5.2 µs".
+func fmtCPU(lo, hi float64) string {
+	if hi < 10 {
+		return span(lo, hi, 1, " µs")
+	}
+	return span(lo, hi, 0, " µs")
+}
+
+// fmtRate prints decisions per second: "9.4k–12.2k", "850–990".
+func fmtRate(lo, hi float64) string {
+	switch {
+	case hi < 1000:
+		return span(lo, hi, 0, "")
+	case hi < 100000:
+		a, b := strconv.FormatFloat(lo/1000, 'f', 1, 64), strconv.FormatFloat(hi/1000, 'f', 1, 64)
+		if a == b {
+			return a + "k"
+		}
+		return a + "k–" + b + "k"
+	}
+	return span(lo/1000, hi/1000, 0, "k")
+}
+
+// fmtRatio prints ratios: "1.62–1.81x".
+func fmtRatio(lo, hi float64) string { return span(lo, hi, 2, "x") }
+
+// fmtPercent prints shares as percentages: "87–93 %".
+func fmtPercent(lo, hi float64) string { return span(100*lo, 100*hi, 0, " %") }
+
+func fmtCount(lo, hi float64) string { return span(lo, hi, 0, "") }
+
+func fmtLoad(lo, hi float64) string { return span(lo, hi, 2, "") }
+
+// thousands prints n with comma separators: 100,000.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// fmtSeconds prints a duration in seconds, without decimals past 10 s.
+func fmtSeconds(s float64) string {
+	if s >= 10 {
+		return fmt.Sprintf("%.0f s", math.Round(s))
+	}
+	return fmt.Sprintf("%.1f s", s)
+}
