@@ -1,0 +1,265 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/faultproxy"
+)
+
+// The network fault tests run the real binary with its default flags
+// (--store-timeout 50ms, the circuit breaker, --on-store-error error)
+// against a real redis-server behind a fault-injecting proxy, and check
+// what issue 11 asks of them: every answer carries its own key's count,
+// Redis counts no more than it should, few calls fail, the breaker does
+// not open on a burst, and the server comes back by itself.
+
+const (
+	faultRules = `domain: faults
+descriptors:
+  - key: caller
+    rate_limit: {unit: year, requests_per_unit: 4000000000}
+`
+	faultLimit = 4_000_000_000
+	faultSpan  = 10_000_000 // requests: caller c's counter starts at c x span
+)
+
+// faultServer is the binary behind a proxy to a Redis of its own, and a
+// client straight to that Redis.
+type faultServer struct {
+	*fastlimit
+	proxy *faultproxy.Proxy
+	rdb   *redis.Client
+	keys  []string // each caller's counter
+}
+
+func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
+	t.Helper()
+	r := startRedis(t)
+	p := faultproxy.New(t, r.Addr)
+	args := append([]string{"--redis-url", "redis://" + p.Addr() + "/1", "--store-timeout", "50ms"}, extra...)
+	f := &faultServer{fastlimit: startServer(t, writeRules(t, map[string]string{"faults.yaml": faultRules}), true, args...),
+		proxy: p, rdb: redis.NewClient(&redis.Options{Addr: r.Addr, DB: 1})}
+	t.Cleanup(func() { _ = f.rdb.Close() })
+	// One hit per caller creates its counter; then each starts at c x span.
+	ctx := ctxTimeout(t, 30*time.Second)
+	for c := range callers {
+		if _, err := f.Client.ShouldRateLimit(ctx, faultRequest(c)); err != nil {
+			t.Fatalf("caller %d's first hit: %v", c, err)
+		}
+		keys, err := f.rdb.Keys(ctx, fmt.Sprintf("*caller=c%d}*", c)).Result()
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("caller %d's counter: %v %v", c, keys, err)
+		}
+		if err := f.rdb.Set(ctx, keys[0], int64(c)*faultSpan*1000, redis.KeepTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+		f.keys = append(f.keys, keys[0])
+	}
+	return f
+}
+
+func faultRequest(c int) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: "faults", Descriptors: []*common.RateLimitDescriptor{
+		{Entries: []*common.RateLimitDescriptor_Entry{{Key: "caller", Value: fmt.Sprintf("c%d", c)}}}}}
+}
+
+// faultRun is what the callers saw.
+type faultRun struct {
+	ok, failed, wrong atomic.Int64
+	firstWrong        atomic.Value
+	mu                sync.Mutex
+	errs              map[string]int // failures by message
+}
+
+func (r *faultRun) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("%d ok, %d failed, %d wrong; errors %v", r.ok.Load(), r.failed.Load(), r.wrong.Load(), r.errs)
+}
+
+// run sends each caller's hits back to back (or one every pace) for d,
+// with Envoy's 1 s timeout, while during runs.
+func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func()) *faultRun {
+	t.Helper()
+	res := &faultRun{errs: map[string]int{}}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for c := range f.keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := int64(c) * faultSpan
+			for next := time.Now(); time.Now().Before(end); next = next.Add(pace) {
+				if pace > 0 {
+					time.Sleep(time.Until(next))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				resp, err := f.Client.ShouldRateLimit(ctx, faultRequest(c))
+				cancel()
+				if err != nil {
+					res.failed.Add(1)
+					res.mu.Lock()
+					res.errs[status.Convert(err).Message()]++
+					res.mu.Unlock()
+					continue
+				}
+				count := faultLimit - int64(resp.GetStatuses()[0].GetLimitRemaining())
+				if resp.GetOverallCode() != rls.RateLimitResponse_OK || count <= last || count >= int64(c+1)*faultSpan {
+					res.wrong.Add(1)
+					res.firstWrong.CompareAndSwap(nil, fmt.Sprintf("caller %d: count %d after %d", c, count, last))
+				} else {
+					last = count
+				}
+				res.ok.Add(1)
+			}
+		}()
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	return res
+}
+
+// counted returns the hits Redis counted since the counters were set.
+func (f *faultServer) counted(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for c, k := range f.keys {
+		v, err := f.rdb.Get(context.Background(), k).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += v/1000 - int64(c)*faultSpan
+	}
+	return n
+}
+
+// check fails t if an answer carried another caller's count, or Redis
+// counted fewer hits than OK answers or more than maxLost beyond them.
+func (f *faultServer) check(t *testing.T, res *faultRun, maxLost int64) {
+	t.Helper()
+	if w := res.wrong.Load(); w != 0 {
+		t.Errorf("%d answers carried a count that is not their caller's: %v", w, res.firstWrong.Load())
+	}
+	counted, ok := f.counted(t), res.ok.Load()
+	if counted < ok || counted-ok > maxLost {
+		t.Errorf("Redis counted %d hits for %d OK answers; want between %d and %d", counted, ok, ok, ok+maxLost)
+	}
+}
+
+// resetCounters sets each caller's counter back to its start.
+func (f *faultServer) resetCounters(t *testing.T) {
+	t.Helper()
+	for c, k := range f.keys {
+		if err := f.rdb.Set(context.Background(), k, int64(c)*faultSpan*1000, redis.KeepTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// breakerOpenings counts the times the server logged its breaker opening.
+func (f *faultServer) breakerOpenings() int {
+	return strings.Count(f.logs.String(), `"to": "open"`)
+}
+
+// TestNetworkFaults runs issue 11's faults against the default store path
+// (single Redis over the shared connections) and go-redis' pool.
+func TestNetworkFaults(t *testing.T) {
+	for _, path := range []struct {
+		name  string
+		flags []string
+	}{{"shared-conns", nil}, {"go-redis", []string{"--redis-conns", "0"}}} {
+		t.Run(path.name, func(t *testing.T) {
+			t.Run("drops", func(t *testing.T) {
+				// 5 single connection drops in 4 s at 32 callers: at most
+				// 2 % of the calls fail, and the breaker stays closed.
+				f := startFaultServer(t, 32, path.flags...)
+				res := f.run(t, 4*time.Second, 0, func() {
+					for range 5 {
+						time.Sleep(700 * time.Millisecond)
+						f.proxy.Add(&faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5})
+					}
+				})
+				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
+				if total := res.ok.Load() + res.failed.Load(); res.failed.Load()*50 > total {
+					t.Errorf("%d of %d calls failed over 5 drops, want at most 2 %%", res.failed.Load(), total)
+				}
+				if n := f.breakerOpenings(); n != 0 {
+					t.Errorf("the breaker opened %d times on single connection drops", n)
+				}
+				f.check(t, res, res.failed.Load())
+			})
+			t.Run("extra reply", func(t *testing.T) {
+				// One unsolicited reply, shaped like a script's: no answer
+				// may carry another key's count.
+				f := startFaultServer(t, 32, path.flags...)
+				for _, before := range []bool{true, false} {
+					res := f.run(t, 2*time.Second, 0, func() {
+						time.Sleep(500 * time.Millisecond)
+						<-f.proxy.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Before: before,
+							Reply: faultproxy.Ints(1, 0, 7_000_000_000)}).Done()
+					})
+					t.Logf("before the reply %t: %v", before, res)
+					f.check(t, res, res.failed.Load())
+					f.resetCounters(t)
+				}
+			})
+			t.Run("held replies", func(t *testing.T) {
+				// Replies held 2 s: Redis counts at most the OK answers plus
+				// 2 % of the failed calls.
+				f := startFaultServer(t, 32, path.flags...)
+				res := f.run(t, 3*time.Second, 0, func() {
+					time.Sleep(500 * time.Millisecond)
+					rule := f.proxy.Add(&faultproxy.Freeze{})
+					time.Sleep(2 * time.Second)
+					rule.Release()
+				})
+				t.Logf("%v; counted %d", res, f.counted(t))
+				f.check(t, res, res.failed.Load()/50)
+			})
+			t.Run("slow handshake", func(t *testing.T) {
+				// SELECT db 1 answered 80 ms late on every new connection,
+				// and every connection cut: at least 90 % OK within 3 s.
+				f := startFaultServer(t, 32, path.flags...)
+				f.proxy.Add(&faultproxy.SlowHandshake{First: 1, Delay: 80 * time.Millisecond})
+				f.proxy.CutAll(0)
+				res := f.run(t, 3*time.Second, 0, nil)
+				t.Logf("%v", res)
+				if ok, total := res.ok.Load(), res.ok.Load()+res.failed.Load(); ok*10 < total*9 {
+					t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
+				}
+				f.check(t, res, res.failed.Load())
+			})
+			t.Run("stalls", func(t *testing.T) {
+				// Five 80 ms stalls of Redis at 500 requests a second fail
+				// at most the calls in flight during them (5 % here).
+				f := startFaultServer(t, 25, path.flags...)
+				res := f.run(t, 5*time.Second, 50*time.Millisecond, func() {
+					for range 5 {
+						time.Sleep(700 * time.Millisecond)
+						r := f.proxy.Add(&faultproxy.Freeze{Requests: true})
+						time.Sleep(80 * time.Millisecond)
+						r.Release()
+					}
+				})
+				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
+				if total := res.ok.Load() + res.failed.Load(); res.failed.Load()*20 > total {
+					t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most 5 %%", res.failed.Load(), total)
+				}
+				f.check(t, res, res.failed.Load())
+			})
+		})
+	}
+}
