@@ -38,6 +38,7 @@ descriptors:
 // client straight to that Redis.
 type faultServer struct {
 	*fastlimit
+	admin string
 	proxy *faultproxy.Proxy
 	rdb   *redis.Client
 	keys  []string // each caller's counter
@@ -47,9 +48,10 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	t.Helper()
 	r := startRedis(t)
 	p := faultproxy.New(t, r.Addr)
-	args := append([]string{"--redis-url", "redis://" + p.Addr() + "/1", "--store-timeout", "50ms"}, extra...)
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := append([]string{"--redis-url", "redis://" + p.Addr() + "/1", "--store-timeout", "50ms", "--admin-addr", admin}, extra...)
 	f := &faultServer{fastlimit: startServer(t, writeRules(t, map[string]string{"faults.yaml": faultRules}), true, args...),
-		proxy: p, rdb: redis.NewClient(&redis.Options{Addr: r.Addr, DB: 1})}
+		admin: admin, proxy: p, rdb: redis.NewClient(&redis.Options{Addr: r.Addr, DB: 1})}
 	t.Cleanup(func() { _ = f.rdb.Close() })
 	// One hit per caller creates its counter; then each starts at c x span.
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -200,6 +202,13 @@ func TestNetworkFaults(t *testing.T) {
 					t.Errorf("the breaker opened %d times on single connection drops", n)
 				}
 				f.check(t, res, res.failed.Load())
+				// 32 callers at once share script calls.
+				m := scrapeSeries(t, "http://"+f.admin+"/metrics")
+				batches, ops := m["fastlimit_redis_batches_total"], m["fastlimit_redis_batched_ops_total"]
+				t.Logf("%.0f decisions in %.0f batches (%.1f a batch)", ops, batches, ops/batches)
+				if batches == 0 || ops < 2*batches {
+					t.Errorf("%.0f decisions in %.0f batches: concurrent requests did not share script calls", ops, batches)
+				}
 			})
 			t.Run("extra reply", func(t *testing.T) {
 				// One unsolicited reply, shaped like a script's: no answer

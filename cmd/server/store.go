@@ -31,21 +31,22 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery, MaxKeys: o.memoryMaxKeys}), nil
 	}
 	var (
-		under limiter.Store
-		open  func(context.Context) error
+		under   limiter.Store
+		open    func(context.Context) error
+		batches func() store.BatchStats
 	)
 	if o.muxConns > 0 && isSingle(o.redis.typ) {
 		m, err := newRedisMux(o, log)
 		if err != nil {
 			return nil, err
 		}
-		under, open = m, m.Open
+		under, open, batches = m, m.Open, m.BatchStats
 	} else {
 		r, err := newRedis(o, log)
 		if err != nil {
 			return nil, err
 		}
-		under, open = r, r.Open
+		under, open, batches = r, r.Open, r.BatchStats
 	}
 	b := breaker.New(under, breaker.Options{
 		Failures: o.breakerFails,
@@ -57,7 +58,7 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: batches, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return open(ctx)
 	}}
@@ -84,6 +85,21 @@ func registerStoreMetrics(st openStore, reg prometheus.Registerer) error {
 		Help: "The store's circuit breaker: 0 closed, 1 open (requests get the --on-store-error answer at once), 2 open with a probe in flight."},
 		func() float64 { return float64(g.breaker.State()) })); err != nil {
 		return err
+	}
+	batch := func(f func(store.BatchStats) int64) func() float64 {
+		return func() float64 { return float64(f(g.batches())) }
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batches_total",
+			Help: "Pipelines of script calls sent to Redis for Takes; concurrent requests share them, so that Redis pays one script call for many decisions."},
+			batch(func(s store.BatchStats) int64 { return s.Sends })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batched_ops_total",
+			Help: "Decisions (descriptors) those pipelines carried; divided by fastlimit_redis_batches_total, the decisions per batch."},
+			batch(func(s store.BatchStats) int64 { return s.Ops })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
 	}
 	if g.cache == nil {
 		return nil
@@ -158,7 +174,8 @@ type guarded struct {
 	limiter.AtomicStore
 	breaker *breaker.Breaker
 	open    func(context.Context) error
-	cache   *overlimit.Cache // nil without --local-cache-size-in-bytes
+	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
+	batches func() store.BatchStats // how Takes were merged into script calls
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
