@@ -111,9 +111,9 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
 	fs.IntVar(&o.batchSlots, "redis-batches", 2,
-		"merge concurrent requests into shared Redis pipelines, with at most this many in flight (0: one pipeline per request)")
+		"go-redis' pool (cluster, sentinel, --redis-conns 0): script calls in flight per Redis server; requests that arrive meanwhile share the next (0: one call per request)")
 	fs.IntVar(&o.muxConns, "redis-conns", 2,
-		"single Redis: connections that all requests share, pipelined (0: go-redis' pool with --redis-pool-size and --redis-batches instead)")
+		"single Redis: connections that all requests share, one script call in flight on each; requests that arrive meanwhile share the next (0: go-redis' pool with --redis-pool-size and --redis-batches instead)")
 	fs.IntVar(&o.cacheBytes, "local-cache-size-in-bytes", 0,
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
 	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,

@@ -199,7 +199,11 @@ func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	store.SetClientLogger(log)
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: o.batchSlots, SendTimeout: o.readTimeout}), nil
+	inFlight := o.batchSlots
+	if inFlight <= 0 {
+		inFlight = store.NoMerging
+	}
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.readTimeout}), nil
 }
 
 // storeName describes the store for logs, without credentials.

@@ -31,7 +31,7 @@ type RedisOptions struct {
 	CloseClient bool
 	// InFlight is how many script calls' pipelines may be at one server (or
 	// one Cluster node) at once; Takes that arrive meanwhile are merged
-	// into the next (default 2).
+	// into the next (default 2; NoMerging: every Take sends its own).
 	InFlight int
 	// SendTimeout bounds one pipeline, whatever its callers' deadlines
 	// (default 3s). Callers wait no longer than their own context allows,
@@ -39,6 +39,10 @@ type RedisOptions struct {
 	// is still being dialled and authenticated gets ready for the next.
 	SendTimeout time.Duration
 }
+
+// NoMerging as RedisOptions.InFlight lets every Take send its own script
+// call at once.
+const NoMerging = 1 << 30
 
 // DefaultDialTimeout bounds a connection's dial and handshake when neither
 // ConnOptions nor the URL say otherwise.
