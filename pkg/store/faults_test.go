@@ -306,11 +306,13 @@ var faultScenarios = []struct {
 			rule.Release()
 		})
 		t.Logf("%v; %d replies held", l, rule.Applied())
-		// Only the calls sent while Redis' replies were held may have run:
-		// each of a server's InFlight (2) sends carries a caller's op at
-		// most once (a caller's key lives on one server), and then waits
-		// for its reply.
-		checkCounts(t, fp, l, 2*callers)
+		// Only the calls sent while Redis' replies were held may have run
+		// (checkCounts: never one that was not sent), and calls that wait
+		// while every send is held are dropped, not sent late. Without the
+		// server's breaker, a failed send (go-redis' own timeouts) frees
+		// its place for another, hence 10 % here; e2e checks the issue's
+		// 2 % with the default flags.
+		checkCounts(t, fp, l, l.failed.Load()/10)
 		checkRecovers(t, fp, st)
 	}},
 	{"SlowHandshake", func(t *testing.T, fp *faultPath) {
