@@ -177,12 +177,12 @@ func (f *faultServer) breakerOpenings() int {
 }
 
 // TestNetworkFaults runs issue 11's faults against the default store path
-// (single Redis over the shared connections) and go-redis' pool.
+// (a single Redis).
 func TestNetworkFaults(t *testing.T) {
 	for _, path := range []struct {
 		name  string
 		flags []string
-	}{{"shared-conns", nil}, {"go-redis", []string{"--redis-conns", "0"}}} {
+	}{{"single", nil}} {
 		t.Run(path.name, func(t *testing.T) {
 			t.Run("drops", func(t *testing.T) {
 				// 5 single connection drops in 4 s at 32 callers: at most

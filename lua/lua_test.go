@@ -26,3 +26,11 @@ func TestInclude(t *testing.T) {
 		t.Errorf("TakeCrossSlot opens with %q, want the shebang with its flag", first)
 	}
 }
+
+// TestMaxString: take.lua's MAXS is arith.lua's MAX, 2^52, as a string.
+func TestMaxString(t *testing.T) {
+	if !strings.Contains(arith, "local MAX = 4503599627370496 ") || !strings.Contains(takeSrc, "local MAXS = '4503599627370496'") ||
+		1<<52 != 4503599627370496 {
+		t.Error("MAX and MAXS disagree, or are no longer 2^52")
+	}
+}

@@ -60,7 +60,7 @@ step for step, and atomic.lua decides the same ops all or nothing.
 -- #include arith.lua
 
 local call, byte, tonumber = redis.call, string.byte, tonumber
-local MAXS = int(MAX)
+local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a call
 
 -- The parameter sets, each converted once: P[k] = {alg, now, ...}, and for
 -- windows the key suffixes and expiries as the strings Redis takes.

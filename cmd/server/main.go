@@ -49,6 +49,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if len(o.refWarnings) > 0 {
 		log.Warn(refWarningMsg, zap.Strings("settings", o.refWarnings))
 	}
+	if given := o.src["redis-conns"]; given != "" {
+		log.Warn(given + " is no longer used: every Redis is reached through go-redis' pool, requests merged into script calls (--redis-batches)")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

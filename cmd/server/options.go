@@ -111,9 +111,9 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
 	fs.IntVar(&o.batchSlots, "redis-batches", 2,
-		"go-redis' pool (cluster, sentinel, --redis-conns 0): script calls in flight per Redis server; requests that arrive meanwhile share the next (0: one call per request)")
-	fs.IntVar(&o.muxConns, "redis-conns", 2,
-		"single Redis: connections that all requests share, one script call in flight on each; requests that arrive meanwhile share the next (0: go-redis' pool with --redis-pool-size and --redis-batches instead)")
+		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
+	fs.IntVar(&o.muxConns, "redis-conns", 0,
+		"no longer used: every Redis is reached through go-redis' pool, with requests merged into script calls (--redis-batches); kept so that settings that give it still start, with a warning")
 	fs.IntVar(&o.cacheBytes, "local-cache-size-in-bytes", 0,
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
 	fs.DurationVar(&o.sweepEvery, "memory-sweep-interval", time.Minute,
@@ -132,7 +132,7 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.dialTimeout, "redis-dial-timeout", 0,
 		"Redis connect timeout: dial, TLS and AUTH/SELECT, done in the background; requests wait for it no longer than --store-timeout (0: the URL's dial_timeout, else 1s)")
 	fs.DurationVar(&o.readTimeout, "redis-read-timeout", 0,
-		"Redis read timeout (0: 3s): go-redis' socket timeout, or with --redis-conns how long a connection may await a reply before it is redialled; a request's wait is bounded by --store-timeout anyway")
+		"Redis read timeout (0: 3s): how long a script call may await its reply, whether or not its requests still wait (they wait at most --store-timeout)")
 	fs.DurationVar(&o.writeTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
 	fs.IntVar(&o.maxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
 	fs.DurationVar(&o.drain, "drain", 5*time.Second,

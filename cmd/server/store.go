@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -30,25 +29,11 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 		}
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.sweepEvery, MaxKeys: o.memoryMaxKeys}), nil
 	}
-	var (
-		under   limiter.Store
-		open    func(context.Context) error
-		batches func() store.BatchStats
-	)
-	if o.muxConns > 0 && isSingle(o.redis.typ) {
-		m, err := newRedisMux(o, log)
-		if err != nil {
-			return nil, err
-		}
-		under, open, batches = m, m.Open, m.BatchStats
-	} else {
-		r, err := newRedis(o, log)
-		if err != nil {
-			return nil, err
-		}
-		under, open, batches = r, r.Open, r.BatchStats
+	r, err := newRedis(o, log)
+	if err != nil {
+		return nil, err
 	}
-	b := breaker.New(under, breaker.Options{
+	b := breaker.New(r, breaker.Options{
 		Failures: o.breakerFails,
 		Cooldown: o.breakerCool,
 		// A store that answers a PING only past --store-timeout would
@@ -58,9 +43,9 @@ func newStore(o options, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: batches, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
-		return open(ctx)
+		return r.Open(ctx)
 	}}
 	if n := o.cacheBytes / cacheEntryBytes; n > 0 {
 		// Outside the breaker: keys known to be over their limit stay
@@ -146,27 +131,6 @@ func registerMemory(m *store.Memory, reg prometheus.Registerer) error {
 // entry measured 115 bytes of heap plus its key (about 50 bytes for keys
 // of 40), rounded up for longer keys and map growth.
 const cacheEntryBytes = 256
-
-// isSingle reports whether --redis-type names a single server.
-func isSingle(typ string) bool {
-	typ = strings.ToLower(strings.TrimSpace(typ))
-	return typ == "" || typ == store.TypeSingle
-}
-
-// newRedisMux builds the Redis store for a single server over
-// --redis-conns shared, pipelined connections.
-func newRedisMux(o options, log *zap.Logger) (*store.RedisMux, error) {
-	copts := o.redis.clientOptions(o.redisURL, store.ConnOptions{
-		DialTimeout: o.dialTimeout,
-		ReadTimeout: o.readTimeout,
-	})
-	client, err := store.NewMuxClient(copts, o.muxConns)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	log = log.Named("redis").With(zap.String("redis", copts.String()), zap.Int("conns", o.muxConns))
-	return store.NewRedisMux(client, log), nil
-}
 
 // guarded is a store behind a circuit breaker, and the over-limit cache
 // when there is one, opened through to the store.

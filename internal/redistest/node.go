@@ -1,11 +1,9 @@
 package redistest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // waitTimeout bounds the waits for a Cluster or a Sentinel setup to form
@@ -171,33 +171,28 @@ func waitUntil(d time.Duration, cond func() error) error {
 	}
 }
 
-// respError is an error reply.
-type respError string
-
-func (e respError) Error() string { return string(e) }
-
-// do sends one command to addr on a new connection and returns its reply:
-// a string, an int64, nil, a []any of those, or a respError as the error.
+// do sends one command to the server at addr on a connection of its own,
+// through go-redis, and returns its reply: a string, an int64, nil, or a
+// []any of those.
 func do(addr string, args ...string) (any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	return doTimeout(addr, 2*time.Second, args...)
+}
+
+func doTimeout(addr string, d time.Duration, args ...string) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1,
+		DialTimeout: d, DialerRetries: 1, PoolSize: 1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
 	}
-	defer conn.Close()
-	deadline, _ := ctx.Deadline()
-	_ = conn.SetDeadline(deadline)
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	v, err := c.Do(ctx, a...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
 	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return nil, err
-	}
-	return readReply(bufio.NewReader(conn))
+	return v, err
 }
 
 // doString is do for commands that answer a string.
@@ -211,48 +206,6 @@ func doString(addr string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s answered %T, want a string", args[0], v)
 	}
 	return s, nil
-}
-
-func readReply(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return nil, errors.New("empty reply line")
-	}
-	switch line[0] {
-	case '+':
-		return line[1:], nil
-	case '-':
-		return nil, respError(line[1:])
-	case ':':
-		return strconv.ParseInt(line[1:], 10, 64)
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		out := make([]any, n)
-		for i := range out {
-			if out[i], err = readReply(r); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unknown reply %q", line)
 }
 
 // infoField returns field's value in an INFO-style "key:value" text.

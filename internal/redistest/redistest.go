@@ -3,7 +3,6 @@
 package redistest
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,21 +178,12 @@ func (s *server) stop() {
 }
 
 func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	v, err := doTimeout(addr, 250*time.Millisecond, "PING")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(250 * time.Millisecond))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	if v != "PONG" {
+		return fmt.Errorf("PING answered %v", v)
 	}
 	return nil
 }

@@ -92,8 +92,7 @@ func atomicMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.C
 
 func TestAtomicInvalidOps(t *testing.T) {
 	r, _ := newRedis(t, dbSuite, "atomic-invalid:")
-	mux, _ := newRedisMux(t, dbSuite, "atomic-invalid:")
-	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r, "mux": mux} {
+	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r} {
 		t.Run(name, func(t *testing.T) {
 			valid := limiter.Op{Key: "atomic-invalid:{" + name + "}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000, Now: farBase}
 			bad := map[string]limiter.Op{}
@@ -134,12 +133,11 @@ func TestAtomicInvalidOps(t *testing.T) {
 
 func TestAtomicCanceled(t *testing.T) {
 	r, _ := newRedis(t, dbSuite, "atomic-canceled:")
-	mux, _ := newRedisMux(t, dbSuite, "atomic-canceled:")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	op := limiter.Op{Key: "atomic-canceled:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
 	m := newMemory(t, store.MemoryOptions{})
-	for name, st := range map[string]limiter.AtomicStore{"memory": m, "redis": r, "mux": mux} {
+	for name, st := range map[string]limiter.AtomicStore{"memory": m, "redis": r} {
 		err := st.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1))
 		if !errors.Is(err, limiter.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: TakeAll(canceled) = %v, want ErrUnavailable and context.Canceled", name, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// batchedStore is a Redis store that merges concurrent Takes.
+// batchedStore is a store that merges concurrent Takes.
 type batchedStore interface {
 	limiter.Store
 	BatchStats() store.BatchStats
@@ -28,10 +28,6 @@ type batchedStore interface {
 // alone: a decision merged into a batched call is the unbatched decision.
 func TestBatchedMatchesMemory(t *testing.T) {
 	const prefix = "batched:"
-	t.Run("mux", func(t *testing.T) {
-		r, rdb := newRedisMux(t, dbSuite, prefix)
-		batchedMatchesMemory(t, prefix, r, rdb)
-	})
 	t.Run("go-redis", func(t *testing.T) {
 		r, rdb := newRedis(t, dbSuite, prefix)
 		batchedMatchesMemory(t, prefix, r, rdb)

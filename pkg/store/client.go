@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/fastlimit/fastlimit/pkg/resp"
 )
 
 // Redis deployment types, as envoyproxy/ratelimit's REDIS_TYPE names them.
@@ -166,68 +163,6 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 		return nil, err
 	}
 	return opt, nil
-}
-
-// NewMuxClient returns a resp.Client, for RedisMux, to the single server o
-// describes (o.Type must be single or empty), with conns shared
-// connections. Conn.ReadTimeout is how long a connection may go without a
-// reply it awaits before it is closed; PoolSize does not apply. Timeouts
-// not given in o.Conn come from the URL's dial_timeout, read_timeout and
-// write_timeout options; URL options that only go-redis' pool knows
-// (pool_size, min_idle_conns, ...) are refused. It does no I/O, and its
-// errors never contain a password.
-func NewMuxClient(o ClientOptions, conns int) (*resp.Client, error) {
-	if typ := strings.ToLower(strings.TrimSpace(o.Type)); typ != "" && typ != TypeSingle {
-		return nil, fmt.Errorf("redis type %q: multiplexed connections need a single server", o.Type)
-	}
-	if err := checkMuxURL(o.URL); err != nil {
-		return nil, err
-	}
-	opt, err := singleOptions(o)
-	if err != nil {
-		return nil, err
-	}
-	return resp.New(resp.Options{
-		Network:      opt.Network,
-		Addr:         opt.Addr,
-		Username:     opt.Username,
-		Password:     opt.Password,
-		DB:           opt.DB,
-		ClientName:   opt.ClientName,
-		TLS:          opt.TLSConfig,
-		Conns:        conns,
-		DialTimeout:  opt.DialTimeout,
-		ReadTimeout:  opt.ReadTimeout,
-		WriteTimeout: opt.WriteTimeout,
-	}), nil
-}
-
-// muxURLOptions are the URL options RedisMux's client honours.
-var muxURLOptions = map[string]bool{
-	"db": true, "dial_timeout": true, "read_timeout": true, "write_timeout": true,
-	"client_name": true, "skip_verify": true, "max_retries": true, "protocol": true,
-}
-
-// checkMuxURL refuses URL options that RedisMux's client cannot honour.
-func checkMuxURL(raw string) error {
-	if !strings.Contains(raw, "://") {
-		return nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil // singleOptions says what is wrong with it
-	}
-	q := u.Query()
-	for k := range q {
-		if !muxURLOptions[k] {
-			return fmt.Errorf("redis URL %q: option %s does not apply to the shared connections of --redis-conns "+
-				"(it configures go-redis' pool: use --redis-conns 0 for that)", RedactURL(raw), k)
-		}
-	}
-	if p := q.Get("protocol"); p != "" && p != "2" {
-		return fmt.Errorf("redis URL %q: protocol=%s: the shared connections speak RESP2 (use --redis-conns 0 for go-redis)", RedactURL(raw), p)
-	}
-	return nil
 }
 
 // socketType returns the network to dial a single server on: the socket

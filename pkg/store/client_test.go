@@ -180,21 +180,21 @@ func TestClientACL(t *testing.T) {
 		case err != nil && strings.Contains(err.Error(), secret):
 			t.Errorf("error shows the password: %v", err)
 		}
-		// The multiplexed client authenticates with the same settings.
-		err = newKind(t, "mux", tc.o).Open(ctx)
+		// The store authenticates with the same settings.
+		err = newKind(t, "go-redis", tc.o).Open(ctx)
 		switch {
 		case tc.ok && err != nil:
-			t.Errorf("%s: mux Open = %v", tc.o, err)
+			t.Errorf("%s: store Open = %v", tc.o, err)
 		case !tc.ok && err == nil:
-			t.Errorf("%s: mux: wrong password accepted", tc.o)
+			t.Errorf("%s: store: wrong password accepted", tc.o)
 		case err != nil && strings.Contains(err.Error(), secret):
-			t.Errorf("mux error shows the password: %v", err)
+			t.Errorf("store error shows the password: %v", err)
 		}
 	}
 }
 
 // newKind returns a Redis store of the kind named ("go-redis": Redis over
-// NewClient, "mux": RedisMux over NewMuxClient), closed when t ends.
+// NewClient), closed when t ends.
 func newKind(t *testing.T, kind string, o store.ClientOptions) redisStore {
 	t.Helper()
 	var r redisStore
@@ -205,12 +205,6 @@ func newKind(t *testing.T, kind string, o store.ClientOptions) redisStore {
 			t.Fatal(err)
 		}
 		r = store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
-	case "mux":
-		c, err := store.NewMuxClient(o, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = store.NewRedisMux(c, zaptest.NewLogger(t))
 	default:
 		t.Fatalf("unknown store kind %q", kind)
 	}
@@ -318,7 +312,7 @@ func TestClientTLS(t *testing.T) {
 		{"plaintext", tlsAddr, store.TLSOptions{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, kind := range []string{"go-redis", "mux"} {
+			for _, kind := range []string{"go-redis"} {
 				r := newKind(t, kind, store.ClientOptions{URL: tc.url, TLS: tc.tls,
 					Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
 				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -366,30 +360,25 @@ func TestSetClientLogger(t *testing.T) {
 	}
 }
 
-// TestMuxURLOptions: the shared connections honour the URL's timeouts, db
-// and client name (flags win), and refuse what only go-redis' pool knows.
-func TestMuxURLOptions(t *testing.T) {
+// TestURLOptions: the URL's timeouts and db are honoured (flags win), and
+// max_retries is refused: a retried script call could count twice.
+func TestURLOptions(t *testing.T) {
 	for _, tc := range []struct {
 		url      string
 		conn     store.ConnOptions
 		dial     time.Duration
 		read     time.Duration
-		write    time.Duration
 		db       int
 		errMatch string
 	}{
-		{url: "redis://127.0.0.1:6379", dial: time.Second, read: 3 * time.Second},
-		{url: "redis://127.0.0.1:6379/2?dial_timeout=150ms&read_timeout=2s&write_timeout=500ms&client_name=fl",
-			dial: 150 * time.Millisecond, read: 2 * time.Second, write: 500 * time.Millisecond, db: 2},
+		{url: "redis://127.0.0.1:6379", dial: time.Second},
+		{url: "redis://127.0.0.1:6379/2?dial_timeout=150ms&read_timeout=2s", dial: 150 * time.Millisecond, read: 2 * time.Second, db: 2},
 		{url: "redis://127.0.0.1:6379?dial_timeout=150ms&read_timeout=2s", conn: store.ConnOptions{DialTimeout: 40 * time.Millisecond},
 			dial: 40 * time.Millisecond, read: 2 * time.Second},
-		{url: "redis://127.0.0.1:6379?pool_size=5", errMatch: "option pool_size does not apply"},
-		{url: "redis://127.0.0.1:6379?min_idle_conns=5", errMatch: "option min_idle_conns does not apply"},
-		{url: "redis://127.0.0.1:6379?protocol=3", errMatch: "protocol=3"},
 		{url: "redis://127.0.0.1:6379?max_retries=3", errMatch: "max_retries=3"},
 		{url: "redis://127.0.0.1:6379?bogus=1", errMatch: "bogus"},
 	} {
-		c, err := store.NewMuxClient(store.ClientOptions{URL: tc.url, Conn: tc.conn}, 2)
+		c, err := store.NewClient(store.ClientOptions{URL: tc.url, Conn: tc.conn})
 		if tc.errMatch != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.errMatch) {
 				t.Errorf("%s: error %v, want one naming %q", tc.url, err, tc.errMatch)
@@ -400,17 +389,12 @@ func TestMuxURLOptions(t *testing.T) {
 			t.Errorf("%s: %v", tc.url, err)
 			continue
 		}
-		o := c.Options()
-		if o.DialTimeout != tc.dial || o.ReadTimeout != tc.read || o.WriteTimeout != tc.write || o.DB != tc.db {
-			t.Errorf("%s: dial %v read %v write %v db %d; want %v %v %v %d", tc.url, o.DialTimeout, o.ReadTimeout,
-				o.WriteTimeout, o.DB, tc.dial, tc.read, tc.write, tc.db)
+		o := c.(*redis.Client).Options()
+		if o.DialTimeout != tc.dial || (tc.read != 0 && o.ReadTimeout != tc.read) || o.DB != tc.db {
+			t.Errorf("%s: dial %v read %v db %d; want %v %v %d", tc.url, o.DialTimeout, o.ReadTimeout, o.DB,
+				tc.dial, tc.read, tc.db)
 		}
 		_ = c.Close()
-	}
-	// go-redis' pool takes its own options, but never retries.
-	if _, err := store.NewClient(store.ClientOptions{URL: "redis://127.0.0.1:6379?max_retries=2"}); err == nil ||
-		!strings.Contains(err.Error(), "max_retries=2") {
-		t.Errorf("go-redis client with max_retries=2: %v, want a refusal", err)
 	}
 }
 
@@ -427,7 +411,7 @@ func TestClientUnixSocket(t *testing.T) {
 		{"UNIX", "unix://" + sock + "?db=3"},
 		{"", sock},
 	} {
-		for _, kind := range []string{"go-redis", "mux"} {
+		for _, kind := range []string{"go-redis"} {
 			r := newKind(t, kind, store.ClientOptions{SocketType: tc.socketType, URL: tc.url,
 				Conn: store.ConnOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}})
 			if err := r.Open(ctx); err != nil {

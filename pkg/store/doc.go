@@ -1,11 +1,10 @@
 // Package store implements limiter.Store: Redis runs the algorithms as Lua
 // scripts on a Redis server (or Cluster, or Sentinel-managed server) through
-// go-redis, RedisMux runs the same scripts on a single server through
-// package resp's shared pipelined connections, and Memory runs the same
-// integer arithmetic in process. Both Redis stores merge concurrent Takes
-// into script calls that decide many ops each (lua/take.lua), tag every
-// call so that a reply read for another call is caught, and never send a
-// call twice, nor one whose caller gave up before it was written.
+// go-redis, and Memory runs the same integer arithmetic in process. Redis
+// merges concurrent Takes into script calls that decide many ops each
+// (lua/take.lua), tags every call so that a reply read for another call is
+// caught, and never sends a call twice, nor one whose caller gave up
+// before it was sent.
 //
 // All give identical results for identical ops and times. Every state
 // they write expires once it can no longer change a decision: a fixed

@@ -57,31 +57,10 @@ func newRedis(t testing.TB, db int, prefix string) (*store.Redis, *redis.Client)
 	return r, rdb
 }
 
-// redisStore is what both Redis stores, Redis and RedisMux, offer.
+// redisStore is what the Redis store offers to the shared tests.
 type redisStore interface {
 	limiter.AtomicStore
 	Open(ctx context.Context) error
-}
-
-// newRedisMux is newRedis for a RedisMux.
-func newRedisMux(t testing.TB, db int, prefix string) (*store.RedisMux, *redis.Client) {
-	t.Helper()
-	addr := redistest.Addr(t)
-	client, err := store.NewMuxClient(store.ClientOptions{URL: fmt.Sprintf("redis://%s/%d", addr, db),
-		Conn: store.ConnOptions{DialTimeout: time.Second}}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := store.NewRedisMux(client, zaptest.NewLogger(t))
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
-	t.Cleanup(func() {
-		if prefix != "" {
-			deleteKeys(t, rdb, prefix)
-		}
-		_ = r.Close()
-		_ = rdb.Close()
-	})
-	return r, rdb
 }
 
 // forEachRedis runs f in a subtest for each Redis store, on the test
@@ -90,10 +69,6 @@ func forEachRedis(t *testing.T, db int, prefix string, f func(t *testing.T, st r
 	t.Helper()
 	t.Run("go-redis", func(t *testing.T) {
 		r, rdb := newRedis(t, db, prefix)
-		f(t, r, rdb)
-	})
-	t.Run("mux", func(t *testing.T) {
-		r, rdb := newRedisMux(t, db, prefix)
 		f(t, r, rdb)
 	})
 }
@@ -151,13 +126,6 @@ func (s inspected) Expiries(ctx context.Context, prefix string, after int64) (ma
 func TestRedisConformance(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T) limiter.Store {
 		r, rdb := newRedis(t, dbSuite, limitertest.KeyPrefix)
-		return inspected{r, rdb}
-	})
-}
-
-func TestRedisMuxConformance(t *testing.T) {
-	limitertest.Run(t, func(t *testing.T) limiter.Store {
-		r, rdb := newRedisMux(t, dbSuite, limitertest.KeyPrefix)
 		return inspected{r, rdb}
 	})
 }
@@ -355,22 +323,6 @@ func TestRedisNoScriptConcurrent(t *testing.T) {
 	})
 }
 
-// TestRedisMuxNoScriptConcurrent is TestRedisNoScriptConcurrent for
-// RedisMux: workers share one store while the scripts are flushed.
-func TestRedisMuxNoScriptConcurrent(t *testing.T) {
-	const prefix = "flush-mux:"
-	core, logs := observer.New(zapcore.DebugLevel)
-	addr := redistest.Addr(t)
-	client, err := store.NewMuxClient(store.ClientOptions{URL: addr}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.NewRedisMux(client, zap.New(core))
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = st.Close(); _ = rdb.Close() })
-	takeWhileFlushing(t, rdb, prefix, logs, func(int) limiter.Store { return st })
-}
-
 // takeWhileFlushing flushes the script cache continuously while workers
 // take ops through storeFor(worker) for each call: no decision may fail,
 // every op must count exactly once, and some call must have re-sent ops
@@ -501,8 +453,7 @@ func closedAddr(t *testing.T) string {
 }
 
 // TestRedisUnavailable: a server that is down fails fast with
-// ErrUnavailable from both Redis stores, and neither errors nor logs show
-// the password.
+// ErrUnavailable, and neither errors nor logs show the password.
 func TestRedisUnavailable(t *testing.T) {
 	const password = "s3cr3t-Pa55"
 	core, logs := observer.New(zapcore.DebugLevel)
@@ -513,16 +464,10 @@ func TestRedisUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer goRedis.Close()
-	client, err := store.NewMuxClient(store.ClientOptions{URL: url, Conn: store.ConnOptions{DialTimeout: 200 * time.Millisecond}}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := store.NewRedisMux(client, zap.New(core))
-	defer mux.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	op := limiter.Op{Key: "down:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
-	for kind, r := range map[string]redisStore{"go-redis": goRedis, "mux": mux} {
+	for kind, r := range map[string]redisStore{"go-redis": goRedis} {
 		for name, call := range map[string]func() error{
 			"Take":    func() error { return r.Take(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
 			"TakeAll": func() error { return r.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1)) },
@@ -547,9 +492,6 @@ func TestRedisUnavailable(t *testing.T) {
 		if strings.Contains(line, password) {
 			t.Errorf("log shows the password: %s", line)
 		}
-	}
-	if _, err := store.NewMuxClient(store.ClientOptions{Type: "cluster", URL: "127.0.0.1:1"}, 2); err == nil {
-		t.Error("NewMuxClient accepted a cluster")
 	}
 }
 
@@ -660,11 +602,6 @@ func TestScriptHeaders(t *testing.T) {
 
 func BenchmarkRedisTake(b *testing.B) {
 	r, _ := newRedis(b, dbSuite, "bench:")
-	benchmarkTake(b, r)
-}
-
-func BenchmarkRedisMuxTake(b *testing.B) {
-	r, _ := newRedisMux(b, dbSuite, "bench:")
 	benchmarkTake(b, r)
 }
 
