@@ -35,6 +35,8 @@ type options struct {
 	onStoreError  string
 	breakerFails  int
 	batchSlots    int
+	gather        time.Duration // REDIS_PIPELINE_WINDOW
+	gatherOps     int           // REDIS_PIPELINE_LIMIT
 	muxConns      int
 	cacheBytes    int
 	sweepEvery    time.Duration
@@ -110,6 +112,10 @@ func newFlagSet(name string, o *options, out io.Writer) *flag.FlagSet {
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&o.onStoreError, "on-store-error", policyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
+	fs.DurationVar(&o.gather, "redis-pipeline-window", time.Millisecond,
+		"when many requests wait for Redis at once (a busy server), how long a script call waits for more before it is sent, so that Redis decides more per call (0: never); a lone caller, or a few, never wait")
+	fs.IntVar(&o.gatherOps, "redis-pipeline-limit", 0,
+		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
 	fs.IntVar(&o.batchSlots, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
 	fs.IntVar(&o.muxConns, "redis-conns", 0,

@@ -167,7 +167,8 @@ func newRedis(o options, log *zap.Logger) (*store.Redis, error) {
 	if inFlight <= 0 {
 		inFlight = store.NoMerging
 	}
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.readTimeout}), nil
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.readTimeout,
+		Gather: o.gather, GatherOps: o.gatherOps}), nil
 }
 
 // storeName describes the store for logs, without credentials.

@@ -20,13 +20,38 @@ var ErrNotSent = fmt.Errorf("not sent: %w", limiter.ErrUnavailable)
 // concurrently.
 type sendFunc func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error
 
+// batchOptions tune a batcher.
+type batchOptions struct {
+	// Slots is how many sends may be under way at once (default 1).
+	Slots int
+	// MaxOps caps a send's ops (default 1).
+	MaxOps int
+	// Timeout bounds a send, whatever its callers' deadlines.
+	Timeout time.Duration
+	// Gather is how long a send waits for more calls when calls have been
+	// arriving together (0: never). See batcher.
+	Gather time.Duration
+	// GatherOps ends the wait early once this many ops wait (default
+	// MaxOps).
+	GatherOps int
+}
+
 // batcher merges concurrent calls bound for one destination, so that the
-// ops of many requests leave in a few script calls: at most slots sends
+// ops of many requests leave in a few script calls: at most Slots sends
 // are under way at once, and calls that arrive meanwhile wait and leave
-// together in the next send. A call that finds a slot free and nobody
-// waiting is sent at once, by its own goroutine, adding no latency; under
-// load the sends grow with the load, and Redis pays one script call for
-// many decisions.
+// together in the next send. A call that finds a slot free is sent at
+// once, on a goroutine of its own. When sends are due with several calls
+// already waiting (gatherFrom on average: many callers, a busy machine),
+// a send first waits Gather for more, so that Redis pays one script call
+// for many decisions and its CPU goes further. A lone caller, or a few,
+// never wait.
+//
+// Sends run under a context of their own that ends Timeout after the
+// send starts: callers wait no longer than their contexts allow, but a
+// send whose callers all gave up goes on, so that what it started (a
+// dial, a handshake) completes for the calls that follow; go-redis dials
+// and authenticates under the context of the call that needs the
+// connection.
 //
 // A waiting call whose context ends before its send starts is dropped: it
 // gets ErrNotSent and nothing of it is sent. Once its send has started, it
@@ -34,16 +59,15 @@ type sendFunc func(ctx context.Context, ops []limiter.Op, results []limiter.Resu
 // that fails fails every call in it; nothing is retried. It is safe for
 // concurrent use.
 type batcher struct {
-	send     sendFunc
-	slots    int
-	maxOps   int           // ops per send, at most
-	timeout  time.Duration // bound on a merged send without any deadline
-	detached bool          // every send runs on its own goroutine, see newDetachedBatcher
+	send sendFunc
+	opts batchOptions
 
-	mu     sync.Mutex
-	queue  []*waiter
-	busy   int // sends under way
-	closed bool
+	mu       sync.Mutex
+	queue    []*waiter
+	queued   int  // ops in queue
+	busy     int     // sends under way or gathering
+	avgReady float64 // calls waiting when a send is due, moving average
+	closed   bool
 
 	sends, ops atomic.Int64 // counted for Stats
 	buffers    sync.Pool    // *sendBuffer
@@ -85,22 +109,13 @@ type BatchStats struct {
 	Ops int64
 }
 
-func newBatcher(send sendFunc, slots, maxOps int, timeout time.Duration) *batcher {
-	b := &batcher{send: send, slots: max(slots, 1), maxOps: max(maxOps, 1), timeout: timeout}
+func newBatcher(send sendFunc, o batchOptions) *batcher {
+	o.Slots, o.MaxOps = max(o.Slots, 1), max(o.MaxOps, 1)
+	if o.GatherOps <= 0 || o.GatherOps > o.MaxOps {
+		o.GatherOps = o.MaxOps
+	}
+	b := &batcher{send: send, opts: o}
 	b.buffers.New = func() any { return new(sendBuffer) }
-	return b
-}
-
-// newDetachedBatcher returns a batcher whose sends all run on goroutines of
-// their own, under a context of their own that ends timeout after the send
-// starts: callers wait no longer than their contexts allow, but a send
-// whose callers all gave up goes on, so that what it started (a dial, a
-// handshake) completes for the calls that follow. For clients that dial
-// and authenticate under the context of the call that needs the
-// connection, as go-redis does.
-func newDetachedBatcher(send sendFunc, slots, maxOps int, timeout time.Duration) *batcher {
-	b := newBatcher(send, slots, maxOps, timeout)
-	b.detached = true
 	return b
 }
 
@@ -109,35 +124,24 @@ func (b *batcher) Stats() BatchStats {
 	return BatchStats{Sends: b.sends.Load(), Ops: b.ops.Load()}
 }
 
-// take decides ops, through a send of their own or one shared with other
-// calls, waiting no longer than ctx allows.
+// take decides ops, through a send shared with other calls, waiting no
+// longer than ctx allows.
 func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
+	w := &waiter{ctx: ctx, ops: ops, results: results, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return unavailable("take", errClosed)
 	}
-	if b.busy < b.slots && len(b.queue) == 0 && !b.detached {
-		b.busy++
-		b.mu.Unlock()
-		b.sends.Add(1)
-		b.ops.Add(int64(len(ops)))
-		err := b.send(ctx, ops, results)
-		if next := b.next(); next != nil {
-			go b.run(next)
-		}
-		return err
-	}
-	w := &waiter{ctx: ctx, ops: ops, results: results, done: make(chan struct{})}
 	b.queue = append(b.queue, w)
-	var ws []*waiter
-	if b.busy < b.slots {
+	b.queued += len(ops)
+	start := b.busy < b.opts.Slots
+	if start {
 		b.busy++
-		ws = b.takeLocked()
 	}
 	b.mu.Unlock()
-	if ws != nil {
-		go b.run(ws)
+	if start {
+		go b.run()
 	}
 	select {
 	case <-w.done:
@@ -154,6 +158,40 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 	}
 }
 
+// run sends what waits, gathering first when calls arrive together, until
+// nothing waits; it holds one slot.
+func (b *batcher) run() {
+	for {
+		b.gather()
+		ws := b.next()
+		if ws == nil {
+			return
+		}
+		b.sendMerged(ws)
+	}
+}
+
+// gatherFrom is how many calls must, on average, be waiting already when
+// a send is due before sends gather: that many arrive while a call is at
+// Redis only when callers are many and the machine is busy, where Redis'
+// CPU is better spent on fewer, larger calls; below it, waiting would only
+// add latency. (What waits when a send is due does not depend on the
+// gathering itself, so it does not feed itself.)
+const gatherFrom = 4
+
+// gather waits up to Gather for more calls when sends are due with
+// gatherFrom calls or more already waiting, on average, unless GatherOps
+// ops already wait.
+func (b *batcher) gather() {
+	b.mu.Lock()
+	b.avgReady += (float64(len(b.queue)) - b.avgReady) / 16
+	wait := b.opts.Gather > 0 && b.avgReady >= gatherFrom && b.queued < b.opts.GatherOps
+	b.mu.Unlock()
+	if wait {
+		time.Sleep(b.opts.Gather)
+	}
+}
+
 // next takes the waiting calls for the next send, keeping the slot, or
 // frees the slot if nobody waits.
 func (b *batcher) next() []*waiter {
@@ -163,14 +201,8 @@ func (b *batcher) next() []*waiter {
 		b.busy--
 		return nil
 	}
-	return b.takeLocked()
-}
-
-// takeLocked takes the calls for one send from the head of the queue,
-// which is not empty.
-func (b *batcher) takeLocked() []*waiter {
 	n, ops := 0, 0
-	for n < len(b.queue) && (n == 0 || ops+len(b.queue[n].ops) <= b.maxOps) {
+	for n < len(b.queue) && (n == 0 || ops+len(b.queue[n].ops) <= b.opts.MaxOps) {
 		ops += len(b.queue[n].ops)
 		n++
 	}
@@ -179,15 +211,8 @@ func (b *batcher) takeLocked() []*waiter {
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
+	b.queued -= ops
 	return ws
-}
-
-// run sends ws, then whatever waits, until nothing does.
-func (b *batcher) run(ws []*waiter) {
-	for ws != nil {
-		b.sendMerged(ws)
-		ws = b.next()
-	}
 }
 
 // sendMerged sends the ops of the calls in ws that still wait, as one send,
@@ -195,20 +220,12 @@ func (b *batcher) run(ws []*waiter) {
 func (b *batcher) sendMerged(ws []*waiter) {
 	buf := b.buffers.Get().(*sendBuffer)
 	buf.ops, buf.members = buf.ops[:0], buf.members[:0]
-	var deadline time.Time
 	for _, w := range ws {
 		if w.ctx.Err() != nil || !w.state.CompareAndSwap(waiting, taken) {
 			continue // gave up: not sent
 		}
 		buf.members = append(buf.members, w)
 		buf.ops = append(buf.ops, w.ops...)
-		d, ok := w.ctx.Deadline()
-		if !ok || b.detached {
-			d = time.Now().Add(b.timeout)
-		}
-		if d.After(deadline) {
-			deadline = d
-		}
 	}
 	if len(buf.members) > 0 {
 		if cap(buf.results) < len(buf.ops) {
@@ -217,9 +234,8 @@ func (b *batcher) sendMerged(ws []*waiter) {
 		res := buf.results[:len(buf.ops)]
 		b.sends.Add(1)
 		b.ops.Add(int64(len(buf.ops)))
-		// The send outlives any one member: it ends when the last member
-		// stops waiting.
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		// The send outlives any one member.
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
 		err := b.send(ctx, buf.ops, res)
 		cancel()
 		off := 0
@@ -243,7 +259,7 @@ func (b *batcher) sendMerged(ws []*waiter) {
 func (b *batcher) close() {
 	b.mu.Lock()
 	ws := b.queue
-	b.queue, b.closed = nil, true
+	b.queue, b.queued, b.closed = nil, 0, true
 	b.mu.Unlock()
 	for _, w := range ws {
 		if w.state.CompareAndSwap(waiting, answered) {

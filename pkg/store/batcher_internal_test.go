@@ -42,7 +42,7 @@ func op(cost int64) []limiter.Op { return []limiter.Op{{Key: "k", Cost: cost}} }
 // leave together in the next send, and each gets its own answer.
 func TestBatcherMergesWhileBusy(t *testing.T) {
 	g := newGate()
-	b := newBatcher(g.send, 1, 1000, time.Second)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
 	ctx := context.Background()
 	first := make(chan error, 1)
 	go func() { first <- b.take(ctx, op(1), make([]limiter.Result, 1)) }()
@@ -84,7 +84,7 @@ func TestBatcherMergesWhileBusy(t *testing.T) {
 // waits for a send is never sent, and says so.
 func TestBatcherDropsCallsThatGaveUp(t *testing.T) {
 	g := newGate()
-	b := newBatcher(g.send, 1, 1000, time.Second)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
 	go func() { _ = b.take(context.Background(), op(1), make([]limiter.Result, 1)) }()
 	<-g.started
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -116,35 +116,63 @@ func TestBatcherDropsCallsThatGaveUp(t *testing.T) {
 // has started gets its context's error, not ErrNotSent, and the send no
 // longer touches its results.
 func TestBatcherCallerLeavesDuringSend(t *testing.T) {
-	for _, detached := range []bool{false, true} {
-		g := newGate()
-		b := newBatcher(g.send, 1, 1000, time.Second)
-		b.detached = detached
-		ctx, cancel := context.WithCancel(context.Background())
-		res := make([]limiter.Result, 1)
-		done := make(chan error, 1)
-		go func() { done <- b.take(ctx, op(7), res) }()
-		<-g.started
-		cancel()
-		if !detached {
-			// The send runs on the caller's goroutine: it returns with it.
-			close(g.release)
-			if err := <-done; err != nil {
-				t.Errorf("attached send = %v", err)
+	g := newGate()
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make([]limiter.Result, 1)
+	done := make(chan error, 1)
+	go func() { done <- b.take(ctx, op(7), res) }()
+	<-g.started
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotSent) {
+		t.Errorf("caller gone during its send = %v, want the context's error", err)
+	}
+	res[0].Remaining = -1 // the caller owns its results again
+	close(g.release)
+	waitIdle(t, b)
+	if res[0].Remaining != -1 {
+		t.Errorf("the send wrote into the results of a caller that left: %+v", res[0])
+	}
+}
+
+// TestBatcherGathers: once sends are due with several calls waiting, a
+// send waits Gather for more; a lone caller's sends never wait.
+func TestBatcherGathers(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second})
+	ctx := context.Background()
+	start := time.Now()
+	for i := range 5 {
+		if err := b.take(ctx, op(int64(i)), make([]limiter.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if n := <-g.started; n != 1 {
+			t.Fatalf("lone call %d went in a send of %d ops", i, n)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("5 lone calls took %v: a lone caller waited to gather", took)
+	}
+	// Sends due with several calls waiting make the next gather.
+	b.mu.Lock()
+	b.avgReady = 2 * gatherFrom
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.take(ctx, op(int64(10+i)), make([]limiter.Result, 1)); err != nil {
+				t.Error(err)
 			}
-			waitIdle(t, b)
-			continue
-		}
-		err := <-done
-		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotSent) {
-			t.Errorf("detached: caller gone during its send = %v, want the context's error", err)
-		}
-		res[0].Remaining = -1 // the caller owns its results again
-		close(g.release)
-		waitIdle(t, b)
-		if res[0].Remaining != -1 {
-			t.Errorf("detached: the send wrote into the results of a caller that left: %+v", res[0])
-		}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	if n := <-g.started; n != 4 {
+		t.Errorf("calls arriving 50 ms apart while gathering went in a send of %d ops, want all 4", n)
 	}
 }
 
@@ -153,7 +181,7 @@ func TestBatcherCallerLeavesDuringSend(t *testing.T) {
 func TestBatcherFailsEveryMember(t *testing.T) {
 	g := newGate()
 	g.err = errors.New("boom")
-	b := newDetachedBatcher(g.send, 1, 1000, time.Second)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 8 {
@@ -189,7 +217,7 @@ func TestBatcherFailsEveryMember(t *testing.T) {
 // TestBatcherClose fails waiting calls and every later one.
 func TestBatcherClose(t *testing.T) {
 	g := newGate()
-	b := newBatcher(g.send, 1, 1000, time.Second)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
 	go func() { _ = b.take(context.Background(), op(1), make([]limiter.Result, 1)) }()
 	<-g.started
 	done := make(chan error, 1)

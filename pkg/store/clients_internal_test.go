@@ -53,7 +53,7 @@ func BenchmarkClients(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(client.Close)
-			bt := newBatcher(rueidisSend(client), 2, 4*maxBatchOps, time.Second)
+			bt := newBatcher(rueidisSend(client), batchOptions{Slots: 2, MaxOps: 4 * maxBatchOps, Timeout: time.Second})
 			return batchStore{bt}, bt.Stats
 		}},
 	} {

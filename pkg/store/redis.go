@@ -33,6 +33,14 @@ type RedisOptions struct {
 	// one Cluster node) at once; Takes that arrive meanwhile are merged
 	// into the next (default 2; NoMerging: every Take sends its own).
 	InFlight int
+	// Gather is how long a script call waits for more Takes before it is
+	// sent, when Takes have been arriving together (0: never; a lone
+	// caller never waits). Redis pays for a call about as much as for
+	// four decisions in it, so larger calls cost it less per decision.
+	Gather time.Duration
+	// GatherOps ends the wait early once this many ops wait (default 255,
+	// a full script call).
+	GatherOps int
 	// SendTimeout bounds one pipeline, whatever its callers' deadlines
 	// (default 3s). Callers wait no longer than their own context allows,
 	// but their pipeline goes on without them, so that a connection that

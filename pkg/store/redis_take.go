@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -44,7 +45,8 @@ func (r *Redis) BatchStats() BatchStats {
 }
 
 func (r *Redis) newBatcher(send sendFunc) *batcher {
-	return newDetachedBatcher(send, r.opts.InFlight, 4*maxBatchOps, r.opts.SendTimeout)
+	return newBatcher(send, batchOptions{Slots: r.opts.InFlight, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
+		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps)})
 }
 
 // takeCluster sends each op to the batcher of the master that serves its
