@@ -64,7 +64,7 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*waiter
-	queued   int  // ops in queue
+	queued   int     // ops in queue
 	busy     int     // sends under way or gathering
 	avgReady float64 // calls waiting when a send is due, moving average
 	closed   bool
