@@ -145,6 +145,8 @@ func (r *report) summary() {
 		{"**Redis CPU per decision, 1 descriptor**", fw, mRedis},
 		{"**Redis CPU per decision, 3 descriptors**", fw3, mRedis},
 		{"p50 at 1 caller, 1 descriptor", runSpec{Key: "fw", Descriptors: 1, Callers: 1}, mP50},
+		{"decisions/s, window of a minute, 1 descriptor", runSpec{Key: "fwm", Descriptors: 1, Callers: c}, mRate},
+		{"Redis CPU per decision, window of a minute, 1 descriptor", runSpec{Key: "fwm", Descriptors: 1, Callers: c}, mRedis},
 		{"decisions/s, sliding window, 1 descriptor", runSpec{Key: "sw", Descriptors: 1, Callers: c}, mRate},
 		{"decisions/s, token bucket, 1 descriptor", runSpec{Key: "tb", Descriptors: 1, Callers: c}, mRate},
 		{"decisions/s, Redis Cluster, 1 descriptor", runSpec{Key: "fw", Descriptors: 1, Callers: c, Cluster: true}, mRate},

@@ -24,6 +24,7 @@ type rule struct {
 	key       string
 	title     string // what a scenario on it measures
 	algorithm string // FastLimit's algorithm field; "" is the fixed window both servers have
+	unit      string // "" is second
 	unlimited bool
 }
 
@@ -34,6 +35,7 @@ type rule struct {
 var rules = []rule{
 	{key: "unlimited", title: "`unlimited` (no store)", unlimited: true},
 	{key: "fw", title: "fixed window"},
+	{key: "fwm", title: "fixed window per minute", unit: "minute"},
 	{key: "sw", title: "sliding window", algorithm: "sliding_window"},
 	{key: "tb", title: "token bucket", algorithm: "token_bucket"},
 }
@@ -66,7 +68,11 @@ func rulesYAML(all bool) string {
 		if r.algorithm != "" {
 			fmt.Fprintf(&b, "      algorithm: %s\n", r.algorithm)
 		}
-		fmt.Fprintf(&b, "      unit: second\n      requests_per_unit: %s\n", neverDeny)
+		unit := r.unit
+		if unit == "" {
+			unit = "second"
+		}
+		fmt.Fprintf(&b, "      unit: %s\n      requests_per_unit: %s\n", unit, neverDeny)
 	}
 	return b.String()
 }

@@ -69,6 +69,9 @@ var scenarios = []scenario{
 	{"fw3", "fixed window, 3 descriptors", func(o *options) []runSpec {
 		return []runSpec{{Key: "fw", Descriptors: 3, Callers: o.callers}}
 	}},
+	{"fwm", "fixed window of a minute, 1 descriptor: counters hit again within their window, where the 1-second windows of fw create one nearly every decision", func(o *options) []runSpec {
+		return []runSpec{{Key: "fwm", Descriptors: 1, Callers: o.callers}}
+	}},
 	{"sw", "sliding window, 1 descriptor (FastLimit only)", func(o *options) []runSpec {
 		return []runSpec{{Key: "sw", Descriptors: 1, Callers: o.callers}}
 	}},
@@ -91,7 +94,7 @@ var scenarios = []scenario{
 }
 
 // defaultScenarios are the runs of the table.
-const defaultScenarios = "unlimited,fw,fw3,sw,tb,sweep"
+const defaultScenarios = "unlimited,fw,fw3,fwm,sw,tb,sweep"
 
 // parseScenarios checks a comma-separated list of scenario names ("all"
 // is every one).
