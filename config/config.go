@@ -86,15 +86,7 @@ type Options struct {
 // LoadWith reads the rules files of dir that o selects and compiles them,
 // as Load does.
 func LoadWith(dir string, o Options) (*Rules, error) {
-	var (
-		files map[string][]byte
-		err   error
-	)
-	if o.Tree {
-		files, err = readTree(dir, o)
-	} else {
-		files, err = readDir(dir)
-	}
+	files, err := readFiles(dir, o)
 	if err != nil {
 		return nil, err
 	}
@@ -170,15 +162,7 @@ func Fingerprint(dir string) (string, error) {
 // FingerprintWith returns the Hash that LoadWith would give dir's rules
 // read as o says, without parsing them.
 func FingerprintWith(dir string, o Options) (string, error) {
-	var (
-		files map[string][]byte
-		err   error
-	)
-	if o.Tree {
-		files, err = readTree(dir, o)
-	} else {
-		files, err = readDir(dir)
-	}
+	files, err := readFiles(dir, o)
 	if err != nil {
 		return "", err
 	}
@@ -188,6 +172,14 @@ func FingerprintWith(dir string, o Options) (string, error) {
 	}
 	slices.Sort(names)
 	return hash(names, files), nil
+}
+
+// readFiles reads the rules files of dir as o says, keyed by name.
+func readFiles(dir string, o Options) (map[string][]byte, error) {
+	if o.Tree {
+		return readTree(dir, o)
+	}
+	return readDir(dir)
 }
 
 // IsRulesName reports whether a directory entry named name is read as a

@@ -202,24 +202,7 @@ func unixOptions(o ClientOptions, url string) (*redis.Options, error) {
 	if o.TLS.Enabled || o.TLS.set() {
 		return nil, errors.New("redis TLS over a unix socket is not supported")
 	}
-	c := o.Conn
-	if c.PoolSize > 0 {
-		opt.PoolSize = c.PoolSize
-	}
-	if c.DialTimeout > 0 {
-		opt.DialTimeout = c.DialTimeout
-	}
-	if c.ReadTimeout > 0 {
-		opt.ReadTimeout = c.ReadTimeout
-	}
-	if c.WriteTimeout > 0 {
-		opt.WriteTimeout = c.WriteTimeout
-	}
-	if opt.DialTimeout <= 0 {
-		opt.DialTimeout = DefaultDialTimeout
-	}
-	opt.MaxRetries = -1
-	opt.ContextTimeoutEnabled = true
+	o.Conn.apply(opt)
 	if o.Username != "" {
 		opt.Username = o.Username
 	}

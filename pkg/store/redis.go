@@ -181,24 +181,30 @@ func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error
 		}
 		return nil, fmt.Errorf("parse redis URL %q: %s", safe, msg)
 	}
-	if conn.PoolSize > 0 {
-		opt.PoolSize = conn.PoolSize
+	conn.apply(opt)
+	return opt, nil
+}
+
+// apply puts c's settings on top of opt, with FastLimit's defaults: a
+// 1-second dial, no client retries, context deadlines honoured.
+func (c ConnOptions) apply(opt *redis.Options) {
+	if c.PoolSize > 0 {
+		opt.PoolSize = c.PoolSize
 	}
-	if conn.DialTimeout > 0 {
-		opt.DialTimeout = conn.DialTimeout
+	if c.DialTimeout > 0 {
+		opt.DialTimeout = c.DialTimeout
 	}
-	if conn.ReadTimeout > 0 {
-		opt.ReadTimeout = conn.ReadTimeout
+	if c.ReadTimeout > 0 {
+		opt.ReadTimeout = c.ReadTimeout
 	}
-	if conn.WriteTimeout > 0 {
-		opt.WriteTimeout = conn.WriteTimeout
+	if c.WriteTimeout > 0 {
+		opt.WriteTimeout = c.WriteTimeout
 	}
 	if opt.DialTimeout <= 0 {
 		opt.DialTimeout = DefaultDialTimeout
 	}
 	opt.MaxRetries = -1
 	opt.ContextTimeoutEnabled = true
-	return opt, nil
 }
 
 // NewRedisFromURL returns a Redis with its own single-node client, made by
