@@ -16,7 +16,9 @@ var (
 
 // TakeCrossSlot is Take declaring the Redis 7 script flag
 // allow-cross-slot-keys, so that one call on a Cluster node may carry the
-// keys of every slot that node serves.
+// keys of every slot that node serves. Its calls declare no keys (Redis
+// refuses declared keys of several slots) and send them in ARGV, as
+// take.lua's header says.
 var TakeCrossSlot = "#!lua flags=allow-cross-slot-keys\n" + Take
 
 var (

@@ -29,6 +29,16 @@ Returns  {tag, clock, then per op: fixed_window: count; sliding_window and
          allowed is 1 or 0, remaining in milli-requests, retry_after and
          reset in ms.
 
+A call on a Redis Cluster node whose keys span slots declares none
+(numkeys 0: Redis refuses declared keys of several slots with CROSSSLOT
+before the script runs) and sends them after the map instead, as
+ARGV[3 .. 2 + n], n = #map, the parameters following; the script then
+needs the allow-cross-slot-keys flag (lua.go's TakeCrossSlot). An op whose
+key this node does not serve (the slot moved, or is moving) fails its
+first command, which this mode runs with redis.pcall: nothing of the op
+is written and its reply is -1 (fixed_window) or -1, 0, 0, 0, so that the
+caller sends it again where the Cluster says; the other ops are decided.
+
 fixed_window (envoyproxy/ratelimit's algorithm): ws = now - now % W. With a
 cost, count = INCRBY cost (the counter grows even when over the limit),
 saturating at 2^52 (a count past it is SET back to 2^52, KEEPTTL); the
@@ -64,9 +74,16 @@ local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a ca
 
 -- The parameter sets, each converted once: P[k] = {alg, now, ...}, and for
 -- windows the key suffixes and expiries as the strings Redis takes.
+local map = ARGV[2]
+local K, koff, a, first = KEYS, 0, 3, call
+local cross = #KEYS == 0
+if cross then
+  K, koff, a, first = ARGV, 2, 3 + #map, redis.pcall
+end
+
 local clock = 0
 local P = {}
-local a, nargs = 3, #ARGV
+local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
   if now == '0' then
@@ -101,59 +118,75 @@ end
 
 local out = {tonumber(ARGV[1]), clock}
 local n = 2
-local map = ARGV[2]
-for i = 1, #KEYS do
+for i = 1, #map do
   local p = P[byte(map, i)]
   local alg = p[1]
+  local base = K[koff + i]
   if alg == 0 then
-    local key = KEYS[i] .. p[7]
+    local key = base .. p[7]
     local count
     if p[5] > 0 then
-      count = call('INCRBY', key, p[6])
-      if count == p[5] then
+      count = first('INCRBY', key, p[6])
+      if cross and type(count) == 'table' then
+        count = -1 -- not this node's key: not decided
+      elseif count == p[5] then
         call('PEXPIREAT', key, p[8])
       elseif count > MAX then
         count = MAX
         call('SET', key, MAXS, 'KEEPTTL')
       end
     else
-      count = tonumber(call('GET', key) or 0)
+      count = first('GET', key)
+      if cross and type(count) == 'table' then
+        count = -1
+      else
+        count = tonumber(count or 0)
+      end
     end
     n = n + 1
     out[n] = count
   elseif alg == 1 then
     local now, limit, window, cost = p[2], p[3], p[4], p[5]
-    local cur_key = KEYS[i] .. p[7]
-    local cur = tonumber(call('GET', cur_key) or 0)
-    local prev = math.min(tonumber(call('GET', KEYS[i] .. p[9]) or 0), limit)
-    local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - p[10], cur, prev)
-    if allowed == 1 and cost > 0 then
-      call('INCRBY', cur_key, p[6])
-      call('PEXPIREAT', cur_key, p[8])
+    local cur_key = base .. p[7]
+    local cur = first('GET', cur_key)
+    if cross and type(cur) == 'table' then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
+    else
+      cur = tonumber(cur or 0)
+      local prev = math.min(tonumber(call('GET', base .. p[9]) or 0), limit)
+      local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - p[10], cur, prev)
+      if allowed == 1 and cost > 0 then
+        call('INCRBY', cur_key, p[6])
+        call('PEXPIREAT', cur_key, p[8])
+      end
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed, remaining, retry, reset
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed, remaining, retry, reset
     n = n + 4
   else
     local now, burst, num, den, window, cost = p[2], p[3], p[4], p[5], p[6], p[7]
-    local key = KEYS[i] .. 'bucket'
+    local key = base .. 'bucket'
     local t, ts, c = burst, now, 0
-    local state = call('HMGET', key, 't', 'ts', 'c')
-    if state[1] then
-      t = tonumber(state[1])
-      ts = tonumber(state[2]) or now
-      c = tonumber(state[3]) or 0
-    end
-    local allowed
-    allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-    if cost > 0 then
-      if t >= burst then
-        call('DEL', key)
-      else
-        call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-        call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+    local state = first('HMGET', key, 't', 'ts', 'c')
+    if cross and state.err then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
+    else
+      if state[1] then
+        t = tonumber(state[1])
+        ts = tonumber(state[2]) or now
+        c = tonumber(state[3]) or 0
       end
+      local allowed
+      allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
+      if cost > 0 then
+        if t >= burst then
+          call('DEL', key)
+        else
+          call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
+          call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+        end
+      end
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bucket_reply(burst, num, den, window, cost, allowed, t, c)
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bucket_reply(burst, num, den, window, cost, allowed, t, c)
     n = n + 4
   end
 end

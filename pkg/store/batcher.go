@@ -34,6 +34,36 @@ type batchOptions struct {
 	// GatherOps ends the wait early once this many ops wait (default
 	// MaxOps).
 	GatherOps int
+	// Group, when set, is shared by the batchers of one store's
+	// destinations (a Cluster's masters): they gather when the calls
+	// waiting at all of them add up to gatherFrom, as a lone batcher does
+	// when its own do.
+	Group *gatherGroup
+}
+
+// gatherGroup adds up how many calls wait, on average, when sends are due
+// at each of a set of batchers. Each batcher of a Cluster's master sees
+// only its share of the calls, fewer than gatherFrom at any load a single
+// server would gather at; the sum is what a single server's batcher
+// would see. It is safe for concurrent use.
+type gatherGroup struct {
+	mu   sync.Mutex
+	avgs map[*batcher]float64
+}
+
+// update records b's average and returns the sum over the group.
+func (g *gatherGroup) update(b *batcher, avg float64) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.avgs == nil {
+		g.avgs = make(map[*batcher]float64)
+	}
+	g.avgs[b] = avg
+	sum := 0.0
+	for _, v := range g.avgs {
+		sum += v
+	}
+	return sum
 }
 
 // batcher merges concurrent calls bound for one destination, so that the
@@ -180,14 +210,17 @@ func (b *batcher) run() {
 const gatherFrom = 4
 
 // gather waits up to Gather for more calls when sends are due with
-// gatherFrom calls or more already waiting, on average, unless GatherOps
-// ops already wait.
+// gatherFrom calls or more already waiting, on average (at the whole
+// Group's batchers, when it has one), unless GatherOps ops already wait.
 func (b *batcher) gather() {
 	b.mu.Lock()
 	b.avgReady += (float64(len(b.queue)) - b.avgReady) / 16
-	wait := b.opts.Gather > 0 && b.avgReady >= gatherFrom && b.queued < b.opts.GatherOps
+	ready, queued := b.avgReady, b.queued
 	b.mu.Unlock()
-	if wait {
+	if b.opts.Group != nil {
+		ready = b.opts.Group.update(b, ready)
+	}
+	if b.opts.Gather > 0 && ready >= gatherFrom && queued < b.opts.GatherOps {
 		time.Sleep(b.opts.Gather)
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +174,51 @@ func TestBatcherGathers(t *testing.T) {
 	wg.Wait()
 	if n := <-g.started; n != 4 {
 		t.Errorf("calls arriving 50 ms apart while gathering went in a send of %d ops, want all 4", n)
+	}
+}
+
+// TestBatcherGathersAsAGroup: batchers that share a gatherGroup (a
+// Cluster's masters) gather when the calls waiting at all of them add up
+// to gatherFrom, though each sees fewer; without the others' share, the
+// same load does not gather.
+func TestBatcherGathersAsAGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		others float64 // what waits at the group's other batcher
+		want   []int   // ops of the sends of 4 calls arriving 50 ms apart
+	}{
+		{"others busy", gatherFrom - 0.5, []int{4}},
+		{"others idle", 0, []int{1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate()
+			close(g.release)
+			group := new(gatherGroup)
+			b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second,
+				Group: group})
+			other := newBatcher(g.send, batchOptions{Group: group})
+			group.update(other, tc.others)
+			b.mu.Lock()
+			b.avgReady = 1 // fewer than gatherFrom on its own
+			b.mu.Unlock()
+			var wg sync.WaitGroup
+			for i := range 4 {
+				wg.Go(func() {
+					if err := b.take(context.Background(), op(int64(i)), make([]limiter.Result, 1)); err != nil {
+						t.Error(err)
+					}
+				})
+				time.Sleep(50 * time.Millisecond)
+			}
+			wg.Wait()
+			var got []int
+			for range len(tc.want) {
+				got = append(got, <-g.started)
+			}
+			if len(g.started) != 0 || !slices.Equal(got, tc.want) {
+				t.Errorf("sends of %v ops (and %d more), want %v", got, len(g.started), tc.want)
+			}
+		})
 	}
 }
 

@@ -117,7 +117,7 @@ func rueidisSend(c rueidis.Client) sendFunc {
 			ch.tag = nextTag()
 			var enc takeEncoder
 			enc.plan(ops[ch.from:ch.to])
-			enc.write(&args[i], ch.tag, ops[ch.from:ch.to])
+			enc.write(&args[i], ch.tag, ops[ch.from:ch.to], false)
 			cmds[i] = c.B().Arbitrary("EVALSHA", takeScript.sha).Args(args[i]...).Build()
 		}
 		for i, r := range c.DoMulti(ctx, cmds...) {
@@ -126,7 +126,7 @@ func rueidisSend(c rueidis.Client) sendFunc {
 			}
 			v, err := r.AsIntSlice()
 			if err == nil {
-				err = decodeTake(v, calls[i].tag, ops[calls[i].from:calls[i].to], results[calls[i].from:calls[i].to])
+				_, err = decodeTake(v, calls[i].tag, ops[calls[i].from:calls[i].to], results[calls[i].from:calls[i].to], nil)
 			}
 			if err != nil {
 				return unavailable("take", err)

@@ -15,7 +15,7 @@ func TakeArgs(tag int64, op limiter.Op) []any {
 	ops := []limiter.Op{op}
 	enc.plan(ops)
 	var a anyArgs
-	enc.write(&a, tag, ops)
+	enc.write(&a, tag, ops, false)
 	return a[2:] // after numkeys and the key
 }
 

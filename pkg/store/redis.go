@@ -76,8 +76,10 @@ type ConnOptions struct {
 // Takes that arrive meanwhile leave together in the next, as take.lua
 // calls that decide any number of ops each. On a Cluster, a call carries
 // the keys of every slot its node serves when the nodes run Redis 7 or
-// later (the script flag allow-cross-slot-keys), else of one slot; a call
-// answered MOVED, ASK or TRYAGAIN did not run and is sent again through
+// later (the script flag allow-cross-slot-keys, the keys in ARGV), else of
+// one slot; the nodes' batchers gather together (gatherGroup). An op whose
+// slot moved away from the node is left undecided there, and a call
+// answered MOVED, ASK or TRYAGAIN did not run: they are sent again through
 // the Cluster client, slot by slot. Every call carries a tag that the
 // script echoes: a reply without it fails its call (go-redis closes a
 // connection that holds unread replies, so the drift does not last).
@@ -101,9 +103,10 @@ type Redis struct {
 
 	single *batcher // the server's, when not a Cluster
 
-	mu      sync.Mutex
-	nodes   map[*redis.Client]*batcher // a Cluster's, by master
-	perSlot atomic.Bool                // Cluster nodes refuse cross-slot calls
+	mu        sync.Mutex
+	nodes     map[*redis.Client]*batcher // a Cluster's, by master
+	gathering *gatherGroup               // shared by nodes' batchers
+	perSlot   atomic.Bool                // Cluster nodes refuse cross-slot calls
 
 	close sync.Once
 }
@@ -125,6 +128,7 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
 		r.nodes = make(map[*redis.Client]*batcher)
+		r.gathering = new(gatherGroup)
 	} else {
 		r.single = r.newBatcher(func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 			return r.send(ctx, client, ops, results)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/redistest"
 	"github.com/fastlimit/fastlimit/lua"
@@ -531,4 +534,191 @@ func TestRedisClusterFailover(t *testing.T) {
 		t.Fatalf("read counter: %v", err)
 	}
 	load.report(t, "cluster", final/1000, 15*time.Second)
+}
+
+// evalshaStats returns the EVALSHA calls a node ran and refused since its
+// statistics were last reset.
+func evalshaStats(ctx context.Context, t *testing.T, node *redis.Client) (calls, rejected int64) {
+	t.Helper()
+	info, err := node.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls = n
+			case "rejected_calls":
+				rejected = n
+			}
+		}
+	}
+	return calls, rejected
+}
+
+// TestRedisClusterOneCallPerMaster: a Take whose ops live in 30 slots over
+// 3 masters costs each master one script call, which Redis runs rather
+// than refuses (declared keys of several slots are refused with
+// CROSSSLOT before the script runs), and decides every op once.
+func TestRedisClusterOneCallPerMaster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	r, _ := newClusterStore(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, n := spreadKeys(t, c, "onecall:", 30)
+	if n != 3 {
+		t.Fatalf("30 keys landed on %d masters, want 3", n)
+	}
+	var ops []limiter.Op
+	masters := map[string]*redis.Client{}
+	for i, k := range keys {
+		ops = append(ops, limiter.Op{Key: k, Algorithm: descriptors.Algorithm(i % 3), Limit: 10_000, Window: 3_600_000,
+			Burst: 10_000, RateNum: 1, RateDen: 1, Cost: 1000, Now: farBase})
+		if addr := c.MasterOf(t, k); masters[addr] == nil {
+			masters[addr] = redis.NewClient(&redis.Options{Addr: addr})
+			defer masters[addr].Close()
+		}
+	}
+	for _, m := range masters {
+		if err := m.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := make([]limiter.Result, len(ops))
+	for call := range 2 {
+		if err := r.Take(ctx, ops, res); err != nil {
+			t.Fatalf("Take %d: %v", call, err)
+		}
+		for i, got := range res {
+			if want := int64(10_000 - (call+1)*1000); !got.Allowed || got.Remaining != want {
+				t.Errorf("Take %d op %d (%s) = %+v, want remaining %d", call, i, ops[i].Algorithm, got, want)
+			}
+		}
+	}
+	for addr, m := range masters {
+		if calls, rejected := evalshaStats(ctx, t, m); calls != 2 || rejected != 0 {
+			t.Errorf("master %s ran %d EVALSHA and refused %d for 2 Takes, want 2 and 0", addr, calls, rejected)
+		}
+	}
+}
+
+// TestRedisClusterSlotMoved: when a slot moves to another master after
+// the store learnt the slot map, a call to the old master leaves the
+// moved slot's ops undecided, and they are decided once on the new
+// master; the call's other ops are decided where they were sent.
+func TestRedisClusterSlotMoved(t *testing.T) {
+	c := redistest.StartCluster(t)
+	_, rdb := newClusterStore(t, c)
+	client, err := store.NewClient(store.ClientOptions{Type: "cluster", URL: c.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	r := store.NewRedis(client, zap.New(core), store.RedisOptions{CloseClient: true})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Three ops on the slot that moves, one on another slot of its master.
+	moving := []string{"moved:{m}:fw:", "moved:{m}:sw:", "moved:{m}:tb:"}
+	from := c.MasterOf(t, moving[0])
+	stay := ""
+	for i := 0; stay == ""; i++ {
+		k := fmt.Sprintf("stays:{s%d}:", i)
+		if c.MasterOf(t, k) == from && store.SlotOf(k) != store.SlotOf(moving[0]) {
+			stay = k
+		}
+	}
+	var ops []limiter.Op
+	for i, k := range append(moving, stay) {
+		ops = append(ops, limiter.Op{Key: k, Algorithm: descriptors.Algorithm(i % 3), Limit: 10_000, Window: 3_600_000,
+			Burst: 10_000, RateNum: 1, RateDen: 1, Cost: 1000, Now: farBase})
+	}
+	res := make([]limiter.Result, len(ops))
+	if err := r.Take(ctx, ops, res); err != nil { // the store learns the slot map
+		t.Fatal(err)
+	}
+
+	// Move the slot, its keys with it, to another master.
+	var to string
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		if m := c.MasterOf(t, "{"+k+"}"); m != from {
+			to = m
+			break
+		}
+	}
+	src, dst := redis.NewClient(&redis.Options{Addr: from}), redis.NewClient(&redis.Options{Addr: to})
+	defer src.Close()
+	defer dst.Close()
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int64(store.SlotOf(moving[0]))
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+	must(err)
+	if len(keys) != 3 {
+		t.Fatalf("slot %d holds %q, want the 3 ops' keys", slot, keys)
+	}
+	host, port, _ := net.SplitHostPort(to)
+	must(src.Do(ctx, append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, toAny(keys)...)...).Err())
+	for _, addr := range c.Addrs() {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		err := node.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		node.Close()
+		if err != nil && !strings.Contains(err.Error(), "only with masters") { // replicas follow their masters
+			t.Fatalf("SETSLOT NODE on %s: %v", addr, err)
+		}
+	}
+	if err := r.Take(ctx, ops, res); err != nil {
+		t.Fatalf("Take after the slot moved: %v", err)
+	}
+	for i, got := range res {
+		if !got.Allowed || got.Remaining != 8000 {
+			t.Errorf("op %d (%s on %s) = %+v, want remaining 8000 (counted once a Take)", i, ops[i].Algorithm, ops[i].Key, got)
+		}
+	}
+	resent := logs.FilterMessageSnippet("a slot moved").All()
+	if len(resent) != 1 || resent[0].ContextMap()["ops"] != int64(len(moving)) {
+		t.Errorf("logged %v, want one resend of the %d ops of the moved slot", resent, len(moving))
+	}
+	counter := moving[0] + strconv.FormatInt((farBase-farBase%3_600_000)/1000, 10)
+	if n, err := dst.Get(ctx, counter).Int64(); err != nil || n != 2000 {
+		t.Errorf("counter %s on the new master = %d, %v; want 2000", counter, n, err)
+	}
+	if n, err := rdb.Exists(ctx, counter).Result(); err != nil || n != 1 {
+		t.Errorf("EXISTS %s = %d, %v", counter, n, err)
+	}
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -46,7 +47,7 @@ func (r *Redis) BatchStats() BatchStats {
 
 func (r *Redis) newBatcher(send sendFunc) *batcher {
 	return newBatcher(send, batchOptions{Slots: r.opts.InFlight, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
-		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps)})
+		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps), Group: r.gathering})
 }
 
 // takeCluster sends each op to the batcher of the master that serves its
@@ -128,8 +129,9 @@ func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 
 // send runs ops on one server (a Cluster master, or the server) as one
 // pipeline of take.lua calls, and the calls answered NOSCRIPT again with
-// EVAL. On a Cluster, calls answered with a redirect go again through the
-// Cluster client, one slot a call.
+// EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
+// the node no longer serves, go again through the Cluster client, one slot
+// a call.
 func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
 	if r.cluster != nil && r.perSlot.Load() {
 		return r.sendBySlot(ctx, c, ops, results)
@@ -169,6 +171,12 @@ func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []
 		moved = append(moved, moved2...)
 	}
 	if err == nil && len(moved) > 0 {
+		n := 0
+		for _, ch := range moved {
+			n += ch.to - ch.from
+		}
+		r.log.Debug("ops not run on the node they were sent to (a slot moved); sending them again where the cluster says",
+			zap.Int(logKeyOps, n))
 		err = r.resend(ctx, ops, results, moved)
 	}
 	return err
@@ -176,11 +184,12 @@ func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []
 
 // sendChunks sends calls as one pipeline, by digest or by source, and
 // decodes their replies into results. It returns the calls answered
-// NOSCRIPT, and those a Cluster node did not run (a redirect, or a
-// refusal of the cross-slot script).
+// NOSCRIPT, and those a Cluster node did not run (a redirect, a refusal of
+// the cross-slot script, or one op whose slot the node no longer serves).
 func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA bool,
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
 	cmds := make([]*redis.Cmd, len(calls))
+	var notHere []int
 	pipe := c.Pipeline()
 	for i := range calls {
 		ch := &calls[i]
@@ -211,10 +220,18 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		}
 		v, err := cmds[i].Int64Slice()
 		if err == nil {
-			err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to])
+			notHere, err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to], notHere[:0])
+		}
+		if err == nil && len(notHere) > 0 && !s.spread() {
+			err = fmt.Errorf("%w: take.lua left %d ops undecided in a call that declared its keys", ErrReplyMismatch, len(notHere))
 		}
 		if err != nil {
 			return nil, nil, unavailable("take", err)
+		}
+		// Ops whose keys the node no longer serves were not run there:
+		// each goes again, alone, where the Cluster now says.
+		for _, k := range notHere {
+			moved = append(moved, takeChunk{from: ch.from + k, to: ch.from + k + 1})
 		}
 	}
 	return missing, moved, nil
@@ -229,7 +246,7 @@ func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter
 	} else {
 		args = append(args, "eval", s.src)
 	}
-	enc.write(&args, tag, ops)
+	enc.write(&args, tag, ops, s.spread())
 	return redis.NewCmd(ctx, args...)
 }
 
@@ -251,8 +268,12 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 				_ = r.client.Process(ctx, onceCmd{cmd})
 			}
 			v, err := cmd.Int64Slice()
+			var notHere []int
 			if err == nil {
-				err = decodeTake(v, tag, part, res[sub.from:sub.to])
+				notHere, err = decodeTake(v, tag, part, res[sub.from:sub.to], nil)
+			}
+			if err == nil && len(notHere) > 0 {
+				err = fmt.Errorf("%w: take.lua left %d ops undecided in a call that declared its keys", ErrReplyMismatch, len(notHere))
 			}
 			if err != nil {
 				return unavailable("take", err)

@@ -26,6 +26,10 @@ type script struct {
 	name, src, sha string
 }
 
+// spread reports whether s is take.lua's Cluster variant, whose calls send
+// keys of several slots after the map rather than as KEYS.
+func (s script) spread() bool { return s.sha == takeCrossScript.sha }
+
 func newScript(name, src string) script {
 	sum := sha1.Sum([]byte(src))
 	return script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
@@ -128,14 +132,23 @@ func (e *takeEncoder) plan(ops []limiter.Op) int {
 }
 
 // write writes the arguments plan counted: numkeys, KEYS, then ARGV as
-// take.lua's header lays them out.
-func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
-	w.Int(int64(len(ops)))
+// take.lua's header lays them out; with spread (a Cluster call whose keys
+// may span slots), numkeys 0 and the keys after the map.
+func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread bool) {
+	if spread {
+		w.Int(0)
+		w.Int(tag)
+		w.Bytes(e.mapb)
+	} else {
+		w.Int(int64(len(ops)))
+	}
 	for i := range ops {
 		w.String(ops[i].Key)
 	}
-	w.Int(tag)
-	w.Bytes(e.mapb)
+	if !spread {
+		w.Int(tag)
+		w.Bytes(e.mapb)
+	}
 	for _, i := range e.sets {
 		op := &ops[i]
 		w.Int(int64(op.Algorithm))
@@ -154,34 +167,49 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 
 // decodeTake fills results from take.lua's reply to a call of ops with
 // tag: {tag, clock, then per op a fixed window's count or four integers}.
-// A reply that is not that is ErrReplyMismatch.
-func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result) error {
+// It appends to moved the index of each op the node did not decide
+// because it does not serve the op's key (a reply of -1, which only a
+// call with spread keys gives; see take.lua). A reply that is not that is
+// ErrReplyMismatch.
+func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved []int) ([]int, error) {
 	if len(v) < 2 || v[0] != tag {
-		return mismatch(v, tag)
+		return moved, mismatch(v, tag)
 	}
 	clock, i := v[1], 2
 	for k := range ops {
 		op := &ops[k]
 		if op.Algorithm == descriptors.FixedWindow {
 			if i >= len(v) || op.Now == 0 && clock <= 0 {
-				return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+				return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
 			}
-			results[k] = fixedResult(op, v[i], clock)
+			if v[i] == notDecided {
+				moved = append(moved, k)
+			} else {
+				results[k] = fixedResult(op, v[i], clock)
+			}
 			i++
 			continue
 		}
 		if i+4 > len(v) {
-			return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+			return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
 		}
 		w := v[i : i+4]
-		results[k] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+		if w[0] == notDecided {
+			moved = append(moved, k)
+		} else {
+			results[k] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+		}
 		i += 4
 	}
 	if i != len(v) {
-		return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+		return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
 	}
-	return nil
+	return moved, nil
 }
+
+// notDecided is take.lua's reply for an op whose key the node does not
+// serve.
+const notDecided = -1
 
 // fixedResult derives a fixed-window op's answer from the count its
 // window holds after it, as take.lua's header says: at now (the op's, or
