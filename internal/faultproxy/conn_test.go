@@ -105,8 +105,11 @@ func TestScopes(t *testing.T) {
 		g := fp.NewGroup(t, addr, net.JoinHostPort("localhost", port))
 		ps := g.Proxies()
 		g.Add(&fp.ErrorReply{Match: fp.Match{NextConns: 1}, Err: "ERR faked"})
-		a, b := dialRaw(t, ps[0].Addr()), dialRaw(t, ps[1].Addr())
+		// The two proxies accept on goroutines of their own: b dials only
+		// once a's connection is in, so that "next" is a's.
+		a := dialRaw(t, ps[0].Addr())
 		wantValue(t, a.do("PING"), fake)
+		b := dialRaw(t, ps[1].Addr())
 		wantValue(t, b.do("PING"), pong)
 		g.Clear()
 		id := ps[1].Conns()[0].ID

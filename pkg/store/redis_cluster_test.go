@@ -46,6 +46,20 @@ func newClusterStore(t testing.TB, c *redistest.Cluster) (*store.Redis, *redis.C
 	return r, rdb
 }
 
+// openClusterStore returns a store over c, opened (its scripts loaded),
+// a plain client to look at the cluster with, and a context that ends
+// after d or with the test.
+func openClusterStore(t *testing.T, c *redistest.Cluster, d time.Duration) (*store.Redis, *redis.ClusterClient, context.Context) {
+	t.Helper()
+	r, rdb := newClusterStore(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, rdb, ctx
+}
+
 // clusterInspected lists a cluster store's keys for the suite, master by
 // master.
 type clusterInspected struct {
@@ -113,12 +127,7 @@ func spreadKeys(t *testing.T, c *redistest.Cluster, prefix string, n int) ([]str
 // once.
 func TestRedisClusterPipelines(t *testing.T) {
 	c := redistest.StartCluster(t)
-	r, rdb := newClusterStore(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, rdb, ctx := openClusterStore(t, c, 30*time.Second)
 	shas := scriptSHAs()
 	for _, addr := range c.Addrs() {
 		node := redis.NewClient(&redis.Options{Addr: addr})
@@ -508,12 +517,7 @@ func (l *failoverLoad) report(t *testing.T, what string, final int64, bound time
 // again, and no op is counted twice.
 func TestRedisClusterFailover(t *testing.T) {
 	c := redistest.StartCluster(t)
-	r, rdb := newClusterStore(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := r.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, rdb, ctx := openClusterStore(t, c, 60*time.Second)
 	const key = "failover:{a}:"
 	load := newFailoverLoad(r, key)
 	old := c.MasterOf(t, key)
@@ -569,12 +573,7 @@ func evalshaStats(ctx context.Context, t *testing.T, node *redis.Client) (calls,
 // CROSSSLOT before the script runs), and decides every op once.
 func TestRedisClusterOneCallPerMaster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	r, _ := newClusterStore(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, _, ctx := openClusterStore(t, c, 30*time.Second)
 	keys, n := spreadKeys(t, c, "onecall:", 30)
 	if n != 3 {
 		t.Fatalf("30 keys landed on %d masters, want 3", n)
