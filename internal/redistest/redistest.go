@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -84,69 +82,16 @@ type server struct {
 	out    *syncBuffer
 }
 
+// start starts the shared server: a plain node, as the Cluster and
+// Sentinel setups start theirs.
 func start(path string) (*server, error) {
-	dir, err := os.MkdirTemp("", "redistest-")
+	p, err := startProc("redis", path, "", func(port int, dir string) ([]string, error) {
+		return nodeArgs(port, dir), nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	// A free port can be taken between choosing it and binding it; try a
-	// few.
-	for range 3 {
-		s, err := startOn(path, dir)
-		if err == nil {
-			return s, nil
-		}
-		errs = append(errs, err)
-	}
-	_ = os.RemoveAll(dir)
-	return nil, errors.Join(errs...)
-}
-
-func startOn(path, dir string) (*server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &server{
-		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		dir:    dir,
-		exited: make(chan struct{}),
-		out:    &syncBuffer{},
-	}
-	s.cmd = exec.Command(path,
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--daemonize", "no",
-		"--logfile", "",
-	)
-	s.cmd.Stdout = s.out
-	s.cmd.Stderr = s.out
-	s.cmd.SysProcAttr = sysProcAttr()
-
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal follows the thread that started the
-		// process, so that thread must live as long as the process.
-		runtime.LockOSThread()
-		err := s.cmd.Start()
-		started <- err
-		if err == nil {
-			_ = s.cmd.Wait()
-		}
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("%s on port %d: %w; output:\n%s", path, port, err, s.out.String())
-	}
-	return s, nil
+	return p.server, nil
 }
 
 // waitReady waits until the server answers PING.

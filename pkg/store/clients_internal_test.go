@@ -126,7 +126,7 @@ func rueidisSend(c rueidis.Client) sendFunc {
 			}
 			v, err := r.AsIntSlice()
 			if err == nil {
-				_, err = decodeTake(v, calls[i].tag, ops[calls[i].from:calls[i].to], results[calls[i].from:calls[i].to], nil)
+				err = decodeTake(v, calls[i].tag, ops[calls[i].from:calls[i].to], results[calls[i].from:calls[i].to], nil)
 			}
 			if err != nil {
 				return unavailable("take", err)

@@ -269,7 +269,7 @@ func (r *Redis) Load(ctx context.Context) error {
 	for _, s := range scripts {
 		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
-			if s == takeCrossScript {
+			if s.spread() {
 				// Redis before 7 knows no script flags: calls go slot by
 				// slot instead.
 				r.perSlot.Store(true)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -58,13 +57,15 @@ func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []lim
 		return unavailable("take: find node", err)
 	}
 	same := true
-	nodes := make([]*redis.Client, len(ops))
-	nodes[0] = first
+	var buf [8]*redis.Client // a request's descriptors are few: no allocation
+	nodes := append(buf[:0], first)
 	for i := 1; i < len(ops); i++ {
-		if nodes[i], err = r.cluster.MasterForKey(ctx, ops[i].Key); err != nil {
+		n, err := r.cluster.MasterForKey(ctx, ops[i].Key)
+		if err != nil {
 			return unavailable("take: find node", err)
 		}
-		same = same && nodes[i] == first
+		nodes = append(nodes, n)
+		same = same && n == first
 	}
 	if same {
 		return r.nodeBatcher(first).take(ctx, ops, results)
@@ -219,11 +220,13 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 			return nil, nil, unavailable("take", err)
 		}
 		v, err := cmds[i].Int64Slice()
+		notHere = notHere[:0]
 		if err == nil {
-			notHere, err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to], notHere[:0])
-		}
-		if err == nil && len(notHere) > 0 && !s.spread() {
-			err = fmt.Errorf("%w: take.lua left %d ops undecided in a call that declared its keys", ErrReplyMismatch, len(notHere))
+			var into *[]int // a call that declared its keys leaves none undecided
+			if s.spread() {
+				into = &notHere
+			}
+			err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to], into)
 		}
 		if err != nil {
 			return nil, nil, unavailable("take", err)
@@ -239,7 +242,8 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 
 // takeCmd builds a take.lua call of ops.
 func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
-	var enc takeEncoder
+	enc := encoders.Get().(*takeEncoder)
+	defer encoders.Put(enc)
 	args := make(anyArgs, 0, 2+enc.plan(ops))
 	if bySHA {
 		args = append(args, "evalsha", s.sha)
@@ -268,12 +272,8 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 				_ = r.client.Process(ctx, onceCmd{cmd})
 			}
 			v, err := cmd.Int64Slice()
-			var notHere []int
 			if err == nil {
-				notHere, err = decodeTake(v, tag, part, res[sub.from:sub.to], nil)
-			}
-			if err == nil && len(notHere) > 0 {
-				err = fmt.Errorf("%w: take.lua left %d ops undecided in a call that declared its keys", ErrReplyMismatch, len(notHere))
+				err = decodeTake(v, tag, part, res[sub.from:sub.to], nil)
 			}
 			if err != nil {
 				return unavailable("take", err)

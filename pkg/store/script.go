@@ -167,23 +167,36 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 
 // decodeTake fills results from take.lua's reply to a call of ops with
 // tag: {tag, clock, then per op a fixed window's count or four integers}.
-// It appends to moved the index of each op the node did not decide
-// because it does not serve the op's key (a reply of -1, which only a
-// call with spread keys gives; see take.lua). A reply that is not that is
-// ErrReplyMismatch.
-func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved []int) ([]int, error) {
+// An op the node did not decide because it does not serve the op's key
+// (a reply of -1, which only a call with spread keys gets; see take.lua)
+// has its index appended to moved; with moved nil, the call declared its
+// keys and such a reply is ErrReplyMismatch, as is any reply that is not
+// the one described.
+func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
 	if len(v) < 2 || v[0] != tag {
-		return moved, mismatch(v, tag)
+		return mismatch(v, tag)
+	}
+	short := func() error {
+		return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+	}
+	notHere := func(k int) error {
+		if moved == nil {
+			return fmt.Errorf("%w: take.lua left op %d undecided in a call that declared its keys", ErrReplyMismatch, k)
+		}
+		*moved = append(*moved, k)
+		return nil
 	}
 	clock, i := v[1], 2
 	for k := range ops {
 		op := &ops[k]
 		if op.Algorithm == descriptors.FixedWindow {
 			if i >= len(v) || op.Now == 0 && clock <= 0 {
-				return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+				return short()
 			}
 			if v[i] == notDecided {
-				moved = append(moved, k)
+				if err := notHere(k); err != nil {
+					return err
+				}
 			} else {
 				results[k] = fixedResult(op, v[i], clock)
 			}
@@ -191,20 +204,22 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 			continue
 		}
 		if i+4 > len(v) {
-			return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+			return short()
 		}
 		w := v[i : i+4]
 		if w[0] == notDecided {
-			moved = append(moved, k)
+			if err := notHere(k); err != nil {
+				return err
+			}
 		} else {
 			results[k] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
 		}
 		i += 4
 	}
 	if i != len(v) {
-		return moved, fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+		return short()
 	}
-	return moved, nil
+	return nil
 }
 
 // notDecided is take.lua's reply for an op whose key the node does not
@@ -286,5 +301,5 @@ func (a *anyArgs) String(s string) { *a = append(*a, s) }
 func (a *anyArgs) Bytes(p []byte)  { *a = append(*a, string(p)) }
 func (a *anyArgs) Int(v int64)     { *a = append(*a, v) }
 
-// encoders pools takeEncoders.
+// encoders pools takeEncoders, so that a send reuses their buffers.
 var encoders = sync.Pool{New: func() any { return new(takeEncoder) }}
