@@ -203,11 +203,7 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 		return nil, err
 	}
 	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage()}
-	cpu0, err := srv.cpu()
-	if err != nil {
-		return nil, err
-	}
-	r0, err := srv.redis.stats(ctx)
+	cpu0, r0, err := srv.usage(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -215,11 +211,7 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cpu1, err := srv.cpu()
-	if err != nil {
-		return nil, err
-	}
-	r1, err := srv.redis.stats(ctx)
+	cpu1, r1, err := srv.usage(ctx)
 	if err != nil {
 		return nil, err
 	}

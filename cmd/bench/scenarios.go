@@ -57,27 +57,20 @@ type scenario struct {
 	specs func(o *options) []runSpec
 }
 
+// one is a scenario of one run: key's rule, d descriptors, --callers.
+func one(key string, d int) func(o *options) []runSpec {
+	return func(o *options) []runSpec { return []runSpec{{Key: key, Descriptors: d, Callers: o.callers}} }
+}
+
 // scenarios, in the order they run. Runs that two scenarios share (the
 // sweep's point at --callers is the fw scenario) run once.
 var scenarios = []scenario{
-	{"unlimited", "`unlimited` rule, 1 descriptor: the gRPC floor, no store work", func(o *options) []runSpec {
-		return []runSpec{{Key: "unlimited", Descriptors: 1, Callers: o.callers}}
-	}},
-	{"fw", "fixed window, 1 descriptor", func(o *options) []runSpec {
-		return []runSpec{{Key: "fw", Descriptors: 1, Callers: o.callers}}
-	}},
-	{"fw3", "fixed window, 3 descriptors", func(o *options) []runSpec {
-		return []runSpec{{Key: "fw", Descriptors: 3, Callers: o.callers}}
-	}},
-	{"fwm", "fixed window of a minute, 1 descriptor: counters hit again within their window, where the 1-second windows of fw create one nearly every decision", func(o *options) []runSpec {
-		return []runSpec{{Key: "fwm", Descriptors: 1, Callers: o.callers}}
-	}},
-	{"sw", "sliding window, 1 descriptor (FastLimit only)", func(o *options) []runSpec {
-		return []runSpec{{Key: "sw", Descriptors: 1, Callers: o.callers}}
-	}},
-	{"tb", "token bucket, 1 descriptor (FastLimit only)", func(o *options) []runSpec {
-		return []runSpec{{Key: "tb", Descriptors: 1, Callers: o.callers}}
-	}},
+	{"unlimited", "`unlimited` rule, 1 descriptor: the gRPC floor, no store work", one("unlimited", 1)},
+	{"fw", "fixed window, 1 descriptor", one("fw", 1)},
+	{"fw3", "fixed window, 3 descriptors", one("fw", 3)},
+	{"fwm", "fixed window of a minute, 1 descriptor: counters hit again within their window, where the 1-second windows of fw create one nearly every decision", one("fwm", 1)},
+	{"sw", "sliding window, 1 descriptor (FastLimit only)", one("sw", 1)},
+	{"tb", "token bucket, 1 descriptor (FastLimit only)", one("tb", 1)},
 	{"sweep", "fixed window, 1 descriptor, at each --sweep caller count: Redis CPU per decision against callers, p50 at 1 caller", func(o *options) []runSpec {
 		var out []runSpec
 		for _, c := range o.sweep {

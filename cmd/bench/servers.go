@@ -222,6 +222,16 @@ func waitHealthy(ctx context.Context, p *proc, url string) error {
 	})
 }
 
+// usage reads the CPU the server and its Redis have used so far.
+func (s *server) usage(ctx context.Context) (time.Duration, redisStats, error) {
+	cpu, err := s.cpu()
+	if err != nil {
+		return 0, redisStats{}, err
+	}
+	rs, err := s.redis.stats(ctx)
+	return cpu, rs, err
+}
+
 // cpu returns the server process' CPU time so far.
 func (s *server) cpu() (time.Duration, error) {
 	if !s.p.alive() {
