@@ -19,8 +19,8 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"gopkg.in/yaml.v3"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // Paths, relative to this package's directory (where go test runs).
@@ -159,19 +159,19 @@ func TestRulesLoad(t *testing.T) {
 			continue
 		}
 		t.Run(dir, func(t *testing.T) {
-			if _, err := config.Load(dir); err != nil {
-				t.Errorf("config.Load(%s): %v", dir, err)
+			if _, err := rules.Load(dir); err != nil {
+				t.Errorf("rules.Load(%s): %v", dir, err)
 			}
 			for name, b := range files {
-				if _, err := config.Parse(map[string][]byte{name: b}); err != nil {
-					t.Errorf("config.Parse(%s): %v", filepath.Join(dir, name), err)
+				if _, err := rules.Parse(map[string][]byte{name: b}); err != nil {
+					t.Errorf("rules.Parse(%s): %v", filepath.Join(dir, name), err)
 				}
 			}
 		})
 	}
 	t.Run("istio ConfigMap", func(t *testing.T) {
-		if _, err := config.Parse(istioRuleFiles(t)); err != nil {
-			t.Errorf("config.Parse(ConfigMap fastlimit-rules): %v", err)
+		if _, err := rules.Parse(istioRuleFiles(t)); err != nil {
+			t.Errorf("rules.Parse(ConfigMap fastlimit-rules): %v", err)
 		}
 	})
 }
@@ -257,9 +257,9 @@ func TestIstioActionsMatchRules(t *testing.T) {
 		}
 	}
 
-	rules, err := config.Parse(istioRuleFiles(t))
+	rules, err := rules.Parse(istioRuleFiles(t))
 	if err != nil {
-		t.Fatalf("config.Parse(ConfigMap fastlimit-rules): %v", err)
+		t.Fatalf("rules.Parse(ConfigMap fastlimit-rules): %v", err)
 	}
 	if rules.Set.Domain(rl.GetDomain()) == nil {
 		t.Fatalf("EnvoyFilter domain %q is not in ConfigMap fastlimit-rules (domains %v)", rl.GetDomain(), rules.Set.Domains())

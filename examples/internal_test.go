@@ -28,7 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
-	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 
 	// Every @type in the examples must resolve: these register the typed
 	// configs that no test names.
@@ -204,11 +204,11 @@ func clusterEndpoint(c *clusterv3.Cluster) (string, uint32) {
 
 // --- Rules helpers ---
 
-func loadDir(t *testing.T, dir string) *config.Rules {
+func loadDir(t *testing.T, dir string) *rules.Loaded {
 	t.Helper()
-	rules, err := config.Load(dir)
+	rules, err := rules.Load(dir)
 	if err != nil {
-		t.Fatalf("config.Load(%s): %v", dir, err)
+		t.Fatalf("rules.Load(%s): %v", dir, err)
 	}
 	return rules
 }

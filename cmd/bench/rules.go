@@ -28,11 +28,11 @@ type rule struct {
 	unlimited bool
 }
 
-// rules are the bench domain. Both servers get the same YAML for the rules
+// benchRules are the bench domain. Both servers get the same YAML for the rules
 // they both know (unlimited and fixed window); the others are FastLimit's.
 // No limit is ever reached, so every request does the same store work
 // whatever the keyspace.
-var rules = []rule{
+var benchRules = []rule{
 	{key: "unlimited", title: "`unlimited` (no store)", unlimited: true},
 	{key: "fw", title: "fixed window"},
 	{key: "fwm", title: "fixed window per minute", unit: "minute"},
@@ -42,7 +42,7 @@ var rules = []rule{
 
 // ruleByKey returns the rule of key; scenarios name only keys of rules.
 func ruleByKey(key string) (rule, bool) {
-	for _, r := range rules {
+	for _, r := range benchRules {
 		if r.key == key {
 			return r, true
 		}
@@ -56,7 +56,7 @@ func rulesYAML(all bool) string {
 	var b strings.Builder
 	b.WriteString(rulesHeader)
 	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", rulesDomain)
-	for _, r := range rules {
+	for _, r := range benchRules {
 		if r.algorithm != "" && !all {
 			continue
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 func TestPlan(t *testing.T) {
@@ -74,10 +74,10 @@ func TestEveryScenarioHasItsRule(t *testing.T) {
 func TestRulesLoad(t *testing.T) {
 	for _, all := range []bool{true, false} {
 		text := rulesYAML(all)
-		if _, err := config.Parse(map[string][]byte{rulesFile: []byte(text)}); err != nil {
+		if _, err := rules.Parse(map[string][]byte{rulesFile: []byte(text)}); err != nil {
 			t.Fatalf("all=%v: %v\n%s", all, err, text)
 		}
-		for _, r := range rules {
+		for _, r := range benchRules {
 			has := strings.Contains(text, "key: "+r.key+"\n")
 			if want := all || r.algorithm == ""; has != want {
 				t.Errorf("all=%v: rule %s present %v", all, r.key, has)

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/fastlimit/fastlimit/config"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // runCheck validates a rules directory, printing every error with file and

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // Result codes of fastlimit_requests_total.
@@ -349,7 +349,7 @@ func (m *metrics) Failed(_ *rls.RateLimitRequest, err error, took time.Duration)
 }
 
 // loaded records a successful load of rules, changed or not.
-func (m *metrics) loaded(r *config.Rules, changed bool) {
+func (m *metrics) loaded(r *config.Loaded, changed bool) {
 	m.loads.WithLabelValues("success").Inc()
 	if m.onLoad != nil {
 		m.onLoad(true)

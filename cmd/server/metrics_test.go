@@ -20,9 +20,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 func newTestMetrics(t *testing.T) (*metrics, *prometheus.Registry) {
@@ -211,7 +211,7 @@ func TestDecidedWithEntries(t *testing.T) {
 
 func TestConfigMetrics(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	parse := func(rpu int) *config.Rules {
+	parse := func(rpu int) *config.Loaded {
 		r, err := config.Parse(map[string][]byte{"d.yaml": fmt.Appendf(nil, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", rpu)})
 		if err != nil {
 			t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // options are the server's settings. Every flag has an environment twin:

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/config"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // envoyproxy/ratelimit's environment, as a compatibility layer: refVars

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/config"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 var updateREADME = flag.Bool("update", false, "rewrite README's table of envoyproxy/ratelimit variables")

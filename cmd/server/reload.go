@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/reload"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // Log keys of the rules loader.
@@ -43,7 +43,7 @@ type rules struct {
 	log     *zap.Logger
 
 	mu      sync.Mutex // serialises loads
-	current atomic.Pointer[config.Rules]
+	current atomic.Pointer[config.Loaded]
 }
 
 func newRules(layout rulesLayout, l *limiter.Limiter, m *metrics, log *zap.Logger) *rules {
@@ -53,13 +53,13 @@ func newRules(layout rulesLayout, l *limiter.Limiter, m *metrics, log *zap.Logge
 // load loads the directory and swaps the rules in if they changed. It
 // returns whether they did; on error the rules in force stay.
 func (r *rules) load() (changed bool, err error) {
-	return r.swap(func() (*config.Rules, error) { return config.LoadWith(r.layout.dir, r.layout.load) })
+	return r.swap(func() (*config.Loaded, error) { return config.LoadWith(r.layout.dir, r.layout.load) })
 }
 
 // swap compiles rules with build and swaps them in if their hash differs
 // from the rules in force, as load does for the directory. Rules from
 // files and from xDS take this one path.
-func (r *rules) swap(build func() (*config.Rules, error)) (changed bool, err error) {
+func (r *rules) swap(build func() (*config.Loaded, error)) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next, err := build()
@@ -78,7 +78,7 @@ func (r *rules) swap(build func() (*config.Rules, error)) (changed bool, err err
 }
 
 // Current returns the rules in force, nil before the first load.
-func (r *rules) Current() *config.Rules { return r.current.Load() }
+func (r *rules) Current() *config.Loaded { return r.current.Load() }
 
 // reload is the reload.Func: it loads and logs the outcome once.
 func (r *rules) reload(_ context.Context, cause string) {
@@ -116,7 +116,7 @@ func (r *rules) update(cause string, load func() (bool, error)) error {
 }
 
 // sources is the log field that counts where rules came from.
-func sources(r *config.Rules) zap.Field {
+func sources(r *config.Loaded) zap.Field {
 	if r.FromXDS {
 		return zap.Int(logResources, len(r.Resources))
 	}

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/fastlimit/fastlimit/config"
+	config "github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/xds"
 )
 
@@ -270,7 +270,7 @@ func (x *xdsRules) Close() {
 // them in, as a reload of files does; its error NACKs the snapshot.
 func (s *server) applyXDS(res []*anypb.Any) error {
 	return s.rules.update(causeXDS, func() (bool, error) {
-		return s.rules.swap(func() (*config.Rules, error) {
+		return s.rules.swap(func() (*config.Loaded, error) {
 			cfgs := make([]*rlsconf.RateLimitConfig, len(res))
 			for i, a := range res {
 				cfgs[i] = &rlsconf.RateLimitConfig{}

@@ -1,4 +1,4 @@
-package config
+package rules
 
 import (
 	"crypto/sha256"
@@ -24,17 +24,17 @@ import (
 // they keep their defaults. A snapshot without resources compiles to rules
 // without domains: every request is answered OK, as the reference does.
 //
-// Resources are compiled in the order of their names, which Rules.Resources
+// Resources are compiled in the order of their names, which Loaded.Resources
 // lists. Errors are *Error values joined with errors.Join, each with Line 0
 // and File naming the resource and, for a descriptor, its path:
 // "resource 'rl' descriptor d.k_v (descriptors[0])". The Hash covers the
 // names and the deterministic encoding of the resources.
-func FromXDS(resources []*rlsconf.RateLimitConfig) (*Rules, error) {
+func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 	sorted := slices.Clone(resources)
 	slices.SortStableFunc(sorted, func(a, b *rlsconf.RateLimitConfig) int {
 		return strings.Compare(a.GetName(), b.GetName())
 	})
-	r := &Rules{FromXDS: true, Resources: make([]string, 0, len(sorted))}
+	r := &Loaded{FromXDS: true, Resources: make([]string, 0, len(sorted))}
 	h := sha256.New()
 	x := &xdsConverter{}
 	domains := make([]descriptors.DomainConfig, 0, len(sorted))

@@ -1,4 +1,4 @@
-// Package config loads rate-limit rules files, or the RateLimitConfig
+// Package rules loads rate-limit rules files, or the RateLimitConfig
 // resources of an xDS snapshot, into a descriptors.Set.
 //
 // A rules directory holds one YAML file per domain, in the format of
@@ -6,7 +6,7 @@
 // algorithm, unit_multiplier, burst, cost). Decoding is strict: unknown keys
 // and wrong types are errors, and every error carries its file and line
 // (for xDS resources, the resource and descriptor path).
-package config
+package rules
 
 import (
 	"crypto/sha256"
@@ -27,8 +27,8 @@ import (
 // directory is far more often a wrong path than an intent to limit nothing.
 var ErrNoFiles = errors.New("no rules files")
 
-// Rules is a compiled rules directory.
-type Rules struct {
+// Loaded is a compiled rules directory.
+type Loaded struct {
 	Set *descriptors.Set
 	// Hash is the hex SHA-256 over the sorted (name, content) pairs of the
 	// files, names relative to the directory. Equal hashes mean equal rules,
@@ -50,7 +50,7 @@ type Rules struct {
 //
 // A read failure is returned alone. Otherwise Load reports every rules
 // error it finds, each a *Error, joined with errors.Join.
-func Load(dir string) (*Rules, error) {
+func Load(dir string) (*Loaded, error) {
 	return LoadWith(dir, Options{})
 }
 
@@ -85,7 +85,7 @@ type Options struct {
 
 // LoadWith reads the rules files of dir that o selects and compiles them,
 // as Load does.
-func LoadWith(dir string, o Options) (*Rules, error) {
+func LoadWith(dir string, o Options) (*Loaded, error) {
 	files, err := readFiles(dir, o)
 	if err != nil {
 		return nil, err
@@ -95,12 +95,12 @@ func LoadWith(dir string, o Options) (*Rules, error) {
 
 // Parse compiles in-memory rules files, keyed by file name, as Load does
 // once it has read them. Every file is parsed, whatever its name.
-func Parse(files map[string][]byte) (*Rules, error) {
+func Parse(files map[string][]byte) (*Loaded, error) {
 	return compile("", files, false)
 }
 
 // compile parses files (names relative to dir) and builds the Set.
-func compile(dir string, files map[string][]byte, merge bool) (*Rules, error) {
+func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w in '%s'", ErrNoFiles, dir)
 	}
@@ -109,7 +109,7 @@ func compile(dir string, files map[string][]byte, merge bool) (*Rules, error) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	r := &Rules{Hash: hash(names, files)}
+	r := &Loaded{Hash: hash(names, files)}
 	var (
 		domains []descriptors.DomainConfig
 		errs    []*Error

@@ -1,4 +1,4 @@
-package config_test
+package rules_test
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // xdsPolicy is a shorthand for a RateLimitPolicy.
@@ -41,7 +41,7 @@ descriptors:
       - key: free
         rate_limit: {unlimited: true}
 `
-	fromYAML, err := config.Parse(map[string][]byte{"shop.yaml": []byte(yamlRules)})
+	fromYAML, err := rules.Parse(map[string][]byte{"shop.yaml": []byte(yamlRules)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ descriptors:
 			}},
 		},
 	}}
-	fromXDS, err := config.FromXDS(res)
+	fromXDS, err := rules.FromXDS(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestFromXDSFields(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := config.FromXDS([]*rlsconf.RateLimitConfig{{Name: "r", Domain: "d",
+			r, err := rules.FromXDS([]*rlsconf.RateLimitConfig{{Name: "r", Domain: "d",
 				Descriptors: []*rlsconf.RateLimitDescriptor{tc.desc}}})
 			if err != nil {
 				t.Fatal(err)
@@ -260,15 +260,15 @@ func TestFromXDSErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := config.FromXDS(tc.res)
+			r, err := rules.FromXDS(tc.res)
 			if err == nil {
 				t.Fatalf("no error; rules %v", r.Set.Domains())
 			}
 			var got []string
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-				var ce *config.Error
+				var ce *rules.Error
 				if !errors.As(e, &ce) || ce.Line != 0 {
-					t.Errorf("%v: not a *config.Error without a line", e)
+					t.Errorf("%v: not a *rules.Error without a line", e)
 				}
 				got = append(got, e.Error())
 			}
@@ -280,7 +280,7 @@ func TestFromXDSErrors(t *testing.T) {
 }
 
 func TestFromXDSEmpty(t *testing.T) {
-	r, err := config.FromXDS(nil)
+	r, err := rules.FromXDS(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestFromXDSHash(t *testing.T) {
 		{Key: "k", RateLimit: xdsPolicy(rlsconf.RateLimitUnit_SECOND, 2)}}}
 	hash := func(res ...*rlsconf.RateLimitConfig) string {
 		t.Helper()
-		r, err := config.FromXDS(res)
+		r, err := rules.FromXDS(res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +313,7 @@ func TestFromXDSHash(t *testing.T) {
 	if hash(a) == hash(a, b) {
 		t.Error("hash ignores an added resource")
 	}
-	r, err := config.FromXDS([]*rlsconf.RateLimitConfig{b, a})
+	r, err := rules.FromXDS([]*rlsconf.RateLimitConfig{b, a})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package config_test
+package rules_test
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // tree writes files (path relative to the returned directory -> content)
@@ -63,19 +63,19 @@ func TestLoadTree(t *testing.T) {
 	cases := []struct {
 		name string
 		dir  string
-		opts config.Options
+		opts rules.Options
 		want []string
 	}{
-		{"watch root false, dot files ignored", filepath.Join(dir, "config"), config.Options{Tree: true},
+		{"watch root false, dot files ignored", filepath.Join(dir, "config"), rules.Options{Tree: true},
 			[]string{"a", "b", "c", "configmap"}},
-		{"watch root false, dot files loaded", filepath.Join(dir, "config"), config.Options{Tree: true, DotFiles: true},
+		{"watch root false, dot files loaded", filepath.Join(dir, "config"), rules.Options{Tree: true, DotFiles: true},
 			[]string{"a", "b", "c", "configmap", "dotdir", "hidden"}},
-		{"watch root true: keys with the prefix", dir, config.Options{Tree: true, Prefix: "config"},
+		{"watch root true: keys with the prefix", dir, rules.Options{Tree: true, Prefix: "config"},
 			[]string{"a", "b", "c", "configmap", "sibling", "siblingdir"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r, err := config.LoadWith(c.dir, c.opts)
+			r, err := rules.LoadWith(c.dir, c.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestLoadTree(t *testing.T) {
 	}
 
 	// The files are named by their paths, in errors too.
-	r, err := config.LoadWith(filepath.Join(dir, "config"), config.Options{Tree: true})
+	r, err := rules.LoadWith(filepath.Join(dir, "config"), rules.Options{Tree: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +94,12 @@ func TestLoadTree(t *testing.T) {
 		t.Errorf("Files = %v, want %s among them", r.Files, want)
 	}
 	bad := tree(t, map[string]string{"sub/bad.txt": "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
-	_, err = config.LoadWith(bad, config.Options{Tree: true})
-	var ce *config.Error
+	_, err = rules.LoadWith(bad, rules.Options{Tree: true})
+	var ce *rules.Error
 	if !errors.As(err, &ce) || ce.File != filepath.Join(bad, "sub/bad.txt") || ce.Line != 4 {
 		t.Errorf("error = %v, want one at sub/bad.txt:4", err)
 	}
-	if _, err := config.LoadWith(t.TempDir(), config.Options{Tree: true}); !errors.Is(err, config.ErrNoFiles) {
+	if _, err := rules.LoadWith(t.TempDir(), rules.Options{Tree: true}); !errors.Is(err, rules.ErrNoFiles) {
 		t.Errorf("empty tree: %v, want ErrNoFiles", err)
 	}
 }
@@ -111,10 +111,10 @@ func TestMergeDomains(t *testing.T) {
 		"a.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shared\ntenant_key: plan\ndescriptors:\n  - key: two\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
 	})
-	if _, err := config.Load(dir); !errors.Is(err, descriptors.ErrDuplicateDomain) {
+	if _, err := rules.Load(dir); !errors.Is(err, descriptors.ErrDuplicateDomain) {
 		t.Fatalf("without merging: %v, want ErrDuplicateDomain", err)
 	}
-	r, err := config.LoadWith(dir, config.Options{MergeDomains: true})
+	r, err := rules.LoadWith(dir, rules.Options{MergeDomains: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestMergeDomains(t *testing.T) {
 		"a.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
 	})
-	_, err = config.LoadWith(dup, config.Options{MergeDomains: true})
-	var ce *config.Error
+	_, err = rules.LoadWith(dup, rules.Options{MergeDomains: true})
+	var ce *rules.Error
 	if !errors.Is(err, descriptors.ErrDuplicatePath) || !errors.As(err, &ce) || ce.File != filepath.Join(dup, "b.yaml") || ce.Line != 3 {
 		t.Errorf("repeated descriptor: %v, want a duplicate at b.yaml:3", err)
 	}
@@ -140,7 +140,7 @@ func TestMergeDomains(t *testing.T) {
 		"a.yaml": "domain: shared\ntenant_key: plan\n",
 		"b.yaml": "domain: shared\ntenant_key: tier\n",
 	})
-	if _, err = config.LoadWith(tenants, config.Options{MergeDomains: true}); err == nil ||
+	if _, err = rules.LoadWith(tenants, rules.Options{MergeDomains: true}); err == nil ||
 		!strings.Contains(err.Error(), "b.yaml:1: tenant_key 'tier' of domain 'shared' differs") {
 		t.Errorf("differing tenant_key: %v", err)
 	}

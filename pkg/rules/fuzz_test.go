@@ -1,4 +1,4 @@
-package config_test
+package rules_test
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // FuzzLoad proves that no rules file makes the loader panic, and that it
@@ -37,7 +37,7 @@ func FuzzLoad(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := config.Parse(map[string][]byte{"f.yaml": data})
+		r, err := rules.Parse(map[string][]byte{"f.yaml": data})
 		if err == nil {
 			if r == nil || r.Set == nil || len(r.Set.Domains()) != 1 {
 				t.Fatalf("Parse = %+v with no error", r)
@@ -47,9 +47,9 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		for _, e := range unjoin(err) {
-			var ce *config.Error
+			var ce *rules.Error
 			if !errors.As(e, &ce) || ce.File != "f.yaml" || ce.Line < 0 || ce.Msg == "" {
-				t.Fatalf("error %q is not a positioned *config.Error", e)
+				t.Fatalf("error %q is not a positioned *rules.Error", e)
 			}
 		}
 	})

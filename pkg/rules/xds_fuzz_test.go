@@ -1,4 +1,4 @@
-package config_test
+package rules_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fastlimit/fastlimit/config"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // FuzzFromXDS proves that no RateLimitConfig (any bytes that decode as
@@ -38,7 +38,7 @@ func FuzzFromXDS(f *testing.F) {
 			}
 			res = append(res, c)
 		}
-		r, err := config.FromXDS(res)
+		r, err := rules.FromXDS(res)
 		if err == nil {
 			if r.Set == nil || r.Hash == "" || len(r.Resources) != 2 {
 				t.Fatalf("rules %+v", r)
@@ -46,7 +46,7 @@ func FuzzFromXDS(f *testing.F) {
 			return
 		}
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var ce *config.Error
+			var ce *rules.Error
 			if !errors.As(e, &ce) || !strings.HasPrefix(ce.File, "resource ") {
 				t.Fatalf("error %q does not name a resource", e)
 			}

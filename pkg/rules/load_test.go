@@ -1,4 +1,4 @@
-package config_test
+package rules_test
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fastlimit/fastlimit/config"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // errorCases maps each fixture in testdata/errors to the error it must
@@ -81,7 +81,7 @@ func TestErrors(t *testing.T) {
 			if !ok {
 				t.Fatalf("fixture %s has no case", name)
 			}
-			r, err := config.Parse(map[string][]byte{name: readFile(t, path)})
+			r, err := rules.Parse(map[string][]byte{name: readFile(t, path)})
 			if err == nil || r != nil {
 				t.Fatalf("Parse = %v, %v; want error %q", r, err, want)
 			}
@@ -102,7 +102,7 @@ func TestErrorsOnePerProblem(t *testing.T) {
 		if name == "many_errors.yaml" {
 			continue
 		}
-		_, err := config.Parse(map[string][]byte{name: readFile(t, "testdata/errors/"+name)})
+		_, err := rules.Parse(map[string][]byte{name: readFile(t, "testdata/errors/"+name)})
 		if errs := unjoin(err); len(errs) != 1 {
 			t.Errorf("%s: %d errors, want 1:\n%v", name, len(errs), err)
 		}
@@ -110,7 +110,7 @@ func TestErrorsOnePerProblem(t *testing.T) {
 }
 
 func TestAllErrorsReported(t *testing.T) {
-	_, err := config.Parse(map[string][]byte{
+	_, err := rules.Parse(map[string][]byte{
 		"many.yaml":  readFile(t, "testdata/errors/many_errors.yaml"),
 		"alias.yaml": readFile(t, "testdata/errors/alias_cycle.yaml"),
 	})
@@ -132,14 +132,14 @@ func TestAllErrorsReported(t *testing.T) {
 	if !errors.Is(err, descriptors.ErrDuplicatePath) {
 		t.Error("errors.Is(err, ErrDuplicatePath) = false")
 	}
-	var ce *config.Error
+	var ce *rules.Error
 	if !errors.As(err, &ce) || ce.File != "alias.yaml" || ce.Line != 0 {
 		t.Errorf("errors.As = %+v", ce)
 	}
 }
 
 func TestDuplicateDomain(t *testing.T) {
-	_, err := config.Load("testdata/dupdomain")
+	_, err := rules.Load("testdata/dupdomain")
 	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Load = %v, want %s", err, want)
@@ -147,7 +147,7 @@ func TestDuplicateDomain(t *testing.T) {
 	if !errors.Is(err, descriptors.ErrDuplicateDomain) {
 		t.Error("errors.Is(err, ErrDuplicateDomain) = false")
 	}
-	var ce *config.Error
+	var ce *rules.Error
 	if !errors.As(err, &ce) || ce.File != "testdata/dupdomain/b.yaml" || ce.Line != 2 {
 		t.Errorf("errors.As = %+v", ce)
 	}
@@ -172,7 +172,7 @@ func e(kv ...string) []descriptors.Entry {
 	return es
 }
 
-func checkMatches(t *testing.T, r *config.Rules, cases []match) {
+func checkMatches(t *testing.T, r *rules.Loaded, cases []match) {
 	t.Helper()
 	for _, c := range cases {
 		l := descriptors.Match(r.Set.Domain(c.domain), c.entries)
@@ -191,7 +191,7 @@ func checkMatches(t *testing.T, r *config.Rules, cases []match) {
 }
 
 func TestReferenceFilesLoad(t *testing.T) {
-	r, err := config.Load("testdata/valid")
+	r, err := rules.Load("testdata/valid")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestReferenceFilesLoad(t *testing.T) {
 }
 
 func TestExtensions(t *testing.T) {
-	r, err := config.Load("testdata/valid")
+	r, err := rules.Load("testdata/valid")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,12 +307,13 @@ func TestExtensions(t *testing.T) {
 	})
 }
 
+// TestShippedRules checks the rules that the default --config loads.
 func TestShippedRules(t *testing.T) {
-	r, err := config.Load(".")
+	r, err := rules.Load("../../config")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(r.Files, []string{"ratelimit.yaml"}) {
+	if !slices.Equal(r.Files, []string{"../../config/ratelimit.yaml"}) {
 		t.Errorf("Files = %v", r.Files)
 	}
 	checkMatches(t, r, []match{
@@ -350,7 +351,7 @@ func TestShippedRules(t *testing.T) {
 }
 
 func TestExamplesLoad(t *testing.T) {
-	r, err := config.Load("examples")
+	r, err := rules.Load("../../config/examples")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestLoadDirectory(t *testing.T) {
 	write("dir.yaml/d.yaml", "dir")
 	link("sub", "subdir.yaml")
 
-	r, err := config.Load(dir)
+	r, err := rules.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,19 +409,19 @@ func TestLoadDirectory(t *testing.T) {
 	}
 
 	link("missing.yaml", "broken.yaml")
-	if _, err := config.Load(dir); err == nil {
+	if _, err := rules.Load(dir); err == nil {
 		t.Error("Load with a broken symlink: no error")
 	}
 }
 
 func TestLoadNothing(t *testing.T) {
-	if _, err := config.Load(t.TempDir()); !errors.Is(err, config.ErrNoFiles) {
+	if _, err := rules.Load(t.TempDir()); !errors.Is(err, rules.ErrNoFiles) {
 		t.Errorf("empty dir: %v, want ErrNoFiles", err)
 	}
-	if _, err := config.Load(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := rules.Load(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing dir: %v, want ErrNotExist", err)
 	}
-	if _, err := config.Parse(nil); !errors.Is(err, config.ErrNoFiles) {
+	if _, err := rules.Parse(nil); !errors.Is(err, rules.ErrNoFiles) {
 		t.Errorf("Parse(nil): %v, want ErrNoFiles", err)
 	}
 }
@@ -429,7 +430,7 @@ func TestHash(t *testing.T) {
 	a := []byte("domain: a\n")
 	hash := func(files map[string][]byte) string {
 		t.Helper()
-		r, err := config.Parse(files)
+		r, err := rules.Parse(files)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,7 +454,7 @@ func TestHash(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), a, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := config.Load(dir)
+	r, err := rules.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestHash(t *testing.T) {
 	}
 	// Fingerprint hashes the same files without parsing them: what is not
 	// a rules file does not count, and an unparsable file does.
-	if fp, err := config.Fingerprint(dir); err != nil || fp != base {
+	if fp, err := rules.Fingerprint(dir); err != nil || fp != base {
 		t.Errorf("Fingerprint = %s, %v; want Load's hash %s", fp, err, base)
 	}
 	for name, body := range map[string]string{".a.yaml.tmp": "x", "notes.txt": "x"} {
@@ -470,16 +471,16 @@ func TestHash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if fp, err := config.Fingerprint(dir); err != nil || fp != base {
+	if fp, err := rules.Fingerprint(dir); err != nil || fp != base {
 		t.Errorf("Fingerprint with other files = %s, %v; want %s", fp, err, base)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if fp, err := config.Fingerprint(dir); err != nil || fp == base {
+	if fp, err := rules.Fingerprint(dir); err != nil || fp == base {
 		t.Errorf("Fingerprint of a changed, unparsable file = %s, %v", fp, err)
 	}
-	if _, err := config.Fingerprint(filepath.Join(dir, "missing")); err == nil {
+	if _, err := rules.Fingerprint(filepath.Join(dir, "missing")); err == nil {
 		t.Error("Fingerprint of a missing directory succeeded")
 	}
 }
@@ -487,7 +488,7 @@ func TestHash(t *testing.T) {
 func TestIsRulesName(t *testing.T) {
 	for name, want := range map[string]bool{"a.yaml": true, "a.yml": true, ".a.yaml": false, "..data": false,
 		"a.yaml.tmp": false, "a.yaml~": false, "a.json": false, ".a.yaml.swp": false} {
-		if got := config.IsRulesName(name); got != want {
+		if got := rules.IsRulesName(name); got != want {
 			t.Errorf("IsRulesName(%q) = %v", name, got)
 		}
 	}
