@@ -244,4 +244,3 @@ func (c *cluster) checkClean() {
 		}
 	}
 }
-

@@ -155,4 +155,3 @@ func (s *Service) usage(domain string, id map[string]string) Usage {
 }
 
 func ptr[T any](v T) *T { return &v }
-
