@@ -21,11 +21,11 @@ func (st *stream) assignOne(r *report, h *held) {
 }
 
 // assignAll queues an assignment for every bucket of the report, except
-// a subscription whose assignment is the one just sent.
+// a subscription answered early whose assignment has not changed.
 func (st *stream) assignAll(r *report) {
 	divided := map[*pool]map[string]assigned{}
 	for _, h := range r.all {
-		fresh := st.isSub(r, h)
+		fresh := contains(r.early, h)
 		switch {
 		case h.pool == nil:
 			if !fresh {
@@ -46,9 +46,20 @@ func (st *stream) assignAll(r *report) {
 	}
 }
 
-func (st *stream) isSub(r *report, h *held) bool {
-	for _, s := range r.subs {
-		if s == h {
+// names reports whether the report names h.
+func (r *report) names(h *held) bool {
+	if r.named == nil {
+		r.named = make(map[*held]bool, len(r.all))
+		for _, x := range r.all {
+			r.named[x] = true
+		}
+	}
+	return r.named[h]
+}
+
+func contains(hs []*held, h *held) bool {
+	for _, x := range hs {
+		if x == h {
 			return true
 		}
 	}
@@ -60,7 +71,7 @@ func (st *stream) isSub(r *report, h *held) bool {
 func (st *stream) divide(r *report, p *pool, mode quota.Mode) map[string]assigned {
 	shares := p.divide(mode, &st.svc.opts.Quota)
 	for _, a := range shares {
-		if !a.changed || a.h == nil || (a.h.st == st && st.named(r, a.h)) {
+		if !a.changed || a.h == nil || (a.h.st == st && r.names(a.h)) {
 			continue
 		}
 		if a.h.st.queue(a.h.text, st.svc.shareAction(a.h.id, a)) {
@@ -70,14 +81,6 @@ func (st *stream) divide(r *report, p *pool, mode quota.Mode) map[string]assigne
 	return shares
 }
 
-func (st *stream) named(r *report, h *held) bool {
-	for _, x := range r.all {
-		if x == h {
-			return true
-		}
-	}
-	return false
-}
 
 // queueKind queues a blanket rule.
 func (st *stream) queueKind(h *held, k kind) {

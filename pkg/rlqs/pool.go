@@ -91,6 +91,13 @@ func (p *pool) stale(now time.Time, refresh time.Duration) bool {
 	return at.IsZero() || now.Sub(at) >= refresh
 }
 
+// neverRead reports whether the other replicas' demand was never read.
+func (p *pool) neverRead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastOK.IsZero()
+}
+
 // setRemote records every client's demand as read at now.
 func (p *pool) setRemote(self string, all []quota.Demand, now time.Time) {
 	p.mu.Lock()

@@ -20,6 +20,9 @@ type report struct {
 	now  time.Time
 	all  []*held // the buckets it named, still held
 	subs []*held // those it subscribed
+	// early are the subscriptions answered before the store's round trip.
+	early []*held
+	named map[*held]bool // all, as a set, once divisions start
 	gone []quota.Item
 	// modes are the division modes of the report's pools, set by the
 	// exchange.
@@ -51,11 +54,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	span.SetAttributes(attribute.String("rlqs.domain", st.domain),
 		attribute.Int("rlqs.buckets", len(r.all)), attribute.Int("rlqs.subscriptions", len(r.subs)))
 	s.metrics.report(st.domain, len(r.all), len(r.subs))
-	if len(r.subs) > 0 {
-		// Answer subscriptions before the store's round trip.
-		for _, h := range r.subs {
-			st.assignOne(r, h)
-		}
+	if st.answerEarly(r) {
 		if err := st.flush(); err != nil {
 			return streamEnd(err)
 		}
@@ -67,6 +66,22 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	st.assignAll(r)
 	return nil
+}
+
+// answerEarly queues the assignments of the report's subscriptions that
+// need not wait for the store: blanket rules, and shares of limits whose
+// other replicas' demand the replica has read before. A share of a limit
+// never read waits for the exchange, which reads it: the first answer
+// would otherwise ignore the other replicas' Envoys.
+func (st *stream) answerEarly(r *report) bool {
+	for _, h := range r.subs {
+		if h.pool != nil && st.svc.opts.Store != nil && h.pool.neverRead() {
+			continue
+		}
+		st.assignOne(r, h)
+		r.early = append(r.early, h)
+	}
+	return len(r.early) > 0
 }
 
 // bind binds the stream to the domain of its first report.
