@@ -81,7 +81,6 @@ func (st *stream) divide(r *report, p *pool, mode quota.Mode) map[string]assigne
 	return shares
 }
 
-
 // queueKind queues a blanket rule.
 func (st *stream) queueKind(h *held, k kind) {
 	rule := typev3.RateLimitStrategy_ALLOW_ALL

@@ -23,7 +23,7 @@ type report struct {
 	// early are the subscriptions answered before the store's round trip.
 	early []*held
 	named map[*held]bool // all, as a set, once divisions start
-	gone []quota.Item
+	gone  []quota.Item
 	// modes are the division modes of the report's pools, set by the
 	// exchange.
 	modes map[*pool]quota.Mode
