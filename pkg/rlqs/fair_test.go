@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
 // TestFairShare: three Envoys at 800, 100 and 100 req/s on a 300/s bucket:
@@ -55,5 +56,42 @@ func TestFairShare(t *testing.T) {
 			}
 			c.checkClean()
 		})
+	}
+}
+
+// TestRealtime runs the simulator on the wall clock against the service,
+// as the e2e tests run it against the binary. Timing on a busy machine is
+// not asserted: only what holds whatever the timing (the limit and its
+// burst are never exceeded, every rule kept).
+func TestRealtime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 3s of wall time")
+	}
+	c := newCluster(t, clusterOptions{period: time.Second, replicas: 2, opts: func(o *rlqs.Options) { o.Now = nil }})
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		e, err := envoysim.New(envoysim.Config{Domain: "d", ReportPeriod: time.Second}, envoysim.WallClock{},
+			envoysim.FailoverDialer(i%2, c.replicas[0].cc, c.replicas[1].cc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.envoys = append(c.envoys, e)
+		c.fleet.Add(e)
+		ts = append(ts, c.fleet.Send(e, bucketA, rate))
+	}
+	start := time.Now()
+	c.fleet.RunRealtime(t.Context(), 3*time.Second)
+	elapsed := time.Since(start).Seconds()
+	total := 0.0
+	for _, tr := range ts {
+		total += float64(tr.Envoy.Counts(tr.Bucket).Allowed)
+	}
+	// Two replicas may each assign the whole limit before they read each
+	// other (the general bound, R = 2), plus the buckets' first tokens.
+	if limit := 2*300*1.03*elapsed + 2*300*1.03 + 3; total > limit || total < 100 {
+		t.Errorf("admitted %.0f in %.1fs, want between 100 and %.0f", total, elapsed, limit)
+	}
+	if v := c.fleet.Violations(); v.Total() != 0 {
+		t.Errorf("violations: %v", v)
 	}
 }
