@@ -138,6 +138,12 @@ func (c *Client) sample(rate float64, over time.Duration, cfg *Config) {
 	c.Demand += alpha * (rate - c.Demand)
 }
 
+// Moved reports whether the client's demand moved from (was, wasKnown)
+// by more than is worth a new division.
+func (c *Client) Moved(was float64, wasKnown bool) bool {
+	return c.Known != wasKnown || (c.Known && moved(was, c.Demand))
+}
+
 // Idle reports whether the client has reported no request for d.
 func (c *Client) Idle(now time.Time, d time.Duration) bool {
 	last := c.LastActive

@@ -1,8 +1,9 @@
 package quota
 
 import (
+	"cmp"
 	"math"
-	"sort"
+	"slices"
 )
 
 // Fair divides capacity among wants by max-min fairness and writes each
@@ -13,15 +14,21 @@ import (
 // capacity. Wants must not be negative; +Inf is allowed. With no wants,
 // nothing is written.
 func Fair(capacity float64, wants, shares []float64) {
+	fair(capacity, wants, shares, nil)
+}
+
+// fair is Fair with a scratch slice for the order of wants, which it
+// returns for the next call.
+func fair(capacity float64, wants, shares []float64, order []int) []int {
 	n := len(wants)
 	if n == 0 {
-		return
+		return order
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
+	order = order[:0]
+	for i := range n {
+		order = append(order, i)
 	}
-	sort.Slice(order, func(a, b int) bool { return wants[order[a]] < wants[order[b]] })
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(wants[a], wants[b]) })
 	left := math.Max(capacity, 0)
 	for k, i := range order {
 		level := left / float64(n-k)
@@ -29,7 +36,7 @@ func Fair(capacity float64, wants, shares []float64) {
 			for _, j := range order[k:] {
 				shares[j] = level
 			}
-			return
+			return order
 		}
 		shares[i] = wants[i]
 		left -= wants[i]
@@ -38,4 +45,5 @@ func Fair(capacity float64, wants, shares []float64) {
 	for i := range n {
 		shares[i] += extra
 	}
+	return order
 }

@@ -17,6 +17,8 @@ type Bucket struct {
 	remoteAt time.Time
 
 	wants, shares []float64 // scratch
+	order         []int
+	local         []*Client
 }
 
 // NewBucket returns a bucket of limit l without clients.
@@ -51,18 +53,41 @@ func (b *Bucket) Clients(f func(*Client)) {
 }
 
 // SetRemote records every client's demand as read from the store at now,
-// keeping those of replicas other than self.
-func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) {
+// keeping those of replicas other than self. It reports whether that
+// changes the division: a client came or went, or a known demand moved by
+// more than changeTolerance.
+func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
+	old := make(map[[2]string]float64, len(b.remote))
+	for _, d := range b.remote {
+		old[[2]string{d.Replica, d.Client}] = d.Rate
+	}
 	b.remote = b.remote[:0]
 	seen := map[string]bool{}
+	changed := false
 	for _, d := range all {
 		if d.Replica == self {
 			continue
 		}
 		b.remote = append(b.remote, d)
 		seen[d.Replica] = true
+		was, ok := old[[2]string{d.Replica, d.Client}]
+		changed = changed || !ok || moved(was, d.Rate)
 	}
 	b.replicas, b.remoteAt = len(seen), now
+	return changed || len(old) != len(b.remote)
+}
+
+// changeTolerance is the relative change of a demand that is worth a new
+// division.
+const changeTolerance = 0.01
+
+// moved reports whether a demand moved by more than changeTolerance, or
+// became known or unknown (negative).
+func moved(was, is float64) bool {
+	if (was < 0) != (is < 0) {
+		return true
+	}
+	return math.Abs(is-was) > changeTolerance*math.Max(math.Abs(was), 1e-9)
 }
 
 // Remote returns the other replicas' demand as last read, and when it was
@@ -104,9 +129,9 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 	}
 	even := capacity / float64(n)
 	b.wants = b.wants[:0]
-	order := make([]*Client, 0, len(b.clients))
+	b.local = b.local[:0]
 	for _, c := range b.clients {
-		order = append(order, c)
+		b.local = append(b.local, c)
 		b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
 	}
 	if mode == Global {
@@ -118,10 +143,11 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 		b.shares = make([]float64, n)
 	}
 	b.shares = b.shares[:n]
-	Fair(capacity, b.wants, b.shares)
-	for i, c := range order {
+	b.order = fair(capacity, b.wants, b.shares, b.order)
+	for i, c := range b.local {
 		f(c, b.shares[i])
 	}
+	clear(b.local)
 }
 
 // Settle returns the share to assign a client whose computed share is

@@ -16,14 +16,14 @@ func (st *stream) assignOne(r *report, h *held) {
 		st.queueKind(h, h.res.kind)
 		return
 	}
-	shares := st.divide(r, h.pool, quota.Global)
-	st.queueShare(h, shares[h.client])
+	st.divide(r, h.pool, quota.Global)
+	st.queueShare(h, h.pool.share(h.client))
 }
 
 // assignAll queues an assignment for every bucket of the report, except
 // a subscription answered early whose assignment has not changed.
 func (st *stream) assignAll(r *report) {
-	divided := map[*pool]map[string]assigned{}
+	divided := map[*pool]bool{}
 	for _, h := range r.all {
 		fresh := contains(r.early, h)
 		switch {
@@ -34,12 +34,11 @@ func (st *stream) assignAll(r *report) {
 		case r.blanket != limited:
 			st.queueKind(h, r.blanket)
 		default:
-			shares, ok := divided[h.pool]
-			if !ok {
-				shares = st.divide(r, h.pool, r.modes[h.pool])
-				divided[h.pool] = shares
+			if !divided[h.pool] {
+				divided[h.pool] = true
+				st.divide(r, h.pool, r.modes[h.pool])
 			}
-			if a := shares[h.client]; !fresh || a.changed {
+			if a := h.pool.share(h.client); !fresh || shareSent(a) != h.last {
 				st.queueShare(h, a)
 			}
 		}
@@ -68,17 +67,15 @@ func contains(hs []*held, h *held) bool {
 
 // divide divides a pool and pushes the shares that changed to the
 // buckets of other streams (or of this one) the report does not name.
-func (st *stream) divide(r *report, p *pool, mode quota.Mode) map[string]assigned {
-	shares := p.divide(mode, &st.svc.opts.Quota)
-	for _, a := range shares {
-		if !a.changed || a.h == nil || (a.h.st == st && r.names(a.h)) {
+func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
+	for _, a := range p.divide(mode, &st.svc.opts.Quota) {
+		if a.h == nil || (a.h.st == st && r.names(a.h)) {
 			continue
 		}
 		if a.h.st.queue(a.h.text, st.svc.shareAction(a.h.id, a)) {
 			st.svc.metrics.pushed(st.domain)
 		}
 	}
-	return shares
 }
 
 // queueKind queues a blanket rule.
@@ -100,8 +97,17 @@ func (st *stream) queueShare(h *held, a assigned) {
 		st.queueKind(h, denyAll)
 		return
 	}
-	h.last = sent{kind: limited, tb: [3]int64{int64(tb.MaxTokens), int64(tb.TokensPerFill), tb.FillSeconds}}
+	h.last = shareSent(a)
 	st.queue(h.text, st.svc.assignment(h.id, tokenBucket(tb)))
+}
+
+// shareSent is the comparable form of a share's action.
+func shareSent(a assigned) sent {
+	tb, ok := quota.Encode(a.share, a.burst)
+	if !ok {
+		return sent{kind: denyAll}
+	}
+	return sent{kind: limited, tb: [3]int64{int64(tb.MaxTokens), int64(tb.TokensPerFill), tb.FillSeconds}}
 }
 
 // shareAction is the action of a share, for a push.

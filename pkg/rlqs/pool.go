@@ -18,6 +18,12 @@ type pool struct {
 	q       *quota.Bucket
 	holders map[string]*held // by client id
 	lastOK  time.Time        // last exchange that read the key
+	readAt  time.Time        // last read claimed by a report
+	// dirty says the division's inputs changed since the last division
+	// (in mode), so that a report divides again; else the shares stand.
+	dirty   bool
+	divided bool
+	mode    quota.Mode
 
 	refs int // guarded by Service.mu
 }
@@ -49,7 +55,10 @@ func (s *Service) release(p *pool) {
 func (p *pool) join(h *held, l quota.Limit, now time.Time) {
 	p.mu.Lock()
 	p.q.Limit = l
-	p.q.Join(h.client, now)
+	if p.q.Client(h.client) == nil {
+		p.q.Join(h.client, now)
+		p.dirty = true
+	}
 	p.holders[h.client] = h
 	p.mu.Unlock()
 }
@@ -59,6 +68,7 @@ func (p *pool) leave(h *held) {
 	p.mu.Lock()
 	p.q.Leave(h.client)
 	delete(p.holders, h.client)
+	p.dirty = true
 	p.mu.Unlock()
 }
 
@@ -66,7 +76,9 @@ func (p *pool) leave(h *held) {
 func (p *pool) observe(client string, n uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	p.mu.Lock()
 	if c := p.q.Client(client); c != nil {
+		was, known := c.Demand, c.Known
 		c.Observe(n, elapsed, now, cfg)
+		p.dirty = p.dirty || c.Moved(was, known)
 	}
 	p.mu.Unlock()
 }
@@ -83,12 +95,17 @@ func (p *pool) demand(client string) float64 {
 	return c.Demand
 }
 
-// stale reports whether the other replicas' demand should be read again.
-func (p *pool) stale(now time.Time, refresh time.Duration) bool {
+// claimRead reports whether a report should read the other replicas'
+// demand again (the last read is refresh old), and claims the read, so
+// that the reports arriving meanwhile do not read it too.
+func (p *pool) claimRead(now time.Time, refresh time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, at := p.q.Remote()
-	return at.IsZero() || now.Sub(at) >= refresh
+	if !p.readAt.IsZero() && now.Sub(p.readAt) < refresh {
+		return false
+	}
+	p.readAt = now
+	return true
 }
 
 // neverRead reports whether the other replicas' demand was never read.
@@ -101,28 +118,47 @@ func (p *pool) neverRead() bool {
 // setRemote records every client's demand as read at now.
 func (p *pool) setRemote(self string, all []quota.Demand, now time.Time) {
 	p.mu.Lock()
-	p.q.SetRemote(self, all, now)
+	if p.q.SetRemote(self, all, now) {
+		p.dirty = true
+	}
 	p.lastOK = now
 	p.mu.Unlock()
 }
 
-// assigned is a client's new share, its burst, and whether it changed.
+// assigned is a client's new share and its burst.
 type assigned struct {
 	h            *held
 	share, burst float64
-	changed      bool
 }
 
-// divide computes every local client's settled share in mode and records
-// it as assigned; it returns them all, by client.
-func (p *pool) divide(mode quota.Mode, cfg *quota.Config) map[string]assigned {
+// divide divides the pool in mode, if its inputs changed since the last
+// division or the mode did, recording every local client's settled share;
+// it returns the shares that changed.
+func (p *pool) divide(mode quota.Mode, cfg *quota.Config) []assigned {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]assigned, len(p.holders))
+	if p.divided && !p.dirty && mode == p.mode {
+		return nil
+	}
+	p.divided, p.dirty, p.mode = true, false, mode
+	var changed []assigned
 	p.q.Shares(mode, cfg, func(c *quota.Client, share float64) {
 		s := quota.Settle(c.Assigned, share, cfg)
-		out[c.ID] = assigned{h: p.holders[c.ID], share: s, burst: p.q.Limit.BurstOf(s), changed: s != c.Assigned}
-		c.Assigned = s
+		if s != c.Assigned {
+			changed = append(changed, assigned{h: p.holders[c.ID], share: s, burst: p.q.Limit.BurstOf(s)})
+			c.Assigned = s
+		}
 	})
-	return out
+	return changed
+}
+
+// share returns a client's assigned share and its burst.
+func (p *pool) share(client string) assigned {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var s float64
+	if c := p.q.Client(client); c != nil {
+		s = c.Assigned
+	}
+	return assigned{h: p.holders[client], share: s, burst: p.q.Limit.BurstOf(s)}
 }

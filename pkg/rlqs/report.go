@@ -190,7 +190,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 		op := quota.Write
 		if _, seen := r.modes[p]; !seen {
 			r.modes[p] = quota.Global
-			if s.opts.Store != nil && p.stale(r.now, s.opts.Refresh) {
+			if s.opts.Store != nil && p.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
 				reads = append(reads, p)
 			}

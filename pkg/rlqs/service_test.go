@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -195,4 +198,24 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Col
 	}
 	t.Fatalf("no single series %s", name)
 	return nil
+}
+
+// TestTracing: a report is a span, its store exchange a child span.
+func TestTracing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Tracer = tp.Tracer("rlqs") }})
+	c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 10)
+	c.run(c.period + time.Second)
+	spans := rec.Ended()
+	names := map[string]int{}
+	for _, s := range spans {
+		names[s.Name()]++
+		if s.Name() == "rlqs.exchange" && s.Parent().SpanID() == (trace.SpanID{}) {
+			t.Error("exchange span without a parent")
+		}
+	}
+	if names["rlqs.report"] != 2 || names["rlqs.exchange"] != 2 {
+		t.Errorf("spans = %v, want a report and an exchange for the subscription and the first report", names)
+	}
 }
