@@ -24,8 +24,9 @@ import (
 //     (refWarned);
 //   - refused: a value FastLimit cannot honour stops the start with an
 //     error that names the variable (refRefused).
-// Nothing the reference reads is dropped without a word. README's table
-// of these variables is checked against this one by a test.
+// Nothing the reference reads is dropped without a word. The table of
+// these variables in docs/migrating.md is generated from this one, and a
+// test fails when they differ (TestDocsTables).
 
 // refHow is what FastLimit does with a reference variable.
 type refHow int
@@ -42,8 +43,9 @@ type refVar struct {
 	name string
 	how  refHow
 	flag string // refTwin, refMapped: the flag it is, or the flag it sets
-	// note says what FastLimit does with the variable: in README, and in
-	// the warning or error that names it.
+	// note says what FastLimit does with the variable: in docs/migrating.md
+	// (Markdown, links relative to docs/), and in the warning or error that
+	// names it.
 	note string
 	// fine, for refWarned and refRefused, accepts the values that ask for
 	// what FastLimit does anyway: they pass without a word.
@@ -53,7 +55,7 @@ type refVar struct {
 // refOK accepts some values of a variable; the zero value accepts none.
 type refOK struct {
 	match func(string) bool
-	doc   string // the values, for README
+	doc   string // the values, for docs/migrating.md
 }
 
 var (
@@ -105,42 +107,42 @@ var refVars = []refVar{
 	{name: "GRPC_PORT", how: refMapped, flag: "grpc-addr", note: "with GRPC_HOST, the gRPC address (default 8081)"},
 	{name: "GRPC_MAX_CONNECTION_AGE", how: refTwin, flag: "grpc-max-connection-age", note: "default 24h, as the reference's"},
 	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", how: refTwin, flag: "grpc-max-connection-age-grace", note: "default 1h, as the reference's"},
-	{name: "GRPC_SERVER_USE_TLS", how: refTwin, flag: "grpc-server-use-tls", note: "gRPC TLS; certificates re-read when their files change (see README, gRPC TLS)"},
-	{name: "GRPC_SERVER_TLS_CERT", how: refTwin, flag: "grpc-server-tls-cert", note: "gRPC TLS; certificates re-read when their files change (see README, gRPC TLS)"},
-	{name: "GRPC_SERVER_TLS_KEY", how: refTwin, flag: "grpc-server-tls-key", note: "gRPC TLS; certificates re-read when their files change (see README, gRPC TLS)"},
-	{name: "GRPC_CLIENT_TLS_CACERT", how: refTwin, flag: "grpc-client-tls-cacert", note: "gRPC TLS; certificates re-read when their files change (see README, gRPC TLS)"},
-	{name: "GRPC_CLIENT_TLS_SAN", how: refTwin, flag: "grpc-client-tls-san", note: "gRPC TLS; certificates re-read when their files change (see README, gRPC TLS)"},
+	{name: "GRPC_SERVER_USE_TLS", how: refTwin, flag: "grpc-server-use-tls", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_SERVER_TLS_CERT", how: refTwin, flag: "grpc-server-tls-cert", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_SERVER_TLS_KEY", how: refTwin, flag: "grpc-server-tls-key", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_CLIENT_TLS_CACERT", how: refTwin, flag: "grpc-client-tls-cacert", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_CLIENT_TLS_SAN", how: refTwin, flag: "grpc-client-tls-san", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
 	{name: "LOG_LEVEL", how: refTwin, flag: "log-level", note: "any case; `trace` logs as debug, `warning` as warn. Default info (the reference's: warn)"},
 	{name: "LOG_FORMAT", how: refTwin, flag: "log-format", note: "`json` or `text` (also `console`: text in colour). Default json (the reference's: text)"},
-	{name: "CONFIG_TYPE", how: refTwin, flag: "config-type", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", how: refTwin, flag: "force-start-without-initial-config", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_NODE_ID", how: refTwin, flag: "config-grpc-xds-node-id", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", how: refTwin, flag: "config-grpc-xds-node-metadata", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", how: refTwin, flag: "config-grpc-xds-server-url", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", how: refTwin, flag: "config-grpc-xds-server-connect-retry-interval", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", how: refTwin, flag: "config-grpc-xds-client-additional-headers", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", how: refTwin, flag: "config-grpc-xds-server-use-tls", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", how: refTwin, flag: "config-grpc-xds-client-tls-cert", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", how: refTwin, flag: "config-grpc-xds-client-tls-key", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", how: refTwin, flag: "config-grpc-xds-server-tls-cacert", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", how: refTwin, flag: "config-grpc-xds-server-tls-san", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", how: refTwin, flag: "xds-client-backoff-initial-interval", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", how: refTwin, flag: "xds-client-backoff-max-interval", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", how: refTwin, flag: "xds-client-backoff-random-factor", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", how: refTwin, flag: "xds-client-backoff-jitter", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", how: refTwin, flag: "xds-client-max-msg-size-in-bytes", note: "rules over xDS (see README, Rules over xDS)"},
-	{name: "USE_DOG_STATSD", how: refTwin, flag: "use-dog-statsd", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", how: refTwin, flag: "use-dog-statsd-mogrifiers", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "USE_STATSD", how: refTwin, flag: "use-statsd", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "STATSD_HOST", how: refTwin, flag: "statsd-host", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "STATSD_PORT", how: refTwin, flag: "statsd-port", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "EXTRA_TAGS", how: refTwin, flag: "extra-tags", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "STATS_FLUSH_INTERVAL", how: refTwin, flag: "stats-flush-interval", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "DISABLE_STATS", how: refTwin, flag: "disable-stats", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "USE_PROMETHEUS", how: refTwin, flag: "use-prometheus", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "PROMETHEUS_ADDR", how: refTwin, flag: "prometheus-addr", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "PROMETHEUS_PATH", how: refTwin, flag: "prometheus-path", note: "the reference's metric names (see README, Metrics: the reference's names)"},
-	{name: "PROMETHEUS_MAPPER_YAML", how: refTwin, flag: "prometheus-mapper-yaml", note: "the reference's metric names (see README, Metrics: the reference's names)"},
+	{name: "CONFIG_TYPE", how: refTwin, flag: "config-type", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", how: refTwin, flag: "force-start-without-initial-config", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_NODE_ID", how: refTwin, flag: "config-grpc-xds-node-id", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", how: refTwin, flag: "config-grpc-xds-node-metadata", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", how: refTwin, flag: "config-grpc-xds-server-url", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", how: refTwin, flag: "config-grpc-xds-server-connect-retry-interval", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", how: refTwin, flag: "config-grpc-xds-client-additional-headers", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", how: refTwin, flag: "config-grpc-xds-server-use-tls", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", how: refTwin, flag: "config-grpc-xds-client-tls-cert", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", how: refTwin, flag: "config-grpc-xds-client-tls-key", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", how: refTwin, flag: "config-grpc-xds-server-tls-cacert", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", how: refTwin, flag: "config-grpc-xds-server-tls-san", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", how: refTwin, flag: "xds-client-backoff-initial-interval", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", how: refTwin, flag: "xds-client-backoff-max-interval", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", how: refTwin, flag: "xds-client-backoff-random-factor", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", how: refTwin, flag: "xds-client-backoff-jitter", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", how: refTwin, flag: "xds-client-max-msg-size-in-bytes", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "USE_DOG_STATSD", how: refTwin, flag: "use-dog-statsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", how: refTwin, flag: "use-dog-statsd-mogrifiers", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_STATSD", how: refTwin, flag: "use-statsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "STATSD_HOST", how: refTwin, flag: "statsd-host", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "STATSD_PORT", how: refTwin, flag: "statsd-port", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "EXTRA_TAGS", how: refTwin, flag: "extra-tags", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "STATS_FLUSH_INTERVAL", how: refTwin, flag: "stats-flush-interval", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "DISABLE_STATS", how: refTwin, flag: "disable-stats", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_PROMETHEUS", how: refTwin, flag: "use-prometheus", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "PROMETHEUS_ADDR", how: refTwin, flag: "prometheus-addr", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "PROMETHEUS_PATH", how: refTwin, flag: "prometheus-path", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "PROMETHEUS_MAPPER_YAML", how: refTwin, flag: "prometheus-mapper-yaml", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "RUNTIME_ROOT", how: refMapped, flag: "config", note: "the rules directory is `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY` (default root /srv/runtime_data/current), read as the reference reads it: every file, in subdirectories too"},
 	{name: "RUNTIME_SUBDIRECTORY", how: refMapped, flag: "config", note: "see RUNTIME_ROOT"},
 	{name: "RUNTIME_APPDIRECTORY", how: refMapped, flag: "config", note: "see RUNTIME_ROOT (default `config`)"},
@@ -198,12 +200,12 @@ var refVars = []refVar{
 	{name: "QUOTA_MODE", how: refTwin, flag: "quota-mode", note: "over-limit descriptors answer OK and are listed in the dynamic metadata's `quotaModeViolations`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", how: refTwin, flag: "response-dynamic-metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", how: refTwin, flag: "merge-domain-config", note: "files of one domain add their top-level descriptors to it; a descriptor repeated across them is an error"},
-	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing-enabled", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
-	{name: "TRACING_SERVICE_NAME", how: refTwin, flag: "tracing-service-name", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
-	{name: "TRACING_SERVICE_NAMESPACE", how: refTwin, flag: "tracing-service-namespace", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
-	{name: "TRACING_SERVICE_INSTANCE_ID", how: refTwin, flag: "tracing-service-instance-id", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
-	{name: "TRACING_EXPORTER_PROTOCOL", how: refTwin, flag: "tracing-exporter-protocol", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
-	{name: "TRACING_SAMPLING_RATE", how: refTwin, flag: "tracing-sampling-rate", note: "OpenTelemetry spans over OTLP (see README, Tracing)"},
+	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing-enabled", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_SERVICE_NAME", how: refTwin, flag: "tracing-service-name", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_SERVICE_NAMESPACE", how: refTwin, flag: "tracing-service-namespace", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_SERVICE_INSTANCE_ID", how: refTwin, flag: "tracing-service-instance-id", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_EXPORTER_PROTOCOL", how: refTwin, flag: "tracing-exporter-protocol", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_SAMPLING_RATE", how: refTwin, flag: "tracing-sampling-rate", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	// Not in settings.go, but set by deployments of the reference.
 	{name: "GRPC_SERVER_TLS_CA_CERT", how: refWarned, note: "ignored, as by the reference (Envoy Gateway sets it): client certificates are asked for only with GRPC_CLIENT_TLS_CACERT"},
 }
