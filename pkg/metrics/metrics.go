@@ -98,62 +98,14 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		ruleNear:   rule("near_limit_total", "Hits allowed with the rule's remaining at or below the near-limit share."),
 		ruleWithin: rule("within_limit_total", "Hits allowed by the rule."),
 		ruleShadow: rule("shadow_mode_total", "Hits over the rule's limit that shadow mode let through."),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "fastlimit", Name: "request_duration_seconds",
-			Help:    "Time to decide a rate-limit request, store round trip included.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
-		}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "requests_total",
-			Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, or UNKNOWN before the first rules from xDS.",
-		}, []string{"code"}),
-		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "unmatched_descriptors_total",
-			Help: "Descriptors that no rule matched (so nothing limited them), by domain; domains without rules count as \"other\".",
-		}, []string{"domain"}),
-		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "global_shadow_mode_total",
-			Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
-		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "store_errors_total",
-			Help: "Requests that failed because the store did not answer, or answered with an error.",
-		}),
-		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
-			Help: "Loads of the rules directory (or xDS snapshots) by result: success or failure. A failed reload keeps the rules in force.",
-		}, []string{"result"}),
-		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "fastlimit", Subsystem: "config", Name: "info",
-			Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' or xDS resources' names and contents).",
-		}, []string{"hash"}),
-		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_successful",
-			Help: "1 if the last load of the rules directory (or xDS snapshot) succeeded, 0 if it failed and older rules are in force.",
-		}),
-		lastOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
-			Help: "When the rules directory (or an xDS snapshot) last loaded successfully, in Unix seconds.",
-		}),
-		limits: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "fastlimit", Subsystem: "config", Name: "limits",
-			Help: "Limits in the rules in force.",
-		}),
 	}
+	m.newRequestSeries()
+	m.newConfigSeries()
 	m.detailed.max = o.MaxDetailed
 	m.detailed.folded = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "fastlimit", Subsystem: "rule", Name: "detailed_series_folded_total",
 		Help: "Decisions of detailed_metric and value_to_metric rules counted under the rule's path, because --max-detailed-metric-series request-labelled series existed.",
 	})
-	m.byCode = map[string]prometheus.Counter{}
-	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable, codeUnknown} {
-		m.byCode[c] = m.requests.WithLabelValues(c)
-	}
-	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
-	m.unmatchedOther = m.unmatched.WithLabelValues(otherDomain)
-	for _, r := range []string{"success", "failure"} {
-		m.loads.WithLabelValues(r)
-	}
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
 		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
@@ -166,6 +118,65 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
+}
+
+// newRequestSeries makes the series of requests: codes, latency, store
+// errors, unmatched descriptors and global shadow mode.
+func (m *Metrics) newRequestSeries() {
+	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "fastlimit", Name: "request_duration_seconds",
+		Help:    "Time to decide a rate-limit request, store round trip included.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+	})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fastlimit", Name: "requests_total",
+		Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, or UNKNOWN before the first rules from xDS.",
+	}, []string{"code"})
+	m.unmatched = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fastlimit", Name: "unmatched_descriptors_total",
+		Help: "Descriptors that no rule matched (so nothing limited them), by domain; domains without rules count as \"other\".",
+	}, []string{"domain"})
+	m.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fastlimit", Name: "global_shadow_mode_total",
+		Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
+	})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fastlimit", Name: "store_errors_total",
+		Help: "Requests that failed because the store did not answer, or answered with an error.",
+	})
+	m.byCode = map[string]prometheus.Counter{}
+	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable, codeUnknown} {
+		m.byCode[c] = m.requests.WithLabelValues(c)
+	}
+	m.ok, m.over = m.byCode[codeOK], m.byCode[codeOverLimit]
+	m.unmatchedOther = m.unmatched.WithLabelValues(otherDomain)
+}
+
+// newConfigSeries makes the series of rules loads and the rules in force.
+func (m *Metrics) newConfigSeries() {
+	m.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
+		Help: "Loads of the rules directory (or xDS snapshots) by result: success or failure. A failed reload keeps the rules in force.",
+	}, []string{"result"})
+	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "info",
+		Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' or xDS resources' names and contents).",
+	}, []string{"hash"})
+	m.lastOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_successful",
+		Help: "1 if the last load of the rules directory (or xDS snapshot) succeeded, 0 if it failed and older rules are in force.",
+	})
+	m.lastOKTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
+		Help: "When the rules directory (or an xDS snapshot) last loaded successfully, in Unix seconds.",
+	})
+	m.limits = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "limits",
+		Help: "Limits in the rules in force.",
+	})
+	for _, r := range []string{"success", "failure"} {
+		m.loads.WithLabelValues(r)
+	}
 }
 
 // GlobalShadowed counts an OVER_LIMIT answer that global shadow mode

@@ -12,6 +12,7 @@ import (
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -57,6 +58,13 @@ type Service struct {
 	// answer once it has built the gRPC response.
 	responses sync.Pool // *limiter.Response
 }
+
+// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, as
+// interceptors see it.
+const ShouldRateLimitMethod = rls.RateLimitService_ShouldRateLimit_FullMethodName
+
+// Register serves s on g.
+func (s *Service) Register(g *grpc.Server) { rls.RegisterRateLimitServiceServer(g, s) }
 
 // New returns the service of l; log receives debug lines about decisions.
 func New(l *limiter.Limiter, o Options, log *zap.Logger) *Service {

@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/fastlimit/fastlimit/pkg/rls"
 )
 
 // healthServices are the gRPC health service names FastLimit answers
@@ -23,9 +24,9 @@ var healthServices = []string{"", "ratelimit"}
 // call stats as the settings ask.
 func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
 	gopts := append(grpcOptions(s), tlsOpts...)
-	gopts = append(gopts, s.tracing.ServerOptions(rlspb.RateLimitService_ShouldRateLimit_FullMethodName)...)
+	gopts = append(gopts, s.tracing.ServerOptions(rls.ShouldRateLimitMethod)...)
 	g := grpc.NewServer(append(gopts, s.ref.ServerOptions()...)...)
-	rlspb.RegisterRateLimitServiceServer(g, s.service)
+	s.service.Register(g)
 	s.health = health.NewServer()
 	s.setHealth(false)
 	healthpb.RegisterHealthServer(g, s.health)

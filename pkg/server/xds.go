@@ -7,8 +7,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -27,7 +25,7 @@ func xdsClient(o *settings.XDS, version string) (xds.Options, []string) {
 	headers, _ := settings.ParseHeaders(o.Headers)
 	return xds.Options{
 		ServerURL:        o.ServerURL,
-		TypeURL:          resource.RateLimitConfigType,
+		TypeURL:          rules.XDSTypeURL,
 		NodeID:           o.NodeID,
 		NodeMetadata:     md,
 		UserAgentName:    "fastlimit",
@@ -118,15 +116,6 @@ func (x *xdsRules) Close() {
 // them in, as a reload of files does; its error NACKs the snapshot.
 func (s *Server) applyXDS(res []*anypb.Any) error {
 	return s.rules.update(causeXDS, func() (bool, error) {
-		return s.rules.swap(func() (*rules.Loaded, error) {
-			cfgs := make([]*rlsconf.RateLimitConfig, len(res))
-			for i, a := range res {
-				cfgs[i] = &rlsconf.RateLimitConfig{}
-				if err := a.UnmarshalTo(cfgs[i]); err != nil {
-					return nil, fmt.Errorf("resource #%d (%s): %w", i, a.GetTypeUrl(), err)
-				}
-			}
-			return rules.FromXDS(cfgs)
-		})
+		return s.rules.swap(func() (*rules.Loaded, error) { return rules.FromAny(res) })
 	})
 }
