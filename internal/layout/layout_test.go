@@ -19,8 +19,8 @@ var layers = map[string]int{
 	"pkg/tracing": 3, "pkg/metrics": 3, "pkg/refstats": 3,
 	"pkg/rls": 4, "pkg/rlqs": 4,
 	"pkg/settings": 5,
-	"pkg/server": 6,
-	"cmd/server": 7, "cmd/bench": 7, "cmd/loadgen": 7,
+	"pkg/server":   6,
+	"cmd/server":   7, "cmd/bench": 7, "cmd/loadgen": 7,
 }
 
 // owners says which packages may import a dependency: Envoy's service
