@@ -193,7 +193,7 @@ func (t *Tracing) UnaryInterceptor(methods ...string) grpc.UnaryServerIntercepto
 	traced := map[string]spanName{}
 	for _, m := range methods {
 		service, method, _ := strings.Cut(strings.TrimPrefix(m, "/"), "/")
-		traced[m] = spanName{service, method}
+		traced[m] = spanName{service + "/" + method, service, method}
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		n, ok := traced[info.FullMethod]
@@ -204,14 +204,14 @@ func (t *Tracing) UnaryInterceptor(methods ...string) grpc.UnaryServerIntercepto
 	}
 }
 
-// spanName is a traced method's service and method.
-type spanName struct{ service, method string }
+// spanName is a traced method's span name, service and method.
+type spanName struct{ name, service, method string }
 
 // unary runs handler in the server span of a call of n.
 func (t *Tracing) unary(ctx context.Context, n spanName, req any, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx = t.prop.Extract(ctx, mdCarrier(md))
-	ctx, span := t.tracer.Start(ctx, n.service+"/"+n.method, trace.WithSpanKind(trace.SpanKindServer),
+	ctx, span := t.tracer.Start(ctx, n.name, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attrRPCSystem.String("grpc"), attrRPCService.String(n.service), attrRPCMethod.String(n.method)))
 	defer span.End()
 	resp, err := handler(ctx, req)
