@@ -57,6 +57,7 @@ func (s *Server) adminHandler() http.Handler {
 	}))
 	mux.HandleFunc("GET /rlconfig", s.handleRLConfig)
 	mux.HandleFunc("GET /v1/usage", s.handleUsage)
+	mux.Handle("GET "+quotaPath, s.quotaHandler())
 	if s.opts.Admin.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -22,6 +22,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/settings"
 	"github.com/fastlimit/fastlimit/pkg/tracing"
@@ -37,6 +38,7 @@ type Server struct {
 	store   openStore
 	limiter *limiter.Limiter
 	service *rls.Service
+	quota   *rlqs.Service // nil with --rlqs=false
 	grpc    *grpc.Server
 	health  *health.Server
 	http    *http.Server
@@ -96,6 +98,9 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		Observer:     s.observer(),
 		Traced:       s.tracing != nil,
 	}, log.Named("service"))
+	if err := s.newQuota(redisClient(st)); err != nil {
+		return nil, err
+	}
 	s.grpc = s.newGRPC(tlsOpts)
 	return s, nil
 }
@@ -246,6 +251,9 @@ func (s *Server) Close(ctx context.Context) error {
 // the span exporter, each within stepTimeout.
 func (s *Server) closeListeners(ctx context.Context) []error {
 	var errs []error
+	if err := s.closeQuota(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close quota streams: %w", err))
+	}
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, stepTimeout)
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/breaker"
@@ -27,7 +28,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.RedisURL == "" {
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.SweepEvery, MaxKeys: o.MemoryMaxKeys}), nil
 	}
-	r, err := newRedis(o, log)
+	r, client, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, client: client, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -138,13 +139,22 @@ type guarded struct {
 	open    func(context.Context) error
 	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
+	client  redis.UniversalClient   // the store's, shared by the quota service
+}
+
+// redisClient is the Redis client of a store, nil for the embedded one.
+func redisClient(st openStore) redis.UniversalClient {
+	if g, ok := st.(*guarded); ok {
+		return g.client
+	}
+	return nil
 }
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
 // newRedis builds the Redis store over a client for the deployment
 // --redis-type and --redis-url describe (single, cluster or sentinel).
-func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, redis.UniversalClient, error) {
 	pool := o.PoolSize
 	if pool <= 0 {
 		pool = 10 * runtime.GOMAXPROCS(0)
@@ -157,7 +167,7 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
 	})
 	client, err := store.NewClient(copts)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	store.SetClientLogger(log)
@@ -166,7 +176,7 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
 		inFlight = store.NoMerging
 	}
 	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.ReadTimeout,
-		Gather: o.Gather, GatherOps: o.GatherOps}), nil
+		Gather: o.Gather, GatherOps: o.GatherOps}), client, nil
 }
 
 // storeName describes the store for logs, without credentials.

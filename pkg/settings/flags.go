@@ -34,6 +34,7 @@ var flagGroups = []flagGroup{
 	{"gRPC TLS", func(fs *flag.FlagSet, s *Settings) { addTLSFlags(fs, &s.TLS) }},
 	{"Tracing", func(fs *flag.FlagSet, s *Settings) { addTracingFlags(fs, &s.Tracing) }},
 	{"The reference's metrics", func(fs *flag.FlagSet, s *Settings) { addRefStatsFlags(fs, &s.RefStats) }},
+	{"Rate Limit Quota Service", func(fs *flag.FlagSet, s *Settings) { addRLQSFlags(fs, &s.RLQS) }},
 }
 
 // newFlagSet defines every flag on s.
