@@ -9,11 +9,13 @@ KEYS[i]  one hash per bucket, "{prefix}:{<identifier>}:{tenant}:rlqs" (the
          "<replica>/<stream>". Value: "<expires>:<rate>", expires in Unix
          ms, rate in milli-requests per second (-1: not known yet).
 ARGV[1]  now     Unix ms; 0 means Redis TIME (read once)
-ARGV[2]  ttl     ms a published value lives; also the key's PEXPIRE,
-                 renewed by each write, so that a bucket no one writes
-                 disappears
+ARGV[2]  ttl     ms a published value lives; also the key's PEXPIRE, set
+                 when a write adds a field and renewed by each read (every
+                 replica serving the bucket reads it every report period
+                 or so), so that a bucket no one reads or adds to
+                 disappears ttl after the last
 ARGV[3 + 3(i-1) ...] per key i: op, field, rate
-         op      bit 1 write the field (HSET, PEXPIRE), bit 2 delete it
+         op      bit 1 write the field (HSET), bit 2 delete it
                  (HDEL), bit 4 read the key's live fields back
          field   the client's field (ignored unless bits 1 or 2)
          rate    milli-requests per second, an integer (ignored unless 1)
@@ -36,13 +38,15 @@ for i = 1, #KEYS do
   local a = 3 * i
   local op = tonumber(ARGV[a])
   if op % 2 == 1 then
-    redis.call('HSET', key, ARGV[a + 1], value_prefix .. ARGV[a + 2])
-    redis.call('PEXPIRE', key, ttl)
+    if redis.call('HSET', key, ARGV[a + 1], value_prefix .. ARGV[a + 2]) == 1 then
+      redis.call('PEXPIRE', key, ttl)
+    end
   elseif op % 4 >= 2 then
     redis.call('HDEL', key, ARGV[a + 1])
   end
   local live = {}
   if op >= 4 then
+    redis.call('PEXPIRE', key, ttl)
     local all = redis.call('HGETALL', key)
     for j = 1, #all, 2 do
       local v = all[j + 1]

@@ -65,11 +65,12 @@ func contains(hs []*held, h *held) bool {
 	return false
 }
 
-// divide divides a pool and pushes the shares that changed to the
-// buckets of other streams (or of this one) the report does not name.
+// divide divides a pool and pushes the shares that changed urgently to
+// the buckets of other streams (or of this one) the report does not name;
+// the others go with the answers to their next reports.
 func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
 	for _, a := range p.divide(mode, &st.svc.opts.Quota) {
-		if a.h == nil || (a.h.st == st && r.names(a.h)) {
+		if a.h == nil || !a.urgent || (a.h.st == st && r.names(a.h)) {
 			continue
 		}
 		if a.h.st.queue(a.h.text, st.svc.shareAction(a.h.id, a)) {

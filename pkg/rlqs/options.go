@@ -144,7 +144,7 @@ type Options struct {
 	// StoreTimeout bounds one exchange with the store (default 1s).
 	StoreTimeout time.Duration
 	// Refresh is how old another replica's demand may be before a report
-	// reads it again (default half a report period).
+	// reads it again (default one report period).
 	Refresh time.Duration
 	// Quota tunes the division (package quota's defaults; its Period is
 	// ReportPeriod).
@@ -197,7 +197,7 @@ func (o *Options) fill() error {
 		o.StoreTimeout = time.Second
 	}
 	if o.Refresh <= 0 {
-		o.Refresh = o.ReportPeriod / 2
+		o.Refresh = o.ReportPeriod
 	}
 	o.Quota.Period = o.ReportPeriod
 	o.Quota = o.Quota.WithDefaults()

@@ -125,10 +125,12 @@ func (p *pool) setRemote(self string, all []quota.Demand, now time.Time) {
 	p.mu.Unlock()
 }
 
-// assigned is a client's new share and its burst.
+// assigned is a client's new share and its burst; urgent says whether it
+// is worth a push, not only the client's next report.
 type assigned struct {
 	h            *held
 	share, burst float64
+	urgent       bool
 }
 
 // divide divides the pool in mode, if its inputs changed since the last
@@ -145,11 +147,29 @@ func (p *pool) divide(mode quota.Mode, cfg *quota.Config) []assigned {
 	p.q.Shares(mode, cfg, func(c *quota.Client, share float64) {
 		s := quota.Settle(c.Assigned, share, cfg)
 		if s != c.Assigned {
-			changed = append(changed, assigned{h: p.holders[c.ID], share: s, burst: p.q.Limit.BurstOf(s)})
+			changed = append(changed, assigned{h: p.holders[c.ID], share: s, burst: p.q.Limit.BurstOf(s), urgent: urgent(c, s)})
 			c.Assigned = s
 		}
 	})
 	return changed
+}
+
+// urgent reports whether a client's new share must reach it at once,
+// rather than with the answer to its next report (at most a period
+// later): a cut below the demand it has (it would go on admitting more
+// than its due), a raise while it is denied requests, or, for a client
+// whose demand is not known yet, a cut to less than half.
+func urgent(c *quota.Client, share float64) bool {
+	old := c.Assigned
+	switch {
+	case old == 0:
+		return true
+	case !c.Known:
+		return share < old/2
+	case share < old:
+		return c.Demand > share
+	}
+	return c.Demand > old
 }
 
 // share returns a client's assigned share and its burst.

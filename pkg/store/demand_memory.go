@@ -12,9 +12,10 @@ import (
 // expired buckets of a MemoryDemand.
 const memDemandSweep = 1024
 
-// MemoryDemand is the demand store of a single replica, in process: the
-// same semantics as RedisDemand (values live ttl, a bucket no one writes
-// for ttl goes), for the embedded store. It is safe for concurrent use.
+// MemoryDemand is a demand store in process, with RedisDemand's semantics
+// (values live ttl; a bucket lives ttl from the last read or the last
+// write that added a client), for tests and for replicas of one process.
+// It is safe for concurrent use.
 type MemoryDemand struct {
 	now func() time.Time
 
@@ -80,8 +81,10 @@ func (m *MemoryDemand) apply(it *quota.Item, ttl time.Duration, now time.Time) [
 		}
 		d := it.Demand
 		d.Rate = fromMilli(rateMilli(d.Rate))
+		if _, ok := b.fields[field]; !ok {
+			b.expires = now.Add(ttl)
+		}
 		b.fields[field] = memField{expires: now.Add(ttl), d: d}
-		b.expires = now.Add(ttl)
 	case it.Op&quota.Delete != 0 && b != nil:
 		delete(b.fields, field)
 	}
@@ -92,6 +95,7 @@ func (m *MemoryDemand) apply(it *quota.Item, ttl time.Duration, now time.Time) [
 	if b == nil {
 		return live
 	}
+	b.expires = now.Add(ttl)
 	for f, v := range b.fields {
 		if v.expires.Before(now) {
 			delete(b.fields, f)
