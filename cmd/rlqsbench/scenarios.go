@@ -10,8 +10,8 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
