@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -15,11 +13,11 @@ import (
 const quotaPath = "/v1/quota"
 
 // newQuota builds the Rate Limit Quota Service, unless --rlqs=false. Its
-// demand store is the Redis the limiter uses (client), so that replicas
-// sharing that Redis divide each limit among all their Envoys; on the
-// embedded store there is no other replica to share with, and it has
-// none.
-func (s *Server) newQuota(client redis.UniversalClient) error {
+// demand store is the limiter's Redis (r, its client shared), so that
+// replicas sharing that Redis divide each limit among all their Envoys;
+// on the embedded store (r nil) there is no other replica to share with,
+// and it has none.
+func (s *Server) newQuota(r *store.Redis) error {
 	o := s.opts
 	if !o.RLQS.Enabled {
 		return nil
@@ -34,8 +32,8 @@ func (s *Server) newQuota(client redis.UniversalClient) error {
 	opts.Quota.Headroom = o.RLQS.Headroom
 	opts.Registerer = s.registry
 	opts.Tracer = s.tracing.Tracer()
-	if client != nil {
-		opts.Store = store.NewRedisDemand(client)
+	if r != nil {
+		opts.Store = store.DemandOf(r)
 	}
 	s.quota, err = rlqs.New(opts)
 	return err

@@ -98,7 +98,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		Observer:     s.observer(),
 		Traced:       s.tracing != nil,
 	}, log.Named("service"))
-	if err := s.newQuota(redisClient(st)); err != nil {
+	if err := s.newQuota(redisOf(st)); err != nil {
 		return nil, err
 	}
 	s.grpc = s.newGRPC(tlsOpts)

@@ -6,7 +6,6 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/breaker"
@@ -28,7 +27,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.RedisURL == "" {
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.SweepEvery, MaxKeys: o.MemoryMaxKeys}), nil
 	}
-	r, client, err := newRedis(o, log)
+	r, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +41,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, client: client, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, redis: r, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -139,13 +138,13 @@ type guarded struct {
 	open    func(context.Context) error
 	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
-	client  redis.UniversalClient   // the store's, shared by the quota service
+	redis   *store.Redis            // whose client the quota service shares
 }
 
-// redisClient is the Redis client of a store, nil for the embedded one.
-func redisClient(st openStore) redis.UniversalClient {
+// redisOf is the Redis of a store, nil for the embedded one.
+func redisOf(st openStore) *store.Redis {
 	if g, ok := st.(*guarded); ok {
-		return g.client
+		return g.redis
 	}
 	return nil
 }
@@ -154,7 +153,7 @@ func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
 // newRedis builds the Redis store over a client for the deployment
 // --redis-type and --redis-url describe (single, cluster or sentinel).
-func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, redis.UniversalClient, error) {
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
 	pool := o.PoolSize
 	if pool <= 0 {
 		pool = 10 * runtime.GOMAXPROCS(0)
@@ -167,7 +166,7 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, redis.Univer
 	})
 	client, err := store.NewClient(copts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	store.SetClientLogger(log)
@@ -176,7 +175,7 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, redis.Univer
 		inFlight = store.NoMerging
 	}
 	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.ReadTimeout,
-		Gather: o.Gather, GatherOps: o.GatherOps}), client, nil
+		Gather: o.Gather, GatherOps: o.GatherOps}), nil
 }
 
 // storeName describes the store for logs, without credentials.

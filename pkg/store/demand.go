@@ -44,6 +44,12 @@ func NewRedisDemand(client redis.UniversalClient) *RedisDemand {
 	return &RedisDemand{client: client}
 }
 
+// DemandOf returns a demand store on the client of a Redis store, which
+// keeps owning it: the demand store must not be used after r is closed.
+func DemandOf(r *Redis) *RedisDemand {
+	return &RedisDemand{client: r.client}
+}
+
 // Exchange writes or deletes each item's client in its bucket, every
 // value living ttl, and returns, for each item with quota.Read, every
 // live demand of its bucket (after this exchange's writes), nil for the

@@ -1,11 +1,11 @@
-// Command rlqsbench measures FastLimit's Rate Limit Quota Service: it
-// builds ./cmd/server, starts a redis-server and the server on free
+// Command rlqs measures FastLimit's Rate Limit Quota Service: it
+// builds ./cmd/server (run it from the repository root), starts a redis-server and the server on free
 // loopback ports, drives them, reads both processes' CPU time (the
 // server's from /proc, Linux only; Redis' from INFO) and prints markdown
 // for BENCHMARKS.md. Everything it starts stops when it ends.
 //
-//	go run ./cmd/rlqsbench                 # every scenario, about 3 minutes
-//	go run ./cmd/rlqsbench --scenario reports --duration 10s
+//	go run ./bench/rlqs                 # every scenario, about 3 minutes
+//	go run ./bench/rlqs --scenario reports --duration 10s
 //
 // Scenarios:
 //
@@ -43,7 +43,7 @@ type options struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rlqsbench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("bench/rlqs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "reports,cadence,admitted", "scenarios to run, comma-separated")
 	duration := fs.Duration("duration", 30*time.Second, "measured time of each scenario")
@@ -55,11 +55,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	env, err := setup(ctx, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "rlqsbench:", err)
+		fmt.Fprintln(stderr, "bench/rlqs:", err)
 		return 1
 	}
 	defer env.close()
-	fmt.Fprintf(stdout, "### Rate Limit Quota Service (`go run ./cmd/rlqsbench`, %s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
+	fmt.Fprintf(stdout, "### Rate Limit Quota Service (`go run ./bench/rlqs`, %s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
 	fmt.Fprintf(stdout, "%s; each scenario measured for %v.\n\n", machine(), o.duration)
 	for _, s := range o.scenarios {
 		var err error
@@ -74,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("unknown scenario %q", s)
 		}
 		if err != nil {
-			fmt.Fprintln(stderr, "rlqsbench:", s+":", err)
+			fmt.Fprintln(stderr, "bench/rlqs:", s+":", err)
 			return 1
 		}
 	}
