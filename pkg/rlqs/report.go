@@ -213,6 +213,9 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 		s.storeFailed(r, err)
 		return
 	}
+	if s.storeDown.CompareAndSwap(true, false) {
+		s.log.Info("demand store exchanges succeed again")
+	}
 	for i, it := range items {
 		if it.Op&quota.Read == 0 {
 			continue
@@ -226,11 +229,18 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 }
 
-// storeFailed sets the report's modes by the store failure policy.
+// storeFailed sets the report's modes by the store failure policy. It
+// logs when the store starts failing, not every failure (they are
+// counted); exchanged logs when it answers again.
 func (s *Service) storeFailed(r *report, err error) {
 	r.failed = true
 	s.metrics.storeError()
-	s.log.Warn("demand store exchange failed", zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err))
+	if s.storeDown.CompareAndSwap(false, true) {
+		s.log.Warn("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
+			zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err))
+	} else {
+		s.log.Debug("demand store exchange failed", zap.Error(err))
+	}
 	switch s.opts.OnStoreError {
 	case Allow:
 		r.blanket = allowAll

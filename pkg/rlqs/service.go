@@ -41,8 +41,9 @@ type Service struct {
 	streams map[*stream]struct{}
 	closing bool
 
-	seq      atomic.Uint64
-	handlers sync.WaitGroup
+	seq       atomic.Uint64
+	storeDown atomic.Bool // the last exchange failed
+	handlers  sync.WaitGroup
 }
 
 // New returns a Service. It fails on invalid options, and when the
