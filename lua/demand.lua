@@ -19,9 +19,10 @@ ARGV[3 + 3(i-1) ...] per key i: op, field, rate
                  (HDEL), bit 4 read the key's live fields back
          field   the client's field (ignored unless bits 1 or 2)
          rate    milli-requests per second, an integer (ignored unless 1)
-Returns  {now, r_1, ..., r_n}: now in Unix ms; r_i is an empty array unless
-         op i has bit 4, then {field, rate, field, rate, ...} of the fields
-         that have not expired (expired ones are deleted as they are met).
+Returns  {now, r_1, ..., r_n}: now in Unix ms; r_i is 0 unless op i has
+         bit 4, then the key's HGETALL, {field, value, ...}, expired values
+         included: the caller drops them, and deletes them with a later
+         call (parsing them here would cost Redis more than the read).
 
 Writes are idempotent: a call sent again writes the same values.
 ]]
@@ -44,21 +45,11 @@ for i = 1, #KEYS do
   elseif op % 4 >= 2 then
     redis.call('HDEL', key, ARGV[a + 1])
   end
-  local live = {}
   if op >= 4 then
     redis.call('PEXPIRE', key, ttl)
-    local all = redis.call('HGETALL', key)
-    for j = 1, #all, 2 do
-      local v = all[j + 1]
-      local colon = string.find(v, ':', 1, true)
-      if colon and tonumber(string.sub(v, 1, colon - 1)) >= now then
-        live[#live + 1] = all[j]
-        live[#live + 1] = string.sub(v, colon + 1)
-      else
-        redis.call('HDEL', key, all[j])
-      end
-    end
+    out[#out + 1] = redis.call('HGETALL', key)
+  else
+    out[#out + 1] = 0
   end
-  out[#out + 1] = live
 end
 return out

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,10 +34,18 @@ var demandScript = redis.NewScript(lua.Demand)
 // exchange is one round trip: its script calls (one per 128 keys, and on
 // a Cluster one per slot) leave in one pipeline. Writes are idempotent, so
 // that a pipeline refused with NOSCRIPT is sent again after loading the
-// script. It is safe for concurrent use.
+// script. Expired values a read meets are dropped from its answer and
+// deleted by a later exchange. It is safe for concurrent use.
 type RedisDemand struct {
 	client redis.UniversalClient
+
+	mu      sync.Mutex
+	expired []quota.Item // deletes for the next exchange
 }
+
+// maxExpired bounds the deletes of expired values waiting for an
+// exchange; past it, values wait for a later read to be met again.
+const maxExpired = 4096
 
 // NewRedisDemand returns a demand store on client, which may be a
 // single-node, Sentinel or Cluster client; it does no I/O.
@@ -60,17 +69,27 @@ func (d *RedisDemand) Exchange(ctx context.Context, items []quota.Item, ttl time
 	if err := checkDemand(items); err != nil || len(items) == 0 {
 		return nil, err
 	}
-	calls := demandCalls(items, d.client)
-	out, err := d.send(ctx, items, calls, ttl, now)
+	d.mu.Lock()
+	all := append(items[:len(items):len(items)], d.expired...)
+	d.expired = d.expired[:0]
+	d.mu.Unlock()
+	calls := demandCalls(all, d.client)
+	out, expired, err := d.send(ctx, all, calls, ttl, now)
 	if err != nil && isNoScript(err) {
 		if err = demandScript.Load(ctx, d.client).Err(); err == nil {
-			out, err = d.send(ctx, items, calls, ttl, now)
+			out, expired, err = d.send(ctx, all, calls, ttl, now)
 		}
 	}
 	if err != nil {
+		expired = all[len(items):] // not deleted: try again
+	}
+	d.mu.Lock()
+	d.expired = append(d.expired, expired[:min(len(expired), maxExpired-len(d.expired))]...)
+	d.mu.Unlock()
+	if err != nil {
 		return nil, unavailable("demand exchange", err)
 	}
-	return out, nil
+	return out[:len(items)], nil
 }
 
 func checkDemand(items []quota.Item) error {
@@ -116,7 +135,9 @@ func demandCalls(items []quota.Item, c redis.UniversalClient) [][]int {
 	return calls
 }
 
-func (d *RedisDemand) send(ctx context.Context, items []quota.Item, calls [][]int, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+// send sends the calls in one pipeline and returns each read's live
+// demand and the deletes of the expired values it met.
+func (d *RedisDemand) send(ctx context.Context, items []quota.Item, calls [][]int, ttl time.Duration, now time.Time) ([][]quota.Demand, []quota.Item, error) {
 	var nowMs int64
 	if !now.IsZero() {
 		nowMs = now.UnixMilli()
@@ -135,27 +156,29 @@ func (d *RedisDemand) send(ctx context.Context, items []quota.Item, calls [][]in
 		cmds[k] = demandScript.EvalSha(ctx, pipe, keys, args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([][]quota.Demand, len(items))
+	var expired []quota.Item
 	for k, call := range calls {
 		reply, err := cmds[k].Slice()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if len(reply) != len(call)+1 {
-			return nil, fmt.Errorf("demand.lua replied %d elements for %d keys", len(reply), len(call))
+		clock, _ := reply[0].(int64)
+		if len(reply) != len(call)+1 || clock <= 0 {
+			return nil, nil, fmt.Errorf("demand.lua replied %d elements for %d keys", len(reply), len(call))
 		}
 		for j, i := range call {
 			if items[i].Op&quota.Read == 0 {
 				continue
 			}
-			if out[i], err = decodeDemand(reply[j+1]); err != nil {
-				return nil, err
+			if out[i], expired, err = decodeDemand(items[i].Key, reply[j+1], clock, expired); err != nil {
+				return nil, nil, err
 			}
 		}
 	}
-	return out, nil
+	return out, expired, nil
 }
 
 // rateMilli is a rate in milli-requests per second, -1 for an unknown one.
@@ -166,24 +189,33 @@ func rateMilli(rate float64) int64 {
 	return int64(math.Min(rate*1000, 1<<53))
 }
 
-// decodeDemand decodes one key's {field, rate, ...}.
-func decodeDemand(v any) ([]quota.Demand, error) {
+// decodeDemand decodes one key's HGETALL, {field, "expires:rate", ...}:
+// the values that have not expired at now (Unix ms), and deletes of those
+// that have, appended to expired.
+func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.Demand, []quota.Item, error) {
 	flat, ok := v.([]any)
 	if !ok || len(flat)%2 != 0 {
-		return nil, fmt.Errorf("demand.lua: bad reply %T", v)
+		return nil, nil, fmt.Errorf("demand.lua: bad reply %T", v)
 	}
 	ds := make([]quota.Demand, 0, len(flat)/2)
 	for j := 0; j < len(flat); j += 2 {
 		field, _ := flat[j].(string)
-		rate, _ := flat[j+1].(string)
+		value, _ := flat[j+1].(string)
 		replica, client, ok := strings.Cut(field, "/")
-		milli, err := strconv.ParseInt(rate, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("demand.lua: bad field %q = %q", field, rate)
+		exp, rate, ok2 := strings.Cut(value, ":")
+		expires, err1 := strconv.ParseInt(exp, 10, 64)
+		milli, err2 := strconv.ParseInt(rate, 10, 64)
+		if !ok || !ok2 || err1 != nil || err2 != nil {
+			return nil, nil, fmt.Errorf("demand.lua: bad field %q = %q", field, value)
 		}
-		ds = append(ds, quota.Demand{Replica: replica, Client: client, Rate: fromMilli(milli)})
+		d := quota.Demand{Replica: replica, Client: client, Rate: fromMilli(milli)}
+		if expires < now {
+			expired = append(expired, quota.Item{Key: key, Demand: d, Op: quota.Delete})
+			continue
+		}
+		ds = append(ds, d)
 	}
-	return ds, nil
+	return ds, expired, nil
 }
 
 func fromMilli(m int64) float64 {

@@ -190,3 +190,89 @@ func TestRedisDemandCluster(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRedisDemand measures exchanges of 1,000 buckets with the test
+// Redis: writes only, and writes with every bucket read back (100 clients
+// in each), reporting Redis CPU per bucket item (INFO's used_cpu_*).
+func BenchmarkRedisDemand(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), DB: dbDemand})
+	defer rdb.Close()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("demandbench%d", time.Now().UnixNano())
+	defer deleteKeys(b, rdb, prefix)
+	d := store.NewRedisDemand(rdb)
+	for c := range 100 { // 100 clients in every bucket
+		items := make([]quota.Item, 1000)
+		for i := range items {
+			items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", fmt.Sprint(c), 10, quota.Write)
+		}
+		if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, op := range []quota.Op{quota.Write, quota.Write | quota.Read} {
+		b.Run(fmt.Sprintf("op=%d", op), func(b *testing.B) {
+			items := make([]quota.Item, 1000)
+			for i := range items {
+				items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "0", 10, op)
+			}
+			cpu0 := redisCPU(b, rdb)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*len(items))*1e6, "redis-µs/item")
+		})
+	}
+}
+
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			total += f
+		}
+	}
+	return total
+}
+
+// TestRedisDemandDeletesExpired: an expired value a read meets is left out
+// of the answer and deleted by the next exchange.
+func TestRedisDemandDeletesExpired(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+	defer rdb.Close()
+	ctx := context.Background()
+	key := fmt.Sprintf("demandexp%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
+	defer rdb.Del(ctx, key)
+	d := store.NewRedisDemand(rdb)
+	t0 := time.Unix(1_900_000_000, 0)
+	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "old", 1, quota.Write)}, time.Second, t0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Exchange(ctx, []quota.Item{item(key, "r", "new", 2, quota.Write|quota.Read)}, time.Minute, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0]) != 1 || got[0][0].Client != "new" {
+		t.Fatalf("read = %v, want only the live value", got[0])
+	}
+	if n := rdb.HLen(ctx, key).Val(); n != 2 {
+		t.Fatalf("HLEN = %d before the next exchange, want 2", n)
+	}
+	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "new", 2, quota.Write)}, time.Minute, t0.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if fields := rdb.HKeys(ctx, key).Val(); len(fields) != 1 || fields[0] != "r/new" {
+		t.Fatalf("fields = %v after the next exchange, want r/new", fields)
+	}
+}
