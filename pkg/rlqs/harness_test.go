@@ -94,6 +94,7 @@ type clusterOptions struct {
 	period   time.Duration
 	store    rlqs.DemandStore // nil: a MemoryDemand on the clock
 	opts     func(*rlqs.Options)
+	rules    func() *descriptors.Set // nil: testRules
 }
 
 func newCluster(t *testing.T, co clusterOptions) *cluster {
@@ -109,10 +110,14 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	if shared == nil {
 		shared = store.NewMemoryDemand(c.clock.Now)
 	}
-	rules := testRules(t)
+	rules := co.rules
+	if rules == nil {
+		set := testRules(t)
+		rules = func() *descriptors.Set { return set }
+	}
 	for i := range co.replicas {
 		opts := rlqs.Options{
-			Rules:        func() *descriptors.Set { return rules },
+			Rules:        rules,
 			Log:          zaptest.NewLogger(t),
 			Now:          c.clock.Now,
 			Replica:      "r" + string(rune('0'+i)),

@@ -1,12 +1,14 @@
 package rlqs_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -107,6 +109,44 @@ func TestSlowLimit(t *testing.T) {
 	}
 	if tb := c.envoys[0].State(slow).Strategy.GetTokenBucket(); tb.GetFillInterval().GetSeconds() < 2 {
 		t.Errorf("assignment %v, want a fill interval of seconds", tb)
+	}
+	c.checkClean()
+}
+
+// TestRulesReload: when the rules change a bucket's limit, its Envoys'
+// shares follow within a report period; when they move it to another rule
+// (here: none), its demand leaves the old division.
+func TestRulesReload(t *testing.T) {
+	var rules atomic.Pointer[descriptors.Set]
+	rules.Store(testRules(t))
+	c := newCluster(t, clusterOptions{replicas: 2, rules: rules.Load})
+	ts := []*envoysim.Traffic{
+		c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 200),
+		c.fleet.Send(c.envoy(1, envoysim.Config{}), bucketA, 200),
+	}
+	c.run(3 * c.period)
+	if got := sum(c.admitted(2*c.period, ts...)); got < 270 || got > 330 {
+		t.Fatalf("before the reload admitted %.1f/s, want 300", got)
+	}
+	lower, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{
+		{Key: "name", Value: "a", Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 100}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules.Store(lower)
+	c.run(c.period + time.Second)
+	if got := sum(c.admitted(2*c.period, ts...)); got < 90 || got > 110 {
+		t.Errorf("after lowering the limit admitted %.1f/s, want 100 ±10%%", got)
+	}
+	none, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules.Store(none)
+	c.run(c.period + time.Second)
+	if st := c.envoys[0].State(bucketA).Strategy; st.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || st.GetTokenBucket() != nil {
+		t.Errorf("unmatched after the reload: assigned %v, want ALLOW_ALL", st)
 	}
 	c.checkClean()
 }

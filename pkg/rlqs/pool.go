@@ -54,7 +54,9 @@ func (s *Service) release(p *pool) {
 // in force).
 func (p *pool) join(h *held, l quota.Limit, now time.Time) {
 	p.mu.Lock()
-	p.q.Limit = l
+	if p.q.Limit != l {
+		p.q.Limit, p.dirty = l, true
+	}
 	if p.q.Client(h.client) == nil {
 		p.q.Join(h.client, now)
 		p.dirty = true

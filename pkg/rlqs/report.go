@@ -112,7 +112,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		st.add(h)
 		r.subs = append(r.subs, h)
 	}
-	st.resolve(h, set, entries, r.now)
+	st.resolve(r, h, set, entries)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
 		h.lastActive = r.now
@@ -133,21 +133,22 @@ func copyID(id map[string]string) map[string]string {
 }
 
 // resolve (re)resolves a bucket when the rules changed, moving its client
-// to the pool of its new rule.
-func (st *stream) resolve(h *held, set *descriptors.Set, entries []descriptors.Entry, now time.Time) {
+// to the pool of its new rule (its demand in the old one is deleted with
+// the report's exchange).
+func (st *stream) resolve(r *report, h *held, set *descriptors.Set, entries []descriptors.Entry) {
 	if h.res != nil && h.set == set {
 		return
 	}
 	s := st.svc
 	res := s.resolver.resolve(set, st.domain, entries, h.text)
 	if h.pool != nil && (res.kind != limited || res.storeKey != h.pool.key) {
-		s.deleteDemand([]quota.Item{s.leave(h)})
+		r.gone = append(r.gone, s.leave(h))
 	}
 	if res.kind == limited {
 		if h.pool == nil {
 			h.pool = s.acquire(res.storeKey, st.domain, res.quota)
 		}
-		h.pool.join(h, res.quota, now)
+		h.pool.join(h, res.quota, r.now)
 	}
 	h.set, h.res = set, res
 }
@@ -175,26 +176,31 @@ func (st *stream) abandonIdle(r *report) {
 }
 
 // exchange publishes the demand of the report's clients, deletes that of
-// abandoned ones, and reads the other replicas' demand of the pools whose
-// copy is older than Refresh, in one round trip. It sets the report's
-// division modes, by policy when the store fails.
+// clients gone, and reads the other replicas' demand of the pools whose
+// copy is a Refresh old, in one round trip. It sets the report's division
+// modes, by policy when the store fails.
 func (s *Service) exchange(ctx context.Context, r *report) {
 	r.modes = map[*pool]quota.Mode{}
 	items := r.gone
-	var reads []*pool
+	var readers []*pool // the pool of each item that reads, else nil
 	for _, h := range r.all {
 		p := h.pool
 		if p == nil {
 			continue
 		}
 		op := quota.Write
+		var reader *pool
 		if _, seen := r.modes[p]; !seen {
 			r.modes[p] = quota.Global
 			if s.opts.Store != nil && p.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
-				reads = append(reads, p)
+				reader = p
 			}
 		}
+		for len(readers) < len(items) {
+			readers = append(readers, nil)
+		}
+		readers = append(readers, reader)
 		items = append(items, quota.Item{Key: p.key, Op: op,
 			Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client, Rate: p.demand(h.client)}})
 	}
@@ -216,15 +222,9 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	if s.storeDown.CompareAndSwap(true, false) {
 		s.log.Info("demand store exchanges succeed again")
 	}
-	for i, it := range items {
-		if it.Op&quota.Read == 0 {
-			continue
-		}
-		for _, p := range reads {
-			if p.key == it.Key {
-				p.setRemote(s.opts.Replica, got[i], r.now)
-				break
-			}
+	for i, p := range readers {
+		if p != nil {
+			p.setRemote(s.opts.Replica, got[i], r.now)
 		}
 	}
 }
