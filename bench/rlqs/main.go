@@ -15,7 +15,7 @@
 //	cadence  the same 100 x 1,000 at Envoy's real period (5s): what such a
 //	         fleet costs the server and Redis.
 //	admitted 100 simulated Envoys (internal/envoysim) of 10 buckets each,
-//	         10,000 requests a second admitted in all, through the quota
+//	         5,000 requests a second admitted in all (--admitted), through the quota
 //	         service; then the same admitted rate through RateLimitService
 //	         (ShouldRateLimit per request, paced): server + Redis CPU per
 //	         admitted request of each.
@@ -40,6 +40,7 @@ func main() {
 type options struct {
 	scenarios []string
 	duration  time.Duration
+	admitted  float64
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -47,10 +48,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "reports,cadence,admitted", "scenarios to run, comma-separated")
 	duration := fs.Duration("duration", 30*time.Second, "measured time of each scenario")
+	admitted := fs.Float64("admitted", 5000, "admitted: requests a second admitted through each service")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration}
+	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	env, err := setup(ctx, stderr)
@@ -69,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "cadence":
 			err = env.reports(ctx, stdout, o.duration, 5*time.Second)
 		case "admitted":
-			err = env.admitted(ctx, stdout, o.duration)
+			err = env.admitted(ctx, stdout, o.duration, o.admitted)
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}

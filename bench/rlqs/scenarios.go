@@ -46,15 +46,16 @@ const backToBack = 4
 // measured demand stays put however often a stream reports.
 const bucketRate = 8.4
 
-// fleetStream is one stream of the report scenarios: its reader counts
-// the answers to its reports (responses naming every bucket; pushes name
-// fewer) and discards the rest.
+// fleetStream is one stream of the report scenarios. A report counts as
+// answered once every bucket it named has had an action since it was
+// sent (the answer names them all; pushes of other streams' reports name
+// some on the way).
 type fleetStream struct {
-	s       rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
-	msg     *rlqspb.RateLimitQuotaUsageReports
-	answers chan struct{}
-	last    time.Time
-	carry   float64
+	s     rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
+	msg   *rlqspb.RateLimitQuotaUsageReports
+	resps chan *rlqspb.RateLimitQuotaResponse
+	last  time.Time
+	carry float64
 }
 
 func openFleetStream(ctx context.Context, cc *grpc.ClientConn) (*fleetStream, error) {
@@ -62,24 +63,22 @@ func openFleetStream(ctx context.Context, cc *grpc.ClientConn) (*fleetStream, er
 	if err != nil {
 		return nil, err
 	}
-	f := &fleetStream{s: s, msg: report(), answers: make(chan struct{}, 16), last: time.Now()}
+	f := &fleetStream{s: s, msg: report(), resps: make(chan *rlqspb.RateLimitQuotaResponse, 64), last: time.Now()}
 	go func() {
-		defer close(f.answers)
+		defer close(f.resps)
 		for {
 			r, err := s.Recv()
 			if err != nil {
 				return
 			}
-			if len(r.GetBucketAction()) == fleetBuckets {
-				f.answers <- struct{}{}
-			}
+			f.resps <- r
 		}
 	}()
 	return f, f.report()
 }
 
-// report sends a report of the requests since the last and waits for
-// its answer.
+// report sends a report of the requests since the last and waits until
+// every bucket has had an action since.
 func (f *fleetStream) report() error {
 	now := time.Now()
 	f.carry += bucketRate * now.Sub(f.last).Seconds()
@@ -90,11 +89,31 @@ func (f *fleetStream) report() error {
 		u.NumRequestsAllowed = n
 		u.TimeElapsed = durationpb.New(time.Duration(float64(n) / bucketRate * float64(time.Second)).Truncate(time.Second))
 	}
+	for drained := false; !drained; { // what came before this report
+		select {
+		case _, ok := <-f.resps:
+			if !ok {
+				return fmt.Errorf("stream ended")
+			}
+		default:
+			drained = true
+		}
+	}
 	if err := f.s.Send(f.msg); err != nil {
 		return err
 	}
-	if _, ok := <-f.answers; !ok {
-		return fmt.Errorf("stream ended")
+	var seen [fleetBuckets]bool
+	for left := fleetBuckets; left > 0; {
+		r, ok := <-f.resps
+		if !ok {
+			return fmt.Errorf("stream ended")
+		}
+		for _, a := range r.GetBucketAction() {
+			if i, err := strconv.Atoi(a.GetBucketId().GetBucket()["name"]); err == nil && i < fleetBuckets && !seen[i] {
+				seen[i] = true
+				left--
+			}
+		}
 	}
 	return nil
 }
@@ -186,18 +205,16 @@ func (e *env) reports(ctx context.Context, w io.Writer, d, period time.Duration)
 	return nil
 }
 
-// admittedRate is the admitted rate both services are compared at.
+// The admitted scenario: admEnvoys Envoys of admBuckets buckets each.
 const (
-	admEnvoys    = 100
-	admBuckets   = 10
-	admPerBucket = 10.0 // requests per second, per Envoy and bucket
-	admittedRate = admEnvoys * admBuckets * admPerBucket
+	admEnvoys  = 100
+	admBuckets = 10
 )
 
 // admitted measures server + Redis CPU per admitted request: through the
 // quota service (simulated Envoys decide locally, report every 5s), then
 // through RateLimitService (a call per request), at the same rate.
-func (e *env) admitted(ctx context.Context, w io.Writer, d time.Duration) error {
+func (e *env) admitted(ctx context.Context, w io.Writer, d time.Duration, admittedRate float64) error {
 	if err := e.flush(); err != nil {
 		return err
 	}
@@ -206,11 +223,11 @@ func (e *env) admitted(ctx context.Context, w io.Writer, d time.Duration) error 
 		return err
 	}
 	defer cc.Close()
-	quota, qn, err := e.quotaLoad(ctx, cc, d)
+	quota, qn, err := e.quotaLoad(ctx, cc, d, admittedRate/(admEnvoys*admBuckets))
 	if err != nil {
 		return err
 	}
-	rl, rn, err := e.rlsLoad(ctx, cc, d)
+	rl, rn, err := e.rlsLoad(ctx, cc, d, admittedRate)
 	if err != nil {
 		return err
 	}
@@ -232,7 +249,7 @@ func (e *env) admitted(ctx context.Context, w io.Writer, d time.Duration) error 
 
 // quotaLoad runs simulated Envoys on the wall clock: 15s to settle, then
 // d measured. It returns the CPU used and the requests admitted in d.
-func (e *env) quotaLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration) (cpu, float64, error) {
+func (e *env) quotaLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration, admPerBucket float64) (cpu, float64, error) {
 	var fleet envoysim.Fleet
 	fleet.Step = 20 * time.Millisecond
 	var ts []*envoysim.Traffic
@@ -273,7 +290,7 @@ func (e *env) quotaLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duratio
 
 // rlsLoad paces ShouldRateLimit calls at admittedRate for d, one
 // descriptor each over the same buckets.
-func (e *env) rlsLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration) (cpu, float64, error) {
+func (e *env) rlsLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration, admittedRate float64) (cpu, float64, error) {
 	client := rls.NewRateLimitServiceClient(cc)
 	const workers = 250
 	interval := time.Duration(float64(time.Second) * workers / admittedRate)
