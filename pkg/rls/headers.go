@@ -41,11 +41,13 @@ func (o *HeaderOptions) Validate() error {
 }
 
 // decorate adds headers and dynamic metadata to out, as the options ask.
-// descs are the request's descriptors, one per status.
+// descs are the request's descriptors, one per status. Retry-After comes
+// only with an enforced OVER_LIMIT: out's overall code after quota and
+// shadow modes, so that Envoy never passes it to a client on a 200.
 func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.Mode != HeadersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
-			out.ResponseHeadersToAdd = o.headers(st, res.Code == limiter.OverLimit && !o.QuotaMode)
+			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rls.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {
