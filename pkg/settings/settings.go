@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/logging"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -219,35 +218,25 @@ func (c checked) Set(v string) error {
 }
 
 // parseLogLevel accepts zap's levels and the reference's (logrus') names
-// in any case: trace logs as debug, warning as warn.
+// in any case (logging.ParseLevel): trace logs as debug, warning as warn.
 func parseLogLevel(v string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(v))
-	switch l {
-	case "trace":
-		l = "debug"
-	case "warning":
-		l = "warn"
+	l, err := logging.ParseLevel(v)
+	if err != nil {
+		return "", err
 	}
-	if _, err := zapcore.ParseLevel(l); err != nil {
-		return "", fmt.Errorf("%q is not trace, debug, info, warn, error, panic or fatal", v)
-	}
-	return l, nil
+	return l.String(), nil
 }
 
 // Log formats of --log-format.
 const (
-	LogJSON    = "json"
-	LogText    = "text"
-	LogConsole = "console"
+	LogJSON    = string(logging.JSON)
+	LogText    = string(logging.Text)
+	LogConsole = string(logging.Console)
 )
 
 func parseLogFormat(v string) (string, error) {
-	f := strings.ToLower(strings.TrimSpace(v))
-	switch f {
-	case LogJSON, LogText, LogConsole:
-		return f, nil
-	}
-	return "", fmt.Errorf("%q is not json, text or console", v)
+	f, err := logging.ParseFormat(v)
+	return string(f), err
 }
 
 // Error is a bad setting. It names the setting the way it was given
