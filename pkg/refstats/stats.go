@@ -103,6 +103,10 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 	return r, nil
 }
 
+// Counters returns every counter the stats hold, in creation order, for
+// the admin listener's /stats.
+func (r *Stats) Counters() []*statsd.Counter { return r.store.Counters() }
+
 // rulesFor returns the stats of s's limits, building them on the first
 // decision under s.
 func (r *Stats) rulesFor(s *descriptors.Set) *limitIndex {

@@ -197,9 +197,71 @@ func TestParseDescriptor(t *testing.T) {
 	}
 }
 
+// TestRLConfig: /rlconfig is the reference's layout, one line per limit.
 func TestRLConfig(t *testing.T) {
-	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
 	code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	want := `adm.win: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false
+adm.bucket: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false
+adm.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+adm.odd_a,b=c: unit=HOUR requests_per_unit=7, shadow_mode: true, quota_mode: false
+`
+	if body != want {
+		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)
+	}
+}
+
+// TestAdminIndex: "/" and any path the admin listener does not serve list
+// its endpoints, "<path>: <help>" sorted by path, as the reference's.
+func TestAdminIndex(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	want := `/metrics: FastLimit's Prometheus metrics
+/rlconfig: print out the currently loaded configuration for debugging
+/stats: print out stats
+/v1/rules: the rules in force with FastLimit's fields, their hash and files
+/v1/usage: peek at a descriptor's counter without charging it
+`
+	for _, path := range []string{"/", "/nothing/here"} {
+		code, body := get(t, "http://"+s.AdminAddr()+path)
+		if code != http.StatusOK || body != want {
+			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
+		}
+	}
+}
+
+// TestAdminStats: /stats writes the process's expvars as the reference's
+// does, "cmdline: [...]" and "memstats: {...}".
+func TestAdminStats(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/stats")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			t.Fatalf("line %q is not <name>: <value>", l)
+		}
+		lines[k] = v
+	}
+	var cmdline []string
+	var mem struct{ Alloc, NumGC *uint64 }
+	if err := json.Unmarshal([]byte(lines["cmdline"]), &cmdline); err != nil || len(cmdline) == 0 {
+		t.Errorf("cmdline %q: %v", lines["cmdline"], err)
+	}
+	if err := json.Unmarshal([]byte(lines["memstats"]), &mem); err != nil || mem.Alloc == nil || mem.NumGC == nil {
+		t.Errorf("memstats %q: %v", lines["memstats"], err)
+	}
+}
+
+// TestRules: /v1/rules lists the rules with FastLimit's fields.
+func TestRules(t *testing.T) {
+	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
