@@ -48,7 +48,10 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 	}{
 		{"enforced", false, false, rls.RateLimitResponse_OVER_LIMIT, true},
 		{"global shadow mode", true, false, rls.RateLimitResponse_OK, false},
+		// One descriptor over beside one that passes (no rule): OK.
 		{"global quota mode", false, true, rls.RateLimitResponse_OK, false},
+		// Every quota descriptor over: enforced.
+		{"global quota mode, all over", false, true, rls.RateLimitResponse_OVER_LIMIT, true},
 	} {
 		for _, mode := range []string{HeadersIETF, HeadersLegacy} {
 			t.Run(tc.name+" "+mode, func(t *testing.T) {
@@ -61,9 +64,13 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 				s := New(l, Options{Headers: HeaderOptions{Mode: mode, ShadowMode: tc.shadow, QuotaMode: tc.quota,
 					LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
 					zaptest.NewLogger(t))
+				req := rlsRequest("d", "k", "v")
+				if tc.quota && tc.wantCode == rls.RateLimitResponse_OK {
+					req.Descriptors = append(req.Descriptors, rlsRequest("d", "unmatched", "x").Descriptors...)
+				}
 				var last *rls.RateLimitResponse
 				for range 2 { // the second hit is over the limit of 1 a second
-					if last, err = s.ShouldRateLimit(context.Background(), rlsRequest("d", "k", "v")); err != nil {
+					if last, err = s.ShouldRateLimit(context.Background(), req); err != nil {
 						t.Fatal(err)
 					}
 				}

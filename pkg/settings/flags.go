@@ -189,6 +189,8 @@ func addRefStatsFlags(fs *flag.FlagSet, o *refstats.Options) {
 	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --use-prometheus")
 	fs.StringVar(&o.MapperYAML, "prometheus-mapper-yaml", "",
 		"statsd_exporter mapping file from envoyproxy/ratelimit's stat names to Prometheus series (default: its built-in mapping)")
+	fs.BoolVar(&o.ResponseTimeMillis, "prometheus-response-time-as-milliseconds", false,
+		"with the built-in mapping, ratelimit_service_response_time_seconds holds milliseconds (as before envoyproxy/ratelimit#1104), not seconds")
 	fs.BoolVar(&o.UseStatsd, "use-statsd", false,
 		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --stats-flush-interval")
 	fs.BoolVar(&o.UseDogStatsd, "use-dog-statsd", false,

@@ -78,6 +78,9 @@ type Settings struct {
 	// warnings list the reference's variables set that FastLimit does
 	// not honour, each with what it does instead.
 	warnings []string
+	// notes say what FastLimit chose for the reference's variables left
+	// unset (REDIS_URL, USE_STATSD), where it follows the reference.
+	notes []string
 }
 
 // Admin configures metrics and the admin listener.
@@ -135,6 +138,10 @@ const RefWarningMsg = "envoyproxy/ratelimit settings that FastLimit does not hon
 // Warnings are the reference's variables set that FastLimit does not
 // honour, each with what it does instead: log them once at start.
 func (s *Settings) Warnings() []string { return s.warnings }
+
+// Notes say what FastLimit chose, as the reference would, for the
+// reference's variables left unset: log each once at start, at info.
+func (s *Settings) Notes() []string { return s.notes }
 
 // Parse reads settings from args and the environment: flags, then their
 // environment twins, then envoyproxy/ratelimit's variables for the
