@@ -169,6 +169,7 @@ func (m *Reporter) setupStatsd() error {
 	if m.client, err = statsd.NewClient(m.stats.store, so, m.log.Named("statsd")); err != nil {
 		return fmt.Errorf("STATSD_HOST, STATSD_PORT, STATSD_PROTOCOL: %w", err)
 	}
+	m.stats.timers = true
 	return nil
 }
 

@@ -304,8 +304,11 @@ func TestAdminMetrics(t *testing.T) {
 func TestPprofOnlyWhenAsked(t *testing.T) {
 	rules := map[string]string{"adm.yaml": adminRules}
 	off, _ := testServer(t, rules)
-	if code, _ := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusNotFound {
-		t.Fatalf("pprof without --pprof: %d", code)
+	// Without --pprof the path is not served: it gets the index, as any
+	// other path the admin listener does not serve.
+	if code, body := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusOK ||
+		strings.Contains(body, "goroutine") || !strings.HasPrefix(body, "/metrics: ") {
+		t.Fatalf("pprof without --pprof: %d\n%s", code, body)
 	}
 	on, _ := testServer(t, rules, "--pprof")
 	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/"); code != http.StatusOK {
