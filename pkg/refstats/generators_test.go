@@ -38,7 +38,7 @@ func TestRuntimePoolCacheSeries(t *testing.T) {
 		"ratelimit_go_frees": dto.MetricType_COUNTER, "ratelimit_go_pauseTotalNs": dto.MetricType_COUNTER,
 		"ratelimit_redis_pool_cx_active": dto.MetricType_GAUGE, "ratelimit_redis_pool_cx_total": dto.MetricType_COUNTER,
 		"ratelimit_redis_pool_cx_local_close": dto.MetricType_COUNTER,
-		"ratelimit_localcache_entryCount": dto.MetricType_GAUGE, "ratelimit_localcache_hitCount": dto.MetricType_GAUGE,
+		"ratelimit_localcache_entryCount":     dto.MetricType_GAUGE, "ratelimit_localcache_hitCount": dto.MetricType_GAUGE,
 	} {
 		s, ok := got[name]
 		if !ok {
