@@ -3,6 +3,7 @@ package refstats
 import (
 	"context"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ func TestRuntimePoolCacheSeries(t *testing.T) {
 	pool := PoolStats{Active: 3, Total: 5, Closed: 2}
 	h.stats.AddRedisPool(func() PoolStats { return pool })
 	h.stats.AddLocalCache(func() CacheStats { return CacheStats{Entries: 7, Hits: 11} })
+	// A counter appears once it has counted, as the reference's: one GC
+	// makes numGC and pauseTotalNs count.
+	runtime.GC()
 	got := gatherTyped(t, h.reg)
 	for name, typ := range map[string]dto.MetricType{
 		"ratelimit_go_alloc": dto.MetricType_GAUGE, "ratelimit_go_sys": dto.MetricType_GAUGE,
@@ -36,6 +40,7 @@ func TestRuntimePoolCacheSeries(t *testing.T) {
 		"ratelimit_go_gcCPUPercent": dto.MetricType_GAUGE, "ratelimit_go_numGoroutine": dto.MetricType_GAUGE,
 		"ratelimit_go_totalAlloc": dto.MetricType_COUNTER, "ratelimit_go_mallocs": dto.MetricType_COUNTER,
 		"ratelimit_go_frees": dto.MetricType_COUNTER, "ratelimit_go_pauseTotalNs": dto.MetricType_COUNTER,
+		"ratelimit_go_numGC": dto.MetricType_COUNTER,
 		"ratelimit_redis_pool_cx_active": dto.MetricType_GAUGE, "ratelimit_redis_pool_cx_total": dto.MetricType_COUNTER,
 		"ratelimit_redis_pool_cx_local_close": dto.MetricType_COUNTER,
 		"ratelimit_localcache_entryCount":     dto.MetricType_GAUGE, "ratelimit_localcache_hitCount": dto.MetricType_GAUGE,

@@ -170,11 +170,21 @@ func TestUsageBadRequests(t *testing.T) {
 		"domain=adm&descriptor=win",
 		"domain=adm&descriptor=win=%zz",
 		"domain=adm&descriptor=win=x&descriptor=win=y",
-		"domain=adm&descriptor=" + strings.Repeat("k", 5000) + "=v",
 	} {
 		if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
 		}
+	}
+	// A long key is no bad request: requests are bounded by bytes, not by
+	// an entry's length.
+	if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusOK ||
+		!strings.Contains(body, `"matched":false`) {
+		t.Errorf("a 5000-byte key: %d", code)
+	}
+	// With --max-entry-bytes, it is.
+	capped, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--max-entry-bytes", "4096")
+	if code, _ := get(t, "http://"+capped.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusBadRequest {
+		t.Errorf("a 5000-byte key under --max-entry-bytes 4096: %d, want 400", code)
 	}
 }
 

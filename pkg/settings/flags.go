@@ -5,7 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
@@ -55,10 +54,11 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	fs.DurationVar(&s.GRPCMaxAgeGrace, "grpc-max-connection-age-grace", time.Hour,
 		"after --grpc-max-connection-age, how long calls in flight may take before the connection is closed")
 	fs.IntVar(&s.StreamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
-	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
-	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")
-	fs.IntVar(&s.Limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
-	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
+	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20,
+		"largest gRPC request accepted, in bytes: what bounds a request, as in envoyproxy/ratelimit (long values are hashed into keys)")
+	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
