@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/fastlimit/fastlimit/internal/dashboard"
 	"github.com/fastlimit/fastlimit/internal/refrules"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -260,5 +262,33 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("%s: %s is not a FastLimit series (the dashboard reads the admin listener's /metrics)", q.Where, n)
 			}
 		}
+	}
+}
+
+// TestChartRules loads the Helm chart's default rules (values.yaml's
+// rules.files) with FastLimit's loader and checks that envoyproxy/ratelimit
+// would load them too.
+func TestChartRules(t *testing.T) {
+	var values struct {
+		Rules struct {
+			Files map[string]string `yaml:"files"`
+		} `yaml:"rules"`
+	}
+	if err := yaml.Unmarshal(readFile(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for name, body := range values.Rules.Files {
+		files[name] = []byte(body)
+		if err := refrules.Check([]byte(body)); err != nil {
+			t.Errorf("chart rules %s: %v", name, err)
+		}
+	}
+	loaded, err := rules.Parse(files)
+	if err != nil {
+		t.Fatalf("the chart's rules do not load: %v", err)
+	}
+	if len(loaded.Set.Domains()) == 0 {
+		t.Error("the chart's rules have no domain")
 	}
 }

@@ -11,10 +11,6 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/fastlimit/fastlimit/internal/dashboard"
-	"github.com/fastlimit/fastlimit/internal/refrules"
-	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 const fullname = "rl-fastlimit"
@@ -76,8 +72,12 @@ func TestDefaults(t *testing.T) {
 	checkPod(t, o, fullname+"-rules", "/data/ratelimit/config")
 	checkService(t, o, []string{"http", "grpc", "http-debug"})
 
+	// The chart's rules, as values.yaml gives them; that FastLimit and the
+	// reference load them is examples' TestChartRules.
 	cm := only(t, o.configMaps, fullname+"-rules")
-	checkRules(t, cm.Data, "example")
+	if len(cm.Data) != 1 || !strings.Contains(cm.Data["example.yaml"], "domain: example") {
+		t.Errorf("rules ConfigMap %v, want values.yaml's example.yaml", cm.Data)
+	}
 }
 
 // TestProduction renders a replicated deployment on Redis with metrics,
@@ -154,10 +154,6 @@ func TestProduction(t *testing.T) {
 	}
 	if !json.Valid([]byte(dash.Data["fastlimit.json"])) {
 		t.Error("the dashboard ConfigMap's JSON does not parse")
-	}
-	qs, err := dashboard.Queries([]byte(dash.Data["fastlimit.json"]))
-	if err != nil || len(qs) == 0 {
-		t.Errorf("dashboard queries %d: %v", len(qs), err)
 	}
 }
 
@@ -299,25 +295,5 @@ func checkService(t *testing.T, o *objects, names []string) {
 	}
 	if !reflect.DeepEqual(svc.Spec.Selector, dep.Spec.Selector.MatchLabels) {
 		t.Errorf("Service selector %v, Deployment's %v", svc.Spec.Selector, dep.Spec.Selector.MatchLabels)
-	}
-}
-
-// checkRules loads a ConfigMap's rules with FastLimit's loader and checks
-// that envoyproxy/ratelimit would load them too.
-func checkRules(t *testing.T, data map[string]string, domain string) {
-	t.Helper()
-	files := map[string][]byte{}
-	for k, v := range data {
-		files[k] = []byte(v)
-		if err := refrules.Check([]byte(v)); err != nil {
-			t.Errorf("rules %s: %v", k, err)
-		}
-	}
-	r, err := rules.Parse(files)
-	if err != nil {
-		t.Fatalf("FastLimit does not load the chart's rules: %v", err)
-	}
-	if r.Set.Domain(domain) == nil {
-		t.Errorf("domains %v, want %s", r.Set.Domains(), domain)
 	}
 }
