@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -62,24 +61,8 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		"GRPC_PORT":  fmt.Sprint(grpcPort),
 		"DEBUG_PORT": fmt.Sprint(debugPort),
 	}
-	cmd := exec.Command(binary)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", logs.String())
-		}
-	})
+	// Started as Envoy Gateway starts it: no flags, its environment.
+	start(t, launch{env: env, envOnly: true, noDial: true})
 
 	// Envoy Gateway's startup, readiness and liveness probe.
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port)

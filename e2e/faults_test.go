@@ -12,6 +12,7 @@ import (
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/internal/faultproxy"
@@ -56,7 +57,16 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	// One hit per caller creates its counter; then each starts at c x span.
 	ctx := ctxTimeout(t, 30*time.Second)
 	for c := range callers {
-		if _, err := f.Client.ShouldRateLimit(ctx, faultRequest(c)); err != nil {
+		// Setup, not measurement: the first hit also dials Redis through
+		// the proxy, which may take past --store-timeout on a busy box.
+		var err error
+		for try := 0; try < 20; try++ {
+			if _, err = f.Client.ShouldRateLimit(ctx, faultRequest(c)); status.Code(err) != codes.Unavailable {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
 			t.Fatalf("caller %d's first hit: %v", c, err)
 		}
 		keys, err := f.rdb.Keys(ctx, fmt.Sprintf("*caller=c%d}*", c)).Result()

@@ -235,7 +235,7 @@ func configMapVolume(t *testing.T, dir, name string) func(body string) {
 	}
 }
 
-// replaceFileT replaces path atomically, the way README advises: a
+// replaceFileT replaces path atomically, the way docs/operations.md advises: a
 // temporary dotfile beside it, renamed into place. (A write in place
 // reloads only after 2 s of quiet.)
 func replaceFileT(t *testing.T, path, body string) {

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// httpTimeouts bound an HTTP listener's connections, so that a client that
+// stalls (headers or a body sent in part, a response never read, an idle
+// keep-alive) cannot hold a connection and its goroutine forever.
+type httpTimeouts struct {
+	readHeader time.Duration // request headers
+	read       time.Duration // the whole request, body included
+	write      time.Duration // from the end of the headers to the end of the response
+	idle       time.Duration // a keep-alive connection between requests
+	// adminWrite is the admin listener's write timeout: longer, so that
+	// a /debug/pprof/profile or trace of up to a minute can answer.
+	adminWrite time.Duration
+}
+
+var defaultHTTPTimeouts = httpTimeouts{
+	readHeader: 5 * time.Second,
+	read:       10 * time.Second,
+	write:      10 * time.Second,
+	idle:       60 * time.Second,
+	adminWrite: 75 * time.Second,
+}
+
+// newHTTPServer is an http.Server of h bounded by t, writing within write.
+func newHTTPServer(h http.Handler, t httpTimeouts, write time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.readHeader, ReadTimeout: t.read,
+		WriteTimeout: write, IdleTimeout: t.idle}
+}
+
+// admin is the admin HTTP listener.
+type admin struct {
+	srv *http.Server
+	lis net.Listener
+}
+
+// adminHandler serves the admin surface: the server's metrics, the rules
+// in force, usage peeks and, if asked, pprof.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+		Registry:          s.registry,
+		ErrorLog:          zap.NewStdLog(s.log.Named("metrics")),
+		EnableOpenMetrics: true,
+	}))
+	mux.HandleFunc("GET /rlconfig", s.handleRLConfig)
+	mux.HandleFunc("GET /v1/usage", s.handleUsage)
+	if s.opts.Admin.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// openAdmin binds and serves the admin listener, if one is configured.
+func (s *Server) openAdmin(h http.Handler) error {
+	if s.opts.Admin.Off() {
+		return nil
+	}
+	lis, err := net.Listen("tcp", s.opts.Admin.Addr)
+	if err != nil {
+		return fmt.Errorf("listen admin on %s (%s): %w; the admin listener serves /metrics and /rlconfig: "+
+			"give it a free address (--admin-addr, ADMIN_ADDR, or DEBUG_HOST and DEBUG_PORT), "+
+			"or turn it off with --admin-addr off (ADMIN_ADDR=off)",
+			s.opts.Admin.Addr, s.opts.Name("admin-addr"), err)
+	}
+	s.admin = &admin{
+		srv: newHTTPServer(h, s.timeouts, s.timeouts.adminWrite),
+		lis: lis,
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.admin.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// AdminAddr is the bound admin address, "" when there is none.
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.lis.Addr().String()
+}
+
+// closeAdmin shuts the admin listener down, bounded by timeout.
+func (s *Server) closeAdmin(ctx context.Context, timeout time.Duration) error {
+	if s.admin == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.admin.srv.Shutdown(ctx); err != nil {
+		_ = s.admin.srv.Close()
+		return fmt.Errorf("admin shutdown: %w", err)
+	}
+	return nil
+}
+
+// handleRLConfig writes the rules in force as text: a header of comment
+// lines (hash, files or xDS resources), then one line per limit.
+func (s *Server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
+	cur := s.rules.Current()
+	if cur == nil {
+		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	kind, names := "file", cur.Files
+	if cur.FromXDS {
+		kind, names = "xds resource", cur.Resources
+	}
+	_, _ = fmt.Fprintf(w, "# hash %s\n# %d %ss, %d domains, %d limits\n",
+		cur.Hash, len(names), kind, len(cur.Set.Domains()), len(cur.Set.Limits()))
+	for _, f := range names {
+		_, _ = fmt.Fprintf(w, "# %s %s\n", kind, f)
+	}
+	_ = cur.Set.Dump(w)
+}
