@@ -167,9 +167,9 @@ func TestServerReloads(t *testing.T) {
 }
 
 // TestRulesFileWrittenInTwoPieces writes a rules file in place in two
-// pieces 1.5 s apart; the first piece alone parses (requests_per_unit 5
-// of the final 50). The half-written file is never live: the limit goes
-// from 10 straight to 50.
+// pieces 0.5 s apart, within the watcher's settle time (1 s); the first
+// piece alone parses (requests_per_unit 5 of the final 50). The
+// half-written file is never live: the limit goes from 10 straight to 50.
 func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)}, "--drain", "0s")
 	limit := func() uint32 {
@@ -188,7 +188,7 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint32]int{}
-	second := time.Now().Add(1500 * time.Millisecond)
+	second := time.Now().Add(500 * time.Millisecond)
 	deadline := second.Add(10 * time.Second)
 	wrote := false
 	for time.Now().Before(deadline) {
