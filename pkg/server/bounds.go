@@ -105,20 +105,33 @@ func (b *grpcBounds) tap(ctx context.Context, info *tap.Info) (context.Context, 
 		b.streamsRefused.Add(1)
 		return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on this connection", b.o.MaxStreams)
 	}
-	if b.o.RequestTimeout > 0 && b.unary[info.FullMethodName] {
-		var cancel context.CancelFunc
+	// The caller's own deadline (grpc-timeout, which Envoy always sends)
+	// is already the context's: a timer of ours is needed only when it is
+	// later than the request timeout, or missing.
+	cancel := context.CancelFunc(nil)
+	if b.o.RequestTimeout > 0 && b.unary[info.FullMethodName] && !deadlineWithin(ctx, b.o.RequestTimeout) {
 		ctx, cancel = context.WithTimeoutCause(ctx, b.o.RequestTimeout, errRequestTimeout)
+	}
+	if cs != nil || cancel != nil {
 		// gRPC cancels the call's context when the call ends, which
 		// stops the timer; cancel then only releases the value.
-		context.AfterFunc(ctx, cancel)
-	}
-	if cs != nil {
 		context.AfterFunc(ctx, func() {
-			cs.lastEnd.Store(time.Now().UnixNano())
-			cs.inflight.Add(-1)
+			if cancel != nil {
+				cancel()
+			}
+			if cs != nil {
+				cs.lastEnd.Store(time.Now().UnixNano())
+				cs.inflight.Add(-1)
+			}
 		})
 	}
 	return ctx, nil
+}
+
+// deadlineWithin reports whether ctx ends within d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }
 
 // TagConn gives each connection its count of calls in flight.
