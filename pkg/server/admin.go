@@ -7,7 +7,6 @@ import (
 	"expvar"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -18,39 +17,21 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/httpserver"
 )
 
-// httpTimeouts bound an HTTP listener's connections, so that a client that
-// stalls (headers or a body sent in part, a response never read, an idle
-// keep-alive) cannot hold a connection and its goroutine forever.
-type httpTimeouts struct {
-	readHeader time.Duration // request headers
-	read       time.Duration // the whole request, body included
-	write      time.Duration // from the end of the headers to the end of the response
-	idle       time.Duration // a keep-alive connection between requests
-	// adminWrite is the admin listener's write timeout: longer, so that
-	// a /debug/pprof/profile or trace of up to a minute can answer.
-	adminWrite time.Duration
-}
-
-var defaultHTTPTimeouts = httpTimeouts{
-	readHeader: 5 * time.Second,
-	read:       10 * time.Second,
-	write:      10 * time.Second,
-	idle:       60 * time.Second,
-	adminWrite: 75 * time.Second,
-}
-
-// newHTTPServer is an http.Server of h bounded by t, writing within write.
-func newHTTPServer(h http.Handler, t httpTimeouts, write time.Duration) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: t.readHeader, ReadTimeout: t.read,
-		WriteTimeout: write, IdleTimeout: t.idle}
-}
+// adminHTTP bounds the admin listener: the defaults, with a longer write
+// timeout, so that a /debug/pprof/profile or trace of up to a minute can
+// answer.
+var adminHTTP = func() httpserver.Options {
+	o := httpserver.Defaults
+	o.Write = 75 * time.Second
+	return o
+}()
 
 // admin is the admin HTTP listener.
 type admin struct {
-	srv *http.Server
-	lis net.Listener
+	srv *httpserver.Server
 }
 
 // adminHandler serves the admin surface, envoyproxy/ratelimit's debug
@@ -108,21 +89,18 @@ func (s *Server) openAdmin(h http.Handler) error {
 	if s.opts.Admin.Off() {
 		return nil
 	}
-	lis, err := net.Listen("tcp", s.opts.Admin.Addr)
+	srv, err := httpserver.Listen(s.opts.Admin.Addr, h, s.adminOpts)
 	if err != nil {
 		return fmt.Errorf("listen admin on %s (%s): %w; the admin listener serves /metrics and /rlconfig: "+
 			"give it a free address (--admin-addr, ADMIN_ADDR, or DEBUG_HOST and DEBUG_PORT), "+
 			"or turn it off with --admin-addr off (ADMIN_ADDR=off)",
 			s.opts.Admin.Addr, s.opts.Name("admin-addr"), err)
 	}
-	s.admin = &admin{
-		srv: newHTTPServer(h, s.timeouts, s.timeouts.adminWrite),
-		lis: lis,
-	}
+	s.admin = &admin{srv: srv}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.admin.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin server stopped", zap.Error(err))
 		}
 	}()
@@ -134,7 +112,7 @@ func (s *Server) AdminAddr() string {
 	if s.admin == nil {
 		return ""
 	}
-	return s.admin.lis.Addr().String()
+	return s.admin.srv.Addr().String()
 }
 
 // closeAdmin shuts the admin listener down, bounded by timeout.
@@ -145,8 +123,7 @@ func (s *Server) closeAdmin(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := s.admin.srv.Shutdown(ctx); err != nil {
-		_ = s.admin.srv.Close()
-		return fmt.Errorf("admin shutdown: %w", err)
+		return fmt.Errorf("admin: %w", err)
 	}
 	return nil
 }

@@ -361,7 +361,7 @@ func TestAdminAddrInUse(t *testing.T) {
 
 func TestReadyFollowsDraining(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	ready := "http://" + s.httpLis.Addr().String() + "/ready"
+	ready := "http://" + s.HTTPAddr() + "/ready"
 	if code, body := get(t, ready); code != http.StatusOK {
 		t.Fatalf("/ready %d %s", code, body)
 	}
@@ -384,7 +384,7 @@ func TestCloseBoundsAndOrder(t *testing.T) {
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ready, admin := "http://"+s.httpLis.Addr().String()+"/ready", "http://"+s.AdminAddr()+"/metrics"
+	ready, admin := "http://"+s.HTTPAddr()+"/ready", "http://"+s.AdminAddr()+"/metrics"
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- s.Close(context.Background()) }()

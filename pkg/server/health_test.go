@@ -73,7 +73,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--redis-url", redis, "--redis-dial-timeout", "100ms", "--store-timeout", "100ms"}, tc.args...)
 			s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, args...)
-			base := "http://" + s.httpLis.Addr().String()
+			base := "http://" + s.HTTPAddr()
 			if code, body := get(t, base+"/healthcheck"); code != tc.health {
 				t.Errorf("/healthcheck %d %q, want %d", code, body, tc.health)
 			}
@@ -92,7 +92,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 // the service names "" and "ratelimit"; draining fails them all.
 func TestHealthMemoryStore(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--healthy-with-at-least-one-config-loaded")
-	base := "http://" + s.httpLis.Addr().String()
+	base := "http://" + s.HTTPAddr()
 	for _, path := range []string{"/healthcheck", "/ready"} {
 		if code, body := get(t, base+path); code != http.StatusOK || body != "OK\n" {
 			t.Errorf("%s: %d %q", path, code, body)

@@ -169,9 +169,9 @@ func TestServerReloads(t *testing.T) {
 }
 
 // TestRulesFileWrittenInTwoPieces writes a rules file in place in two
-// pieces 1.5 s apart; the first piece alone parses (requests_per_unit 5
-// of the final 50). The half-written file is never live: the limit goes
-// from 10 straight to 50.
+// pieces 0.5 s apart, within the watcher's settle time (1 s); the first
+// piece alone parses (requests_per_unit 5 of the final 50). The
+// half-written file is never live: the limit goes from 10 straight to 50.
 func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)}, "--drain", "0s")
 	limit := func() uint32 {
@@ -190,7 +190,7 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint32]int{}
-	second := time.Now().Add(1500 * time.Millisecond)
+	second := time.Now().Add(500 * time.Millisecond)
 	deadline := second.Add(10 * time.Second)
 	wrote := false
 	for time.Now().Before(deadline) {
@@ -238,7 +238,7 @@ func TestEmptyRulesDirectory(t *testing.T) {
 			if oneConfig {
 				wantHealth = http.StatusServiceUnavailable
 			}
-			if code, _ := get(t, "http://"+s.httpLis.Addr().String()+"/healthcheck"); code != wantHealth {
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != wantHealth {
 				t.Errorf("/healthcheck %d, want %d", code, wantHealth)
 			}
 			writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
@@ -253,9 +253,45 @@ func TestEmptyRulesDirectory(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if code, _ := get(t, "http://"+s.httpLis.Addr().String()+"/healthcheck"); code != http.StatusOK {
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
 				t.Errorf("/healthcheck %d with rules, want 200", code)
 			}
 		})
+	}
+}
+
+// TestRemovedDomainsWarned: a reload that drops domains warns once per
+// domain, with the cause, and tells onRemoved; one that keeps them does
+// not.
+func TestRemovedDomainsWarned(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b", "c"} {
+		writeFile(t, filepath.Join(dir, d+".yaml"), strings.Replace(rulesYAML(1), "domain: r", "domain: "+d, 1))
+	}
+	r, _, _, logs := newTestRules(t, dir)
+	var told []string
+	r.onRemoved = func(ds []string) { told = append(told, ds...) }
+	if _, err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "a.yaml"), strings.Replace(rulesYAML(2), "domain: r", "domain: a", 1))
+	r.reload(context.Background(), "test")
+	if len(told) != 0 || logs.FilterMessageSnippet("domain removed").Len() != 0 {
+		t.Fatalf("a reload that kept every domain warned: %v", told)
+	}
+	for _, d := range []string{"b", "c"} {
+		if err := os.Remove(filepath.Join(dir, d+".yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.reload(context.Background(), "change")
+	warned := logs.FilterMessageSnippet("domain removed").All()
+	if fmt.Sprint(told) != "[b c]" || len(warned) != 2 {
+		t.Fatalf("told %v, %d warnings; want [b c] and 2", told, len(warned))
+	}
+	for i, w := range warned {
+		if w.Level != zapcore.WarnLevel || w.ContextMap()[logDomain] != told[i] || w.ContextMap()[logCause] != "change" {
+			t.Errorf("warning %d: %v %v", i, w.Level, w.ContextMap())
+		}
 	}
 }

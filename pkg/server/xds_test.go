@@ -215,7 +215,7 @@ func TestXDSForceStart(t *testing.T) {
 	if got := metricValue(t, s.registry, "fastlimit_store_errors_total"); got != 0 {
 		t.Errorf("store errors %v", got)
 	}
-	if code, body := get(t, "http://"+s.httpLis.Addr().String()+"/healthcheck"); code != http.StatusOK {
+	if code, body := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
 		t.Errorf("/healthcheck %d %s before the first rules of a forced start", code, body)
 	}
 	if code, _ := get(t, "http://"+s.AdminAddr()+"/v1/rules"); code != http.StatusServiceUnavailable {
@@ -224,7 +224,7 @@ func TestXDSForceStart(t *testing.T) {
 	if code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig"); code != http.StatusOK || body != "" {
 		t.Errorf("/rlconfig %d %q before rules, want 200 and nothing, as the reference", code, body)
 	}
-	resp, err := http.Post("http://"+s.httpLis.Addr().String()+"/json", "application/json",
+	resp, err := http.Post("http://"+s.HTTPAddr()+"/json", "application/json",
 		strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
 	if err != nil {
 		t.Fatal(err)

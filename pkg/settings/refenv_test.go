@@ -154,7 +154,7 @@ func TestRefEnvMapping(t *testing.T) {
 			}
 		}},
 		{"runtime, watch root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, func(t *testing.T, o *Settings) {
-			want := RulesLayout{Dir: "/data/ratelimit", Load: rules.Options{Tree: true, DotFiles: true, Prefix: "config"},
+			want := RulesLayout{Dir: "/data/ratelimit", Load: rules.Options{Tree: true, DotFiles: true, Prefix: "config", MaxFileBytes: rules.DefaultMaxFileBytes, MaxTotalBytes: rules.DefaultMaxTotalBytes},
 				Recursive: true, Root: "/data"}
 			if got := o.Rules(); got != want || o.ConfigDir != "/data/ratelimit/config" {
 				t.Errorf("layout %+v (dir %s), want %+v", got, o.ConfigDir, want)
@@ -163,7 +163,8 @@ func TestRefEnvMapping(t *testing.T) {
 		{"runtime as Envoy Gateway sets it", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
 			"RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_APPDIRECTORY": "rules",
 			"MERGE_DOMAIN_CONFIG": "true"}, func(t *testing.T, o *Settings) {
-			want := RulesLayout{Dir: "/data/ratelimit/rules", Load: rules.Options{Tree: true, MergeDomains: true}, Recursive: true}
+			want := RulesLayout{Dir: "/data/ratelimit/rules", Load: rules.Options{Tree: true, MergeDomains: true,
+				MaxFileBytes: rules.DefaultMaxFileBytes, MaxTotalBytes: rules.DefaultMaxTotalBytes}, Recursive: true}
 			if got := o.Rules(); got != want {
 				t.Errorf("layout %+v, want %+v", got, want)
 			}
