@@ -35,6 +35,7 @@ go mod tidy -diff
 echo "==> go test -race (unit, conformance on memory and real Redis, e2e)"
 export FASTLIMIT_REQUIRE_REDIS=1
 go test -race -count=1 -timeout 20m ./...
+echo "==> Helm chart render test (charts/test, a module of its own)" && (cd charts/test && go vet ./... && go mod tidy -diff && go test -race -count=1 ./...)
 
 # Brief fuzzing is bounded by a count of inputs per target, not by a time:
 # with a duration, Go's fuzzing coordinator (before Go 1.27) can report a

@@ -27,19 +27,24 @@ import (
 // Options select where envoyproxy/ratelimit's stats go. Each has a flag
 // whose environment twin is the reference's variable of the same meaning.
 type Options struct {
-	UsePrometheus  bool   // USE_PROMETHEUS
-	PromAddr       string // PROMETHEUS_ADDR
-	PromPath       string // PROMETHEUS_PATH
-	MapperYAML     string // PROMETHEUS_MAPPER_YAML
-	UseStatsd      bool   // USE_STATSD
-	UseDogStatsd   bool   // USE_DOG_STATSD
-	StatsdHost     string // STATSD_HOST
-	StatsdPort     int    // STATSD_PORT
-	StatsdProtocol string // tcp (as gostats) or udp
-	FlushInterval  time.Duration
-	ExtraTags      string // EXTRA_TAGS
-	DisableStats   bool   // DISABLE_STATS
-	Mogrifiers     string // USE_DOG_STATSD_MOGRIFIERS
+	UsePrometheus bool   // USE_PROMETHEUS
+	PromAddr      string // PROMETHEUS_ADDR
+	PromPath      string // PROMETHEUS_PATH
+	MapperYAML    string // PROMETHEUS_MAPPER_YAML
+	// ResponseTimeMillis keeps the built-in mapping's response time in
+	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS); by default
+	// it is scaled to seconds, as upstream's mapping does since #1104.
+	// A mapping file decides for itself.
+	ResponseTimeMillis bool
+	UseStatsd          bool   // USE_STATSD
+	UseDogStatsd       bool   // USE_DOG_STATSD
+	StatsdHost         string // STATSD_HOST
+	StatsdPort         int    // STATSD_PORT
+	StatsdProtocol     string // tcp (as gostats) or udp
+	FlushInterval      time.Duration
+	ExtraTags          string // EXTRA_TAGS
+	DisableStats       bool   // DISABLE_STATS
+	Mogrifiers         string // USE_DOG_STATSD_MOGRIFIERS
 	// NearRatio is the share of a limit past which hits are near it.
 	NearRatio float64
 	// Getenv reads DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}, whose
@@ -113,7 +118,13 @@ func (m *Reporter) setupPrometheus(main *prometheus.Registry) error {
 		return fmt.Errorf("PROMETHEUS_PATH (--prometheus-path) %q must start with '/'", o.PromPath)
 	}
 	mapper := statsmap.Default()
+	if !o.ResponseTimeMillis {
+		mapper = statsmap.DefaultSeconds()
+	}
 	if o.MapperYAML != "" {
+		if o.ResponseTimeMillis {
+			m.log.Warn("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS has no effect with PROMETHEUS_MAPPER_YAML: the file's scale decides")
+		}
 		data, err := os.ReadFile(o.MapperYAML)
 		if err != nil {
 			return fmt.Errorf("PROMETHEUS_MAPPER_YAML (--prometheus-mapper-yaml): %w", err)
@@ -162,6 +173,7 @@ func (m *Reporter) setupStatsd() error {
 	if m.client, err = statsd.NewClient(m.stats.store, so, m.log.Named("statsd")); err != nil {
 		return fmt.Errorf("STATSD_HOST, STATSD_PORT, STATSD_PROTOCOL: %w", err)
 	}
+	m.stats.timers = true
 	return nil
 }
 

@@ -49,6 +49,8 @@ func grpcOptions(s *Server) []grpc.ServerOption {
 	// few connections.
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
+		// Descriptor values that are not UTF-8 are decided, not refused.
+		rls.ServerOption(),
 		// Connections are closed after a day (with a random +-10 %),
 		// so that Envoys spread over replicas added since they connected.
 		grpc.KeepaliveParams(keepalive.ServerParameters{

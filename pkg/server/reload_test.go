@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -207,6 +209,54 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	}
 	if seen[5] != 0 || seen[50] == 0 {
 		t.Fatalf("limits seen (value: times): %v; want 10 then 50, never the half-written 5", seen)
+	}
+}
+
+// TestEmptyRulesDirectory: a rules directory without rules files (an
+// image without rules, a ConfigMap mounted elsewhere) is served, as the
+// reference serves it: a warning says so, every request is OK, health
+// waits for rules with --healthy-with-at-least-one-config-loaded, and
+// files that appear are loaded.
+func TestEmptyRulesDirectory(t *testing.T) {
+	for _, oneConfig := range []bool{false, true} {
+		t.Run(fmt.Sprint("one config ", oneConfig), func(t *testing.T) {
+			dir := t.TempDir()
+			core, logs := zapobserver.New(zap.InfoLevel)
+			var args []string
+			if oneConfig {
+				args = append(args, "--healthy-with-at-least-one-config-loaded")
+			}
+			s := testServerOn(t, dir, zap.New(core), args...)
+			if logs.FilterMessageSnippet("no rules files").Len() != 1 {
+				t.Errorf("no warning about the empty directory: %v", logs.All())
+			}
+			resp, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x"))
+			if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OK || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+				t.Errorf("with no rules: %v, %v; want OK without a limit", resp, err)
+			}
+			wantHealth := http.StatusOK
+			if oneConfig {
+				wantHealth = http.StatusServiceUnavailable
+			}
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != wantHealth {
+				t.Errorf("/healthcheck %d, want %d", code, wantHealth)
+			}
+			writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x"))
+				if err == nil && r.GetStatuses()[0].GetCurrentLimit() != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the rules file that appeared was not loaded in 10 s")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
+				t.Errorf("/healthcheck %d with rules, want 200", code)
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/settings"
@@ -106,6 +107,21 @@ func (r *ruleSource) swap(build func() (*rules.Loaded, error)) (changed bool, er
 	}
 	return true, nil
 }
+
+// startEmpty puts rules without domains in force, for a start on a rules
+// directory without rules files; the watcher loads the files that appear.
+func (r *ruleSource) startEmpty() {
+	_, _ = r.swap(func() (*rules.Loaded, error) {
+		set, err := descriptors.NewSet(nil)
+		if err != nil {
+			return nil, err
+		}
+		return &rules.Loaded{Set: set, Hash: emptyRulesHash}, nil
+	})
+}
+
+// emptyRulesHash is the hash of no rules files: SHA-256 of nothing.
+const emptyRulesHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // removedDomains returns the domains of prev that next lacks.
 func removedDomains(prev, next *rules.Loaded) []string {

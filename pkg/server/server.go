@@ -154,6 +154,7 @@ func (s *Server) newObservers() error {
 	loads := loadObservers{s.metrics}
 	if st := s.ref.Stats(); st != nil {
 		loads = append(loads, st)
+		addStoreStats(st, s.store)
 	}
 	s.rules = newRuleSource(o.Rules(), s.limiter, loads, s.log.Named("rules"))
 	s.rules.onRemoved = s.metrics.DomainsRemoved

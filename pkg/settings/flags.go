@@ -5,7 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
@@ -57,10 +56,11 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 		"after --grpc-max-connection-age, how long calls in flight may take before the connection is closed")
 	fs.IntVar(&s.StreamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
 	addGRPCBoundsFlags(fs, &s.GRPC)
-	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
-	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")
-	fs.IntVar(&s.Limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
-	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
+	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20,
+		"largest gRPC request accepted, in bytes: what bounds a request, as in envoyproxy/ratelimit (long values are hashed into keys)")
+	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
@@ -154,7 +154,7 @@ func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /v1/usage (and /debug/pprof/ with --pprof); empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
@@ -218,6 +218,8 @@ func addRefStatsFlags(fs *flag.FlagSet, o *refstats.Options) {
 	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --use-prometheus")
 	fs.StringVar(&o.MapperYAML, "prometheus-mapper-yaml", "",
 		"statsd_exporter mapping file from envoyproxy/ratelimit's stat names to Prometheus series (default: its built-in mapping)")
+	fs.BoolVar(&o.ResponseTimeMillis, "prometheus-response-time-as-milliseconds", false,
+		"with the built-in mapping, ratelimit_service_response_time_seconds holds milliseconds (as before envoyproxy/ratelimit#1104), not seconds")
 	fs.BoolVar(&o.UseStatsd, "use-statsd", false,
 		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --stats-flush-interval")
 	fs.BoolVar(&o.UseDogStatsd, "use-dog-statsd", false,

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/logging"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -82,6 +81,9 @@ type Settings struct {
 	// warnings list the reference's variables set that FastLimit does
 	// not honour, each with what it does instead.
 	warnings []string
+	// notes say what FastLimit chose for the reference's variables left
+	// unset (REDIS_URL, USE_STATSD), where it follows the reference.
+	notes []string
 }
 
 // GRPCBounds bound what gRPC clients can open and hold (pkg/server's
@@ -168,6 +170,10 @@ const RefWarningMsg = "envoyproxy/ratelimit settings that FastLimit does not hon
 // honour, each with what it does instead: log them once at start.
 func (s *Settings) Warnings() []string { return s.warnings }
 
+// Notes say what FastLimit chose, as the reference would, for the
+// reference's variables left unset: log each once at start, at info.
+func (s *Settings) Notes() []string { return s.notes }
+
 // Parse reads settings from args and the environment: flags, then their
 // environment twins, then envoyproxy/ratelimit's variables for the
 // settings neither gave. name names the flag set in usage, written to
@@ -250,35 +256,25 @@ func (c checked) Set(v string) error {
 }
 
 // parseLogLevel accepts zap's levels and the reference's (logrus') names
-// in any case: trace logs as debug, warning as warn.
+// in any case (logging.ParseLevel): trace logs as debug, warning as warn.
 func parseLogLevel(v string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(v))
-	switch l {
-	case "trace":
-		l = "debug"
-	case "warning":
-		l = "warn"
+	l, err := logging.ParseLevel(v)
+	if err != nil {
+		return "", err
 	}
-	if _, err := zapcore.ParseLevel(l); err != nil {
-		return "", fmt.Errorf("%q is not trace, debug, info, warn, error, panic or fatal", v)
-	}
-	return l, nil
+	return l.String(), nil
 }
 
 // Log formats of --log-format.
 const (
-	LogJSON    = "json"
-	LogText    = "text"
-	LogConsole = "console"
+	LogJSON    = string(logging.JSON)
+	LogText    = string(logging.Text)
+	LogConsole = string(logging.Console)
 )
 
 func parseLogFormat(v string) (string, error) {
-	f := strings.ToLower(strings.TrimSpace(v))
-	switch f {
-	case LogJSON, LogText, LogConsole:
-		return f, nil
-	}
-	return "", fmt.Errorf("%q is not json, text or console", v)
+	f, err := logging.ParseFormat(v)
+	return string(f), err
 }
 
 // Error is a bad setting. It names the setting the way it was given
