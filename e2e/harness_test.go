@@ -163,6 +163,9 @@ type launch struct {
 	wait waitMode
 	// noDial leaves the gRPC client to the caller (TLS).
 	noDial bool
+	// nofile, when set, is the open-files limit (soft and hard) the
+	// binary runs under.
+	nofile int
 }
 
 type waitMode int
@@ -198,6 +201,10 @@ func start(t testing.TB, l launch) *fastlimit {
 		env[k] = v
 	}
 	f.cmd = exec.Command(binary, args...)
+	if l.nofile > 0 {
+		// The shell lowers the limit and execs the binary in its place.
+		f.cmd = exec.Command("sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, l.nofile), binary}, args...)...)
+	}
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range env {

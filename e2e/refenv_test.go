@@ -152,7 +152,7 @@ func TestReferenceEnvironment(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, func() bool {
 		_, body := get(t, "http://"+srv.debug+"/rlconfig")
-		return strings.Contains(body, "requests_per_unit=7")
+		return strings.Contains(body, "requests_per_unit=7,")
 	})
 }
 
@@ -237,7 +237,7 @@ func TestReferenceEnvironmentUnixSocket(t *testing.T) {
 	if keys, err := rdb.Keys(ctxTimeout(t, 5*time.Second), "*unix*").Result(); err != nil || len(keys) != 1 {
 		t.Errorf("Redis keys: %v, %v; want the counter", keys, err)
 	}
-	if !strings.Contains(srv.logs.String(), "store\": \"redis single "+sock) {
+	if !strings.Contains(srv.logs.String(), `store="redis single `+sock) {
 		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
 	}
 }

@@ -182,11 +182,11 @@ func TestXDSRules(t *testing.T) {
 				t.Errorf("carol's 7th hit under v2's 10/minute: %v", got)
 			}
 
-			code, body := httpGet(t, "http://"+admin+"/rlconfig")
+			code, body := httpGet(t, "http://"+admin+"/v1/rules")
 			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
 				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
 				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
-				t.Errorf("/rlconfig %d:\n%s", code, body)
+				t.Errorf("/v1/rules %d:\n%s", code, body)
 			}
 			_, metrics := httpGet(t, "http://"+admin+"/metrics")
 			for _, want := range []string{`fastlimit_config_loads_total{result="failure"} 1`, "fastlimit_config_last_reload_successful 0"} {

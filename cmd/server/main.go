@@ -52,6 +52,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if w := s.Warnings(); len(w) > 0 {
 		log.Warn(settings.RefWarningMsg, zap.Strings("settings", w))
 	}
+	for _, n := range s.Notes() {
+		log.Info(n)
+	}
 	if given := s.Given("redis-conns"); given != "" {
 		log.Warn(given + " is no longer used: every Redis is reached through go-redis' pool, requests merged into script calls (--redis-batches)")
 	}

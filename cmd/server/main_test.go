@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -25,8 +26,8 @@ func TestPositionalArgument(t *testing.T) {
 	}
 }
 
-// TestLogFormats: text is the reference's plain format; a level in any
-// case, and trace, parse.
+// TestLogFormats: text and json are the reference's lines (package
+// logging); a level in any case, and trace, parse.
 func TestLogFormats(t *testing.T) {
 	var buf bytes.Buffer
 	s, err := settings.Parse("test", []string{"--log-level", "TRACE", "--log-format", "text"}, func(string) string { return "" }, io.Discard)
@@ -38,8 +39,20 @@ func TestLogFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Debug("hello", zap.String("k", "v"))
-	if out := buf.String(); !strings.Contains(out, "DEBUG\thello\t{\"k\": \"v\"}") || strings.Contains(out, "\x1b[") {
+	if out := buf.String(); !strings.HasPrefix(out, `time="`) || !strings.HasSuffix(out, `" level=debug msg=hello k=v`+"\n") {
 		t.Errorf("text log %q", out)
+	}
+	buf.Reset()
+	if log, err = newLogger("warn", "json", &buf); err != nil {
+		t.Fatal(err)
+	}
+	log.Warn("careful", zap.String("k", "v"))
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("json log %q: %v", buf.String(), err)
+	}
+	if line["@message"] != "careful" || line["level"] != "warning" || line["k"] != "v" || line["@timestamp"] == nil {
+		t.Errorf("json log %v", line)
 	}
 	for _, bad := range []string{"verbose", "infos"} {
 		if _, err := settings.Parse("test", []string{"--log-level", bad}, func(string) string { return "" }, io.Discard); err == nil {

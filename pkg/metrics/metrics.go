@@ -60,6 +60,7 @@ type Metrics struct {
 	globalShadow prometheus.Counter
 
 	loads      *prometheus.CounterVec
+	removed    prometheus.Counter
 	info       *prometheus.GaugeVec
 	lastOK     prometheus.Gauge
 	lastOKTime prometheus.Gauge
@@ -109,7 +110,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
 		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
-		m.loads, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
+		m.loads, m.removed, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -158,6 +159,10 @@ func (m *Metrics) newConfigSeries() {
 		Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
 		Help: "Loads of the rules directory (or xDS snapshots) by result: success or failure. A failed reload keeps the rules in force.",
 	}, []string{"result"})
+	m.removed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fastlimit", Subsystem: "config", Name: "domains_removed_total",
+		Help: "Domains that a load of the rules removed: their requests are no longer limited (each is logged at warn).",
+	})
 	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "fastlimit", Subsystem: "config", Name: "info",
 		Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' or xDS resources' names and contents).",
@@ -273,6 +278,9 @@ func (m *Metrics) Loaded(r *rules.Loaded, changed bool) {
 		m.cacheSeries(r.Set)
 	}
 }
+
+// DomainsRemoved records the domains a load removed.
+func (m *Metrics) DomainsRemoved(domains []string) { m.removed.Add(float64(len(domains))) }
 
 // LoadFailed records a failed load; the rules in force stay.
 func (m *Metrics) LoadFailed() {

@@ -187,6 +187,10 @@ func TestRuleLabel(t *testing.T) {
 		{detailed, nil, "d.k_*.sub"},
 		{wildValue, es("a", "x", "k", "v42"), "d.a_x.k_v42"},
 		{keyOnly, es("a", "x", "k", "anything"), "d.a_x.k_anything"},
+		// Request bytes that are not UTF-8 (Prometheus refuses such label
+		// values) become U+FFFD.
+		{detailed, es("k", "a\xffb", "sub", "\xc0"), "d.k_a\uFFFDb.sub_\uFFFD"},
+		{keyOnly, es("a", "x", "k", "\xfe\xfe"), "d.a_x.k_\uFFFD"},
 	}
 	for _, tc := range cases {
 		if got := ruleLabel(tc.lim, "d", view{tc.es}, 0); got != tc.want {

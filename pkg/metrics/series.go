@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -128,12 +129,21 @@ func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) s
 			key, value := req.Entry(i, j)
 			writeLevel(&b, key, value)
 		}
-		return b.String()
+		return validLabel(b.String())
 	}
 	key, value := req.Entry(i, n-1)
 	b.WriteString(parentPath(lim.Path, key))
 	writeLevel(&b, key, value)
-	return b.String()
+	return validLabel(b.String())
+}
+
+// validLabel makes a label value of request bytes UTF-8, as Prometheus
+// requires, replacing what is not with U+FFFD.
+func validLabel(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func writeLevel(b *strings.Builder, key, value string) {

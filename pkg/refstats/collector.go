@@ -27,6 +27,7 @@ type collector struct {
 
 	mu        sync.Mutex
 	mapped    map[*statsd.Counter]*refSeries // nil entry: not exported
+	gauged    map[*statsd.Gauge]*refSeries   // the same for gauges
 	families  map[string]family              // by name: first type and help wins
 	observers []prometheus.Collector         // histograms and summaries of timers
 	obsByID   map[string]refObserver         // the same, by name and labels
@@ -38,9 +39,18 @@ type refObserver struct {
 }
 
 type family struct {
-	observer bool
-	help     string
+	kind statKind
+	help string
 }
+
+// statKind is how a family is exported; a name keeps its first kind.
+type statKind uint8
+
+const (
+	kindCounter statKind = iota
+	kindGauge
+	kindObserver
+)
 
 // refSeries is one exported counter series.
 type refSeries struct {
@@ -53,6 +63,7 @@ func newCollector(store *statsd.Store, m *statsmap.Mapper, reg prometheus.Regist
 	c := &collector{
 		store: store, mapper: m,
 		mapped:   map[*statsd.Counter]*refSeries{},
+		gauged:   map[*statsd.Gauge]*refSeries{},
 		families: map[string]family{},
 		obsByID:  map[string]refObserver{},
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
@@ -69,9 +80,12 @@ func newCollector(store *statsd.Store, m *statsmap.Mapper, reg prometheus.Regist
 // Describe sends nothing: the collector is unchecked.
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
 
-// Collect sends every counter series with a count, and the timers.
+// Collect sends every counter series with a count, the gauges and the
+// timers, after the store's generators have set the generated stats.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.store.Generate()
 	counters := c.store.Counters()
+	gauges := c.store.Gauges()
 	c.mu.Lock()
 	type sum struct {
 		s *refSeries
@@ -100,10 +114,34 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		sums[s.id] = t
 		order = append(order, t)
 	}
+	var gaugeOrder []*sum
+	gaugeSums := map[string]*sum{}
+	for _, g := range gauges {
+		s, ok := c.gauged[g]
+		if !ok {
+			s = c.gaugeSeries(g.Name())
+			c.gauged[g] = s
+		}
+		if s == nil {
+			continue
+		}
+		// Gauges that map to one series: the last wins, as statsd_exporter
+		// keeps the last value set.
+		if t := gaugeSums[s.id]; t != nil {
+			t.v = float64(g.Value())
+			continue
+		}
+		t := &sum{s, float64(g.Value())}
+		gaugeSums[s.id] = t
+		gaugeOrder = append(gaugeOrder, t)
+	}
 	obs := c.observers
 	c.mu.Unlock()
 	for _, t := range order {
 		ch <- prometheus.MustNewConstMetric(t.s.desc, prometheus.CounterValue, t.v, t.s.values...)
+	}
+	for _, t := range gaugeOrder {
+		ch <- prometheus.MustNewConstMetric(t.s.desc, prometheus.GaugeValue, t.v, t.s.values...)
 	}
 	for _, o := range obs {
 		o.Collect(ch)
@@ -113,11 +151,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // series maps a counter's stat; nil when it is dropped or conflicts.
 // c.mu is held.
 func (c *collector) series(stat string) *refSeries {
-	r := c.mapper.Map(stat, statsmap.Counter)
+	return c.constSeries(stat, statsmap.Counter, kindCounter)
+}
+
+// gaugeSeries maps a gauge's stat as series does a counter's.
+func (c *collector) gaugeSeries(stat string) *refSeries {
+	return c.constSeries(stat, statsmap.Gauge, kindGauge)
+}
+
+func (c *collector) constSeries(stat string, t statsmap.Type, kind statKind) *refSeries {
+	r := c.mapper.Map(stat, t)
 	if r.Drop || r.Name == "" {
 		return nil
 	}
-	f, ok := c.family(r, false)
+	f, ok := c.family(r, kind)
 	if !ok {
 		return nil
 	}
@@ -139,19 +186,19 @@ func seriesID(r statsmap.Result) string {
 	return id.String()
 }
 
-// family returns the family of r's name, registering it as a counter or
-// an observer; false when the name is taken by the other kind. c.mu is
-// held.
-func (c *collector) family(r statsmap.Result, observer bool) (family, bool) {
+// family returns the family of r's name, registering it as a counter, a
+// gauge or an observer; false when the name is taken by another kind.
+// c.mu is held.
+func (c *collector) family(r statsmap.Result, kind statKind) (family, bool) {
 	f, ok := c.families[r.Name]
 	if !ok {
-		f = family{observer: observer, help: r.Help}
+		f = family{kind: kind, help: r.Help}
 		if f.help == "" {
 			f.help = defaultRefHelp
 		}
 		c.families[r.Name] = f
 	}
-	if f.observer != observer {
+	if f.kind != kind {
 		c.conflicts.Inc()
 		return f, false
 	}
@@ -171,7 +218,7 @@ func (c *collector) observer(stat string) (prometheus.Observer, float64) {
 	if ro, ok := c.obsByID[id]; ok {
 		return ro.o, ro.scale
 	}
-	f, ok := c.family(r, true)
+	f, ok := c.family(r, kindObserver)
 	if !ok {
 		return nil, 1
 	}

@@ -3,6 +3,7 @@ package refstats
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -143,6 +144,11 @@ var (
 // become '_', and so do the dots of anything that looks like an IPv4
 // address, so that an address stays one level of the stat name.
 func sanitizeStat(key string) string {
+	// Request values that are not UTF-8 (see rls.Codec) would make label
+	// values Prometheus refuses.
+	if !utf8.ValidString(key) {
+		key = strings.ToValidUTF8(key, "\uFFFD")
+	}
 	key = statReplacer.Replace(key)
 	return ipv4InStat.ReplaceAllStringFunc(key, func(ip string) string {
 		return strings.ReplaceAll(ip, ".", "_")

@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fastlimit/fastlimit/pkg/connlimit"
+	"github.com/fastlimit/fastlimit/pkg/httpserver"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/statsd"
 	"github.com/fastlimit/fastlimit/pkg/statsmap"
@@ -25,24 +27,32 @@ import (
 // Options select where envoyproxy/ratelimit's stats go. Each has a flag
 // whose environment twin is the reference's variable of the same meaning.
 type Options struct {
-	UsePrometheus  bool   // USE_PROMETHEUS
-	PromAddr       string // PROMETHEUS_ADDR
-	PromPath       string // PROMETHEUS_PATH
-	MapperYAML     string // PROMETHEUS_MAPPER_YAML
-	UseStatsd      bool   // USE_STATSD
-	UseDogStatsd   bool   // USE_DOG_STATSD
-	StatsdHost     string // STATSD_HOST
-	StatsdPort     int    // STATSD_PORT
-	StatsdProtocol string // tcp (as gostats) or udp
-	FlushInterval  time.Duration
-	ExtraTags      string // EXTRA_TAGS
-	DisableStats   bool   // DISABLE_STATS
-	Mogrifiers     string // USE_DOG_STATSD_MOGRIFIERS
+	UsePrometheus bool   // USE_PROMETHEUS
+	PromAddr      string // PROMETHEUS_ADDR
+	PromPath      string // PROMETHEUS_PATH
+	MapperYAML    string // PROMETHEUS_MAPPER_YAML
+	// ResponseTimeMillis keeps the built-in mapping's response time in
+	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS); by default
+	// it is scaled to seconds, as upstream's mapping does since #1104.
+	// A mapping file decides for itself.
+	ResponseTimeMillis bool
+	UseStatsd          bool   // USE_STATSD
+	UseDogStatsd       bool   // USE_DOG_STATSD
+	StatsdHost         string // STATSD_HOST
+	StatsdPort         int    // STATSD_PORT
+	StatsdProtocol     string // tcp (as gostats) or udp
+	FlushInterval      time.Duration
+	ExtraTags          string // EXTRA_TAGS
+	DisableStats       bool   // DISABLE_STATS
+	Mogrifiers         string // USE_DOG_STATSD_MOGRIFIERS
 	// NearRatio is the share of a limit past which hits are near it.
 	NearRatio float64
 	// Getenv reads DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}, whose
 	// names depend on USE_DOG_STATSD_MOGRIFIERS; nil: os.Getenv.
 	Getenv func(string) string
+	// HTTP bounds the PROMETHEUS_ADDR listener; zero fields take
+	// httpserver.Defaults'.
+	HTTP httpserver.Options
 }
 
 // Reporter is envoyproxy/ratelimit's stats: a counting observer, and its
@@ -56,8 +66,7 @@ type Reporter struct {
 	client *statsd.Client
 	log    *zap.Logger
 
-	srv    *http.Server
-	lis    net.Listener
+	srv    *httpserver.Server
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -109,7 +118,13 @@ func (m *Reporter) setupPrometheus(main *prometheus.Registry) error {
 		return fmt.Errorf("PROMETHEUS_PATH (--prometheus-path) %q must start with '/'", o.PromPath)
 	}
 	mapper := statsmap.Default()
+	if !o.ResponseTimeMillis {
+		mapper = statsmap.DefaultSeconds()
+	}
 	if o.MapperYAML != "" {
+		if o.ResponseTimeMillis {
+			m.log.Warn("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS has no effect with PROMETHEUS_MAPPER_YAML: the file's scale decides")
+		}
 		data, err := os.ReadFile(o.MapperYAML)
 		if err != nil {
 			return fmt.Errorf("PROMETHEUS_MAPPER_YAML (--prometheus-mapper-yaml): %w", err)
@@ -158,6 +173,7 @@ func (m *Reporter) setupStatsd() error {
 	if m.client, err = statsd.NewClient(m.stats.store, so, m.log.Named("statsd")); err != nil {
 		return fmt.Errorf("STATSD_HOST, STATSD_PORT, STATSD_PROTOCOL: %w", err)
 	}
+	m.stats.timers = true
 	return nil
 }
 
@@ -223,21 +239,21 @@ func (m *Reporter) Open(ctx context.Context) error {
 		return nil
 	}
 	if m.gather != nil {
-		lis, err := net.Listen("tcp", m.opts.PromAddr)
-		if err != nil {
-			return fmt.Errorf("listen PROMETHEUS_ADDR (--prometheus-addr) %s: %w", m.opts.PromAddr, err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle(m.opts.PromPath, promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{
 			ErrorLog: zap.NewStdLog(m.log), ErrorHandling: promhttp.ContinueOnError,
 		}))
-		m.lis, m.srv = lis, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv, err := httpserver.Listen(m.opts.PromAddr, mux, m.opts.HTTP)
+		if err != nil {
+			return fmt.Errorf("listen PROMETHEUS_ADDR (--prometheus-addr) %s: %w", m.opts.PromAddr, err)
+		}
+		m.srv = srv
 		go func() {
-			if err := m.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.log.Error("prometheus listener stopped", zap.Error(err))
 			}
 		}()
-		m.log.Info("serving envoyproxy/ratelimit's metrics", zap.String("addr", lis.Addr().String()), zap.String("path", m.opts.PromPath))
+		m.log.Info("serving envoyproxy/ratelimit's metrics", zap.String("addr", srv.Addr().String()), zap.String("path", m.opts.PromPath))
 	}
 	if m.client != nil {
 		var cctx context.Context
@@ -255,10 +271,19 @@ func (m *Reporter) Open(ctx context.Context) error {
 
 // Addr is the bound PROMETHEUS_ADDR, "" without one.
 func (m *Reporter) Addr() string {
-	if m == nil || m.lis == nil {
+	if m == nil || m.srv == nil {
 		return ""
 	}
-	return m.lis.Addr().String()
+	return m.srv.Addr().String()
+}
+
+// ListenerStats are the PROMETHEUS_ADDR listener's connection counts;
+// false without one.
+func (m *Reporter) ListenerStats() (connlimit.Stats, bool) {
+	if m == nil || m.srv == nil {
+		return connlimit.Stats{}, false
+	}
+	return m.srv.Stats(), true
 }
 
 // Close stops the listener and the statsd client, which flushes once
@@ -272,8 +297,7 @@ func (m *Reporter) Close(ctx context.Context, timeout time.Duration) error {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		if err := m.srv.Shutdown(sctx); err != nil {
-			_ = m.srv.Close()
-			errs = append(errs, fmt.Errorf("prometheus listener shutdown: %w", err))
+			errs = append(errs, fmt.Errorf("prometheus listener: %w", err))
 		}
 	}
 	if m.cancel != nil {

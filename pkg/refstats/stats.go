@@ -59,6 +59,7 @@ type Stats struct {
 	methodsMu sync.RWMutex
 	methods   map[string]*methodStats // by full gRPC method
 	prom      *collector              // nil without USE_PROMETHEUS
+	timers    bool                    // statsd is on: keep the response timer's values
 }
 
 // ruleStats are one stat key's counters. A nil *ruleStats counts nothing.
@@ -78,6 +79,7 @@ type methodStats struct {
 	total *statsd.Counter
 	time  prometheus.Observer // nil without Prometheus or when mapped away
 	scale float64
+	timer *statsd.Timer // nil without statsd
 }
 
 func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometheus.Registerer) (*Stats, error) {
@@ -97,11 +99,16 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 		methods:      map[string]*methodStats{},
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
+	addRuntimeStats(st)
 	if err := reg.Register(r.overflow); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
+
+// Counters returns every counter the stats hold, in creation order, for
+// the admin listener's /stats.
+func (r *Stats) Counters() []*statsd.Counter { return r.store.Counters() }
 
 // rulesFor returns the stats of s's limits, building them on the first
 // decision under s.
@@ -309,8 +316,12 @@ func (r *Stats) interceptor(ctx context.Context, req any, info *grpc.UnaryServer
 	ms := r.method(info.FullMethod)
 	ms.total.Add(1)
 	resp, err := h(ctx, req)
+	took := time.Since(start).Milliseconds()
 	if ms.time != nil {
-		ms.time.Observe(float64(time.Since(start).Milliseconds()) * ms.scale)
+		ms.time.Observe(float64(took) * ms.scale)
+	}
+	if ms.timer != nil {
+		ms.timer.Add(uint64(took))
 	}
 	return resp, err
 }
@@ -333,6 +344,9 @@ func (r *Stats) method(full string) *methodStats {
 	ms = &methodStats{total: r.store.Counter(statServerPrefix + name + statTotalRequests), scale: 1}
 	if r.prom != nil {
 		ms.time, ms.scale = r.prom.observer(statServerPrefix + name + statResponseTime)
+	}
+	if r.timers {
+		ms.timer = r.store.Timer(statServerPrefix + name + statResponseTime)
 	}
 	r.methods[full] = ms
 	return ms

@@ -78,9 +78,7 @@ func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorS
 		b.limit.Unit = rls.RateLimitResponse_RateLimit_Unit(lim.Unit)
 		ds.CurrentLimit = &b.limit
 		ds.LimitRemaining = st.Remaining
-		// durationpb.New(millis(st.ResetMillis)), in place.
-		ns := millis(st.ResetMillis).Nanoseconds()
-		b.reset.Seconds, b.reset.Nanos = ns/1e9, int32(ns%1e9)
+		b.reset.Seconds, b.reset.Nanos = resetSeconds(st.ResetMillis), 0
 		ds.DurationUntilReset = &b.reset
 	}
 	return ds
@@ -94,6 +92,13 @@ func toCode(c limiter.Code) rls.RateLimitResponse_Code {
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// resetSeconds is duration_until_reset as the reference gives it: whole
+// seconds, rounded up (its CalculateReset answers window - now%window on
+// Unix seconds, which is the ceiling of the time left). Envoy builds
+// x-ratelimit-reset from the Duration's seconds alone, so 745ms left of a
+// per-second window must read 1, not 0.
+func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
 
 // view shows a request to observers as a limiter.View, without copying.
 type view rls.RateLimitRequest

@@ -3,6 +3,8 @@ package rls
 import (
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -41,11 +43,13 @@ func (o *HeaderOptions) Validate() error {
 }
 
 // decorate adds headers and dynamic metadata to out, as the options ask.
-// descs are the request's descriptors, one per status.
+// descs are the request's descriptors, one per status. Retry-After comes
+// only with an enforced OVER_LIMIT: out's overall code after quota and
+// shadow modes, so that Envoy never passes it to a client on a 200.
 func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.Mode != HeadersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
-			out.ResponseHeadersToAdd = o.headers(st, res.Code == limiter.OverLimit && !o.QuotaMode)
+			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rls.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {
@@ -202,7 +206,7 @@ func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateL
 		}
 		passed = append(passed, d)
 	}
-	m := map[string]any{"domain": domain, "descriptors": passed}
+	m := map[string]any{"domain": validUTF8(domain), "descriptors": passed}
 	if violations != nil {
 		m["quotaModeViolations"] = violations
 	}
@@ -210,15 +214,26 @@ func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateL
 	if err != nil {
 		// Metadata holds only YAML scalars, lists and string-keyed maps,
 		// which always convert; keep the answer rather than fail it.
-		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(domain)}}
+		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(validUTF8(domain))}}
 	}
 	return s
 }
 
+// entryStrings are the entries as "key=value", made UTF-8: Struct strings
+// must be, and a request may carry bytes that are not (see Codec).
 func entryStrings(es []entry) []any {
 	out := make([]any, len(es))
 	for i, e := range es {
-		out[i] = e.GetKey() + "=" + e.GetValue()
+		out[i] = validUTF8(e.GetKey() + "=" + e.GetValue())
 	}
 	return out
+}
+
+// validUTF8 replaces what is not UTF-8 in s with U+FFFD; s itself when it
+// is UTF-8.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

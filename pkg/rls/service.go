@@ -128,7 +128,7 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	out := toResponse(res)
 	h := &s.o.Headers
 	if h.QuotaMode {
-		quotaAll(out)
+		quotaAll(out, res)
 	}
 	if h.ShadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rls.RateLimitResponse_OK
@@ -156,15 +156,27 @@ func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response)
 	}
 }
 
-// quotaAll is global quota mode (QUOTA_MODE): every descriptor over its
-// limit answers OK, and so does the request.
-func quotaAll(out *rls.RateLimitResponse) {
-	for _, st := range out.Statuses {
-		if st.Code == rls.RateLimitResponse_OVER_LIMIT {
-			st.Code = rls.RateLimitResponse_OK
+// quotaAll is global quota mode (QUOTA_MODE) as envoyproxy/ratelimit
+// answers it since #1059: every descriptor but an unlimited one is a quota
+// descriptor (one no rule matches, or whose rule another replaces,
+// included: it passes), and the request is OVER_LIMIT only when all of
+// them are over. Statuses keep their codes.
+func quotaAll(out *rls.RateLimitResponse, res *limiter.Response) {
+	quota, over := 0, 0
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Limit != nil && st.Limit.Unlimited {
+			continue
+		}
+		quota++
+		if st.Code == limiter.OverLimit {
+			over++
 		}
 	}
 	out.OverallCode = rls.RateLimitResponse_OK
+	if quota > 0 && over == quota {
+		out.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+	}
 }
 
 // deadlineWithin reports whether ctx ends at most timeout after start.

@@ -107,7 +107,8 @@ func toResponseReference(res *limiter.Response) *rls.RateLimitResponse {
 				Unit:            rls.RateLimitResponse_RateLimit_Unit(lim.Unit),
 			}
 			ds.LimitRemaining = st.Remaining
-			ds.DurationUntilReset = durationpb.New(millis(st.ResetMillis))
+			// Whole seconds, rounded up, as the reference answers.
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: (st.ResetMillis + 999) / 1000}
 		}
 		out.Statuses = append(out.Statuses, ds)
 	}

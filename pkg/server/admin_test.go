@@ -170,11 +170,21 @@ func TestUsageBadRequests(t *testing.T) {
 		"domain=adm&descriptor=win",
 		"domain=adm&descriptor=win=%zz",
 		"domain=adm&descriptor=win=x&descriptor=win=y",
-		"domain=adm&descriptor=" + strings.Repeat("k", 5000) + "=v",
 	} {
 		if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
 		}
+	}
+	// A long key is no bad request: requests are bounded by bytes, not by
+	// an entry's length.
+	if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusOK ||
+		!strings.Contains(body, `"matched":false`) {
+		t.Errorf("a 5000-byte key: %d", code)
+	}
+	// With --max-entry-bytes, it is.
+	capped, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--max-entry-bytes", "4096")
+	if code, _ := get(t, "http://"+capped.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusBadRequest {
+		t.Errorf("a 5000-byte key under --max-entry-bytes 4096: %d, want 400", code)
 	}
 }
 
@@ -197,9 +207,71 @@ func TestParseDescriptor(t *testing.T) {
 	}
 }
 
+// TestRLConfig: /rlconfig is the reference's layout, one line per limit.
 func TestRLConfig(t *testing.T) {
-	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
 	code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	want := `adm.win: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false
+adm.bucket: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false
+adm.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+adm.odd_a,b=c: unit=HOUR requests_per_unit=7, shadow_mode: true, quota_mode: false
+`
+	if body != want {
+		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)
+	}
+}
+
+// TestAdminIndex: "/" and any path the admin listener does not serve list
+// its endpoints, "<path>: <help>" sorted by path, as the reference's.
+func TestAdminIndex(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	want := `/metrics: FastLimit's Prometheus metrics
+/rlconfig: print out the currently loaded configuration for debugging
+/stats: print out stats
+/v1/rules: the rules in force with FastLimit's fields, their hash and files
+/v1/usage: peek at a descriptor's counter without charging it
+`
+	for _, path := range []string{"/", "/nothing/here"} {
+		code, body := get(t, "http://"+s.AdminAddr()+path)
+		if code != http.StatusOK || body != want {
+			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
+		}
+	}
+}
+
+// TestAdminStats: /stats writes the process's expvars as the reference's
+// does, "cmdline: [...]" and "memstats: {...}".
+func TestAdminStats(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/stats")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			t.Fatalf("line %q is not <name>: <value>", l)
+		}
+		lines[k] = v
+	}
+	var cmdline []string
+	var mem struct{ Alloc, NumGC *uint64 }
+	if err := json.Unmarshal([]byte(lines["cmdline"]), &cmdline); err != nil || len(cmdline) == 0 {
+		t.Errorf("cmdline %q: %v", lines["cmdline"], err)
+	}
+	if err := json.Unmarshal([]byte(lines["memstats"]), &mem); err != nil || mem.Alloc == nil || mem.NumGC == nil {
+		t.Errorf("memstats %q: %v", lines["memstats"], err)
+	}
+}
+
+// TestRules: /v1/rules lists the rules with FastLimit's fields.
+func TestRules(t *testing.T) {
+	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -242,8 +314,11 @@ func TestAdminMetrics(t *testing.T) {
 func TestPprofOnlyWhenAsked(t *testing.T) {
 	rules := map[string]string{"adm.yaml": adminRules}
 	off, _ := testServer(t, rules)
-	if code, _ := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusNotFound {
-		t.Fatalf("pprof without --pprof: %d", code)
+	// Without --pprof the path is not served: it gets the index, as any
+	// other path the admin listener does not serve.
+	if code, body := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusOK ||
+		strings.Contains(body, "goroutine") || !strings.HasPrefix(body, "/metrics: ") {
+		t.Fatalf("pprof without --pprof: %d\n%s", code, body)
 	}
 	on, _ := testServer(t, rules, "--pprof")
 	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/"); code != http.StatusOK {
@@ -286,7 +361,7 @@ func TestAdminAddrInUse(t *testing.T) {
 
 func TestReadyFollowsDraining(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	ready := "http://" + s.httpLis.Addr().String() + "/ready"
+	ready := "http://" + s.HTTPAddr() + "/ready"
 	if code, body := get(t, ready); code != http.StatusOK {
 		t.Fatalf("/ready %d %s", code, body)
 	}
@@ -309,7 +384,7 @@ func TestCloseBoundsAndOrder(t *testing.T) {
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ready, admin := "http://"+s.httpLis.Addr().String()+"/ready", "http://"+s.AdminAddr()+"/metrics"
+	ready, admin := "http://"+s.HTTPAddr()+"/ready", "http://"+s.AdminAddr()+"/metrics"
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- s.Close(context.Background()) }()

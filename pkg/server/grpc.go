@@ -24,6 +24,7 @@ var healthServices = []string{"", "ratelimit"}
 // call stats as the settings ask.
 func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
 	gopts := append(grpcOptions(s), tlsOpts...)
+	gopts = append(gopts, s.bounds.options()...)
 	gopts = append(gopts, s.tracing.ServerOptions(rls.ShouldRateLimitMethod)...)
 	g := grpc.NewServer(append(gopts, s.ref.ServerOptions()...)...)
 	s.service.Register(g)
@@ -36,6 +37,7 @@ func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
 	// grpcurl and other tools list and call the services without .proto
 	// files.
 	reflection.Register(g)
+	s.bounds.setMethods(g)
 	return g
 }
 
@@ -50,11 +52,15 @@ func grpcOptions(s *Server) []grpc.ServerOption {
 	// few connections.
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
+		// Descriptor values that are not UTF-8 are decided, not refused.
+		rls.ServerOption(),
 		// Connections are closed after a day (with a random +-10 %),
 		// so that Envoys spread over replicas added since they connected.
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      o.GRPCMaxAge,
 			MaxConnectionAgeGrace: o.GRPCMaxAgeGrace,
+			// 0 is gRPC's default: never.
+			MaxConnectionIdle: o.GRPC.MaxIdle,
 		}),
 	}
 	if o.StreamWorkers > 0 {

@@ -73,7 +73,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--redis-url", redis, "--redis-dial-timeout", "100ms", "--store-timeout", "100ms"}, tc.args...)
 			s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, args...)
-			base := "http://" + s.httpLis.Addr().String()
+			base := "http://" + s.HTTPAddr()
 			if code, body := get(t, base+"/healthcheck"); code != tc.health {
 				t.Errorf("/healthcheck %d %q, want %d", code, body, tc.health)
 			}
@@ -92,7 +92,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 // the service names "" and "ratelimit"; draining fails them all.
 func TestHealthMemoryStore(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--healthy-with-at-least-one-config-loaded")
-	base := "http://" + s.httpLis.Addr().String()
+	base := "http://" + s.HTTPAddr()
 	for _, path := range []string{"/healthcheck", "/ready"} {
 		if code, body := get(t, base+path); code != http.StatusOK || body != "OK\n" {
 			t.Errorf("%s: %d %q", path, code, body)
@@ -206,26 +206,40 @@ func TestUnmatchedLogged(t *testing.T) {
 	}
 }
 
-// TestQuotaMode: with --quota-mode a request over its limit answers OK,
-// its descriptor listed among the quota violations.
+// TestQuotaMode: with --quota-mode every descriptor is a quota one, as
+// in envoyproxy/ratelimit since #1059: a request is OVER_LIMIT only when
+// all its descriptors (but unlimited ones) are over; one over beside one
+// that passes (here, one no rule matches) answers OK, its status still
+// OVER_LIMIT and listed among the quota violations.
 func TestQuotaMode(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--quota-mode", "--response-dynamic-metadata")
 	client := rlspb.NewRateLimitServiceClient(dial(t, s.grpcLis.Addr().String()))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	two := rlsRequest("adm", "win", "q")
+	two.Descriptors = append(two.Descriptors, rlsRequest("adm", "unmatched", "x").Descriptors...)
 	var last *rlspb.RateLimitResponse
-	for range 6 {
-		resp, err := client.ShouldRateLimit(ctx, rlsRequest("adm", "win", "q"))
+	for i := range 6 { // adm.win allows 5 a minute
+		resp, err := client.ShouldRateLimit(ctx, two)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.GetOverallCode() != rlspb.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != rlspb.RateLimitResponse_OK {
-			t.Fatalf("quota mode answered %v", resp)
+		want := rlspb.RateLimitResponse_OK
+		if i == 5 {
+			want = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.GetOverallCode() != rlspb.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != want {
+			t.Fatalf("hit %d: quota mode answered %v", i, resp)
 		}
 		last = resp
 	}
 	v := last.GetDynamicMetadata().GetFields()["quotaModeViolations"].GetListValue().GetValues()
 	if len(v) != 1 || v[0].GetNumberValue() != 0 {
 		t.Errorf("quotaModeViolations %v, want [0]", v)
+	}
+	// Alone, the over descriptor is every quota descriptor of the request.
+	resp, err := client.ShouldRateLimit(ctx, rlsRequest("adm", "win", "q"))
+	if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("all quota descriptors over: %v %v, want OVER_LIMIT", resp, err)
 	}
 }

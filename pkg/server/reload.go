@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -24,7 +25,16 @@ func (s *Server) openRules(ctx context.Context) error {
 	layout := s.opts.Rules()
 	s.reload = startReload(context.WithoutCancel(ctx), layout, s.rules.reload, s.log.Named("reload"))
 	if _, err := s.rules.load(); err != nil {
-		return fmt.Errorf("load rules from %s (%s): %w", layout.Dir, s.opts.Name("config"), err)
+		if !errors.Is(err, rules.ErrNoFiles) {
+			return fmt.Errorf("load rules from %s (%s): %w", layout.Dir, s.opts.Name("config"), err)
+		}
+		// An image without rules, or a ConfigMap mounted elsewhere: serve,
+		// as the reference does, and say so.
+		s.rules.startEmpty()
+		s.log.Warn("no rules files: every request is answered OK, matching no rule, until rules files appear "+
+			"(HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true keeps health failed meanwhile)",
+			zap.String(logDir, layout.Dir), zap.String("setting", s.opts.Name("config")))
+		return nil
 	}
 	cur := s.rules.Current()
 	s.log.Info("rules loaded", zap.String(logDir, layout.Dir), zap.Int(logFiles, len(cur.Files)),

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -167,9 +169,9 @@ func TestServerReloads(t *testing.T) {
 }
 
 // TestRulesFileWrittenInTwoPieces writes a rules file in place in two
-// pieces 1.5 s apart; the first piece alone parses (requests_per_unit 5
-// of the final 50). The half-written file is never live: the limit goes
-// from 10 straight to 50.
+// pieces 0.5 s apart, within the watcher's settle time (1 s); the first
+// piece alone parses (requests_per_unit 5 of the final 50). The
+// half-written file is never live: the limit goes from 10 straight to 50.
 func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)}, "--drain", "0s")
 	limit := func() uint32 {
@@ -188,7 +190,7 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint32]int{}
-	second := time.Now().Add(1500 * time.Millisecond)
+	second := time.Now().Add(500 * time.Millisecond)
 	deadline := second.Add(10 * time.Second)
 	wrote := false
 	for time.Now().Before(deadline) {
@@ -207,5 +209,89 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	}
 	if seen[5] != 0 || seen[50] == 0 {
 		t.Fatalf("limits seen (value: times): %v; want 10 then 50, never the half-written 5", seen)
+	}
+}
+
+// TestEmptyRulesDirectory: a rules directory without rules files (an
+// image without rules, a ConfigMap mounted elsewhere) is served, as the
+// reference serves it: a warning says so, every request is OK, health
+// waits for rules with --healthy-with-at-least-one-config-loaded, and
+// files that appear are loaded.
+func TestEmptyRulesDirectory(t *testing.T) {
+	for _, oneConfig := range []bool{false, true} {
+		t.Run(fmt.Sprint("one config ", oneConfig), func(t *testing.T) {
+			dir := t.TempDir()
+			core, logs := zapobserver.New(zap.InfoLevel)
+			var args []string
+			if oneConfig {
+				args = append(args, "--healthy-with-at-least-one-config-loaded")
+			}
+			s := testServerOn(t, dir, zap.New(core), args...)
+			if logs.FilterMessageSnippet("no rules files").Len() != 1 {
+				t.Errorf("no warning about the empty directory: %v", logs.All())
+			}
+			resp, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x"))
+			if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OK || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+				t.Errorf("with no rules: %v, %v; want OK without a limit", resp, err)
+			}
+			wantHealth := http.StatusOK
+			if oneConfig {
+				wantHealth = http.StatusServiceUnavailable
+			}
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != wantHealth {
+				t.Errorf("/healthcheck %d, want %d", code, wantHealth)
+			}
+			writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x"))
+				if err == nil && r.GetStatuses()[0].GetCurrentLimit() != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the rules file that appeared was not loaded in 10 s")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
+				t.Errorf("/healthcheck %d with rules, want 200", code)
+			}
+		})
+	}
+}
+
+// TestRemovedDomainsWarned: a reload that drops domains warns once per
+// domain, with the cause, and tells onRemoved; one that keeps them does
+// not.
+func TestRemovedDomainsWarned(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b", "c"} {
+		writeFile(t, filepath.Join(dir, d+".yaml"), strings.Replace(rulesYAML(1), "domain: r", "domain: "+d, 1))
+	}
+	r, _, _, logs := newTestRules(t, dir)
+	var told []string
+	r.onRemoved = func(ds []string) { told = append(told, ds...) }
+	if _, err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "a.yaml"), strings.Replace(rulesYAML(2), "domain: r", "domain: a", 1))
+	r.reload(context.Background(), "test")
+	if len(told) != 0 || logs.FilterMessageSnippet("domain removed").Len() != 0 {
+		t.Fatalf("a reload that kept every domain warned: %v", told)
+	}
+	for _, d := range []string{"b", "c"} {
+		if err := os.Remove(filepath.Join(dir, d+".yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.reload(context.Background(), "change")
+	warned := logs.FilterMessageSnippet("domain removed").All()
+	if fmt.Sprint(told) != "[b c]" || len(warned) != 2 {
+		t.Fatalf("told %v, %d warnings; want [b c] and 2", told, len(warned))
+	}
+	for i, w := range warned {
+		if w.Level != zapcore.WarnLevel || w.ContextMap()[logDomain] != told[i] || w.ContextMap()[logCause] != "change" {
+			t.Errorf("warning %d: %v %v", i, w.Level, w.ContextMap())
+		}
 	}
 }

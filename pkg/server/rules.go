@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/settings"
@@ -22,6 +23,7 @@ const (
 	logTook    = "took"
 	logFiles   = "files"
 	logDomains = "domains"
+	logDomain  = "domain"
 	logLimits  = "limits"
 
 	logResources = "resources"
@@ -38,8 +40,12 @@ type ruleSource struct {
 	obs     loadObserver
 	log     *zap.Logger
 
+	// onRemoved, if set, is told of the domains a load removed.
+	onRemoved func(domains []string)
+
 	mu      sync.Mutex // serialises loads
 	current atomic.Pointer[rules.Loaded]
+	removed []string // the domains the last swap removed, for update to log
 }
 
 // loadObserver is told of every load of the rules: metrics.Metrics and
@@ -87,14 +93,48 @@ func (r *ruleSource) swap(build func() (*rules.Loaded, error)) (changed bool, er
 		r.obs.LoadFailed()
 		return false, err
 	}
-	if cur := r.current.Load(); cur != nil && cur.Hash == next.Hash {
+	cur := r.current.Load()
+	if cur != nil && cur.Hash == next.Hash {
 		r.obs.Loaded(cur, false)
 		return false, nil
 	}
 	r.limiter.SetRules(next.Set)
 	r.current.Store(next)
 	r.obs.Loaded(next, true)
+	r.removed = removedDomains(cur, next)
+	if len(r.removed) > 0 && r.onRemoved != nil {
+		r.onRemoved(r.removed)
+	}
 	return true, nil
+}
+
+// startEmpty puts rules without domains in force, for a start on a rules
+// directory without rules files; the watcher loads the files that appear.
+func (r *ruleSource) startEmpty() {
+	_, _ = r.swap(func() (*rules.Loaded, error) {
+		set, err := descriptors.NewSet(nil)
+		if err != nil {
+			return nil, err
+		}
+		return &rules.Loaded{Set: set, Hash: emptyRulesHash}, nil
+	})
+}
+
+// emptyRulesHash is the hash of no rules files: SHA-256 of nothing.
+const emptyRulesHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// removedDomains returns the domains of prev that next lacks.
+func removedDomains(prev, next *rules.Loaded) []string {
+	if prev == nil {
+		return nil
+	}
+	var gone []string
+	for _, d := range prev.Set.Domains() {
+		if next.Set.Domain(d) == nil {
+			gone = append(gone, d)
+		}
+	}
+	return gone
 }
 
 // Current returns the rules in force, nil before the first load.
@@ -129,6 +169,13 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 		r.log.Info("rules reloaded", zap.String(logCause, cause), zap.String(logHash, cur.Hash),
 			sources(cur), zap.Int(logDomains, len(cur.Set.Domains())),
 			zap.Int(logLimits, len(cur.Set.Limits())), took)
+		r.mu.Lock()
+		removed := r.removed
+		r.mu.Unlock()
+		for _, d := range removed {
+			r.log.Warn("domain removed from the rules: its requests are no longer limited", zap.String(logDomain, d),
+				zap.String(logCause, cause), zap.String(logHash, cur.Hash))
+		}
 	default:
 		r.log.Debug("rules unchanged", zap.String(logCause, cause), took)
 	}

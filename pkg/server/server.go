@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/fastlimit/fastlimit/pkg/certs"
+	"github.com/fastlimit/fastlimit/pkg/connlimit"
+	"github.com/fastlimit/fastlimit/pkg/httpserver"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
@@ -40,8 +42,10 @@ type Server struct {
 	service *rls.Service
 	quota   *rlqs.Service // nil with --rlqs=false
 	grpc    *grpc.Server
+	bounds  *grpcBounds
 	health  *health.Server
-	http    *http.Server
+	http    *httpserver.Server
+	certs   *certs.Reloader // nil without gRPC TLS
 
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
@@ -51,16 +55,19 @@ type Server struct {
 	tracing  *tracing.Tracing   // nil with tracing off
 	admin    *admin             // nil without --admin-addr
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
-	timeouts httpTimeouts
+	// httpOpts and adminOpts bound the HTTP and admin listeners.
+	httpOpts, adminOpts httpserver.Options
+	tlsRefused          *prometheus.CounterVec // certificates refused on rotation, by use
 
-	grpcLis, httpLis net.Listener
-	draining         atomic.Bool
-	serving          atomic.Bool     // Open got as far as serving: Close drains
-	storeSeen        atomic.Bool     // the store has answered since the start
-	life             context.Context // until Close
-	cancel           context.CancelFunc
-	stopProbe        context.CancelFunc // ends the gRPC health prober, if any
-	wg               sync.WaitGroup
+	grpcLis   *connlimit.Listener
+	files     int // the open-files limit; 0 when unknown
+	draining  atomic.Bool
+	serving   atomic.Bool     // Open got as far as serving: Close drains
+	storeSeen atomic.Bool     // the store has answered since the start
+	life      context.Context // until Close
+	cancel    context.CancelFunc
+	stopProbe context.CancelFunc // ends the gRPC health prober, if any
+	wg        sync.WaitGroup
 }
 
 // New wires the server's parts from validated-on-the-way settings; reg
@@ -77,9 +84,20 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		}
 		return nil, err
 	}
-	s := &Server{opts: o, version: version, log: log, store: st, registry: reg, timeouts: defaultHTTPTimeouts}
-	tlsOpts, err := grpcTLS(o.TLS, log.Named("tls"))
-	if err != nil {
+	s := &Server{opts: o, version: version, log: log, store: st, registry: reg,
+		httpOpts: httpserver.Defaults, adminOpts: adminHTTP}
+	if s.files, err = connlimit.OpenFilesLimit(); err != nil {
+		log.Warn("the open-files limit is unknown; --grpc-max-connections alone caps gRPC connections", zap.Error(err))
+	}
+	// Each HTTP listener is capped, so that the gRPC one at its cap
+	// leaves them descriptors.
+	s.httpOpts.MaxConns = httpConnCap(s.files)
+	s.adminOpts.MaxConns = s.httpOpts.MaxConns
+	s.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fastlimit_tls_certificates_refused_total",
+		Help: "Rotations of TLS certificate files refused (expired, not valid yet, a key that is not the certificate's, unreadable): the certificate in force stays. By use: grpc_server, xds_client."},
+		[]string{"use"})
+	var tlsOpts []grpc.ServerOption
+	if s.certs, tlsOpts, err = grpcTLS(o.TLS, s.tlsRefused.WithLabelValues("grpc_server").Inc, log.Named("tls")); err != nil {
 		return nil, err
 	}
 	to := o.Tracing
@@ -119,16 +137,32 @@ func (s *Server) newObservers() error {
 	if err := metrics.RegisterBuildInfo(s.registry, s.version); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	for _, use := range []string{"grpc_server", "xds_client"} {
+		s.tlsRefused.WithLabelValues(use)
+	}
+	if err := s.registry.Register(s.tlsRefused); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	s.bounds = &grpcBounds{o: o.GRPC}
+	if err := registerBoundsMetrics(s.registry, s.bounds, s.grpcConns); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := s.registerListenerMetrics(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	ro := o.RefStats
 	ro.NearRatio = o.Admin.NearRatio
+	ro.HTTP = httpserver.Options{MaxConns: s.httpOpts.MaxConns}
 	if s.ref, err = refstats.New(ro, s.limiter, s.registry, s.log.Named("refstats")); err != nil {
 		return err
 	}
 	loads := loadObservers{s.metrics}
 	if st := s.ref.Stats(); st != nil {
 		loads = append(loads, st)
+		addStoreStats(st, s.store)
 	}
 	s.rules = newRuleSource(o.Rules(), s.limiter, loads, s.log.Named("rules"))
+	s.rules.onRemoved = s.metrics.DomainsRemoved
 	return nil
 }
 
@@ -171,6 +205,11 @@ func (s *Server) Open(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
+	if s.certs != nil {
+		if err := s.certs.Open(s.life); err != nil {
+			return err
+		}
+	}
 	if err := s.ref.Open(s.life); err != nil {
 		return err
 	}
@@ -179,22 +218,58 @@ func (s *Server) Open(ctx context.Context) error {
 	if s.opts.Health.ActiveConn {
 		s.probeHealth()
 	}
-	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpLis.Addr().String()),
-		zap.String("admin", s.AdminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version))
+	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),
+		zap.String("admin", s.AdminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
+		zap.Int64("grpc_max_connections", s.grpcLis.Stats().Max))
 	return nil
 }
 
-// listen binds the gRPC, HTTP and admin listeners.
+// listen binds the gRPC, HTTP and admin listeners, each capped so that
+// the gRPC listener at its cap leaves descriptors to the others.
 func (s *Server) listen() error {
-	var err error
-	if s.grpcLis, err = listen(s.opts.GRPCAddr); err != nil {
+	// HTTP, admin and the reference's Prometheus listeners.
+	grpcCap, err := grpcConnCap(s.opts, s.files, 3*s.httpOpts.MaxConns)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Name("grpc-max-connections"), err)
+	}
+	lis, err := listen(s.opts.GRPCAddr)
+	if err != nil {
 		return fmt.Errorf("listen grpc on %s (%s): %w", s.opts.GRPCAddr, s.opts.Name("grpc-addr"), err)
 	}
-	if s.httpLis, err = net.Listen("tcp", s.opts.HTTPAddr); err != nil {
+	s.grpcLis = connlimit.New(lis, grpcCap)
+	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
 		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
 	}
-	s.http = newHTTPServer(s.httpHandler(), s.timeouts, s.timeouts.write)
 	return s.openAdmin(s.adminHandler())
+}
+
+// registerListenerMetrics registers the HTTP listeners' connection
+// counts, by listener: http, admin, prometheus (the reference's).
+func (s *Server) registerListenerMetrics() error {
+	stats := func(name string) func() (connlimit.Stats, bool) {
+		return func() (connlimit.Stats, bool) {
+			switch {
+			case name == "http" && s.http != nil:
+				return s.http.Stats(), true
+			case name == "admin" && s.admin != nil:
+				return s.admin.srv.Stats(), true
+			case name == "prometheus":
+				return s.ref.ListenerStats()
+			}
+			return connlimit.Stats{}, false
+		}
+	}
+	return s.registry.Register(&listenerCollector{listeners: map[string]func() (connlimit.Stats, bool){
+		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"),
+	}})
+}
+
+// grpcConns are the gRPC listener's counts, zero before Open.
+func (s *Server) grpcConns() connlimit.Stats {
+	if s.grpcLis == nil {
+		return connlimit.Stats{}
+	}
+	return s.grpcLis.Stats()
 }
 
 func (s *Server) serve() {
@@ -208,7 +283,7 @@ func (s *Server) serve() {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", zap.Error(err))
 		}
 	}()
@@ -241,6 +316,9 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	if s.certs != nil {
+		_ = s.certs.Close()
+	}
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
@@ -257,11 +335,11 @@ func (s *Server) closeListeners(ctx context.Context) []error {
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, stepTimeout)
 	}
-	if s.httpLis != nil && s.http != nil {
+	if s.http != nil {
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 		defer cancel()
 		if err := s.http.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			errs = append(errs, err)
 		}
 	}
 	if err := s.closeAdmin(ctx, stepTimeout); err != nil {
@@ -291,8 +369,8 @@ func (s *Server) GRPCAddr() string {
 
 // HTTPAddr is the bound HTTP address, "" before Open.
 func (s *Server) HTTPAddr() string {
-	if s.httpLis == nil {
+	if s.http == nil {
 		return ""
 	}
-	return s.httpLis.Addr().String()
+	return s.http.Addr().String()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/breaker"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/overlimit"
+	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/settings"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -27,7 +28,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.RedisURL == "" {
 		return store.NewMemory(store.MemoryOptions{SweepInterval: o.SweepEvery, MaxKeys: o.MemoryMaxKeys}), nil
 	}
-	r, err := newRedis(o, log)
+	r, pool, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, redis: r, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -138,7 +139,8 @@ type guarded struct {
 	open    func(context.Context) error
 	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
-	redis   *store.Redis            // whose client the quota service shares
+	pool    func() refstats.PoolStats
+	redis   *store.Redis // whose client the quota service shares
 }
 
 // redisOf is the Redis of a store, nil for the embedded one.
@@ -149,11 +151,30 @@ func redisOf(st openStore) *store.Redis {
 	return nil
 }
 
+// addStoreStats gives the reference's stats the Redis pool's and the
+// local cache's, as its Redis store and freecache report them.
+func addStoreStats(st *refstats.Stats, s openStore) {
+	g, ok := s.(*guarded)
+	if !ok {
+		return
+	}
+	st.AddRedisPool(g.pool)
+	if c := g.cache; c != nil {
+		st.AddLocalCache(func() refstats.CacheStats {
+			cs := c.Stats()
+			return refstats.CacheStats{Entries: uint64(max(cs.Entries, 0)), Hits: cs.Hits}
+		})
+	}
+}
+
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
 // newRedis builds the Redis store over a client for the deployment
-// --redis-type and --redis-url describe (single, cluster or sentinel).
-func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
+// --redis-type and --redis-url describe (single, cluster or sentinel),
+// and reads its connection pool's stats as the reference counts them:
+// connections open now, opened since the start (open now plus those the
+// pool closed), and closed by the pool (stale or unusable ones).
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
 	pool := o.PoolSize
 	if pool <= 0 {
 		pool = 10 * runtime.GOMAXPROCS(0)
@@ -166,7 +187,12 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
 	})
 	client, err := store.NewClient(copts)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	poolStats := func() refstats.PoolStats {
+		ps := client.PoolStats()
+		closed := uint64(ps.StaleConns) + uint64(ps.Unusable)
+		return refstats.PoolStats{Active: uint64(ps.TotalConns), Total: uint64(ps.TotalConns) + closed, Closed: closed}
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	store.SetClientLogger(log)
@@ -175,7 +201,7 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, error) {
 		inFlight = store.NoMerging
 	}
 	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.ReadTimeout,
-		Gather: o.Gather, GatherOps: o.GatherOps}), nil
+		Gather: o.Gather, GatherOps: o.GatherOps}), poolStats, nil
 }
 
 // storeName describes the store for logs, without credentials.

@@ -30,11 +30,12 @@ func TestStalledRequestIsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.timeouts != defaultHTTPTimeouts || defaultHTTPTimeouts.read <= 0 || defaultHTTPTimeouts.write <= 0 ||
-		defaultHTTPTimeouts.idle <= 0 || defaultHTTPTimeouts.adminWrite <= 0 {
-		t.Fatalf("default timeouts %+v", s.timeouts)
+	if d := s.httpOpts; d.Read <= 0 || d.Write <= 0 || d.Idle <= 0 || d.MaxHeaderBytes <= 0 || d.MaxConns <= 0 ||
+		s.adminOpts.Write < time.Minute {
+		t.Fatalf("default bounds %+v, admin %+v", s.httpOpts, s.adminOpts)
 	}
-	s.timeouts.read, s.timeouts.readHeader = readTimeout, readTimeout
+	s.httpOpts.Read, s.httpOpts.ReadHeader = readTimeout, readTimeout
+	s.adminOpts.Read, s.adminOpts.ReadHeader = readTimeout, readTimeout
 	if err := s.Open(context.Background()); err != nil {
 		_ = s.Close(context.Background())
 		t.Fatal(err)
@@ -44,9 +45,9 @@ func TestStalledRequestIsCut(t *testing.T) {
 	cases := []struct {
 		name, addr, head string
 	}{
-		{"http /json", s.httpLis.Addr().String(), "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"domain\":"},
+		{"http /json", s.HTTPAddr(), "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"domain\":"},
 		{"admin /metrics", s.AdminAddr(), "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc"},
-		{"http headers", s.httpLis.Addr().String(), "GET /ready HTTP/1.1\r\nHost: x\r\n"},
+		{"http headers", s.HTTPAddr(), "GET /ready HTTP/1.1\r\nHost: x\r\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +83,7 @@ func TestStalledRequestIsCut(t *testing.T) {
 // past it.
 func TestJSONBodyLimit(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--drain", "0s")
-	url := "http://" + s.httpLis.Addr().String() + "/json"
+	url := "http://" + s.HTTPAddr() + "/json"
 	ok := `{"domain":"adm","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
 	for _, tc := range []struct {
 		name string

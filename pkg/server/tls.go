@@ -20,22 +20,23 @@ const (
 	envClientSAN = "GRPC_CLIENT_TLS_SAN"
 )
 
-// grpcTLS returns the gRPC server option that serves TLS, or none when
-// TLS is off. Errors name the variable at fault.
-func grpcTLS(o settings.TLS, log *zap.Logger) ([]grpc.ServerOption, error) {
+// grpcTLS returns the certificate reloader and the gRPC server option
+// that serve TLS, or none when TLS is off; refused is called for each
+// rotation refused. Errors name the variable at fault.
+func grpcTLS(o settings.TLS, refused func(), log *zap.Logger) (*certs.Reloader, []grpc.ServerOption, error) {
 	if !o.Enabled {
 		if o.Cert != "" || o.Key != "" || o.ClientCA != "" || o.ClientSAN != "" {
 			log.Warn("gRPC TLS files are set but " + envUseTLS + " is not true: gRPC serves plaintext")
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	switch {
 	case o.Cert == "":
-		return nil, fmt.Errorf("%s: required when %s is true", envTLSCert, envUseTLS)
+		return nil, nil, fmt.Errorf("%s: required when %s is true", envTLSCert, envUseTLS)
 	case o.Key == "":
-		return nil, fmt.Errorf("%s: required when %s is true", envTLSKey, envUseTLS)
+		return nil, nil, fmt.Errorf("%s: required when %s is true", envTLSKey, envUseTLS)
 	case o.ClientSAN != "" && o.ClientCA == "":
-		return nil, fmt.Errorf("%s: needs %s (without client certificates there is no SAN to check)", envClientSAN, envClientCA)
+		return nil, nil, fmt.Errorf("%s: needs %s (without client certificates there is no SAN to check)", envClientSAN, envClientCA)
 	}
 	r, err := certs.New(certs.Options{
 		Cert:       certs.File{Name: envTLSCert, Path: o.Cert},
@@ -43,12 +44,13 @@ func grpcTLS(o settings.TLS, log *zap.Logger) ([]grpc.ServerOption, error) {
 		ClientCA:   certs.File{Name: envClientCA, Path: o.ClientCA},
 		ClientSAN:  o.ClientSAN,
 		NextProtos: []string{"h2"},
+		OnRefused:  func(error) { refused() },
 	}, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	leaf := r.Leaf()
 	log.Info("gRPC serves TLS", zap.Bool("client_certificates", o.ClientCA != ""), zap.String("client_san", o.ClientSAN),
 		zap.String("subject", leaf.Subject.String()), zap.Time("not_after", leaf.NotAfter))
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(r.ServerConfig()))}, nil
+	return r, []grpc.ServerOption{grpc.Creds(credentials.NewTLS(r.ServerConfig()))}, nil
 }

@@ -100,7 +100,7 @@ func TestXDSRulesServed(t *testing.T) {
 			t.Fatalf("hit %d: %v %v, want %v", i, code, err, want)
 		}
 	}
-	code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig")
+	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
 	if code != http.StatusOK || !strings.Contains(body, "# 1 xds resources") || !strings.Contains(body, "# xds resource rl-x\n") ||
 		!strings.Contains(body, "x.k: algorithm=fixed_window unit=MINUTE requests_per_unit=2") {
 		t.Errorf("/rlconfig %d:\n%s", code, body)
@@ -215,13 +215,16 @@ func TestXDSForceStart(t *testing.T) {
 	if got := metricValue(t, s.registry, "fastlimit_store_errors_total"); got != 0 {
 		t.Errorf("store errors %v", got)
 	}
-	if code, body := get(t, "http://"+s.httpLis.Addr().String()+"/healthcheck"); code != http.StatusOK {
+	if code, body := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
 		t.Errorf("/healthcheck %d %s before the first rules of a forced start", code, body)
 	}
-	if code, _ := get(t, "http://"+s.AdminAddr()+"/rlconfig"); code != http.StatusServiceUnavailable {
-		t.Errorf("/rlconfig %d before rules", code)
+	if code, _ := get(t, "http://"+s.AdminAddr()+"/v1/rules"); code != http.StatusServiceUnavailable {
+		t.Errorf("/v1/rules %d before rules", code)
 	}
-	resp, err := http.Post("http://"+s.httpLis.Addr().String()+"/json", "application/json",
+	if code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig"); code != http.StatusOK || body != "" {
+		t.Errorf("/rlconfig %d %q before rules, want 200 and nothing, as the reference", code, body)
+	}
+	resp, err := http.Post("http://"+s.HTTPAddr()+"/json", "application/json",
 		strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
 	if err != nil {
 		t.Fatal(err)

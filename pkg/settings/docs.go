@@ -33,9 +33,9 @@ func FlagsTable() string {
 // what FastLimit does with each, for docs/migrating.md.
 func RefTable() string {
 	var b strings.Builder
-	b.WriteString("| variable | FastLimit | notes |\n| --- | --- | --- |\n")
+	b.WriteString("| variable | FastLimit | notes | checked against |\n| --- | --- | --- | --- |\n")
 	for _, v := range refVars {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.name, refStatus(v), v.note)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.name, refStatus(v), v.note, v.checkedAgainst())
 	}
 	return b.String()
 }

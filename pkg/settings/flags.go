@@ -5,10 +5,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
 	"github.com/fastlimit/fastlimit/pkg/tracing"
 	"github.com/fastlimit/fastlimit/pkg/xds"
@@ -56,10 +56,12 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	fs.DurationVar(&s.GRPCMaxAgeGrace, "grpc-max-connection-age-grace", time.Hour,
 		"after --grpc-max-connection-age, how long calls in flight may take before the connection is closed")
 	fs.IntVar(&s.StreamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
-	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20, "largest gRPC request accepted, in bytes")
-	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", limiter.DefaultLimits.MaxDescriptors, "most descriptors in one request")
-	fs.IntVar(&s.Limits.MaxEntries, "max-entries", limiter.DefaultLimits.MaxEntries, "most entries in one descriptor")
-	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", limiter.DefaultLimits.MaxKeyBytes, "longest descriptor entry key or value, in bytes")
+	addGRPCBoundsFlags(fs, &s.GRPC)
+	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20,
+		"largest gRPC request accepted, in bytes: what bounds a request, as in envoyproxy/ratelimit (long values are hashed into keys)")
+	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
@@ -75,6 +77,33 @@ func addRulesFlags(fs *flag.FlagSet, s *Settings) {
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
 	fs.BoolVar(&s.Atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
+	fs.Int64Var(&s.RulesMaxFile, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
+		"largest rules file loaded, in bytes; a larger one fails the load (the rules in force stay), before it is read (0: no limit)")
+	fs.Int64Var(&s.RulesMaxTotal, "rules-max-total-bytes", rules.DefaultMaxTotalBytes,
+		"most bytes of rules files loaded in all; past it the load fails, naming the file that passed it (0: no limit)")
+}
+
+// Defaults of the gRPC bounds.
+const (
+	DefaultGRPCMaxConns       = 10_000
+	DefaultGRPCMaxStreams     = 1000
+	DefaultGRPCRequestTimeout = 10 * time.Second
+	DefaultGRPCMaxIdle        = 5 * time.Minute
+	DefaultGRPCPingMinTime    = 10 * time.Second
+)
+
+// addGRPCBoundsFlags defines what gRPC clients can open and hold.
+func addGRPCBoundsFlags(fs *flag.FlagSet, o *GRPCBounds) {
+	fs.IntVar(&o.MaxConns, "grpc-max-connections", DefaultGRPCMaxConns,
+		"most open gRPC connections; the open-files limit lowers it (the limit, less the Redis pool, the HTTP listeners' connections and 64); connections past it are closed at once (0: the open-files limit alone)")
+	fs.IntVar(&o.MaxStreams, "grpc-max-concurrent-streams", DefaultGRPCMaxStreams,
+		"most calls in flight on one gRPC connection; more are refused (ResourceExhausted) and Envoy opens another connection")
+	fs.DurationVar(&o.RequestTimeout, "grpc-request-timeout", DefaultGRPCRequestTimeout,
+		"longest a unary gRPC call may take from its headers, the arrival of its request included; a call still unfinished is dropped (0: no bound)")
+	fs.DurationVar(&o.MaxIdle, "grpc-max-connection-idle", DefaultGRPCMaxIdle,
+		"close a gRPC connection that has had no call for this long (GOAWAY; Envoy reconnects when it needs to) (0: never)")
+	fs.DurationVar(&o.PingMinTime, "grpc-keepalive-min-time", DefaultGRPCPingMinTime,
+		"shortest interval between a client's HTTP/2 keepalive pings, with or without calls; a client pinging more often is disconnected")
 }
 
 // addStoreFlags defines the store: Redis or the embedded one, and its failure policy.
@@ -109,7 +138,7 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 	fs.DurationVar(&s.SweepEvery, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
 	fs.IntVar(&s.MemoryMaxKeys, "memory-max-keys", 1_000_000,
-		"embedded store: most windows and buckets held (about 150 bytes each); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
+		"embedded store: most windows and buckets held (about 170 bytes each with 50-byte keys); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
 }
 
 func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
@@ -126,7 +155,7 @@ func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /v1/usage, /v1/quota (and /debug/pprof/ with --pprof); empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
@@ -190,6 +219,8 @@ func addRefStatsFlags(fs *flag.FlagSet, o *refstats.Options) {
 	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --use-prometheus")
 	fs.StringVar(&o.MapperYAML, "prometheus-mapper-yaml", "",
 		"statsd_exporter mapping file from envoyproxy/ratelimit's stat names to Prometheus series (default: its built-in mapping)")
+	fs.BoolVar(&o.ResponseTimeMillis, "prometheus-response-time-as-milliseconds", false,
+		"with the built-in mapping, ratelimit_service_response_time_seconds holds milliseconds (as before envoyproxy/ratelimit#1104), not seconds")
 	fs.BoolVar(&o.UseStatsd, "use-statsd", false,
 		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --stats-flush-interval")
 	fs.BoolVar(&o.UseDogStatsd, "use-dog-statsd", false,

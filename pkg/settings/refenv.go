@@ -50,6 +50,26 @@ type refVar struct {
 	// fine, for refWarned and refRefused, accepts the values that ask for
 	// what FastLimit does anyway: they pass without a word.
 	fine refOK
+	// checked is the reference version the row was checked against:
+	// refPin unless set.
+	checked string
+}
+
+// Reference versions the rows were checked against.
+const (
+	// refPin is the version DEVELOPERS.md pins and e2e compares with.
+	refPin = "v1.4.1-0.20260122083618-3fb702589d36"
+	// refMain is upstream main after the pin, where a variable appeared
+	// later.
+	refMain = "main f2fb157 (2026-07-05)"
+)
+
+// checkedAgainst returns the version a row was checked against.
+func (v refVar) checkedAgainst() string {
+	if v.checked == "" {
+		return refPin
+	}
+	return v.checked
 }
 
 // refOK accepts some values of a variable; the zero value accepts none.
@@ -93,6 +113,8 @@ const (
 const (
 	notePerSecond = "ignored: FastLimit has no second Redis for per-second limits; they are counted on REDIS_URL with the others"
 	noteMemcache  = "ignored: FastLimit has no memcache backend (the reference too ignores it unless BACKEND_TYPE=memcache, which FastLimit refuses)"
+	// noteRedisStartup is about envoyproxy/ratelimit#1144's retries.
+	noteRedisStartup = "ignored: FastLimit does not wait for Redis before serving; it listens at once, `/ready` waits for Redis' first answer, requests meanwhile get `--on-store-error`'s answer, and it never exits for want of Redis"
 )
 
 // refVars is the table. Order: as the reference's settings.go lists
@@ -197,7 +219,8 @@ var refVars = []refVar{
 	{name: "MEMCACHE_TLS_CACERT", how: refWarned, note: noteMemcache},
 	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", how: refWarned, note: noteMemcache, fine: okFalse},
 	{name: "SHADOW_MODE", how: refTwin, flag: "shadow-mode"},
-	{name: "QUOTA_MODE", how: refTwin, flag: "quota-mode", note: "over-limit descriptors answer OK and are listed in the dynamic metadata's `quotaModeViolations`"},
+	{name: "QUOTA_MODE", how: refTwin, flag: "quota-mode", checked: refMain,
+		note: "every descriptor with a limit is in quota mode: the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059); over ones keep their OVER_LIMIT status and are listed in the dynamic metadata's `quotaModeViolations`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", how: refTwin, flag: "response-dynamic-metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", how: refTwin, flag: "merge-domain-config", note: "files of one domain add their top-level descriptors to it; a descriptor repeated across them is an error"},
 	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing-enabled", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
@@ -206,6 +229,15 @@ var refVars = []refVar{
 	{name: "TRACING_SERVICE_INSTANCE_ID", how: refTwin, flag: "tracing-service-instance-id", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_EXPORTER_PROTOCOL", how: refTwin, flag: "tracing-exporter-protocol", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_SAMPLING_RATE", how: refTwin, flag: "tracing-sampling-rate", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	// Added to settings.go after the pin.
+	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", how: refTwin, flag: "prometheus-response-time-as-milliseconds", checked: refMain,
+		note: "with the built-in mapping, `ratelimit_service_response_time_seconds` holds seconds unless true (milliseconds, as before envoyproxy/ratelimit#1104); ignored with PROMETHEUS_MAPPER_YAML, whose `scale` decides"},
+	{name: "REDIS_STARTUP_INITIAL_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
+	{name: "REDIS_STARTUP_MAX_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
+	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", how: refWarned, checked: refMain, note: noteRedisStartup, fine: okZero},
+	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{isNonNegativeInt, "a number >= 0"},
+		note: "FastLimit sends a cluster's script calls to all its masters at once, whatever the value; a negative one is refused, as by the reference"},
+	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", how: refWarned, checked: refMain, note: notePerSecond},
 	// Not in settings.go, but set by deployments of the reference.
 	{name: "GRPC_SERVER_TLS_CA_CERT", how: refWarned, note: "ignored, as by the reference (Envoy Gateway sets it): client certificates are asked for only with GRPC_CLIENT_TLS_CACERT"},
 }
@@ -259,6 +291,11 @@ func applyRefEnv(o *Settings, fs *flag.FlagSet, getenv func(string) string) erro
 	}
 	for _, mp := range refMappings {
 		if err := m.apply(mp); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, def := range []func(*refMapper) error{applyRedisDefault, applyStatsdDefault} {
+		if err := def(m); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
@@ -436,6 +473,12 @@ func mapBool(name, flag, value string) func(m *refMapper) error {
 func isFalse(v string) bool {
 	b, err := strconv.ParseBool(v)
 	return err == nil && !b
+}
+
+// isNonNegativeInt accepts an integer >= 0.
+func isNonNegativeInt(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 0
 }
 
 // isZero accepts a zero number or duration.

@@ -154,7 +154,7 @@ func TestRefEnvMapping(t *testing.T) {
 			}
 		}},
 		{"runtime, watch root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, func(t *testing.T, o *Settings) {
-			want := RulesLayout{Dir: "/data/ratelimit", Load: rules.Options{Tree: true, DotFiles: true, Prefix: "config"},
+			want := RulesLayout{Dir: "/data/ratelimit", Load: rules.Options{Tree: true, DotFiles: true, Prefix: "config", MaxFileBytes: rules.DefaultMaxFileBytes, MaxTotalBytes: rules.DefaultMaxTotalBytes},
 				Recursive: true, Root: "/data"}
 			if got := o.Rules(); got != want || o.ConfigDir != "/data/ratelimit/config" {
 				t.Errorf("layout %+v (dir %s), want %+v", got, o.ConfigDir, want)
@@ -163,7 +163,8 @@ func TestRefEnvMapping(t *testing.T) {
 		{"runtime as Envoy Gateway sets it", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
 			"RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_APPDIRECTORY": "rules",
 			"MERGE_DOMAIN_CONFIG": "true"}, func(t *testing.T, o *Settings) {
-			want := RulesLayout{Dir: "/data/ratelimit/rules", Load: rules.Options{Tree: true, MergeDomains: true}, Recursive: true}
+			want := RulesLayout{Dir: "/data/ratelimit/rules", Load: rules.Options{Tree: true, MergeDomains: true,
+				MaxFileBytes: rules.DefaultMaxFileBytes, MaxTotalBytes: rules.DefaultMaxTotalBytes}, Recursive: true}
 			if got := o.Rules(); got != want {
 				t.Errorf("layout %+v, want %+v", got, want)
 			}
@@ -196,7 +197,8 @@ func TestRefEnvMapping(t *testing.T) {
 		}},
 		{"booleans that ask for nothing", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false",
 			"LIMIT_RESPONSE_HEADERS_ENABLED": "0", "USE_STATSD": "false", "CONFIG_TYPE": "FILE", "BACKEND_TYPE": "redis",
-			"REDIS_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0"}, func(t *testing.T, o *Settings) {
+			"REDIS_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0", "REDIS_URL": "127.0.0.1:6379",
+			"REDIS_STARTUP_MAX_ELAPSED_TIME": "0", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "4"}, func(t *testing.T, o *Settings) {
 			if o.Atomic || o.Headers.Mode != rls.HeadersOff || len(o.warnings) != 0 {
 				t.Errorf("options %+v, warnings %v", o, o.warnings)
 			}
@@ -240,7 +242,8 @@ func TestRefEnvFlagsWin(t *testing.T) {
 // in the warnings, with what FastLimit does instead.
 func TestRefEnvWarnings(t *testing.T) {
 	o, err := readRef(t, nil, map[string]string{"MEMCACHE_HOST_PORT": "m:11211", "USE_STATSD": "true",
-		"EXPIRATION_JITTER_MAX_SECONDS": "300", "REDIS_PERSECOND": "true", "GRPC_SERVER_TLS_CA_CERT": "/ca.pem"})
+		"EXPIRATION_JITTER_MAX_SECONDS": "300", "REDIS_PERSECOND": "true", "GRPC_SERVER_TLS_CA_CERT": "/ca.pem",
+		"REDIS_URL": "redis:6379"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/logging"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -58,6 +57,9 @@ type Settings struct {
 
 	GRPCMaxAge      time.Duration // GOAWAY connections older than this (0: never)
 	GRPCMaxAgeGrace time.Duration // then close them after this long
+	GRPC            GRPCBounds    // what gRPC clients can open and hold
+
+	RulesMaxFile, RulesMaxTotal int64 // rules size limits in bytes (0: none)
 
 	Redis    Redis             // Redis deployment: type, TLS, credentials
 	Headers  rls.HeaderOptions // response headers, metadata, global shadow and quota modes
@@ -80,6 +82,27 @@ type Settings struct {
 	// warnings list the reference's variables set that FastLimit does
 	// not honour, each with what it does instead.
 	warnings []string
+	// notes say what FastLimit chose for the reference's variables left
+	// unset (REDIS_URL, USE_STATSD), where it follows the reference.
+	notes []string
+}
+
+// GRPCBounds bound what gRPC clients can open and hold (pkg/server's
+// grpcBounds).
+type GRPCBounds struct {
+	// MaxConns bounds the open connections; the open-files limit lowers
+	// it (connlimit.Budget). 0: the open-files limit alone.
+	MaxConns int
+	// MaxStreams bounds the calls in flight on one connection.
+	MaxStreams int
+	// RequestTimeout bounds a unary call from its headers to its end, its
+	// request's arrival included (0: none).
+	RequestTimeout time.Duration
+	// MaxIdle closes a connection without calls for this long (0: never).
+	MaxIdle time.Duration
+	// PingMinTime is the shortest interval between a client's keepalive
+	// pings; a client that pings more often is disconnected.
+	PingMinTime time.Duration
 }
 
 // Admin configures metrics and the admin listener.
@@ -128,7 +151,17 @@ func (s *Settings) Rules() RulesLayout {
 		l = RulesLayout{Dir: s.ConfigDir}
 	}
 	l.Load.MergeDomains = s.Merge
+	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFile), noLimit(s.RulesMaxTotal)
 	return l
+}
+
+// noLimit maps a size flag to rules.Options: the flag's 0 (no limit) is
+// rules' negative.
+func noLimit(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // RefWarningMsg opens the startup warning that lists Warnings.
@@ -137,6 +170,10 @@ const RefWarningMsg = "envoyproxy/ratelimit settings that FastLimit does not hon
 // Warnings are the reference's variables set that FastLimit does not
 // honour, each with what it does instead: log them once at start.
 func (s *Settings) Warnings() []string { return s.warnings }
+
+// Notes say what FastLimit chose, as the reference would, for the
+// reference's variables left unset: log each once at start, at info.
+func (s *Settings) Notes() []string { return s.notes }
 
 // Parse reads settings from args and the environment: flags, then their
 // environment twins, then envoyproxy/ratelimit's variables for the
@@ -220,35 +257,25 @@ func (c checked) Set(v string) error {
 }
 
 // parseLogLevel accepts zap's levels and the reference's (logrus') names
-// in any case: trace logs as debug, warning as warn.
+// in any case (logging.ParseLevel): trace logs as debug, warning as warn.
 func parseLogLevel(v string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(v))
-	switch l {
-	case "trace":
-		l = "debug"
-	case "warning":
-		l = "warn"
+	l, err := logging.ParseLevel(v)
+	if err != nil {
+		return "", err
 	}
-	if _, err := zapcore.ParseLevel(l); err != nil {
-		return "", fmt.Errorf("%q is not trace, debug, info, warn, error, panic or fatal", v)
-	}
-	return l, nil
+	return l.String(), nil
 }
 
 // Log formats of --log-format.
 const (
-	LogJSON    = "json"
-	LogText    = "text"
-	LogConsole = "console"
+	LogJSON    = string(logging.JSON)
+	LogText    = string(logging.Text)
+	LogConsole = string(logging.Console)
 )
 
 func parseLogFormat(v string) (string, error) {
-	f := strings.ToLower(strings.TrimSpace(v))
-	switch f {
-	case LogJSON, LogText, LogConsole:
-		return f, nil
-	}
-	return "", fmt.Errorf("%q is not json, text or console", v)
+	f, err := logging.ParseFormat(v)
+	return string(f), err
 }
 
 // Error is a bad setting. It names the setting the way it was given
@@ -313,6 +340,9 @@ func (s *Settings) Validate() error {
 	if s.GRPCMaxAge < 0 || s.GRPCMaxAgeGrace < 0 {
 		return s.Named(Bad("grpc-max-connection-age", "must not be negative"))
 	}
+	if err := s.validateBounds(); err != nil {
+		return err
+	}
 	if err := s.XDS.validate(); err != nil {
 		return err
 	}
@@ -332,4 +362,25 @@ func (s *Settings) Validate() error {
 		return err
 	}
 	return s.Redis.validate(s.RedisURL)
+}
+
+// validateBounds checks the gRPC bounds and the rules size limits.
+func (s *Settings) validateBounds() error {
+	for _, c := range []struct {
+		flag string
+		bad  bool
+	}{
+		{"grpc-max-connections", s.GRPC.MaxConns < 0},
+		{"grpc-max-concurrent-streams", s.GRPC.MaxStreams < 1},
+		{"grpc-request-timeout", s.GRPC.RequestTimeout < 0},
+		{"grpc-max-connection-idle", s.GRPC.MaxIdle < 0},
+		{"grpc-keepalive-min-time", s.GRPC.PingMinTime < 0},
+		{"rules-max-file-bytes", s.RulesMaxFile < 0},
+		{"rules-max-total-bytes", s.RulesMaxTotal < 0},
+	} {
+		if c.bad {
+			return s.Named(Bad(c.flag, "out of range"))
+		}
+	}
+	return nil
 }

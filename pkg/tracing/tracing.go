@@ -228,7 +228,9 @@ func (t *Tracing) unary(ctx context.Context, n spanName, req any, handler grpc.U
 // (they may be personal data).
 func Decision(ctx context.Context, domain string, descriptors int) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attrDomain.String(domain), attrDescriptors.Int(descriptors))
+		// OTLP carries strings as protobuf strings: a domain that is not
+		// UTF-8 would fail the export of the whole batch.
+		span.SetAttributes(attrDomain.String(strings.ToValidUTF8(domain, "\uFFFD")), attrDescriptors.Int(descriptors))
 	}
 }
 
