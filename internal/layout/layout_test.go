@@ -13,7 +13,7 @@ const module = "github.com/fastlimit/fastlimit/"
 // bench tools, e2e, examples) are exempt; a new package must be given a
 // layer.
 var layers = map[string]int{
-	"pkg/descriptors": 0, "lua": 0, "pkg/statsd": 0, "pkg/statsmap": 0, "pkg/certs": 0, "pkg/reload": 0, "pkg/connlimit": 0,
+	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0, "pkg/statsd": 0, "pkg/statsmap": 0, "pkg/certs": 0, "pkg/reload": 0, "pkg/connlimit": 0,
 	"pkg/logging": 0,
 	"pkg/limiter": 1, "pkg/rules": 1, "pkg/xds": 1, "pkg/httpserver": 1,
 	"pkg/limiter/limitertest": 2, "pkg/store": 2, "pkg/breaker": 2, "pkg/overlimit": 2,

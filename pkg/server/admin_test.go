@@ -231,6 +231,7 @@ func TestAdminIndex(t *testing.T) {
 	want := `/metrics: FastLimit's Prometheus metrics
 /rlconfig: print out the currently loaded configuration for debugging
 /stats: print out stats
+/v1/quota: how a quota bucket's limit is divided among Envoys (rate limit quota service)
 /v1/rules: the rules in force with FastLimit's fields, their hash and files
 /v1/usage: peek at a descriptor's counter without charging it
 `

@@ -24,6 +24,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/refstats"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/settings"
 	"github.com/fastlimit/fastlimit/pkg/tracing"
@@ -39,6 +40,7 @@ type Server struct {
 	store   openStore
 	limiter *limiter.Limiter
 	service *rls.Service
+	quota   *rlqs.Service // nil with --rlqs=false
 	grpc    *grpc.Server
 	bounds  *grpcBounds
 	health  *health.Server
@@ -114,6 +116,9 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		Observer:     s.observer(),
 		Traced:       s.tracing != nil,
 	}, log.Named("service"))
+	if err := s.newQuota(redisOf(st)); err != nil {
+		return nil, err
+	}
 	s.grpc = s.newGRPC(tlsOpts)
 	return s, nil
 }
@@ -324,6 +329,9 @@ func (s *Server) Close(ctx context.Context) error {
 // the span exporter, each within stepTimeout.
 func (s *Server) closeListeners(ctx context.Context) []error {
 	var errs []error
+	if err := s.closeQuota(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close quota streams: %w", err))
+	}
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, stepTimeout)
 	}

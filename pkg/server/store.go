@@ -42,7 +42,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, open: func(ctx context.Context) error {
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -140,6 +140,15 @@ type guarded struct {
 	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
 	pool    func() refstats.PoolStats
+	redis   *store.Redis // whose client the quota service shares
+}
+
+// redisOf is the Redis of a store, nil for the embedded one.
+func redisOf(st openStore) *store.Redis {
+	if g, ok := st.(*guarded); ok {
+		return g.redis
+	}
+	return nil
 }
 
 // addStoreStats gives the reference's stats the Redis pool's and the

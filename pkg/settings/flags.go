@@ -34,6 +34,7 @@ var flagGroups = []flagGroup{
 	{"gRPC TLS", func(fs *flag.FlagSet, s *Settings) { addTLSFlags(fs, &s.TLS) }},
 	{"Tracing", func(fs *flag.FlagSet, s *Settings) { addTracingFlags(fs, &s.Tracing) }},
 	{"The reference's metrics", func(fs *flag.FlagSet, s *Settings) { addRefStatsFlags(fs, &s.RefStats) }},
+	{"Rate Limit Quota Service", func(fs *flag.FlagSet, s *Settings) { addRLQSFlags(fs, &s.RLQS) }},
 }
 
 // newFlagSet defines every flag on s.
@@ -154,7 +155,7 @@ func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")

@@ -69,6 +69,7 @@ type Settings struct {
 	Tracing  tracing.Options   // OpenTelemetry spans over OTLP
 	RefStats refstats.Options  // envoyproxy/ratelimit's stats: Prometheus, statsd
 	Health   Health            // what /healthcheck and /ready check
+	RLQS     RLQS              // Envoy's Rate Limit Quota Service
 
 	// layout is how the rules are read and watched when envoyproxy/
 	// ratelimit's RUNTIME_* variables give them (refenv.go); the zero
@@ -355,6 +356,9 @@ func (s *Settings) Validate() error {
 		return s.Named(&Error{Flag: "response-headers", Err: err})
 	}
 	if err := s.Tracing.Validate(); err != nil {
+		return err
+	}
+	if err := s.RLQS.validate(s); err != nil {
 		return err
 	}
 	return s.Redis.validate(s.RedisURL)
