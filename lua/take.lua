@@ -1,19 +1,26 @@
 --[[
 take.lua: independent rate-limit decisions, any number of them and of any
 algorithms, in one script call. Each op is decided exactly as if it were
-alone, in order (an op sees the writes of the ops before it), at Redis TIME
-or at the time it carries.
+alone, in order (an op sees the writes of the ops before it on its key), at
+Redis TIME or at the time it carries.
 
-KEYS[i]  base key of op i, ending in ':' and holding a {hash tag}. Window
-         counters live at KEYS[i] .. S, S a window start in Unix seconds;
-         a token bucket is the hash KEYS[i] .. 'bucket'.
+The ops come in groups: the ops of a group share a base key and are
+consecutive in ARGV[2] (the caller puts the ops of one key together, in
+their order; ops of different keys are independent, so their order is
+free).
+
+KEYS[g]  base key of group g, ending in ':' and holding a {hash tag}. Window
+         counters live at KEYS[g] .. S, S a window start in Unix seconds;
+         a token bucket at KEYS[g] .. 'tokens'.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
                  so that the caller can tell its reply from any other
 ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
                  parameters among those that follow, so that the ops of a
                  call that share their parameters (most do: one rule, one
                  cost) send them once
-ARGV[3...] the parameters, one set after another:
+ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
+                 group's ops first in map, and so on
+ARGV[4...] the parameters, one set after another:
          fixed_window   0, now, limit, window, cost
          sliding_window 1, now, limit, window, cost
          token_bucket   2, now, burst, num, den, window, cost
@@ -23,171 +30,553 @@ ARGV[3...] the parameters, one set after another:
          cost    charge, milli-requests; 0 peeks without writing
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
-Returns  {tag, clock, then per op: fixed_window: count; sliding_window and
-         token_bucket: allowed, remaining, retry_after, reset}. clock is the
-         Redis TIME the ops with now 0 were decided at (0 if none);
-         allowed is 1 or 0, remaining in milli-requests, retry_after and
-         reset in ms.
+Returns  {tag, clock, then for each op in map's order:}
+         fixed_window    the count after the op; nothing when the op before
+                         it in its group has its parameter set (same key,
+                         same window: its count is that op's plus its cost,
+                         capped at 2^52)
+         sliding_window  w, the weighted count the op was decided on (it is
+                         allowed when w + cost <= limit); when denied,
+                         then retry_after, ms
+         token_bucket    t * den + c after the op (t milli-tokens, carry c)
+                         when allowed, -(t * den + c) - 2 when denied
+         -1 (one integer, whatever the algorithm) for an op left undecided
+         (cross-slot mode, below). clock is the Redis TIME the ops with now
+         0 were decided at (0 if none). The caller derives the rest of each
+         answer from these and the op (pkg/store/script.go): Redis formats
+         one integer a decision rather than four.
 
 A call on a Redis Cluster node whose keys span slots declares none
 (numkeys 0: Redis refuses declared keys of several slots with CROSSSLOT
-before the script runs) and sends them after the map instead, as
-ARGV[3 .. 2 + n], n = #map, the parameters following; the script then
-needs the allow-cross-slot-keys flag (lua.go's TakeCrossSlot). An op whose
-key this node does not serve (the slot moved, or is moving) fails its
-first command, which this mode runs with redis.pcall: nothing of the op
-is written and its reply is -1 (fixed_window) or -1, 0, 0, 0, so that the
-caller sends it again where the Cluster says; the other ops are decided.
+before the script runs) and sends them after groups instead, as
+ARGV[4 .. 3 + n], n = #groups, the parameters following; the script then
+needs the allow-cross-slot-keys flag (lua.go's TakeCrossSlot). A key this
+node does not serve (its slot moved, or is moving) fails the first command
+of its group, which this mode runs with redis.pcall: nothing of the group
+is written and its ops are left undecided, so that the caller sends them
+again where the Cluster says; the other groups are decided. (Every key of a
+group shares the base's hash tag, and so its slot.)
 
-fixed_window (envoyproxy/ratelimit's algorithm): ws = now - now % W. With a
-cost, count = INCRBY cost (the counter grows even when over the limit),
-saturating at 2^52 (a count past it is SET back to 2^52, KEEPTTL); the
-INCRBY that creates the counter (count == cost) sets PEXPIREAT ws + W. A
-peek reads count = GET or 0. The reply is the count alone: the caller
-derives reset = ws + W - now, allowed = count <= limit,
-remaining = max(limit - count, 0) and retry_after = reset when denied
-(pkg/store/script.go, fixedResult), so that Redis formats one integer a
-decision rather than four.
+State (every key has a TTL; a missing key is an empty window or a full
+bucket):
+- fixed_window: KEYS[g] .. S holds the window's count, an integer string
+  saturating at 2^52, expiring at ws + W (ws = now - now % W).
+- sliding_window: the counters of this window (S = ws / 1000) and of the
+  previous one, integer strings, each expiring at its own ws + 2W.
+- token_bucket: KEYS[g] .. 'tokens' holds struct.pack('<ddd', t, c, ts),
+  24 bytes: t milli-tokens and the carry c (c / den of a milli-token) at
+  ts, Unix ms, as three little-endian doubles (exact below 2^53). It
+  expires when the bucket is full again: ts + max(fill, 1). (It was a hash
+  at KEYS[g] .. 'bucket' before; such keys are never read, and expire by
+  themselves.)
+
+How a call runs. The state the decisions read (sliding windows' two
+counters, buckets) is read first, in one MGET for the whole call (in
+cross-slot mode, one MGET per group). Then each group is decided, its ops
+in order against its state, and each changed key is written once:
+- a window counter read and charged: INCRBY by the group's charges if it
+  existed, else SET to them PXAT the first charge's expiry;
+- a fixed window's counter is not read before: the INCRBY of the group's
+  charges returns it (less those charges: the count before the call);
+  PEXPIREAT follows only when that INCRBY created it, and a count past
+  2^52 is SET back to 2^52 (KEEPTTL); a counter only peeked at is a GET;
+- a bucket charged: SET of its last state PXAT its expiry, or DEL when it
+  ended full and existed.
+So a decision costs Redis at most one command of its own, and the
+decisions of a group share one read and one write of each key.
+
+fixed_window (envoyproxy/ratelimit's algorithm): a charge adds cost to the
+count (the counter grows even when over the limit); a peek reads it.
 
 sliding_window: the counters of this window (cur) and of the previous one
-(prev, capped at limit); arith.lua's sliding_decide weighs prev by the share
-of its milliseconds still inside (now - W, now] and derives retry_after.
-Only an allowed charge writes: INCRBY cur cost, PEXPIREAT cur ws + 2W.
+(prev, capped at limit); arith.lua's sliding decide weighs prev by the
+share of its milliseconds still inside (now - W, now] and derives
+retry_after. Only an allowed charge adds to cur.
 
 token_bucket: a bucket of burst milli-tokens refilled at num/den per ms with
-the remainder carried (arith.lua's bucket_decide, bucket_reply). A missing
-key is a full bucket. A peek writes nothing and is allowed. A charge writes
-the state: a full bucket is deleted, any other stored (fields t, ts, c) with
-PEXPIREAT ts + max(fill, 1), when it would be full again.
+the remainder carried (arith.lua's bucket decide). A peek is allowed and
+changes nothing; a charge (allowed or not) leaves the state refilled up to
+its time, less its cost if allowed.
 
 Cost: what Redis spends on a call is mostly moving arguments and replies
-and running redis.call, so an op sends one argument of its own (its key)
-and converts no number it need not convert. All numbers stay below 2^53,
-so Lua's doubles hold them exactly; pkg/store/memory.go mirrors this script
-step for step, and atomic.lua decides the same ops all or nothing.
+and running redis.call (a few thousand instructions each), then whatever
+Lua calls into C (each number it formats or parses, each function or table
+it makes: about a thousand instructions each, bench/callgrind measures
+them). So a group sends one argument of its own (its key); numbers cross
+into Redis as strings formatted once per call (ARGV's own strings where
+they can); a group of one op makes no table; each algorithm's functions
+are made only by a call that has its ops; and an op formats and parses
+nothing it need not. All numbers stay below 2^53, so Lua's doubles hold
+them exactly; pkg/store/memory.go mirrors this script step for step, and
+atomic.lua decides the same ops all or nothing on the same state.
 ]]
 
 -- #include arith.lua
 
-local call, byte, tonumber = redis.call, string.byte, tonumber
+local call, tonumber = redis.call, tonumber
 local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a call
 
--- The parameter sets, each converted once: P[k] = {alg, now, ...}, and for
--- windows the key suffixes and expiries as the strings Redis takes.
-local map = ARGV[2]
-local K, koff, a, first = KEYS, 0, 3, call
+local map, runs = ARGV[2], ARGV[3]
+local nops, ngroups = #map, #runs
+local K, koff, a, first = KEYS, 0, 4, call
 local cross = #KEYS == 0
 if cross then
-  K, koff, a, first = ARGV, 2, 3 + #map, redis.pcall
+  K, koff, a, first = ARGV, 3, 4 + ngroups, redis.pcall
 end
 
-local clock = 0
+-- The parameter sets, each converted once: P[k] = {alg, now, cost, ...},
+-- the key suffixes and expiries as the strings Redis takes.
+--   fixed:   {0, now, cost, cost string, suffix, expiry}
+--   sliding: {1, now, cost, cost string, suffix, expiry, previous suffix,
+--             elapsed, limit, window, g, wg}
+--   bucket:  {2, now, cost, burst, num, den}
+local clock, secs = 0, nil
 local P = {}
+local steps, sliding_decide, bucket_decide, bucket_fill, bucket_expiry
 local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
   if now == '0' then
     if clock == 0 then
       local t = call('TIME')
-      clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      secs = t[1]
+      local us = tonumber(t[2])
+      clock = tonumber(secs) * 1000 + (us - us % 1000) / 1000
     end
     now = clock
   else
     now = tonumber(now)
   end
   if alg == '2' then
-    P[#P + 1] = {2, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      tonumber(ARGV[a + 5]), math.min(tonumber(ARGV[a + 6]), MAX)}
+    if not bucket_decide then
+      bucket_decide, bucket_fill, bucket_expiry = bucket_arith()
+    end
+    local cost = tonumber(ARGV[a + 6])
+    if cost > MAX then
+      cost = MAX
+    end
+    P[#P + 1] = {2, now, cost, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
     a = a + 7
   else
-    local limit, window, cs = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
+    local window, cs = tonumber(ARGV[a + 3]), ARGV[a + 4]
     local cost = tonumber(cs)
     if cost > MAX then
       cost, cs = MAX, MAXS
     end
     local ws = now - now % window
-    if alg == '0' then
-      P[#P + 1] = {0, now, limit, window, cost, cs, int(ws / 1000), int(ws + window)}
+    local suffix
+    if window == 1000 and now == clock then
+      suffix = secs -- TIME's seconds: the window's start, already a string
     else
-      P[#P + 1] = {1, now, limit, window, cost, int(cost), int(ws / 1000), int(ws + 2 * window),
-        int((ws - window) / 1000), ws}
+      suffix = int(ws / 1000)
+    end
+    if alg == '0' then
+      P[#P + 1] = {0, now, cost, cs, suffix, int(ws + window)}
+    else
+      if not steps then
+        steps, sliding_decide = sliding_arith()
+      end
+      local g, wg = steps(window)
+      P[#P + 1] = {1, now, cost, cs, suffix, int(ws + 2 * window), int((ws - window) / 1000),
+        now - ws, tonumber(ARGV[a + 2]), window, g, wg}
     end
     a = a + 5
   end
 end
 
-local out = {tonumber(ARGV[1]), clock}
-local n = 2
-for i = 1, #map do
-  local p = P[byte(map, i)]
-  local alg = p[1]
-  local base = K[koff + i]
-  if alg == 0 then
-    local key = base .. p[7]
-    local count
-    if p[5] > 0 then
-      count = first('INCRBY', key, p[6])
-      if cross and type(count) == 'table' then
-        count = -1 -- not this node's key: not decided
-      elseif count == p[5] then
-        call('PEXPIREAT', key, p[8])
-      elseif count > MAX then
-        count = MAX
-        call('SET', key, MAXS, 'KEEPTTL')
-      end
-    else
-      count = first('GET', key)
-      if cross and type(count) == 'table' then
-        count = -1
-      else
-        count = tonumber(count or 0)
-      end
+-- mb[i] is op i's set; gb[g] group g's size. out is made as long as the
+-- reply will about be, so that it does not grow (it ends at its first nil).
+local byte = string.byte
+local mb = {byte(map, 1, nops)}
+local gb = {byte(runs, 1, ngroups)}
+local out = {tonumber(ARGV[1]), clock, byte(map, 1, nops)}
+
+-- Read the state of every group at once (not in cross-slot mode, where
+-- each group reads its own): rk lists the keys, in the order the groups
+-- will take them. A group of one sliding window reads its counters at
+-- rk[r + 1], rk[r + 2], of one bucket at rk[r + 1]; a larger group reads
+-- its distinct keys in the order its ops first name them.
+local rk, rv, nr = {}, nil, 0
+if (steps or bucket_decide) and not cross then
+  local i = 1
+  for g = 1, ngroups do
+    local base, cnt = K[koff + g], gb[g]
+    local seen
+    if cnt > 1 then
+      seen = {}
     end
-    n = n + 1
-    out[n] = count
-  elseif alg == 1 then
-    local now, limit, window, cost = p[2], p[3], p[4], p[5]
-    local cur_key = base .. p[7]
-    local cur = first('GET', cur_key)
-    if cross and type(cur) == 'table' then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
-    else
-      cur = tonumber(cur or 0)
-      local prev = math.min(tonumber(call('GET', base .. p[9]) or 0), limit)
-      local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - p[10], cur, prev)
-      if allowed == 1 and cost > 0 then
-        call('INCRBY', cur_key, p[6])
-        call('PEXPIREAT', cur_key, p[8])
-      end
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed, remaining, retry, reset
-    end
-    n = n + 4
-  else
-    local now, burst, num, den, window, cost = p[2], p[3], p[4], p[5], p[6], p[7]
-    local key = base .. 'bucket'
-    local t, ts, c = burst, now, 0
-    local state = first('HMGET', key, 't', 'ts', 'c')
-    if cross and state.err then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
-    else
-      if state[1] then
-        t = tonumber(state[1])
-        ts = tonumber(state[2]) or now
-        c = tonumber(state[3]) or 0
-      end
-      local allowed
-      allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-      if cost > 0 then
-        if t >= burst then
-          call('DEL', key)
+    for o = i, i + cnt - 1 do
+      local p = P[mb[o]]
+      local alg = p[1]
+      if alg ~= 0 then
+        local k1, k2
+        if alg == 1 then
+          k1, k2 = base .. p[5], base .. p[7]
         else
-          call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-          call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+          k1 = base .. BUCKET
+        end
+        if not seen then
+          rk[nr + 1], rk[nr + 2] = k1, k2
+          nr = nr + (alg == 1 and 2 or 1)
+        else
+          if not seen[k1] then
+            nr = nr + 1
+            rk[nr], seen[k1] = k1, true
+          end
+          if k2 and not seen[k2] then
+            nr = nr + 1
+            rk[nr], seen[k2] = k2, true
+          end
         end
       end
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bucket_reply(burst, num, den, window, cost, allowed, t, c)
     end
-    n = n + 4
+    i = i + cnt
+  end
+  if nr > 0 then
+    rv = call('MGET', unpack(rk))
   end
 end
+
+-- The writes of a call: every one formats at most one number of its own.
+local lt, lc, lts, lv, lx, lxs -- the last state packed, and expiry formatted
+local function bucket_write(key, existed, t, c, ts, x)
+  if not t then
+    if existed then
+      call('DEL', key)
+    end
+    return
+  end
+  if t ~= lt or c ~= lc or ts ~= lts then
+    lt, lc, lts, lv = t, c, ts, struct.pack(STATE, t, c, ts)
+  end
+  if x ~= lx then
+    lx, lxs = x, int(x)
+  end
+  call('SET', key, lv, 'PXAT', lxs)
+end
+
+-- group decides the ops i .. j (more than one) of a group on base, the
+-- reply going to out from n + 1, and returns the new n. at is where its
+-- values start in rv (the MGET's), and it returns the new at; in cross-slot
+-- mode it reads its keys itself. It is take.lua's general path: a call of
+-- distinct keys never makes it.
+local function group_path()
+  -- A cell is one key of the group: {key, value read (false: missing),
+  -- count before the call (windows), charges, one charge's string, first
+  -- charge's expiry, bucket state t, c, ts and expiry, changed}.
+  local KEY, VAL, BASE, DEL, ONE, EXP, T, C, TS, X, CHANGED, WIN = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+
+  return function(base, i, j, n, at)
+    local cells, order = {}, {}
+    local function cell(key)
+      local c = cells[key]
+      if not c then
+        c = {key, false, false, 0, false, false, nil, 0, 0, 0, false, false}
+        cells[key] = c
+        order[#order + 1] = c
+      end
+      return c
+    end
+    -- Name the cells read, in rk's order, and take their values.
+    local reads = {}
+    for o = i, j do
+      local p = P[mb[o]]
+      if p[1] == 1 then
+        local c1, c2 = cell(base .. p[5]), cell(base .. p[7])
+        c1[WIN], c2[WIN] = true, true
+        if not reads[c1] then
+          reads[#reads + 1], reads[c1] = c1, true
+        end
+        if not reads[c2] then
+          reads[#reads + 1], reads[c2] = c2, true
+        end
+      elseif p[1] == 2 then
+        local c = cell(base .. BUCKET)
+        if not reads[c] then
+          reads[#reads + 1], reads[c] = c, true
+        end
+      end
+    end
+    if #reads > 0 then
+      local v
+      if cross then
+        local keys = {}
+        for k = 1, #reads do
+          keys[k] = reads[k][KEY]
+        end
+        v = first('MGET', unpack(keys))
+        if v.err then -- not this node's slot: nothing decided
+          for _ = i, j do
+            n = n + 1
+            out[n] = -1
+          end
+          return n, at
+        end
+      else
+        v = {unpack(rv, at + 1, at + #reads)}
+        at = at + #reads
+      end
+      for k = 1, #reads do
+        local c = reads[k]
+        c[VAL] = v[k]
+        if c[WIN] then
+          c[BASE] = v[k] and tonumber(v[k]) or 0
+        end
+      end
+    end
+
+    -- Decide in order. A fixed op replies its count once its cell is
+    -- written; one that shares the set of the op before it replies
+    -- nothing (the caller adds its cost to that op's count).
+    local fixed = {} -- fixed ops' places in out, cells, charges with them
+    local prev, last = 0, nil
+    for o = i, j do
+      local s = mb[o]
+      local p = P[s]
+      local alg = p[1]
+      if alg == 0 then
+        local c = last
+        if s ~= prev then
+          c = cell(base .. p[5])
+          last = c
+        end
+        local cost = p[3]
+        if cost > 0 then
+          if c[DEL] == 0 then
+            c[ONE], c[EXP] = p[4], p[6]
+          else
+            c[ONE] = false
+          end
+          c[DEL] = c[DEL] + cost
+        end
+        if s ~= prev then
+          n = n + 1
+          fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[DEL]
+        end
+      elseif alg == 1 then
+        local c, c2 = cells[base .. p[5]], cells[base .. p[7]]
+        local cost, limit = p[3], p[9]
+        local pc = c2[BASE] + c2[DEL]
+        if pc > limit then
+          pc = limit
+        end
+        local w, retry = sliding_decide(limit, p[10], p[11], p[12], cost, p[8], c[BASE] + c[DEL], pc)
+        n = n + 1
+        out[n] = w
+        if retry then
+          n = n + 1
+          out[n] = retry
+        elseif cost > 0 then
+          if c[DEL] == 0 then
+            c[ONE], c[EXP] = p[4], p[6]
+          else
+            c[ONE] = false
+          end
+          c[DEL] = c[DEL] + cost
+        end
+      else
+        local now, cost, burst, num, den = p[2], p[3], p[4], p[5], p[6]
+        local c = cells[base .. BUCKET]
+        local t, tc, ts = c[T], c[C], c[TS]
+        if t == nil then -- the state stored
+          t = false
+          if c[VAL] then
+            t, tc, ts = struct.unpack(STATE, c[VAL])
+          end
+          c[T], c[C], c[TS] = t, tc, ts
+        end
+        if not t then -- full: as a missing key reads
+          t, tc, ts = burst, 0, now
+        end
+        local allowed
+        allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
+        n = n + 1
+        if allowed then
+          out[n] = t * den + tc
+        else
+          out[n] = -(t * den + tc) - 2
+        end
+        if cost > 0 then -- a charge leaves its state; a peek changes nothing
+          c[CHANGED] = true
+          if t >= burst then
+            c[T] = false
+          else
+            c[T], c[C], c[TS], c[X] = t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts)
+          end
+        end
+      end
+      prev = s
+    end
+
+    -- Write each changed cell once; a fixed window's count before the
+    -- call comes from its INCRBY (or a GET when only peeked at).
+    for k = 1, #order do
+      local c = order[k]
+      local key, d = c[KEY], c[DEL]
+      if c[CHANGED] then
+        bucket_write(key, c[VAL], c[T], c[C], c[TS], c[X])
+      elseif reads[c] then
+        if d > 0 then
+          if d > MAX then
+            d = MAX
+          end
+          local ds = c[ONE] or int(d)
+          if not c[VAL] then
+            call('SET', key, ds, 'PXAT', c[EXP])
+          elseif c[BASE] + d > MAX then
+            call('SET', key, MAXS, 'KEEPTTL')
+          else
+            call('INCRBY', key, ds)
+          end
+        end
+      elseif d > 0 then
+        if d > MAX then
+          d = MAX
+        end
+        local r = first('INCRBY', key, c[ONE] or int(d))
+        if cross and type(r) == 'table' then
+          c[BASE] = false
+        else
+          c[BASE] = r - d
+          if r == d then
+            call('PEXPIREAT', key, c[EXP])
+          elseif r > MAX then
+            call('SET', key, MAXS, 'KEEPTTL')
+          end
+        end
+      else
+        local v = first('GET', key)
+        if cross and type(v) == 'table' then
+          c[BASE] = false
+        else
+          c[BASE] = v and tonumber(v) or 0
+        end
+      end
+    end
+    for f = 1, #fixed, 3 do
+      local c = fixed[f + 1]
+      local count = -1
+      if c[BASE] then
+        count = c[BASE] + fixed[f + 2]
+        if count > MAX then
+          count = MAX
+        end
+      end
+      out[fixed[f]] = count
+    end
+    return n, at
+  end
+end
+
+-- Decide, group by group. A group of one op needs no table: its state is
+-- at rv[r + 1] (and rv[r + 2]), or read here in cross-slot mode.
+local group
+local n, i, r = 2, 1, 0
+for g = 1, ngroups do
+  local base, cnt = K[koff + g], gb[g]
+  if cnt > 1 then
+    if not group then
+      group = group_path()
+    end
+    n, r = group(base, i, i + cnt - 1, n, r)
+  else
+    local p = P[mb[i]]
+    local alg = p[1]
+    local reply = -1
+    if alg == 0 then
+      local cost, key = p[3], base .. p[5]
+      if cost > 0 then
+        local count = first('INCRBY', key, p[4])
+        if not (cross and type(count) == 'table') then
+          reply = count
+          if count == cost then
+            call('PEXPIREAT', key, p[6])
+          elseif count > MAX then
+            reply = MAX
+            call('SET', key, MAXS, 'KEEPTTL')
+          end
+        end
+      else
+        local v = first('GET', key)
+        if not (cross and type(v) == 'table') then
+          reply = v and tonumber(v) or 0
+        end
+      end
+      n = n + 1
+      out[n] = reply
+    else
+      local k1, k2, v1, v2
+      if not cross then
+        k1, v1 = rk[r + 1], rv[r + 1]
+        if alg == 1 then
+          k2, v2 = rk[r + 2], rv[r + 2]
+          r = r + 2
+        else
+          r = r + 1
+        end
+      elseif alg == 1 then
+        k1, k2 = base .. p[5], base .. p[7]
+        local v = first('MGET', k1, k2)
+        if v.err then
+          k1 = false
+        else
+          v1, v2 = v[1], v[2]
+        end
+      else
+        k1 = base .. BUCKET
+        local v = first('MGET', k1)
+        if v.err then
+          k1 = false
+        else
+          v1 = v[1]
+        end
+      end
+      n = n + 1
+      if not k1 then
+        out[n] = -1
+      elseif alg == 1 then
+        local cost, limit = p[3], p[9]
+        local cur = v1 and tonumber(v1) or 0
+        local prev = v2 and tonumber(v2) or 0
+        if prev > limit then
+          prev = limit
+        end
+        local w, retry = sliding_decide(limit, p[10], p[11], p[12], cost, p[8], cur, prev)
+        out[n] = w
+        if retry then
+          n = n + 1
+          out[n] = retry
+        elseif cost > 0 then
+          if v1 then
+            call('INCRBY', k1, p[4])
+          else
+            call('SET', k1, p[4], 'PXAT', p[6])
+          end
+        end
+      else
+        local now, cost, burst, num, den = p[2], p[3], p[4], p[5], p[6]
+        local t, tc, ts = burst, 0, now
+        if v1 then
+          t, tc, ts = struct.unpack(STATE, v1)
+        end
+        local allowed
+        allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
+        if allowed then
+          out[n] = t * den + tc
+        else
+          out[n] = -(t * den + tc) - 2
+        end
+        if cost > 0 then
+          if t >= burst then
+            bucket_write(k1, v1, false)
+          else
+            bucket_write(k1, v1, t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts))
+          end
+        end
+      end
+    end
+  end
+  i = i + cnt
+end
+out[n + 1] = nil
 return out

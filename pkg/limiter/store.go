@@ -25,7 +25,8 @@ var (
 type Op struct {
 	// Key is the base key, "{prefix}:{identifier}:{tenant}:" with a Redis
 	// Cluster hash tag around the identifier. The store appends the window
-	// start in Unix seconds (fixed and sliding windows) or "bucket".
+	// start in Unix seconds (fixed and sliding windows) or "tokens" (token
+	// bucket; lua/take.lua lays out the state).
 	Key string
 	// Algorithm selects the semantics described on the constants in
 	// package descriptors and in lua/*.lua.

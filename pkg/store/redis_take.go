@@ -129,20 +129,31 @@ func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 }
 
 // send runs ops on one server (a Cluster master, or the server) as one
-// pipeline of take.lua calls, and the calls answered NOSCRIPT again with
-// EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
+// pipeline of take.lua calls, the ops of each key together (keyGroups),
+// and the calls answered NOSCRIPT again with EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
 // the node no longer serves, go again through the Cluster client, one slot
 // a call.
 func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
-	if r.cluster != nil && r.perSlot.Load() {
-		return r.sendBySlot(ctx, c, ops, results)
+	g := groupings.Get().(*keyGroups)
+	defer groupings.Put(g)
+	grouped, res := g.put(ops, results)
+	var err error
+	switch {
+	case r.cluster != nil && r.perSlot.Load():
+		err = r.sendBySlot(ctx, c, grouped, res)
+	case r.cluster != nil:
+		var chunks [maxSendChunks]takeChunk
+		err = r.sendCalls(ctx, c, takeCrossScript, grouped, res, splitChunks(grouped, chunks[:0]))
+	default:
+		var chunks [maxSendChunks]takeChunk
+		err = r.sendCalls(ctx, c, takeScript, grouped, res, splitChunks(grouped, chunks[:0]))
 	}
-	s := takeScript
-	if r.cluster != nil {
-		s = takeCrossScript
+	if err != nil {
+		g.release()
+		return err
 	}
-	var chunks [maxSendChunks]takeChunk
-	return r.sendCalls(ctx, c, s, ops, results, splitChunks(ops, chunks[:0]))
+	g.scatter(results)
+	return nil
 }
 
 // sendBySlot sends ops in calls of one slot each, in one pipeline.

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -262,11 +264,24 @@ func countersAreIntegers(t *testing.T, prefix string, r redisStore, rdb *redis.C
 			t.Errorf("GET %s = %q, %v; want %q", key, got, err, want)
 		}
 	}
-	got, err := rdb.HGetAll(ctx, prefix+"{b}:bucket").Result()
-	want := map[string]string{"t": "1125899906842621", "ts": fmt.Sprint(now), "c": "0"}
-	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("HGETALL bucket = %v, %v; want %v", got, err, want)
+	raw, err := rdb.Get(ctx, prefix+"{b}:tokens").Bytes()
+	got, want := bucketState(raw), [3]float64{1<<50 - 3, 0, float64(now)}
+	if err != nil || got != want {
+		t.Errorf("GET tokens = %v (%x), %v; want t, c, ts %v", got, raw, err, want)
 	}
+}
+
+// bucketState decodes a token bucket's value, struct.pack('<ddd', t, c, ts)
+// (lua/take.lua), or returns NaNs when it is not 24 bytes.
+func bucketState(raw []byte) [3]float64 {
+	if len(raw) != 24 {
+		return [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	}
+	var s [3]float64
+	for i := range s {
+		s[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+	}
+	return s
 }
 
 // takeAfterFlushes flushes the scripts before each of 4 calls of take,
@@ -592,7 +607,7 @@ func TestScriptHeaders(t *testing.T) {
 			t.Errorf("%s: no header comment", name)
 			continue
 		}
-		for _, want := range []string{"KEYS[i]", "ARGV[1]", "tag", "Returns", "ms", "milli"} {
+		for _, want := range []string{"KEYS[", "ARGV[1]", "tag", "Returns", "ms", "milli"} {
 			if !strings.Contains(head, want) {
 				t.Errorf("%s: header does not mention %q", name, want)
 			}

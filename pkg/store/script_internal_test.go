@@ -9,7 +9,8 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// TestDecodeTake: replies map back to ops; an op left undecided (-1) is
+// TestDecodeTake: replies map back to ops (one integer an op, a denied
+// sliding window's two); an op left undecided (-1) is
 // reported as moved in a call with spread keys and is a mismatch in one
 // that declared its keys; a reply of another call or of another shape is
 // a mismatch.
@@ -27,12 +28,14 @@ func TestDecodeTake(t *testing.T) {
 		wantErr   bool
 		wantMoved []int
 	}{
-		{"all decided", []int64{tag, clock, 2000, 1, 3000, 0, 500, 2000}, false, false, nil},
-		{"undecided, spread keys", []int64{tag, clock, -1, -1, 0, 0, 0, 2000}, true, false, []int{0, 1}},
-		{"undecided, declared keys", []int64{tag, clock, 2000, -1, 0, 0, 0, 2000}, false, true, nil},
-		{"another call's tag", []int64{tag + 1, clock, 2000, 1, 3000, 0, 500, 2000}, true, true, nil},
-		{"too short", []int64{tag, clock, 2000, 1, 3000}, true, true, nil},
-		{"too long", []int64{tag, clock, 2000, 1, 3000, 0, 500, 2000, 9}, true, true, nil},
+		{"all decided", []int64{tag, clock, 2000, 1000, 2000}, false, false, nil},
+		{"sliding denied, then its retry", []int64{tag, clock, 2000, 4500, 300, 2000}, false, false, nil},
+		{"undecided, spread keys", []int64{tag, clock, -1, -1, 2000}, true, false, []int{0, 1}},
+		{"undecided, declared keys", []int64{tag, clock, 2000, -1, 2000}, false, true, nil},
+		{"another call's tag", []int64{tag + 1, clock, 2000, 1000, 2000}, true, true, nil},
+		{"too short", []int64{tag, clock, 2000, 1000}, true, true, nil},
+		{"too long", []int64{tag, clock, 2000, 1000, 2000, 9}, true, true, nil},
+		{"denied sliding without its retry", []int64{tag, clock, 2000, 4500, 2000}, true, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			results := make([]limiter.Result, len(ops))
@@ -58,6 +61,76 @@ func TestDecodeTake(t *testing.T) {
 				// The last fixed window holds 2000 of 5000 at 500 ms into its window.
 				if want := (limiter.Result{Allowed: true, Remaining: 3000, Reset: 500}); results[2] != want {
 					t.Errorf("op 2 = %+v, want %+v", results[2], want)
+				}
+			}
+		})
+	}
+}
+
+// TestDecodeTakeDerived: the answers take.lua's compact replies stand for,
+// derived as memory.go derives them: a fixed window op after one of its
+// set on its key has no value of its own; a bucket's value is
+// t * den + c, negated less 2 when denied; a sliding window's is the
+// weighted count.
+func TestDecodeTakeDerived(t *testing.T) {
+	const tag, clock = 7, 1_000_500
+	fixed := limiter.Op{Key: "a", Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 2000}
+	bucket := limiter.Op{Key: "b", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 6, Window: 60_000, Cost: 1000}
+	sliding := limiter.Op{Key: "s", Algorithm: descriptors.SlidingWindow, Limit: 5000, Window: 1000, Cost: 1000}
+	peek := fixed
+	peek.Cost = 0
+	other := fixed
+	other.Key = "c"
+	for _, tc := range []struct {
+		name  string
+		ops   []limiter.Op
+		reply []int64
+		want  []limiter.Result
+	}{{
+		name:  "fixed ops of one set on one key: the first's count, then its cost each",
+		ops:   []limiter.Op{fixed, fixed, fixed, other},
+		reply: []int64{tag, clock, 3000, 1000},
+		want: []limiter.Result{
+			{Allowed: true, Remaining: 2000, Reset: 500},
+			{Allowed: true, Remaining: 0, Reset: 500},
+			{RetryAfter: 500, Reset: 500},
+			{Allowed: true, Remaining: 4000, Reset: 500},
+		},
+	}, {
+		name:  "a peek has its own set",
+		ops:   []limiter.Op{fixed, peek, peek},
+		reply: []int64{tag, clock, 3000, 3000},
+		want: []limiter.Result{
+			{Allowed: true, Remaining: 2000, Reset: 500},
+			{Allowed: true, Remaining: 2000, Reset: 500},
+			{Allowed: true, Remaining: 2000, Reset: 500},
+		},
+	}, {
+		name: "bucket allowed and denied",
+		ops:  []limiter.Op{bucket, bucket},
+		// 166 milli-tokens, carry 4: 166*6+4 = 1000; denied: -1000-2.
+		reply: []int64{tag, 0, 9000 * 6, -1002},
+		want: []limiter.Result{
+			{Allowed: true, Remaining: 9000, Reset: 6000},
+			{Remaining: 166, RetryAfter: 5000, Reset: 59000},
+		},
+	}, {
+		name:  "sliding allowed and denied",
+		ops:   []limiter.Op{sliding, sliding},
+		reply: []int64{tag, clock, 3000, 4001, 250},
+		want: []limiter.Result{
+			{Allowed: true, Remaining: 1000, Reset: 500},
+			{Remaining: 999, RetryAfter: 250, Reset: 500},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make([]limiter.Result, len(tc.ops))
+			if err := decodeTake(tc.reply, tag, tc.ops, got, nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("op %d = %+v, want %+v", i, got[i], tc.want[i])
 				}
 			}
 		})
