@@ -90,17 +90,20 @@ local function sliding_arith()
   return steps, decide
 end
 
--- bucket_arith returns the token bucket's functions:
+-- bucket_arith returns the token bucket's functions, decide, expiry, fill
+-- and ceil_div:
 --
 -- decide(burst, num, den, cost, now, t, ts, c) refills the bucket state
 -- (t milli-tokens, carry c / den, at ts) up to now and charges cost if the
 -- tokens allow it (a peek, cost 0, is allowed). It returns allowed (a
 -- boolean) and the new t, ts, c.
 --
--- fill(burst, num, den, t, c) returns the ms until the state is full.
---
 -- expiry(burst, num, den, t, c, ts) returns when a state written at ts is
 -- full again, and so may expire: ts + fill, at least ts + 1.
+--
+-- fill(burst, num, den, t, c) returns the ms until the state is full.
+--
+-- ceil_div(a, b) returns ceil(a / b) for integers a >= 0, b >= 1.
 local function bucket_arith()
   -- ceil_div returns ceil(a / b) for integers a >= 0, b >= 1.
   local function ceil_div(a, b)
@@ -147,5 +150,5 @@ local function bucket_arith()
     return ts + f
   end
 
-  return decide, fill, expiry, ceil_div
+  return decide, expiry, fill, ceil_div
 end

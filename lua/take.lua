@@ -9,9 +9,13 @@ consecutive in ARGV[2] (the caller puts the ops of one key together, in
 their order; ops of different keys are independent, so their order is
 free).
 
-KEYS[g]  base key of group g, ending in ':' and holding a {hash tag}. Window
-         counters live at KEYS[g] .. S, S a window start in Unix seconds;
-         a token bucket at KEYS[g] .. 'tokens'.
+KEYS[g]  key of group g: the base key of its ops (ending in ':' and
+         holding a {hash tag}), followed by a tail when its first op is a
+         fixed window (the window start the caller expects, see guess) or
+         a token bucket ('tokens'), so that the key of a group of one such
+         op comes whole, without a concatenation. Window counters live at
+         base .. S, S a window start in Unix seconds; a token bucket at
+         base .. 'tokens'.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
                  so that the caller can tell its reply from any other
 ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
@@ -21,7 +25,7 @@ ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
 ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
                  group's ops first in map, and so on
 ARGV[4...] the parameters, one set after another:
-         fixed_window   0, now, limit, window, cost
+         fixed_window   0, now, limit, window, cost, guess
          sliding_window 1, now, limit, window, cost
          token_bucket   2, now, burst, num, den, window, cost
          now     decision time, Unix ms; 0 means Redis TIME (read once)
@@ -30,6 +34,11 @@ ARGV[4...] the parameters, one set after another:
          cost    charge, milli-requests; 0 peeks without writing
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
+         guess   the window start S (Unix seconds) the caller appended to
+                 the keys of groups whose first op has this set, by its own
+                 clock: a hint. The window is Redis' (TIME); when the hint
+                 is not it, the script takes the base key back from KEYS[g]
+                 and appends its own S.
 Returns  {tag, clock, then for each op in map's order:}
          fixed_window    the count after the op; nothing when the op before
                          it in its group has its parameter set (same key,
@@ -74,14 +83,16 @@ How a call runs. The state the decisions read (sliding windows' two
 counters, buckets) is read first, in one MGET for the whole call (in
 cross-slot mode, one MGET per group). Then each group is decided, its ops
 in order against its state, and each changed key is written once:
-- a window counter read and charged: INCRBY by the group's charges if it
-  existed, else SET to them PXAT the first charge's expiry;
+- a window counter read and charged: INCRBY by the group's charges, and
+  PEXPIREAT of the first charge's expiry when it did not exist (cheaper
+  together than one SET with PXAT);
 - a fixed window's counter is not read before: the INCRBY of the group's
   charges returns it (less those charges: the count before the call);
   PEXPIREAT follows only when that INCRBY created it, and a count past
   2^52 is SET back to 2^52 (KEEPTTL); a counter only peeked at is a GET;
-- a bucket charged: SET of its last state PXAT its expiry, or DEL when it
-  ended full and existed.
+- a bucket charged: SET of its last state PXAT its expiry (with GET,
+  whose reply costs Lua less than SET's status), or DEL when it ended
+  full and existed.
 So a decision costs Redis at most one command of its own, and the
 decisions of a group share one read and one write of each key.
 
@@ -113,7 +124,7 @@ atomic.lua decides the same ops all or nothing on the same state.
 
 -- #include arith.lua
 
-local call, tonumber = redis.call, tonumber
+local call, tonumber, sub = redis.call, tonumber, string.sub
 local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a call
 
 local map, runs = ARGV[2], ARGV[3]
@@ -124,15 +135,18 @@ if cross then
   K, koff, a, first = ARGV, 3, 4 + ngroups, redis.pcall
 end
 
--- The parameter sets, each converted once: P[k] = {alg, now, cost, ...},
--- the key suffixes and expiries as the strings Redis takes.
---   fixed:   {0, now, cost, cost string, suffix, expiry}
---   sliding: {1, now, cost, cost string, suffix, expiry, previous suffix,
---             elapsed, limit, window, g, wg}
---   bucket:  {2, now, cost, burst, num, den}
+-- The parameter sets, each converted once, the key suffixes and expiries
+-- as the strings Redis takes. P[k] = {alg, now, cost, tail, whole, ...}:
+-- tail is the length of what the caller appended to the base key of a
+-- group whose first op has the set, whole whether that makes the op's
+-- key; then
+--   fixed:   cost string, suffix, expiry
+--   sliding: cost string, suffix, expiry, previous suffix, elapsed, limit,
+--            window, g, wg
+--   bucket:  burst, num, den
 local clock, secs = 0, nil
 local P = {}
-local steps, sliding_decide, bucket_decide, bucket_fill, bucket_expiry
+local steps, sliding_decide, bucket_decide, bucket_expiry
 local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
@@ -149,13 +163,13 @@ while a <= nargs do
   end
   if alg == '2' then
     if not bucket_decide then
-      bucket_decide, bucket_fill, bucket_expiry = bucket_arith()
+      bucket_decide, bucket_expiry = bucket_arith()
     end
     local cost = tonumber(ARGV[a + 6])
     if cost > MAX then
       cost = MAX
     end
-    P[#P + 1] = {2, now, cost, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
+    P[#P + 1] = {2, now, cost, 6, true, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
     a = a + 7
   else
     local window, cs = tonumber(ARGV[a + 3]), ARGV[a + 4]
@@ -171,25 +185,37 @@ while a <= nargs do
       suffix = int(ws / 1000)
     end
     if alg == '0' then
-      P[#P + 1] = {0, now, cost, cs, suffix, int(ws + window)}
+      local guess = ARGV[a + 5]
+      P[#P + 1] = {0, now, cost, #guess, suffix == guess, cs, suffix, int(ws + window)}
+      a = a + 6
     else
       if not steps then
         steps, sliding_decide = sliding_arith()
       end
       local g, wg = steps(window)
-      P[#P + 1] = {1, now, cost, cs, suffix, int(ws + 2 * window), int((ws - window) / 1000),
+      P[#P + 1] = {1, now, cost, 0, false, cs, suffix, int(ws + 2 * window), int((ws - window) / 1000),
         now - ws, tonumber(ARGV[a + 2]), window, g, wg}
+      a = a + 5
     end
-    a = a + 5
   end
 end
 
--- mb[i] is op i's set; gb[g] group g's size. out is made as long as the
--- reply will about be, so that it does not grow (it ends at its first nil).
+-- mb[i] is op i's set, gb[g] group g's size. out is made about as long as
+-- the reply will be, so that it seldom grows (the reply ends at its first
+-- nil).
 local byte = string.byte
 local mb = {byte(map, 1, nops)}
 local gb = {byte(runs, 1, ngroups)}
 local out = {tonumber(ARGV[1]), clock, byte(map, 1, nops)}
+
+-- base returns the base key of group g, whose first op has set p.
+local function base(g, p)
+  local k = K[koff + g]
+  if p[4] > 0 then
+    return sub(k, 1, #k - p[4])
+  end
+  return k
+end
 
 -- Read the state of every group at once (not in cross-slot mode, where
 -- each group reads its own): rk lists the keys, in the order the groups
@@ -200,33 +226,34 @@ local rk, rv, nr = {}, nil, 0
 if (steps or bucket_decide) and not cross then
   local i = 1
   for g = 1, ngroups do
-    local base, cnt = K[koff + g], gb[g]
-    local seen
-    if cnt > 1 then
-      seen = {}
-    end
-    for o = i, i + cnt - 1 do
-      local p = P[mb[o]]
-      local alg = p[1]
-      if alg ~= 0 then
+    local cnt = gb[g]
+    if cnt == 1 then
+      local p = P[mb[i]]
+      if p[1] == 1 then
+        local k = K[koff + g]
+        rk[nr + 1], rk[nr + 2] = k .. p[7], k .. p[9]
+        nr = nr + 2
+      elseif p[1] == 2 then
+        nr = nr + 1
+        rk[nr] = K[koff + g]
+      end
+    else
+      local b, seen = base(g, P[mb[i]]), {}
+      for o = i, i + cnt - 1 do
+        local p = P[mb[o]]
         local k1, k2
-        if alg == 1 then
-          k1, k2 = base .. p[5], base .. p[7]
-        else
-          k1 = base .. BUCKET
+        if p[1] == 1 then
+          k1, k2 = b .. p[7], b .. p[9]
+        elseif p[1] == 2 then
+          k1 = b .. BUCKET
         end
-        if not seen then
-          rk[nr + 1], rk[nr + 2] = k1, k2
-          nr = nr + (alg == 1 and 2 or 1)
-        else
-          if not seen[k1] then
-            nr = nr + 1
-            rk[nr], seen[k1] = k1, true
-          end
-          if k2 and not seen[k2] then
-            nr = nr + 1
-            rk[nr], seen[k2] = k2, true
-          end
+        if k1 and not seen[k1] then
+          nr = nr + 1
+          rk[nr], seen[k1] = k1, true
+        end
+        if k2 and not seen[k2] then
+          nr = nr + 1
+          rk[nr], seen[k2] = k2, true
         end
       end
     end
@@ -237,36 +264,39 @@ if (steps or bucket_decide) and not cross then
   end
 end
 
--- The writes of a call: every one formats at most one number of its own.
-local lt, lc, lts, lv, lx, lxs -- the last state packed, and expiry formatted
-local function bucket_write(key, existed, t, c, ts, x)
-  if not t then
-    if existed then
-      call('DEL', key)
+-- bucket_write writes a bucket's state after its group (t false: full),
+-- formatting the state and expiry only when they differ from the last.
+local bucket_write
+if bucket_decide then
+  local lt, lc, lts, lv, lx, lxs
+  bucket_write = function(key, existed, t, c, ts, x)
+    if not t then
+      if existed then
+        call('DEL', key)
+      end
+      return
     end
-    return
+    if t ~= lt or c ~= lc or ts ~= lts then
+      lt, lc, lts, lv = t, c, ts, struct.pack(STATE, t, c, ts)
+    end
+    if x ~= lx then
+      lx, lxs = x, int(x)
+    end
+    call('SET', key, lv, 'PXAT', lxs, 'GET') -- GET: a bulk reply, no table
   end
-  if t ~= lt or c ~= lc or ts ~= lts then
-    lt, lc, lts, lv = t, c, ts, struct.pack(STATE, t, c, ts)
-  end
-  if x ~= lx then
-    lx, lxs = x, int(x)
-  end
-  call('SET', key, lv, 'PXAT', lxs)
 end
 
--- group decides the ops i .. j (more than one) of a group on base, the
--- reply going to out from n + 1, and returns the new n. at is where its
--- values start in rv (the MGET's), and it returns the new at; in cross-slot
--- mode it reads its keys itself. It is take.lua's general path: a call of
--- distinct keys never makes it.
-local function group_path()
-  -- A cell is one key of the group: {key, value read (false: missing),
-  -- count before the call (windows), charges, one charge's string, first
-  -- charge's expiry, bucket state t, c, ts and expiry, changed}.
-  local KEY, VAL, BASE, DEL, ONE, EXP, T, C, TS, X, CHANGED, WIN = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-
-  return function(base, i, j, n, at)
+-- group decides the ops i .. j (more than one) of group g on base b, the
+-- reply going to out from n + 1, and returns the new n and at: where its
+-- values start in rv (the MGET's); in cross-slot mode it reads its keys
+-- itself. It is take.lua's general path, made only for a call that has
+-- a group of several ops.
+local group
+if ngroups < nops then -- a group has several ops
+  group = function(b, i, j, n, at)
+    -- A cell is one key: {key, value read (false: missing), count before
+    -- the call (windows), charges, one charge's string, first charge's
+    -- expiry, bucket t, c, ts and expiry, changed, window}.
     local cells, order = {}, {}
     local function cell(key)
       local c = cells[key]
@@ -279,19 +309,26 @@ local function group_path()
     end
     -- Name the cells read, in rk's order, and take their values.
     local reads = {}
+    local prev = 0
     for o = i, j do
-      local p = P[mb[o]]
-      if p[1] == 1 then
-        local c1, c2 = cell(base .. p[5]), cell(base .. p[7])
-        c1[WIN], c2[WIN] = true, true
+      local s = mb[o]
+      local p = P[s]
+      local alg = p[1]
+      if s == prev then -- its cells are named
+        alg = -1
+      end
+      prev = s
+      if alg == 1 then
+        local c1, c2 = cell(b .. p[7]), cell(b .. p[9])
+        c1[12], c2[12] = true, true
         if not reads[c1] then
           reads[#reads + 1], reads[c1] = c1, true
         end
         if not reads[c2] then
           reads[#reads + 1], reads[c2] = c2, true
         end
-      elseif p[1] == 2 then
-        local c = cell(base .. BUCKET)
+      elseif alg == 2 then
+        local c = cell(b .. BUCKET)
         if not reads[c] then
           reads[#reads + 1], reads[c] = c, true
         end
@@ -302,7 +339,7 @@ local function group_path()
       if cross then
         local keys = {}
         for k = 1, #reads do
-          keys[k] = reads[k][KEY]
+          keys[k] = reads[k][1]
         end
         v = first('MGET', unpack(keys))
         if v.err then -- not this node's slot: nothing decided
@@ -318,72 +355,75 @@ local function group_path()
       end
       for k = 1, #reads do
         local c = reads[k]
-        c[VAL] = v[k]
-        if c[WIN] then
-          c[BASE] = v[k] and tonumber(v[k]) or 0
+        c[2] = v[k]
+        if c[12] then
+          c[3] = v[k] and tonumber(v[k]) or 0
         end
       end
     end
 
     -- Decide in order. A fixed op replies its count once its cell is
-    -- written; one that shares the set of the op before it replies
-    -- nothing (the caller adds its cost to that op's count).
-    local fixed = {} -- fixed ops' places in out, cells, charges with them
-    local prev, last = 0, nil
+    -- written; one that follows an op of its set replies nothing (the
+    -- caller adds its cost to that op's count).
+    local fixed = {} -- places in out, cells and charges of fixed ops
+    local c, c2 -- the cells of the op before, while ops share a set
+    prev = 0
     for o = i, j do
       local s = mb[o]
       local p = P[s]
       local alg = p[1]
       if alg == 0 then
-        local c = last
         if s ~= prev then
-          c = cell(base .. p[5])
-          last = c
+          c = cell(b .. p[7])
         end
         local cost = p[3]
         if cost > 0 then
-          if c[DEL] == 0 then
-            c[ONE], c[EXP] = p[4], p[6]
+          if c[4] == 0 then
+            c[5], c[6] = p[6], p[8]
           else
-            c[ONE] = false
+            c[5] = false
           end
-          c[DEL] = c[DEL] + cost
+          c[4] = c[4] + cost
         end
         if s ~= prev then
           n = n + 1
-          fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[DEL]
+          fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[4]
         end
       elseif alg == 1 then
-        local c, c2 = cells[base .. p[5]], cells[base .. p[7]]
-        local cost, limit = p[3], p[9]
-        local pc = c2[BASE] + c2[DEL]
+        if s ~= prev then
+          c, c2 = cells[b .. p[7]], cells[b .. p[9]]
+        end
+        local cost, limit = p[3], p[11]
+        local pc = c2[3] + c2[4]
         if pc > limit then
           pc = limit
         end
-        local w, retry = sliding_decide(limit, p[10], p[11], p[12], cost, p[8], c[BASE] + c[DEL], pc)
+        local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], c[3] + c[4], pc)
         n = n + 1
         out[n] = w
         if retry then
           n = n + 1
           out[n] = retry
         elseif cost > 0 then
-          if c[DEL] == 0 then
-            c[ONE], c[EXP] = p[4], p[6]
+          if c[4] == 0 then
+            c[5], c[6] = p[6], p[8]
           else
-            c[ONE] = false
+            c[5] = false
           end
-          c[DEL] = c[DEL] + cost
+          c[4] = c[4] + cost
         end
       else
-        local now, cost, burst, num, den = p[2], p[3], p[4], p[5], p[6]
-        local c = cells[base .. BUCKET]
-        local t, tc, ts = c[T], c[C], c[TS]
+        local now, cost, burst, num, den = p[2], p[3], p[6], p[7], p[8]
+        if s ~= prev then
+          c = cells[b .. BUCKET]
+        end
+        local t, tc, ts = c[7], c[8], c[9]
         if t == nil then -- the state stored
           t = false
-          if c[VAL] then
-            t, tc, ts = struct.unpack(STATE, c[VAL])
+          if c[2] then
+            t, tc, ts = struct.unpack(STATE, c[2])
           end
-          c[T], c[C], c[TS] = t, tc, ts
+          c[7], c[8], c[9] = t, tc, ts
         end
         if not t then -- full: as a missing key reads
           t, tc, ts = burst, 0, now
@@ -397,11 +437,11 @@ local function group_path()
           out[n] = -(t * den + tc) - 2
         end
         if cost > 0 then -- a charge leaves its state; a peek changes nothing
-          c[CHANGED] = true
+          c[11] = true
           if t >= burst then
-            c[T] = false
+            c[7] = false
           else
-            c[T], c[C], c[TS], c[X] = t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts)
+            c[7], c[8], c[9], c[10] = t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts)
           end
         end
       end
@@ -412,18 +452,19 @@ local function group_path()
     -- call comes from its INCRBY (or a GET when only peeked at).
     for k = 1, #order do
       local c = order[k]
-      local key, d = c[KEY], c[DEL]
-      if c[CHANGED] then
-        bucket_write(key, c[VAL], c[T], c[C], c[TS], c[X])
+      local key, d = c[1], c[4]
+      if c[11] then
+        bucket_write(key, c[2], c[7], c[8], c[9], c[10])
       elseif reads[c] then
         if d > 0 then
           if d > MAX then
             d = MAX
           end
-          local ds = c[ONE] or int(d)
-          if not c[VAL] then
-            call('SET', key, ds, 'PXAT', c[EXP])
-          elseif c[BASE] + d > MAX then
+          local ds = c[5] or int(d)
+          if not c[2] then
+            call('INCRBY', key, ds)
+            call('PEXPIREAT', key, c[6])
+          elseif c[3] + d > MAX then
             call('SET', key, MAXS, 'KEEPTTL')
           else
             call('INCRBY', key, ds)
@@ -433,13 +474,13 @@ local function group_path()
         if d > MAX then
           d = MAX
         end
-        local r = first('INCRBY', key, c[ONE] or int(d))
+        local r = first('INCRBY', key, c[5] or int(d))
         if cross and type(r) == 'table' then
-          c[BASE] = false
+          c[3] = false
         else
-          c[BASE] = r - d
+          c[3] = r - d
           if r == d then
-            call('PEXPIREAT', key, c[EXP])
+            call('PEXPIREAT', key, c[6])
           elseif r > MAX then
             call('SET', key, MAXS, 'KEEPTTL')
           end
@@ -447,17 +488,17 @@ local function group_path()
       else
         local v = first('GET', key)
         if cross and type(v) == 'table' then
-          c[BASE] = false
+          c[3] = false
         else
-          c[BASE] = v and tonumber(v) or 0
+          c[3] = v and tonumber(v) or 0
         end
       end
     end
     for f = 1, #fixed, 3 do
       local c = fixed[f + 1]
       local count = -1
-      if c[BASE] then
-        count = c[BASE] + fixed[f + 2]
+      if c[3] then
+        count = c[3] + fixed[f + 2]
         if count > MAX then
           count = MAX
         end
@@ -470,108 +511,102 @@ end
 
 -- Decide, group by group. A group of one op needs no table: its state is
 -- at rv[r + 1] (and rv[r + 2]), or read here in cross-slot mode.
-local group
 local n, i, r = 2, 1, 0
 for g = 1, ngroups do
-  local base, cnt = K[koff + g], gb[g]
+  local cnt = gb[g]
+  local p = P[mb[i]]
   if cnt > 1 then
-    if not group then
-      group = group_path()
+    n, r = group(base(g, p), i, i + cnt - 1, n, r)
+  elseif p[1] == 0 then
+    local key, cost, count = K[koff + g], p[3], -1
+    if not p[5] then -- the caller's guess of the window was not Redis'
+      key = sub(key, 1, #key - p[4]) .. p[7]
     end
-    n, r = group(base, i, i + cnt - 1, n, r)
-  else
-    local p = P[mb[i]]
-    local alg = p[1]
-    local reply = -1
-    if alg == 0 then
-      local cost, key = p[3], base .. p[5]
-      if cost > 0 then
-        local count = first('INCRBY', key, p[4])
-        if not (cross and type(count) == 'table') then
-          reply = count
-          if count == cost then
-            call('PEXPIREAT', key, p[6])
-          elseif count > MAX then
-            reply = MAX
-            call('SET', key, MAXS, 'KEEPTTL')
-          end
-        end
-      else
-        local v = first('GET', key)
-        if not (cross and type(v) == 'table') then
-          reply = v and tonumber(v) or 0
+    if cost > 0 then
+      local v = first('INCRBY', key, p[6])
+      if not (cross and type(v) == 'table') then
+        count = v
+        if v == cost then
+          call('PEXPIREAT', key, p[8])
+        elseif v > MAX then
+          count = MAX
+          call('SET', key, MAXS, 'KEEPTTL')
         end
       end
-      n = n + 1
-      out[n] = reply
     else
-      local k1, k2, v1, v2
-      if not cross then
-        k1, v1 = rk[r + 1], rv[r + 1]
-        if alg == 1 then
-          k2, v2 = rk[r + 2], rv[r + 2]
-          r = r + 2
-        else
-          r = r + 1
-        end
-      elseif alg == 1 then
-        k1, k2 = base .. p[5], base .. p[7]
-        local v = first('MGET', k1, k2)
-        if v.err then
-          k1 = false
-        else
-          v1, v2 = v[1], v[2]
-        end
+      local v = first('GET', key)
+      if not (cross and type(v) == 'table') then
+        count = v and tonumber(v) or 0
+      end
+    end
+    n = n + 1
+    out[n] = count
+  else
+    local alg = p[1]
+    local k1, k2, v1, v2
+    if not cross then
+      k1, v1 = rk[r + 1], rv[r + 1]
+      if alg == 1 then
+        k2, v2 = rk[r + 2], rv[r + 2]
+        r = r + 2
       else
-        k1 = base .. BUCKET
-        local v = first('MGET', k1)
-        if v.err then
-          k1 = false
-        else
-          v1 = v[1]
+        r = r + 1
+      end
+    else
+      local v
+      if alg == 1 then
+        local b = K[koff + g]
+        k1, k2 = b .. p[7], b .. p[9]
+        v = first('MGET', k1, k2)
+      else
+        k1 = K[koff + g]
+        v = first('MGET', k1)
+      end
+      if v.err then
+        k1 = false
+      else
+        v1, v2 = v[1], v[2]
+      end
+    end
+    n = n + 1
+    if not k1 then
+      out[n] = -1
+    elseif alg == 1 then
+      local cost, limit = p[3], p[11]
+      local cur = v1 and tonumber(v1) or 0
+      local prev = v2 and tonumber(v2) or 0
+      if prev > limit then
+        prev = limit
+      end
+      local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], cur, prev)
+      out[n] = w
+      if retry then
+        n = n + 1
+        out[n] = retry
+      elseif cost > 0 then
+        call('INCRBY', k1, p[6])
+        if not v1 then
+          call('PEXPIREAT', k1, p[8])
         end
       end
-      n = n + 1
-      if not k1 then
-        out[n] = -1
-      elseif alg == 1 then
-        local cost, limit = p[3], p[9]
-        local cur = v1 and tonumber(v1) or 0
-        local prev = v2 and tonumber(v2) or 0
-        if prev > limit then
-          prev = limit
-        end
-        local w, retry = sliding_decide(limit, p[10], p[11], p[12], cost, p[8], cur, prev)
-        out[n] = w
-        if retry then
-          n = n + 1
-          out[n] = retry
-        elseif cost > 0 then
-          if v1 then
-            call('INCRBY', k1, p[4])
-          else
-            call('SET', k1, p[4], 'PXAT', p[6])
-          end
-        end
+    else
+      local now, cost, burst, num, den = p[2], p[3], p[6], p[7], p[8]
+      local t, tc, ts = burst, 0, now
+      if v1 then
+        t, tc, ts = struct.unpack(STATE, v1)
+      end
+      local allowed
+      allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
+      if allowed then
+        out[n] = t * den + tc
       else
-        local now, cost, burst, num, den = p[2], p[3], p[4], p[5], p[6]
-        local t, tc, ts = burst, 0, now
-        if v1 then
-          t, tc, ts = struct.unpack(STATE, v1)
-        end
-        local allowed
-        allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
-        if allowed then
-          out[n] = t * den + tc
+        out[n] = -(t * den + tc) - 2
+      end
+      if cost > 0 then
+        if t >= burst then
+          bucket_write(k1, v1, false)
         else
-          out[n] = -(t * den + tc) - 2
-        end
-        if cost > 0 then
-          if t >= burst then
-            bucket_write(k1, v1, false)
-          else
-            bucket_write(k1, v1, t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts))
-          end
+          bucket_write(k1, v1, t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts))
         end
       end
     end

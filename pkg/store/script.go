@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -103,17 +105,24 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 // takeEncoder writes take.lua calls. Its buffers are reused from call to
 // call; it is not safe for concurrent use.
 type takeEncoder struct {
-	sets  []int  // the first op of each parameter set
-	mapb  []byte // each op's set, 1-based
-	runs  []byte // ops per group: a run of ops with one key
-	first []int  // the first op of each group
+	sets  []int    // the first op of each parameter set
+	guess []string // each set's window start guess (fixed windows)
+	mapb  []byte   // each op's set, 1-based
+	runs  []byte   // ops per group: a run of ops with one key
+	first []int    // the first op of each group
+	clock int64    // this process' clock, Unix ms, read once a call
 }
+
+// bucketTail is what a token bucket's group key carries after the base
+// key: take.lua's BUCKET.
+const bucketTail = "tokens"
 
 // plan finds the parameter sets and the groups of ops (at most maxBatchOps
 // ops; a group is a run of consecutive ops with one key) and returns the
 // number of arguments of the call after the script's name and digest.
 func (e *takeEncoder) plan(ops []limiter.Op) int {
-	e.sets, e.mapb, e.runs, e.first = e.sets[:0], e.mapb[:0], e.runs[:0], e.first[:0]
+	e.sets, e.guess, e.mapb, e.runs, e.first = e.sets[:0], e.guess[:0], e.mapb[:0], e.runs[:0], e.first[:0]
+	e.clock = 0
 	n := 4 // numkeys, tag, map, groups
 	for i := range ops {
 		if i == 0 || ops[i].Key != ops[i-1].Key {
@@ -128,15 +137,50 @@ func (e *takeEncoder) plan(ops []limiter.Op) int {
 		}
 		if k == len(e.sets) {
 			e.sets = append(e.sets, i)
-			if ops[i].Algorithm == descriptors.TokenBucket {
+			e.guess = append(e.guess, "")
+			switch ops[i].Algorithm {
+			case descriptors.TokenBucket:
 				n += 7
-			} else {
+			case descriptors.FixedWindow:
+				e.guess[k] = e.windowGuess(&ops[i])
+				n += 6
+			default:
 				n += 5
 			}
 		}
 		e.mapb = append(e.mapb, byte(k+1))
 	}
 	return n
+}
+
+// windowGuess returns the start (Unix seconds) of the fixed window op falls
+// in by its Now, or by this process' clock: take.lua's hint, which saves
+// Redis a concatenation a key when it is Redis' window too.
+func (e *takeEncoder) windowGuess(op *limiter.Op) string {
+	now := op.Now
+	if now == 0 {
+		if e.clock == 0 {
+			e.clock = guessClock()
+		}
+		now = e.clock
+	}
+	return strconv.FormatInt((now-now%op.Window)/1000, 10)
+}
+
+// guessClock is the clock of windowGuess, Unix ms; tests set it wrong.
+var guessClock = func() int64 { return time.Now().UnixMilli() }
+
+// groupKey returns the key take.lua gets for the group whose first op is
+// ops[i] (of set k): the base key, with its window guess (fixed window) or
+// bucketTail (token bucket) after it.
+func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
+	switch ops[i].Algorithm {
+	case descriptors.FixedWindow:
+		return ops[i].Key + e.guess[e.mapb[i]-1]
+	case descriptors.TokenBucket:
+		return ops[i].Key + bucketTail
+	}
+	return ops[i].Key
 }
 
 // write writes the arguments plan counted: numkeys, KEYS (one per group),
@@ -153,14 +197,14 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 		w.Int(int64(len(e.first)))
 	}
 	for _, i := range e.first {
-		w.String(ops[i].Key)
+		w.String(e.groupKey(ops, i))
 	}
 	if !spread {
 		w.Int(tag)
 		w.Bytes(e.mapb)
 		w.Bytes(e.runs)
 	}
-	for _, i := range e.sets {
+	for k, i := range e.sets {
 		op := &ops[i]
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Now)
@@ -173,6 +217,9 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 		}
 		w.Int(op.Window)
 		w.Int(op.Cost)
+		if op.Algorithm == descriptors.FixedWindow {
+			w.String(e.guess[k])
+		}
 	}
 }
 

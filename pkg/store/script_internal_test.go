@@ -1,9 +1,17 @@
 package store
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fastlimit/fastlimit/internal/redistest"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -135,4 +143,66 @@ func TestDecodeTakeDerived(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWindowGuessWrong: the window a fixed window's key carries is only
+// the store's guess; when it is not Redis' (a clock off by two days
+// here), take.lua counts in Redis' window all the same, for a lone op and
+// for a group, and writes nothing at the guessed key. (Windows of a day:
+// should Redis' day turn during the test, it checks nothing.)
+func TestWindowGuessWrong(t *testing.T) {
+	addr := redistest.Addr(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	r := NewRedis(redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), nil, RedisOptions{CloseClient: true})
+	defer r.Close()
+	ctx := context.Background()
+	const day = 86_400_000
+	for _, off := range []int64{0, -2 * day} {
+		guessClock = func() int64 { return time.Now().UnixMilli() + off }
+		base := fmt.Sprintf("guess:%d:{k}:", time.Now().UnixNano())
+		t.Cleanup(func() { rdb.Del(ctx, base+"tokens") })
+		fw := limiter.Op{Key: base, Algorithm: descriptors.FixedWindow, Limit: 10_000, Window: day, Cost: 1000}
+		before, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := limiter.Op{Key: base, Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 6, Window: 60_000, Cost: 1000}
+		var results [][]limiter.Result
+		for _, ops := range [][]limiter.Op{{fw}, {fw, fw, tb}} {
+			res := make([]limiter.Result, len(ops))
+			if err := r.Take(ctx, ops, res); err != nil {
+				t.Fatal(err)
+			}
+			results = append(results, res)
+		}
+		after, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		window := before.Unix() - before.Unix()%(day/1000)
+		if after.Unix()-after.Unix()%(day/1000) != window {
+			t.Logf("Redis' day turned during the test: nothing checked")
+			continue
+		}
+		for i, want := range []int64{9000, 8000, 7000} {
+			got := results[min(i, 1)][max(i-1, 0)]
+			if !got.Allowed || got.Remaining != want {
+				t.Errorf("off %d ms: fixed window op %d = %+v, want remaining %d", off, i, got, want)
+			}
+		}
+		if got := results[1][2]; !got.Allowed || got.Remaining != 9000 {
+			t.Errorf("off %d ms: bucket = %+v, want remaining 9000", off, got)
+		}
+		keys, err := rdb.Keys(ctx, base+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(keys)
+		if want := []string{base + strconv.FormatInt(window, 10), base + "tokens"}; !slices.Equal(keys, want) {
+			t.Errorf("off %d ms: keys %q, want %q", off, keys, want)
+		}
+		rdb.Del(ctx, keys...)
+	}
+	guessClock = func() int64 { return time.Now().UnixMilli() }
 }
