@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
@@ -26,7 +27,7 @@ func main() {
 	alg := flag.String("alg", "fixed", "take.lua's algorithm: fixed, sliding or bucket")
 	window := flag.Int("window", 60, "window (fixed, sliding) or refill period (bucket), seconds")
 	flag.Parse()
-	params, ok := paramSet(*alg, *window)
+	params, tail, ok := paramSet(*alg, *window)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "callgrind: unknown algorithm %q\n", *alg)
 		os.Exit(2)
@@ -50,13 +51,13 @@ func main() {
 			continue
 		}
 		// take.lua: numkeys, one key per group (the ops of a key together,
-		// as the store sends them), the tag, the map (every decision uses
-		// parameter set 1), the groups' sizes, then set 1 at Redis TIME,
-		// cost 1.
+		// as the store sends them, with the tail the store appends), the
+		// tag, the map (every decision uses parameter set 1), the groups'
+		// sizes, then set 1 at Redis TIME, cost 1.
 		var order []string
 		runs := map[string]int{}
 		for range *n {
-			k := "ratelimit:{bench/user=" + strconv.Itoa(rng.IntN(*keys)) + "}:default:"
+			k := "ratelimit:{bench/user=" + strconv.Itoa(rng.IntN(*keys)) + "}:default:" + tail
 			if runs[k] == 0 {
 				order = append(order, k)
 			}
@@ -75,14 +76,19 @@ func main() {
 }
 
 // paramSet returns take.lua's parameter set for a limit of 4e9 requests a
-// window that never denies, at Redis TIME, cost 1 request.
-func paramSet(alg string, window int) ([]string, bool) {
+// window that never denies, at Redis TIME, cost 1 request, and the tail the
+// store appends to a group's key: a fixed window's start by this clock (the
+// stream is sent within the window but for one that ends meanwhile), or a
+// bucket's suffix.
+func paramSet(alg string, window int) (params []string, tail string, ok bool) {
 	ms := strconv.Itoa(window * 1000)
 	switch alg {
 	case "fixed":
-		return []string{"0", "0", "4000000000000", ms, "1000"}, true
+		now := time.Now().Unix()
+		guess := strconv.FormatInt(now-now%int64(window), 10)
+		return []string{"0", "0", "4000000000000", ms, "1000", guess}, guess, true
 	case "sliding":
-		return []string{"1", "0", "4000000000000", ms, "1000"}, true
+		return []string{"1", "0", "4000000000000", ms, "1000"}, "", true
 	case "bucket":
 		// 4e12 milli-tokens a window: num/den = 4e12 / (window * 1000).
 		num, den := int64(4_000_000_000_000), int64(window*1000)
@@ -93,7 +99,7 @@ func paramSet(alg string, window int) ([]string, bool) {
 			}
 			a, b = b, a%b
 		}
-		return []string{"2", "0", "4000000000000", strconv.FormatInt(num, 10), strconv.FormatInt(den, 10), ms, "1000"}, true
+		return []string{"2", "0", "4000000000000", strconv.FormatInt(num, 10), strconv.FormatInt(den, 10), ms, "1000"}, "tokens", true
 	}
-	return nil, false
+	return nil, "", false
 }
