@@ -296,7 +296,8 @@ if ngroups < nops then -- a group has several ops
   group = function(b, i, j, n, at)
     -- A cell is one key: {key, value read (false: missing), count before
     -- the call (windows), charges, one charge's string, first charge's
-    -- expiry, bucket t, c, ts and expiry, changed, window}.
+    -- expiry, bucket t, c, ts and the set of its last charge (for its
+    -- expiry, computed when it is written), changed, window}.
     local cells, order = {}, {}
     local function cell(key)
       local c = cells[key]
@@ -441,7 +442,7 @@ if ngroups < nops then -- a group has several ops
           if t >= burst then
             c[7] = false
           else
-            c[7], c[8], c[9], c[10] = t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts)
+            c[7], c[8], c[9], c[10] = t, tc, ts, p -- its expiry, from its set, when written
           end
         end
       end
@@ -454,7 +455,8 @@ if ngroups < nops then -- a group has several ops
       local c = order[k]
       local key, d = c[1], c[4]
       if c[11] then
-        bucket_write(key, c[2], c[7], c[8], c[9], c[10])
+        local t, q = c[7], c[10]
+        bucket_write(key, c[2], t, c[8], c[9], t and bucket_expiry(q[6], q[7], q[8], t, c[8], c[9]))
       elseif reads[c] then
         if d > 0 then
           if d > MAX then
