@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -202,14 +203,20 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	var notHere []int
+	var dropped atomic.Bool
+	live := liveOf(ctx)
 	pipe := c.Pipeline()
 	for i := range calls {
 		ch := &calls[i]
 		ch.tag = nextTag()
 		cmds[i] = takeCmd(ctx, s, bySHA, ch.tag, ops[ch.from:ch.to])
-		_ = pipe.Process(ctx, onceCmd{cmds[i]})
+		_ = pipe.Process(ctx, onceCmd{Cmder: cmds[i], live: live, dropped: &dropped})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
+	if dropped.Load() {
+		// Its callers were gone when go-redis wrote it (see onceCmd).
+		return nil, nil, unavailable("take", ErrNotSent)
+	}
 	for i, ch := range calls {
 		err := cmds[i].Err()
 		switch {
@@ -275,12 +282,16 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 		for _, sub := range subs {
 			part := sorted[sub.from:sub.to]
 			tag := nextTag()
+			var dropped atomic.Bool
 			cmd := takeCmd(ctx, takeScript, true, tag, part)
-			_ = r.client.Process(ctx, onceCmd{cmd})
+			_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
 			if err := cmd.Err(); err != nil && isNoScript(err) {
 				tag = nextTag()
 				cmd = takeCmd(ctx, takeScript, false, tag, part)
-				_ = r.client.Process(ctx, onceCmd{cmd})
+				_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+			}
+			if dropped.Load() {
+				return unavailable("take", ErrNotSent)
 			}
 			v, err := cmd.Int64Slice()
 			if err == nil {
