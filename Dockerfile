@@ -10,12 +10,14 @@
 # A drop-in for envoyproxy/ratelimit's image: the binary is /bin/ratelimit
 # (Envoy Gateway starts that path), also reachable as /fastlimit, and with
 # no flags it reads the reference's environment (RUNTIME_ROOT,
-# RUNTIME_SUBDIRECTORY, PORT, REDIS_URL, ...). With nothing set it loads
-# the shipped rules (examples/envoy/rules) from
-# /srv/runtime_data/current/config, the reference's default rules
-# directory; mount a directory of your own there, or point RUNTIME_ROOT
-# or --config elsewhere (a directory, not single files, so that edits and
-# ConfigMap updates reach the watcher).
+# RUNTIME_SUBDIRECTORY, PORT, REDIS_URL, ...). No rules are baked in, as
+# in the reference's image: /srv/runtime_data/current/config, the
+# reference's default rules directory, is empty. Mount a directory of
+# rules there, or point RUNTIME_ROOT (with RUNTIME_SUBDIRECTORY) or
+# --config at it (a directory, not single files, so that edits and
+# ConfigMap updates reach the watcher). A mount at the wrong path leaves
+# the directory empty: FastLimit says so at startup, and with
+# HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true health stays failed.
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -27,12 +29,12 @@ ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=${VERSION}" -o /fastlimit ./cmd/server
-# One binary under both names: /bin/ratelimit, and /fastlimit linking to it.
-RUN mkdir -p /out/bin && mv /fastlimit /out/bin/ratelimit && ln -s bin/ratelimit /out/fastlimit
+# One binary under both names: /bin/ratelimit, and /fastlimit linking to it;
+# and the reference's default rules directory, empty.
+RUN mkdir -p /out/bin /out/srv/runtime_data/current/config && mv /fastlimit /out/bin/ratelimit && ln -s bin/ratelimit /out/fastlimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /
-COPY examples/envoy/rules/ /srv/runtime_data/current/config/
 # The default --config, "config", is the reference's default rules
 # directory from here.
 WORKDIR /srv/runtime_data/current

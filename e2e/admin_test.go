@@ -141,9 +141,15 @@ func TestAdminSurface(t *testing.T) {
 			t.Errorf("/metrics lacks config_info or process metrics:\n%s", body)
 		}
 
-		code, dump := get(t, "http://"+admin+"/rlconfig")
+		code, dump := get(t, "http://"+admin+"/v1/rules")
 		if code != http.StatusOK || !strings.Contains(dump, "adm.win: algorithm=fixed_window unit=HOUR requests_per_unit=5 ") ||
 			!strings.Contains(dump, "adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 ") {
+			t.Errorf("/v1/rules: %d\n%s", code, dump)
+		}
+		// The reference's layout at /rlconfig.
+		code, dump = get(t, "http://"+admin+"/rlconfig")
+		if code != http.StatusOK || !strings.Contains(dump, "adm.win: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false\n") ||
+			strings.Contains(dump, "algorithm=") || strings.Contains(dump, "#") {
 			t.Errorf("/rlconfig: %d\n%s", code, dump)
 		}
 
@@ -179,8 +185,11 @@ func TestAdminSurface(t *testing.T) {
 				t.Fatalf("usage of an unmatched descriptor: %+v", u)
 			}
 		}
-		if code := httpStatus(t, "http://"+admin+"/debug/pprof/"); code != http.StatusNotFound {
-			t.Errorf("/debug/pprof/ without --pprof: %d", code)
+		// Without --pprof, /debug/pprof/ is no profile: like any path not
+		// served, it gets the index, as the reference's debug listener.
+		if code, body := get(t, "http://"+admin+"/debug/pprof/"); code != http.StatusOK ||
+			strings.Contains(body, "goroutine") || !strings.Contains(body, "/rlconfig: print out the currently loaded configuration for debugging\n") {
+			t.Errorf("/debug/pprof/ without --pprof: %d\n%s", code, body)
 		}
 		// Peeks are not requests: the counters did not move.
 		if got := metricValue(t, scrape(t, admin), `fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`); got != 8 {

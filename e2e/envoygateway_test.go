@@ -7,16 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/internal/xdstest"
 )
@@ -55,31 +56,17 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		"REDIS_URL":                          r.Addr,
 		"USE_PROMETHEUS":                     "true",
 		"PROMETHEUS_ADDR":                    fmt.Sprintf(":%d", promPort),
-		// Ours: Envoy's client certificates are required and checked.
-		"GRPC_CLIENT_TLS_CACERT": certs.CAFile,
+		// Ours: Envoy's client certificates are required and checked, and
+		// the answers carry dynamic metadata (the rules' metadata).
+		"GRPC_CLIENT_TLS_CACERT":    certs.CAFile,
+		"RESPONSE_DYNAMIC_METADATA": "true",
 		// Moved from 8080, 8081 and 6070.
 		"PORT":       fmt.Sprint(port),
 		"GRPC_PORT":  fmt.Sprint(grpcPort),
 		"DEBUG_PORT": fmt.Sprint(debugPort),
 	}
-	cmd := exec.Command(binary)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", logs.String())
-		}
-	})
+	// Started as Envoy Gateway starts it: no flags, its environment.
+	start(t, launch{env: env, envOnly: true, noDial: true})
 
 	// Envoy Gateway's startup, readiness and liveness probe.
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port)
@@ -170,6 +157,8 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		t.Errorf("after the bad v3: limit %d, want v2's 10", lim)
 	}
 
+	checkEveryUnit(t, set, cp, envoy)
+
 	// The reference's series, on PROMETHEUS_ADDR.
 	series := scrapeSeries(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", promPort))
 	key := `ratelimit_service_rate_limit_over_limit{domain="eg",key1="user"}`
@@ -186,4 +175,121 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 // limited to rpu a minute.
 func egRules(rpu uint32) *rlsconf.RateLimitConfig {
 	return xdstest.Config("eg-rules", "eg", xdstest.Limit("user", "", rlsconf.RateLimitUnit_MINUTE, rpu))
+}
+
+// unitRules are a snapshot of the current proto's every unit (limit 1
+// each), two quota_mode descriptors and one with metadata.
+func unitRules() *rlsconf.RateLimitConfig {
+	meta, err := structpb.NewStruct(map[string]any{"team": "payments", "tier": map[string]any{"weight": 3}})
+	if err != nil {
+		panic(err)
+	}
+	var ds []*rlsconf.RateLimitDescriptor
+	for _, u := range egUnits {
+		ds = append(ds, xdstest.Limit(u.key, "", u.unit, 1))
+	}
+	q1, q2 := xdstest.Limit("q1", "", rlsconf.RateLimitUnit_HOUR, 1), xdstest.Limit("q2", "", rlsconf.RateLimitUnit_HOUR, 1)
+	q1.QuotaMode, q2.QuotaMode = true, true
+	m := xdstest.Limit("meta", "", rlsconf.RateLimitUnit_HOUR, 10)
+	m.Metadata = meta
+	return xdstest.Config("eg-units", "units", append(ds, q1, q2, m)...)
+}
+
+// egUnits are the units of the RateLimitConfig proto, with the windows
+// the reference gives them.
+var egUnits = []struct {
+	key     string
+	unit    rlsconf.RateLimitUnit
+	seconds int64
+}{
+	{"second", rlsconf.RateLimitUnit_SECOND, 1}, {"minute", rlsconf.RateLimitUnit_MINUTE, 60},
+	{"hour", rlsconf.RateLimitUnit_HOUR, 3600}, {"day", rlsconf.RateLimitUnit_DAY, 86400},
+	{"week", rlsconf.RateLimitUnit_WEEK, 7 * 86400}, {"month", rlsconf.RateLimitUnit_MONTH, 30 * 86400},
+	{"year", rlsconf.RateLimitUnit_YEAR, 365 * 86400},
+}
+
+// checkEveryUnit serves a snapshot with every unit, quota_mode and
+// metadata, and checks that each is decided as the reference decides it;
+// then a snapshot with a unit no proto knows is NACKed by number while
+// the last good rules decide.
+func checkEveryUnit(t *testing.T, set func(string, ...*rlsconf.RateLimitConfig), cp *xdstest.Server, envoy rls.RateLimitServiceClient) {
+	t.Helper()
+	set("v4", unitRules())
+	if _, err := cp.WaitACK(15*time.Second, "v4"); err != nil {
+		t.Fatalf("the snapshot of every unit was not ACKed: %v", err)
+	}
+	ctx := ctxTimeout(t, time.Minute)
+	call := func(ds ...*common.RateLimitDescriptor) *rls.RateLimitResponse {
+		t.Helper()
+		var resp *rls.RateLimitResponse
+		// The snapshot is ACKed before it is in force everywhere: wait for
+		// the domain to be known.
+		waitFor(t, 5*time.Second, func() bool {
+			var err error
+			resp, err = envoy.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "units", Descriptors: ds})
+			return err == nil && resp.GetStatuses()[0].GetCurrentLimit() != nil
+		})
+		return resp
+	}
+	id := fmt.Sprint(time.Now().UnixNano())
+	for _, u := range egUnits {
+		var codes []rls.RateLimitResponse_Code
+		// Two hits in one window: a second's window may end between them,
+		// so a per-second pair that straddles it is sent again.
+		for try := 0; try < 5; try++ {
+			first := call(desc(u.key, id))
+			second := call(desc(u.key, id))
+			codes = []rls.RateLimitResponse_Code{first.GetOverallCode(), second.GetOverallCode()}
+			st := first.GetStatuses()[0]
+			if st.GetCurrentLimit().GetUnit().String() != u.unit.String() || st.GetCurrentLimit().GetRequestsPerUnit() != 1 {
+				t.Errorf("%s: limit %v", u.key, st.GetCurrentLimit())
+			}
+			if d := st.GetDurationUntilReset(); d.GetNanos() != 0 || d.GetSeconds() < 1 || d.GetSeconds() > u.seconds {
+				t.Errorf("%s: duration_until_reset %v, want whole seconds in [1, %d]", u.key, d.AsDuration(), u.seconds)
+			}
+			if codes[1] == rls.RateLimitResponse_OVER_LIMIT || u.seconds > 1 {
+				break
+			}
+			id += "-again"
+		}
+		if codes[0] != rls.RateLimitResponse_OK || codes[1] != rls.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%s limit 1: %v, want OK then OVER_LIMIT", u.key, codes)
+		}
+	}
+
+	// Quota mode (envoyproxy/ratelimit#1059): OVER_LIMIT only when every
+	// quota descriptor of the request is over.
+	if got := call(desc("q1", id+"a"), desc("q2", id+"b")).GetOverallCode(); got != rls.RateLimitResponse_OK {
+		t.Errorf("quota, first hits: %v", got)
+	}
+	resp := call(desc("q1", id+"a"), desc("q2", id+"c"))
+	if resp.GetOverallCode() != rls.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != rls.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("quota, one of two over: %v, want OK with the first status OVER_LIMIT", resp)
+	}
+	if got := call(desc("q1", id+"a"), desc("q2", id+"b")).GetOverallCode(); got != rls.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("quota, both over: %v, want OVER_LIMIT", got)
+	}
+
+	// Metadata comes back in the dynamic metadata of a passed descriptor.
+	resp = call(desc("meta", id))
+	ds := resp.GetDynamicMetadata().GetFields()["descriptors"].GetListValue().GetValues()
+	if len(ds) != 1 || ds[0].GetStructValue().GetFields()["metadata"].GetStructValue().GetFields()["team"].GetStringValue() != "payments" {
+		t.Errorf("dynamic metadata %v, want the rule's metadata", resp.GetDynamicMetadata())
+	}
+
+	// A unit no proto knows: NACKed by number, the last good rules decide.
+	bad := unitRules()
+	bad.Descriptors = append(bad.Descriptors, &rlsconf.RateLimitDescriptor{Key: "future",
+		RateLimit: &rlsconf.RateLimitPolicy{Unit: 9, RequestsPerUnit: 1}})
+	set("v5", bad)
+	// The NACK of v5 (the stream also holds v3's) names the number.
+	if _, err := cp.Wait(15*time.Second, func(r *discovery.DiscoveryRequest) bool {
+		return r.GetErrorDetail() != nil && strings.Contains(r.GetErrorDetail().GetMessage(), "resource 'eg-units' descriptor units.future") &&
+			strings.Contains(r.GetErrorDetail().GetMessage(), "invalid rate limit unit '9'")
+	}); err != nil {
+		t.Fatalf("no NACK naming the unit's number: %v", err)
+	}
+	if got := call(desc("week", id+"-after")).GetStatuses()[0].GetCurrentLimit().GetUnit(); got != rls.RateLimitResponse_RateLimit_WEEK {
+		t.Errorf("after the NACK, week limit unit %v, want v4's WEEK", got)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/internal/faultproxy"
@@ -56,7 +57,16 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	// One hit per caller creates its counter; then each starts at c x span.
 	ctx := ctxTimeout(t, 30*time.Second)
 	for c := range callers {
-		if _, err := f.Client.ShouldRateLimit(ctx, faultRequest(c)); err != nil {
+		// Setup, not measurement: the first hit also dials Redis through
+		// the proxy, which may take past --store-timeout on a busy box.
+		var err error
+		for try := 0; try < 20; try++ {
+			if _, err = f.Client.ShouldRateLimit(ctx, faultRequest(c)); status.Code(err) != codes.Unavailable {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
 			t.Fatalf("caller %d's first hit: %v", c, err)
 		}
 		keys, err := f.rdb.Keys(ctx, fmt.Sprintf("*caller=c%d}*", c)).Result()
@@ -253,7 +263,10 @@ func TestNetworkFaults(t *testing.T) {
 			})
 			t.Run("stalls", func(t *testing.T) {
 				// Five 80 ms stalls of Redis at 500 requests a second fail
-				// at most the calls in flight during them (5 % here).
+				// at most the calls in flight during them: those sent from
+				// 50 ms (--store-timeout) before a stall to its end, 130 ms
+				// of 500 calls a second, five times (325). Beside a busy CPU
+				// loop, 164 of 2,500 failed (5 % was the bound before).
 				f := startFaultServer(t, 25, path.flags...)
 				res := f.run(t, 5*time.Second, 50*time.Millisecond, func() {
 					for range 5 {
@@ -264,8 +277,9 @@ func TestNetworkFaults(t *testing.T) {
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
-				if total := res.ok.Load() + res.failed.Load(); res.failed.Load()*20 > total {
-					t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most 5 %%", res.failed.Load(), total)
+				if failed, inFlight := res.failed.Load(), int64(5*130*500/1000); failed > inFlight {
+					t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most the %d in flight during them",
+						failed, res.ok.Load()+failed, inFlight)
 				}
 				f.check(t, res, res.failed.Load())
 			})

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -35,6 +36,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 100, algorithm: token_bucket}
   - key: special
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: fixed5
+    rate_limit: {unit: day, requests_per_unit: 5}
 `
 
 func hardRuleFiles() map[string]string {
@@ -88,27 +91,32 @@ func TestHardening(t *testing.T) {
 	mib := strings.Repeat("v", 1<<20)
 
 	steps := []func(t *testing.T, round int){
-		func(t *testing.T, round int) { // 1 MiB values
+		func(t *testing.T, round int) { // 1 MiB values: decided, as by the reference; 5 MiB requests refused
 			for _, domain := range []string{"hard", "hardall"} {
-				_, err := call(&rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc("fixed", mib)}})
-				wantCode(t, "1 MiB value", err, codes.InvalidArgument, "longer than 4096 bytes")
+				resp, err := call(&rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc("fixed", mib)}})
+				if err != nil || resp.Statuses[0].GetCurrentLimit() == nil {
+					t.Errorf("1 MiB value: %v, %v; want a decision under the fixed rule", resp, err)
+				}
 				_, err = call(&rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc("fixed", mib+mib+mib+mib+mib)}})
 				wantCode(t, "5 MiB request", err, codes.ResourceExhausted, "larger than max")
 			}
 		},
-		func(t *testing.T, round int) { // 10,000 descriptors, 1,000 entries
+		func(t *testing.T, round int) { // 10,000 descriptors, 1,000 entries: decided, bounded by bytes alone
 			many := &rls.RateLimitRequest{Domain: "hard"}
 			for i := range 10_000 {
 				many.Descriptors = append(many.Descriptors, desc("fixed", fmt.Sprint(id, "-", i)))
 			}
-			_, err := call(many)
-			wantCode(t, "10,000 descriptors", err, codes.InvalidArgument, "more than the limit of 1000")
+			if resp, err := call(many); err != nil || len(resp.GetStatuses()) != 10_000 {
+				t.Errorf("10,000 descriptors: %d statuses, %v", len(resp.GetStatuses()), err)
+			}
 			deep := &common.RateLimitDescriptor{}
 			for i := range 1000 {
 				deep.Entries = append(deep.Entries, &common.RateLimitDescriptor_Entry{Key: "fixed", Value: fmt.Sprint(i)})
 			}
-			_, err = call(request(deep))
-			wantCode(t, "1,000 entries", err, codes.InvalidArgument, "more than the limit of 64")
+			// No rule is 1,000 levels deep: OK without a limit.
+			if resp, err := call(request(deep)); err != nil || resp.GetOverallCode() != rls.RateLimitResponse_OK {
+				t.Errorf("1,000 entries: %v, %v; want OK", resp, err)
+			}
 		},
 		func(t *testing.T, round int) { // invalid UTF-8
 			testInvalidUTF8(t, srv, round == 0)
@@ -206,26 +214,35 @@ func testSpecialValues(t *testing.T, srv *fastlimit, rdb *redis.Client, id strin
 
 // testInvalidUTF8 sends a request whose value is not UTF-8, which proto3
 // forbids: the gRPC client library refuses to encode it, so it goes out
-// as raw bytes. grpc-go fails the decode with Internal and a clear
-// message, before FastLimit sees the request; /json answers 400.
+// as raw bytes. FastLimit's codec decodes it as bytes and decides it: a
+// limit of 5 answers OK five times, then OVER_LIMIT, beside a per-key
+// descriptor. /json cannot carry such bytes (JSON strings are Unicode):
+// it answers 400.
 func testInvalidUTF8(t *testing.T, srv *fastlimit, log bool) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	entry := protowire.AppendTag(nil, 1, protowire.BytesType)
-	entry = protowire.AppendString(entry, "fixed")
-	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
-	entry = protowire.AppendBytes(entry, []byte("bad\xff\xfeutf8"))
-	d := protowire.AppendTag(nil, 1, protowire.BytesType)
-	d = protowire.AppendBytes(d, entry)
-	raw := protowire.AppendTag(nil, 1, protowire.BytesType)
-	raw = protowire.AppendString(raw, "hard")
-	raw = protowire.AppendTag(raw, 2, protowire.BytesType)
-	raw = protowire.AppendBytes(raw, d)
-	var out []byte
-	err := srv.conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", raw, &out,
-		grpc.ForceCodecV2(rawCodec{}))
-	wantCode(t, "invalid UTF-8 over gRPC", err, codes.Internal, "invalid UTF-8")
-	if log {
-		t.Logf("invalid UTF-8 over gRPC: %v", err)
+	value := fmt.Sprintf("bad\xff\xfe%d", time.Now().UnixNano())
+	for i := range 6 {
+		raw := rawRequest("hard", [][2]string{{"fixed5", value}}, [][2]string{{"fixed", "per-key-" + value}})
+		var out []byte
+		err := srv.conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", raw, &out,
+			grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			t.Fatalf("invalid UTF-8 over gRPC, hit %d: %v", i+1, err)
+		}
+		var resp rls.RateLimitResponse
+		if err := proto.Unmarshal(out, &resp); err != nil {
+			t.Fatal(err)
+		}
+		want := rls.RateLimitResponse_OK
+		if i == 5 {
+			want = rls.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want || resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 5 {
+			t.Fatalf("invalid UTF-8 over gRPC, hit %d: %v, want %v under the limit of 5", i+1, &resp, want)
+		}
+		if log && i == 0 {
+			t.Logf("invalid UTF-8 over gRPC: %v", &resp)
+		}
 	}
 
 	resp, err := http.Post("http://"+srv.HTTP+"/json", "application/json",
@@ -237,6 +254,27 @@ func testInvalidUTF8(t *testing.T, srv *fastlimit, log bool) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("invalid UTF-8 over /json: %d, want 400", resp.StatusCode)
 	}
+}
+
+// rawRequest encodes a RateLimitRequest by hand, so that its values may
+// be any bytes: one descriptor per list of key=value entries.
+func rawRequest(domain string, descs ...[][2]string) []byte {
+	raw := protowire.AppendTag(nil, 1, protowire.BytesType)
+	raw = protowire.AppendString(raw, domain)
+	for _, entries := range descs {
+		var d []byte
+		for _, kv := range entries {
+			entry := protowire.AppendTag(nil, 1, protowire.BytesType)
+			entry = protowire.AppendString(entry, kv[0])
+			entry = protowire.AppendTag(entry, 2, protowire.BytesType)
+			entry = protowire.AppendString(entry, kv[1])
+			d = protowire.AppendTag(d, 1, protowire.BytesType)
+			d = protowire.AppendBytes(d, entry)
+		}
+		raw = protowire.AppendTag(raw, 2, protowire.BytesType)
+		raw = protowire.AppendBytes(raw, d)
+	}
+	return raw
 }
 
 // TestHardeningRaisedLimits: with the request limits raised, a request of

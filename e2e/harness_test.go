@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -119,6 +120,7 @@ func (r *redisServer) Restart(t testing.TB) {
 // fastlimit is one server process.
 type fastlimit struct {
 	GRPC, HTTP string
+	Admin      string // the admin listener's address, when known
 	cmd        *exec.Cmd
 	logs       *syncBuffer
 	conn       *grpc.ClientConn
@@ -142,27 +144,72 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startServer starts the binary with rules from dir and extra flags, and
-// waits until /healthcheck answers 200 (or, with wantHealthy false, until
-// the HTTP port answers at all).
-func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...string) *fastlimit {
+// launch says how to start the binary.
+type launch struct {
+	// rules is the --config directory of a start with flags.
+	rules string
+	// flags come after the harness's defaults (loopback ports, console
+	// logs, --store-timeout 2s, --drain 0s), so they win.
+	flags []string
+	// env is the environment besides PATH.
+	env map[string]string
+	// envOnly starts the binary with no arguments and env alone, as
+	// Kubernetes does: the addresses come from env (PORT, GRPC_PORT,
+	// DEBUG_PORT, or HTTP_ADDR, GRPC_ADDR, ADMIN_ADDR), and those it
+	// lacks are set to free loopback ports.
+	envOnly bool
+	// wait is what start waits for: the default waits for /healthcheck
+	// to answer 200.
+	wait waitMode
+	// noDial leaves the gRPC client to the caller (TLS).
+	noDial bool
+	// nofile, when set, is the open-files limit (soft and hard) the
+	// binary runs under.
+	nofile int
+}
+
+type waitMode int
+
+const (
+	waitHealthy waitMode = iota // /healthcheck answers 200
+	waitUp                      // the HTTP port answers at all
+	waitNone                    // only start the process
+)
+
+// start starts the binary as l says; it stops when the test ends, and
+// its logs are printed if the test failed. Every e2e test starts the
+// server through it.
+func start(t testing.TB, l launch) *fastlimit {
 	t.Helper()
-	f := &fastlimit{
-		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		logs: &syncBuffer{},
+	f := &fastlimit{logs: &syncBuffer{}}
+	var args []string
+	env := map[string]string{}
+	if l.envOnly {
+		f.envAddresses(t, l.env, env)
+	} else {
+		f.GRPC, f.HTTP = loopback(t), loopback(t)
+		args = append([]string{"--config", l.rules, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
+			"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0",
+			// Correctness tests must not fail on a loaded machine: a test
+			// of timeouts passes its own --store-timeout, which wins.
+			"--store-timeout", "2s",
+			// Stopping a server must not wait out the default drain; a
+			// test of draining passes its own --drain, which wins.
+			"--drain", "0s"}, l.flags...)
 	}
-	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0",
-		// Correctness tests must not fail on a loaded machine: a test of
-		// timeouts passes its own --store-timeout, which wins.
-		"--store-timeout", "2s",
-		// Stopping a server must not wait out the default drain; a test
-		// of draining passes its own --drain, which wins.
-		"--drain", "0s"}, extra...)
+	for k, v := range l.env {
+		env[k] = v
+	}
 	f.cmd = exec.Command(binary, args...)
+	if l.nofile > 0 {
+		// The shell lowers the limit and execs the binary in its place.
+		f.cmd = exec.Command("sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, l.nofile), binary}, args...)...)
+	}
 	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
 	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		f.cmd.Env = append(f.cmd.Env, k+"="+v)
+	}
 	f.cmd.SysProcAttr = sysProcAttr()
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -173,23 +220,102 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
 		}
 	})
-	ok := waitUntil(10*time.Second, func() bool {
-		resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return !wantHealthy || resp.StatusCode == http.StatusOK
-	})
-	if !ok {
+	if l.wait != waitNone && !waitUntil(15*time.Second, func() bool {
+		code := httpCode(f.HTTP + "/healthcheck")
+		return code == http.StatusOK || l.wait == waitUp && code != 0
+	}) {
 		t.Fatalf("server did not come up; logs:\n%s", f.logs.String())
 	}
-	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	if !l.noDial {
+		conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
 	}
-	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
 	return f
+}
+
+// envAddresses sets f's addresses from the reference's variables in given,
+// or FastLimit's, or chooses free ones for FastLimit's and adds them to env.
+func (f *fastlimit) envAddresses(t testing.TB, given, env map[string]string) {
+	t.Helper()
+	pick := func(addr, port, def string) string {
+		if v := given[port]; v != "" {
+			return "127.0.0.1:" + v
+		}
+		if v := given[addr]; v != "" {
+			return v
+		}
+		env[addr] = def
+		return def
+	}
+	f.HTTP = pick("HTTP_ADDR", "PORT", loopback(t))
+	f.GRPC = pick("GRPC_ADDR", "GRPC_PORT", loopback(t))
+	f.Admin = pick("ADMIN_ADDR", "DEBUG_PORT", loopback(t))
+}
+
+// envMap reads "NAME=value" pairs.
+func envMap(pairs ...string) map[string]string {
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, _ := strings.Cut(p, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// loopback is a loopback address whose port was free a moment ago.
+func loopback(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
+
+// runToExit runs the binary with args and env (besides PATH) to its exit,
+// killing it after 15 s, and returns its output: for commands (check) and
+// starts that must fail.
+func runToExit(env map[string]string, args ...string) (string, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = sysProcAttr()
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		return out.String(), errors.New("still running after 15s")
+	}
+}
+
+// startServer starts the binary with rules from dir and extra flags, and
+// waits until /healthcheck answers 200 (or, with wantHealthy false, until
+// the HTTP port answers at all).
+func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...string) *fastlimit {
+	t.Helper()
+	l := launch{rules: rulesDir, flags: extra}
+	if !wantHealthy {
+		l.wait = waitUp
+	}
+	return start(t, l)
+}
+
+// httpCode is the status of GET http://addrPath, 0 when it fails.
+func httpCode(addrPath string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addrPath)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // Stop sends SIGTERM and waits for the process (idempotent).

@@ -36,8 +36,13 @@ const (
 	outageStoreTimeout = 100 * time.Millisecond
 	// outageSlack is what an answer may take beyond the store timeout:
 	// the gRPC round trip and scheduling on a shared machine (the
-	// breaker probes in the background: no answer waits for it).
+	// breaker probes in the background: no answer waits for it). The
+	// 99th percentile of every phase must keep within it; single answers
+	// may take up to outageStall more (a GC pause or a preempted client
+	// beside a busy CPU), far below what waiting for Redis would take
+	// (the client's 5 s deadline, Redis' dial and read timeouts).
 	outageSlack    = 150 * time.Millisecond
+	outageStall    = time.Second
 	outageDuration = 10 * time.Second
 	outageWorkers  = 8
 	outagePool     = 16
@@ -275,7 +280,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 		default:
 			after = append(after, a.took)
 		}
-		if a.took > outageStoreTimeout+outageSlack {
+		if a.took > outageStoreTimeout+outageSlack+outageStall {
 			slowest = append(slowest, a)
 		}
 		switch a.kind {
@@ -314,13 +319,21 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	t.Logf("%s: timeline (real/policy per 500ms; Redis away at %v, back at %v): %s", name,
 		downAt.Round(time.Millisecond), upAt.Round(time.Millisecond), timeline(answers, 500*time.Millisecond))
 
+	for _, phase := range []struct {
+		name string
+		ls   latencies
+	}{{"before", before}, {"outage", during}, {"after", after}} {
+		if p99 := phase.ls.pct(0.99); p99 > outageStoreTimeout+outageSlack {
+			t.Errorf("%s: p99 %v, more than store timeout %v + %v", phase.name, p99, outageStoreTimeout, outageSlack)
+		}
+	}
 	for i, a := range slowest {
 		if i == 5 {
-			t.Errorf("... %d answers slower than %v in all", len(slowest), outageStoreTimeout+outageSlack)
+			t.Errorf("... %d answers slower than %v in all", len(slowest), outageStoreTimeout+outageSlack+outageStall)
 			break
 		}
-		t.Errorf("answer at %v took %v (%s), more than store timeout %v + %v", a.at.Round(time.Millisecond),
-			a.took.Round(time.Millisecond), a.kind, outageStoreTimeout, outageSlack)
+		t.Errorf("answer at %v took %v (%s), more than store timeout %v + %v + %v", a.at.Round(time.Millisecond),
+			a.took.Round(time.Millisecond), a.kind, outageStoreTimeout, outageSlack, outageStall)
 	}
 	// Store timeouts on a busy machine give policy answers with Redis up:
 	// tolerated, but few.

@@ -14,9 +14,7 @@ import (
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -81,52 +79,13 @@ func refEnv(t *testing.T, root, redisAddr string) map[string]string {
 // waits for /healthcheck on PORT.
 func startRef(t *testing.T, env map[string]string) *refServer {
 	t.Helper()
-	f := &fastlimit{
-		GRPC: "127.0.0.1:" + env["GRPC_PORT"],
-		HTTP: "127.0.0.1:" + env["PORT"],
-		logs: &syncBuffer{},
-	}
-	f.cmd = exec.Command(binary)
-	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
-	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range env {
-		f.cmd.Env = append(f.cmd.Env, k+"="+v)
-	}
-	f.cmd.SysProcAttr = sysProcAttr()
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", f.logs.String())
-		}
-	})
-	if !waitUntil(10*time.Second, func() bool { return httpCode(f.HTTP+"/healthcheck") == http.StatusOK }) {
-		t.Fatalf("/healthcheck on PORT never answered 200; logs:\n%s", f.logs.String())
-	}
-	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
-	return &refServer{fastlimit: f, debug: "127.0.0.1:" + env["DEBUG_PORT"]}
+	f := start(t, launch{env: env, envOnly: true})
+	return &refServer{fastlimit: f, debug: f.Admin}
 }
 
 // domainRequest1 is a request of one descriptor of one entry in domain.
 func domainRequest1(domain, key, value string) *rls.RateLimitRequest {
 	return &rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc(key, value)}}
-}
-
-// httpCode is the status of GET http://addrPath, 0 when it fails.
-func httpCode(addrPath string) int {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addrPath)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // decideN sends n requests of one descriptor and returns their codes.
@@ -193,7 +152,7 @@ func TestReferenceEnvironment(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, func() bool {
 		_, body := get(t, "http://"+srv.debug+"/rlconfig")
-		return strings.Contains(body, "requests_per_unit=7")
+		return strings.Contains(body, "requests_per_unit=7,")
 	})
 }
 
@@ -210,28 +169,12 @@ func TestReferenceEnvironmentRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := refEnv(t, root, "127.0.0.1:1")
 			env[tc.name] = tc.value
-			cmd := exec.Command(binary)
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-			for k, v := range env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			cmd.SysProcAttr = sysProcAttr()
-			done := make(chan struct{})
-			var out []byte
-			var err error
-			go func() { out, err = cmd.CombinedOutput(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("%s=%s: still running after 10s:\n%s", tc.name, tc.value, out)
-			}
+			out, err := runToExit(env)
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 				t.Errorf("%s=%s: exit %v, want 2", tc.name, tc.value, err)
 			}
-			if !strings.Contains(string(out), tc.name+"=") {
+			if !strings.Contains(out, tc.name+"=") {
 				t.Errorf("%s=%s: the message does not name the variable:\n%s", tc.name, tc.value, out)
 			}
 		})
@@ -294,7 +237,7 @@ func TestReferenceEnvironmentUnixSocket(t *testing.T) {
 	if keys, err := rdb.Keys(ctxTimeout(t, 5*time.Second), "*unix*").Result(); err != nil || len(keys) != 1 {
 		t.Errorf("Redis keys: %v, %v; want the counter", keys, err)
 	}
-	if !strings.Contains(srv.logs.String(), "store\": \"redis single "+sock) {
+	if !strings.Contains(srv.logs.String(), `store="redis single `+sock) {
 		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
 	}
 }

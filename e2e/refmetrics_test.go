@@ -14,8 +14,6 @@ import (
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 const refStatsRules = `domain: rl
@@ -32,13 +30,7 @@ descriptors:
 // flags, plus env, and waits for /healthcheck.
 func startRefWithEnv(t *testing.T, dir, redisAddr string, env ...string) *fastlimit {
 	t.Helper()
-	f := startWithEnv(t, dir, env, "--redis-url", "redis://"+redisAddr)
-	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
-	return f
+	return start(t, launch{rules: dir, env: envMap(env...), flags: []string{"--redis-url", "redis://" + redisAddr}})
 }
 
 // refDrive sends 4 requests over the generic_key rule (limit 2) and one

@@ -235,9 +235,9 @@ func configMapVolume(t *testing.T, dir, name string) func(body string) {
 	}
 }
 
-// replaceFileT replaces path atomically, the way README advises: a
+// replaceFileT replaces path atomically, the way docs/operations.md advises: a
 // temporary dotfile beside it, renamed into place. (A write in place
-// reloads only after 2 s of quiet.)
+// reloads only after 1 s of quiet.)
 func replaceFileT(t *testing.T, path, body string) {
 	t.Helper()
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")

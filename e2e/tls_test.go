@@ -4,9 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math/big"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,45 +19,6 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/certtest"
 )
-
-// startWithEnv starts the binary with the rules in rulesDir, the
-// environment env (besides PATH) and flags, and waits until /healthcheck
-// answers 200. It dials no gRPC: the caller knows how.
-func startWithEnv(t *testing.T, rulesDir string, env []string, extra ...string) *fastlimit {
-	t.Helper()
-	f := &fastlimit{
-		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		logs: &syncBuffer{},
-	}
-	args := append([]string{"--config", rulesDir, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
-		"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0", "--store-timeout", "2s", "--drain", "0s"}, extra...)
-	f.cmd = exec.Command(binary, args...)
-	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
-	f.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	f.cmd.SysProcAttr = sysProcAttr()
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		if t.Failed() {
-			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
-		}
-	})
-	ok := waitUntil(10*time.Second, func() bool {
-		resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if !ok {
-		t.Fatalf("server did not come up; logs:\n%s", f.logs.String())
-	}
-	return f
-}
 
 const tlsRules = `domain: tls
 descriptors:
@@ -102,16 +60,17 @@ func TestMTLS(t *testing.T) {
 			}
 			put(first)
 			certtest.Write(t, filepath.Join(t.TempDir(), "other-ca.crt"), other.PEM)
-			srv := startWithEnv(t, writeRules(t, map[string]string{"tls.yaml": tlsRules}), []string{
-				"GRPC_SERVER_USE_TLS=true",
-				"GRPC_SERVER_TLS_CERT=" + filepath.Join(dir, "tls.crt"),
-				"GRPC_SERVER_TLS_KEY=" + filepath.Join(dir, "tls.key"),
-				"GRPC_CLIENT_TLS_CACERT=" + filepath.Join(dir, "ca.crt"),
-				"GRPC_CLIENT_TLS_SAN=envoy.example",
-				// Envoy Gateway sets it; the reference does not read it,
-				// and neither may FastLimit: another CA's clients stay out.
-				"GRPC_SERVER_TLS_CA_CERT=" + filepath.Join(dir, "..", "other-ca.crt"),
-			}, "--redis-url", "redis://"+r.Addr+"/0")
+			srv := start(t, launch{rules: writeRules(t, map[string]string{"tls.yaml": tlsRules}), noDial: true,
+				flags: []string{"--redis-url", "redis://" + r.Addr + "/0"}, env: envMap(
+					"GRPC_SERVER_USE_TLS=true",
+					"GRPC_SERVER_TLS_CERT="+filepath.Join(dir, "tls.crt"),
+					"GRPC_SERVER_TLS_KEY="+filepath.Join(dir, "tls.key"),
+					"GRPC_CLIENT_TLS_CACERT="+filepath.Join(dir, "ca.crt"),
+					"GRPC_CLIENT_TLS_SAN=envoy.example",
+					// Envoy Gateway sets it; the reference does not read it,
+					// and neither may FastLimit: another CA's clients stay out.
+					"GRPC_SERVER_TLS_CA_CERT="+filepath.Join(dir, "..", "other-ca.crt"),
+				)})
 			envoy := ca.Issue(t, certtest.Options{Client: true, DNS: []string{"envoy.example"}}).TLS(t)
 			clientConf := func(certs ...tls.Certificate) *tls.Config {
 				return &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost", Certificates: certs}
@@ -221,9 +180,7 @@ func TestTLSStartErrors(t *testing.T) {
 			"GRPC_SERVER_TLS_KEY: required when GRPC_SERVER_USE_TLS is true"},
 		{[]string{"GRPC_SERVER_USE_TLS=yes"}, `GRPC_SERVER_USE_TLS="yes"`},
 	} {
-		cmd := exec.Command(binary, "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "")
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tc.env...)
-		out, err := runBounded(cmd, 10*time.Second)
+		out, err := runToExit(envMap(tc.env...), "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "")
 		if err == nil {
 			t.Errorf("%v: started, want a failure", tc.env)
 			continue
@@ -231,24 +188,5 @@ func TestTLSStartErrors(t *testing.T) {
 		if !strings.Contains(out, tc.want) {
 			t.Errorf("%v: output %q lacks %q", tc.env, out, tc.want)
 		}
-	}
-}
-
-// runBounded runs cmd, killing it after d, and returns its output.
-func runBounded(cmd *exec.Cmd, d time.Duration) (string, error) {
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return out.String(), err
-	case <-time.After(d):
-		_ = cmd.Process.Kill()
-		<-done
-		return out.String(), fmt.Errorf("still running after %v", d)
 	}
 }

@@ -165,15 +165,16 @@ func TestTracing(t *testing.T) {
 	for i, protocol := range []string{"grpc", "http"} {
 		t.Run(protocol, func(t *testing.T) {
 			col, endpoint := startCollector(t, protocol)
-			srv := startWithEnv(t, writeRules(t, map[string]string{"trace.yaml": traceRules}), []string{
-				"TRACING_ENABLED=true",
-				"TRACING_EXPORTER_PROTOCOL=" + protocol,
-				"TRACING_SERVICE_NAME=fastlimit-e2e",
-				"TRACING_SERVICE_NAMESPACE=e2e",
-				"TRACING_SERVICE_INSTANCE_ID=pod-" + protocol,
-				"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
-				"OTEL_BSP_SCHEDULE_DELAY=100",
-			}, "--redis-url", "redis://"+r.Addr+"/0")
+			srv := start(t, launch{rules: writeRules(t, map[string]string{"trace.yaml": traceRules}), noDial: true,
+				flags: []string{"--redis-url", "redis://" + r.Addr + "/0"}, env: envMap(
+					"TRACING_ENABLED=true",
+					"TRACING_EXPORTER_PROTOCOL="+protocol,
+					"TRACING_SERVICE_NAME=fastlimit-e2e",
+					"TRACING_SERVICE_NAMESPACE=e2e",
+					"TRACING_SERVICE_INSTANCE_ID=pod-"+protocol,
+					"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint,
+					"OTEL_BSP_SCHEDULE_DELAY=100",
+				)})
 			conn, err := grpc.NewClient(srv.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -16,9 +15,7 @@ import (
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/internal/xdstest"
@@ -38,58 +35,22 @@ func startControlPlane(t testing.TB, cfg *tls.Config) (addr string, set func(ver
 }
 
 // startEnv starts the binary with no flags, only the environment env
-// (and PATH), as Kubernetes starts it. GRPC_ADDR, HTTP_ADDR and
-// ADMIN_ADDR are set to free loopback ports unless env has them. With
-// wantHealthy it waits for /healthcheck to answer 200; otherwise it only
-// starts the process.
+// (and PATH; console logs and no drain unless env says otherwise), as
+// Kubernetes starts it. With wantHealthy it waits for /healthcheck to
+// answer 200; otherwise it only starts the process. It returns the admin
+// listener's address.
 func startEnv(t testing.TB, env map[string]string, wantHealthy bool) (*fastlimit, string) {
 	t.Helper()
-	f := &fastlimit{
-		GRPC: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		HTTP: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		logs: &syncBuffer{},
-	}
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	full := map[string]string{"GRPC_ADDR": f.GRPC, "HTTP_ADDR": f.HTTP, "ADMIN_ADDR": admin, "LOG_FORMAT": "console", "DRAIN": "0s"}
+	full := map[string]string{"LOG_FORMAT": "console", "DRAIN": "0s"}
 	for k, v := range env {
 		full[k] = v
 	}
-	f.GRPC, f.HTTP, admin = full["GRPC_ADDR"], full["HTTP_ADDR"], full["ADMIN_ADDR"]
-	f.cmd = exec.Command(binary)
-	f.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range full {
-		f.cmd.Env = append(f.cmd.Env, k+"="+v)
+	l := launch{env: full, envOnly: true}
+	if !wantHealthy {
+		l.wait = waitNone
 	}
-	f.cmd.Stdout, f.cmd.Stderr = f.logs, f.logs
-	f.cmd.SysProcAttr = sysProcAttr()
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		if t.Failed() {
-			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
-		}
-	})
-	if wantHealthy {
-		ok := waitUntil(15*time.Second, func() bool {
-			resp, err := http.Get("http://" + f.HTTP + "/healthcheck")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-		if !ok {
-			t.Fatalf("server did not become healthy; logs:\n%s", f.logs.String())
-		}
-	}
-	conn, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.conn, f.Client = conn, rls.NewRateLimitServiceClient(conn)
-	return f, admin
+	f := start(t, l)
+	return f, f.Admin
 }
 
 // xdsRules are the rules of snapshot i: user is limited to rpu a minute.
@@ -221,11 +182,11 @@ func TestXDSRules(t *testing.T) {
 				t.Errorf("carol's 7th hit under v2's 10/minute: %v", got)
 			}
 
-			code, body := httpGet(t, "http://"+admin+"/rlconfig")
+			code, body := httpGet(t, "http://"+admin+"/v1/rules")
 			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
 				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
 				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
-				t.Errorf("/rlconfig %d:\n%s", code, body)
+				t.Errorf("/v1/rules %d:\n%s", code, body)
 			}
 			_, metrics := httpGet(t, "http://"+admin+"/metrics")
 			for _, want := range []string{`fastlimit_config_loads_total{result="failure"} 1`, "fastlimit_config_last_reload_successful 0"} {
@@ -280,14 +241,12 @@ func TestXDSWaitsForRules(t *testing.T) {
 // TestXDSConfigTypeRefused checks that an unknown CONFIG_TYPE stops the
 // start with a message naming the variable.
 func TestXDSConfigTypeRefused(t *testing.T) {
-	cmd := exec.Command(binary)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CONFIG_TYPE=GRPC_XDS_DELTA", "ADMIN_ADDR="}
-	out, err := cmd.CombinedOutput()
+	out, err := runToExit(map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA", "ADMIN_ADDR": ""})
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 		t.Fatalf("exit %v; output:\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "CONFIG_TYPE") || !strings.Contains(string(out), "GRPC_XDS_DELTA") {
+	if !strings.Contains(out, "CONFIG_TYPE") || !strings.Contains(out, "GRPC_XDS_DELTA") {
 		t.Errorf("output does not name CONFIG_TYPE:\n%s", out)
 	}
 }

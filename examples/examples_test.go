@@ -25,12 +25,15 @@ import (
 
 // Paths, relative to this package's directory (where go test runs).
 const (
-	envoyYAML    = "envoy/envoy.yaml"
-	envoyRules   = "envoy/rules"
-	istioDir     = "istio"
-	composeFile  = "../docker-compose.yml"
-	dockerfile   = "../Dockerfile"
-	dockerignore = "../.dockerignore"
+	envoyYAML  = "envoy/envoy.yaml"
+	envoyRules = "envoy/rules"
+	// fastlimitOnly holds the rules that use FastLimit's extensions, which
+	// envoyproxy/ratelimit refuses.
+	fastlimitOnly = "fastlimit-only"
+	istioDir      = "istio"
+	composeFile   = "../docker-compose.yml"
+	dockerfile    = "../Dockerfile"
+	dockerignore  = "../.dockerignore"
 )
 
 const (
@@ -149,7 +152,7 @@ func checkHTTP2(t *testing.T, c *clusterv3.Cluster) {
 // TestRulesLoad loads every rules file through the project's loader: each
 // directory whole, each file alone, and the rules in the Istio ConfigMap.
 func TestRulesLoad(t *testing.T) {
-	for _, dir := range []string{"../config", "../config/examples", envoyRules} {
+	for _, dir := range []string{"../config", "../config/examples", envoyRules, fastlimitOnly} {
 		files := rulesFiles(t, dir)
 		if len(files) == 0 {
 			if dir == envoyRules {
@@ -711,12 +714,26 @@ func TestDockerfile(t *testing.T) {
 		t.Error("the final stage lacks /bin/ratelimit and /fastlimit from the build stage's /out")
 	}
 	// With nothing set, the default --config (config) is the reference's
-	// default rules directory, and holds the shipped rules.
+	// default rules directory, which the image holds empty: no rules are
+	// baked in, so a ConfigMap mounted at the wrong path loads nothing
+	// rather than example rules.
 	if wd := final.last("WORKDIR"); wd != "/srv/runtime_data/current" {
 		t.Errorf("WORKDIR = %q, want the reference's RUNTIME_ROOT default /srv/runtime_data/current", wd)
 	}
-	if !slices.Contains(final.all("COPY"), "examples/envoy/rules/ /srv/runtime_data/current/config/") {
-		t.Errorf("the final stage does not ship examples/envoy/rules at /srv/runtime_data/current/config")
+	if cps := final.all("COPY"); !slices.Equal(cps, []string{"--from=build /out/ /"}) {
+		t.Errorf("final stage COPY %q, want only the build stage's /out: no rules from the build context", cps)
+	}
+	var emptyRules bool
+	for _, run := range build.all("RUN") {
+		emptyRules = emptyRules || strings.Contains(run, "mkdir -p") && strings.Contains(run, "/out/srv/runtime_data/current/config")
+		for _, f := range strings.Fields(run) {
+			if strings.HasPrefix(f, "/out/srv/") && f != "/out/srv/runtime_data/current/config" {
+				t.Errorf("the build stage puts %s in the image's rules tree: %s", f, run)
+			}
+		}
+	}
+	if !emptyRules {
+		t.Error("the build stage does not make the empty rules directory /srv/runtime_data/current/config")
 	}
 	// Files copied from the build context exist and are not ignored.
 	ignored := dockerIgnored(t)
@@ -739,7 +756,7 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"go.mod", "go.sum", "cmd/server", "examples/envoy/rules"} {
+	for _, p := range []string{"go.mod", "go.sum", "cmd/server"} {
 		if ignored(p) {
 			t.Errorf(".dockerignore excludes %s, which the build needs", p)
 		}

@@ -21,7 +21,13 @@ var (
 // take.lua's header says.
 var TakeCrossSlot = "#!lua flags=allow-cross-slot-keys\n" + Take
 
+// Demand publishes and reads back the demand of RLQS clients (pkg/rlqs),
+// per bucket; it takes nothing of arith.lua.
+var Demand = demandSrc
+
 var (
+	//go:embed demand.lua
+	demandSrc string
 	//go:embed take.lua
 	takeSrc string
 	//go:embed atomic.lua

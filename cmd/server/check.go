@@ -7,45 +7,34 @@ import (
 	"io"
 	"strings"
 
-	config "github.com/fastlimit/fastlimit/pkg/rules"
+	"github.com/fastlimit/fastlimit/pkg/rules"
+	"github.com/fastlimit/fastlimit/pkg/settings"
 )
 
 // runCheck validates a rules directory, printing every error with file and
 // line: "fastlimit check --config DIR" for CI pipelines that lint rules.
+// It reads the same settings as the server (RUNTIME_ROOT and the rest).
 func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	var o options
-	fs := newFlagSet("fastlimit check", &o, stderr)
-	if err := readOptions(&o, fs, args, getenv); err != nil {
+	s, err := settings.Parse("fastlimit check", args, getenv, stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if len(o.refWarnings) > 0 {
-		fmt.Fprintln(stderr, "warning: "+refWarningMsg+": "+strings.Join(o.refWarnings, "; "))
+	if w := s.Warnings(); len(w) > 0 {
+		fmt.Fprintln(stderr, "warning: "+settings.RefWarningMsg+": "+strings.Join(w, "; "))
 	}
-	layout := o.rules()
-	rules, err := config.LoadWith(layout.dir, layout.load)
+	layout := s.Rules()
+	r, err := rules.LoadWith(layout.Dir, layout.Load)
 	if err != nil {
-		for _, e := range flatten(err) {
+		for _, e := range rules.Flatten(err) {
 			fmt.Fprintln(stderr, e)
 		}
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
-		layout.dir, len(rules.Files), len(rules.Set.Domains()), len(rules.Set.Limits()))
+		layout.Dir, len(r.Files), len(r.Set.Domains()), len(r.Set.Limits()))
 	return 0
-}
-
-// flatten lists the leaves of a joined error.
-func flatten(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, flatten(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }

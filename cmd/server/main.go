@@ -1,6 +1,9 @@
 // Command server is FastLimit: an Envoy-compatible external rate-limit
 // server. It answers envoy.service.ratelimit.v3.RateLimitService over gRPC
 // from YAML rules, on Redis or an embedded in-memory store.
+//
+// main only reads the settings, builds the logger and runs the server
+// (package server); "check" validates a rules directory.
 package main
 
 import (
@@ -15,7 +18,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+
+	"github.com/fastlimit/fastlimit/pkg/server"
+	"github.com/fastlimit/fastlimit/pkg/settings"
 )
 
 // Version is stamped at build time with -ldflags "-X main.Version=...".
@@ -30,32 +35,38 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "check" {
 		return runCheck(args[1:], getenv, stdout, stderr)
 	}
-	var o options
-	fs := newFlagSet("fastlimit", &o, stderr)
-	if err := readOptions(&o, fs, args, getenv); err != nil {
+	s, err := settings.Parse("fastlimit", args, getenv, stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	o.refStats.getenv = getenv
-	log, err := newLogger(o.logLevel, o.logFormat, stderr)
+	log, err := newLogger(s.LogLevel, s.LogFormat, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, o.named(err))
+		fmt.Fprintln(stderr, s.Named(err))
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
-	if len(o.refWarnings) > 0 {
-		log.Warn(refWarningMsg, zap.Strings("settings", o.refWarnings))
+	if w := s.Warnings(); len(w) > 0 {
+		log.Warn(settings.RefWarningMsg, zap.Strings("settings", w))
 	}
-	if given := o.src["redis-conns"]; given != "" {
+	for _, n := range s.Notes() {
+		log.Info(n)
+	}
+	if given := s.Given("redis-conns"); given != "" {
 		log.Warn(given + " is no longer used: every Redis is reached through go-redis' pool, requests merged into script calls (--redis-batches)")
 	}
+	return serve(s, log)
+}
 
+// serve runs the server until SIGINT or SIGTERM; a second signal ends the
+// process at once.
+func serve(s *settings.Settings, log *zap.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv, err := newServer(o, log, prometheus.NewRegistry())
+	srv, err := server.New(s, log, prometheus.NewRegistry(), Version)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
@@ -73,29 +84,4 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 1
 	}
 	return 0
-}
-
-// newLogger builds the process's logger. level and format are checked
-// already (parseLogLevel, parseLogFormat); a bad one is a settingError.
-func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, badSetting("log-level", "%w", err)
-	}
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	switch format {
-	case logJSON:
-		enc = zapcore.NewJSONEncoder(ec)
-	case logText:
-		ec.EncodeLevel = zapcore.CapitalLevelEncoder
-		enc = zapcore.NewConsoleEncoder(ec)
-	case logConsole:
-		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		enc = zapcore.NewConsoleEncoder(ec)
-	default:
-		return nil, badSetting("log-format", "%q is not json, text or console", format)
-	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(out), lvl)), nil
 }

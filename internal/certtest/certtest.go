@@ -67,6 +67,9 @@ type Options struct {
 	URIs       []string
 	Client     bool // for TLS clients (extended key usage clientAuth)
 	Server     bool // for TLS servers (serverAuth)
+	// NotBefore and NotAfter bound the validity; zero values give an hour
+	// ago and a day from now.
+	NotBefore, NotAfter time.Time
 }
 
 // Server returns options for a server certificate of localhost and
@@ -75,15 +78,22 @@ func Server() Options {
 	return Options{CommonName: "server", DNS: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}
 }
 
-// Issue signs a new leaf certificate, valid for a day.
+// Issue signs a new leaf certificate, valid for a day unless o says
+// otherwise.
 func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 	t.Helper()
 	key := newKey(t)
+	if o.NotBefore.IsZero() {
+		o.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if o.NotAfter.IsZero() {
+		o.NotAfter = time.Now().Add(24 * time.Hour)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
 		Subject:      pkix.Name{CommonName: o.CommonName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    o.NotBefore,
+		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		DNSNames:     o.DNS,
 		IPAddresses:  o.IPs,

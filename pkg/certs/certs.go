@@ -4,6 +4,7 @@
 package certs
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -80,27 +81,43 @@ type Options struct {
 	Interval time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// OnRefused, if set, is called with the error (an *Error) each time
+	// the files change to something that cannot be served: a certificate
+	// expired or not valid yet, a key that does not match it, a file that
+	// does not parse or cannot be read. It is called once per change,
+	// not on every read of the same files, on the goroutine that read
+	// them; it must not block.
+	OnRefused func(error)
 }
 
 // Reloader serves the current certificate and client CA to TLS
 // handshakes. It reads the files at most once per Interval, on a
-// handshake, and takes a change in when it parses: the certificate and
-// key match, the client CA holds a certificate. A change that does not
-// parse is logged once and the files in force stay. Established
-// connections are not touched. Files are read, not watched, so a
-// Kubernetes Secret's "..data" symlink swap, a rename or a rewrite in
-// place are all seen. It is safe for concurrent use and starts no
-// goroutine.
+// handshake, and, once Open, every Interval without one. It takes a
+// change in when it can be served: the certificate parses and is valid
+// now, the key is the certificate's, the client CA holds a certificate.
+// Any other change is refused at the first read that sees it: logged at
+// warn once, counted (Refused, Options.OnRefused), and the files in force
+// stay. A rotation written file by file (the certificate, then its key)
+// may thus be refused half-way and taken in at the next read; a
+// Kubernetes Secret's "..data" swap is never seen half-way. A refused
+// certificate that is not valid yet is taken in once it is. Established
+// connections are not touched. Files are read, not watched, so a symlink
+// swap, a rename or a rewrite in place are all seen. It is safe for
+// concurrent use.
 type Reloader struct {
 	opts Options
 	log  *zap.Logger
 
 	checked atomic.Int64 // when the files were last read, Unix ns
 	cur     atomic.Pointer[loaded]
+	refused atomic.Int64
 
 	mu      sync.Mutex // serialises reads
-	pending string     // the failure of the last read, not logged yet
-	bad     string     // the last failure logged, so that it is logged once
+	bad     string     // the last refusal, so that it is reported once
+	expired bool       // the certificate in force has expired, and that was logged
+
+	cancel context.CancelFunc // set by Open
+	done   chan struct{}
 }
 
 // loaded is a parsed set of files and the configuration they make.
@@ -110,7 +127,9 @@ type loaded struct {
 	leaf   *x509.Certificate
 }
 
-// New reads and parses the files. Errors name the File at fault.
+// New reads and parses the files, and checks that the certificate is
+// valid now and its key matches it. Errors name the File at fault. New
+// starts no goroutine.
 func New(o Options, log *zap.Logger) (*Reloader, error) {
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -126,14 +145,59 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := r.parse(data)
+	now := o.Now()
+	l, err := r.parse(data, now)
 	if err != nil {
 		return nil, err
 	}
 	r.cur.Store(l)
-	r.checked.Store(o.Now().UnixNano())
+	r.checked.Store(now.UnixNano())
 	return r, nil
 }
+
+// Open reads the files every Interval, whether or not handshakes come,
+// until ctx ends or Close is called, so that a change is taken in or
+// refused when it is made. Opening an open Reloader is an error.
+func (r *Reloader) Open(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		return errors.New("certificate reloader is already open")
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func(done chan<- struct{}) {
+		defer close(done)
+		t := time.NewTicker(r.opts.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.current()
+			}
+		}
+	}(r.done)
+	return nil
+}
+
+// Close stops the reads that Open started and waits for them. It is
+// idempotent; the Reloader keeps serving (and reading on handshakes).
+func (r *Reloader) Close() error {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel, r.done = nil, nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// Refused returns how many changes of the files were refused.
+func (r *Reloader) Refused() int64 { return r.refused.Load() }
 
 // ServerConfig returns a server configuration that takes the
 // certificate, the client CA and the rest from the Reloader on every
@@ -159,7 +223,7 @@ func (r *Reloader) current() *loaded {
 }
 
 // refresh reads the files and swaps in what they hold if it changed and
-// parses.
+// can be served.
 func (r *Reloader) refresh(now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -167,43 +231,51 @@ func (r *Reloader) refresh(now int64) {
 		return // another handshake read them meanwhile
 	}
 	r.checked.Store(now)
+	at := time.Unix(0, now)
+	cur := r.cur.Load()
+	r.checkExpiry(cur, at)
 	data, err := r.read()
 	if err != nil {
-		r.failed(err.Error(), err)
+		r.refuse(err)
 		return
 	}
 	sum := digest(data)
-	if sum == r.cur.Load().sum {
-		r.bad, r.pending = "", ""
+	if sum == cur.sum {
+		r.bad = ""
 		return
 	}
-	key := fmt.Sprintf("%x", sum)
-	if key == r.bad {
-		return
-	}
-	l, err := r.parse(data)
+	l, err := r.parse(data, at)
 	if err != nil {
-		r.failed(key, err)
+		r.refuse(err)
 		return
 	}
-	r.bad, r.pending = "", ""
+	r.bad, r.expired = "", false
 	r.cur.Store(l)
 	r.log.Info("TLS certificate reloaded", zap.String("file", r.opts.Cert.Path),
 		zap.String("subject", l.leaf.Subject.String()), zap.String("serial", l.leaf.SerialNumber.Text(16)),
 		zap.Time("not_after", l.leaf.NotAfter))
 }
 
-// failed logs err when the same failure is seen on two reads in a row,
-// once: a rewrite caught half-way (the certificate written, its key not
-// yet) is not worth an error.
-func (r *Reloader) failed(key string, err error) {
-	switch key {
-	case r.bad:
-	case r.pending:
-		r.bad = key
-		r.log.Error("TLS files changed but cannot be used; the certificate in force stays", zap.Error(err))
-	default:
-		r.pending = key
+// refuse reports err, unless it is the refusal reported last: the same
+// files, read again, are not a new change.
+func (r *Reloader) refuse(err error) {
+	if msg := err.Error(); msg != r.bad {
+		r.bad = msg
+		r.refused.Add(1)
+		r.log.Warn("TLS files changed but cannot be served; the certificate in force stays", zap.Error(err))
+		if r.opts.OnRefused != nil {
+			r.opts.OnRefused(err)
+		}
+	}
+}
+
+// checkExpiry logs, once, that the certificate in force has expired and
+// no valid one replaced it.
+func (r *Reloader) checkExpiry(cur *loaded, now time.Time) {
+	if !r.expired && now.After(cur.leaf.NotAfter) {
+		r.expired = true
+		r.log.Warn("the TLS certificate in force has expired; handshakes fail until a valid one is written",
+			zap.String("file", r.opts.Cert.Path), zap.Time("not_after", cur.leaf.NotAfter))
 	}
 }
 
@@ -234,17 +306,13 @@ func digest(data [3][]byte) [sha256.Size]byte {
 	return sum
 }
 
-// parse builds the configuration that data make.
-func (r *Reloader) parse(data [3][]byte) (*loaded, error) {
+// parse builds the configuration that data make, if its certificate can
+// be served at now.
+func (r *Reloader) parse(data [3][]byte, now time.Time) (*loaded, error) {
 	o := r.opts
-	if !hasCertificate(data[0]) {
-		return nil, &Error{File: o.Cert, Err: ErrNoCertificate}
-	}
-	pair, err := tls.X509KeyPair(data[0], data[1])
+	pair, err := Pair(o.Cert, o.Key, data[0], data[1], now)
 	if err != nil {
-		// The chain holds certificates, so the key is at fault (or
-		// does not match the certificate).
-		return nil, &Error{File: o.Key, Err: err}
+		return nil, err
 	}
 	conf := &tls.Config{
 		MinVersion:   tls.VersionTLS12,

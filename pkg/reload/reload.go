@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +22,8 @@ const (
 	DefaultDebounce = 100 * time.Millisecond
 	DefaultMaxDelay = time.Second
 	DefaultRewatch  = time.Second
-	DefaultSettle   = 2 * time.Second
+	DefaultSettle   = time.Second
+	DefaultCheck    = 10 * time.Second
 )
 
 // Causes passed to a Func.
@@ -35,6 +35,9 @@ const (
 	// CauseRewatch follows the directory coming back after it was removed
 	// or renamed.
 	CauseRewatch = "rewatch"
+	// CauseCheck is a change found by the periodic content check
+	// (Options.Check) that no event reported.
+	CauseCheck = "check"
 )
 
 // Func reloads the rules. The Watcher calls it on its own goroutine, never
@@ -71,20 +74,35 @@ type Options struct {
 	// timestamped directories, whose swaps show in the directory itself)
 	// are not watched.
 	Recursive bool
-	// Root, when not empty, is a path, at or above the directory, whose
+	// Root, when not empty, is a path above the directory whose
 	// replacement also reloads: a symlink swapped over it, as
 	// envoyproxy/ratelimit's RUNTIME_WATCH_ROOT expects of its
 	// RUNTIME_ROOT. The directory is watched again through the new target
-	// before the reload.
+	// before the reload. (The directory's own path is always followed.)
 	Root string
+	// Check is how often the Watcher compares the Fingerprint, and the
+	// directory its path leads to, with those at the last reload, and
+	// reloads (CauseCheck) when either changed: a backstop for changes no
+	// event reported (a swap above the directory without Root, a network
+	// file system, lost events). Default DefaultCheck; negative: never.
+	Check time.Duration
 }
 
 // Watcher calls a Func when a directory's entries change: writes,
 // creates, removes and renames of any entry, including a Kubernetes
 // ConfigMap's "..data" symlink swap. It watches the directory, not the
 // files, so that files replaced by rename or symlink swap stay watched.
-// Changes to files outside the directory (the targets of symlinks that
-// point elsewhere) are not seen; Trigger covers those.
+//
+// It also follows the directory's path: it watches the parent directory
+// for the path's own entry, so that the path swapped to another directory
+// (git-sync's layout: the path is a symlink, replaced atomically by one to
+// a new checkout), or the directory removed and created again, is watched
+// again and reloads. When the directory is gone it is looked for every
+// Rewatch, and at once when its parent reports it back.
+//
+// Changes no event reports (the targets of symlinks that point
+// elsewhere, a swap higher up the path) are found by the content check
+// every Check, or reloaded by Trigger.
 //
 // Atomic replacements (a file created or renamed into place, a removal, a
 // symlink swap) reload after Debounce of quiet, at most MaxDelay after the
@@ -104,8 +122,10 @@ type Watcher struct {
 	log  *zap.Logger
 	kick chan struct{}
 
-	root, rootParent string              // Options.Root and its directory; "" without
-	subs             map[string]struct{} // subdirectories watched (Recursive)
+	root    string              // Options.Root, cleaned; "" without
+	parents map[string]struct{} // parent directories watched for the path's entries (follow.go)
+	subs    map[string]struct{} // subdirectories watched (Recursive)
+	dirInfo os.FileInfo         // the directory watched, to tell when the path leads elsewhere
 
 	fsw    *fsnotify.Watcher
 	cancel context.CancelFunc
@@ -126,6 +146,9 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 	if opts.Settle <= 0 {
 		opts.Settle = DefaultSettle
 	}
+	if opts.Check == 0 {
+		opts.Check = DefaultCheck
+	}
 	dir = filepath.Clean(dir)
 	if opts.Loaded == nil {
 		opts.Loaded = func(string) bool { return true }
@@ -134,16 +157,16 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 		opts.Fingerprint = func() (string, error) { return fingerprint(dir) }
 	}
 	w := &Watcher{
-		dir:  dir,
-		fn:   fn,
-		opts: opts,
-		log:  log,
-		kick: make(chan struct{}, 1),
-		subs: map[string]struct{}{},
+		dir:     dir,
+		fn:      fn,
+		opts:    opts,
+		log:     log,
+		kick:    make(chan struct{}, 1),
+		parents: map[string]struct{}{},
+		subs:    map[string]struct{}{},
 	}
 	if opts.Root != "" {
 		w.root = filepath.Clean(opts.Root)
-		w.rootParent = filepath.Dir(w.root)
 	}
 	return w
 }
@@ -160,13 +183,12 @@ func (w *Watcher) Open(ctx context.Context) error {
 		_ = fsw.Close()
 		return fmt.Errorf("watch %s: %w", w.dir, err)
 	}
-	if w.root != "" {
-		if err := fsw.Add(w.rootParent); err != nil {
-			_ = fsw.Close()
-			return fmt.Errorf("watch %s: %w", w.rootParent, err)
-		}
-	}
 	w.fsw = fsw
+	w.dirInfo, _ = os.Stat(w.dir)
+	if err := w.watchParents(); err != nil {
+		_ = fsw.Close()
+		return err
+	}
 	w.watchSubdirs(w.dir)
 	ctx, w.cancel = context.WithCancel(ctx)
 	w.wg.Add(1)
@@ -202,112 +224,6 @@ func (w *Watcher) Close() error {
 	return err
 }
 
-// run is the watch loop: it debounces events into calls of fn.
-func (w *Watcher) run(ctx context.Context) {
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	var (
-		burst   time.Time    // first event of the pending burst; zero if none
-		inPlace bool         // the pending burst wrote a loaded file in place
-		settled string       // fingerprint at the start of the settle time
-		settle  bool         // settled is set: the settle time runs
-		rewatch *time.Ticker // non-nil while the directory is not watched
-		retry   <-chan time.Time
-	)
-	defer func() {
-		if rewatch != nil {
-			rewatch.Stop()
-		}
-	}()
-	schedule := func() {
-		now := time.Now()
-		if burst.IsZero() {
-			burst = now
-		}
-		if inPlace {
-			settle = false
-			debounce.Reset(w.opts.Debounce)
-			return
-		}
-		debounce.Reset(max(0, min(w.opts.Debounce, w.opts.MaxDelay-now.Sub(burst))))
-	}
-	rootSwapped := false
-	reload := func(cause string) {
-		debounce.Stop()
-		burst, inPlace, settle = time.Time{}, false, false
-		if rootSwapped && rewatch == nil {
-			rootSwapped = false
-			w.rewatchTree()
-		}
-		w.fn(ctx, cause)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.fsw.Events:
-			if !ok {
-				return
-			}
-			if !relevant(ev) {
-				continue
-			}
-			if w.root != "" && filepath.Dir(ev.Name) == w.rootParent && !w.watched(w.rootParent) {
-				if filepath.Clean(ev.Name) != w.root {
-					continue // another entry beside the root
-				}
-				rootSwapped = true
-			}
-			w.follow(ev)
-			if w.lost(ev) && rewatch == nil {
-				w.log.Warn("rules directory went away; watching for it to come back", zap.String("dir", w.dir), zap.Stringer("event", ev.Op))
-				rewatch = time.NewTicker(w.opts.Rewatch)
-				retry = rewatch.C
-			}
-			if ev.Has(fsnotify.Write) && w.opts.Loaded(filepath.Base(ev.Name)) && !inPlace {
-				inPlace = true
-				w.log.Debug("rules file written in place; reloading once the directory settles",
-					zap.String("file", ev.Name), zap.Duration("settle", w.opts.Settle))
-			}
-			schedule()
-		case err, ok := <-w.fsw.Errors:
-			if !ok {
-				return
-			}
-			w.log.Warn("watching rules directory", zap.String("dir", w.dir), zap.Error(err))
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				inPlace = true // events were lost, writes maybe: look again once settled
-				schedule()
-			}
-		case <-w.kick:
-			reload(CauseTrigger)
-		case <-debounce.C:
-			if !inPlace {
-				reload(CauseChange)
-				continue
-			}
-			fp, err := w.opts.Fingerprint()
-			if err != nil || (settle && fp == settled) {
-				reload(CauseChange) // on error, the load reports what is wrong
-				continue
-			}
-			settled, settle = fp, true
-			debounce.Reset(w.opts.Settle)
-		case <-retry:
-			if err := w.fsw.Add(w.dir); err != nil {
-				continue
-			}
-			rewatch.Stop()
-			rewatch, retry = nil, nil
-			w.clearSubdirs()
-			w.watchSubdirs(w.dir)
-			w.log.Info("rules directory is back", zap.String("dir", w.dir))
-			reload(CauseRewatch)
-		}
-	}
-}
-
 // relevant reports whether ev may change what the directory loads. Chmod
 // alone does not (on Linux it also accompanies removals, which come with
 // their own Remove event).
@@ -315,9 +231,20 @@ func relevant(ev fsnotify.Event) bool {
 	return ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
 }
 
-// lost reports whether ev removed the watch on the directory itself.
+// lost reports whether ev removed the directory itself (reported by its
+// own watch or by its parent's).
 func (w *Watcher) lost(ev fsnotify.Event) bool {
 	return filepath.Clean(ev.Name) == w.dir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
+}
+
+// state is the content check's view of the rules: the Fingerprint, or the
+// error that prevented it.
+func (w *Watcher) state() string {
+	fp, err := w.opts.Fingerprint()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fp
 }
 
 // fingerprint is the default Options.Fingerprint: a SHA-256 over the names
@@ -347,104 +274,4 @@ func fingerprint(dir string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// watched reports whether dir is the directory or one of its watched
-// subdirectories.
-func (w *Watcher) watched(dir string) bool {
-	if dir == w.dir {
-		return true
-	}
-	_, ok := w.subs[dir]
-	return ok
-}
-
-// follow keeps the watches of a Recursive Watcher in step with ev: a
-// directory created is watched with its subdirectories, one removed or
-// renamed away is forgotten.
-func (w *Watcher) follow(ev fsnotify.Event) {
-	if !w.opts.Recursive {
-		return
-	}
-	name := filepath.Clean(ev.Name)
-	if _, ok := w.subs[name]; ok && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
-		w.forget(name)
-	}
-	if ev.Has(fsnotify.Create) && w.watched(filepath.Dir(name)) && watchable(name) {
-		w.add(name)
-		w.watchSubdirs(name)
-	}
-}
-
-// watchSubdirs watches the subdirectories of dir, at any depth, when the
-// Watcher is Recursive. Errors (a directory removed meanwhile, inotify
-// watches exhausted) are logged: the rest stays watched.
-func (w *Watcher) watchSubdirs(dir string) {
-	if !w.opts.Recursive {
-		return
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		w.log.Warn("watching rules subdirectories", zap.String("dir", dir), zap.Error(err))
-		return
-	}
-	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		if !e.IsDir() || strings.HasPrefix(e.Name(), "..") {
-			continue
-		}
-		w.add(path)
-		w.watchSubdirs(path)
-	}
-}
-
-// add watches the subdirectory path.
-func (w *Watcher) add(path string) {
-	if _, ok := w.subs[path]; ok {
-		return
-	}
-	if err := w.fsw.Add(path); err != nil {
-		w.log.Warn("watching a rules subdirectory", zap.String("dir", path), zap.Error(err))
-		return
-	}
-	w.subs[path] = struct{}{}
-}
-
-// forget stops watching the subdirectory path and those below it.
-func (w *Watcher) forget(path string) {
-	for sub := range w.subs {
-		if sub == path || strings.HasPrefix(sub, path+string(filepath.Separator)) {
-			_ = w.fsw.Remove(sub) // gone with its directory, most likely
-			delete(w.subs, sub)
-		}
-	}
-}
-
-func (w *Watcher) clearSubdirs() {
-	for sub := range w.subs {
-		_ = w.fsw.Remove(sub)
-		delete(w.subs, sub)
-	}
-}
-
-// rewatchTree watches the directory and its subdirectories again by path,
-// after the root above them was swapped for another target.
-func (w *Watcher) rewatchTree() {
-	w.clearSubdirs()
-	_ = w.fsw.Remove(w.dir)
-	if err := w.fsw.Add(w.dir); err != nil {
-		w.log.Warn("watching the rules directory after its root changed", zap.String("dir", w.dir), zap.Error(err))
-		return
-	}
-	w.watchSubdirs(w.dir)
-}
-
-// watchable reports whether path is a directory (not a symlink to one)
-// that a Recursive Watcher watches.
-func watchable(path string) bool {
-	if strings.HasPrefix(filepath.Base(path), "..") {
-		return false
-	}
-	fi, err := os.Lstat(path)
-	return err == nil && fi.IsDir()
 }

@@ -105,3 +105,16 @@ func join(errs []*Error) error {
 	}
 	return errors.Join(list...)
 }
+
+// Flatten lists the leaves of a joined error, such as LoadWith returns:
+// each *Error (or the one read failure) on its own.
+func Flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, Flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

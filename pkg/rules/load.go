@@ -48,8 +48,9 @@ type Loaded struct {
 // are not read. Symlinks are followed, so a Kubernetes ConfigMap mount
 // (visible files linking into a swapped "..data" directory) loads as is.
 //
-// A read failure is returned alone. Otherwise Load reports every rules
-// error it finds, each a *Error, joined with errors.Join.
+// A read failure is returned alone, as is a file over the size limits (an
+// *Error wrapping ErrTooLarge; see Options). Otherwise Load reports every
+// rules error it finds, each a *Error, joined with errors.Join.
 func Load(dir string) (*Loaded, error) {
 	return LoadWith(dir, Options{})
 }
@@ -81,6 +82,13 @@ type Options struct {
 	// same in every file that sets it; atomic holds if any file sets it.
 	// Without it, a domain in two files is an error.
 	MergeDomains bool
+	// MaxFileBytes refuses a rules file larger than this many bytes, and
+	// MaxTotalBytes a directory whose rules files hold more in all (the
+	// file that passes it is named), with an *Error wrapping ErrTooLarge.
+	// Sizes are checked before a file is read. 0 means
+	// DefaultMaxFileBytes and DefaultMaxTotalBytes; a negative value means
+	// no limit.
+	MaxFileBytes, MaxTotalBytes int64
 }
 
 // LoadWith reads the rules files of dir that o selects and compiles them,
@@ -174,12 +182,13 @@ func FingerprintWith(dir string, o Options) (string, error) {
 	return hash(names, files), nil
 }
 
-// readFiles reads the rules files of dir as o says, keyed by name.
+// readFiles reads the rules files of dir as o says, keyed by name. A file
+// over o's size limits is refused before it is read.
 func readFiles(dir string, o Options) (map[string][]byte, error) {
 	if o.Tree {
-		return readTree(dir, o)
+		return readTree(dir, o, newFileReader(o))
 	}
-	return readDir(dir)
+	return readDir(dir, newFileReader(o))
 }
 
 // IsRulesName reports whether a directory entry named name is read as a
@@ -198,8 +207,8 @@ func IsRulesName(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
 
-// readDir reads the rules files of dir, keyed by name.
-func readDir(dir string) (map[string][]byte, error) {
+// readDir reads the rules files of dir with r, keyed by name.
+func readDir(dir string, r *fileReader) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read rules: %w", err)
@@ -214,13 +223,22 @@ func readDir(dir string) (map[string][]byte, error) {
 		if !ok {
 			continue
 		}
-		b, err := os.ReadFile(path)
+		b, err := r.read(path)
 		if err != nil {
-			return nil, fmt.Errorf("read rules: %w", err)
+			return nil, readError(err)
 		}
 		files[e.Name()] = b
 	}
 	return files, nil
+}
+
+// readError wraps an error of fileReader.read: a size refusal is returned
+// as the *Error it is, a file system error with context.
+func readError(err error) error {
+	if errors.Is(err, ErrTooLarge) {
+		return err
+	}
+	return fmt.Errorf("read rules: %w", err)
 }
 
 // isRulesFile reports whether the directory entry at path is a rules file,

@@ -318,24 +318,9 @@ func TestShippedRules(t *testing.T) {
 	}
 	checkMatches(t, r, []match{
 		{domain: "fastlimit", entries: e("api_key", "k1"), rpu: 100, unit: descriptors.Minute},
-		{domain: "fastlimit", entries: e("plan", "premium", "user", "u"), rpu: 1000, unit: descriptors.Minute,
-			check: func(t *testing.T, l *descriptors.Limit) {
-				if l.Algorithm != descriptors.SlidingWindow {
-					t.Errorf("premium: %s", l.Algorithm)
-				}
-			}},
-		{domain: "fastlimit", entries: e("plan", "free", "user", "u"), rpu: 10, unit: descriptors.Second,
-			check: func(t *testing.T, l *descriptors.Limit) {
-				if l.Algorithm != descriptors.TokenBucket || l.Burst != 20*descriptors.Milli {
-					t.Errorf("free: %s burst %d", l.Algorithm, l.Burst)
-				}
-			}},
-		{domain: "fastlimit", entries: e("plan", "free", "search", "q"), rpu: 10, unit: descriptors.Second,
-			check: func(t *testing.T, l *descriptors.Limit) {
-				if l.Cost != descriptors.Milli/2 {
-					t.Errorf("search: cost %d", l.Cost)
-				}
-			}},
+		{domain: "fastlimit", entries: e("plan", "premium", "user", "u"), rpu: 1000, unit: descriptors.Minute},
+		{domain: "fastlimit", entries: e("plan", "free", "user", "u"), rpu: 10, unit: descriptors.Second},
+		{domain: "fastlimit", entries: e("plan", "free", "search", "q"), rpu: 2, unit: descriptors.Second},
 		{domain: "fastlimit", entries: e("plan", "gold", "user", "u"), none: true},
 		{domain: "fastlimit", entries: e("path", "/healthz"), check: func(t *testing.T, l *descriptors.Limit) {
 			if !l.Unlimited {
@@ -345,8 +330,16 @@ func TestShippedRules(t *testing.T) {
 		{domain: "fastlimit", entries: e("path", "/admin/users"), rpu: 5, unit: descriptors.Second},
 		{domain: "fastlimit", entries: e("path", "/other"), none: true},
 	})
-	if d := r.Set.Domain("fastlimit"); d.TenantKey != "plan" {
-		t.Errorf("tenant key = %q", d.TenantKey)
+	// The shipped rules are in the reference's format: they use none of
+	// FastLimit's extensions (examples/fastlimit-only shows those).
+	for _, l := range r.Set.Limits() {
+		if l.Algorithm != descriptors.FixedWindow || l.Cost != descriptors.Milli || l.UnitMultiplier != 1 ||
+			(!l.Unlimited && l.Burst != l.Capacity()) {
+			t.Errorf("%s uses FastLimit's extensions: %s", l.Path, l)
+		}
+	}
+	if d := r.Set.Domain("fastlimit"); d.TenantKey != "" || d.Atomic {
+		t.Errorf("tenant key %q, atomic %v", d.TenantKey, d.Atomic)
 	}
 }
 
@@ -355,14 +348,25 @@ func TestExamplesLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Set.Domains(); !slices.Equal(got, []string{"messaging", "mongo_cps", "saas_api"}) {
+	if got := r.Set.Domains(); !slices.Equal(got, []string{"messaging", "mongo_cps"}) {
 		t.Errorf("domains = %v", got)
 	}
 	checkMatches(t, r, []match{
 		{domain: "mongo_cps", entries: e("database", "users"), rpu: 500, unit: descriptors.Second},
 		{domain: "messaging", entries: e("message_type", "marketing", "to_number", "2061111111"), rpu: 5, unit: descriptors.Day},
 		{domain: "messaging", entries: e("to_number", "2061111111"), rpu: 100, unit: descriptors.Day},
-		{domain: "saas_api", entries: e("tier", "starter", "org", "o", "endpoint", "/reports"), rpu: 2, unit: descriptors.Second},
+	})
+	only, err := rules.Load("../../examples/fastlimit-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMatches(t, only, []match{
+		{domain: "saas_api", entries: e("tier", "starter", "org", "o", "endpoint", "/reports"), rpu: 2, unit: descriptors.Second,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				if l.Algorithm != descriptors.TokenBucket || l.Cost != 2500 {
+					t.Errorf("reports: %s", l)
+				}
+			}},
 	})
 }
 

@@ -11,9 +11,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// readTree reads the files of dir that o selects (o.Tree), keyed by their
-// paths relative to dir, with '/' separators.
-func readTree(dir string, o Options) (map[string][]byte, error) {
+// readTree reads the files of dir that o selects (o.Tree) with r, keyed by
+// their paths relative to dir, with '/' separators.
+func readTree(dir string, o Options, r *fileReader) (map[string][]byte, error) {
 	files := make(map[string][]byte)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -24,7 +24,7 @@ func readTree(dir string, o Options) (map[string][]byte, error) {
 		if o.Prefix != "" && name != o.Prefix && !strings.HasPrefix(name, o.Prefix+".") {
 			continue
 		}
-		if err := walkTree(dir, name, e, o.DotFiles, files); err != nil {
+		if err := walkTree(dir, name, e, o.DotFiles, r, files); err != nil {
 			return nil, err
 		}
 	}
@@ -33,7 +33,7 @@ func readTree(dir string, o Options) (map[string][]byte, error) {
 
 // walkTree reads the entry rel of dir into files: a file, or a directory's
 // files at any depth.
-func walkTree(dir, rel string, e fs.DirEntry, dotFiles bool, files map[string][]byte) error {
+func walkTree(dir, rel string, e fs.DirEntry, dotFiles bool, r *fileReader, files map[string][]byte) error {
 	name := e.Name()
 	if strings.HasPrefix(name, "..") || (!dotFiles && strings.HasPrefix(name, ".")) {
 		return nil
@@ -46,7 +46,7 @@ func walkTree(dir, rel string, e fs.DirEntry, dotFiles bool, files map[string][]
 			return fmt.Errorf("read rules: %w", err)
 		}
 		for _, c := range entries {
-			if err := walkTree(dir, rel+"/"+c.Name(), c, dotFiles, files); err != nil {
+			if err := walkTree(dir, rel+"/"+c.Name(), c, dotFiles, r, files); err != nil {
 				return err
 			}
 		}
@@ -63,9 +63,9 @@ func walkTree(dir, rel string, e fs.DirEntry, dotFiles bool, files map[string][]
 	default:
 		return nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := r.read(path)
 	if err != nil {
-		return fmt.Errorf("read rules: %w", err)
+		return readError(err)
 	}
 	files[rel] = b
 	return nil

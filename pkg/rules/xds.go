@@ -12,17 +12,23 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
 // FromXDS compiles the RateLimitConfig resources of one xDS snapshot, as
 // envoyproxy/ratelimit reads them: each resource holds one domain's rules,
-// and two resources of one domain are an error. The proto has no field for
+// and two resources of one domain are an error. Every field of the proto
+// is read: every unit it numbers (WEEK, MONTH and YEAR included), and a
+// descriptor's quota_mode and metadata. The proto has no field for
 // FastLimit's extensions (tenant_key, atomic, algorithm, unit_multiplier,
-// burst, cost, quota_mode, value_to_metric, share_threshold, metadata), so
-// they keep their defaults. A snapshot without resources compiles to rules
-// without domains: every request is answered OK, as the reference does.
+// burst, cost, value_to_metric, share_threshold), so they keep their
+// defaults. A unit number that this proto does not know (a newer control
+// plane's) is an error that names the number, so the snapshot is NACKed
+// and the last good rules stay. A snapshot without resources compiles to
+// rules without domains: every request is answered OK, as the reference
+// does.
 //
 // Resources are compiled in the order of their names, which Loaded.Resources
 // lists. Errors are *Error values joined with errors.Join, each with Line 0
@@ -102,7 +108,9 @@ func (x *xdsConverter) descriptors(label, path, at string, pbs []*rlsconf.RateLi
 			Key:            pb.GetKey(),
 			Value:          pb.GetValue(),
 			ShadowMode:     pb.GetShadowMode(),
+			QuotaMode:      pb.GetQuotaMode(),
 			DetailedMetric: pb.GetDetailedMetric(),
+			Metadata:       metadata(pb.GetMetadata()),
 			Source:         fmt.Sprintf("%s descriptor %s (%s)", label, p, idx),
 		}
 		if pb.GetRateLimit() != nil {
@@ -122,12 +130,13 @@ func (x *xdsConverter) limit(source string, pb *rlsconf.RateLimitPolicy) *descri
 		Name:            pb.GetName(),
 	}
 	// UNKNOWN is a missing unit, which NewSet reports unless the limit is
-	// unlimited. Other units map by name, so that a number this proto
-	// does not know is refused as the reference refuses it.
+	// unlimited.
 	if u := pb.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
-		unit, ok := descriptors.ParseUnit(u.String())
+		unit, ok := xdsUnits[u]
 		if !ok {
-			x.errs = append(x.errs, &Error{File: source, Msg: fmt.Sprintf("invalid rate limit unit '%s'", u)})
+			// The reference names the number too: its message is
+			// "invalid rate limit unit '<n>'".
+			x.errs = append(x.errs, &Error{File: source, Msg: fmt.Sprintf("invalid rate limit unit '%d'", int32(u))})
 			return nil
 		}
 		l.Unit = unit
@@ -136,6 +145,29 @@ func (x *xdsConverter) limit(source string, pb *rlsconf.RateLimitPolicy) *descri
 		l.Replaces = append(l.Replaces, r.GetName())
 	}
 	return l
+}
+
+// xdsUnits maps every unit of the RateLimitConfig proto, by number, onto
+// FastLimit's. The proto numbers WEEK after MONTH and YEAR (WEEK=7,
+// MONTH=5, YEAR=6), as Envoy's RateLimitResponse does; the map states
+// each pair so that neither numbering nor names are assumed.
+var xdsUnits = map[rlsconf.RateLimitUnit]descriptors.Unit{
+	rlsconf.RateLimitUnit_SECOND: descriptors.Second,
+	rlsconf.RateLimitUnit_MINUTE: descriptors.Minute,
+	rlsconf.RateLimitUnit_HOUR:   descriptors.Hour,
+	rlsconf.RateLimitUnit_DAY:    descriptors.Day,
+	rlsconf.RateLimitUnit_WEEK:   descriptors.Week,
+	rlsconf.RateLimitUnit_MONTH:  descriptors.Month,
+	rlsconf.RateLimitUnit_YEAR:   descriptors.Year,
+}
+
+// metadata converts a descriptor's metadata Struct as the reference does
+// (structpb's AsMap: numbers are float64): nil when absent.
+func metadata(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
 }
 
 // located turns the joined *descriptors.Error values of NewSet into

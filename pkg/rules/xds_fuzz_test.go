@@ -7,6 +7,7 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
@@ -19,6 +20,11 @@ func FuzzFromXDS(f *testing.F) {
 		{Name: "r", Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{
 			{Key: "k", Value: "v*", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1}},
 			{Key: "a", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "b", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}}}},
+		}},
+		{Name: "q", Domain: "q", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "tokens", QuotaMode: true, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"owner": structpb.NewStringValue("ai"), "n": structpb.NewNumberValue(2)}},
+				RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_WEEK, RequestsPerUnit: 9}},
 		}},
 		{Name: "", Domain: "", Descriptors: []*rlsconf.RateLimitDescriptor{{RateLimit: &rlsconf.RateLimitPolicy{Unit: 9,
 			Replaces: []*rlsconf.RateLimitReplace{{}}}}}},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -33,6 +34,14 @@ descriptors:
     value: alice
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 3, name: alice}
+  - key: tokens
+    quota_mode: true
+    metadata: {owner: ai-team, tags: [llm, "on"], limits: {soft: true, ratio: 0.5}}
+    rate_limit: {unit: week, requests_per_unit: 1000000}
+  - key: storage
+    rate_limit: {unit: month, requests_per_unit: 30}
+  - key: archive
+    rate_limit: {unit: year, requests_per_unit: 12}
   - key: plan
     value: gold
     descriptors:
@@ -53,6 +62,11 @@ descriptors:
 			{Key: "path", Value: "/api/*", DetailedMetric: true, RateLimit: xdsPolicy(rlsconf.RateLimitUnit_MINUTE, 100)},
 			{Key: "user", Value: "alice", ShadowMode: true,
 				RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 3, Name: "alice"}},
+			{Key: "tokens", QuotaMode: true, Metadata: mustStruct(t, map[string]any{
+				"owner": "ai-team", "tags": []any{"llm", "on"}, "limits": map[string]any{"soft": true, "ratio": 0.5}}),
+				RateLimit: xdsPolicy(rlsconf.RateLimitUnit_WEEK, 1000000)},
+			{Key: "storage", RateLimit: xdsPolicy(rlsconf.RateLimitUnit_MONTH, 30)},
+			{Key: "archive", RateLimit: xdsPolicy(rlsconf.RateLimitUnit_YEAR, 12)},
 			{Key: "plan", Value: "gold", Descriptors: []*rlsconf.RateLimitDescriptor{
 				{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_DAY, RequestsPerUnit: 5000,
 					Replaces: []*rlsconf.RateLimitReplace{{Name: "alice"}}}},
@@ -87,6 +101,16 @@ descriptors:
 	if fromXDS.Set.Domain("shop") == nil {
 		t.Error("domain shop missing")
 	}
+}
+
+// mustStruct builds a google.protobuf.Struct for a descriptor's metadata.
+func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestFromXDSFields checks each proto field's effect on the compiled
@@ -158,6 +182,34 @@ func TestFromXDSFields(t *testing.T) {
 			func(t *testing.T, l *descriptors.Limit) {
 				if !l.ShadowMode || l.DetailedMetric {
 					t.Errorf("got %+v", l)
+				}
+			}},
+		{"quota mode", &rlsconf.RateLimitDescriptor{Key: "k", QuotaMode: true, RateLimit: xdsPolicy(rlsconf.RateLimitUnit_SECOND, 1)},
+			[]descriptors.Entry{{Key: "k", Value: "x"}},
+			func(t *testing.T, l *descriptors.Limit) {
+				if !l.QuotaMode || l.ShadowMode || l.Metadata != nil {
+					t.Errorf("got %+v", l)
+				}
+			}},
+		{"metadata", &rlsconf.RateLimitDescriptor{Key: "k", Metadata: mustStruct(t, map[string]any{
+			"team": "payments", "weight": 3, "nested": map[string]any{"list": []any{1, "two", nil}}}),
+			RateLimit: xdsPolicy(rlsconf.RateLimitUnit_SECOND, 1)},
+			[]descriptors.Entry{{Key: "k", Value: "x"}},
+			func(t *testing.T, l *descriptors.Limit) {
+				// Numbers come out as float64, as structpb's AsMap gives them
+				// to the reference.
+				want := map[string]any{"team": "payments", "weight": 3.0,
+					"nested": map[string]any{"list": []any{1.0, "two", nil}}}
+				if !reflect.DeepEqual(l.Metadata, want) || l.QuotaMode {
+					t.Errorf("metadata %#v", l.Metadata)
+				}
+			}},
+		{"empty metadata", &rlsconf.RateLimitDescriptor{Key: "k", Metadata: &structpb.Struct{},
+			RateLimit: xdsPolicy(rlsconf.RateLimitUnit_SECOND, 1)},
+			[]descriptors.Entry{{Key: "k", Value: "x"}},
+			func(t *testing.T, l *descriptors.Limit) {
+				if l.Metadata == nil || len(l.Metadata) != 0 {
+					t.Errorf("metadata %#v, want empty and not nil", l.Metadata)
 				}
 			}},
 		{"detailed metric", &rlsconf.RateLimitDescriptor{Key: "k", DetailedMetric: true, RateLimit: xdsPolicy(rlsconf.RateLimitUnit_SECOND, 1)},

@@ -152,29 +152,51 @@ func (c *Client) Flush(ctx context.Context) error {
 	return nil
 }
 
-// packets formats the unsent counts into writes: datagrams of at most
-// maxDatagram bytes (a longer line goes alone) over UDP, one write over
-// TCP.
+// packets formats the unsent counts, every gauge and the timers' values
+// into writes: datagrams of at most maxDatagram bytes (a longer line goes
+// alone) over UDP, one write over TCP. It runs the store's generators
+// first.
 func (c *Client) packets() []packet {
 	limit := maxDatagram
 	if c.opts.Network == "tcp" {
 		limit = 1 << 30
 	}
+	c.store.Generate()
 	var pkts []packet
 	var cur packet
 	var line []byte
-	for _, ctr := range c.store.Counters() {
-		n := ctr.Value() - ctr.sent
-		if n == 0 {
-			continue
-		}
-		line = c.appendLine(line[:0], ctr.name, n)
+	add := func(ct *count) {
 		if len(cur.data) > 0 && len(cur.data)+len(line) > limit {
 			pkts = append(pkts, cur)
 			cur = packet{}
 		}
 		cur.data = append(cur.data, line...)
-		cur.counts = append(cur.counts, count{ctr, n})
+		if ct != nil {
+			cur.counts = append(cur.counts, *ct)
+		}
+	}
+	for _, ctr := range c.store.Counters() {
+		n := ctr.Value() - ctr.sent
+		if n == 0 {
+			continue
+		}
+		line = c.appendLine(line[:0], ctr.name, n, "|c", "")
+		add(&count{ctr, n})
+	}
+	for _, g := range c.store.Gauges() {
+		line = c.appendLine(line[:0], g.name, g.Value(), "|g", "")
+		add(nil)
+	}
+	for _, t := range c.store.Timers() {
+		vals, seen := t.take()
+		rate := ""
+		if uint64(len(vals)) < seen {
+			rate = "|@" + strconv.FormatFloat(float64(len(vals))/float64(seen), 'g', 6, 64)
+		}
+		for _, v := range vals {
+			line = c.appendLine(line[:0], t.name, v, "|ms", rate)
+			add(nil)
+		}
 	}
 	if len(cur.data) > 0 {
 		pkts = append(pkts, cur)
@@ -182,20 +204,24 @@ func (c *Client) packets() []packet {
 	return pkts
 }
 
-// appendLine appends the counter line of name and n in c's format.
-func (c *Client) appendLine(b []byte, name string, n uint64) []byte {
+// appendLine appends the line of a stat of type typ ("|c", "|g", "|ms"),
+// name and value n, with the sample rate ("|@0.5", or "") in c's format.
+func (c *Client) appendLine(b []byte, name string, n uint64, typ, rate string) []byte {
 	if c.opts.Format == Gostats {
 		b = append(b, name...)
 		b = append(b, c.tagSufx...)
 		b = append(b, ':')
 		b = strconv.AppendUint(b, n, 10)
-		return append(b, "|c\n"...)
+		b = append(b, typ...)
+		b = append(b, rate...)
+		return append(b, '\n')
 	}
 	name, mtags := mogrify(c.opts.Mogrifiers, name)
 	b = append(b, name...)
 	b = append(b, ':')
 	b = strconv.AppendUint(b, n, 10)
-	b = append(b, "|c"...)
+	b = append(b, typ...)
+	b = append(b, rate...)
 	sep := "|#"
 	for _, t := range c.opts.Tags {
 		b = append(b, sep...)

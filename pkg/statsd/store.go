@@ -25,17 +25,76 @@ func (c *Counter) Add(n uint64) { c.v.Add(n) }
 // Value returns the total counted.
 func (c *Counter) Value() uint64 { return c.v.Load() }
 
-// Store holds counters by name. It is safe for concurrent use. Counters
-// are never removed, as gostats never removes them.
+// Set sets the total: for counters that mirror a total kept elsewhere
+// (the Go runtime's), as gostats' Set does. The total must not go down.
+func (c *Counter) Set(n uint64) { c.v.Store(n) }
+
+// Store holds counters, gauges and timers by name. It is safe for
+// concurrent use. Stats are never removed, as gostats never removes them.
 type Store struct {
 	mu     sync.RWMutex
 	byName map[string]*Counter
 	all    []*Counter // in creation order
+	gauges []*Gauge   // in creation order
+	timers []*Timer   // in creation order
+	gens   []func()   // run before every export: they set gauges and counters
 	flush  sync.Mutex // serialises Client flushes, which own Counter.sent
 }
 
 // NewStore returns an empty store.
 func NewStore() *Store { return &Store{byName: map[string]*Counter{}} }
+
+// Gauge returns a new gauge named name. Gauges are made once, by the
+// generators that set them.
+func (s *Store) Gauge(name string) *Gauge {
+	g := &Gauge{name: name}
+	s.mu.Lock()
+	s.gauges = append(s.gauges, g)
+	s.mu.Unlock()
+	return g
+}
+
+// Gauges returns every gauge, in creation order.
+func (s *Store) Gauges() []*Gauge {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]*Gauge(nil), s.gauges...)
+}
+
+// Timer returns a new timer named name.
+func (s *Store) Timer(name string) *Timer {
+	t := &Timer{name: name}
+	s.mu.Lock()
+	s.timers = append(s.timers, t)
+	s.mu.Unlock()
+	return t
+}
+
+// Timers returns every timer, in creation order.
+func (s *Store) Timers() []*Timer {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]*Timer(nil), s.timers...)
+}
+
+// AddGenerator adds gen, which Generate runs: it sets gauges and counters
+// from state kept elsewhere (gostats' StatGenerator).
+func (s *Store) AddGenerator(gen func()) {
+	s.mu.Lock()
+	s.gens = append(s.gens, gen)
+	s.mu.Unlock()
+}
+
+// Generate runs the generators; exports (a Client's flush, a Prometheus
+// collect) call it first.
+func (s *Store) Generate() {
+	s.mu.RLock()
+	gens := append([](func())(nil), s.gens...)
+	s.mu.RUnlock()
+	for _, g := range gens {
+		g()
+	}
+}
 
 // Counter returns the counter named name, creating it if need be.
 func (s *Store) Counter(name string) *Counter {

@@ -109,6 +109,23 @@ func Default() *Mapper {
 	return m
 }
 
+// DefaultSeconds returns Default with the response time in seconds: its
+// ratelimit_server.*.response_time mapping scaled by 0.001, as upstream
+// envoyproxy/ratelimit's built-in mapping is since #1104 (the pinned
+// version's holds milliseconds).
+func DefaultSeconds() *Mapper {
+	m := Default()
+	for _, mp := range m.globs {
+		if mp.name == responseTimeSeries {
+			mp.scale = 0.001
+		}
+	}
+	return m
+}
+
+// responseTimeSeries is the series of the reference's response timer.
+const responseTimeSeries = "ratelimit_service_response_time_seconds"
+
 // DefaultYAML returns the text of Default's mapping file.
 func DefaultYAML() []byte { return slices.Clone(defaultYAML) }
 

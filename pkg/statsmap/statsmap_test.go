@@ -227,3 +227,20 @@ func validName(s string) bool {
 	}
 	return true
 }
+
+// TestDefaultSeconds: upstream's built-in mapping (since #1104) scales the
+// response timer's milliseconds to seconds; Default, the pinned one's,
+// keeps them; nothing else changes.
+func TestDefaultSeconds(t *testing.T) {
+	const timer = "ratelimit_server.ShouldRateLimit.response_time"
+	ms, s := statsmap.Default().Map(timer, statsmap.Observer), statsmap.DefaultSeconds().Map(timer, statsmap.Observer)
+	if ms.Scale != 1 || s.Scale != 0.001 || s.Name != "ratelimit_service_response_time_seconds" || s.Name != ms.Name {
+		t.Errorf("Default scale %v (%s), DefaultSeconds scale %v (%s)", ms.Scale, ms.Name, s.Scale, s.Name)
+	}
+	for _, stat := range []string{"ratelimit.service.rate_limit.d.k.total_hits", "ratelimit_server.ShouldRateLimit.total_requests"} {
+		a, b := statsmap.Default().Map(stat, statsmap.Counter), statsmap.DefaultSeconds().Map(stat, statsmap.Counter)
+		if a.Name != b.Name || a.Scale != b.Scale {
+			t.Errorf("%s: %+v vs %+v", stat, a, b)
+		}
+	}
+}

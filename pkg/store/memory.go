@@ -40,18 +40,16 @@ type MemoryOptions struct {
 // lua with the same integer arithmetic, so it decides exactly as Redis
 // would. It is safe for concurrent use.
 //
-// State that has expired is dropped when it is next touched, and by a
-// janitor that Open starts and Close stops; without Open, state for keys
+// State that has expired is dropped when it is next touched (the window
+// that ended is dropped when the next window of its key is stored), and by
+// a janitor that Open starts and Close stops; without Open, state for keys
 // that are never used again stays until Sweep is called.
 //
 // With MaxKeys, the store holds about that many entries at most (a key's
 // fixed window or bucket is one entry, a sliding window two). When it is
-// full, the window that ended is dropped when the next window of its key
-// is stored, and a call that would add an entry first sweeps expired
-// state (at most once a second); if the store is still full, the call
-// fails with
-// an error wrapping ErrFull and limiter.ErrUnavailable, and decides
-// nothing, so that the server's failure policy answers it. Calls on the
+// full, a call that would add an entry first sweeps expired state (at most
+// once a second); if the store is still full, the call fails with an error
+// wrapping ErrFull and limiter.ErrUnavailable, and decides nothing, so that the server's failure policy answers it. Calls on the
 // entries held keep working. Live counters are never evicted: that would
 // admit hits their limit had already counted. Calls in flight when the
 // store fills may add their entries past MaxKeys.
@@ -216,19 +214,26 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 	if err := m.room(ops); err != nil {
 		return fmt.Errorf("memory take: %w", err)
 	}
+	var clock int64 // the store's time, for ops that carry their own
 	for i := range ops {
 		op := &ops[i]
-		now := op.Now
+		now, at := op.Now, op.Now
 		if now == 0 {
 			now = m.now().UnixMilli()
+			at = now
+		} else {
+			if clock == 0 {
+				clock = m.now().UnixMilli()
+			}
+			at = clock
 		}
 		s := &m.shards[maphash.String(m.seed, op.Key)%memShards]
 		s.mu.Lock()
 		switch op.Algorithm {
 		case descriptors.FixedWindow:
-			results[i] = s.fixedWindow(op, now)
+			results[i] = s.fixedWindow(op, now, at)
 		case descriptors.SlidingWindow:
-			results[i] = s.slidingWindow(op, now)
+			results[i] = s.slidingWindow(op, now, at)
 		case descriptors.TokenBucket:
 			results[i] = s.tokenBucket(op, now)
 		}
@@ -239,19 +244,28 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 
 // count returns the counter k at now, 0 if it is missing or expired.
 func (s *memShard) count(k windowKey, now int64) int64 {
-	c, ok := s.windows[k]
-	if !ok {
-		return 0
-	}
-	if c.expireAt <= now {
-		s.dropWindow(k)
-		return 0
-	}
+	c, _ := s.window(k, now)
 	return c.n
 }
 
-// fixedWindow mirrors lua/fixed_window.lua.
-func (s *memShard) fixedWindow(op *limiter.Op, now int64) limiter.Result {
+// window returns the counter k at now; an expired one is dropped and
+// reported missing.
+func (s *memShard) window(k windowKey, now int64) (counter, bool) {
+	c, ok := s.windows[k]
+	if !ok {
+		return counter{}, false
+	}
+	if c.expireAt <= now {
+		s.dropWindow(k)
+		return counter{}, false
+	}
+	return c, true
+}
+
+// fixedWindow mirrors lua/fixed_window.lua. The window before now's is
+// dropped if it has expired by the store's clock at (now, unless the op
+// carries its own time), as Sweep would drop it.
+func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w := op.Window
 	ws := now - now%w
 	k := windowKey{op.Key, ws}
@@ -261,8 +275,8 @@ func (s *memShard) fixedWindow(op *limiter.Op, now int64) limiter.Result {
 	count := s.count(k, now)
 	if cost > 0 {
 		count = min(count+cost, maxCost)
-		if s.putWindow(k, counter{n: count, expireAt: ws + w}) && s.full() {
-			s.dropWindow(windowKey{op.Key, ws - w}) // ended: replaced
+		if s.putWindow(k, counter{n: count, expireAt: ws + w}) {
+			s.dropEnded(windowKey{op.Key, ws - w}, at)
 		}
 	}
 	if count <= op.Limit {
@@ -271,8 +285,8 @@ func (s *memShard) fixedWindow(op *limiter.Op, now int64) limiter.Result {
 	return limiter.Result{RetryAfter: reset, Reset: reset}
 }
 
-// slidingWindow mirrors lua/sliding_window.lua.
-func (s *memShard) slidingWindow(op *limiter.Op, now int64) limiter.Result {
+// slidingWindow mirrors lua/sliding_window.lua; at is as for fixedWindow.
+func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w, limit := op.Window, op.Limit
 	ws := now - now%w
 	elapsed := now - ws
@@ -281,7 +295,9 @@ func (s *memShard) slidingWindow(op *limiter.Op, now int64) limiter.Result {
 	cost := min(op.Cost, maxCost)
 
 	cur := s.count(curKey, now)
-	prev := min(s.count(windowKey{op.Key, ws - w}, now), limit)
+	prevKey := windowKey{op.Key, ws - w}
+	prevC, hasPrev := s.window(prevKey, now)
+	prev := min(prevC.n, limit)
 
 	g := int64(1)
 	for w/g >= slidingSteps {
@@ -291,8 +307,16 @@ func (s *memShard) slidingWindow(op *limiter.Op, now int64) limiter.Result {
 
 	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
 	if weighted+cost <= limit {
-		if cost > 0 && s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*w}) && s.full() {
-			s.dropWindow(windowKey{op.Key, ws - 2*w}) // ended: replaced
+		if cost > 0 {
+			if s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*w}) {
+				s.dropEnded(windowKey{op.Key, ws - 2*w}, at)
+			}
+			if hasPrev {
+				// Storing a map entry stores its key string too: store the
+				// previous counter again under the string curKey now holds,
+				// so that the two counters keep one copy of the key.
+				s.windows[prevKey] = prevC
+			}
 		}
 		return limiter.Result{Allowed: true, Remaining: limit - weighted - cost, Reset: reset}
 	}

@@ -38,9 +38,12 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 	if err := m.room(ops); err != nil {
 		return fmt.Errorf("memory take all: %w", err)
 	}
-	now := ops[0].Now
+	now, at := ops[0].Now, ops[0].Now
 	if now == 0 {
 		now = m.now().UnixMilli()
+		at = now
+	} else {
+		at = m.now().UnixMilli()
 	}
 
 	var locked uint64 // one bit per shard; memShards is 64
@@ -75,9 +78,9 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 	for i := range ops {
 		switch op := &ops[i]; op.Algorithm {
 		case descriptors.FixedWindow:
-			results[i] = stage.fixedWindow(op, now)
+			results[i] = stage.fixedWindow(op, now, at)
 		case descriptors.SlidingWindow:
-			results[i] = stage.slidingWindow(op, now)
+			results[i] = stage.slidingWindow(op, now, at)
 		case descriptors.TokenBucket:
 			results[i] = stage.tokenBucket(op, now)
 		}
@@ -88,8 +91,8 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 
 	m.visit(ops, now, func(s *memShard, k, ended windowKey, replaces bool) {
 		if c, ok := stage.windows[k]; ok {
-			if s.putWindow(k, c) && replaces && s.full() {
-				s.dropWindow(ended)
+			if s.putWindow(k, c) && replaces {
+				s.dropEnded(ended, at)
 			}
 		} else {
 			s.dropWindow(k)

@@ -61,8 +61,9 @@ func (m *Memory) sweepFull() {
 
 // grows reports whether an op of ops would add an entry to a full store:
 // a charge on a key whose current window (or bucket) is not held and
-// replaces no ended window. Peeks never add one.
+// replaces no expired ended window. Peeks never add one.
 func (m *Memory) grows(ops []limiter.Op) bool {
+	at := m.now().UnixMilli() // the store's time, by which ended windows go
 	for i := range ops {
 		op := &ops[i]
 		if op.Cost <= 0 {
@@ -70,7 +71,7 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 		}
 		now := op.Now
 		if now == 0 {
-			now = m.now().UnixMilli()
+			now = at
 		}
 		s := &m.shards[m.shardOf(op.Key)]
 		ws := now - now%op.Window
@@ -78,9 +79,9 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 		var held bool
 		switch op.Algorithm {
 		case descriptors.FixedWindow:
-			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasWindow(windowKey{op.Key, ws - op.Window})
+			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasEnded(windowKey{op.Key, ws - op.Window}, at)
 		case descriptors.SlidingWindow:
-			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasWindow(windowKey{op.Key, ws - 2*op.Window})
+			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasEnded(windowKey{op.Key, ws - 2*op.Window}, at)
 		case descriptors.TokenBucket:
 			_, held = s.buckets[op.Key]
 		}
@@ -93,8 +94,7 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 }
 
 // full reports whether the Memory this shard belongs to holds MaxKeys
-// entries or more; a shard keeps the ended window of a key it replaces
-// only while the store is not full.
+// entries or more.
 func (s *memShard) full() bool { return s.max > 0 && s.keys.Load() >= s.max }
 
 func (s *memShard) hasWindow(k windowKey) bool {
@@ -111,6 +111,24 @@ func (s *memShard) putWindow(k windowKey, c counter) bool {
 	}
 	s.grew(1)
 	return true
+}
+
+// hasEnded reports whether the window k is held and has expired by the
+// store's clock at (as Sweep judges it): storing the next window of its
+// key replaces it.
+func (s *memShard) hasEnded(k windowKey, at int64) bool {
+	c, ok := s.windows[k]
+	return ok && c.expireAt <= at
+}
+
+// dropEnded drops the window k that a new window of its key replaces, if
+// it has expired by the store's clock at (a window of another length or
+// algorithm on the same key may still live). Without it, a key hit in
+// every window would hold its ended windows until the next sweep.
+func (s *memShard) dropEnded(k windowKey, at int64) {
+	if s.hasEnded(k, at) {
+		s.dropWindow(k)
+	}
 }
 
 func (s *memShard) dropWindow(k windowKey) {

@@ -231,6 +231,25 @@ func BenchmarkMemoryTake(b *testing.B) {
 				}
 			}
 		})
+		b.Run(name+"/second-window", func(b *testing.B) {
+			// Both of a sliding window's counters are held.
+			m := newMemory(b, store.MemoryOptions{})
+			in := []limiter.Op{op}
+			in[0].Key, in[0].Now = "bench:{domain/key=value}:default:", t0
+			res := make([]limiter.Result, 1)
+			ctx := context.Background()
+			if err := m.Take(ctx, in, res); err != nil {
+				b.Fatal(err)
+			}
+			in[0].Now += in[0].Window
+			b.ReportAllocs()
+			for b.Loop() {
+				in[0].Key = string([]byte(in[0].Key)) // a fresh key per call, as the limiter's
+				if err := m.Take(ctx, in, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(name+"/parallel", func(b *testing.B) {
 			m := newMemory(b, store.MemoryOptions{})
 			var id atomic.Int64

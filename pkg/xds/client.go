@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -79,6 +80,12 @@ type Options struct {
 	// snapshot straight back, and without a pause the exchange spins.
 	// Zero takes DefaultNackPause.
 	NackPause time.Duration
+	// OnCertRefused, if set, is called with the error each time the TLS
+	// client certificate files change to ones that cannot be used
+	// (expired, not valid yet, a key that is not the certificate's, a
+	// file that does not parse); the last good certificate stays in use.
+	// It is called on the Client's goroutine and must not block.
+	OnCertRefused func(error)
 }
 
 // Client keeps an ADS stream to a management server and applies what it
@@ -92,6 +99,10 @@ type Client struct {
 
 	// nacked is the last response rejected, to reject it again unapplied.
 	nacked *nack
+	// clientCert is the last good TLS client certificate, certRefused the
+	// last refusal reported (tls.go).
+	clientCert  *tls.Certificate
+	certRefused string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -224,7 +235,7 @@ func (c *Client) session(ctx context.Context) (received bool, err error) {
 func (c *Client) dialOptions() ([]grpc.DialOption, error) {
 	creds := insecure.NewCredentials()
 	if c.opts.TLS != nil {
-		cfg, err := c.opts.TLS.Config()
+		cfg, err := c.clientTLS()
 		if err != nil {
 			return nil, err
 		}

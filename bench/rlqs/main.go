@@ -1,0 +1,84 @@
+// Command rlqs measures FastLimit's Rate Limit Quota Service: it
+// builds ./cmd/server (run it from the repository root), starts a redis-server and the server on free
+// loopback ports, drives them, reads both processes' CPU time (the
+// server's from /proc, Linux only; Redis' from INFO) and prints markdown
+// for BENCHMARKS.md. Everything it starts stops when it ends.
+//
+//	go run ./bench/rlqs                 # every scenario, about 3 minutes
+//	go run ./bench/rlqs --scenario reports --duration 10s
+//
+// Scenarios:
+//
+//	reports  100 streams of 1,000 buckets each send reports back to back:
+//	         bucket reports handled per second of server CPU (per core),
+//	         and Redis CPU per bucket report.
+//	cadence  the same 100 x 1,000 at Envoy's real period (5s): what such a
+//	         fleet costs the server and Redis.
+//	admitted 100 simulated Envoys (internal/envoysim) of 10 buckets each,
+//	         5,000 requests a second admitted in all (--admitted), through the quota
+//	         service; then the same admitted rate through RateLimitService
+//	         (ShouldRateLimit per request, paced): server + Redis CPU per
+//	         admitted request of each.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	scenarios []string
+	duration  time.Duration
+	admitted  float64
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench/rlqs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenario := fs.String("scenario", "reports,cadence,admitted", "scenarios to run, comma-separated")
+	duration := fs.Duration("duration", 30*time.Second, "measured time of each scenario")
+	admitted := fs.Float64("admitted", 5000, "admitted: requests a second admitted through each service")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	env, err := setup(ctx, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench/rlqs:", err)
+		return 1
+	}
+	defer env.close()
+	fmt.Fprintf(stdout, "### Rate Limit Quota Service (`go run ./bench/rlqs`, %s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
+	fmt.Fprintf(stdout, "%s; each scenario measured for %v.\n\n", machine(), o.duration)
+	for _, s := range o.scenarios {
+		var err error
+		switch s {
+		case "reports":
+			err = env.reports(ctx, stdout, o.duration, 0)
+		case "cadence":
+			err = env.reports(ctx, stdout, o.duration, 5*time.Second)
+		case "admitted":
+			err = env.admitted(ctx, stdout, o.duration, o.admitted)
+		default:
+			err = fmt.Errorf("unknown scenario %q", s)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench/rlqs:", s+":", err)
+			return 1
+		}
+	}
+	return 0
+}

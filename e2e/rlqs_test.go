@@ -1,0 +1,269 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fastlimit/fastlimit/internal/envoysim"
+)
+
+// The Rate Limit Quota Service, end to end: two replicas of the binary on
+// one real Redis, simulated Envoys (internal/envoysim) on the wall clock.
+
+const rlqsRules = `
+domain: d
+descriptors:
+  - key: name
+    value: a
+    rate_limit: {unit: second, requests_per_unit: 300}
+  - key: name
+    value: idle
+    rate_limit: {unit: second, requests_per_unit: 300}
+`
+
+var rlqsBucket = map[string]string{"name": "a"}
+
+// quotaReplicas starts n replicas on one Redis, Envoys reporting every
+// period.
+func quotaReplicas(t *testing.T, n int, period time.Duration, extra ...string) []*fastlimit {
+	t.Helper()
+	redis := startRedis(t)
+	dir := writeRules(t, map[string]string{"rules.yaml": rlqsRules})
+	var fs []*fastlimit
+	for i := range n {
+		admin := loopback(t)
+		flags := append([]string{"--redis-url", "redis://" + redis.Addr, "--rlqs-report-period", period.String(),
+			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin}, extra...)
+		f := start(t, launch{rules: dir, flags: flags})
+		f.Admin = admin
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// quotaFleet is simulated Envoys on the wall clock, spread over replicas.
+type quotaFleet struct {
+	t      *testing.T
+	period time.Duration
+	conns  []grpc.ClientConnInterface
+	fleet  envoysim.Fleet
+	envoys []*envoysim.Envoy
+}
+
+func newQuotaFleet(t *testing.T, period time.Duration, fs []*fastlimit) *quotaFleet {
+	t.Helper()
+	q := &quotaFleet{t: t, period: period}
+	for _, f := range fs {
+		cc, err := grpc.NewClient(f.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		q.conns = append(q.conns, cc)
+	}
+	t.Cleanup(func() {
+		for _, e := range q.envoys {
+			e.Close()
+		}
+	})
+	return q
+}
+
+// envoy adds an Envoy whose stream goes to replica first, else the next.
+func (q *quotaFleet) envoy(first int) *envoysim.Envoy {
+	q.t.Helper()
+	e, err := envoysim.New(envoysim.Config{Domain: "d", ReportPeriod: q.period}, envoysim.WallClock{},
+		envoysim.FailoverDialer(first, q.conns...))
+	if err != nil {
+		q.t.Fatal(err)
+	}
+	q.envoys = append(q.envoys, e)
+	q.fleet.Add(e)
+	return e
+}
+
+func (q *quotaFleet) run(d time.Duration) { q.fleet.RunRealtime(context.Background(), d) }
+
+// admitted runs for d and returns each traffic's admitted rate.
+func (q *quotaFleet) admitted(d time.Duration, ts ...*envoysim.Traffic) []float64 {
+	before := make([]uint64, len(ts))
+	for i, tr := range ts {
+		before[i] = tr.Envoy.Counts(tr.Bucket).Allowed
+	}
+	start := time.Now()
+	q.run(d)
+	secs := time.Since(start).Seconds()
+	out := make([]float64, len(ts))
+	for i, tr := range ts {
+		out[i] = float64(tr.Envoy.Counts(tr.Bucket).Allowed-before[i]) / secs
+	}
+	return out
+}
+
+func (q *quotaFleet) checkClean() {
+	q.t.Helper()
+	if v := q.fleet.Violations(); v.Total() != 0 {
+		q.t.Errorf("protocol violations: %v", v)
+	}
+	for i, e := range q.envoys {
+		if st := e.Stats(); st.GapDecisions != 0 || st.Expired != 0 {
+			q.t.Errorf("envoy %d: %d requests decided after an assignment lapsed (%d expiries)", i, st.GapDecisions, st.Expired)
+		}
+	}
+}
+
+func total(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// TestRLQSFairShare: 3 Envoys at 800, 100 and 100 req/s on a 300/s
+// bucket, spread over two replicas: after 3 report periods the global
+// admitted rate is 300/s ±10% and each Envoy gets at least half its fair
+// share; when the 800/s Envoy drops to 50/s, every Envoy is admitted its
+// demand within 3 periods. With Envoy's 5s period and with 1s.
+func TestRLQSFairShare(t *testing.T) {
+	for _, period := range []time.Duration{time.Second, 5 * time.Second} {
+		t.Run(period.String(), func(t *testing.T) {
+			if period > time.Second && testing.Short() {
+				t.Skip("a minute of wall time")
+			}
+			q := newQuotaFleet(t, period, quotaReplicas(t, 2, period))
+			var ts []*envoysim.Traffic
+			for i, rate := range []float64{800, 100, 100} {
+				ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, rate))
+			}
+			q.run(3 * period)
+			got := q.admitted(2*period, ts...)
+			t.Logf("admitted %.1f/s", got)
+			if sum := total(got); sum < 270 || sum > 330 {
+				t.Errorf("admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+			}
+			for i, g := range got {
+				if g < 50 {
+					t.Errorf("envoy %d admitted %.1f/s, under half its fair share (100)", i, g)
+				}
+			}
+			ts[0].SetRate(50)
+			q.run(3 * period)
+			got = q.admitted(2*period, ts...)
+			t.Logf("after the shift admitted %.1f/s", got)
+			for i, want := range []float64{50, 100, 100} {
+				if got[i] < want*0.9 || got[i] > want*1.1 {
+					t.Errorf("after the shift envoy %d admitted %.1f/s, want its demand %v ±10%%", i, got[i], want)
+				}
+			}
+			q.checkClean()
+		})
+	}
+}
+
+// TestRLQSReplicaKilled: one replica is killed (SIGKILL: its Envoys'
+// demand stays in Redis until it expires); its Envoys reopen their
+// streams on the other at their next report, their assignments holding
+// meanwhile, and the limit holds again within a TTL and 3 periods.
+func TestRLQSReplicaKilled(t *testing.T) {
+	const period = time.Second
+	fs := quotaReplicas(t, 2, period)
+	q := newQuotaFleet(t, period, fs)
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		ts = append(ts, q.fleet.Send(q.envoy([]int{0, 1, 0}[i]), rlqsBucket, rate))
+	}
+	q.run(3 * period)
+	_ = fs[0].cmd.Process.Kill()
+	ttl := 3 * period
+	for elapsed := time.Duration(0); elapsed < ttl+3*period; elapsed += period {
+		got := q.admitted(period, ts...)
+		t.Logf("%v after the kill: %.1f/s", elapsed, got)
+		if total(got) > 330 {
+			t.Errorf("%v after the kill: admitted %.1f = %.1f/s, over the limit by more than 10%%", elapsed, got, total(got))
+		}
+	}
+	got := q.admitted(2*period, ts...)
+	if sum := total(got); sum < 270 || sum > 330 {
+		t.Errorf("after failover admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+	}
+	for _, i := range []int{0, 2} {
+		if n := q.envoys[i].Stats().StreamsOpened; n != 2 {
+			t.Errorf("envoy %d opened %d streams, want 2", i, n)
+		}
+	}
+	q.checkClean()
+}
+
+// TestRLQSJoinLeaveIdle: Envoys join and leave, their shares follow; a
+// bucket without requests for --rlqs-idle-after is abandoned; the
+// inspection endpoint shows the division.
+func TestRLQSJoinLeaveIdle(t *testing.T) {
+	const period = time.Second
+	fs := quotaReplicas(t, 2, period, "--rlqs-idle-after", "3s")
+	q := newQuotaFleet(t, period, fs)
+	var ts []*envoysim.Traffic
+	for i := range 3 {
+		ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, 200))
+	}
+	idle := q.fleet.Send(q.envoys[0], map[string]string{"name": "idle"}, 5)
+	q.run(3 * period)
+	idle.SetRate(0)
+	ts = append(ts, q.fleet.Send(q.envoy(1), rlqsBucket, 200))
+	q.run(3 * period)
+	got := q.admitted(2*period, ts...)
+	if sum := total(got); sum < 270 || sum > 330 {
+		t.Errorf("after a join admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+	}
+	for i, g := range got {
+		if g < 37.5 {
+			t.Errorf("after a join envoy %d admitted %.1f/s, under half its fair share (75)", i, g)
+		}
+	}
+	if q.envoys[0].State(map[string]string{"name": "idle"}).Cached {
+		t.Error("idle bucket not abandoned")
+	}
+	u := quotaUsage(t, fs[1])
+	if u.Rule != "d.name_a" || u.Replicas != 2 || len(u.Clients) != 4 {
+		t.Errorf("/v1/quota = %+v, want 4 clients over 2 replicas", u)
+	}
+	q.fleet.Remove(q.envoys[1])
+	ts = append(ts[:1], ts[2:]...)
+	q.run(4 * period) // the leaver's demand is deleted at once
+	got = q.admitted(2*period, ts...)
+	if sum := total(got); sum < 270 || sum > 330 {
+		t.Errorf("after a leave admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+	}
+	q.checkClean()
+}
+
+type quotaUsageDoc struct {
+	Rule     string `json:"rule"`
+	Replicas int    `json:"replicas"`
+	Clients  []struct {
+		Replica string `json:"replica"`
+	} `json:"clients"`
+}
+
+// quotaUsage reads /v1/quota for the bucket name=a from f's admin
+// listener.
+func quotaUsage(t *testing.T, f *fastlimit) quotaUsageDoc {
+	t.Helper()
+	resp, err := http.Get("http://" + f.Admin + "/v1/quota?domain=d&bucket=name=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var u quotaUsageDoc
+	if err := json.NewDecoder(resp.Body).Decode(&u); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/v1/quota: %d %v", resp.StatusCode, err)
+	}
+	return u
+}

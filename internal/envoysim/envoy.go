@@ -1,0 +1,322 @@
+package envoysim
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// DefaultReportPeriod is the report period Envoy hard-codes
+// (filter_persistence.cc initTlsStore).
+const DefaultReportPeriod = 5 * time.Second
+
+// Stream is one StreamRateLimitQuotas call as its client sees it; the
+// generated gRPC client stream is one.
+type Stream interface {
+	Send(*rlqspb.RateLimitQuotaUsageReports) error
+	Recv() (*rlqspb.RateLimitQuotaResponse, error)
+	CloseSend() error
+}
+
+// Dialer opens a stream to the RLQS server. It is called when the first
+// bucket is created and then at every report tick while no stream is
+// open; an error leaves the Envoy without a stream until the next tick.
+// The stream must end when ctx is cancelled.
+type Dialer func(ctx context.Context) (Stream, error)
+
+// Fallback is expired_assignment_behavior: Strategy applies for Timeout
+// (whole seconds) after an assignment expires.
+type Fallback struct {
+	Strategy *typev3.RateLimitStrategy
+	Timeout  time.Duration
+}
+
+// Config configures an Envoy. The zero value of each field is Envoy's
+// default.
+type Config struct {
+	// Domain is the filter's domain, sent in every report.
+	Domain string
+	// ReportPeriod is the report timer (default DefaultReportPeriod).
+	ReportPeriod time.Duration
+	// NoAssignment is no_assignment_behavior.fallback_rate_limit (nil:
+	// ALLOW_ALL). It must be a blanket rule: Envoy has no token bucket
+	// behind a token-bucket no_assignment_behavior and crashes on it.
+	NoAssignment *typev3.RateLimitStrategy
+	// Expired is expired_assignment_behavior (nil: none).
+	Expired *Fallback
+	// FullOnReplace starts a replaced token bucket full, unless the
+	// partial fill Envoy computes is 0 (then empty): the reading of
+	// createTokenBucketFromAction in which its count meets
+	// AtomicTokenBucketImpl's bool init_fill. By default a replaced bucket
+	// starts at max_tokens * remaining / old max_tokens (docs/rlqs.md).
+	FullOnReplace bool
+}
+
+// Envoy is one of the filter's global clients. It is safe for concurrent
+// use, though its behaviour is that of Envoy's single main thread.
+type Envoy struct {
+	cfg   Config
+	clock Clock
+	dial  Dialer
+	epoch time.Time
+
+	mu         sync.Mutex
+	buckets    map[string]*bucket
+	started    bool      // the first bucket started the timer
+	nextReport time.Time // zero until started
+	stream     Stream
+	streamGen  int
+	cancel     context.CancelFunc
+	inbox      chan message
+	done       chan struct{} // closed by Close
+	v          Violations
+	stats      Stats
+	counts     map[string]*Counts // by bucket key, over the Envoy's life
+	expect     int                // reports sent that the server has not answered yet
+	closed     bool
+}
+
+// Stats are an Envoy's counts of what it did.
+type Stats struct {
+	Subscriptions    int // subscription reports sent
+	Reports          int // periodic reports sent
+	DroppedReports   int // reports dropped without a stream
+	StreamsOpened    int
+	StreamsClosed    int // streams the server ended
+	Responses        int
+	Abandoned        int // buckets abandoned by the server
+	Expired          int // assignments that expired
+	FallbackExpired  int // expired_assignment_behavior timeouts
+	ReplacedBuckets  int // token buckets replaced by a new assignment
+	KeptBuckets      int // token buckets kept across an assignment
+	DecidedByDefault int // requests decided by no_assignment_behavior
+	// GapDecisions are requests decided by no_assignment_behavior or the
+	// expired fallback in a bucket that had had an assignment: the gaps a
+	// server must not leave.
+	GapDecisions int
+}
+
+// Counts are a bucket's requests, as the filter decided them.
+type Counts struct{ Allowed, Denied uint64 }
+
+// message is what a stream's reader hands the main loop.
+type message struct {
+	gen  int
+	resp *rlqspb.RateLimitQuotaResponse
+	err  error // the stream ended
+}
+
+// bucket is a CachedBucket (quota_bucket_cache.h).
+type bucket struct {
+	id         map[string]string
+	allowed    uint64
+	denied     uint64
+	lastReport time.Time
+	action     *rlqspb.RateLimitQuotaResponse_BucketAction // cached_action; nil: default
+	tb         *tokenBucket
+	expires    time.Time // of action; zero: none pending
+	fallback   bool      // action is the expired fallback
+	assigned   bool      // the server has assigned it at least once
+}
+
+// New returns an Envoy that reaches the server through dial. It does no
+// I/O until its first request.
+func New(cfg Config, clock Clock, dial Dialer) (*Envoy, error) {
+	if cfg.ReportPeriod <= 0 {
+		cfg.ReportPeriod = DefaultReportPeriod
+	}
+	if cfg.NoAssignment.GetTokenBucket() != nil || cfg.NoAssignment.GetRequestsPerTimeUnit() != nil {
+		return nil, errors.New("envoysim: no_assignment_behavior must be a blanket rule (Envoy crashes on a token bucket there)")
+	}
+	return &Envoy{
+		cfg: cfg, clock: clock, dial: dial,
+		epoch:   clock.Now().Add(-time.Hour),
+		buckets: map[string]*bucket{},
+		inbox:   make(chan message, 1024),
+		done:    make(chan struct{}),
+		counts:  map[string]*Counts{},
+	}, nil
+}
+
+// Key is the canonical form of a bucket id: its entries in key order.
+func Key(id map[string]string) string {
+	keys := make([]string, 0, len(id))
+	for k := range id {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(id[k])
+	}
+	return b.String()
+}
+
+// secs is Envoy's monotonic time in seconds.
+func (e *Envoy) secs(t time.Time) float64 { return t.Sub(e.epoch).Seconds() }
+
+// Request decides one request matched into the bucket id, as
+// RateLimitQuotaFilter::recordBucketUsage does, and reports whether it
+// passes.
+func (e *Envoy) Request(id map[string]string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.clock.Now()
+	key := Key(id)
+	c := e.counts[key]
+	if c == nil {
+		c = &Counts{}
+		e.counts[key] = c
+	}
+	allow := false
+	if b, ok := e.buckets[key]; ok {
+		allow = e.decide(b, now)
+	} else {
+		allow = e.create(key, id, now)
+	}
+	if allow {
+		c.Allowed++
+	} else {
+		c.Denied++
+	}
+	return allow
+}
+
+// decide is shouldAllowRequest on a cached bucket, counting the usage.
+func (e *Envoy) decide(b *bucket, now time.Time) bool {
+	s := e.cfg.NoAssignment
+	switch {
+	case b.action != nil:
+		s = b.action.GetQuotaAssignmentAction().GetRateLimitStrategy()
+		if b.fallback {
+			e.stats.GapDecisions++
+		}
+	default:
+		e.stats.DecidedByDefault++
+		if b.assigned {
+			e.stats.GapDecisions++
+		}
+	}
+	allow := true
+	switch {
+	case s.GetTokenBucket() != nil && b.action != nil:
+		allow = b.tb.consume(e.secs(now))
+	case s != nil && s.GetStrategy() != nil && s.GetTokenBucket() == nil && s.GetRequestsPerTimeUnit() == nil:
+		allow = s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL
+	}
+	if allow {
+		b.allowed++
+	} else {
+		b.denied++
+	}
+	return allow
+}
+
+// create is the first request of a bucket: no_assignment_behavior decides
+// it, and createBucketImpl caches the bucket with that request counted
+// and sends its subscription report.
+func (e *Envoy) create(key string, id map[string]string, now time.Time) bool {
+	allow := !(e.cfg.NoAssignment.GetStrategy() != nil && e.cfg.NoAssignment.GetTokenBucket() == nil &&
+		e.cfg.NoAssignment.GetRequestsPerTimeUnit() == nil &&
+		e.cfg.NoAssignment.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL)
+	e.stats.DecidedByDefault++
+	if !e.started {
+		e.started = true
+		e.nextReport = now.Add(e.cfg.ReportPeriod)
+		e.startStream()
+	}
+	b := &bucket{id: copyID(id), lastReport: now}
+	if allow {
+		b.allowed = 1
+	} else {
+		b.denied = 1
+	}
+	e.buckets[key] = b
+	report := &rlqspb.RateLimitQuotaUsageReports{Domain: e.cfg.Domain}
+	report.BucketQuotaUsages = append(report.BucketQuotaUsages, e.usage(b, now))
+	e.stats.Subscriptions++
+	if e.send(report) && len(id) > 0 {
+		e.expect++
+	}
+	return allow
+}
+
+func copyID(id map[string]string) map[string]string {
+	c := make(map[string]string, len(id))
+	for k, v := range id {
+		c[k] = v
+	}
+	return c
+}
+
+// usage is getUsageFromBucket: the deltas since the last report, which it
+// resets, and the time since then truncated to whole seconds.
+func (e *Envoy) usage(b *bucket, now time.Time) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	u := &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId:           &rlqspb.BucketId{Bucket: copyID(b.id)},
+		NumRequestsAllowed: b.allowed,
+		NumRequestsDenied:  b.denied,
+		TimeElapsed:        &durationpb.Duration{Seconds: int64(now.Sub(b.lastReport) / time.Second)},
+	}
+	b.allowed, b.denied, b.lastReport = 0, 0, now
+	return u
+}
+
+// send is sendUsageReportImpl: without a stream the report is dropped.
+// It reports whether the report left.
+func (e *Envoy) send(r *rlqspb.RateLimitQuotaUsageReports) bool {
+	if e.stream == nil {
+		e.stats.DroppedReports++
+		return false
+	}
+	// A failed send leaves the stream to its reader, which sees it end.
+	return e.stream.Send(r) == nil
+}
+
+// startStream is startStreamImpl. It reports whether a stream is open.
+func (e *Envoy) startStream() bool {
+	if e.stream != nil {
+		return true
+	}
+	if e.closed {
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := e.dial(ctx)
+	if err != nil {
+		cancel()
+		return false
+	}
+	e.streamGen++
+	e.stream, e.cancel = s, cancel
+	e.stats.StreamsOpened++
+	go e.read(s, e.streamGen)
+	return true
+}
+
+// read hands the main loop every message of one stream, then its end.
+func (e *Envoy) read(s Stream, gen int) {
+	for {
+		resp, err := s.Recv()
+		select {
+		case e.inbox <- message{gen: gen, resp: resp, err: err}:
+		case <-e.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}

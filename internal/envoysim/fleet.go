@@ -1,0 +1,181 @@
+package envoysim
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+)
+
+// Traffic is one source of requests: Rate requests per second from one
+// Envoy into one bucket, spread evenly over time.
+type Traffic struct {
+	Envoy  *Envoy
+	Bucket map[string]string
+
+	mu   sync.Mutex
+	rate float64
+	acc  float64 // requests owed, a fraction of one
+}
+
+// SetRate changes the traffic's rate.
+func (t *Traffic) SetRate(rate float64) {
+	t.mu.Lock()
+	t.rate = rate
+	t.mu.Unlock()
+}
+
+// due returns the whole requests owed after d more.
+func (t *Traffic) due(d time.Duration) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.acc += t.rate * d.Seconds()
+	n := math.Floor(t.acc)
+	t.acc -= n
+	return int(n)
+}
+
+// Fleet runs Envoys and their traffic in steps of time. It is not safe for
+// concurrent use.
+type Fleet struct {
+	// Step is the time between two rounds of timers and requests
+	// (default 10ms).
+	Step time.Duration
+	// Await bounds, in real time, the wait for the server's answer to a
+	// report (default 5s). An answer that does not come counts in
+	// Unanswered.
+	Await time.Duration
+	// Unanswered counts reports whose answer did not come within Await.
+	Unanswered int
+
+	envoys  []*Envoy
+	traffic []*Traffic
+}
+
+// Add adds Envoys to the fleet.
+func (f *Fleet) Add(e ...*Envoy) { f.envoys = append(f.envoys, e...) }
+
+// Remove takes an Envoy out of the fleet, with its traffic, and closes it.
+func (f *Fleet) Remove(e *Envoy) {
+	f.envoys = deleteFunc(f.envoys, func(x *Envoy) bool { return x == e })
+	f.traffic = deleteFunc(f.traffic, func(t *Traffic) bool { return t.Envoy == e })
+	e.Close()
+}
+
+func deleteFunc[T any](s []T, del func(T) bool) []T {
+	out := s[:0]
+	for _, x := range s {
+		if !del(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Send adds traffic of rate requests per second from e into a bucket.
+func (f *Fleet) Send(e *Envoy, bucket map[string]string, rate float64) *Traffic {
+	t := &Traffic{Envoy: e, Bucket: bucket, rate: rate}
+	f.traffic = append(f.traffic, t)
+	return t
+}
+
+func (f *Fleet) step() time.Duration {
+	if f.Step <= 0 {
+		return 10 * time.Millisecond
+	}
+	return f.Step
+}
+
+// Run advances clock by d in steps: at each step every Envoy runs its due
+// timers and messages, then sends its traffic's requests, then the fleet
+// waits until the server has answered every report sent in the step.
+func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
+	step := f.step()
+	await := f.Await
+	if await <= 0 {
+		await = 5 * time.Second
+	}
+	for done := time.Duration(0); done < d; done += step {
+		clock.Advance(step)
+		f.round(step)
+		for _, e := range f.envoys {
+			if !e.Settle(await) {
+				f.Unanswered++
+			}
+		}
+	}
+}
+
+// round runs one step's timers, messages and requests.
+func (f *Fleet) round(step time.Duration) {
+	for _, e := range f.envoys {
+		e.Step()
+	}
+	for _, t := range f.traffic {
+		for n := t.due(step); n > 0; n-- {
+			t.Envoy.Request(t.Bucket)
+		}
+	}
+}
+
+// RunRealtime runs the fleet on the wall clock for d, or until ctx ends,
+// applying the server's messages as they arrive. The Envoys must use
+// WallClock.
+func (f *Fleet) RunRealtime(ctx context.Context, d time.Duration) {
+	step := f.step()
+	tick := time.NewTicker(step)
+	defer tick.Stop()
+	end := time.After(d)
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-end:
+			return
+		case now := <-tick.C:
+			f.round(now.Sub(last))
+			last = now
+		}
+	}
+}
+
+// Violations sums the violations every Envoy of the fleet counted.
+func (f *Fleet) Violations() Violations {
+	var v Violations
+	for _, e := range f.envoys {
+		v = v.Add(e.Violations())
+	}
+	return v
+}
+
+// GRPCDialer opens streams on one connection.
+func GRPCDialer(cc grpc.ClientConnInterface) Dialer {
+	c := rlqspb.NewRateLimitQuotaServiceClient(cc)
+	return func(ctx context.Context) (Stream, error) {
+		return c.StreamRateLimitQuotas(ctx)
+	}
+}
+
+// FailoverDialer opens streams on the first of conns, starting at first,
+// that accepts one, as an Envoy cluster of several RLQS endpoints moves
+// to another endpoint when one fails.
+func FailoverDialer(first int, conns ...grpc.ClientConnInterface) Dialer {
+	dialers := make([]Dialer, len(conns))
+	for i, cc := range conns {
+		dialers[i] = GRPCDialer(cc)
+	}
+	return func(ctx context.Context) (Stream, error) {
+		var err error
+		for i := range dialers {
+			var s Stream
+			if s, err = dialers[(first+i)%len(dialers)](ctx); err == nil {
+				return s, nil
+			}
+		}
+		return nil, err
+	}
+}

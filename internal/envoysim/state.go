@@ -1,0 +1,88 @@
+package envoysim
+
+import (
+	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+)
+
+// BucketState is what an Envoy holds for one bucket.
+type BucketState struct {
+	// Cached is false for a bucket never seen or abandoned since.
+	Cached bool
+	// Strategy is the strategy in force: the server's assignment, the
+	// expired fallback (Fallback), or nil for no_assignment_behavior.
+	Strategy *typev3.RateLimitStrategy
+	Fallback bool
+	// Expires is when the assignment (or fallback) lapses.
+	Expires time.Time
+	// Tokens is what the token bucket holds now, if there is one.
+	Tokens float64
+}
+
+// State returns what the Envoy holds for a bucket id.
+func (e *Envoy) State(id map[string]string) BucketState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := e.buckets[Key(id)]
+	if b == nil {
+		return BucketState{}
+	}
+	st := BucketState{Cached: true, Fallback: b.fallback, Expires: b.expires}
+	if b.action != nil {
+		st.Strategy = b.action.GetQuotaAssignmentAction().GetRateLimitStrategy()
+	}
+	if b.tb != nil {
+		st.Tokens = b.tb.remaining(e.secs(e.clock.Now()))
+	}
+	return st
+}
+
+// Violations returns the protocol rules the server broke so far.
+func (e *Envoy) Violations() Violations {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.v
+}
+
+// Stats returns the Envoy's counts so far.
+func (e *Envoy) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// Counts returns the requests decided for a bucket id over the Envoy's
+// life (abandons included).
+func (e *Envoy) Counts(id map[string]string) Counts {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.counts[Key(id)]; c != nil {
+		return *c
+	}
+	return Counts{}
+}
+
+// Connected reports whether the Envoy has a stream open.
+func (e *Envoy) Connected() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stream != nil
+}
+
+// Close ends the Envoy's stream, as when Envoy goes away, and stops it
+// from opening another.
+func (e *Envoy) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	if e.stream != nil {
+		_ = e.stream.CloseSend()
+		e.cancel()
+		e.stream = nil
+	}
+	close(e.done)
+}

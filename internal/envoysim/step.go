@@ -1,0 +1,274 @@
+package envoysim
+
+import (
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// Step runs what is due at the clock's time, in the order Envoy's main
+// thread would meet it: assignments that expire, the server's messages
+// received meanwhile, then the report tick.
+func (e *Envoy) Step() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.clock.Now()
+	e.expire(now)
+	for {
+		select {
+		case m := <-e.inbox:
+			e.handle(m, now)
+			continue
+		default:
+		}
+		break
+	}
+	e.expire(now)
+	if e.started && !now.Before(e.nextReport) {
+		e.tick(now)
+	}
+}
+
+// Settle waits (in real time, up to timeout for each) until the server
+// has answered every report the Envoy sent, applying its messages at the
+// clock's time. It reports false if an answer did not come in time.
+func (e *Envoy) Settle(timeout time.Duration) bool {
+	for {
+		e.mu.Lock()
+		n := e.expect
+		e.mu.Unlock()
+		if n <= 0 {
+			return true
+		}
+		if !e.Await(timeout) {
+			e.mu.Lock()
+			e.expect = 0
+			e.mu.Unlock()
+			return false
+		}
+	}
+}
+
+// Await waits up to timeout (real time) for one message from the server
+// and applies it at the clock's time. It reports whether one came.
+func (e *Envoy) Await(timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case m := <-e.inbox:
+		e.mu.Lock()
+		e.handle(m, e.clock.Now())
+		e.mu.Unlock()
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// tick is onSendReportsTimer: a report of every cached bucket, built (and
+// the counters reset) before the stream is checked, so that a tick
+// without a stream loses its usage.
+func (e *Envoy) tick(now time.Time) {
+	e.nextReport = now.Add(e.cfg.ReportPeriod)
+	report := &rlqspb.RateLimitQuotaUsageReports{Domain: e.cfg.Domain}
+	for _, b := range e.buckets {
+		report.BucketQuotaUsages = append(report.BucketQuotaUsages, e.usage(b, now))
+	}
+	if e.stream == nil && !e.startStream() {
+		e.stats.DroppedReports++
+		return
+	}
+	e.stats.Reports++
+	if e.send(report) && answerable(report) {
+		e.expect++
+	}
+}
+
+// answerable reports whether a report names a bucket the server can act
+// on (an action needs a non-empty id).
+func answerable(r *rlqspb.RateLimitQuotaUsageReports) bool {
+	for _, u := range r.GetBucketQuotaUsages() {
+		if len(u.GetBucketId().GetBucket()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// handle applies one message of a stream.
+func (e *Envoy) handle(m message, now time.Time) {
+	if m.gen != e.streamGen || e.stream == nil {
+		return // from a stream already gone
+	}
+	if m.err != nil {
+		// onRemoteClose: the stream is forgotten; the next tick opens one.
+		e.stats.StreamsClosed++
+		e.cancel()
+		e.stream = nil
+		e.expect = 0
+		return
+	}
+	if e.expect > 0 {
+		e.expect--
+	}
+	e.apply(m.resp, now)
+}
+
+// apply is onQuotaResponseImpl.
+func (e *Envoy) apply(resp *rlqspb.RateLimitQuotaResponse, now time.Time) {
+	e.stats.Responses++
+	if len(resp.GetBucketAction()) == 0 {
+		e.v.EmptyResponse++
+		return
+	}
+	for _, a := range resp.GetBucketAction() {
+		id := a.GetBucketId().GetBucket()
+		if len(id) == 0 {
+			e.v.MissingBucketID++
+			continue
+		}
+		key := Key(id)
+		b := e.buckets[key]
+		if b == nil {
+			e.v.UnknownBucket++
+			continue
+		}
+		switch {
+		case a.GetQuotaAssignmentAction() != nil:
+			e.assign(b, a, now)
+		case a.GetAbandonAction() != nil:
+			delete(e.buckets, key)
+			e.stats.Abandoned++
+		default:
+			// Cached as an action without a strategy, with a TTL of 0.
+			e.v.NoAction++
+			b.action, b.tb, b.fallback, b.expires = a, nil, false, now
+		}
+	}
+}
+
+// assign applies a quota assignment to a cached bucket.
+func (e *Envoy) assign(b *bucket, a *rlqspb.RateLimitQuotaResponse_BucketAction, now time.Time) {
+	qa := a.GetQuotaAssignmentAction()
+	s := qa.GetRateLimitStrategy()
+	var tb *tokenBucket
+	switch {
+	case s.GetStrategy() == nil:
+		e.v.NoStrategy++
+		return
+	case s.GetRequestsPerTimeUnit() != nil:
+		e.v.RequestsPerTimeUnit++
+		return
+	case s.GetTokenBucket() != nil:
+		e.checkTokenBucket(s.GetTokenBucket())
+		tb = e.tokenBucketFor(b, s, now, true)
+	}
+	ttl := qa.GetAssignmentTimeToLive().GetSeconds()
+	switch {
+	case ttl < 1:
+		e.v.TTLUnderSecond++
+		ttl = 0
+	case time.Duration(ttl)*time.Second <= e.cfg.ReportPeriod:
+		e.v.TTLNotAboveReport++
+	}
+	b.action, b.tb, b.fallback, b.assigned = proto.Clone(a).(*rlqspb.RateLimitQuotaResponse_BucketAction), tb, false, true
+	b.expires = now.Add(time.Duration(ttl) * time.Second)
+}
+
+// checkTokenBucket counts the token-bucket fields Envoy misreads.
+func (e *Envoy) checkTokenBucket(tb *typev3.TokenBucket) {
+	if fillSeconds(tb) < 1 {
+		e.v.FillIntervalUnderSecond++
+	}
+	if tb.GetTokensPerFill().GetValue() == 0 {
+		e.v.NoTokensPerFill++
+	}
+	if tb.GetMaxTokens() == 0 {
+		e.v.NoMaxTokens++
+	}
+}
+
+// fillSeconds is absl::ToInt64Seconds(seconds + nanos): whole seconds,
+// truncated toward zero.
+func fillSeconds(tb *typev3.TokenBucket) int64 {
+	d := time.Duration(tb.GetFillInterval().GetSeconds())*time.Second + time.Duration(tb.GetFillInterval().GetNanos())
+	return int64(d / time.Second)
+}
+
+// tokenBucketFor returns the token bucket a bucket gets for strategy s: its
+// own when shouldReplaceTokenBucket says the assignment is unchanged, else
+// a new one (createTokenBucketFromAction). fromServer counts an unnoticed
+// change as the server's violation.
+func (e *Envoy) tokenBucketFor(b *bucket, s *typev3.RateLimitStrategy, now time.Time, fromServer bool) *tokenBucket {
+	old := b.action.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	nb := s.GetTokenBucket()
+	if old != nil && b.tb != nil && old.GetMaxTokens() == nb.GetMaxTokens() &&
+		old.GetTokensPerFill().GetValue() == nb.GetTokensPerFill().GetValue() &&
+		old.GetFillInterval().GetNanos() == nb.GetFillInterval().GetNanos() {
+		if fromServer && fillSeconds(old) != fillSeconds(nb) {
+			e.v.UnnoticedChange++
+		}
+		e.stats.KeptBuckets++
+		return b.tb
+	}
+	if old != nil {
+		e.stats.ReplacedBuckets++
+	}
+	return e.newTokenBucket(nb, b.tb, now)
+}
+
+// newTokenBucket is createTokenBucketFromAction: the rate is
+// tokens_per_fill over the whole seconds of fill_interval (a division by
+// zero under one second), and a bucket that replaces another starts with
+// the same ratio of remaining to max tokens.
+func (e *Envoy) newTokenBucket(tb *typev3.TokenBucket, old *tokenBucket, now time.Time) *tokenBucket {
+	sec := e.secs(now)
+	rate := float64(tb.GetTokensPerFill().GetValue()) / float64(fillSeconds(tb))
+	max := uint64(tb.GetMaxTokens())
+	initial := max
+	if old != nil {
+		initial = toUint64(float64(max) * (old.remaining(sec) / old.max))
+		if e.cfg.FullOnReplace && initial != 0 {
+			initial = max
+		}
+	}
+	return newTokenBucket(max, rate, initial, sec)
+}
+
+// expire runs the expiry timers that are due: an assignment falls back to
+// expired_assignment_behavior, if any, for its timeout, then to
+// no_assignment_behavior (onActionExpirationTimer,
+// onFallbackExpirationTimer).
+func (e *Envoy) expire(now time.Time) {
+	for _, b := range e.buckets {
+		if b.expires.IsZero() || now.Before(b.expires) {
+			continue
+		}
+		if b.fallback {
+			e.stats.FallbackExpired++
+			b.action, b.tb, b.fallback, b.expires = nil, nil, false, time.Time{}
+			continue
+		}
+		e.stats.Expired++
+		fb := e.cfg.Expired
+		if fb == nil || fb.Strategy == nil {
+			b.action, b.tb, b.expires = nil, nil, time.Time{}
+			continue
+		}
+		var tb *tokenBucket
+		if fb.Strategy.GetTokenBucket() != nil {
+			tb = e.tokenBucketFor(b, fb.Strategy, now, false)
+		}
+		b.action = &rlqspb.RateLimitQuotaResponse_BucketAction{
+			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+				QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					RateLimitStrategy: fb.Strategy,
+				},
+			},
+		}
+		b.tb, b.fallback = tb, true
+		b.expires = now.Add(fb.Timeout.Truncate(time.Second))
+	}
+}

@@ -1,0 +1,49 @@
+package quota
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// Fair divides capacity among wants by max-min fairness and writes each
+// share to shares[i] (len(shares) >= len(wants)). A want at or below the
+// water level is met in full; every other want gets the level, the level
+// being what spends the whole capacity. When every want is met, what is
+// left is split evenly among all, so that the shares always add up to
+// capacity. Wants must not be negative; +Inf is allowed. With no wants,
+// nothing is written.
+func Fair(capacity float64, wants, shares []float64) {
+	fair(capacity, wants, shares, nil)
+}
+
+// fair is Fair with a scratch slice for the order of wants, which it
+// returns for the next call.
+func fair(capacity float64, wants, shares []float64, order []int) []int {
+	n := len(wants)
+	if n == 0 {
+		return order
+	}
+	order = order[:0]
+	for i := range n {
+		order = append(order, i)
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(wants[a], wants[b]) })
+	left := math.Max(capacity, 0)
+	for k, i := range order {
+		level := left / float64(n-k)
+		if wants[i] > level {
+			for _, j := range order[k:] {
+				shares[j] = level
+			}
+			return order
+		}
+		shares[i] = wants[i]
+		left -= wants[i]
+	}
+	extra := left / float64(n)
+	for i := range n {
+		shares[i] += extra
+	}
+	return order
+}

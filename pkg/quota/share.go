@@ -1,0 +1,173 @@
+package quota
+
+import (
+	"math"
+	"time"
+)
+
+// Bucket is one bucket's state on a replica: its global limit, the
+// clients the replica serves, and the demand of other replicas' clients
+// as last read from the store. It is not safe for concurrent use.
+type Bucket struct {
+	Limit Limit
+
+	clients  map[string]*Client
+	remote   []Demand // other replicas' clients
+	replicas int      // other replicas seen in remote
+	remoteAt time.Time
+
+	wants, shares []float64 // scratch
+	order         []int
+	local         []*Client
+}
+
+// NewBucket returns a bucket of limit l without clients.
+func NewBucket(l Limit) *Bucket {
+	return &Bucket{Limit: l, clients: map[string]*Client{}}
+}
+
+// Join returns the client's state, adding it (joined now) if new.
+func (b *Bucket) Join(id string, now time.Time) *Client {
+	c := b.clients[id]
+	if c == nil {
+		c = &Client{ID: id, Joined: now}
+		b.clients[id] = c
+	}
+	return c
+}
+
+// Client returns the client's state, or nil.
+func (b *Bucket) Client(id string) *Client { return b.clients[id] }
+
+// Leave forgets a client.
+func (b *Bucket) Leave(id string) { delete(b.clients, id) }
+
+// Len is the number of local clients.
+func (b *Bucket) Len() int { return len(b.clients) }
+
+// Clients calls f for every local client.
+func (b *Bucket) Clients(f func(*Client)) {
+	for _, c := range b.clients {
+		f(c)
+	}
+}
+
+// SetRemote records every client's demand as read from the store at now,
+// keeping those of replicas other than self. It reports whether that
+// changes the division: a client came or went, or a known demand moved by
+// more than changeTolerance.
+func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
+	old := make(map[[2]string]float64, len(b.remote))
+	for _, d := range b.remote {
+		old[[2]string{d.Replica, d.Client}] = d.Rate
+	}
+	b.remote = b.remote[:0]
+	seen := map[string]bool{}
+	changed := false
+	for _, d := range all {
+		if d.Replica == self {
+			continue
+		}
+		b.remote = append(b.remote, d)
+		seen[d.Replica] = true
+		was, ok := old[[2]string{d.Replica, d.Client}]
+		changed = changed || !ok || moved(was, d.Rate)
+	}
+	b.replicas, b.remoteAt = len(seen), now
+	return changed || len(old) != len(b.remote)
+}
+
+// changeTolerance is the relative change of a demand that is worth a new
+// division.
+const changeTolerance = 0.01
+
+// moved reports whether a demand moved by more than changeTolerance, or
+// became known or unknown (negative).
+func moved(was, is float64) bool {
+	if (was < 0) != (is < 0) {
+		return true
+	}
+	return math.Abs(is-was) > changeTolerance*math.Max(math.Abs(was), 1e-9)
+}
+
+// Remote returns the other replicas' demand as last read, and when it was
+// read (zero: never).
+func (b *Bucket) Remote() ([]Demand, time.Time) { return b.remote, b.remoteAt }
+
+// Replicas is the number of replicas serving the bucket as last read from
+// the store, this one included.
+func (b *Bucket) Replicas() int { return b.replicas + 1 }
+
+// Mode says whose demand a division takes into account.
+type Mode uint8
+
+// Modes.
+const (
+	// Global divides the limit among the local clients and the other
+	// replicas' clients last read from the store.
+	Global Mode = iota
+	// Split divides the replica's part of the limit, limit / Replicas(),
+	// among the local clients alone: what a replica does when it cannot
+	// reach the store.
+	Split
+)
+
+// Shares divides the bucket's limit by max-min fairness and calls f with
+// each local client and its share in requests per second. A client's want
+// is its demand plus cfg.Headroom, and at least cfg.MinWant of the even
+// split; a client whose demand is not known yet wants the even split.
+func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
+	capacity := b.Limit.Rate
+	n := len(b.clients)
+	if mode == Global {
+		n += len(b.remote)
+	} else {
+		capacity /= float64(b.Replicas())
+	}
+	if n == 0 {
+		return
+	}
+	even := capacity / float64(n)
+	b.wants = b.wants[:0]
+	b.local = b.local[:0]
+	for _, c := range b.clients {
+		b.local = append(b.local, c)
+		b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+	}
+	if mode == Global {
+		for _, d := range b.remote {
+			b.wants = append(b.wants, want(d.Rate, d.Rate >= 0, even, cfg))
+		}
+	}
+	if cap(b.shares) < n {
+		b.shares = make([]float64, n)
+	}
+	b.shares = b.shares[:n]
+	b.order = fair(capacity, b.wants, b.shares, b.order)
+	for i, c := range b.local {
+		f(c, b.shares[i])
+	}
+	clear(b.local)
+}
+
+// Settle returns the share to assign a client whose computed share is
+// share: the one already assigned while the change stays under cfg.Raise
+// upwards or cfg.Lower downwards, so that Envoy keeps its token bucket.
+func Settle(assigned, share float64, cfg *Config) float64 {
+	if assigned <= 0 || share <= 0 {
+		return share
+	}
+	if share > assigned*(1+cfg.Raise) || share < assigned*(1-cfg.Lower) {
+		return share
+	}
+	return assigned
+}
+
+// BurstOf is a share's token-bucket capacity: the limit's burst, in
+// proportion to the share.
+func (l Limit) BurstOf(share float64) float64 {
+	if !(l.Rate > 0) {
+		return 0
+	}
+	return math.Max(l.Burst*share/l.Rate, 1)
+}

@@ -1,0 +1,120 @@
+package quota_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/quota"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+// TestObserve: the rate is measured on the server's clock; a subscription
+// leaves it unknown; a rise is taken at once, a fall smoothed; reports too
+// close together are carried into the next.
+func TestObserve(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	var c quota.Client
+	c.Observe(1, 0, t0, &cfg)
+	if c.Known {
+		t.Fatal("a subscription made the demand known")
+	}
+	c.Observe(500, 5*time.Second, t0.Add(5*time.Second), &cfg)
+	if !c.Known || c.Demand != 100 {
+		t.Fatalf("demand = %v (%v), want 100", c.Demand, c.Known)
+	}
+	c.Observe(5000, 5*time.Second, t0.Add(10*time.Second), &cfg)
+	if c.Demand != 1000 {
+		t.Fatalf("rise: demand = %v, want 1000 at once", c.Demand)
+	}
+	c.Observe(0, 5*time.Second, t0.Add(15*time.Second), &cfg)
+	// One time constant: 1000 * e^-1.
+	if !near(c.Demand, 1000*math.Exp(-1), 0.01) {
+		t.Fatalf("fall: demand = %v, want %v", c.Demand, 1000*math.Exp(-1))
+	}
+	c.Observe(100, 0, t0.Add(15500*time.Millisecond), &cfg) // too close: carried
+	c.Observe(400, 4*time.Second, t0.Add(20*time.Second), &cfg)
+	if c.Demand < 100 || c.LastReport != t0.Add(20*time.Second) {
+		t.Fatalf("carried report: demand = %v", c.Demand)
+	}
+	if c.Idle(t0.Add(25*time.Second), 6*time.Second) || !c.Idle(t0.Add(27*time.Second), 6*time.Second) {
+		t.Error("Idle does not count from the last active report")
+	}
+	var r quota.Client
+	r.Observe(250, 5*time.Second, t0, &cfg) // first report on a reopened stream
+	if !r.Known || r.Demand != 50 {
+		t.Errorf("reopened: demand = %v, want 50 from time_elapsed", r.Demand)
+	}
+}
+
+func shares(b *quota.Bucket, mode quota.Mode, cfg *quota.Config) map[string]float64 {
+	m := map[string]float64{}
+	b.Shares(mode, cfg, func(c *quota.Client, s float64) { m[c.ID] = s })
+	return m
+}
+
+func known(b *quota.Bucket, id string, demand float64) {
+	c := b.Join(id, t0)
+	c.Demand, c.Known = demand, true
+}
+
+func TestShares(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	b := quota.NewBucket(quota.Limit{Rate: 300, Burst: 300})
+	known(b, "a", 800)
+	known(b, "b", 100)
+	b.SetRemote("r1", []quota.Demand{
+		{Replica: "r1", Client: "a", Rate: 800}, // this replica's own: ignored
+		{Replica: "r2", Client: "c", Rate: 100},
+	}, t0)
+	got := shares(b, quota.Global, &cfg)
+	if len(got) != 2 || !near(got["a"], 100, 1e-9) || !near(got["b"], 100, 1e-9) {
+		t.Fatalf("global shares = %v, want 100 each", got)
+	}
+	if b.Replicas() != 2 {
+		t.Fatalf("replicas = %d", b.Replicas())
+	}
+	// Split: 150 for this replica, a wants 880, b 110.
+	got = shares(b, quota.Split, &cfg)
+	if !near(got["a"], 75, 1e-9) || !near(got["b"], 75, 1e-9) {
+		t.Fatalf("split shares = %v, want 75 each", got)
+	}
+	// Demand falls: b's want (55) and c's (110) are met, a gets the rest.
+	b.Client("b").Demand = 50
+	got = shares(b, quota.Global, &cfg)
+	if !near(got["b"], 55, 1e-9) || !near(got["a"], 135, 1e-9) {
+		t.Fatalf("shares = %v, want b 55, a 135", got)
+	}
+	// A new client wants the even split until it reports.
+	b.Join("n", t0)
+	got = shares(b, quota.Global, &cfg)
+	if !near(got["n"], 75, 1e-9) {
+		t.Fatalf("new client's share = %v, want 75 (300/4)", got["n"])
+	}
+	// An idle client wants MinWant of the even split.
+	b.Leave("n")
+	b.Client("b").Demand = 0
+	got = shares(b, quota.Global, &cfg)
+	if !near(got["b"], 5, 1e-9) {
+		t.Fatalf("idle share = %v, want 5", got["b"])
+	}
+}
+
+func TestSettle(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	for _, tc := range []struct{ assigned, share, want float64 }{
+		{0, 100, 100},
+		{100, 104, 100},
+		{100, 106, 106},
+		{100, 98.5, 100},
+		{100, 97, 97},
+		{100, 0, 0},
+	} {
+		if got := quota.Settle(tc.assigned, tc.share, &cfg); got != tc.want {
+			t.Errorf("Settle(%v, %v) = %v, want %v", tc.assigned, tc.share, got, tc.want)
+		}
+	}
+}

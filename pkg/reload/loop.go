@@ -1,0 +1,201 @@
+package reload
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// loop is the state of a Watcher's goroutine: the pending burst of
+// events and its settle time, the search for a directory that went away,
+// and the content check.
+type loop struct {
+	w        *Watcher
+	ctx      context.Context
+	debounce *time.Timer
+	burst    time.Time // first event of the pending burst; zero if none
+	inPlace  bool      // the pending burst wrote a loaded file in place
+	settled  string    // fingerprint at the start of the settle time
+	settle   bool      // settled is set: the settle time runs
+	swapped  bool      // the path leads elsewhere: watch it again before the reload
+	rewatch  *time.Ticker
+	check    *time.Ticker // nil without Options.Check
+	seen     string       // state at the last reload (Options.Check)
+}
+
+// run debounces events into calls of fn until ctx ends.
+func (w *Watcher) run(ctx context.Context) {
+	l := &loop{w: w, ctx: ctx, debounce: time.NewTimer(time.Hour)}
+	l.debounce.Stop()
+	defer l.stop()
+	if w.opts.Check > 0 {
+		l.seen = w.state()
+		l.check = time.NewTicker(w.opts.Check)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			l.event(ev)
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			l.error(err)
+		case <-w.kick:
+			l.reload(CauseTrigger)
+		case <-l.debounce.C:
+			l.debounced()
+		case <-tick(l.rewatch):
+			l.retry()
+		case <-tick(l.check):
+			l.checkNow()
+		}
+	}
+}
+
+// tick returns t's channel, nil (never ready) for a nil t.
+func tick(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+func (l *loop) stop() {
+	l.debounce.Stop()
+	for _, t := range []*time.Ticker{l.rewatch, l.check} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// event takes one event of the directory, its subdirectories or the
+// parents of its path.
+func (l *loop) event(ev fsnotify.Event) {
+	w := l.w
+	if !relevant(ev) {
+		return
+	}
+	if w.inParent(ev) {
+		if !w.followed(ev.Name) {
+			return // another entry beside the path
+		}
+		l.swapped = true
+	}
+	w.followTree(ev)
+	if w.lost(ev) && l.rewatch == nil {
+		w.log.Warn("rules directory went away; watching for it to come back", zap.String("dir", w.dir), zap.Stringer("event", ev.Op))
+		l.rewatch = time.NewTicker(w.opts.Rewatch)
+	}
+	if ev.Has(fsnotify.Write) && w.opts.Loaded(filepath.Base(ev.Name)) && !l.inPlace {
+		l.inPlace = true
+		w.log.Debug("rules file written in place; reloading once the directory settles",
+			zap.String("file", ev.Name), zap.Duration("settle", w.opts.Settle))
+	}
+	l.schedule()
+}
+
+func (l *loop) error(err error) {
+	l.w.log.Warn("watching rules directory", zap.String("dir", l.w.dir), zap.Error(err))
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		l.inPlace = true // events were lost, writes maybe: look again once settled
+		l.schedule()
+	}
+}
+
+// schedule (re)starts the debounce of the pending burst.
+func (l *loop) schedule() {
+	now := time.Now()
+	if l.burst.IsZero() {
+		l.burst = now
+	}
+	if l.inPlace {
+		l.settle = false
+		l.debounce.Reset(l.w.opts.Debounce)
+		return
+	}
+	l.debounce.Reset(max(0, min(l.w.opts.Debounce, l.w.opts.MaxDelay-now.Sub(l.burst))))
+}
+
+// debounced ends a quiet time: it reloads, or, after an in-place write,
+// starts or ends the settle time.
+func (l *loop) debounced() {
+	if !l.inPlace {
+		l.reload(CauseChange)
+		return
+	}
+	fp, err := l.w.opts.Fingerprint()
+	if err != nil || (l.settle && fp == l.settled) {
+		l.reload(CauseChange) // on error, the load reports what is wrong
+		return
+	}
+	l.settled, l.settle = fp, true
+	l.debounce.Reset(l.w.opts.Settle)
+}
+
+// reload calls fn, after watching the directory again if its path leads
+// elsewhere now.
+func (l *loop) reload(cause string) {
+	l.debounce.Stop()
+	l.burst, l.inPlace, l.settle = time.Time{}, false, false
+	if l.swapped {
+		l.swapped = false
+		if err := l.w.rewatchTree(); err != nil {
+			if l.rewatch == nil {
+				l.w.log.Warn("rules directory cannot be watched again; looking for it", zap.String("dir", l.w.dir), zap.Error(err))
+				l.rewatch = time.NewTicker(l.w.opts.Rewatch)
+			}
+		} else if l.rewatch != nil {
+			l.back()
+		}
+	}
+	if l.check != nil {
+		l.seen = l.w.state()
+	}
+	l.w.fn(l.ctx, cause)
+}
+
+// retry looks for the directory that went away; once it is back, it is
+// watched and reloaded.
+func (l *loop) retry() {
+	if err := l.w.rewatchTree(); err != nil {
+		return
+	}
+	l.back()
+	l.reload(CauseRewatch)
+}
+
+// back stops looking for the directory, watched again.
+func (l *loop) back() {
+	l.rewatch.Stop()
+	l.rewatch = nil
+	l.w.log.Info("rules directory is back", zap.String("dir", l.w.dir))
+}
+
+// checkNow is the content check: it reloads when the path leads to
+// another directory or the rules' state changed since the last reload,
+// unless a reload is already pending or the directory is being looked for.
+func (l *loop) checkNow() {
+	if !l.burst.IsZero() || l.rewatch != nil {
+		return
+	}
+	if !l.w.sameDir() {
+		l.w.log.Info("rules directory path leads elsewhere; watching it again", zap.String("dir", l.w.dir))
+		l.swapped = true
+		l.reload(CauseCheck)
+		return
+	}
+	if l.w.state() != l.seen {
+		l.reload(CauseCheck)
+	}
+}

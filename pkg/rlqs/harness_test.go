@@ -1,0 +1,251 @@
+package rlqs_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/quota"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+var (
+	_ rlqs.DemandStore = (*store.RedisDemand)(nil)
+	_ rlqs.DemandStore = (*store.MemoryDemand)(nil)
+)
+
+// testRules: name=a is 300/s, name=slow 60/min, name=free unlimited,
+// name=blocked 0/s, tier=* (share_threshold) 100/s shared by all tiers.
+func testRules(t testing.TB) *descriptors.Set {
+	t.Helper()
+	s, err := descriptors.NewSet([]descriptors.DomainConfig{{
+		Name: "d",
+		Descriptors: []descriptors.Descriptor{
+			{Key: "name", Value: "a", Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 300}},
+			{Key: "name", Value: "b", Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 300}},
+			{Key: "name", Value: "slow", Limit: &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 60}},
+			{Key: "name", Value: "free", Limit: &descriptors.Limit{Unlimited: true}},
+			{Key: "name", Value: "blocked", Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 0}},
+			{Key: "tier", Value: "*", ShareThreshold: true, Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 100}},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var (
+	bucketA = map[string]string{"name": "a"}
+	bucketB = map[string]string{"name": "b"}
+)
+
+// failing wraps a demand store with a switch that makes every exchange
+// fail, as when Redis is down or the replica is cut off from it.
+type failing struct {
+	rlqs.DemandStore
+	down atomic.Bool
+}
+
+var errDown = errors.New("store down (test)")
+
+func (f *failing) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.DemandStore.Exchange(ctx, items, ttl, now)
+}
+
+// replica is one FastLimit replica in process: the service on a gRPC
+// server over an in-memory listener.
+type replica struct {
+	svc   *rlqs.Service
+	store *failing
+	gs    *grpc.Server
+	cc    *grpc.ClientConn
+	dead  bool
+}
+
+// cluster is replicas sharing one demand store, and a fleet of simulated
+// Envoys, all on one manual clock.
+type cluster struct {
+	t        *testing.T
+	clock    *envoysim.ManualClock
+	replicas []*replica
+	fleet    envoysim.Fleet
+	envoys   []*envoysim.Envoy
+	period   time.Duration
+}
+
+type clusterOptions struct {
+	replicas int
+	period   time.Duration
+	store    rlqs.DemandStore // nil: a MemoryDemand on the clock
+	opts     func(*rlqs.Options)
+	rules    func() *descriptors.Set // nil: testRules
+}
+
+func newCluster(t *testing.T, co clusterOptions) *cluster {
+	t.Helper()
+	if co.replicas == 0 {
+		co.replicas = 1
+	}
+	if co.period == 0 {
+		co.period = 5 * time.Second
+	}
+	c := &cluster{t: t, clock: envoysim.NewManualClock(time.Unix(1_900_000_000, 0)), period: co.period}
+	shared := co.store
+	if shared == nil {
+		shared = store.NewMemoryDemand(c.clock.Now)
+	}
+	rules := co.rules
+	if rules == nil {
+		set := testRules(t)
+		rules = func() *descriptors.Set { return set }
+	}
+	for i := range co.replicas {
+		opts := rlqs.Options{
+			Rules:        rules,
+			Log:          zaptest.NewLogger(t),
+			Now:          c.clock.Now,
+			Replica:      "r" + string(rune('0'+i)),
+			ReportPeriod: co.period,
+		}
+		if co.opts != nil {
+			co.opts(&opts)
+		}
+		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}))
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *cluster) startReplica(opts rlqs.Options, st *failing) *replica {
+	c.t.Helper()
+	opts.Store = st
+	svc, err := rlqs.New(opts)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	svc.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///"+opts.Replica,
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &replica{svc: svc, store: st, gs: gs, cc: cc}
+}
+
+// envoy adds a simulated Envoy whose streams go to replica first (then to
+// the next that accepts one).
+func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
+	c.t.Helper()
+	if cfg.Domain == "" {
+		cfg.Domain = "d"
+	}
+	if cfg.ReportPeriod == 0 {
+		cfg.ReportPeriod = c.period
+	}
+	conns := make([]grpc.ClientConnInterface, len(c.replicas))
+	for i, r := range c.replicas {
+		conns[i] = r.cc
+	}
+	e, err := envoysim.New(cfg, c.clock, envoysim.FailoverDialer(first, conns...))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.fleet.Add(e)
+	c.envoys = append(c.envoys, e)
+	return e
+}
+
+// run advances the fleet by d.
+func (c *cluster) run(d time.Duration) { c.fleet.Run(c.clock, d) }
+
+// kill makes a replica die as a crash would: cut off from the store (its
+// Envoys' demand stays there until it expires), then its server stopped.
+func (c *cluster) kill(i int) {
+	r := c.replicas[i]
+	r.store.down.Store(true)
+	r.gs.Stop()
+	_ = r.cc.Close()
+	r.dead = true
+}
+
+func (c *cluster) stop() {
+	var wg sync.WaitGroup
+	for _, e := range c.envoys {
+		e.Close()
+	}
+	for _, r := range c.replicas {
+		if r.dead {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.svc.Close(ctx)
+			r.gs.Stop()
+			_ = r.cc.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// admitted measures each traffic's admitted rate over d: the requests its
+// Envoy allowed in its bucket, per second.
+func (c *cluster) admitted(d time.Duration, ts ...*envoysim.Traffic) []float64 {
+	before := make([]envoysim.Counts, len(ts))
+	for i, tr := range ts {
+		before[i] = tr.Envoy.Counts(tr.Bucket)
+	}
+	c.run(d)
+	out := make([]float64, len(ts))
+	for i, tr := range ts {
+		out[i] = float64(tr.Envoy.Counts(tr.Bucket).Allowed-before[i].Allowed) / d.Seconds()
+	}
+	return out
+}
+
+func sum(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// checkClean fails t if the server broke a protocol rule, left a report
+// unanswered, or let an assigned bucket fall back to no_assignment.
+func (c *cluster) checkClean() {
+	c.t.Helper()
+	if v := c.fleet.Violations(); v.Total() != 0 {
+		c.t.Errorf("protocol violations: %v", v)
+	}
+	if c.fleet.Unanswered != 0 {
+		c.t.Errorf("%d reports unanswered", c.fleet.Unanswered)
+	}
+	for i, e := range c.envoys {
+		if st := e.Stats(); st.GapDecisions != 0 || st.Expired != 0 {
+			c.t.Errorf("envoy %d: %d requests decided after an assignment lapsed (%d expiries)", i, st.GapDecisions, st.Expired)
+		}
+	}
+}

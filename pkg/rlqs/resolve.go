@@ -1,0 +1,141 @@
+package rlqs
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/quota"
+)
+
+// kind is what a bucket's rule makes of it.
+type kind uint8
+
+const (
+	limited  kind = iota // a limit divided among Envoys
+	allowAll             // unlimited, shadow mode, or unmatched under UnmatchedAllow
+	denyAll              // a limit of 0, or unmatched under UnmatchedDeny
+)
+
+// resolution is a bucket's rule under one rule set.
+type resolution struct {
+	kind  kind
+	limit *descriptors.Limit // nil when unmatched
+	// storeKey is the demand store's key of a limited bucket: the limit's
+	// key (limiter.AppendKey, share_threshold applied) with "rlqs" in the
+	// window's place, so that buckets sharing a counter share a division.
+	storeKey string
+	quota    quota.Limit
+}
+
+// canonical returns a bucket id's entries in key order and its text form,
+// "k=v,k2=v2", one-to-one with the id (writeEscaped).
+func canonical(id map[string]string) ([]descriptors.Entry, string) {
+	entries := make([]descriptors.Entry, 0, len(id))
+	for k, v := range id {
+		entries = append(entries, descriptors.Entry{Key: k, Value: v})
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeEscaped(&b, e.Key)
+		b.WriteByte('=')
+		writeEscaped(&b, e.Value)
+	}
+	return entries, b.String()
+}
+
+// writeEscaped writes s with ',', '=' and '\' escaped by '\', so that the
+// text form of a bucket id is one-to-one.
+func writeEscaped(b *strings.Builder, s string) {
+	if !strings.ContainsAny(s, ",=\\") {
+		b.WriteString(s)
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == ',' || c == '=' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+}
+
+// resolver resolves buckets against rule sets, caching the answers of
+// the current set.
+type resolver struct {
+	prefix    string
+	unmatched Unmatched
+
+	mu    sync.Mutex
+	set   *descriptors.Set
+	cache map[string]*resolution // by domain + "\x00" + canonical id
+}
+
+// maxResolved bounds the cache; it is emptied when full.
+const maxResolved = 1 << 17
+
+// resolve returns the resolution of a bucket id (entries in key order,
+// text its canonical form) of domain under set.
+func (r *resolver) resolve(set *descriptors.Set, domain string, entries []descriptors.Entry, text string) *resolution {
+	ck := domain + "\x00" + text
+	r.mu.Lock()
+	if r.set != set || len(r.cache) >= maxResolved {
+		r.set, r.cache = set, map[string]*resolution{}
+	}
+	res := r.cache[ck]
+	r.mu.Unlock()
+	if res != nil {
+		return res
+	}
+	res = r.compute(set, domain, entries)
+	r.mu.Lock()
+	if r.set == set {
+		r.cache[ck] = res
+	}
+	r.mu.Unlock()
+	return res
+}
+
+func (r *resolver) compute(set *descriptors.Set, domain string, entries []descriptors.Entry) *resolution {
+	d := set.Domain(domain)
+	l, ordered := descriptors.MatchBucket(d, entries)
+	switch {
+	case l == nil:
+		if r.unmatched == UnmatchedDeny {
+			return &resolution{kind: denyAll}
+		}
+		return &resolution{kind: allowAll}
+	case l.Unlimited || l.ShadowMode:
+		return &resolution{kind: allowAll, limit: l}
+	case l.RequestsPerUnit == 0:
+		return &resolution{kind: denyAll, limit: l}
+	}
+	window := float64(l.WindowMillis()) / 1000
+	perRequest := float64(l.Cost)
+	rate := float64(l.Capacity()) / perRequest / window
+	burst := float64(l.Burst) / perRequest
+	key := limiter.AppendKey(nil, r.prefix, domain, l, ordered, tenant(d, ordered))
+	return &resolution{
+		kind: limited, limit: l,
+		storeKey: string(append(key, "rlqs"...)),
+		quota:    quota.Limit{Rate: rate, Burst: burst},
+	}
+}
+
+// tenant is the value of the domain's tenant entry, or the default tenant,
+// as the limiter names it.
+func tenant(d *descriptors.Domain, entries []descriptors.Entry) string {
+	if d.TenantKey != "" {
+		for _, e := range entries {
+			if e.Key == d.TenantKey && e.Value != "" {
+				return e.Value
+			}
+		}
+	}
+	return limiter.DefaultTenant
+}

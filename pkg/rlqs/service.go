@@ -1,0 +1,208 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"go.opentelemetry.io/otel/trace/noop"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/pkg/quota"
+)
+
+// Errors a stream ends with.
+var (
+	// ErrClosed ends the streams of a closing service; Envoy opens its
+	// next stream on another replica.
+	ErrClosed = errors.New("rlqs: service closing")
+)
+
+// Service implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
+// It is safe for concurrent use. New starts nothing; the gRPC server runs
+// a handler per stream; Close ends them.
+type Service struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	opts     Options
+	log      *zap.Logger
+	resolver resolver
+	metrics  *metrics
+
+	mu      sync.Mutex
+	pools   map[string]*pool
+	streams map[*stream]struct{}
+	closing bool
+
+	seq       atomic.Uint64
+	storeDown atomic.Bool // the last exchange failed
+	handlers  sync.WaitGroup
+}
+
+// New returns a Service. It fails on invalid options, and when the
+// metrics cannot be registered.
+func New(opts Options) (*Service, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	s := &Service{
+		opts:     opts,
+		log:      opts.Log.Named("rlqs"),
+		resolver: resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
+		pools:    map[string]*pool{},
+		streams:  map[*stream]struct{}{},
+	}
+	m, err := newMetrics(s, opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(g *grpc.Server) {
+	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
+}
+
+// Replica is the replica's name in the demand store.
+func (s *Service) Replica() string { return s.opts.Replica }
+
+// StreamRateLimitQuotas serves one Envoy's stream until the Envoy closes
+// it, it breaks, or the service closes. A report whose domain differs
+// from the stream's first ends the stream with InvalidArgument.
+func (s *Service) StreamRateLimitQuotas(srv quotaStream) error {
+	ctx, cancel := context.WithCancelCause(srv.Context())
+	defer cancel(nil)
+	st, err := s.open(srv, cancel)
+	if err != nil {
+		return err
+	}
+	defer s.closeStream(st)
+	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	go func() {
+		for {
+			m, err := srv.Recv()
+			if err != nil {
+				cancel(err)
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return streamEnd(context.Cause(ctx))
+		case m := <-msgs:
+			if err := st.handle(ctx, m); err != nil {
+				return err
+			}
+		case <-st.wake:
+		}
+		if err := st.flush(); err != nil {
+			return streamEnd(err)
+		}
+	}
+}
+
+// streamEnd is the status a stream ends with after err.
+func streamEnd(err error) error {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return err
+}
+
+func (s *Service) open(srv quotaStream, cancel func(error)) (*stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, status.Error(codes.Unavailable, ErrClosed.Error())
+	}
+	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
+	s.streams[st] = struct{}{}
+	s.handlers.Add(1)
+	return st, nil
+}
+
+// closeStream forgets a stream: its clients leave their pools, and their
+// demand is deleted from the store, so that other replicas stop counting
+// it at once.
+func (s *Service) closeStream(st *stream) {
+	defer s.handlers.Done()
+	s.mu.Lock()
+	delete(s.streams, st)
+	s.mu.Unlock()
+	var items []quota.Item
+	for _, h := range st.snapshot() {
+		if h.pool != nil {
+			items = append(items, s.leave(h))
+		}
+	}
+	s.deleteDemand(items)
+}
+
+// leave takes a held bucket's client out of its pool and returns the
+// store item that deletes its demand.
+func (s *Service) leave(h *held) quota.Item {
+	p := h.pool
+	p.leave(h)
+	s.release(p)
+	h.pool = nil
+	return quota.Item{Key: p.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client}, Op: quota.Delete}
+}
+
+// deleteDemand deletes clients' demand from the store, within the store
+// timeout; a failure only leaves it to expire.
+func (s *Service) deleteDemand(items []quota.Item) {
+	if s.opts.Store == nil || len(items) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(s.opts.Now())); err != nil {
+		s.metrics.storeError()
+		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
+	}
+}
+
+// Close ends every stream with Unavailable (Envoy reopens its stream at
+// its next report, on another replica) and refuses new ones. It waits
+// for the handlers to return, as long as ctx allows.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for st := range s.streams {
+		st.cancel(ErrClosed)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

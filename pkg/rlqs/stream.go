@@ -1,0 +1,146 @@
+package rlqs
+
+import (
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+type quotaStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
+
+type action = rlqspb.RateLimitQuotaResponse_BucketAction
+
+// stream is one Envoy's StreamRateLimitQuotas call: the buckets the Envoy
+// holds (as far as this server knows: reported on this stream and not
+// abandoned since) and the actions waiting to be sent. Only the stream's
+// handler goroutine sends, and only it adds or removes buckets; others
+// (pushes from other streams' reports) read buckets and queue actions
+// under mu.
+type stream struct {
+	svc    *Service
+	id     string // unique in the replica
+	srv    quotaStream
+	domain string
+	cancel func(error)
+
+	mu      sync.Mutex
+	buckets map[string]*held // by canonical id
+	pending map[string]*action
+	order   []string
+	wake    chan struct{} // signalled when actions are queued
+}
+
+// held is one bucket an Envoy holds, as its stream's state.
+type held struct {
+	st     *stream
+	id     map[string]string // as Envoy sent it
+	text   string            // canonical form
+	client string            // the (stream, bucket) client of a pool
+
+	// Guarded by the handler goroutine: set while handling reports.
+	set        *descriptors.Set // res was resolved under it
+	res        *resolution
+	pool       *pool // nil unless res is limited
+	joined     time.Time
+	lastActive time.Time
+	last       sent // the action last sent
+}
+
+// sent is an action in comparable form.
+type sent struct {
+	kind kind
+	tb   [3]int64 // max tokens, tokens per fill, fill seconds
+}
+
+func newStream(s *Service, id string, srv quotaStream, cancel func(error)) *stream {
+	return &stream{
+		svc: s, id: id, srv: srv, cancel: cancel,
+		buckets: map[string]*held{},
+		pending: map[string]*action{},
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+// clientID names a (stream, bucket) client in pools and in the store:
+// the stream and a digest of the canonical bucket id, so that two bucket
+// ids of one stream sharing a pool are two clients.
+func clientID(stream, text string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(text))
+	return stream + "-" + strconv.FormatUint(h.Sum64(), 36)
+}
+
+// queue queues an action for a bucket the Envoy holds, replacing any
+// queued for it, and wakes the handler. It reports false (and queues
+// nothing) if the Envoy no longer holds the bucket.
+func (st *stream) queue(text string, a *action) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.buckets[text] == nil {
+		return false
+	}
+	st.queueLocked(text, a)
+	return true
+}
+
+func (st *stream) queueLocked(text string, a *action) {
+	if _, ok := st.pending[text]; !ok {
+		st.order = append(st.order, text)
+	}
+	st.pending[text] = a
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abandon forgets a bucket and queues its abandon_action.
+func (st *stream) abandon(h *held) {
+	st.mu.Lock()
+	delete(st.buckets, h.text)
+	st.queueLocked(h.text, abandonAction(h.id))
+	st.mu.Unlock()
+}
+
+// add records a bucket the Envoy just subscribed to.
+func (st *stream) add(h *held) {
+	st.mu.Lock()
+	st.buckets[h.text] = h
+	st.mu.Unlock()
+}
+
+// flush sends the queued actions in one response; it sends nothing when
+// none are queued, so that no response is ever empty.
+func (st *stream) flush() error {
+	st.mu.Lock()
+	if len(st.order) == 0 {
+		st.mu.Unlock()
+		return nil
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*action, 0, len(st.order))}
+	for _, text := range st.order {
+		resp.BucketAction = append(resp.BucketAction, st.pending[text])
+	}
+	clear(st.pending)
+	st.order = st.order[:0]
+	st.mu.Unlock()
+	st.svc.metrics.actions(st.domain, len(resp.BucketAction))
+	return st.srv.Send(resp)
+}
+
+// snapshot returns the stream's buckets.
+func (st *stream) snapshot() []*held {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]*held, 0, len(st.buckets))
+	for _, h := range st.buckets {
+		out = append(out, h)
+	}
+	return out
+}

@@ -1,0 +1,143 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the codec this one wraps
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codec is the server's gRPC codec: grpc-go's protobuf codec, except that
+// a RateLimitRequest whose strings are not UTF-8 is decoded rather than
+// refused. Envoy sends descriptor values as they come (a header, a path,
+// a JWT claim); protobuf's decoder refuses a string field that is not
+// UTF-8 with an Internal error, which Envoy's failure_mode_deny: false
+// turns into a request with no limit at all, its other descriptors
+// included. Such values are taken as bytes, which keys and Lua hold as
+// they are. Every other message, and every request that decodes, takes
+// the standard path unchanged.
+func Codec() encoding.CodecV2 { return codec{std: encoding.GetCodecV2("proto")} }
+
+// ServerOption installs Codec on a gRPC server.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec()) }
+
+type codec struct{ std encoding.CodecV2 }
+
+func (c codec) Name() string                                { return c.std.Name() }
+func (c codec) Marshal(v any) (mem.BufferSlice, error)      { return c.std.Marshal(v) }
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.unmarshal(data, v) }
+
+func (c codec) unmarshal(data mem.BufferSlice, v any) error {
+	err := c.std.Unmarshal(data, v)
+	req, ok := v.(*rls.RateLimitRequest)
+	if err == nil || !ok {
+		return err
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	proto.Reset(req)
+	if lerr := unmarshalRequest(buf.ReadOnlyData(), req); lerr != nil {
+		// Not a request at all: the standard codec's error says why.
+		return err
+	}
+	return nil
+}
+
+// errWire marks wire data that does not parse.
+var errWire = errors.New("malformed protobuf wire data")
+
+// fieldFunc decodes one field of a message; it returns false for a field
+// it leaves to the standard decoder.
+type fieldFunc func(num protowire.Number, typ protowire.Type, b []byte) (bool, error)
+
+// walk decodes b field by field with f; the fields f leaves, and those
+// of unknown numbers, are merged into m by the standard decoder, which
+// checks them as it always does.
+func walk(b []byte, m proto.Message, f fieldFunc) error {
+	merge := proto.UnmarshalOptions{Merge: true}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %w", errWire, protowire.ParseError(n))
+		}
+		vlen := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if vlen < 0 {
+			return fmt.Errorf("%w: %w", errWire, protowire.ParseError(vlen))
+		}
+		field := b[:n+vlen]
+		var value []byte
+		if typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b[n:])
+			if m < 0 {
+				return fmt.Errorf("%w: %w", errWire, protowire.ParseError(m))
+			}
+			value = v
+		}
+		done := false
+		if typ == protowire.BytesType {
+			var err error
+			if done, err = f(num, typ, value); err != nil {
+				return err
+			}
+		}
+		if !done {
+			if err := merge.Unmarshal(field, m); err != nil {
+				return err
+			}
+		}
+		b = b[n+vlen:]
+	}
+	return nil
+}
+
+// unmarshalRequest decodes a RateLimitRequest, its domain and its entries'
+// keys and values as bytes.
+func unmarshalRequest(b []byte, req *rls.RateLimitRequest) error {
+	return walk(b, req, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+		switch num {
+		case 1: // domain
+			req.Domain = string(v)
+			return true, nil
+		case 2: // descriptors
+			d := &common.RateLimitDescriptor{}
+			if err := unmarshalDescriptor(v, d); err != nil {
+				return false, err
+			}
+			req.Descriptors = append(req.Descriptors, d)
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+func unmarshalDescriptor(b []byte, d *common.RateLimitDescriptor) error {
+	return walk(b, d, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+		if num != 1 { // entries; the limit override and hits have no strings
+			return false, nil
+		}
+		e := &common.RateLimitDescriptor_Entry{}
+		err := walk(v, e, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+			switch num {
+			case 1:
+				e.Key = string(v)
+			case 2:
+				e.Value = string(v)
+			default:
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return false, err
+		}
+		d.Entries = append(d.Entries, e)
+		return true, nil
+	})
+}

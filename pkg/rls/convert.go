@@ -1,0 +1,115 @@
+package rls
+
+import (
+	"math"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+type entry = *common.RateLimitDescriptor_Entry
+
+// inlineDescriptors is how many descriptors a request converts without
+// allocating: Envoy sends one per rate_limits entry of a route, rarely
+// more than a few.
+const inlineDescriptors = 8
+
+// toRequest converts req, its descriptors in buf when they fit.
+func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
+	var ds []limiter.Descriptor[entry]
+	if n := len(req.GetDescriptors()); n <= cap(buf) {
+		ds = buf[:n]
+		clear(ds)
+	} else {
+		ds = make([]limiter.Descriptor[entry], n)
+	}
+	for i, d := range req.GetDescriptors() {
+		ds[i].Entries = d.GetEntries()
+		if o := d.GetLimit(); o != nil {
+			ds[i].Override = &limiter.Override{
+				RequestsPerUnit: o.GetRequestsPerUnit(),
+				Unit:            descriptors.Unit(o.GetUnit()),
+			}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			ds[i].Hits, ds[i].HasHits = h.GetValue(), true
+		}
+	}
+	return limiter.Request[entry]{Domain: req.GetDomain(), Descriptors: ds, HitsAddend: req.GetHitsAddend()}
+}
+
+func toResponse(res *limiter.Response) *rls.RateLimitResponse {
+	out := &rls.RateLimitResponse{
+		OverallCode: toCode(res.Code),
+		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+	}
+	blocks := make([]statusBlock, len(res.Statuses))
+	for i := range res.Statuses {
+		out.Statuses[i] = blocks[i].set(&res.Statuses[i])
+	}
+	return out
+}
+
+// statusBlock holds the messages of one descriptor status, so that a
+// response allocates those of all its statuses at once.
+type statusBlock struct {
+	status rls.RateLimitResponse_DescriptorStatus
+	limit  rls.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// set fills b's status from st and returns it.
+func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
+	ds := &b.status
+	ds.Code = toCode(st.Code)
+	lim := st.Limit
+	switch {
+	case lim == nil:
+	case lim.Unlimited:
+		ds.LimitRemaining = math.MaxUint32
+	default:
+		b.limit.Name = lim.Name
+		b.limit.RequestsPerUnit = lim.RequestsPerUnit
+		b.limit.Unit = rls.RateLimitResponse_RateLimit_Unit(lim.Unit)
+		ds.CurrentLimit = &b.limit
+		ds.LimitRemaining = st.Remaining
+		b.reset.Seconds, b.reset.Nanos = resetSeconds(st.ResetMillis), 0
+		ds.DurationUntilReset = &b.reset
+	}
+	return ds
+}
+
+func toCode(c limiter.Code) rls.RateLimitResponse_Code {
+	if c == limiter.OverLimit {
+		return rls.RateLimitResponse_OVER_LIMIT
+	}
+	return rls.RateLimitResponse_OK
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// resetSeconds is duration_until_reset as the reference gives it: whole
+// seconds, rounded up (its CalculateReset answers window - now%window on
+// Unix seconds, which is the ceiling of the time left). Envoy builds
+// x-ratelimit-reset from the Duration's seconds alone, so 745ms left of a
+// per-second window must read 1, not 0.
+func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
+
+// view shows a request to observers as a limiter.View, without copying.
+type view rls.RateLimitRequest
+
+var _ limiter.View = (*view)(nil)
+
+func (v *view) Len() int            { return len(v.Descriptors) }
+func (v *view) Entries(i int) int   { return len(v.Descriptors[i].GetEntries()) }
+func (v *view) Override(i int) bool { return v.Descriptors[i].GetLimit() != nil }
+
+func (v *view) Entry(i, j int) (key, value string) {
+	e := v.Descriptors[i].GetEntries()[j]
+	return e.GetKey(), e.GetValue()
+}

@@ -1,0 +1,239 @@
+package rls
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// Header modes of HeaderOptions.Mode (--response-headers).
+const (
+	HeadersOff    = "off"
+	HeadersIETF   = "ietf"   // RateLimit-Policy and RateLimit
+	HeadersLegacy = "legacy" // RateLimit-Limit, -Remaining and -Reset, or the names given
+)
+
+// HeaderOptions configure what a response carries besides the decision.
+type HeaderOptions struct {
+	Mode            string // HeadersOff, HeadersIETF or HeadersLegacy
+	LimitHeader     string // legacy names, as the reference server's settings
+	RemainingHeader string
+	ResetHeader     string
+	DynamicMetadata bool
+	ShadowMode      bool // global: overall OK whatever the statuses say
+	QuotaMode       bool // global: every limit in quota mode, as QUOTA_MODE
+}
+
+// Validate checks the header mode.
+func (o *HeaderOptions) Validate() error {
+	switch o.Mode {
+	case HeadersOff, HeadersIETF, HeadersLegacy:
+		return nil
+	}
+	return fmt.Errorf("%q is not off, ietf or legacy", o.Mode)
+}
+
+// decorate adds headers and dynamic metadata to out, as the options ask.
+// descs are the request's descriptors, one per status. Retry-After comes
+// only with an enforced OVER_LIMIT: out's overall code after quota and
+// shadow modes, so that Envoy never passes it to a client on a 200.
+func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
+	if o.Mode != HeadersOff {
+		if st := mostRestrictive(res.Statuses); st != nil {
+			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rls.RateLimitResponse_OVER_LIMIT)
+		}
+	}
+	if o.DynamicMetadata {
+		out.DynamicMetadata = dynamicMetadata(res, domain, descs, o.QuotaMode)
+	}
+}
+
+// mostRestrictive is the limited status with the least remaining, the one
+// that resets last breaking ties; over-limit statuses come first.
+func mostRestrictive(sts []limiter.Status) *limiter.Status {
+	var best *limiter.Status
+	for i := range sts {
+		st := &sts[i]
+		if st.Limit == nil || st.Limit.Unlimited {
+			continue
+		}
+		if best == nil || restrictier(st, best) {
+			best = st
+		}
+	}
+	return best
+}
+
+func restrictier(a, b *limiter.Status) bool {
+	if (a.Code == limiter.OverLimit) != (b.Code == limiter.OverLimit) {
+		return a.Code == limiter.OverLimit
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetMillis > b.ResetMillis
+}
+
+// headers describes st, the most restrictive status, in the mode's
+// headers, and adds Retry-After when the request is over limit.
+func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderValue {
+	var scratch [128]byte
+	b := scratch[:0]
+	var h headerList
+	lim := st.Limit
+	reset := ceilSeconds(st.ResetMillis)
+	if o.Mode == HeadersLegacy {
+		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
+		h.end(o.LimitHeader, len(b))
+		b = strconv.AppendUint(b, uint64(st.Remaining), 10)
+		h.end(o.RemainingHeader, len(b))
+		b = strconv.AppendInt(b, reset, 10)
+		h.end(o.ResetHeader, len(b))
+	} else {
+		quota, window := policy(lim)
+		b = appendSFString(b, policyName(lim))
+		name := len(b)
+		b = strconv.AppendInt(append(b, ";q="...), quota, 10)
+		b = strconv.AppendInt(append(b, ";w="...), window, 10)
+		h.end("RateLimit-Policy", len(b))
+		b = append(b, b[:name]...) // the name again
+		b = strconv.AppendUint(append(b, ";r="...), uint64(st.Remaining), 10)
+		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
+		h.end("RateLimit", len(b))
+	}
+	if over {
+		b = strconv.AppendInt(b, max(ceilSeconds(st.RetryAfterMillis), 1), 10)
+		h.end("Retry-After", len(b))
+	}
+	return h.list(b)
+}
+
+// headerList builds a few headers whose values are written one after
+// the other in one buffer, so that the list, its messages and all its
+// values take one allocation each.
+type headerList struct {
+	n    int
+	keys [4]string
+	ends [4]int // where each value ends in the buffer
+}
+
+// end names the value that ends at end, after the previous one.
+func (h *headerList) end(key string, end int) {
+	h.keys[h.n], h.ends[h.n] = key, end
+	h.n++
+}
+
+// list returns the headers, their values taken from buf.
+func (h *headerList) list(buf []byte) []*core.HeaderValue {
+	values := string(buf)
+	msgs := make([]core.HeaderValue, h.n)
+	hs := make([]*core.HeaderValue, h.n)
+	start := 0
+	for i := range hs {
+		msgs[i].Key, msgs[i].Value = h.keys[i], values[start:h.ends[i]]
+		hs[i], start = &msgs[i], h.ends[i]
+	}
+	return hs
+}
+
+// policy returns the quota and window, in seconds, that describe a limit:
+// the window for windows (unit_multiplier included), and for a token
+// bucket its burst and the time to refill it from empty.
+func policy(l *descriptors.Limit) (quota int64, window int64) {
+	if l.Algorithm != descriptors.TokenBucket {
+		return int64(l.RequestsPerUnit), ceilSeconds(l.WindowMillis())
+	}
+	num, den := l.RefillRate()
+	if num == 0 {
+		return l.Burst / descriptors.Milli, 0
+	}
+	return l.Burst / descriptors.Milli, ceilSeconds((l.Burst*den + num - 1) / num)
+}
+
+func policyName(l *descriptors.Limit) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.Path
+}
+
+// appendSFString appends s as a structured-field string (RFC 8941):
+// quoted, with '"' and '\' escaped and other bytes outside printable
+// ASCII dropped.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c >= 0x20 && c < 0x7f:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
+
+// dynamicMetadata describes the request for Envoy's dynamic metadata:
+// the domain, and for each descriptor that passed under a rule its entries
+// ("key=value") and the rule's metadata. Descriptors of quota_mode rules
+// that are over (of every rule, in global quota mode) are listed by index
+// in quotaModeViolations.
+func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor, quota bool) *structpb.Struct {
+	var passed, violations []any
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if (st.Quota || quota) && st.Code == limiter.OverLimit {
+			violations = append(violations, float64(i))
+		}
+		if st.Limit == nil || st.Code == limiter.OverLimit {
+			continue
+		}
+		d := map[string]any{"entries": entryStrings(descs[i].GetEntries())}
+		if len(st.Limit.Metadata) > 0 {
+			d["metadata"] = st.Limit.Metadata
+		}
+		passed = append(passed, d)
+	}
+	m := map[string]any{"domain": validUTF8(domain), "descriptors": passed}
+	if violations != nil {
+		m["quotaModeViolations"] = violations
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		// Metadata holds only YAML scalars, lists and string-keyed maps,
+		// which always convert; keep the answer rather than fail it.
+		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(validUTF8(domain))}}
+	}
+	return s
+}
+
+// entryStrings are the entries as "key=value", made UTF-8: Struct strings
+// must be, and a request may carry bytes that are not (see Codec).
+func entryStrings(es []entry) []any {
+	out := make([]any, len(es))
+	for i, e := range es {
+		out[i] = validUTF8(e.GetKey() + "=" + e.GetValue())
+	}
+	return out
+}
+
+// validUTF8 replaces what is not UTF-8 in s with U+FFFD; s itself when it
+// is UTF-8.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}

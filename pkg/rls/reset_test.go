@@ -1,0 +1,95 @@
+package rls
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rules"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// TestDurationUntilResetWholeSeconds: duration_until_reset carries whole
+// seconds rounded up, as the reference's CalculateReset, so that Envoy's
+// x-ratelimit-reset (the Duration's seconds) never reads 0 while a window
+// is running.
+func TestDurationUntilResetWholeSeconds(t *testing.T) {
+	lim := &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 5}
+	for _, tc := range []struct{ ms, want int64 }{
+		{1, 1}, {745, 1}, {999, 1}, {1000, 1}, {1001, 2}, {15_000, 15}, {16_745, 17}, {59_001, 60}, {60_000, 60},
+		{7 * 86_400_000, 7 * 86_400},
+	} {
+		out := toResponse(&limiter.Response{Statuses: []limiter.Status{{Limit: lim, Remaining: 4, ResetMillis: tc.ms}}})
+		d := out.Statuses[0].GetDurationUntilReset()
+		if d.GetSeconds() != tc.want || d.GetNanos() != 0 {
+			t.Errorf("reset %dms: duration_until_reset %ds %dns, want %ds", tc.ms, d.GetSeconds(), d.GetNanos(), tc.want)
+		}
+	}
+}
+
+// TestRetryAfterOnlyWhenEnforced: Retry-After comes with an OVER_LIMIT that
+// Envoy enforces, never with an answer that global shadow or quota mode
+// turned OK; the rate-limit headers stay.
+func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
+	rs, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name           string
+		shadow, quota  bool
+		wantCode       rls.RateLimitResponse_Code
+		wantRetryAfter bool
+	}{
+		{"enforced", false, false, rls.RateLimitResponse_OVER_LIMIT, true},
+		{"global shadow mode", true, false, rls.RateLimitResponse_OK, false},
+		// One descriptor over beside one that passes (no rule): OK.
+		{"global quota mode", false, true, rls.RateLimitResponse_OK, false},
+		// Every quota descriptor over: enforced.
+		{"global quota mode, all over", false, true, rls.RateLimitResponse_OVER_LIMIT, true},
+	} {
+		for _, mode := range []string{HeadersIETF, HeadersLegacy} {
+			t.Run(tc.name+" "+mode, func(t *testing.T) {
+				// A stopped clock: both hits fall in one window.
+				at := time.Unix(1_800_000_000, 250_000_000)
+				st := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return at }})
+				t.Cleanup(func() { _ = st.Close() })
+				l := limiter.New(st, limiter.Options{})
+				l.SetRules(rs.Set)
+				s := New(l, Options{Headers: HeaderOptions{Mode: mode, ShadowMode: tc.shadow, QuotaMode: tc.quota,
+					LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
+					zaptest.NewLogger(t))
+				req := rlsRequest("d", "k", "v")
+				if tc.quota && tc.wantCode == rls.RateLimitResponse_OK {
+					req.Descriptors = append(req.Descriptors, rlsRequest("d", "unmatched", "x").Descriptors...)
+				}
+				var last *rls.RateLimitResponse
+				for range 2 { // the second hit is over the limit of 1 a second
+					if last, err = s.ShouldRateLimit(context.Background(), req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if d := last.GetStatuses()[0].GetDurationUntilReset(); d.GetSeconds() != 1 || d.GetNanos() != 0 {
+					t.Errorf("duration_until_reset %v with 750ms left of a per-second window, want 1s", d)
+				}
+				var retry, others bool
+				for _, h := range last.GetResponseHeadersToAdd() {
+					if h.GetKey() == "Retry-After" {
+						retry = true
+					} else {
+						others = true
+					}
+				}
+				if last.GetOverallCode() != tc.wantCode || retry != tc.wantRetryAfter || !others {
+					t.Errorf("code %v, Retry-After %v, other headers %v; want %v, %v, true (%v)",
+						last.GetOverallCode(), retry, others, tc.wantCode, tc.wantRetryAfter, last.GetResponseHeadersToAdd())
+				}
+			})
+		}
+	}
+}

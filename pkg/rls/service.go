@@ -1,0 +1,222 @@
+// Package rls is the adapter of Envoy's RateLimitService: it turns
+// envoy.service.ratelimit.v3 requests into limiter requests, decides them,
+// and answers with statuses, response headers and dynamic metadata, over
+// gRPC and as JSON over HTTP.
+package rls
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/tracing"
+)
+
+// Failure policies of Options.OnStoreError (--on-store-error).
+const (
+	PolicyAllow = "allow" // answer OK
+	PolicyDeny  = "deny"  // answer OVER_LIMIT
+	PolicyError = "error" // answer Unavailable; Envoy's failure_mode_deny decides
+)
+
+// Options configure a Service.
+type Options struct {
+	// Timeout bounds one decision's store call when the caller's deadline
+	// does not come first; 0: the caller's deadline alone (the embedded
+	// store never waits).
+	Timeout time.Duration
+	// OnStoreError is the failure policy: PolicyAllow, PolicyDeny or
+	// PolicyError (the default).
+	OnStoreError string
+	// Headers say what an answer carries besides the decision.
+	Headers HeaderOptions
+	// Observer is told of every decision; nil: none.
+	Observer Observer
+	// Traced annotates the caller's span (tracing.Decision) with each
+	// request's domain and answer.
+	Traced bool
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService over a
+// Limiter: it converts Envoy's protos to limiter requests and back. It is
+// safe for concurrent use.
+type Service struct {
+	rls.UnimplementedRateLimitServiceServer
+	limiter *limiter.Limiter
+	o       Options
+	obs     Observer
+	log     *zap.Logger
+	// responses pools the limiter's answers: a decision is done with its
+	// answer once it has built the gRPC response.
+	responses sync.Pool // *limiter.Response
+}
+
+// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, as
+// interceptors see it.
+const ShouldRateLimitMethod = rls.RateLimitService_ShouldRateLimit_FullMethodName
+
+// Register serves s on g.
+func (s *Service) Register(g *grpc.Server) { rls.RegisterRateLimitServiceServer(g, s) }
+
+// New returns the service of l; log receives debug lines about decisions.
+func New(l *limiter.Limiter, o Options, log *zap.Logger) *Service {
+	s := &Service{limiter: l, o: o, obs: o.Observer, log: log}
+	if s.obs == nil {
+		s.obs = Observers(nil)
+	}
+	s.responses.New = func() any { return new(limiter.Response) }
+	return s
+}
+
+// putResponse pools res, without the limits it points to.
+func (s *Service) putResponse(res *limiter.Response) {
+	clear(res.Statuses)
+	s.responses.Put(res)
+}
+
+// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
+// store failures get Unavailable so that Envoy's failure_mode_deny decides.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	start := time.Now()
+	if s.o.Traced {
+		tracing.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
+	}
+	if s.limiter.Rules() == nil {
+		// Only with rules over xDS and a forced start, before the first
+		// snapshot.
+		s.obs.Failed(req.GetDomain(), limiter.ErrNoRules, time.Since(start))
+		return nil, limiter.ErrNoRules
+	}
+	var buf [inlineDescriptors]limiter.Descriptor[entry]
+	lreq := toRequest(req, buf[:0])
+	if s.o.Timeout > 0 && !deadlineWithin(ctx, start, s.o.Timeout) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
+		defer cancel()
+	}
+	res := s.responses.Get().(*limiter.Response)
+	defer s.putResponse(res)
+	err := limiter.CheckInto(ctx, s.limiter, &lreq, res)
+	if err != nil {
+		s.obs.Failed(req.GetDomain(), err, time.Since(start))
+		if errors.Is(err, limiter.ErrInvalid) {
+			return nil, err
+		}
+		s.log.Debug("decision failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+		return s.onStoreError(len(req.GetDescriptors()), err)
+	}
+	s.obs.Decided(req.GetDomain(), (*view)(req), res, time.Since(start))
+	if s.log.Core().Enabled(zap.DebugLevel) {
+		s.logUnmatched(req, res)
+	}
+	out := toResponse(res)
+	h := &s.o.Headers
+	if h.QuotaMode {
+		quotaAll(out, res)
+	}
+	if h.ShadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
+		out.OverallCode = rls.RateLimitResponse_OK
+		s.obs.GlobalShadowed()
+	}
+	if h.Mode != HeadersOff || h.DynamicMetadata {
+		h.decorate(out, res, req.GetDomain(), req.GetDescriptors())
+	}
+	if s.o.Traced {
+		tracing.Decided(ctx, out.OverallCode.String())
+	}
+	return out, nil
+}
+
+// logUnmatched logs, at debug level, the descriptors of req that no rule
+// matched, so that a rule that never applies can be found.
+func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response) {
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Limit != nil || st.Replaced || i >= len(req.GetDescriptors()) {
+			continue
+		}
+		s.log.Debug("descriptor matches no rule", zap.String("domain", req.GetDomain()),
+			zap.Any("entries", entryStrings(req.GetDescriptors()[i].GetEntries())))
+	}
+}
+
+// quotaAll is global quota mode (QUOTA_MODE) as envoyproxy/ratelimit
+// answers it since #1059: every descriptor but an unlimited one is a quota
+// descriptor (one no rule matches, or whose rule another replaces,
+// included: it passes), and the request is OVER_LIMIT only when all of
+// them are over. Statuses keep their codes.
+func quotaAll(out *rls.RateLimitResponse, res *limiter.Response) {
+	quota, over := 0, 0
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Limit != nil && st.Limit.Unlimited {
+			continue
+		}
+		quota++
+		if st.Code == limiter.OverLimit {
+			over++
+		}
+	}
+	out.OverallCode = rls.RateLimitResponse_OK
+	if quota > 0 && over == quota {
+		out.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+	}
+}
+
+// deadlineWithin reports whether ctx ends at most timeout after start.
+// The store call then waits no longer than timeout without a timer of
+// ours: Envoy's deadline (20ms by default) comes before the default
+// --store-timeout (50ms).
+func deadlineWithin(ctx context.Context, start time.Time, timeout time.Duration) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Sub(start) <= timeout
+}
+
+// grpcError maps limiter errors to gRPC status codes. No rules yet answers
+// the reference's status (Unknown), so that Envoy's failure_mode_deny
+// decides.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, limiter.ErrNoRules):
+		return status.Error(codes.Unknown, err.Error())
+	case errors.Is(err, limiter.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.Error(codes.Unavailable, "rate-limit store did not answer in time")
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+}
+
+// onStoreError answers a request whose store call failed, by policy.
+func (s *Service) onStoreError(n int, err error) (*rls.RateLimitResponse, error) {
+	code := rls.RateLimitResponse_OK
+	switch s.o.OnStoreError {
+	case PolicyAllow:
+	case PolicyDeny:
+		code = rls.RateLimitResponse_OVER_LIMIT
+	default:
+		return nil, err
+	}
+	out := &rls.RateLimitResponse{OverallCode: code, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, n)}
+	for i := range out.Statuses {
+		out.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: code}
+	}
+	return out, nil
+}

@@ -1,0 +1,65 @@
+package settings
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// FlagsTable renders the tables of every flag, one per group, for
+// docs/settings.md: each flag's environment twin, its default and its
+// meaning, as -h prints them.
+func FlagsTable() string {
+	var b strings.Builder
+	for _, g := range flagGroups {
+		fs := flag.NewFlagSet(g.title, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		g.add(fs, &Settings{})
+		fmt.Fprintf(&b, "\n### %s\n\n| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n", g.title)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := "`" + f.DefValue + "`"
+			if f.DefValue == "" {
+				def = ""
+			}
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, escapeCell(f.Usage))
+		})
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// RefTable renders the table of envoyproxy/ratelimit's variables and
+// what FastLimit does with each, for docs/migrating.md.
+func RefTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | FastLimit | notes | checked against |\n| --- | --- | --- | --- |\n")
+	for _, v := range refVars {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.name, refStatus(v), v.note, v.checkedAgainst())
+	}
+	return b.String()
+}
+
+func refStatus(v refVar) string {
+	switch v.how {
+	case refTwin:
+		return "honoured: `--" + v.flag + "`"
+	case refMapped:
+		return "honoured: sets `--" + v.flag + "`"
+	case refWarned:
+		if v.fine.doc != "" {
+			return "accepted with a warning (none when " + v.fine.doc + ")"
+		}
+		return "accepted with a warning"
+	default:
+		if v.fine.doc != "" {
+			return "refused unless " + v.fine.doc
+		}
+		return "refused"
+	}
+}
+
+// escapeCell keeps a flag's usage in one Markdown table cell.
+func escapeCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}

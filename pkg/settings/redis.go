@@ -1,0 +1,93 @@
+package settings
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// Redis configures the Redis deployment FastLimit talks to. --redis-url
+// (Settings.RedisURL) says where it is; these say what it is and how to
+// reach it. The names follow envoyproxy/ratelimit's REDIS_* settings.
+type Redis struct {
+	Type             string
+	SocketType       string // tcp or unix; empty: from the URL
+	Username         string
+	Password         string
+	Auth             string // REDIS_AUTH: password or user:password
+	SentinelPassword string
+
+	TLS           bool
+	TLSCA         string
+	TLSCert       string
+	TLSKey        string
+	TLSServerName string
+	TLSSkipVerify bool
+
+	// envoyproxy/ratelimit's names for the TLS files, used when ours are
+	// empty, so that its REDIS_TLS_* variables keep working.
+	RefTLSCA           string
+	RefTLSCert         string
+	RefTLSKey          string
+	RefTLSSkipHostname bool
+}
+
+// set reports whether any setting other than the default type is given.
+func (o *Redis) set() bool {
+	return !strings.EqualFold(o.Type, store.TypeSingle) || o.SocketType != "" || o.Username != "" || o.Password != "" || o.Auth != "" ||
+		o.SentinelPassword != "" || o.TLS || o.TLSCA != "" || o.TLSCert != "" || o.TLSKey != "" ||
+		o.TLSServerName != "" || o.TLSSkipVerify || o.RefTLSCA != "" || o.RefTLSCert != "" || o.RefTLSKey != "" ||
+		o.RefTLSSkipHostname
+}
+
+// ClientOptions maps the settings onto store.ClientOptions. It does not
+// validate them; store.NewClient does.
+func (o *Redis) ClientOptions(url string, conn store.ConnOptions) store.ClientOptions {
+	c := store.ClientOptions{
+		Type:             o.Type,
+		SocketType:       o.SocketType,
+		URL:              url,
+		Username:         o.Username,
+		Password:         o.Password,
+		SentinelPassword: o.SentinelPassword,
+		Conn:             conn,
+		TLS: store.TLSOptions{
+			Enabled:                  o.TLS,
+			CAFile:                   or(o.TLSCA, o.RefTLSCA),
+			CertFile:                 or(o.TLSCert, o.RefTLSCert),
+			KeyFile:                  or(o.TLSKey, o.RefTLSKey),
+			ServerName:               o.TLSServerName,
+			InsecureSkipVerify:       o.TLSSkipVerify,
+			SkipHostnameVerification: o.RefTLSSkipHostname,
+		},
+	}
+	if c.Password == "" && o.Auth != "" {
+		// As envoyproxy/ratelimit reads REDIS_AUTH.
+		if user, pass, ok := strings.Cut(o.Auth, ":"); ok {
+			c.Password = pass
+			if c.Username == "" {
+				c.Username = user
+			}
+		} else {
+			c.Password = o.Auth
+		}
+	}
+	return c
+}
+
+// validate checks what can be checked without a URL.
+func (o *Redis) validate(url string) error {
+	if url == "" && o.set() {
+		return errors.New("--redis-* settings (REDIS_* variables) given without --redis-url (REDIS_URL): " +
+			"without it FastLimit runs on its embedded store, which needs none")
+	}
+	return nil
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

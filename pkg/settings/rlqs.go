@@ -1,0 +1,115 @@
+package settings
+
+import (
+	"flag"
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
+)
+
+// RLQS configures the Rate Limit Quota Service (docs/rlqs.md).
+type RLQS struct {
+	Enabled      bool
+	ReportPeriod time.Duration
+	TTLPeriods   float64
+	IdleAfter    time.Duration // 0: never
+	Unmatched    string        // allow or deny
+	// OnStoreError is keep, split, allow or deny; empty follows
+	// --on-store-error (allow and deny as themselves, error as keep).
+	OnStoreError string
+	StoreGrace   time.Duration // 0: one assignment TTL
+	Replica      string        // empty: random
+	Headroom     float64
+}
+
+func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
+	fs.BoolVar(&o.Enabled, "rlqs", true,
+		"serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener: global limits divided among the Envoys that share them, enforced by Envoy locally")
+	fs.DurationVar(&o.ReportPeriod, "rlqs-report-period", 5*time.Second,
+		"the period at which Envoys report usage: Envoy's is 5s whatever its reporting_interval says; change it only for clients that report otherwise")
+	fs.Float64Var(&o.TTLPeriods, "rlqs-ttl-periods", 3,
+		"an assignment's life in report periods (at least 2), refreshed at each report: how long an Envoy keeps its share when it cannot reach FastLimit")
+	fs.DurationVar(&o.IdleAfter, "rlqs-idle-after", 10*time.Minute,
+		"abandon an Envoy's bucket after this long without a request in it (Envoy subscribes again at its next request; 0: never)")
+	fs.StringVar(&o.Unmatched, "rlqs-unmatched", "allow",
+		"what a bucket that matches no rule is assigned: allow (ALLOW_ALL, as RateLimitService answers OK) or deny (DENY_ALL)")
+	fs.StringVar(&o.OnStoreError, "rlqs-on-store-error", "",
+		"while Redis fails: keep (divide with the demand last read, for --rlqs-store-grace, then as split), split (each replica divides its part of the limit, limit / replicas last seen), allow (ALLOW_ALL) or deny (DENY_ALL); empty follows --on-store-error (error as keep)")
+	fs.DurationVar(&o.StoreGrace, "rlqs-store-grace", 0,
+		"how long keep divides with the demand last read from Redis (0: one assignment TTL)")
+	fs.StringVar(&o.Replica, "rlqs-replica", "",
+		"this replica's name among those sharing Redis: letters, digits, '-', '_', '.', ':' (empty: a random name at each start); two live replicas must not share one")
+	fs.Float64Var(&o.Headroom, "rlqs-headroom", 0.1,
+		"fraction added to an Envoy's measured demand when dividing, so that growing demand passes until the next report shows it")
+}
+
+// Policy returns the store failure policy in force, given --on-store-error.
+func (o *RLQS) Policy(onStoreError string) (rlqs.StorePolicy, error) {
+	if o.OnStoreError == "" {
+		return rlqs.PolicyFor(onStoreError)
+	}
+	return rlqs.ParseStorePolicy(o.OnStoreError)
+}
+
+// Options returns the service's options the settings give; the caller
+// adds rules, store, logger, metrics and tracing.
+func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
+	policy, err := o.Policy(onStoreError)
+	if err != nil {
+		return rlqs.Options{}, Bad("rlqs-on-store-error", "%v", err)
+	}
+	unmatched, err := rlqs.ParseUnmatched(o.Unmatched)
+	if err != nil {
+		return rlqs.Options{}, Bad("rlqs-unmatched", "%v", err)
+	}
+	idle := o.IdleAfter
+	if idle == 0 {
+		idle = -1
+	}
+	return rlqs.Options{
+		Replica:      o.Replica,
+		ReportPeriod: o.ReportPeriod,
+		TTLPeriods:   o.TTLPeriods,
+		IdleAfter:    idle,
+		Unmatched:    unmatched,
+		OnStoreError: policy,
+		StoreGrace:   o.StoreGrace,
+	}, nil
+}
+
+// validate checks the RLQS settings.
+func (o *RLQS) validate(s *Settings) error {
+	if !o.Enabled {
+		return nil
+	}
+	if _, err := o.Options(s.OnStoreError); err != nil {
+		return s.Named(err)
+	}
+	switch {
+	case o.ReportPeriod < time.Second:
+		return s.Named(Bad("rlqs-report-period", "%v is under 1s: Envoy reads times in whole seconds", o.ReportPeriod))
+	case o.TTLPeriods < 2:
+		return s.Named(Bad("rlqs-ttl-periods", "%v: an assignment must outlive at least 2 report periods", o.TTLPeriods))
+	case o.IdleAfter < 0:
+		return s.Named(Bad("rlqs-idle-after", "must not be negative"))
+	case o.StoreGrace < 0:
+		return s.Named(Bad("rlqs-store-grace", "must not be negative"))
+	case !(o.Headroom >= 0 && o.Headroom <= 10):
+		return s.Named(Bad("rlqs-headroom", "%v is not in [0, 10]", o.Headroom))
+	}
+	if !validReplica(o.Replica) {
+		return s.Named(Bad("rlqs-replica", "%q holds characters other than letters, digits, '-', '_', '.' and ':'", o.Replica))
+	}
+	return nil
+}
+
+func validReplica(name string) bool {
+	for _, c := range name {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}

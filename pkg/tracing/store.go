@@ -1,0 +1,72 @@
+package tracing
+
+import (
+	"context"
+
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// tracedStore makes a span of each store call that is part of a sampled
+// trace (a child of a decision's span); other calls pass through. It
+// wraps the store, not the algorithms: the span covers one round trip
+// (or one embedded-store call) for all of a request's keys.
+type tracedStore struct {
+	limiter.Store
+	tracer trace.Tracer
+	kind   string // redis or memory
+}
+
+// tracedAtomicStore is a tracedStore over a store that decides all or
+// nothing, so that the limiter still finds TakeAll.
+type tracedAtomicStore struct {
+	*tracedStore
+	all limiter.AtomicStore
+}
+
+// Store returns st traced; kind ("redis", "memory") names it in spans. A
+// nil t returns st itself.
+func (t *Tracing) Store(st limiter.Store, kind string) limiter.Store {
+	if t == nil {
+		return st
+	}
+	ts := &tracedStore{Store: st, tracer: t.tracer, kind: kind}
+	if all, ok := st.(limiter.AtomicStore); ok {
+		return &tracedAtomicStore{tracedStore: ts, all: all}
+	}
+	return ts
+}
+
+func (s *tracedStore) Take(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
+	return s.traced(ctx, "store.take", s.Store.Take, ops, res)
+}
+
+func (s *tracedAtomicStore) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
+	return s.traced(ctx, "store.take_all", s.all.TakeAll, ops, res)
+}
+
+func (s *tracedStore) traced(ctx context.Context, name string,
+	call func(context.Context, []limiter.Op, []limiter.Result) error, ops []limiter.Op, res []limiter.Result) error {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return call(ctx, ops, res)
+	}
+	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrStore.String(s.kind), attrKeys.Int(len(ops))))
+	defer span.End()
+	err := call(ctx, ops, res)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+		return err
+	}
+	denied := 0
+	for i := range res {
+		if !res[i].Allowed {
+			denied++
+		}
+	}
+	span.SetAttributes(attrDenied.Int(denied))
+	return nil
+}
