@@ -36,6 +36,8 @@ end
 -- weighted count w = cur + floor(prev * rem / wg), rem the steps of the
 -- previous window still inside (now - W, now]; the op is allowed when
 -- w + cost <= limit. For a denied op it also returns retry_after, ms.
+--
+-- weigh(g, wg, elapsed, cur, prev) returns that w alone (a refund's).
 local function sliding_arith()
   -- share returns floor(p * rem / wg) without forming p * rem.
   local function share(p, rem, wg)
@@ -67,8 +69,12 @@ local function sliding_arith()
     return g, (window - window % g) / g
   end
 
+  local function weigh(g, wg, elapsed, cur, prev)
+    return cur + share(prev, wg - 1 - (elapsed - elapsed % g) / g, wg)
+  end
+
   local function decide(limit, window, g, wg, cost, elapsed, cur, prev)
-    local w = cur + share(prev, wg - 1 - (elapsed - elapsed % g) / g, wg)
+    local w = weigh(g, wg, elapsed, cur, prev)
     if w + cost <= limit then
       return w
     end
@@ -87,7 +93,7 @@ local function sliding_arith()
     return w, window - elapsed + s * g
   end
 
-  return steps, decide
+  return steps, decide, weigh
 end
 
 -- bucket_arith returns the token bucket's functions, decide, expiry, fill
@@ -95,8 +101,10 @@ end
 --
 -- decide(burst, num, den, cost, now, t, ts, c) refills the bucket state
 -- (t milli-tokens, carry c / den, at ts) up to now and charges cost if the
--- tokens allow it (a peek, cost 0, is allowed). It returns allowed (a
--- boolean) and the new t, ts, c.
+-- tokens allow it (a peek, cost 0, is allowed); a negative cost is a
+-- refund of -cost tokens, always allowed, that fills the bucket no further
+-- than burst (a full bucket has no carry). It returns allowed (a boolean)
+-- and the new t, ts, c.
 --
 -- expiry(burst, num, den, t, c, ts) returns when a state written at ts is
 -- full again, and so may expire: ts + fill, at least ts + 1.
@@ -138,6 +146,11 @@ local function bucket_arith()
         return false, t, ts, c
       end
       t = t - cost
+    elseif cost < 0 then
+      t = t - cost
+      if t >= burst then
+        t, c = burst, 0
+      end
     end
     return true, t, ts, c
   end

@@ -16,7 +16,8 @@ ARGV[3 + 8 * (i - 1)] .. ARGV[10 + 8 * (i - 1)], op i:
          alg     0 fixed_window, 1 sliding_window, 2 token_bucket
          limit   window capacity, milli-requests (windows)
          window  window length, ms
-         cost    charge, milli-requests; 0 peeks without writing
+         cost    charge, milli-requests; 0 peeks without writing; below 0,
+                 a refund of -cost (take.lua's header), always allowed
          burst   bucket capacity, milli-tokens (token bucket)
          num     refill rate numerator (token bucket)
          den     refill rate denominator (token bucket)
@@ -50,7 +51,7 @@ if now == 0 then
   now = tonumber(t[1]) * 1000 + (us - us % 1000) / 1000
 end
 
-local steps, sliding_decide = sliding_arith()
+local steps, sliding_decide, weigh = sliding_arith()
 local bucket_decide, bucket_expiry, bucket_fill, ceil_div = bucket_arith()
 
 -- Staged state: what the ops so far wrote, read before Redis'.
@@ -82,6 +83,17 @@ local function fixed(base, limit, window, cost)
     count = math.min(count + cost, MAX)
     counters[key] = count
     stage('SET', key, int(count), 'PXAT', int(ws + window))
+  elseif cost < 0 then -- a refund: the count drops, not below 0; always allowed
+    if count > 0 then
+      count = math.max(count + cost, 0)
+      counters[key] = count
+      if count == 0 then -- emptied: as if never written
+        stage('DEL', key)
+      else
+        stage('SET', key, int(count), 'KEEPTTL')
+      end
+    end
+    return 1, math.max(limit - count, 0), 0, reset
   end
   if count <= limit then
     return 1, limit - count, 0, reset
@@ -103,6 +115,18 @@ local function sliding(base, limit, window, cost)
 
   local g, wg = steps(window)
   local reset = window - (now - ws)
+  if cost < 0 then -- a refund: this window's count drops, not below 0
+    if cur > 0 then
+      cur = math.max(cur + cost, 0)
+      counters[cur_key] = cur
+      if cur == 0 then -- emptied: as if never written
+        stage('DEL', cur_key)
+      else
+        stage('SET', cur_key, int(cur), 'KEEPTTL')
+      end
+    end
+    return 1, math.max(limit - weigh(g, wg, now - ws, cur, prev), 0), 0, reset
+  end
   local w, retry = sliding_decide(limit, window, g, wg, cost, now - ws, cur, prev)
   if retry then
     return 0, math.max(limit - w, 0), retry, reset
@@ -130,7 +154,7 @@ local function bucket(base, burst, num, den, window, cost)
 
   local allowed
   allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-  if cost > 0 then
+  if cost ~= 0 then
     if t >= burst then
       buckets[key] = false
       stage('DEL', key)
@@ -164,6 +188,8 @@ for i = 1, #KEYS do
   local cost = tonumber(ARGV[a + 4])
   if cost > MAX then
     cost = MAX
+  elseif cost < -MAX then
+    cost = -MAX
   end
   local veto = tonumber(ARGV[a + 8])
   local allowed, remaining, retry, reset

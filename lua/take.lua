@@ -31,7 +31,13 @@ ARGV[4...] the parameters, one set after another:
          now     decision time, Unix ms; 0 means Redis TIME (read once)
          limit   window capacity, milli-requests (0 <= limit <= 2^50)
          window  window length W, ms (windows: a positive multiple of 1000)
-         cost    charge, milli-requests; 0 peeks without writing
+         cost    charge, milli-requests; 0 peeks without writing; below
+                 0, a refund of -cost: always allowed, it gives back to a
+                 window's count (this window's, for a sliding window), not
+                 below 0, or to a bucket, refilled first, not past burst;
+                 it writes only state that exists, keeping its expiry (a
+                 window counter emptied is deleted; a bucket made full is
+                 deleted, one still short expires when full)
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
          guess   the window start S (Unix seconds) the caller appended to
@@ -43,10 +49,11 @@ Returns  {tag, clock, then for each op in map's order:}
          fixed_window    the count after the op; nothing when the op before
                          it in its group has its parameter set (same key,
                          same window: its count is that op's plus its cost,
-                         capped at 2^52)
+                         capped at 2^52, or less its refund, not below 0)
          sliding_window  w, the weighted count the op was decided on (it is
                          allowed when w + cost <= limit); when denied,
-                         then retry_after, ms
+                         then retry_after, ms; for a refund, the weighted
+                         count after it
          token_bucket    t * den + c after the op (t milli-tokens, carry c)
                          when allowed, -(t * den + c) - 2 when denied
          -1 (one integer, whatever the algorithm) for an op left undecided
@@ -146,7 +153,8 @@ end
 --   bucket:  burst, num, den
 local clock, secs = 0, nil
 local P = {}
-local steps, sliding_decide, bucket_decide, bucket_expiry
+local steps, sliding_decide, weigh, bucket_decide, bucket_expiry
+local refunds = false -- a window op of the call gives back (cost < 0)
 local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
@@ -168,6 +176,8 @@ while a <= nargs do
     local cost = tonumber(ARGV[a + 6])
     if cost > MAX then
       cost = MAX
+    elseif cost < -MAX then
+      cost = -MAX
     end
     P[#P + 1] = {2, now, cost, 6, true, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
     a = a + 7
@@ -176,6 +186,11 @@ while a <= nargs do
     local cost = tonumber(cs)
     if cost > MAX then
       cost, cs = MAX, MAXS
+    elseif cost < 0 then
+      refunds = true
+      if cost < -MAX then
+        cost, cs = -MAX, '-' .. MAXS
+      end
     end
     local ws = now - now % window
     local suffix
@@ -190,7 +205,7 @@ while a <= nargs do
       a = a + 6
     else
       if not steps then
-        steps, sliding_decide = sliding_arith()
+        steps, sliding_decide, weigh = sliding_arith()
       end
       local g, wg = steps(window)
       P[#P + 1] = {1, now, cost, 0, false, cs, suffix, int(ws + 2 * window), int((ws - window) / 1000),
@@ -223,7 +238,7 @@ end
 -- rk[r + 1], rk[r + 2], of one bucket at rk[r + 1]; a larger group reads
 -- its distinct keys in the order its ops first name them.
 local rk, rv, nr = {}, nil, 0
-if (steps or bucket_decide) and not cross then
+if (steps or bucket_decide or refunds) and not cross then
   local i = 1
   for g = 1, ngroups do
     local cnt = gb[g]
@@ -246,6 +261,8 @@ if (steps or bucket_decide) and not cross then
           k1, k2 = b .. p[7], b .. p[9]
         elseif p[1] == 2 then
           k1 = b .. BUCKET
+        elseif p[3] < 0 then -- a fixed window's refund needs its count
+          k1 = b .. p[7]
         end
         if k1 and not seen[k1] then
           nr = nr + 1
@@ -295,18 +312,32 @@ local group
 if ngroups < nops then -- a group has several ops
   group = function(b, i, j, n, at)
     -- A cell is one key: {key, value read (false: missing), count before
-    -- the call (windows), charges, one charge's string, first charge's
-    -- expiry, bucket t, c, ts and the set of its last charge (for its
-    -- expiry, computed when it is written), changed, window}.
+    -- the call (windows), change so far, the string of its one change
+    -- (while there is exactly one, of an op's whole cost), expiry of its
+    -- first increase, bucket t, c, ts and the set of its last charge (for
+    -- its expiry, computed when it is written), changed, window}.
     local cells, order = {}, {}
     local function cell(key)
       local c = cells[key]
       if not c then
-        c = {key, false, false, 0, false, false, nil, 0, 0, 0, false, false}
+        c = {key, false, false, 0, nil, false, nil, 0, 0, 0, false, false}
         cells[key] = c
         order[#order + 1] = c
       end
       return c
+    end
+    -- change adds d (not 0) to a window cell, by an op whose whole cost
+    -- string is cs when d is its cost (else cs is false), exp its expiry.
+    local function change(c, d, cs, exp)
+      if c[5] == nil then
+        c[5] = cs
+      else
+        c[5] = false
+      end
+      if d > 0 and not c[6] then
+        c[6] = exp
+      end
+      c[4] = c[4] + d
     end
     -- Name the cells read, in rk's order, and take their values.
     local reads = {}
@@ -328,8 +359,9 @@ if ngroups < nops then -- a group has several ops
         if not reads[c2] then
           reads[#reads + 1], reads[c2] = c2, true
         end
-      elseif alg == 2 then
-        local c = cell(b .. BUCKET)
+      elseif alg == 2 or alg == 0 and p[3] < 0 then
+        local c = cell(b .. (alg == 2 and BUCKET or p[7]))
+        c[12] = alg == 0
         if not reads[c] then
           reads[#reads + 1], reads[c] = c, true
         end
@@ -378,17 +410,29 @@ if ngroups < nops then -- a group has several ops
           c = cell(b .. p[7])
         end
         local cost = p[3]
-        if cost > 0 then
-          if c[4] == 0 then
-            c[5], c[6] = p[6], p[8]
-          else
-            c[5] = false
+        if reads[c] then -- its count is known (a refund, or a sliding window's)
+          local was = c[3] + c[4]
+          local count = was + cost
+          if count > MAX then
+            count = MAX
+          elseif count < 0 then
+            count = 0
           end
-          c[4] = c[4] + cost
-        end
-        if s ~= prev then
-          n = n + 1
-          fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[4]
+          if count ~= was then
+            change(c, count - was, count - was == cost and p[6], p[8])
+          end
+          if s ~= prev then
+            n = n + 1
+            out[n] = count
+          end
+        else
+          if cost > 0 then
+            change(c, cost, p[6], p[8])
+          end
+          if s ~= prev then
+            n = n + 1
+            fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[4]
+          end
         end
       elseif alg == 1 then
         if s ~= prev then
@@ -399,19 +443,26 @@ if ngroups < nops then -- a group has several ops
         if pc > limit then
           pc = limit
         end
-        local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], c[3] + c[4], pc)
         n = n + 1
-        out[n] = w
-        if retry then
-          n = n + 1
-          out[n] = retry
-        elseif cost > 0 then
-          if c[4] == 0 then
-            c[5], c[6] = p[6], p[8]
-          else
-            c[5] = false
+        if cost < 0 then -- a refund: this window's count drops, not below 0
+          local was = c[3] + c[4]
+          local cur = was + cost
+          if cur < 0 then
+            cur = 0
           end
-          c[4] = c[4] + cost
+          if cur ~= was then
+            change(c, cur - was, cur - was == cost and p[6], p[8])
+          end
+          out[n] = weigh(p[13], p[14], p[10], cur, pc)
+        else
+          local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], c[3] + c[4], pc)
+          out[n] = w
+          if retry then
+            n = n + 1
+            out[n] = retry
+          elseif cost > 0 then
+            change(c, cost, p[6], p[8])
+          end
         end
       else
         local now, cost, burst, num, den = p[2], p[3], p[6], p[7], p[8]
@@ -437,7 +488,7 @@ if ngroups < nops then -- a group has several ops
         else
           out[n] = -(t * den + tc) - 2
         end
-        if cost > 0 then -- a charge leaves its state; a peek changes nothing
+        if cost ~= 0 then -- a charge or refund leaves its state; a peek changes nothing
           c[11] = true
           if t >= burst then
             c[7] = false
@@ -458,18 +509,17 @@ if ngroups < nops then -- a group has several ops
         local t, q = c[7], c[10]
         bucket_write(key, c[2], t, c[8], c[9], t and bucket_expiry(q[6], q[7], q[8], t, c[8], c[9]))
       elseif reads[c] then
-        if d > 0 then
-          if d > MAX then
-            d = MAX
+        -- Decided in order, its count stayed within [0, 2^52]: one INCRBY
+        -- sets it, and a counter that did not exist gets its expiry; one
+        -- that a refund emptied is deleted (as if never written).
+        if c[3] + d == 0 then
+          if c[2] then
+            call('DEL', key)
           end
-          local ds = c[5] or int(d)
+        elseif d ~= 0 then
+          call('INCRBY', key, c[5] or int(d))
           if not c[2] then
-            call('INCRBY', key, ds)
             call('PEXPIREAT', key, c[6])
-          elseif c[3] + d > MAX then
-            call('SET', key, MAXS, 'KEEPTTL')
-          else
-            call('INCRBY', key, ds)
           end
         end
       elseif d > 0 then
@@ -535,10 +585,20 @@ for g = 1, ngroups do
           call('SET', key, MAXS, 'KEEPTTL')
         end
       end
-    else
+    else -- a peek, or a refund: the count, less it, not below 0
       local v = first('GET', key)
       if not (cross and type(v) == 'table') then
         count = v and tonumber(v) or 0
+        if cost < 0 and count > 0 then
+          local was = count
+          count = count + cost
+          if count <= 0 then -- emptied: as if never written
+            count = 0
+            call('DEL', key)
+          else
+            call('INCRBY', key, p[6])
+          end
+        end
       end
     end
     n = n + 1
@@ -580,15 +640,29 @@ for g = 1, ngroups do
       if prev > limit then
         prev = limit
       end
-      local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], cur, prev)
-      out[n] = w
-      if retry then
-        n = n + 1
-        out[n] = retry
-      elseif cost > 0 then
-        call('INCRBY', k1, p[6])
-        if not v1 then
-          call('PEXPIREAT', k1, p[8])
+      if cost < 0 then -- a refund: this window's count drops, not below 0
+        local was = cur
+        cur = cur + cost
+        if cur < 0 then
+          cur = 0
+        end
+        if cur == 0 and was > 0 then -- emptied: as if never written
+          call('DEL', k1)
+        elseif cur ~= was then
+          call('INCRBY', k1, p[6])
+        end
+        out[n] = weigh(p[13], p[14], p[10], cur, prev)
+      else
+        local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], cur, prev)
+        out[n] = w
+        if retry then
+          n = n + 1
+          out[n] = retry
+        elseif cost > 0 then
+          call('INCRBY', k1, p[6])
+          if not v1 then
+            call('PEXPIREAT', k1, p[8])
+          end
         end
       end
     else
@@ -604,7 +678,7 @@ for g = 1, ngroups do
       else
         out[n] = -(t * den + tc) - 2
       end
-      if cost > 0 then
+      if cost ~= 0 then -- a charge or a refund leaves its state
         if t >= burst then
           bucket_write(k1, v1, false)
         else

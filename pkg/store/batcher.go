@@ -97,8 +97,8 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*waiter
-	queued   int     // ops in queue
-	busy     int     // sends under way or gathering
+	queued   int           // ops in queue
+	busy     int           // sends under way or gathering
 	avgReady float64       // calls waiting when a send is due, moving average
 	lastSend time.Duration // how long the last send that succeeded took
 	closed   bool

@@ -137,8 +137,8 @@ func TestRedisConformance(t *testing.T) {
 var farBase = (time.Now().UnixMilli()/(7*86_400_000) + 2) * (7 * 86_400_000)
 
 // randomOps returns n ops on a few keys with random algorithms, limits,
-// costs (peeks, fractions, huge) and time steps from *now, which it
-// advances.
+// costs (peeks, fractions, huge), refunds (one in five) and time steps
+// from *now, which it advances.
 func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 	windows := []int64{1000, 60_000, 3_600_000, 86_400_000, 604_800_000, 1000 * 365 * 86_400_000}
 	costs := []int64{0, 1, 500, 1000, 1000, 1000, 2500, 1 << 40, 1 << 62}
@@ -162,6 +162,7 @@ func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 	for i := range ops {
 		op := keys[rng.IntN(len(keys))]
 		op.Cost = costs[rng.IntN(len(costs))]
+		op.Refund = rng.IntN(5) == 0
 		switch rng.IntN(4) {
 		case 0:
 			*now += rng.Int64N(op.Window/50 + 1)

@@ -91,7 +91,18 @@ const maxSendChunks = 8
 // sameParams reports whether two ops send the same parameters to take.lua.
 func sameParams(a, b *limiter.Op) bool {
 	return a.Algorithm == b.Algorithm && a.Now == b.Now && a.Limit == b.Limit && a.Window == b.Window &&
-		a.Cost == b.Cost && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+		a.Cost == b.Cost && a.Refund == b.Refund && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+}
+
+// refunds reports whether op gives back: a refund of Cost 0 is a peek.
+func refunds(op *limiter.Op) bool { return op.Refund && op.Cost > 0 }
+
+// scriptCost is the cost the scripts take: a refund's negated.
+func scriptCost(op *limiter.Op) int64 {
+	if op.Refund {
+		return -op.Cost
+	}
+	return op.Cost
 }
 
 // splitChunks appends to dst the calls that carry ops, maxBatchOps each.
@@ -216,7 +227,7 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 			w.Int(op.Limit)
 		}
 		w.Int(op.Window)
-		w.Int(op.Cost)
+		w.Int(scriptCost(op))
 		if op.Algorithm == descriptors.FixedWindow {
 			w.String(e.guess[k])
 		}
@@ -247,8 +258,13 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 			return short()
 		}
 		if op.Algorithm == descriptors.FixedWindow && k > 0 && op.Key == ops[k-1].Key && sameParams(op, &ops[k-1]) {
-			// No value of its own: the op before it, plus its cost.
-			if count != notDecided {
+			// No value of its own: the op before it, plus its cost (less
+			// its refund, not below 0).
+			switch {
+			case count == notDecided:
+			case refunds(op):
+				count = max(count-min(op.Cost, maxCost), 0)
+			default:
 				count = min(count+min(op.Cost, maxCost), maxCost)
 			}
 		} else {
@@ -270,7 +286,7 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 			results[k] = fixedResult(op, count, clock)
 		case descriptors.SlidingWindow:
 			w, retry := count, int64(0)
-			if w+min(op.Cost, maxCost) > op.Limit {
+			if !refunds(op) && w+min(op.Cost, maxCost) > op.Limit {
 				if i >= len(v) {
 					return short()
 				}
@@ -301,6 +317,9 @@ func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 		now = clock
 	}
 	reset := op.Window - now%op.Window
+	if refunds(op) {
+		return limiter.Result{Allowed: true, Remaining: max(op.Limit-count, 0), Reset: reset}
+	}
 	if count <= op.Limit {
 		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
 	}
@@ -309,13 +328,17 @@ func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 
 // slidingResult derives a sliding-window op's answer from the weighted
 // count w it was decided on and, when denied (w + cost > limit), the
-// retry_after take.lua computed.
+// retry_after take.lua computed; a refund's from the weighted count after
+// it.
 func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
 	now := op.Now
 	if now == 0 {
 		now = clock
 	}
 	reset := op.Window - now%op.Window
+	if refunds(op) { // w is the weighted count after the refund
+		return limiter.Result{Allowed: true, Remaining: max(op.Limit-w, 0), Reset: reset}
+	}
 	cost := min(op.Cost, maxCost)
 	if w+cost <= op.Limit {
 		return limiter.Result{Allowed: true, Remaining: op.Limit - w - cost, Reset: reset}
@@ -369,7 +392,7 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Limit)
 		w.Int(op.Window)
-		w.Int(op.Cost)
+		w.Int(scriptCost(op))
 		w.Int(op.Burst)
 		w.Int(op.RateNum)
 		w.Int(op.RateDen)

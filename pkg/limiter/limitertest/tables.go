@@ -25,7 +25,7 @@ type table struct {
 
 type step struct {
 	at   int64 // ms after base
-	cost int64
+	cost int64 // below 0: a refund of -cost (limiter.Op.Refund)
 	want limiter.Result
 }
 
@@ -49,7 +49,7 @@ func runTables(t *testing.T, newStore func(*testing.T) limiter.Store, tables []t
 				in := make([]limiter.Op, len(tb.steps))
 				for i, s := range tb.steps {
 					in[i] = tb.op
-					in[i].Key, in[i].Now, in[i].Cost = key, base+s.at, s.cost
+					in[i].Key, in[i].Now, in[i].Cost, in[i].Refund = key, base+s.at, max(s.cost, -s.cost), s.cost < 0
 					if l, ok := tb.limits[i]; ok && tb.op.Algorithm == descriptors.TokenBucket {
 						in[i].Burst = l
 					} else if ok {
