@@ -399,7 +399,7 @@ if ngroups < nops then -- a group has several ops
     -- written; one that follows an op of its set replies nothing (the
     -- caller adds its cost to that op's count).
     local fixed = {} -- places in out, cells and charges of fixed ops
-    local c, c2 -- the cells of the op before, while ops share a set
+    local c, c2, rc -- the cells of the op before, while ops share a set
     prev = 0
     for o = i, j do
       local s = mb[o]
@@ -408,9 +408,10 @@ if ngroups < nops then -- a group has several ops
       if alg == 0 then
         if s ~= prev then
           c = cell(b .. p[7])
+          rc = reads[c]
         end
         local cost = p[3]
-        if reads[c] then -- its count is known (a refund, or a sliding window's)
+        if rc then -- its count is known (a refund, or a sliding window's)
           local was = c[3] + c[4]
           local count = was + cost
           if count > MAX then
@@ -426,8 +427,13 @@ if ngroups < nops then -- a group has several ops
             out[n] = count
           end
         else
-          if cost > 0 then
-            change(c, cost, p[6], p[8])
+          if cost > 0 then -- change(c, cost, p[6], p[8]), written out: the hot path
+            if c[5] == nil then
+              c[5], c[6] = p[6], p[8]
+            else
+              c[5] = false
+            end
+            c[4] = c[4] + cost
           end
           if s ~= prev then
             n = n + 1
@@ -460,8 +466,16 @@ if ngroups < nops then -- a group has several ops
           if retry then
             n = n + 1
             out[n] = retry
-          elseif cost > 0 then
-            change(c, cost, p[6], p[8])
+          elseif cost > 0 then -- change(c, cost, p[6], p[8]), written out
+            if c[5] == nil then
+              c[5] = p[6]
+            else
+              c[5] = false
+            end
+            if not c[6] then
+              c[6] = p[8]
+            end
+            c[4] = c[4] + cost
           end
         end
       else
