@@ -1,49 +1,58 @@
 -- arith.lua: the arithmetic the scripts share, without Redis calls. lua.go
 -- puts it where a script has the line "-- #include arith.lua" (take.lua,
--- atomic.lua); take.lua's header describes what it computes.
+-- atomic.lua); take.lua's header describes what it computes, and
+-- pkg/store/memory.go computes the same in Go.
+--
+-- Every value is an integer below 2^53, so Lua's doubles hold it exactly.
+-- Division rounds down as (a - a % b) / b: for integers 0 <= a < 2^53 and
+-- b >= 1 the double quotient a / b never rounds across an integer, so
+-- a % b (Lua 5.1: a - floor(a / b) * b) is exact, and this costs three VM
+-- instructions where math.floor costs a call into C. Likewise min and max
+-- are written out.
+--
+-- A script pays for every function it defines on every call (a closure
+-- is made each time the script runs), so each algorithm's functions are
+-- made by a builder that a call runs only when it has an op of that
+-- algorithm: sliding_arith(), bucket_arith().
 
 local MAX = 4503599627370496 -- 2^52: counters and costs saturate here
-local STEPS = 94000000 -- sliding window: Wg stays below this, so Wg * Wg < 2^53
+local BUCKET = 'tokens' -- a token bucket's key suffix
+local STATE = '<ddd' -- a token bucket's value: struct.pack of t, c, ts
 
+-- int formats an integer-valued number (below 2^63) without exponent: %d
+-- is an integer conversion, far cheaper than %.0f's or Lua's %.14g.
 local function int(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
--- fixed_reply answers a fixed-window op whose window holds count after
--- it, reset ms before the window ends: allowed (1 or 0), remaining,
--- retry_after and reset.
-local function fixed_reply(limit, count, reset)
-  if count <= limit then
-    return 1, limit - count, 0, reset
-  end
-  return 0, 0, reset, reset
-end
-
--- sliding_decide decides a sliding-window op elapsed ms into its window,
--- from the count of this window (cur) and of the previous one (prev,
--- already capped at limit). Returns allowed (1 or 0), remaining,
--- retry_after and reset.
-local function sliding_decide(limit, window, cost, elapsed, cur, prev)
-  local reset = window - elapsed
-  local g = 1
-  while math.floor(window / g) >= STEPS do
-    g = g * 1000
-  end
-  local wg = math.floor(window / g)
-
+-- sliding_arith returns the sliding window's functions:
+--
+-- steps(window) returns the step g (ms) a window of window ms is weighed
+-- in, and the number of steps wg = window / g (wg < 94e6, so wg^2 < 2^53).
+--
+-- decide(limit, window, g, wg, cost, elapsed, cur, prev) decides an op
+-- elapsed ms into its window, from the count of this window (cur) and of
+-- the previous one (prev, already capped at limit). It returns the
+-- weighted count w = cur + floor(prev * rem / wg), rem the steps of the
+-- previous window still inside (now - W, now]; the op is allowed when
+-- w + cost <= limit. For a denied op it also returns retry_after, ms.
+--
+-- weigh(g, wg, elapsed, cur, prev) returns that w alone (a refund's).
+local function sliding_arith()
   -- share returns floor(p * rem / wg) without forming p * rem.
-  local function share(p, rem)
-    local q = math.floor(p / wg)
-    local r = p - q * wg
-    return q * rem + math.floor(r * rem / wg)
+  local function share(p, rem, wg)
+    local r = p % wg
+    local x = r * rem
+    return (p - r) / wg * rem + (x - x % wg) / wg
   end
 
   -- maxrem returns the largest rem in [0, wg] with share(p, rem) <= a (a >= 0).
-  local function maxrem(p, a)
+  local function maxrem(p, a, wg)
     local lo, hi = 0, wg
     while lo < hi do
-      local mid = math.floor((lo + hi + 1) / 2)
-      if share(p, mid) <= a then
+      local mid = lo + hi + 1
+      mid = (mid - mid % 2) / 2
+      if share(p, mid, wg) <= a then
         lo = mid
       else
         hi = mid - 1
@@ -52,63 +61,107 @@ local function sliding_decide(limit, window, cost, elapsed, cur, prev)
     return lo
   end
 
-  local weighted = cur + share(prev, wg - 1 - math.floor(elapsed / g))
-  if weighted + cost <= limit then
-    return 1, limit - weighted - cost, 0, reset
-  end
-  local retry
-  if cost > limit then
-    retry = window
-  elseif cur <= limit - cost then
-    retry = (wg - 1 - maxrem(prev, limit - cost - cur)) * g - elapsed
-  else
-    retry = reset + math.max(wg - 1 - maxrem(math.min(cur, limit), limit - cost), 0) * g
-  end
-  return 0, math.max(limit - weighted, 0), retry, reset
-end
-
--- bucket_fill returns the ms until a bucket of t tokens and carry c is full.
-local function bucket_fill(burst, num, den, t, c)
-  return math.ceil(((burst - t) * den - c) / num)
-end
-
--- bucket_decide refills the bucket state (t, ts, c) up to now and charges
--- cost if the tokens allow it (a peek, cost 0, is allowed). Returns allowed
--- (a boolean) and the new t, ts, c.
-local function bucket_decide(burst, num, den, cost, now, t, ts, c)
-  local elapsed = math.max(0, now - ts)
-  if t >= burst or elapsed >= bucket_fill(burst, num, den, t, c) then
-    t, c = burst, 0
-  else
-    local n = elapsed * num + c
-    local add = math.floor(n / den)
-    t = t + add
-    c = n - add * den
-  end
-  ts = math.max(ts, now)
-  local allowed = true
-  if cost > 0 then
-    allowed = t >= cost
-    if allowed then
-      t = t - cost
+  local function steps(window)
+    local g = 1
+    while window / g >= 94000000 do
+      g = g * 1000
     end
+    return g, (window - window % g) / g
   end
-  return allowed, t, ts, c
+
+  local function weigh(g, wg, elapsed, cur, prev)
+    return cur + share(prev, wg - 1 - (elapsed - elapsed % g) / g, wg)
+  end
+
+  local function decide(limit, window, g, wg, cost, elapsed, cur, prev)
+    local w = weigh(g, wg, elapsed, cur, prev)
+    if w + cost <= limit then
+      return w
+    end
+    if cost > limit then
+      return w, window
+    elseif cur <= limit - cost then
+      return w, (wg - 1 - maxrem(prev, limit - cost - cur, wg)) * g - elapsed
+    end
+    if cur > limit then
+      cur = limit
+    end
+    local s = wg - 1 - maxrem(cur, limit - cost, wg)
+    if s < 0 then
+      s = 0
+    end
+    return w, window - elapsed + s * g
+  end
+
+  return steps, decide, weigh
 end
 
--- bucket_reply returns a bucket op's reply: allowed (1 or 0), remaining,
--- retry_after and reset, for the state bucket_decide left.
-local function bucket_reply(burst, num, den, window, cost, allowed, t, c)
-  local reset = 0
-  if t < burst then
-    reset = bucket_fill(burst, num, den, t, c)
+-- bucket_arith returns the token bucket's functions, decide, expiry, fill
+-- and ceil_div:
+--
+-- decide(burst, num, den, cost, now, t, ts, c) refills the bucket state
+-- (t milli-tokens, carry c / den, at ts) up to now and charges cost if the
+-- tokens allow it (a peek, cost 0, is allowed); a negative cost is a
+-- refund of -cost tokens, always allowed, that fills the bucket no further
+-- than burst (a full bucket has no carry). It returns allowed (a boolean)
+-- and the new t, ts, c.
+--
+-- expiry(burst, num, den, t, c, ts) returns when a state written at ts is
+-- full again, and so may expire: ts + fill, at least ts + 1.
+--
+-- fill(burst, num, den, t, c) returns the ms until the state is full.
+--
+-- ceil_div(a, b) returns ceil(a / b) for integers a >= 0, b >= 1.
+local function bucket_arith()
+  -- ceil_div returns ceil(a / b) for integers a >= 0, b >= 1.
+  local function ceil_div(a, b)
+    local r = a % b
+    if r > 0 then
+      return (a - r) / b + 1
+    end
+    return a / b
   end
-  if allowed then
-    return 1, t, 0, reset
+
+  local function fill(burst, num, den, t, c)
+    return ceil_div((burst - t) * den - c, num)
   end
-  local retry = window
-  if cost <= burst then
-    retry = math.ceil(((cost - t) * den - c) / num)
+
+  local function decide(burst, num, den, cost, now, t, ts, c)
+    local elapsed = now - ts
+    if elapsed < 0 then
+      elapsed = 0
+    end
+    if t >= burst or elapsed >= ceil_div((burst - t) * den - c, num) then
+      t, c = burst, 0
+    else
+      local n = elapsed * num + c
+      c = n % den
+      t = t + (n - c) / den
+    end
+    if now > ts then
+      ts = now
+    end
+    if cost > 0 then
+      if t < cost then
+        return false, t, ts, c
+      end
+      t = t - cost
+    elseif cost < 0 then
+      t = t - cost
+      if t >= burst then
+        t, c = burst, 0
+      end
+    end
+    return true, t, ts, c
   end
-  return 0, t, retry, reset
+
+  local function expiry(burst, num, den, t, c, ts)
+    local f = ceil_div((burst - t) * den - c, num)
+    if f < 1 then
+      f = 1
+    end
+    return ts + f
+  end
+
+  return decide, expiry, fill, ceil_div
 end

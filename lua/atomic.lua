@@ -1,21 +1,23 @@
 --[[
 atomic.lua: several ops decided all or nothing. The ops run in order at one
-instant, each with exactly the arithmetic of its algorithm's script
-(take.lua's fixed_window, sliding_window and token_bucket) and each seeing
+instant, each with exactly the arithmetic of take.lua's fixed_window,
+sliding_window and token_bucket (arith.lua) and each seeing
 the writes of the ops before it; those writes are staged in the script and
 reach Redis only if the call commits.
 
 KEYS[i]  base key of op i, ending in ':'. All KEYS of a call must share one
          {hash tag} in Redis Cluster. The state lives at KEYS[i] .. S
          (windows; S is a window start in Unix seconds) or
-         KEYS[i] .. 'bucket' (token bucket), as in the per-algorithm scripts.
+         KEYS[i] .. 'tokens' (token bucket), laid out as take.lua's header
+         says, so that both scripts decide on the same state.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
 ARGV[2]  now     decision time of every op, Unix ms; 0 means Redis TIME
 ARGV[3 + 8 * (i - 1)] .. ARGV[10 + 8 * (i - 1)], op i:
          alg     0 fixed_window, 1 sliding_window, 2 token_bucket
          limit   window capacity, milli-requests (windows)
          window  window length, ms
-         cost    charge, milli-requests; 0 peeks without writing
+         cost    charge, milli-requests; 0 peeks without writing; below 0,
+                 a refund of -cost (take.lua's header), always allowed
          burst   bucket capacity, milli-tokens (token bucket)
          num     refill rate numerator (token bucket)
          den     refill rate denominator (token bucket)
@@ -32,8 +34,9 @@ when there are ops with veto 2 and all of them are denied. A committed call
 writes what the per-algorithm scripts would have written, in order, with
 the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
 sliding window: the current counter PXAT ws + 2W, allowed charges only;
-token bucket: DEL when full, else HSET and PEXPIREAT when full again). A
-rejected call writes nothing, not even a fixed window's denied hit.
+token bucket: DEL when full, else SET of the packed state PXAT when full
+again). A rejected call writes nothing, not even a fixed window's denied
+hit.
 
 All numbers stay below 2^53, so Lua's doubles hold them exactly;
 pkg/store/memory_atomic.go mirrors this script.
@@ -44,8 +47,12 @@ pkg/store/memory_atomic.go mirrors this script.
 local now = tonumber(ARGV[2])
 if now == 0 then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  now = tonumber(t[1]) * 1000 + (us - us % 1000) / 1000
 end
+
+local steps, sliding_decide, weigh = sliding_arith()
+local bucket_decide, bucket_expiry, bucket_fill, ceil_div = bucket_arith()
 
 -- Staged state: what the ops so far wrote, read before Redis'.
 local counters = {} -- window counter key -> count
@@ -64,8 +71,8 @@ local function getcount(key)
   return n
 end
 
--- fixed mirrors take.lua's fixed. Its INCRBY (saturating) and PEXPIREAT
--- become one SET with PXAT of the same value and expiry.
+-- fixed decides as take.lua's fixed_window. Its INCRBY (saturating) and
+-- PEXPIREAT become one SET with PXAT of the same value and expiry.
 local function fixed(base, limit, window, cost)
   local ws = now - now % window
   local key = base .. int(ws / 1000)
@@ -76,57 +83,98 @@ local function fixed(base, limit, window, cost)
     count = math.min(count + cost, MAX)
     counters[key] = count
     stage('SET', key, int(count), 'PXAT', int(ws + window))
+  elseif cost < 0 then -- a refund: the count drops, not below 0; always allowed
+    if count > 0 then
+      count = math.max(count + cost, 0)
+      counters[key] = count
+      if count == 0 then -- emptied: as if never written
+        stage('DEL', key)
+      else
+        stage('SET', key, int(count), 'KEEPTTL')
+      end
+    end
+    return 1, math.max(limit - count, 0), 0, reset
   end
-
-  return fixed_reply(limit, count, reset)
+  if count <= limit then
+    return 1, limit - count, 0, reset
+  end
+  return 0, 0, reset, reset
 end
 
--- sliding mirrors take.lua's sliding. Its INCRBY and PEXPIREAT become one
--- SET with PXAT of the same value and expiry.
+-- sliding decides as take.lua's sliding_window. Its INCRBY and PEXPIREAT
+-- become one SET with PXAT of the same value and expiry.
 local function sliding(base, limit, window, cost)
   local ws = now - now % window
   local cur_key = base .. int(ws / 1000)
   local prev_key = base .. int((ws - window) / 1000)
   local cur = getcount(cur_key)
-  local prev = math.min(getcount(prev_key), limit)
+  local prev = getcount(prev_key)
+  if prev > limit then
+    prev = limit
+  end
 
-  local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - ws, cur, prev)
-  if allowed == 1 and cost > 0 then
+  local g, wg = steps(window)
+  local reset = window - (now - ws)
+  if cost < 0 then -- a refund: this window's count drops, not below 0
+    if cur > 0 then
+      cur = math.max(cur + cost, 0)
+      counters[cur_key] = cur
+      if cur == 0 then -- emptied: as if never written
+        stage('DEL', cur_key)
+      else
+        stage('SET', cur_key, int(cur), 'KEEPTTL')
+      end
+    end
+    return 1, math.max(limit - weigh(g, wg, now - ws, cur, prev), 0), 0, reset
+  end
+  local w, retry = sliding_decide(limit, window, g, wg, cost, now - ws, cur, prev)
+  if retry then
+    return 0, math.max(limit - w, 0), retry, reset
+  end
+  if cost > 0 then
     counters[cur_key] = cur + cost
     stage('SET', cur_key, int(cur + cost), 'PXAT', int(ws + 2 * window))
   end
-  return allowed, remaining, retry, reset
+  return 1, limit - w - cost, 0, reset
 end
 
--- bucket mirrors take.lua's bucket.
+-- bucket decides as take.lua's token_bucket.
 local function bucket(base, burst, num, den, window, cost)
-  local key = base .. 'bucket'
+  local key = base .. BUCKET
   local t, ts, c = burst, now, 0
   local staged = buckets[key]
   if staged then
     t, ts, c = staged[1], staged[2], staged[3]
   elseif staged == nil then
-    local state = redis.call('HMGET', key, 't', 'ts', 'c')
-    if state[1] then
-      t = tonumber(state[1])
-      ts = tonumber(state[2]) or now
-      c = tonumber(state[3]) or 0
+    local state = redis.call('GET', key)
+    if state then
+      t, c, ts = struct.unpack(STATE, state)
     end
   end
 
   local allowed
   allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-  if cost > 0 then
+  if cost ~= 0 then
     if t >= burst then
       buckets[key] = false
       stage('DEL', key)
     else
       buckets[key] = {t, ts, c}
-      stage('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-      stage('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+      stage('SET', key, struct.pack(STATE, t, c, ts), 'PXAT', int(bucket_expiry(burst, num, den, t, c, ts)))
     end
   end
-  return bucket_reply(burst, num, den, window, cost, allowed, t, c)
+  local reset = 0
+  if t < burst then
+    reset = bucket_fill(burst, num, den, t, c)
+  end
+  if allowed then
+    return 1, t, 0, reset
+  end
+  local retry = window
+  if cost <= burst then
+    retry = ceil_div((cost - t) * den - c, num)
+  end
+  return 0, t, retry, reset
 end
 
 local out = {tonumber(ARGV[1])}
@@ -137,7 +185,12 @@ for i = 1, #KEYS do
   local alg = tonumber(ARGV[a + 1])
   local limit = tonumber(ARGV[a + 2])
   local window = tonumber(ARGV[a + 3])
-  local cost = math.min(tonumber(ARGV[a + 4]), MAX)
+  local cost = tonumber(ARGV[a + 4])
+  if cost > MAX then
+    cost = MAX
+  elseif cost < -MAX then
+    cost = -MAX
+  end
   local veto = tonumber(ARGV[a + 8])
   local allowed, remaining, retry, reset
   if alg == 0 then

@@ -15,7 +15,7 @@ func TestInclude(t *testing.T) {
 		if strings.Count(tc.src, includeLine) != 1 {
 			t.Errorf("%s: %d include lines, want 1", name, strings.Count(tc.src, includeLine))
 		}
-		if strings.Contains(tc.script, includeLine) || strings.Count(tc.script, "local function bucket_decide(") != 1 {
+		if strings.Contains(tc.script, includeLine) || strings.Count(tc.script, "local function bucket_arith(") != 1 {
 			t.Errorf("%s: arith.lua not included exactly once", name)
 		}
 		if !strings.HasPrefix(tc.script, "--[[") {

@@ -1,193 +1,707 @@
 --[[
 take.lua: independent rate-limit decisions, any number of them and of any
 algorithms, in one script call. Each op is decided exactly as if it were
-alone, in order (an op sees the writes of the ops before it), at Redis TIME
-or at the time it carries.
+alone, in order (an op sees the writes of the ops before it on its key), at
+Redis TIME or at the time it carries.
 
-KEYS[i]  base key of op i, ending in ':' and holding a {hash tag}. Window
-         counters live at KEYS[i] .. S, S a window start in Unix seconds;
-         a token bucket is the hash KEYS[i] .. 'bucket'.
+The ops come in groups: the ops of a group share a base key and are
+consecutive in ARGV[2] (the caller puts the ops of one key together, in
+their order; ops of different keys are independent, so their order is
+free).
+
+KEYS[g]  key of group g: the base key of its ops (ending in ':' and
+         holding a {hash tag}), followed by a tail when its first op is a
+         fixed window (the window start the caller expects, see guess) or
+         a token bucket ('tokens'), so that the key of a group of one such
+         op comes whole, without a concatenation. Window counters live at
+         base .. S, S a window start in Unix seconds; a token bucket at
+         base .. 'tokens'.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
                  so that the caller can tell its reply from any other
 ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
                  parameters among those that follow, so that the ops of a
                  call that share their parameters (most do: one rule, one
                  cost) send them once
-ARGV[3...] the parameters, one set after another:
-         fixed_window   0, now, limit, window, cost
+ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
+                 group's ops first in map, and so on
+ARGV[4...] the parameters, one set after another:
+         fixed_window   0, now, limit, window, cost, guess
          sliding_window 1, now, limit, window, cost
          token_bucket   2, now, burst, num, den, window, cost
          now     decision time, Unix ms; 0 means Redis TIME (read once)
          limit   window capacity, milli-requests (0 <= limit <= 2^50)
          window  window length W, ms (windows: a positive multiple of 1000)
-         cost    charge, milli-requests; 0 peeks without writing
+         cost    charge, milli-requests; 0 peeks without writing; below
+                 0, a refund of -cost: always allowed, it gives back to a
+                 window's count (this window's, for a sliding window), not
+                 below 0, or to a bucket, refilled first, not past burst;
+                 it writes only state that exists, keeping its expiry (a
+                 window counter emptied is deleted; a bucket made full is
+                 deleted, one still short expires when full)
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
-Returns  {tag, clock, then per op: fixed_window: count; sliding_window and
-         token_bucket: allowed, remaining, retry_after, reset}. clock is the
-         Redis TIME the ops with now 0 were decided at (0 if none);
-         allowed is 1 or 0, remaining in milli-requests, retry_after and
-         reset in ms.
+         guess   the window start S (Unix seconds) the caller appended to
+                 the keys of groups whose first op has this set, by its own
+                 clock: a hint. The window is Redis' (TIME); when the hint
+                 is not it, the script takes the base key back from KEYS[g]
+                 and appends its own S.
+Returns  {tag, clock, then for each op in map's order:}
+         fixed_window    the count after the op; nothing when the op before
+                         it in its group has its parameter set (same key,
+                         same window: its count is that op's plus its cost,
+                         capped at 2^52, or less its refund, not below 0)
+         sliding_window  w, the weighted count the op was decided on (it is
+                         allowed when w + cost <= limit); when denied,
+                         then retry_after, ms; for a refund, the weighted
+                         count after it
+         token_bucket    t * den + c after the op (t milli-tokens, carry c)
+                         when allowed, -(t * den + c) - 2 when denied
+         -1 (one integer, whatever the algorithm) for an op left undecided
+         (cross-slot mode, below). clock is the Redis TIME the ops with now
+         0 were decided at (0 if none). The caller derives the rest of each
+         answer from these and the op (pkg/store/script.go): Redis formats
+         one integer a decision rather than four.
 
 A call on a Redis Cluster node whose keys span slots declares none
 (numkeys 0: Redis refuses declared keys of several slots with CROSSSLOT
-before the script runs) and sends them after the map instead, as
-ARGV[3 .. 2 + n], n = #map, the parameters following; the script then
-needs the allow-cross-slot-keys flag (lua.go's TakeCrossSlot). An op whose
-key this node does not serve (the slot moved, or is moving) fails its
-first command, which this mode runs with redis.pcall: nothing of the op
-is written and its reply is -1 (fixed_window) or -1, 0, 0, 0, so that the
-caller sends it again where the Cluster says; the other ops are decided.
+before the script runs) and sends them after groups instead, as
+ARGV[4 .. 3 + n], n = #groups, the parameters following; the script then
+needs the allow-cross-slot-keys flag (lua.go's TakeCrossSlot). A key this
+node does not serve (its slot moved, or is moving) fails the first command
+of its group, which this mode runs with redis.pcall: nothing of the group
+is written and its ops are left undecided, so that the caller sends them
+again where the Cluster says; the other groups are decided. (Every key of a
+group shares the base's hash tag, and so its slot.)
 
-fixed_window (envoyproxy/ratelimit's algorithm): ws = now - now % W. With a
-cost, count = INCRBY cost (the counter grows even when over the limit),
-saturating at 2^52 (a count past it is SET back to 2^52, KEEPTTL); the
-INCRBY that creates the counter (count == cost) sets PEXPIREAT ws + W. A
-peek reads count = GET or 0. The reply is the count alone: the caller
-derives reset = ws + W - now, allowed = count <= limit,
-remaining = max(limit - count, 0) and retry_after = reset when denied
-(pkg/store/script.go, fixedResult), so that Redis formats one integer a
-decision rather than four.
+State (every key has a TTL; a missing key is an empty window or a full
+bucket):
+- fixed_window: KEYS[g] .. S holds the window's count, an integer string
+  saturating at 2^52, expiring at ws + W (ws = now - now % W).
+- sliding_window: the counters of this window (S = ws / 1000) and of the
+  previous one, integer strings, each expiring at its own ws + 2W.
+- token_bucket: KEYS[g] .. 'tokens' holds struct.pack('<ddd', t, c, ts),
+  24 bytes: t milli-tokens and the carry c (c / den of a milli-token) at
+  ts, Unix ms, as three little-endian doubles (exact below 2^53). It
+  expires when the bucket is full again: ts + max(fill, 1). (It was a hash
+  at KEYS[g] .. 'bucket' before; such keys are never read, and expire by
+  themselves.)
+
+How a call runs. The state the decisions read (sliding windows' two
+counters, buckets) is read first, in one MGET for the whole call (in
+cross-slot mode, one MGET per group). Then each group is decided, its ops
+in order against its state, and each changed key is written once:
+- a window counter read and charged: INCRBY by the group's charges, and
+  PEXPIREAT of the first charge's expiry when it did not exist (cheaper
+  together than one SET with PXAT);
+- a fixed window's counter is not read before: the INCRBY of the group's
+  charges returns it (less those charges: the count before the call);
+  PEXPIREAT follows only when that INCRBY created it, and a count past
+  2^52 is SET back to 2^52 (KEEPTTL); a counter only peeked at is a GET;
+- a bucket charged: SET of its last state PXAT its expiry (with GET,
+  whose reply costs Lua less than SET's status), or DEL when it ended
+  full and existed.
+So a decision costs Redis at most one command of its own, and the
+decisions of a group share one read and one write of each key.
+
+fixed_window (envoyproxy/ratelimit's algorithm): a charge adds cost to the
+count (the counter grows even when over the limit); a peek reads it.
 
 sliding_window: the counters of this window (cur) and of the previous one
-(prev, capped at limit); arith.lua's sliding_decide weighs prev by the share
-of its milliseconds still inside (now - W, now] and derives retry_after.
-Only an allowed charge writes: INCRBY cur cost, PEXPIREAT cur ws + 2W.
+(prev, capped at limit); arith.lua's sliding decide weighs prev by the
+share of its milliseconds still inside (now - W, now] and derives
+retry_after. Only an allowed charge adds to cur.
 
 token_bucket: a bucket of burst milli-tokens refilled at num/den per ms with
-the remainder carried (arith.lua's bucket_decide, bucket_reply). A missing
-key is a full bucket. A peek writes nothing and is allowed. A charge writes
-the state: a full bucket is deleted, any other stored (fields t, ts, c) with
-PEXPIREAT ts + max(fill, 1), when it would be full again.
+the remainder carried (arith.lua's bucket decide). A peek is allowed and
+changes nothing; a charge (allowed or not) leaves the state refilled up to
+its time, less its cost if allowed.
 
 Cost: what Redis spends on a call is mostly moving arguments and replies
-and running redis.call, so an op sends one argument of its own (its key)
-and converts no number it need not convert. All numbers stay below 2^53,
-so Lua's doubles hold them exactly; pkg/store/memory.go mirrors this script
-step for step, and atomic.lua decides the same ops all or nothing.
+and running redis.call (a few thousand instructions each), then whatever
+Lua calls into C (each number it formats or parses, each function or table
+it makes: about a thousand instructions each, bench/callgrind measures
+them). So a group sends one argument of its own (its key); numbers cross
+into Redis as strings formatted once per call (ARGV's own strings where
+they can); a group of one op makes no table; each algorithm's functions
+are made only by a call that has its ops; and an op formats and parses
+nothing it need not. All numbers stay below 2^53, so Lua's doubles hold
+them exactly; pkg/store/memory.go mirrors this script step for step, and
+atomic.lua decides the same ops all or nothing on the same state.
 ]]
 
 -- #include arith.lua
 
-local call, byte, tonumber = redis.call, string.byte, tonumber
+local call, tonumber, sub = redis.call, tonumber, string.sub
 local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a call
 
--- The parameter sets, each converted once: P[k] = {alg, now, ...}, and for
--- windows the key suffixes and expiries as the strings Redis takes.
-local map = ARGV[2]
-local K, koff, a, first = KEYS, 0, 3, call
+local map, runs = ARGV[2], ARGV[3]
+local nops, ngroups = #map, #runs
+local K, koff, a, first = KEYS, 0, 4, call
 local cross = #KEYS == 0
 if cross then
-  K, koff, a, first = ARGV, 2, 3 + #map, redis.pcall
+  K, koff, a, first = ARGV, 3, 4 + ngroups, redis.pcall
 end
 
-local clock = 0
+-- The parameter sets, each converted once, the key suffixes and expiries
+-- as the strings Redis takes. P[k] = {alg, now, cost, tail, whole, ...}:
+-- tail is the length of what the caller appended to the base key of a
+-- group whose first op has the set, whole whether that makes the op's
+-- key; then
+--   fixed:   cost string, suffix, expiry
+--   sliding: cost string, suffix, expiry, previous suffix, elapsed, limit,
+--            window, g, wg
+--   bucket:  burst, num, den
+local clock, secs = 0, nil
 local P = {}
+local steps, sliding_decide, weigh, bucket_decide, bucket_expiry
+local refunds = false -- a window op of the call gives back (cost < 0)
 local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
   if now == '0' then
     if clock == 0 then
       local t = call('TIME')
-      clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      secs = t[1]
+      local us = tonumber(t[2])
+      clock = tonumber(secs) * 1000 + (us - us % 1000) / 1000
     end
     now = clock
   else
     now = tonumber(now)
   end
   if alg == '2' then
-    P[#P + 1] = {2, now, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      tonumber(ARGV[a + 5]), math.min(tonumber(ARGV[a + 6]), MAX)}
+    if not bucket_decide then
+      bucket_decide, bucket_expiry = bucket_arith()
+    end
+    local cost = tonumber(ARGV[a + 6])
+    if cost > MAX then
+      cost = MAX
+    elseif cost < -MAX then
+      cost = -MAX
+    end
+    P[#P + 1] = {2, now, cost, 6, true, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
     a = a + 7
   else
-    local limit, window, cs = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
+    local window, cs = tonumber(ARGV[a + 3]), ARGV[a + 4]
     local cost = tonumber(cs)
     if cost > MAX then
       cost, cs = MAX, MAXS
+    elseif cost < 0 then
+      refunds = true
+      if cost < -MAX then
+        cost, cs = -MAX, '-' .. MAXS
+      end
     end
     local ws = now - now % window
-    if alg == '0' then
-      P[#P + 1] = {0, now, limit, window, cost, cs, int(ws / 1000), int(ws + window)}
+    local suffix
+    if window == 1000 and now == clock then
+      suffix = secs -- TIME's seconds: the window's start, already a string
     else
-      P[#P + 1] = {1, now, limit, window, cost, int(cost), int(ws / 1000), int(ws + 2 * window),
-        int((ws - window) / 1000), ws}
+      suffix = int(ws / 1000)
     end
-    a = a + 5
+    if alg == '0' then
+      local guess = ARGV[a + 5]
+      P[#P + 1] = {0, now, cost, #guess, suffix == guess, cs, suffix, int(ws + window)}
+      a = a + 6
+    else
+      if not steps then
+        steps, sliding_decide, weigh = sliding_arith()
+      end
+      local g, wg = steps(window)
+      P[#P + 1] = {1, now, cost, 0, false, cs, suffix, int(ws + 2 * window), int((ws - window) / 1000),
+        now - ws, tonumber(ARGV[a + 2]), window, g, wg}
+      a = a + 5
+    end
   end
 end
 
-local out = {tonumber(ARGV[1]), clock}
-local n = 2
-for i = 1, #map do
-  local p = P[byte(map, i)]
-  local alg = p[1]
-  local base = K[koff + i]
-  if alg == 0 then
-    local key = base .. p[7]
-    local count
-    if p[5] > 0 then
-      count = first('INCRBY', key, p[6])
-      if cross and type(count) == 'table' then
-        count = -1 -- not this node's key: not decided
-      elseif count == p[5] then
-        call('PEXPIREAT', key, p[8])
-      elseif count > MAX then
-        count = MAX
-        call('SET', key, MAXS, 'KEEPTTL')
+-- mb[i] is op i's set, gb[g] group g's size. out is made about as long as
+-- the reply will be, so that it seldom grows (the reply ends at its first
+-- nil).
+local byte = string.byte
+local mb = {byte(map, 1, nops)}
+local gb = {byte(runs, 1, ngroups)}
+local out = {tonumber(ARGV[1]), clock, byte(map, 1, nops)}
+
+-- base returns the base key of group g, whose first op has set p.
+local function base(g, p)
+  local k = K[koff + g]
+  if p[4] > 0 then
+    return sub(k, 1, #k - p[4])
+  end
+  return k
+end
+
+-- Read the state of every group at once (not in cross-slot mode, where
+-- each group reads its own): rk lists the keys, in the order the groups
+-- will take them. A group of one sliding window reads its counters at
+-- rk[r + 1], rk[r + 2], of one bucket at rk[r + 1]; a larger group reads
+-- its distinct keys in the order its ops first name them.
+local rk, rv, nr = {}, nil, 0
+if (steps or bucket_decide or refunds) and not cross then
+  local i = 1
+  for g = 1, ngroups do
+    local cnt = gb[g]
+    if cnt == 1 then
+      local p = P[mb[i]]
+      if p[1] == 1 then
+        local k = K[koff + g]
+        rk[nr + 1], rk[nr + 2] = k .. p[7], k .. p[9]
+        nr = nr + 2
+      elseif p[1] == 2 then
+        nr = nr + 1
+        rk[nr] = K[koff + g]
       end
     else
-      count = first('GET', key)
-      if cross and type(count) == 'table' then
-        count = -1
+      local b, seen = base(g, P[mb[i]]), {}
+      for o = i, i + cnt - 1 do
+        local p = P[mb[o]]
+        local k1, k2
+        if p[1] == 1 then
+          k1, k2 = b .. p[7], b .. p[9]
+        elseif p[1] == 2 then
+          k1 = b .. BUCKET
+        elseif p[3] < 0 then -- a fixed window's refund needs its count
+          k1 = b .. p[7]
+        end
+        if k1 and not seen[k1] then
+          nr = nr + 1
+          rk[nr], seen[k1] = k1, true
+        end
+        if k2 and not seen[k2] then
+          nr = nr + 1
+          rk[nr], seen[k2] = k2, true
+        end
+      end
+    end
+    i = i + cnt
+  end
+  if nr > 0 then
+    rv = call('MGET', unpack(rk))
+  end
+end
+
+-- bucket_write writes a bucket's state after its group (t false: full),
+-- formatting the state and expiry only when they differ from the last.
+local bucket_write
+if bucket_decide then
+  local lt, lc, lts, lv, lx, lxs
+  bucket_write = function(key, existed, t, c, ts, x)
+    if not t then
+      if existed then
+        call('DEL', key)
+      end
+      return
+    end
+    if t ~= lt or c ~= lc or ts ~= lts then
+      lt, lc, lts, lv = t, c, ts, struct.pack(STATE, t, c, ts)
+    end
+    if x ~= lx then
+      lx, lxs = x, int(x)
+    end
+    call('SET', key, lv, 'PXAT', lxs, 'GET') -- GET: a bulk reply, no table
+  end
+end
+
+-- group decides the ops i .. j (more than one) of group g on base b, the
+-- reply going to out from n + 1, and returns the new n and at: where its
+-- values start in rv (the MGET's); in cross-slot mode it reads its keys
+-- itself. It is take.lua's general path, made only for a call that has
+-- a group of several ops.
+local group
+if ngroups < nops then -- a group has several ops
+  group = function(b, i, j, n, at)
+    -- A cell is one key: {key, value read (false: missing), count before
+    -- the call (windows), change so far, the string of its one change
+    -- (while there is exactly one, of an op's whole cost), expiry of its
+    -- first increase, bucket t, c, ts and the set of its last charge (for
+    -- its expiry, computed when it is written), changed, window}.
+    local cells, order = {}, {}
+    local function cell(key)
+      local c = cells[key]
+      if not c then
+        c = {key, false, false, 0, nil, false, nil, 0, 0, 0, false, false}
+        cells[key] = c
+        order[#order + 1] = c
+      end
+      return c
+    end
+    -- change adds d (not 0) to a window cell, by an op whose whole cost
+    -- string is cs when d is its cost (else cs is false), exp its expiry.
+    local function change(c, d, cs, exp)
+      if c[5] == nil then
+        c[5] = cs
       else
-        count = tonumber(count or 0)
+        c[5] = false
+      end
+      if d > 0 and not c[6] then
+        c[6] = exp
+      end
+      c[4] = c[4] + d
+    end
+    -- Name the cells read, in rk's order, and take their values.
+    local reads = {}
+    local prev = 0
+    for o = i, j do
+      local s = mb[o]
+      local p = P[s]
+      local alg = p[1]
+      if s == prev then -- its cells are named
+        alg = -1
+      end
+      prev = s
+      if alg == 1 then
+        local c1, c2 = cell(b .. p[7]), cell(b .. p[9])
+        c1[12], c2[12] = true, true
+        if not reads[c1] then
+          reads[#reads + 1], reads[c1] = c1, true
+        end
+        if not reads[c2] then
+          reads[#reads + 1], reads[c2] = c2, true
+        end
+      elseif alg == 2 or alg == 0 and p[3] < 0 then
+        local c = cell(b .. (alg == 2 and BUCKET or p[7]))
+        c[12] = alg == 0
+        if not reads[c] then
+          reads[#reads + 1], reads[c] = c, true
+        end
+      end
+    end
+    if #reads > 0 then
+      local v
+      if cross then
+        local keys = {}
+        for k = 1, #reads do
+          keys[k] = reads[k][1]
+        end
+        v = first('MGET', unpack(keys))
+        if v.err then -- not this node's slot: nothing decided
+          for _ = i, j do
+            n = n + 1
+            out[n] = -1
+          end
+          return n, at
+        end
+      else
+        v = {unpack(rv, at + 1, at + #reads)}
+        at = at + #reads
+      end
+      for k = 1, #reads do
+        local c = reads[k]
+        c[2] = v[k]
+        if c[12] then
+          c[3] = v[k] and tonumber(v[k]) or 0
+        end
+      end
+    end
+
+    -- Decide in order. A fixed op replies its count once its cell is
+    -- written; one that follows an op of its set replies nothing (the
+    -- caller adds its cost to that op's count).
+    local fixed = {} -- places in out, cells and charges of fixed ops
+    local c, c2, rc -- the cells of the op before, while ops share a set
+    prev = 0
+    for o = i, j do
+      local s = mb[o]
+      local p = P[s]
+      local alg = p[1]
+      if alg == 0 then
+        if s ~= prev then
+          c = cell(b .. p[7])
+          rc = reads[c]
+        end
+        local cost = p[3]
+        if rc then -- its count is known (a refund, or a sliding window's)
+          local was = c[3] + c[4]
+          local count = was + cost
+          if count > MAX then
+            count = MAX
+          elseif count < 0 then
+            count = 0
+          end
+          if count ~= was then
+            change(c, count - was, count - was == cost and p[6], p[8])
+          end
+          if s ~= prev then
+            n = n + 1
+            out[n] = count
+          end
+        else
+          if cost > 0 then -- change(c, cost, p[6], p[8]), written out: the hot path
+            if c[5] == nil then
+              c[5], c[6] = p[6], p[8]
+            else
+              c[5] = false
+            end
+            c[4] = c[4] + cost
+          end
+          if s ~= prev then
+            n = n + 1
+            fixed[#fixed + 1], fixed[#fixed + 2], fixed[#fixed + 3] = n, c, c[4]
+          end
+        end
+      elseif alg == 1 then
+        if s ~= prev then
+          c, c2 = cells[b .. p[7]], cells[b .. p[9]]
+        end
+        local cost, limit = p[3], p[11]
+        local pc = c2[3] + c2[4]
+        if pc > limit then
+          pc = limit
+        end
+        n = n + 1
+        if cost < 0 then -- a refund: this window's count drops, not below 0
+          local was = c[3] + c[4]
+          local cur = was + cost
+          if cur < 0 then
+            cur = 0
+          end
+          if cur ~= was then
+            change(c, cur - was, cur - was == cost and p[6], p[8])
+          end
+          out[n] = weigh(p[13], p[14], p[10], cur, pc)
+        else
+          local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], c[3] + c[4], pc)
+          out[n] = w
+          if retry then
+            n = n + 1
+            out[n] = retry
+          elseif cost > 0 then -- change(c, cost, p[6], p[8]), written out
+            if c[5] == nil then
+              c[5] = p[6]
+            else
+              c[5] = false
+            end
+            if not c[6] then
+              c[6] = p[8]
+            end
+            c[4] = c[4] + cost
+          end
+        end
+      else
+        local now, cost, burst, num, den = p[2], p[3], p[6], p[7], p[8]
+        if s ~= prev then
+          c = cells[b .. BUCKET]
+        end
+        local t, tc, ts = c[7], c[8], c[9]
+        if t == nil then -- the state stored
+          t = false
+          if c[2] then
+            t, tc, ts = struct.unpack(STATE, c[2])
+          end
+          c[7], c[8], c[9] = t, tc, ts
+        end
+        if not t then -- full: as a missing key reads
+          t, tc, ts = burst, 0, now
+        end
+        local allowed
+        allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
+        n = n + 1
+        if allowed then
+          out[n] = t * den + tc
+        else
+          out[n] = -(t * den + tc) - 2
+        end
+        if cost ~= 0 then -- a charge or refund leaves its state; a peek changes nothing
+          c[11] = true
+          if t >= burst then
+            c[7] = false
+          else
+            c[7], c[8], c[9], c[10] = t, tc, ts, p -- its expiry, from its set, when written
+          end
+        end
+      end
+      prev = s
+    end
+
+    -- Write each changed cell once; a fixed window's count before the
+    -- call comes from its INCRBY (or a GET when only peeked at).
+    for k = 1, #order do
+      local c = order[k]
+      local key, d = c[1], c[4]
+      if c[11] then
+        local t, q = c[7], c[10]
+        bucket_write(key, c[2], t, c[8], c[9], t and bucket_expiry(q[6], q[7], q[8], t, c[8], c[9]))
+      elseif reads[c] then
+        -- Decided in order, its count stayed within [0, 2^52]: one INCRBY
+        -- sets it, and a counter that did not exist gets its expiry; one
+        -- that a refund emptied is deleted (as if never written).
+        if c[3] + d == 0 then
+          if c[2] then
+            call('DEL', key)
+          end
+        elseif d ~= 0 then
+          call('INCRBY', key, c[5] or int(d))
+          if not c[2] then
+            call('PEXPIREAT', key, c[6])
+          end
+        end
+      elseif d > 0 then
+        if d > MAX then
+          d = MAX
+        end
+        local r = first('INCRBY', key, c[5] or int(d))
+        if cross and type(r) == 'table' then
+          c[3] = false
+        else
+          c[3] = r - d
+          if r == d then
+            call('PEXPIREAT', key, c[6])
+          elseif r > MAX then
+            call('SET', key, MAXS, 'KEEPTTL')
+          end
+        end
+      else
+        local v = first('GET', key)
+        if cross and type(v) == 'table' then
+          c[3] = false
+        else
+          c[3] = v and tonumber(v) or 0
+        end
+      end
+    end
+    for f = 1, #fixed, 3 do
+      local c = fixed[f + 1]
+      local count = -1
+      if c[3] then
+        count = c[3] + fixed[f + 2]
+        if count > MAX then
+          count = MAX
+        end
+      end
+      out[fixed[f]] = count
+    end
+    return n, at
+  end
+end
+
+-- Decide, group by group. A group of one op needs no table: its state is
+-- at rv[r + 1] (and rv[r + 2]), or read here in cross-slot mode.
+local n, i, r = 2, 1, 0
+for g = 1, ngroups do
+  local cnt = gb[g]
+  local p = P[mb[i]]
+  if cnt > 1 then
+    n, r = group(base(g, p), i, i + cnt - 1, n, r)
+  elseif p[1] == 0 then
+    local key, cost, count = K[koff + g], p[3], -1
+    if not p[5] then -- the caller's guess of the window was not Redis'
+      key = sub(key, 1, #key - p[4]) .. p[7]
+    end
+    if cost > 0 then
+      local v = first('INCRBY', key, p[6])
+      if not (cross and type(v) == 'table') then
+        count = v
+        if v == cost then
+          call('PEXPIREAT', key, p[8])
+        elseif v > MAX then
+          count = MAX
+          call('SET', key, MAXS, 'KEEPTTL')
+        end
+      end
+    else -- a peek, or a refund: the count, less it, not below 0
+      local v = first('GET', key)
+      if not (cross and type(v) == 'table') then
+        count = v and tonumber(v) or 0
+        if cost < 0 and count > 0 then
+          local was = count
+          count = count + cost
+          if count <= 0 then -- emptied: as if never written
+            count = 0
+            call('DEL', key)
+          else
+            call('INCRBY', key, p[6])
+          end
+        end
       end
     end
     n = n + 1
     out[n] = count
-  elseif alg == 1 then
-    local now, limit, window, cost = p[2], p[3], p[4], p[5]
-    local cur_key = base .. p[7]
-    local cur = first('GET', cur_key)
-    if cross and type(cur) == 'table' then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
-    else
-      cur = tonumber(cur or 0)
-      local prev = math.min(tonumber(call('GET', base .. p[9]) or 0), limit)
-      local allowed, remaining, retry, reset = sliding_decide(limit, window, cost, now - p[10], cur, prev)
-      if allowed == 1 and cost > 0 then
-        call('INCRBY', cur_key, p[6])
-        call('PEXPIREAT', cur_key, p[8])
-      end
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed, remaining, retry, reset
-    end
-    n = n + 4
   else
-    local now, burst, num, den, window, cost = p[2], p[3], p[4], p[5], p[6], p[7]
-    local key = base .. 'bucket'
-    local t, ts, c = burst, now, 0
-    local state = first('HMGET', key, 't', 'ts', 'c')
-    if cross and state.err then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, 0, 0, 0
-    else
-      if state[1] then
-        t = tonumber(state[1])
-        ts = tonumber(state[2]) or now
-        c = tonumber(state[3]) or 0
+    local alg = p[1]
+    local k1, k2, v1, v2
+    if not cross then
+      k1, v1 = rk[r + 1], rv[r + 1]
+      if alg == 1 then
+        k2, v2 = rk[r + 2], rv[r + 2]
+        r = r + 2
+      else
+        r = r + 1
       end
-      local allowed
-      allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
-      if cost > 0 then
-        if t >= burst then
-          call('DEL', key)
-        else
-          call('HSET', key, 't', int(t), 'ts', int(ts), 'c', int(c))
-          call('PEXPIREAT', key, int(ts + math.max(bucket_fill(burst, num, den, t, c), 1)))
+    else
+      local v
+      if alg == 1 then
+        local b = K[koff + g]
+        k1, k2 = b .. p[7], b .. p[9]
+        v = first('MGET', k1, k2)
+      else
+        k1 = K[koff + g]
+        v = first('MGET', k1)
+      end
+      if v.err then
+        k1 = false
+      else
+        v1, v2 = v[1], v[2]
+      end
+    end
+    n = n + 1
+    if not k1 then
+      out[n] = -1
+    elseif alg == 1 then
+      local cost, limit = p[3], p[11]
+      local cur = v1 and tonumber(v1) or 0
+      local prev = v2 and tonumber(v2) or 0
+      if prev > limit then
+        prev = limit
+      end
+      if cost < 0 then -- a refund: this window's count drops, not below 0
+        local was = cur
+        cur = cur + cost
+        if cur < 0 then
+          cur = 0
+        end
+        if cur == 0 and was > 0 then -- emptied: as if never written
+          call('DEL', k1)
+        elseif cur ~= was then
+          call('INCRBY', k1, p[6])
+        end
+        out[n] = weigh(p[13], p[14], p[10], cur, prev)
+      else
+        local w, retry = sliding_decide(limit, p[12], p[13], p[14], cost, p[10], cur, prev)
+        out[n] = w
+        if retry then
+          n = n + 1
+          out[n] = retry
+        elseif cost > 0 then
+          call('INCRBY', k1, p[6])
+          if not v1 then
+            call('PEXPIREAT', k1, p[8])
+          end
         end
       end
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = bucket_reply(burst, num, den, window, cost, allowed, t, c)
+    else
+      local now, cost, burst, num, den = p[2], p[3], p[6], p[7], p[8]
+      local t, tc, ts = burst, 0, now
+      if v1 then
+        t, tc, ts = struct.unpack(STATE, v1)
+      end
+      local allowed
+      allowed, t, ts, tc = bucket_decide(burst, num, den, cost, now, t, ts, tc)
+      if allowed then
+        out[n] = t * den + tc
+      else
+        out[n] = -(t * den + tc) - 2
+      end
+      if cost ~= 0 then -- a charge or a refund leaves its state
+        if t >= burst then
+          bucket_write(k1, v1, false)
+        else
+          bucket_write(k1, v1, t, tc, ts, bucket_expiry(burst, num, den, t, tc, ts))
+        end
+      end
     end
-    n = n + 4
   end
+  i = i + cnt
 end
+out[n + 1] = nil
 return out

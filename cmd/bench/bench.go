@@ -22,12 +22,24 @@ type sample struct {
 	Started       time.Time    `json:"started"`
 	Report        *load.Report `json:"loadgen"`
 	ServerCPU     float64      `json:"server_cpu_seconds"`
-	RedisCPU      float64      `json:"redis_cpu_seconds"` // summed over the masters
-	RedisCommands int64        `json:"redis_commands"`    // total_commands_processed delta, scripts' commands included
+	RedisCPU      float64      `json:"redis_cpu_seconds"`     // summed over the masters
+	RedisSysCPU   float64      `json:"redis_sys_cpu_seconds"` // the kernel's share of RedisCPU
+	RedisCommands int64        `json:"redis_commands"`        // total_commands_processed delta, scripts' commands included
+	RedisScripts  int64        `json:"redis_script_calls"`    // EVALSHA, EVAL and FCALL calls
+	Descriptors   int          `json:"descriptors"`           // per decision
 	Load1         float64      `json:"load1_before"`
 }
 
 func (s *sample) decisions() float64 { return float64(s.Report.Decisions()) }
+
+// perCall returns the counters decided per script call, 0 when no script
+// ran (the reference).
+func (s *sample) perCall() float64 {
+	if s.RedisScripts <= 0 {
+		return 0
+	}
+	return s.decisions() * float64(max(s.Descriptors, 1)) / float64(s.RedisScripts)
+}
 
 // perDecision returns seconds of CPU per decision in µs.
 func (s *sample) perDecision(seconds float64) float64 {
@@ -147,10 +159,11 @@ func (b *bench) run(ctx context.Context, res *results) error {
 					}
 					rr.Samples[i] = append(rr.Samples[i], s)
 					done++
-					b.logf("%d/%d %s round %d %s: %.0f/s p50 %s p99 %s, CPU per decision: server %.0f µs, Redis %.0f µs, loadgen %.0f µs; errors %d",
+					b.logf("%d/%d %s round %d %s: %.0f/s p50 %s p99 %s, CPU per decision: server %.0f µs, Redis %.2f µs (kernel %.2f), loadgen %.0f µs; %.1f per script call; errors %d",
 						done, total, rr.Spec.short(), round+1, b.bins[i].name, s.Report.DecisionsPerSec,
 						fmtUS(s.Report.Latency.P50), fmtUS(s.Report.Latency.P99),
-						s.perDecision(s.ServerCPU), s.perDecision(s.RedisCPU), s.perDecision(s.Report.CPUSeconds), s.Report.Errors)
+						s.perDecision(s.ServerCPU), s.perDecision(s.RedisCPU), s.perDecision(s.RedisSysCPU),
+						s.perDecision(s.Report.CPUSeconds), s.perCall(), s.Report.Errors)
 				}
 			}
 		}
@@ -187,7 +200,7 @@ func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, erro
 func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round int) (*sample, error) {
 	g, err := load.Dial(ctx, load.Config{
 		Addr: srv.grpc, Callers: spec.Callers, Conns: b.o.conns, Timeout: callTimeout,
-		Keys: b.o.keys, Pick: load.PickUniform, Descriptors: spec.Descriptors,
+		Keys: spec.keys(b.o.keys), Pick: load.PickUniform, Descriptors: spec.Descriptors,
 		Domain: rulesDomain, EntryKeys: []string{spec.Key}, ValuePrefix: valuePrefix,
 		// The same draws for every server in a round.
 		Seed: uint64(round + 1),
@@ -202,7 +215,7 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage()}
+	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage(), Descriptors: spec.Descriptors}
 	cpu0, r0, err := srv.usage(ctx)
 	if err != nil {
 		return nil, err
@@ -221,6 +234,8 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	dr := r1.sub(r0)
 	s.ServerCPU = (cpu1 - cpu0).Seconds()
 	s.RedisCPU = dr.cpu.Seconds()
+	s.RedisSysCPU = dr.sys.Seconds()
+	s.RedisScripts = dr.scripts
 	// The first INFO of each node is in the delta.
 	s.RedisCommands = dr.commands - int64(len(srv.redis.addrs))
 	switch {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,20 +75,26 @@ var clockTicks = sync.OnceValue(func() int64 {
 // redisStats are the counters of one INFO reply that a run reads twice.
 type redisStats struct {
 	cpu      time.Duration // used_cpu_sys + used_cpu_user: Redis' own CPU, every thread
+	sys      time.Duration // used_cpu_sys: the kernel's share of it
 	commands int64         // total_commands_processed
+	scripts  int64         // calls of EVALSHA, EVAL and FCALL (INFO commandstats)
 }
 
 func (s redisStats) add(o redisStats) redisStats {
-	return redisStats{cpu: s.cpu + o.cpu, commands: s.commands + o.commands}
+	return redisStats{cpu: s.cpu + o.cpu, sys: s.sys + o.sys, commands: s.commands + o.commands, scripts: s.scripts + o.scripts}
 }
 
 func (s redisStats) sub(o redisStats) redisStats {
-	return redisStats{cpu: s.cpu - o.cpu, commands: s.commands - o.commands}
+	return redisStats{cpu: s.cpu - o.cpu, sys: s.sys - o.sys, commands: s.commands - o.commands, scripts: s.scripts - o.scripts}
 }
+
+// scriptCommands are the commandstats entries of script calls.
+var scriptCommands = []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall"}
 
 // parseInfo reads used_cpu_sys, used_cpu_user (seconds, microsecond
 // precision) and total_commands_processed from the text of an INFO reply
-// (sections cpu and stats at least). The children's CPU
+// (sections cpu and stats at least), and the calls of script commands
+// from its commandstats section when it has one. The children's CPU
 // (used_cpu_*_children: forks for persistence) is not Redis' own work and
 // is left out.
 func parseInfo(text string) (redisStats, error) {
@@ -104,7 +111,11 @@ func parseInfo(text string) (redisStats, error) {
 			if err != nil || !(f >= 0 && f < maxSeconds) {
 				return s, fmt.Errorf("%w INFO %s:%q", ErrParse, k, v)
 			}
-			s.cpu += time.Duration(f * float64(time.Second))
+			d := time.Duration(f * float64(time.Second))
+			s.cpu += d
+			if k == "used_cpu_sys" {
+				s.sys = d
+			}
 			seen++
 		case "total_commands_processed":
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -113,6 +124,16 @@ func parseInfo(text string) (redisStats, error) {
 			}
 			s.commands = n
 			seen++
+		default:
+			if !slices.Contains(scriptCommands, k) {
+				continue
+			}
+			calls, _, _ := strings.Cut(v, ",")
+			n, err := strconv.ParseInt(strings.TrimPrefix(calls, "calls="), 10, 64)
+			if err != nil || n < 0 || !strings.HasPrefix(calls, "calls=") {
+				return s, fmt.Errorf("%w INFO %s:%q", ErrParse, k, v)
+			}
+			s.scripts += n
 		}
 	}
 	if seen != 3 {
@@ -123,7 +144,7 @@ func parseInfo(text string) (redisStats, error) {
 
 // infoCPU runs redis-cli INFO against addr and parses it.
 func infoCPU(ctx context.Context, cli, addr string) (redisStats, error) {
-	out, err := redisCLI(ctx, cli, addr, "INFO", "cpu", "stats")
+	out, err := redisCLI(ctx, cli, addr, "INFO", "cpu", "stats", "commandstats")
 	if err != nil {
 		return redisStats{}, err
 	}

@@ -89,10 +89,14 @@ func TestProcCPUReadsThisProcess(t *testing.T) {
 	}
 }
 
-// info is an INFO cpu stats reply of Redis 7.0, with its CRLFs.
+// info is an INFO cpu stats commandstats reply of Redis 7.0, with its
+// CRLFs.
 const info = "# CPU\r\nused_cpu_sys:1.234567\r\nused_cpu_user:2.000001\r\nused_cpu_sys_children:9.000000\r\n" +
 	"used_cpu_user_children:9.000000\r\nused_cpu_sys_main_thread:1.200000\r\nused_cpu_user_main_thread:1.900000\r\n\r\n" +
-	"# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:4711\r\ninstantaneous_ops_per_sec:0\r\n"
+	"# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:4711\r\ninstantaneous_ops_per_sec:0\r\n\r\n" +
+	"# Commandstats\r\ncmdstat_evalsha:calls=400,usec=9000,usec_per_call=22.50,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_eval:calls=2,usec=90,usec_per_call=45.00,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_info:calls=7,usec=70,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n"
 
 func TestParseInfo(t *testing.T) {
 	tests := []struct {
@@ -101,8 +105,11 @@ func TestParseInfo(t *testing.T) {
 		want redisStats
 		err  bool
 	}{
-		{name: "cpu and stats", text: info, want: redisStats{cpu: 3234568 * time.Microsecond, commands: 4711}},
-		{name: "LF only", text: "used_cpu_user:0.5\nused_cpu_sys:0.25\ntotal_commands_processed:0\n", want: redisStats{cpu: 750 * time.Millisecond}},
+		{name: "cpu, stats and commandstats", text: info,
+			want: redisStats{cpu: 3234568 * time.Microsecond, sys: 1234567 * time.Microsecond, commands: 4711, scripts: 402}},
+		{name: "LF only", text: "used_cpu_user:0.5\nused_cpu_sys:0.25\ntotal_commands_processed:0\n",
+			want: redisStats{cpu: 750 * time.Millisecond, sys: 250 * time.Millisecond}},
+		{name: "bad script calls", text: "used_cpu_sys:1\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\ncmdstat_evalsha:usec=3\r\n", err: true},
 		{name: "no stats section", text: "# CPU\r\nused_cpu_sys:1\r\nused_cpu_user:1\r\n", err: true},
 		{name: "no cpu section", text: "# Stats\r\ntotal_commands_processed:1\r\n", err: true},
 		{name: "bad float", text: "used_cpu_sys:abc\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\n", err: true},
@@ -126,12 +133,12 @@ func TestParseInfo(t *testing.T) {
 }
 
 func TestRedisStatsArithmetic(t *testing.T) {
-	a := redisStats{cpu: 3 * time.Second, commands: 10}
-	b := redisStats{cpu: time.Second, commands: 4}
+	a := redisStats{cpu: 3 * time.Second, sys: time.Second, commands: 10, scripts: 5}
+	b := redisStats{cpu: time.Second, sys: time.Millisecond, commands: 4, scripts: 2}
 	if got := a.add(b).sub(b); got != a {
 		t.Fatalf("a + b - b = %+v, want %+v", got, a)
 	}
-	if got := a.sub(b); got != (redisStats{cpu: 2 * time.Second, commands: 6}) {
+	if got := a.sub(b); got != (redisStats{cpu: 2 * time.Second, sys: 999 * time.Millisecond, commands: 6, scripts: 3}) {
 		t.Fatalf("a - b = %+v", got)
 	}
 }
@@ -151,7 +158,7 @@ func FuzzParseInfo(f *testing.F) {
 	f.Add(info)
 	f.Fuzz(func(t *testing.T, s string) {
 		st, err := parseInfo(s)
-		if err == nil && (st.cpu < 0 || st.commands < 0) {
+		if err == nil && (st.cpu < 0 || st.sys < 0 || st.sys > st.cpu || st.commands < 0 || st.scripts < 0) {
 			t.Fatalf("negative counters %+v from %q", st, s)
 		}
 	})

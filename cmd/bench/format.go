@@ -21,6 +21,8 @@ var (
 	mServer  = metric{"server CPU per decision", func(s *sample) float64 { return s.perDecision(s.ServerCPU) }, fmtCPU}
 	mRedis   = metric{"Redis CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisCPU) }, fmtCPU}
 	mLoadgen = metric{"loadgen CPU per decision", func(s *sample) float64 { return s.perDecision(s.Report.CPUSeconds) }, fmtCPU}
+	mKernel  = metric{"Redis kernel CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisSysCPU) }, fmtCPU}
+	mPerCall = metric{"decisions per script call", func(s *sample) float64 { return s.perCall() }, fmtPerCall}
 	mErrors  = metric{"errors", func(s *sample) float64 { return float64(s.Report.Errors) }, fmtCount}
 	mLoad    = metric{"load average (1 min) before", func(s *sample) float64 { return s.Load1 }, fmtLoad}
 )
@@ -113,6 +115,15 @@ func fmtRatio(lo, hi float64) string { return span(lo, hi, 2, "x") }
 func fmtPercent(lo, hi float64) string { return span(100*lo, 100*hi, 0, " %") }
 
 func fmtCount(lo, hi float64) string { return span(lo, hi, 0, "") }
+
+// fmtPerCall prints counters decided per script call: "19.3–24.0", "" for
+// a server that runs no scripts.
+func fmtPerCall(lo, hi float64) string {
+	if hi == 0 {
+		return ""
+	}
+	return span(lo, hi, 1, "")
+}
 
 func fmtLoad(lo, hi float64) string { return span(lo, hi, 2, "") }
 

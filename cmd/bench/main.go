@@ -103,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	})
 	fs.StringVar(&o.server, "server", "", "FastLimit binary to measure (default: go build ./cmd/server of this tree)")
 	fs.StringVar(&serverFlags, "server-flags", "--store-timeout 1s --drain 0s", "extra flags of every FastLimit server (a generous store timeout: a starved machine shows as latency, not as errors; no drain when a run stops it)")
-	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+", or all")
+	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+"; redis-cost for "+redisCostScenarios+"; or all")
 	fs.IntVar(&o.rounds, "rounds", 3, "measurements of each run per server, interleaved between the servers")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")

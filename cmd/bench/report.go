@@ -47,6 +47,8 @@ func render(res *results) string {
 	r.intro()
 	r.summary()
 	r.targets()
+	r.redisCost()
+	r.redisCostTargets()
 	r.sweep()
 	r.runs()
 	return strings.TrimSpace(r.b.String()) + "\n"
@@ -185,19 +187,25 @@ func orDash(s string) string {
 	return s
 }
 
-// sweep writes Redis CPU per decision, rate and latency against callers.
+// sweep writes Redis CPU per decision, rate and latency against callers,
+// for windows of a second (issue 12's sweep) and of a minute (issue 18's).
 func (r *report) sweep() {
-	var points []*runResult
-	for _, c := range r.res.Settings.Sweep {
-		if rr := r.res.find(runSpec{Key: "fw", Descriptors: 1, Callers: c}); rr != nil {
-			points = append(points, rr)
+	for _, w := range []struct{ key, title string }{{"fw", "fixed window, 1 descriptor"}, {"fwm", "fixed window of a minute, 1 descriptor"}} {
+		var points []*runResult
+		for _, c := range r.res.Settings.Sweep {
+			if rr := r.res.find(runSpec{Key: w.key, Descriptors: 1, Callers: c}); rr != nil {
+				points = append(points, rr)
+			}
+		}
+		if len(points) >= 2 {
+			r.sweepTable(w.title, points)
 		}
 	}
-	if len(points) < 2 {
-		return
-	}
-	r.line("### Redis CPU per decision against callers (fixed window, 1 descriptor)")
-	r.line("")
+}
+
+// sweepTable writes one sweep's tables.
+func (r *report) sweepTable(title string, points []*runResult) {
+	r.printf("### Redis CPU per decision against callers (%s)\n\n", title)
 	names := r.names()
 	cols := []string{"callers"}
 	for _, n := range names {
@@ -209,6 +217,7 @@ func (r *report) sweep() {
 	for _, n := range names {
 		cols = append(cols, n+" decisions/s")
 	}
+	cols = append(cols, names[0]+" decisions per script call")
 	r.header(cols...)
 	for _, rr := range points {
 		cells := []string{fmt.Sprint(rr.Spec.Callers)}
@@ -221,6 +230,7 @@ func (r *report) sweep() {
 		for i := range names {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRate), mRate.format)))
 		}
+		cells = append(cells, orDash(fmtRange(values(rr.Samples[0], mPerCall), mPerCall.format)))
 		r.row(cells...)
 	}
 	r.line("")
@@ -247,7 +257,7 @@ func (r *report) sweep() {
 func (r *report) runs() {
 	r.line("### Every run")
 	r.line("")
-	metrics := []metric{mRate, mP50, mP99, mServer, mRedis, mLoadgen, mErrors, mLoad}
+	metrics := []metric{mRate, mP50, mP99, mServer, mRedis, mLoadgen, mKernel, mPerCall, mErrors, mLoad}
 	cols := []string{"run", "server"}
 	for _, m := range metrics {
 		cols = append(cols, m.name)
@@ -260,7 +270,7 @@ func (r *report) runs() {
 			}
 			cells := []string{rr.Spec.title(), b.Name}
 			for _, m := range metrics {
-				cells = append(cells, fmtRange(values(rr.Samples[i], m), m.format))
+				cells = append(cells, orDash(fmtRange(values(rr.Samples[i], m), m.format)))
 			}
 			r.row(cells...)
 		}
@@ -274,7 +284,10 @@ func (r *report) runs() {
 				}
 				cells = append(cells, fmtRange(ratios(rr.Samples[0], rr.Samples[1], m), fmtRatio))
 			}
-			r.row(append(cells, "", "")...)
+			for range metrics[6:] {
+				cells = append(cells, "")
+			}
+			r.row(cells...)
 		}
 	}
 	r.line("")
@@ -356,4 +369,73 @@ func writeSection(path, section string) error {
 		_ = os.Chmod(tmp.Name(), 0o644)
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// redisCostRuns are the runs of issue 18's summary, in its order.
+func (r *report) redisCostRuns() []figure {
+	c := r.res.Settings.Callers
+	var out []figure
+	for _, alg := range []struct{ key, name string }{{"fwm", "fixed window"}, {"swm", "sliding window"}, {"tbm", "token bucket"}} {
+		out = append(out,
+			figure{label: fmt.Sprintf("%s, %s identifiers", alg.name, thousands(r.res.Settings.Keys)), spec: runSpec{Key: alg.key, Descriptors: 1, Callers: c}})
+		if alg.key == "fwm" {
+			out = append(out, figure{label: fmt.Sprintf("fixed window, %s identifiers, 3 descriptors", thousands(r.res.Settings.Keys)),
+				spec: runSpec{Key: alg.key, Descriptors: 3, Callers: c}})
+		}
+		out = append(out,
+			figure{label: fmt.Sprintf("%s, %s identifiers", alg.name, thousands(idsFew)), spec: runSpec{Key: alg.key, Descriptors: 1, Callers: c, Keys: idsFew}},
+			figure{label: alg.name + ", one hot identifier", spec: runSpec{Key: alg.key, Descriptors: 1, Callers: c, Keys: 1}})
+	}
+	return out
+}
+
+// redisCost writes issue 18's summary: windows of a minute, per algorithm
+// and keyspace, Redis CPU per decision and decisions per script call.
+func (r *report) redisCost() {
+	var rows []figure
+	for _, f := range r.redisCostRuns() {
+		if r.res.find(f.spec) != nil {
+			rows = append(rows, f)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	names := r.names()
+	r.printf("### Redis cost, round 2 (issue 18): windows of a minute, %d callers, 1 descriptor unless named\n\n", r.res.Settings.Callers)
+	cols := []string{"run"}
+	for _, n := range names {
+		cols = append(cols, n+" Redis CPU per decision")
+	}
+	if r.compare() {
+		cols = append(cols, "ratio")
+	}
+	cols = append(cols, names[0]+" Redis kernel CPU per decision", names[0]+" decisions per script call")
+	for _, n := range names {
+		cols = append(cols, n+" decisions/s")
+	}
+	if r.compare() {
+		cols = append(cols, "ratio")
+	}
+	r.header(cols...)
+	for _, f := range rows {
+		rr := r.res.find(f.spec)
+		cells := []string{f.label}
+		for i := range names {
+			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRedis), mRedis.format)))
+		}
+		if r.compare() {
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], mRedis), fmtRatio)))
+		}
+		cells = append(cells, orDash(fmtRange(values(rr.Samples[0], mKernel), mKernel.format)),
+			orDash(fmtRange(values(rr.Samples[0], mPerCall), mPerCall.format)))
+		for i := range names {
+			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRate), mRate.format)))
+		}
+		if r.compare() {
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], mRate), fmtRatio)))
+		}
+		r.row(cells...)
+	}
+	r.line("")
 }

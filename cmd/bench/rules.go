@@ -38,6 +38,8 @@ var benchRules = []rule{
 	{key: "fwm", title: "fixed window per minute", unit: "minute"},
 	{key: "sw", title: "sliding window", algorithm: "sliding_window"},
 	{key: "tb", title: "token bucket", algorithm: "token_bucket"},
+	{key: "swm", title: "sliding window per minute", algorithm: "sliding_window", unit: "minute"},
+	{key: "tbm", title: "token bucket per minute", algorithm: "token_bucket", unit: "minute"},
 }
 
 // ruleByKey returns the rule of key; scenarios name only keys of rules.

@@ -7,14 +7,23 @@ import (
 )
 
 // runSpec is one load to measure: requests with Descriptors descriptors on
-// rule Key from Callers callers, against a server on one redis-server or on
-// a Redis Cluster. Every server that supports the rule runs it, in turn,
-// once per round.
+// rule Key from Callers callers, identifiers drawn from Keys (0: --keys),
+// against a server on one redis-server or on a Redis Cluster. Every server
+// that supports the rule runs it, in turn, once per round.
 type runSpec struct {
 	Key         string `json:"key"`
 	Descriptors int    `json:"descriptors"`
 	Callers     int    `json:"callers"`
+	Keys        int64  `json:"keys,omitempty"`
 	Cluster     bool   `json:"cluster,omitempty"`
+}
+
+// keys returns the run's number of identifiers: Keys, or def (--keys).
+func (s runSpec) keys(def int64) int64 {
+	if s.Keys > 0 {
+		return s.Keys
+	}
+	return def
 }
 
 // store says whether the run's decisions go to Redis.
@@ -28,6 +37,9 @@ func (s runSpec) store() bool {
 func (s runSpec) title() string {
 	r, _ := ruleByKey(s.Key)
 	t := fmt.Sprintf("%s, %s, %s", r.title, plural(s.Descriptors, "descriptor"), plural(s.Callers, "caller"))
+	if s.Keys > 0 {
+		t += ", " + plural64(s.Keys, "identifier")
+	}
 	if s.Cluster {
 		t += ", Redis Cluster"
 	}
@@ -37,6 +49,9 @@ func (s runSpec) title() string {
 // short names the run in progress lines: "fw d3 c64 cluster".
 func (s runSpec) short() string {
 	t := fmt.Sprintf("%s d%d c%d", s.Key, s.Descriptors, s.Callers)
+	if s.Keys > 0 {
+		t += fmt.Sprintf(" k%d", s.Keys)
+	}
 	if s.Cluster {
 		t += " cluster"
 	}
@@ -48,6 +63,14 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// plural64 is plural with thousands separators: "1,000 identifiers".
+func plural64(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return thousands(n) + " " + word + "s"
 }
 
 // scenario is a named group of runs, selected with --scenarios.
@@ -78,6 +101,22 @@ var scenarios = []scenario{
 		}
 		return out
 	}},
+	{"fwm3", "fixed window of a minute, 3 descriptors", one("fwm", 3)},
+	{"swm", "sliding window of a minute, 1 descriptor (FastLimit only)", one("swm", 1)},
+	{"tbm", "token bucket of a minute, 1 descriptor (FastLimit only)", one("tbm", 1)},
+	{"ids1k", "fixed window, sliding window and token bucket of a minute, 1 descriptor, on 1,000 identifiers: keys hit again within their window", func(o *options) []runSpec {
+		return minuteRuns(o, idsFew)
+	}},
+	{"hot", "fixed window, sliding window and token bucket of a minute, 1 descriptor, every caller on one identifier: a hot key", func(o *options) []runSpec {
+		return minuteRuns(o, 1)
+	}},
+	{"sweepm", "fixed window of a minute, 1 descriptor, at each --sweep caller count", func(o *options) []runSpec {
+		var out []runSpec
+		for _, c := range o.sweep {
+			out = append(out, runSpec{Key: "fwm", Descriptors: 1, Callers: c})
+		}
+		return out
+	}},
 	{"cluster", "fixed window, 1 and 3 descriptors, on a Redis Cluster of 3 masters started for each server", func(o *options) []runSpec {
 		return []runSpec{
 			{Key: "fw", Descriptors: 1, Callers: o.callers, Cluster: true},
@@ -86,8 +125,25 @@ var scenarios = []scenario{
 	}},
 }
 
-// defaultScenarios are the runs of the issue's table.
-const defaultScenarios = "unlimited,fw,fw3,fwm,sw,tb,sweep"
+// minuteRuns returns one run a minute's rule of each algorithm, 1
+// descriptor, --callers, on keys identifiers.
+func minuteRuns(o *options, keys int64) []runSpec {
+	return []runSpec{
+		{Key: "fwm", Descriptors: 1, Callers: o.callers, Keys: keys},
+		{Key: "swm", Descriptors: 1, Callers: o.callers, Keys: keys},
+		{Key: "tbm", Descriptors: 1, Callers: o.callers, Keys: keys},
+	}
+}
+
+// idsFew is the identifiers of scenario ids1k.
+const idsFew = 1000
+
+// defaultScenarios are the runs of issue 12's table; redisCostScenarios
+// those of issue 18's (Redis cost, round 2).
+const (
+	defaultScenarios   = "unlimited,fw,fw3,fwm,sw,tb,sweep"
+	redisCostScenarios = "fw,fwm,fwm3,swm,tbm,ids1k,hot,sweepm"
+)
 
 // parseScenarios checks a comma-separated list of scenario names ("all"
 // is every one).
@@ -103,13 +159,17 @@ func parseScenarios(list string) ([]string, error) {
 				names = append(names, s.name)
 			}
 			continue
+		case n == "redis-cost":
+			sub, _ := parseScenarios(redisCostScenarios)
+			names = append(names, sub...)
+			continue
 		case !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == n }):
-			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, all)", n, scenarioNames())
+			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, redis-cost, all)", n, scenarioNames())
 		}
 		names = append(names, n)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, all)", scenarioNames())
+		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, redis-cost, all)", scenarioNames())
 	}
 	return names, nil
 }

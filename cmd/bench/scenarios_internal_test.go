@@ -115,3 +115,32 @@ func TestFlags(t *testing.T) {
 		t.Errorf("quoteArgs: %s", got)
 	}
 }
+
+// TestRedisCostScenarios: "redis-cost" names issue 18's runs: windows of
+// a minute on the default identifiers, on 1,000 and on one, per algorithm,
+// and the minute's sweep; their titles say the identifiers.
+func TestRedisCostScenarios(t *testing.T) {
+	names, err := parseScenarios("redis-cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &options{scenarios: names, callers: 64, sweep: []int{1, 64}}
+	got := plan(o)
+	for _, want := range []runSpec{
+		{Key: "fwm", Descriptors: 3, Callers: 64},
+		{Key: "swm", Descriptors: 1, Callers: 64},
+		{Key: "tbm", Descriptors: 1, Callers: 64, Keys: idsFew},
+		{Key: "fwm", Descriptors: 1, Callers: 64, Keys: 1},
+		{Key: "fwm", Descriptors: 1, Callers: 1},
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("plan %v lacks %+v", got, want)
+		}
+	}
+	if title := (runSpec{Key: "tbm", Descriptors: 1, Callers: 64, Keys: idsFew}).title(); !strings.Contains(title, "1,000 identifiers") {
+		t.Errorf("title %q does not say its identifiers", title)
+	}
+	if title := (runSpec{Key: "fwm", Descriptors: 1, Callers: 64, Keys: 1}).title(); !strings.HasSuffix(title, "1 identifier") {
+		t.Errorf("title %q does not say its identifier", title)
+	}
+}

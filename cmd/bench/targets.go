@@ -49,14 +49,18 @@ func (r *report) targetList() []target {
 // targets writes the table of issue 12's goals, each checked round by
 // round.
 func (r *report) targets() {
-	list := r.targetList()
+	r.targetTable("Targets of issue 12", r.targetList())
+}
+
+// targetTable writes a table of goals, each checked round by round.
+func (r *report) targetTable(title string, list []target) {
 	if len(list) == 0 {
 		return
 	}
-	r.line("### Targets of issue 12")
+	r.line("### " + title)
 	r.line("")
 	if r.compare() {
-		r.printf("Ratios are %s over %s, per round.\n\n", r.res.Binaries[0].Name, r.res.Binaries[1].Name)
+		r.printf("Ratios are %s over %s, per round, unless named.\n\n", r.res.Binaries[0].Name, r.res.Binaries[1].Name)
 	}
 	r.header("target", "goal", "measured", "met")
 	for _, t := range list {
@@ -78,4 +82,70 @@ func (r *report) targets() {
 		r.row(t.what, t.goal, orDash(fmtRange(t.values, t.format)), verdict)
 	}
 	r.line("")
+}
+
+// redisCostTargetList returns issue 18's goals ("Redis cost, round 2")
+// whose runs were measured: Redis CPU per decision against the compared
+// server on windows of a minute, a hot key, the other algorithms against
+// FastLimit's fixed window, and no regression of issue 12's figures.
+func (r *report) redisCostTargetList() []target {
+	c := r.res.Settings.Callers
+	ids := thousands(r.res.Settings.Keys)
+	fwm := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c})
+	fwm3 := r.res.find(runSpec{Key: "fwm", Descriptors: 3, Callers: c})
+	few := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: idsFew})
+	hot := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: 1})
+	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+	var out []target
+	pair := func(rr *runResult, what, goal string, m metric, ok func(float64) bool) {
+		if rr == nil || !r.compare() {
+			return
+		}
+		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[1], m), ok: ok})
+	}
+	pair(fwm, fmt.Sprintf("Redis CPU per decision, %d callers, %s identifiers, windows of a minute, 1 descriptor", c, ids), "≤ 0.4x", mRedis, atMost(0.4))
+	pair(fwm3, fmt.Sprintf("Redis CPU per decision, %d callers, %s identifiers, windows of a minute, 3 descriptors", c, ids), "≤ 0.6x", mRedis, atMost(0.6))
+	pair(few, fmt.Sprintf("Redis CPU per decision, %d callers, %s identifiers, windows of a minute", c, thousands(idsFew)), "≤ 0.25x", mRedis, atMost(0.25))
+	pair(hot, fmt.Sprintf("decisions/s, %d callers, one hot identifier", c), "≥ 2x", mRate, atLeast(2))
+	pair(hot, fmt.Sprintf("Redis CPU per decision, %d callers, one hot identifier", c), "≤ 0.15x", mRedis, atMost(0.15))
+	// The other algorithms against FastLimit's own fixed window, same
+	// keyspace, same round.
+	for _, keys := range []int64{0, idsFew, 1} {
+		base := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: keys})
+		for _, alg := range []struct{ key, name string }{{"swm", "sliding window"}, {"tbm", "token bucket"}} {
+			rr := r.res.find(runSpec{Key: alg.key, Descriptors: 1, Callers: c, Keys: keys})
+			if rr == nil || base == nil {
+				continue
+			}
+			space := ids + " identifiers"
+			switch keys {
+			case idsFew:
+				space = thousands(idsFew) + " identifiers"
+			case 1:
+				space = "one hot identifier"
+			}
+			out = append(out, target{
+				what:   fmt.Sprintf("%s Redis CPU per decision, %s against fixed window's (same round), %s", r.res.Binaries[0].Name, alg.name, space),
+				goal:   "≤ 1.3x",
+				format: fmtRatio,
+				values: ratios(rr.Samples[0], base.Samples[0], mRedis),
+				ok:     atMost(1.3),
+			})
+		}
+	}
+	// No regression: issue 12's run when measured, else the minute's.
+	base, what := r.res.find(runSpec{Key: "fw", Descriptors: 1, Callers: c}), "fixed window"
+	if base == nil {
+		base, what = fwm, "fixed window of a minute"
+	}
+	pair(base, fmt.Sprintf("decisions/s, %d callers, %s, 1 descriptor", c, what), "≥ 1.4x", mRate, atLeast(1.4))
+	pair(base, fmt.Sprintf("p99, %d callers, %s, 1 descriptor", c, what), "≤ 0.7x", mP99, atMost(0.7))
+	pair(base, fmt.Sprintf("server CPU per decision, %d callers, %s, 1 descriptor", c, what), "≤ 0.5x", mServer, atMost(0.5))
+	return out
+}
+
+// redisCostTargets writes the table of issue 18's goals.
+func (r *report) redisCostTargets() {
+	r.targetTable("Targets of issue 18", r.redisCostTargetList())
 }

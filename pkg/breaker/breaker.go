@@ -52,17 +52,30 @@ type Options struct {
 	// circuit (see Breaker). Default DefaultFailures.
 	Failures int
 	// Cooldown is the interval between the background probes of an open
-	// circuit: the first comes Cooldown after the circuit opens. Default
-	// DefaultCooldown.
+	// circuit (the first comes Cooldown after the circuit opens), and the
+	// shortest time between two state changes. Default DefaultCooldown.
 	Cooldown time.Duration
 	// ProbeTimeout bounds each probe's Ping. Default DefaultProbeTimeout.
 	ProbeTimeout time.Duration
 	// After is the clock the prober waits on (default time.After).
 	After func(time.Duration) <-chan time.Time
+	// Now is the clock that spaces state changes (default time.Now).
+	Now func() time.Time
 	// OnChange, if set, is called when the circuit opens (Closed to Open)
 	// and when it closes again (Open to Closed), outside any lock and
 	// never twice at once for one Breaker. Probes that fail do not call it.
 	OnChange func(from, to State)
+}
+
+// Prober is a store that can show that it decides, not only that it
+// answers: Probe does what Take does (for Redis, a script call that
+// writes), so that a store that answers PING but fails every decision
+// (Redis out of memory, a read-only replica) keeps the circuit open. The
+// Breaker probes with Probe when its store has it, else with Ping. Probe
+// may leave state behind that expires soon; it must not count against any
+// caller's limit.
+type Prober interface {
+	Probe(ctx context.Context) error
 }
 
 // Breaker is a limiter.Store that forwards to another until the other is
@@ -82,11 +95,18 @@ type Options struct {
 // mistake) are no evidence either way; any other error is a failure.
 //
 // While the circuit is open, every call answers ErrOpen without touching
-// the store, and a goroutine of the Breaker's own pings the store every
-// Cooldown, each Ping bounded by ProbeTimeout. The first Ping that
-// succeeds closes the circuit, traffic or not; calls admitted from then on
-// go to the store. No caller ever waits for a probe. The prober exists only
-// while the circuit is open; Close stops it.
+// the store, and a goroutine of the Breaker's own probes the store every
+// Cooldown (Prober's Probe, or Ping), each probe bounded by ProbeTimeout.
+// The first probe that succeeds closes the circuit, traffic or not; calls
+// admitted from then on go to the store. No caller ever waits for a probe.
+// The prober exists only while the circuit is open; Close stops it.
+//
+// The circuit changes state at most once per Cooldown: it closes no sooner
+// than a Cooldown after it opened (the first probe), and a circuit closed
+// less than a Cooldown ago opens on the first failure counted once that
+// Cooldown has passed, not before; until then its calls go to the store.
+// However the store fails (down, out of memory, now and then), the circuit
+// moves at most once a Cooldown, and so logs and metrics do.
 type Breaker struct {
 	store limiter.Store
 	opts  Options
@@ -95,12 +115,13 @@ type Breaker struct {
 	gen   atomic.Uint64 // failures counted so far, ever: a call's ticket
 	fails atomic.Int64  // failures counted since the last success
 
-	mu     sync.Mutex // guards the transitions, life and closed
-	change sync.Mutex // serialises OnChange calls
-	life   context.Context
-	cancel context.CancelFunc
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex // guards the transitions, changed, life and closed
+	change  sync.Mutex // serialises OnChange calls
+	changed time.Time  // when the circuit last opened or closed
+	life    context.Context
+	cancel  context.CancelFunc
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 var _ limiter.Store = (*Breaker)(nil)
@@ -118,6 +139,9 @@ func New(store limiter.Store, opts Options) *Breaker {
 	}
 	if opts.After == nil {
 		opts.After = time.After
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	b := &Breaker{store: store, opts: opts}
 	b.life, b.cancel = context.WithCancel(context.Background())
@@ -174,21 +198,25 @@ func (b *Breaker) record(ticket uint64, err error) {
 	}
 }
 
-// trip opens a closed circuit and starts its prober.
+// trip opens a closed circuit and starts its prober, unless it closed less
+// than a Cooldown ago: the failures stay counted, and the next failure
+// counted tries again.
 func (b *Breaker) trip() {
 	b.mu.Lock()
-	if b.State() != Closed || b.closed {
+	now := b.opts.Now()
+	if b.State() != Closed || b.closed || !b.changed.IsZero() && now.Sub(b.changed) < b.opts.Cooldown {
 		b.mu.Unlock()
 		return
 	}
+	b.changed = now
 	b.setState(Open)
 	b.wg.Add(1)
 	go b.probe(b.life)
 	b.notifyUnlock(Closed, Open)
 }
 
-// probe pings the store every Cooldown until a Ping succeeds, then closes
-// the circuit. It returns early when ctx ends.
+// probe checks the store every Cooldown (Probe, or Ping) until a check
+// succeeds, then closes the circuit. It returns early when ctx ends.
 func (b *Breaker) probe(ctx context.Context) {
 	defer b.wg.Done()
 	for {
@@ -199,7 +227,12 @@ func (b *Breaker) probe(ctx context.Context) {
 		}
 		b.setState(HalfOpen)
 		pctx, cancel := context.WithTimeout(ctx, b.opts.ProbeTimeout)
-		err := b.store.Ping(pctx)
+		var err error
+		if p, ok := b.store.(Prober); ok {
+			err = p.Probe(pctx)
+		} else {
+			err = b.store.Ping(pctx)
+		}
 		cancel()
 		if err != nil {
 			b.setState(Open)
@@ -207,6 +240,7 @@ func (b *Breaker) probe(ctx context.Context) {
 		}
 		b.mu.Lock()
 		b.fails.Store(0)
+		b.changed = b.opts.Now()
 		b.setState(Closed)
 		b.notifyUnlock(Open, Closed)
 		return

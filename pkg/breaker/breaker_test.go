@@ -43,6 +43,13 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// Now is the clock's time, for Options.Now.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Unix(0, 0).Add(c.now)
+}
+
 // Advance moves the clock and fires the timers that are due.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
@@ -131,7 +138,7 @@ type harness struct {
 func newHarness(t *testing.T, failures int) *harness {
 	h := &harness{t: t, g: newGate(), clock: newFakeClock(), changes: make(chan string, 100)}
 	h.b = breaker.New(h.g, breaker.Options{
-		Failures: failures, Cooldown: time.Second, ProbeTimeout: 100 * time.Millisecond, After: h.clock.After,
+		Failures: failures, Cooldown: time.Second, ProbeTimeout: 100 * time.Millisecond, After: h.clock.After, Now: h.clock.Now,
 		OnChange: func(from, to breaker.State) { h.changes <- from.String() + ">" + to.String() },
 	})
 	t.Cleanup(func() {

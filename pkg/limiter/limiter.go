@@ -82,6 +82,14 @@ type scratch struct {
 // limit or an unlimited one take no part. Keys of such a domain come from
 // AppendAtomicKey. Without an AtomicStore, such requests fail with
 // ErrNotAtomic.
+//
+// A descriptor with Refund gives its hits back (Op.Refund): it answers OK
+// with what remains after the refund, and never makes the request
+// OVER_LIMIT, nor counts among its quota descriptors. In an
+// all-or-nothing request the refund is part of the call: it lands when the
+// request answers OK, and not at all when it answers OVER_LIMIT (nothing
+// of a rejected request is written), so that a request's writes stay
+// together.
 func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
 	resp := new(Response)
 	if err := CheckInto(ctx, l, req, resp); err != nil {
@@ -152,13 +160,15 @@ func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []S
 	// them are over; an unlimited or shadowed one never is.
 	quotaCanFail := true
 	for i := range st {
-		if st[i].Quota && (st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
+		if st[i].Quota && !st[i].Refund && (st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
 			quotaCanFail = false
 		}
 	}
 	for j := range sc.ops {
 		lim := st[sc.index[j]].Limit
 		switch {
+		case sc.ops[j].Refund:
+			sc.ops[j].Veto = VetoNone // always allowed: vetoes nothing
 		case lim.ShadowMode, lim.QuotaMode && !quotaCanFail:
 			sc.ops[j].Veto = VetoNone
 		case lim.QuotaMode:
@@ -231,7 +241,7 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 	if rd.HasHits {
 		hits = rd.Hits
 	}
-	st.Hits = hits
+	st.Hits, st.Refund = hits, rd.Refund
 	if lim.Unlimited {
 		st.Remaining = math.MaxUint32
 		return
@@ -251,6 +261,7 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		Limit:     lim.Capacity(),
 		Window:    lim.WindowMillis(),
 		Cost:      cost,
+		Refund:    rd.Refund,
 		Burst:     lim.Burst,
 	}
 	if lim.Algorithm == descriptors.TokenBucket {
@@ -276,7 +287,7 @@ func tenant[E descriptors.KV](d *descriptors.Domain, entries []E) string {
 func applyResult(st *Status, r Result) {
 	st.Remaining = uint32(min(r.Remaining/descriptors.Milli, math.MaxUint32))
 	st.ResetMillis = r.Reset
-	if r.Allowed {
+	if r.Allowed || st.Refund { // a refund answers OK (one of 0 hits is a peek)
 		return
 	}
 	st.RetryAfterMillis = r.RetryAfter
@@ -289,10 +300,13 @@ func applyResult(st *Status, r Result) {
 }
 
 // overall is OVER_LIMIT when a non-quota descriptor is over, or when every
-// quota descriptor is.
+// quota descriptor is; refunds take no part.
 func overall(st []Status) Code {
 	quota, quotaOver := 0, 0
 	for i := range st {
+		if st[i].Refund {
+			continue // OK, and no part of a quota group
+		}
 		if st[i].Quota {
 			quota++
 			if st[i].Code == OverLimit {

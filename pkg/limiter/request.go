@@ -37,6 +37,13 @@ type Descriptor[E descriptors.KV] struct {
 	// the request's, and 0 checks without counting.
 	Hits    uint64
 	HasHits bool
+	// Refund gives the descriptor's hits back rather than charging them
+	// (Envoy's RateLimitDescriptor.is_negative_hits): a fixed or sliding
+	// window's count drops by them, never below empty; a token bucket
+	// gains them as tokens, never above its burst. A refund always
+	// answers OK, with what remains after it, and never makes a request
+	// OVER_LIMIT; see Check for all-or-nothing requests.
+	Refund bool
 }
 
 // Request is a rate-limit request.
@@ -59,8 +66,12 @@ type Status struct {
 	ResetMillis int64
 	// RetryAfterMillis is how long until the same hit could pass (0 if OK).
 	RetryAfterMillis int64
-	// Hits is what was charged, in hits (0 for a check without counting).
+	// Hits is what was charged, in hits (0 for a check without counting),
+	// or given back when Refund.
 	Hits uint64
+	// Refund is true when the descriptor's hits were given back
+	// (Descriptor.Refund): its Code is OK.
+	Refund bool
 	// Shadowed is true when an over-limit result was turned into OK by
 	// shadow mode.
 	Shadowed bool

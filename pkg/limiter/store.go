@@ -25,7 +25,8 @@ var (
 type Op struct {
 	// Key is the base key, "{prefix}:{identifier}:{tenant}:" with a Redis
 	// Cluster hash tag around the identifier. The store appends the window
-	// start in Unix seconds (fixed and sliding windows) or "bucket".
+	// start in Unix seconds (fixed and sliding windows) or "tokens" (token
+	// bucket; lua/take.lua lays out the state).
 	Key string
 	// Algorithm selects the semantics described on the constants in
 	// package descriptors and in lua/*.lua.
@@ -40,6 +41,16 @@ type Op struct {
 	Window int64
 	// Cost is the charge in milli-requests; 0 checks without charging.
 	Cost int64
+	// Refund gives Cost back instead of charging it: a window's count
+	// drops by it (this window's counter, for a sliding window), never
+	// below 0; a token bucket, refilled to Now first, gains it, never
+	// past Burst. A refund is always allowed; its Result holds what
+	// remains after it (Remaining at most Limit, or Burst), with
+	// RetryAfter 0. It writes only state that exists (a missing window
+	// stays missing, a full bucket full), keeping its expiry, save that a
+	// counter emptied and a bucket made full are deleted, and a bucket
+	// still short expires when full. A refund of Cost 0 is a peek.
+	Refund bool
 	// Burst is the token bucket's capacity in milli-requests.
 	Burst int64
 	// RateNum/RateDen is the token bucket's refill rate as a reduced
@@ -83,8 +94,10 @@ type Store interface {
 // for the domains that ask for it (atomic: true, or Options.Atomic).
 //
 // TakeAll decides every op at one instant, the Now of the ops (all ops of
-// a call must carry the same Now), in order, each op seeing the charges of
-// the ops before it, exactly as Take would. Then it either commits, and
+// a call must carry the same Now), in order, each op seeing the charges
+// (and refunds) of the ops before it, exactly as Take would. A refund is
+// always allowed, so it vetoes nothing; its writes land only if the call
+// commits, with the rest. Then it either commits, and
 // writes what Take would have written, or rejects, and writes nothing at
 // all: not even a fixed window's count of a denied hit. It rejects when an
 // op with VetoAlone is denied, or when the call has VetoGroup ops and every

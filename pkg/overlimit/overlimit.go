@@ -68,7 +68,8 @@ type Stats struct {
 // the rates of this clock and the store's to differ (NTP slews a clock by
 // at most 500 ppm).
 //
-// What it answers: an op with Cost > 0 and Now == 0, before until, whose
+// What it answers: an op with Cost > 0 (not a refund) and Now == 0,
+// before until, whose
 // key is held with the same decision parameters and a Cost no larger than
 // the op's. It gets Allowed false, Remaining 0 and RetryAfter = Reset = the
 // time left until until, in ms rounded up. Every other op goes to the
@@ -218,7 +219,7 @@ func (c *Cache) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 
 // deny answers op from the cache if an entry covers it at now.
 func (c *Cache) deny(op *limiter.Op, now int64, r *limiter.Result) bool {
-	if op.Cost <= 0 || op.Now != 0 {
+	if op.Cost <= 0 || op.Refund || op.Now != 0 {
 		return false
 	}
 	s := c.shard(op.Key)

@@ -166,6 +166,11 @@ func TestTake(t *testing.T) {
 			{at: ms(30), op: fixed, retry: 89},
 			{at: ms(40), op: with(fixed, cost(milli/2)), retry: 79},
 		}},
+		{"a refund goes to the store, and forgets", []step{
+			{at: 0, op: fixed, store: deny(500)},
+			{at: ms(10), op: with(fixed, func(op *limiter.Op) { op.Refund = true }), store: allow(1000)},
+			{at: ms(20), op: fixed, store: allow(0)},
+		}},
 		{"peeks bypass and keep the entry when denied", []step{
 			{at: 0, op: fixed, store: deny(500)},
 			{at: ms(10), op: with(fixed, cost(0)), store: &limiter.Result{Reset: 490}},

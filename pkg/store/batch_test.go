@@ -23,9 +23,12 @@ type batchedStore interface {
 
 // TestBatchedMatchesMemory: many callers at once, each with its own keys
 // and a random sequence of Takes (all algorithms, peeks, fractions, huge
-// costs, time steps), so that their ops share script calls. Every answer
-// must equal what the memory store answers for the same caller's sequence
-// alone: a decision merged into a batched call is the unbatched decision.
+// costs, time steps), so that their ops share script calls, and so that a
+// call holds several ops of one key (take.lua's groups) as well as lone
+// ones. Every answer must equal what the memory store answers for the same
+// caller's sequence alone: a decision merged into a batched call is the
+// unbatched decision. On a single server, a Cluster (take.lua's cross-slot
+// mode) and a Sentinel-managed server.
 func TestBatchedMatchesMemory(t *testing.T) {
 	const prefix = "batched:"
 	t.Run("go-redis", func(t *testing.T) {
@@ -37,6 +40,13 @@ func TestBatchedMatchesMemory(t *testing.T) {
 			t.Skip("starts a cluster")
 		}
 		r, _ := newClusterStore(t, redistest.StartCluster(t))
+		batchedMatchesMemory(t, prefix, r, nil)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts sentinels")
+		}
+		r, _ := newSentinelStore(t, redistest.StartSentinel(t))
 		batchedMatchesMemory(t, prefix, r, nil)
 	})
 }

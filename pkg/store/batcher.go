@@ -84,8 +84,11 @@ func (g *gatherGroup) update(b *batcher, avg float64) float64 {
 // connection.
 //
 // A waiting call whose context ends before its send starts is dropped: it
-// gets ErrNotSent and nothing of it is sent. Once its send has started, it
-// gets its context's error and its ops may or may not be decided. A send
+// gets ErrNotSent and nothing of it is sent; so is one whose deadline is
+// too near for a send to answer it (tooLate). Once its send has started, it
+// gets its context's error and its ops may or may not be decided; but a
+// send whose calls have all given up by the time it would be written
+// (waiting for a connection) is not written (see onceCmd). A send
 // that fails fails every call in it; nothing is retried. It is safe for
 // concurrent use.
 type batcher struct {
@@ -94,9 +97,10 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*waiter
-	queued   int     // ops in queue
-	busy     int     // sends under way or gathering
-	avgReady float64 // calls waiting when a send is due, moving average
+	queued   int           // ops in queue
+	busy     int           // sends under way or gathering
+	avgReady float64       // calls waiting when a send is due, moving average
+	lastSend time.Duration // how long the last send that succeeded took
 	closed   bool
 
 	sends, ops atomic.Int64 // counted for Stats
@@ -122,6 +126,7 @@ type waiter struct {
 	state   atomic.Int32
 	err     error
 	done    chan struct{}
+	arrived time.Time
 }
 
 // sendBuffer holds the merged ops of one send.
@@ -129,6 +134,23 @@ type sendBuffer struct {
 	ops     []limiter.Op
 	results []limiter.Result
 	members []*waiter
+	live    func() bool // reports whether a member still waits: see onceCmd
+}
+
+// anyWaits reports whether a member of the send still waits for it: one
+// that has neither given up nor passed its deadline (which a busy machine
+// may let its goroutine notice late).
+func (buf *sendBuffer) anyWaits() bool {
+	now := time.Now()
+	for _, w := range buf.members {
+		if w.state.Load() != taken || w.ctx.Err() != nil {
+			continue
+		}
+		if d, ok := w.ctx.Deadline(); !ok || now.Before(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // BatchStats count what a store's batching did.
@@ -145,7 +167,11 @@ func newBatcher(send sendFunc, o batchOptions) *batcher {
 		o.GatherOps = o.MaxOps
 	}
 	b := &batcher{send: send, opts: o}
-	b.buffers.New = func() any { return new(sendBuffer) }
+	b.buffers.New = func() any {
+		buf := new(sendBuffer)
+		buf.live = buf.anyWaits
+		return buf
+	}
 	return b
 }
 
@@ -157,7 +183,7 @@ func (b *batcher) Stats() BatchStats {
 // take decides ops, through a send shared with other calls, waiting no
 // longer than ctx allows.
 func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	w := &waiter{ctx: ctx, ops: ops, results: results, done: make(chan struct{})}
+	w := &waiter{ctx: ctx, ops: ops, results: results, done: make(chan struct{}), arrived: time.Now()}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -253,9 +279,19 @@ func (b *batcher) next() []*waiter {
 func (b *batcher) sendMerged(ws []*waiter) {
 	buf := b.buffers.Get().(*sendBuffer)
 	buf.ops, buf.members = buf.ops[:0], buf.members[:0]
+	b.mu.Lock()
+	last := b.lastSend
+	b.mu.Unlock()
+	now := time.Now()
 	for _, w := range ws {
 		if w.ctx.Err() != nil || !w.state.CompareAndSwap(waiting, taken) {
 			continue // gave up: not sent
+		}
+		if tooLate(w, now, last) {
+			w.state.Store(answered)
+			w.err = unavailable("take", fmt.Errorf("%w: its deadline comes before a send could answer", ErrNotSent))
+			close(w.done)
+			continue
 		}
 		buf.members = append(buf.members, w)
 		buf.ops = append(buf.ops, w.ops...)
@@ -267,10 +303,17 @@ func (b *batcher) sendMerged(ws []*waiter) {
 		res := buf.results[:len(buf.ops)]
 		b.sends.Add(1)
 		b.ops.Add(int64(len(buf.ops)))
-		// The send outlives any one member.
+		// The send outlives any one member, but is not written once they
+		// have all gone (withLive: while it waits for a connection).
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
-		err := b.send(ctx, buf.ops, res)
+		start := time.Now()
+		err := b.send(withLive(ctx, buf.live), buf.ops, res)
 		cancel()
+		if err == nil {
+			b.mu.Lock()
+			b.lastSend = time.Since(start)
+			b.mu.Unlock()
+		}
 		off := 0
 		for _, w := range buf.members {
 			if w.state.CompareAndSwap(taken, answered) {
@@ -286,6 +329,24 @@ func (b *batcher) sendMerged(ws []*waiter) {
 	clear(buf.members)
 	clear(buf.ops)
 	b.buffers.Put(buf)
+}
+
+// tooLate reports whether a call taken for a send at now cannot be
+// answered in time: less is left before its deadline than twice the last
+// send that succeeded took (last), and less than a tenth of the time it
+// had when it arrived. Such a call (one that waited long in the queue,
+// behind sends stuck on a dial) would be answered Unavailable by its
+// deadline while its ops may still run; it is answered ErrNotSent at once
+// instead, and nothing of it is sent. The tenth bounds what a slow send
+// (a stall that ended) makes the rule drop: a call with a tenth of its
+// time left is always sent.
+func tooLate(w *waiter, now time.Time, last time.Duration) bool {
+	deadline, ok := w.ctx.Deadline()
+	if !ok || last <= 0 {
+		return false
+	}
+	left := deadline.Sub(now)
+	return left < 2*last && left < deadline.Sub(w.arrived)/10
 }
 
 // close fails the calls that wait, and every later call.

@@ -81,6 +81,57 @@ func TestBatcherMergesWhileBusy(t *testing.T) {
 	}
 }
 
+// TestBatcherTooLate: a call taken for a send with less time left than
+// twice the last send took, and less than a tenth of its time, is answered
+// ErrNotSent and not sent; one with more is sent.
+func TestBatcherTooLate(t *testing.T) {
+	now := time.Now()
+	w := func(budget, left time.Duration) *waiter {
+		ctx, cancel := context.WithDeadline(context.Background(), now.Add(left))
+		t.Cleanup(cancel)
+		return &waiter{ctx: ctx, arrived: now.Add(left - budget)}
+	}
+	for _, tc := range []struct {
+		name string
+		w    *waiter
+		last time.Duration
+		want bool
+	}{
+		{"no send yet", w(50*time.Millisecond, time.Millisecond), 0, false},
+		{"sends take 3 ms, 1 ms left of 50", w(50*time.Millisecond, time.Millisecond), 3 * time.Millisecond, true},
+		{"sends take 3 ms, 10 ms left of 50", w(50*time.Millisecond, 10*time.Millisecond), 3 * time.Millisecond, false},
+		{"a send took 80 ms (a stall), 6 ms left of 50: a tenth is always sent", w(50*time.Millisecond, 6*time.Millisecond), 80 * time.Millisecond, false},
+		{"a send took 80 ms, 4 ms left of 50", w(50*time.Millisecond, 4*time.Millisecond), 80 * time.Millisecond, true},
+	} {
+		if got := tooLate(tc.w, now, tc.last); got != tc.want {
+			t.Errorf("%s: tooLate = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// In a batcher: after a send that took 20 ms, a call with 1 ms left of
+	// its 50 is answered at once and not sent.
+	g := newGate()
+	close(g.release)
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
+	b.mu.Lock()
+	b.lastSend = 20 * time.Millisecond
+	b.mu.Unlock()
+	late := w(50*time.Millisecond, time.Millisecond)
+	late.ops, late.results, late.done = op(1), make([]limiter.Result, 1), make(chan struct{})
+	late.state.Store(waiting)
+	b.mu.Lock()
+	b.busy++
+	b.mu.Unlock()
+	b.sendMerged([]*waiter{late})
+	b.mu.Lock()
+	b.busy--
+	b.mu.Unlock()
+	<-late.done
+	if !errors.Is(late.err, ErrNotSent) || b.Stats().Sends != 0 {
+		t.Errorf("late call: %v, %d sends; want ErrNotSent and no send", late.err, b.Stats().Sends)
+	}
+}
+
 // TestBatcherDropsCallsThatGaveUp: a call whose context ends while it
 // waits for a send is never sent, and says so.
 func TestBatcherDropsCallsThatGaveUp(t *testing.T) {

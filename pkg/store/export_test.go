@@ -9,14 +9,15 @@ var (
 	AtomicSHA    = atomicScript.sha
 )
 
-// TakeArgs returns the ARGV of a take.lua call of one op with tag.
-func TakeArgs(tag int64, op limiter.Op) []any {
+// TakeArgs returns the KEYS and ARGV of a take.lua call of one op with
+// tag.
+func TakeArgs(tag int64, op limiter.Op) ([]string, []any) {
 	var enc takeEncoder
 	ops := []limiter.Op{op}
 	enc.plan(ops)
 	var a anyArgs
 	enc.write(&a, tag, ops, false)
-	return a[2:] // after numkeys and the key
+	return []string{a[1].(string)}, a[2:] // after numkeys and the key
 }
 
 // SlotOf is slotOf.

@@ -304,9 +304,9 @@ var faultScenarios = []struct {
 	{"SlowHandshake", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
 		checkRecovers(t, fp, st)
-		// Every new connection's handshake (SELECT, HELLO, ...) answers
-		// after 80 ms, longer than any call waits; then every connection
-		// is cut.
+		// Every new connection's first three replies (its handshake, and
+		// the first script calls when the handshake is shorter) come after
+		// 80 ms, longer than any call waits; then every connection is cut.
 		fp.fx.Add(&faultproxy.SlowHandshake{First: 3, Delay: 80 * time.Millisecond})
 		fp.fx.CutAll(0)
 		l := runLoad(t, fp, st, 32, 3*time.Second, 50*time.Millisecond, 0, nil)
@@ -314,7 +314,48 @@ var faultScenarios = []struct {
 		if ok, total := l.ok.Load(), l.total(); ok*10 < total*9 {
 			t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
 		}
+		// A script call written in time whose reply is late ran: it may
+		// be counted, though its caller was answered Unavailable.
 		checkCounts(t, fp, l, l.failed.Load())
+	}},
+	{"DialWait", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		checkRecovers(t, fp, st)
+		// Every new connection's handshake answers after 300 ms; then
+		// every connection is cut: a call waits for a new connection, and
+		// its caller gives up at 50 ms, long before it is ready. Nothing of
+		// it may be written once it is (onceCmd): before, each such call
+		// was counted when the handshake ended.
+		fp.fx.Add(&faultproxy.SlowHandshake{Match: faultproxy.Match{Commands: []string{"HELLO", "AUTH", "SELECT", "CLIENT", "READONLY"}},
+			First: 5, Delay: 300 * time.Millisecond})
+		fp.fx.CutAll(0)
+		ctx := context.Background()
+		base := fmt.Sprintf("faults:dialwait:%d:{k}:", time.Now().UnixNano())
+		now := farBase
+		ops := []limiter.Op{{Key: base, Algorithm: descriptors.FixedWindow, Limit: faultLimit, Window: faultWindow, Cost: 1000, Now: now}}
+		counter := fmt.Sprintf("%s%d", base, (now-now%faultWindow)/1000)
+		res := make([]limiter.Result, 1)
+		takes := []func(context.Context, []limiter.Op, []limiter.Result) error{st.Take}
+		if all, ok := st.(limiter.AtomicStore); ok {
+			takes = append(takes, all.TakeAll)
+		}
+		for _, take := range takes {
+			for range 3 {
+				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				err := take(cctx, ops, res)
+				cancel()
+				if err == nil {
+					t.Fatal("a call decided while every connection's handshake took 300 ms")
+				}
+			}
+		}
+		time.Sleep(600 * time.Millisecond) // every connection is ready by now
+		if n, err := fp.admin.Exists(ctx, counter).Result(); err != nil || n != 0 {
+			v, _ := fp.admin.Get(ctx, counter).Result()
+			t.Errorf("counter %s = %q (exists %d, %v): calls answered Unavailable were written once their connection was ready",
+				counter, v, n, err)
+		}
+		checkRecovers(t, fp, st)
 	}},
 	{"SplitReplies", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)

@@ -262,7 +262,7 @@ func (s *memShard) window(k windowKey, now int64) (counter, bool) {
 	return c, true
 }
 
-// fixedWindow mirrors lua/fixed_window.lua. The window before now's is
+// fixedWindow mirrors take.lua's fixed_window. The window before now's is
 // dropped if it has expired by the store's clock at (now, unless the op
 // carries its own time), as Sweep would drop it.
 func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
@@ -273,6 +273,10 @@ func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 	cost := min(op.Cost, maxCost)
 
 	count := s.count(k, now)
+	if refunds(op) {
+		count = s.refund(k, count, cost)
+		return limiter.Result{Allowed: true, Remaining: max(op.Limit-count, 0), Reset: reset}
+	}
 	if cost > 0 {
 		count = min(count+cost, maxCost)
 		if s.putWindow(k, counter{n: count, expireAt: ws + w}) {
@@ -285,7 +289,7 @@ func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 	return limiter.Result{RetryAfter: reset, Reset: reset}
 }
 
-// slidingWindow mirrors lua/sliding_window.lua; at is as for fixedWindow.
+// slidingWindow mirrors take.lua's sliding_window; at is as for fixedWindow.
 func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w, limit := op.Window, op.Limit
 	ws := now - now%w
@@ -305,6 +309,10 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	}
 	sw := slider{wg: w / g}
 
+	if refunds(op) {
+		cur = s.refund(curKey, cur, cost)
+		return limiter.Result{Allowed: true, Remaining: max(limit-cur-sw.share(prev, sw.wg-1-elapsed/g), 0), Reset: reset}
+	}
 	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
 	if weighted+cost <= limit {
 		if cost > 0 {
@@ -333,6 +341,23 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	return limiter.Result{Remaining: max(limit-weighted, 0), RetryAfter: retry, Reset: reset}
 }
 
+// refund gives cost back to the counter k, which holds count: it drops to
+// count-cost, keeping its expiry, or is dropped at 0 or below (as if never
+// written); a missing counter stays missing. It returns the count after.
+func (s *memShard) refund(k windowKey, count, cost int64) int64 {
+	if count == 0 || cost == 0 {
+		return count
+	}
+	if count <= cost {
+		s.dropWindow(k)
+		return 0
+	}
+	c := s.windows[k]
+	c.n = count - cost
+	s.windows[k] = c
+	return c.n
+}
+
 // slider weighs a sliding window's previous count over wg steps.
 type slider struct{ wg int64 }
 
@@ -356,7 +381,9 @@ func (sw slider) maxRem(p, a int64) int64 {
 	return lo
 }
 
-// tokenBucket mirrors lua/token_bucket.lua.
+// tokenBucket mirrors take.lua's token_bucket (arith.lua's bucket
+// decide): a refund, after the refill, fills the bucket no further than
+// its burst.
 func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 	burst, num, den := op.Burst, op.RateNum, op.RateDen
 	cost := min(op.Cost, maxCost)
@@ -384,9 +411,16 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 
 	allowed := true
 	if cost > 0 {
-		allowed = t >= cost
-		if allowed {
+		switch {
+		case op.Refund:
+			t = min(t+cost, burst) // never past its capacity
+			if t == burst {
+				c = 0
+			}
+		case t >= cost:
 			t -= cost
+		default:
+			allowed = false
 		}
 		if t >= burst {
 			s.dropBucket(op.Key)

@@ -66,7 +66,7 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 	at := m.now().UnixMilli() // the store's time, by which ended windows go
 	for i := range ops {
 		op := &ops[i]
-		if op.Cost <= 0 {
+		if op.Cost <= 0 || op.Refund { // a peek or a refund adds nothing
 			continue
 		}
 		now := op.Now

@@ -8,7 +8,7 @@ import (
 
 // Expiries lists the state under prefix as Redis would name it, for
 // limitertest.Inspector: window counters as base + start/1000, buckets as
-// base + "bucket", with their expiry in Unix ms.
+// base + "tokens", with their expiry in Unix ms.
 func (m *Memory) Expiries(_ context.Context, prefix string, after int64) (map[string]int64, error) {
 	out := make(map[string]int64)
 	for i := range m.shards {
@@ -21,7 +21,7 @@ func (m *Memory) Expiries(_ context.Context, prefix string, after int64) (map[st
 		}
 		for k, b := range s.buckets {
 			if strings.HasPrefix(k, prefix) && b.expireAt > after {
-				out[k+"bucket"] = b.expireAt
+				out[k+"tokens"] = b.expireAt
 			}
 		}
 		s.mu.Unlock()

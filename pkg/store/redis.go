@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -288,6 +289,26 @@ func (r *Redis) Load(ctx context.Context) error {
 func (r *Redis) Ping(ctx context.Context) error {
 	if err := r.client.Ping(ctx).Err(); err != nil {
 		return unavailable("ping", err)
+	}
+	return nil
+}
+
+// ProbeKey is the base key Probe charges, apart from every limit's: a
+// limit's key has the hash tag right after its prefix (prefix:{...}).
+const ProbeKey = "fastlimit:probe:{probe}:"
+
+// Probe checks that Redis decides, not only that it answers: one
+// fixed-window charge of one milli-request on ProbeKey, a window of a
+// second (the counter expires with it), through the path of every Take.
+// It fails where decisions fail: scripts refused (out of memory with
+// noeviction, a read-only replica, NOSCRIPT that EVAL cannot repair), or
+// Redis unreachable. On a Cluster it checks the master of ProbeKey's slot.
+// It implements breaker.Prober.
+func (r *Redis) Probe(ctx context.Context) error {
+	ops := [1]limiter.Op{{Key: ProbeKey, Algorithm: descriptors.FixedWindow, Limit: 1, Window: 1000, Cost: 1}}
+	var res [1]limiter.Result
+	if err := r.Take(ctx, ops[:], res[:]); err != nil {
+		return fmt.Errorf("probe: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,7 +32,8 @@ func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), r.opts.SendTimeout)
 		defer cancel()
-		done <- r.takeAll(sctx, ops, res)
+		// Written only while its caller waits (see onceCmd).
+		done <- r.takeAll(withLive(sctx, func() bool { return ctx.Err() == nil }), ops, res)
 	}()
 	select {
 	case err := <-done:
@@ -60,7 +62,8 @@ func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter
 }
 
 // evalAtomic runs lua.Atomic by digest or by source, as a command that
-// go-redis must not retry.
+// go-redis must not retry, nor write once the caller has gone.
+
 func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
 	args := make(anyArgs, 0, 6+len(ops)+atomicArgs*len(ops))
 	if bySHA {
@@ -70,11 +73,10 @@ func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []lim
 	}
 	writeAtomic(&args, tag, ops)
 	cmd := redis.NewCmd(ctx, args...)
-	_ = r.client.Process(ctx, onceCmd{cmd})
+	var dropped atomic.Bool
+	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+	if dropped.Load() {
+		cmd.SetErr(ErrNotSent)
+	}
 	return cmd
 }
-
-// onceCmd is a command that go-redis must not send twice.
-type onceCmd struct{ redis.Cmder }
-
-func (onceCmd) NoRetry() bool { return true }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -129,20 +130,31 @@ func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 }
 
 // send runs ops on one server (a Cluster master, or the server) as one
-// pipeline of take.lua calls, and the calls answered NOSCRIPT again with
-// EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
+// pipeline of take.lua calls, the ops of each key together (keyGroups),
+// and the calls answered NOSCRIPT again with EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
 // the node no longer serves, go again through the Cluster client, one slot
 // a call.
 func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
-	if r.cluster != nil && r.perSlot.Load() {
-		return r.sendBySlot(ctx, c, ops, results)
+	g := groupings.Get().(*keyGroups)
+	defer groupings.Put(g)
+	grouped, res := g.put(ops, results)
+	var err error
+	switch {
+	case r.cluster != nil && r.perSlot.Load():
+		err = r.sendBySlot(ctx, c, grouped, res)
+	case r.cluster != nil:
+		var chunks [maxSendChunks]takeChunk
+		err = r.sendCalls(ctx, c, takeCrossScript, grouped, res, splitChunks(grouped, chunks[:0]))
+	default:
+		var chunks [maxSendChunks]takeChunk
+		err = r.sendCalls(ctx, c, takeScript, grouped, res, splitChunks(grouped, chunks[:0]))
 	}
-	s := takeScript
-	if r.cluster != nil {
-		s = takeCrossScript
+	if err != nil {
+		g.release()
+		return err
 	}
-	var chunks [maxSendChunks]takeChunk
-	return r.sendCalls(ctx, c, s, ops, results, splitChunks(ops, chunks[:0]))
+	g.scatter(results)
+	return nil
 }
 
 // sendBySlot sends ops in calls of one slot each, in one pipeline.
@@ -191,14 +203,20 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	var notHere []int
+	var dropped atomic.Bool
+	live := liveOf(ctx)
 	pipe := c.Pipeline()
 	for i := range calls {
 		ch := &calls[i]
 		ch.tag = nextTag()
 		cmds[i] = takeCmd(ctx, s, bySHA, ch.tag, ops[ch.from:ch.to])
-		_ = pipe.Process(ctx, onceCmd{cmds[i]})
+		_ = pipe.Process(ctx, onceCmd{Cmder: cmds[i], live: live, dropped: &dropped})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
+	if dropped.Load() {
+		// Its callers were gone when go-redis wrote it (see onceCmd).
+		return nil, nil, unavailable("take", ErrNotSent)
+	}
 	for i, ch := range calls {
 		err := cmds[i].Err()
 		switch {
@@ -264,12 +282,16 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 		for _, sub := range subs {
 			part := sorted[sub.from:sub.to]
 			tag := nextTag()
+			var dropped atomic.Bool
 			cmd := takeCmd(ctx, takeScript, true, tag, part)
-			_ = r.client.Process(ctx, onceCmd{cmd})
+			_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
 			if err := cmd.Err(); err != nil && isNoScript(err) {
 				tag = nextTag()
 				cmd = takeCmd(ctx, takeScript, false, tag, part)
-				_ = r.client.Process(ctx, onceCmd{cmd})
+				_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+			}
+			if dropped.Load() {
+				return unavailable("take", ErrNotSent)
 			}
 			v, err := cmd.Int64Slice()
 			if err == nil {

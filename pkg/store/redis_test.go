@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -135,8 +137,8 @@ func TestRedisConformance(t *testing.T) {
 var farBase = (time.Now().UnixMilli()/(7*86_400_000) + 2) * (7 * 86_400_000)
 
 // randomOps returns n ops on a few keys with random algorithms, limits,
-// costs (peeks, fractions, huge) and time steps from *now, which it
-// advances.
+// costs (peeks, fractions, huge), refunds (one in five) and time steps
+// from *now, which it advances.
 func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 	windows := []int64{1000, 60_000, 3_600_000, 86_400_000, 604_800_000, 1000 * 365 * 86_400_000}
 	costs := []int64{0, 1, 500, 1000, 1000, 1000, 2500, 1 << 40, 1 << 62}
@@ -160,6 +162,7 @@ func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 	for i := range ops {
 		op := keys[rng.IntN(len(keys))]
 		op.Cost = costs[rng.IntN(len(costs))]
+		op.Refund = rng.IntN(5) == 0
 		switch rng.IntN(4) {
 		case 0:
 			*now += rng.Int64N(op.Window/50 + 1)
@@ -262,11 +265,24 @@ func countersAreIntegers(t *testing.T, prefix string, r redisStore, rdb *redis.C
 			t.Errorf("GET %s = %q, %v; want %q", key, got, err, want)
 		}
 	}
-	got, err := rdb.HGetAll(ctx, prefix+"{b}:bucket").Result()
-	want := map[string]string{"t": "1125899906842621", "ts": fmt.Sprint(now), "c": "0"}
-	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("HGETALL bucket = %v, %v; want %v", got, err, want)
+	raw, err := rdb.Get(ctx, prefix+"{b}:tokens").Bytes()
+	got, want := bucketState(raw), [3]float64{1<<50 - 3, 0, float64(now)}
+	if err != nil || got != want {
+		t.Errorf("GET tokens = %v (%x), %v; want t, c, ts %v", got, raw, err, want)
 	}
+}
+
+// bucketState decodes a token bucket's value, struct.pack('<ddd', t, c, ts)
+// (lua/take.lua), or returns NaNs when it is not 24 bytes.
+func bucketState(raw []byte) [3]float64 {
+	if len(raw) != 24 {
+		return [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	}
+	var s [3]float64
+	for i := range s {
+		s[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+	}
+	return s
 }
 
 // takeAfterFlushes flushes the scripts before each of 4 calls of take,
@@ -592,7 +608,7 @@ func TestScriptHeaders(t *testing.T) {
 			t.Errorf("%s: no header comment", name)
 			continue
 		}
-		for _, want := range []string{"KEYS[i]", "ARGV[1]", "tag", "Returns", "ms", "milli"} {
+		for _, want := range []string{"KEYS[", "ARGV[1]", "tag", "Returns", "ms", "milli"} {
 			if !strings.Contains(head, want) {
 				t.Errorf("%s: header does not mention %q", name, want)
 			}

@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -89,7 +91,18 @@ const maxSendChunks = 8
 // sameParams reports whether two ops send the same parameters to take.lua.
 func sameParams(a, b *limiter.Op) bool {
 	return a.Algorithm == b.Algorithm && a.Now == b.Now && a.Limit == b.Limit && a.Window == b.Window &&
-		a.Cost == b.Cost && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+		a.Cost == b.Cost && a.Refund == b.Refund && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+}
+
+// refunds reports whether op gives back: a refund of Cost 0 is a peek.
+func refunds(op *limiter.Op) bool { return op.Refund && op.Cost > 0 }
+
+// scriptCost is the cost the scripts take: a refund's negated.
+func scriptCost(op *limiter.Op) int64 {
+	if op.Refund {
+		return -op.Cost
+	}
+	return op.Cost
 }
 
 // splitChunks appends to dst the calls that carry ops, maxBatchOps each.
@@ -103,26 +116,46 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 // takeEncoder writes take.lua calls. Its buffers are reused from call to
 // call; it is not safe for concurrent use.
 type takeEncoder struct {
-	sets []int  // the first op of each parameter set
-	mapb []byte // each op's set, 1-based
+	sets  []int    // the first op of each parameter set
+	guess []string // each set's window start guess (fixed windows)
+	mapb  []byte   // each op's set, 1-based
+	runs  []byte   // ops per group: a run of ops with one key
+	first []int    // the first op of each group
+	clock int64    // this process' clock, Unix ms, read once a call
 }
 
-// plan finds the parameter sets of ops (at most maxBatchOps ops) and
-// returns the number of arguments of the call after the
-// script's name and digest.
+// bucketTail is what a token bucket's group key carries after the base
+// key: take.lua's BUCKET.
+const bucketTail = "tokens"
+
+// plan finds the parameter sets and the groups of ops (at most maxBatchOps
+// ops; a group is a run of consecutive ops with one key) and returns the
+// number of arguments of the call after the script's name and digest.
 func (e *takeEncoder) plan(ops []limiter.Op) int {
-	e.sets, e.mapb = e.sets[:0], e.mapb[:0]
-	n := 3 + len(ops) // numkeys, keys, tag, map
+	e.sets, e.guess, e.mapb, e.runs, e.first = e.sets[:0], e.guess[:0], e.mapb[:0], e.runs[:0], e.first[:0]
+	e.clock = 0
+	n := 4 // numkeys, tag, map, groups
 	for i := range ops {
+		if i == 0 || ops[i].Key != ops[i-1].Key {
+			e.runs = append(e.runs, 0)
+			e.first = append(e.first, i)
+			n++ // the group's key
+		}
+		e.runs[len(e.runs)-1]++
 		k := 0
 		for k < len(e.sets) && !sameParams(&ops[e.sets[k]], &ops[i]) {
 			k++
 		}
 		if k == len(e.sets) {
 			e.sets = append(e.sets, i)
-			if ops[i].Algorithm == descriptors.TokenBucket {
+			e.guess = append(e.guess, "")
+			switch ops[i].Algorithm {
+			case descriptors.TokenBucket:
 				n += 7
-			} else {
+			case descriptors.FixedWindow:
+				e.guess[k] = e.windowGuess(&ops[i])
+				n += 6
+			default:
 				n += 5
 			}
 		}
@@ -131,25 +164,58 @@ func (e *takeEncoder) plan(ops []limiter.Op) int {
 	return n
 }
 
-// write writes the arguments plan counted: numkeys, KEYS, then ARGV as
-// take.lua's header lays them out; with spread (a Cluster call whose keys
-// may span slots), numkeys 0 and the keys after the map.
+// windowGuess returns the start (Unix seconds) of the fixed window op falls
+// in by its Now, or by this process' clock: take.lua's hint, which saves
+// Redis a concatenation a key when it is Redis' window too.
+func (e *takeEncoder) windowGuess(op *limiter.Op) string {
+	now := op.Now
+	if now == 0 {
+		if e.clock == 0 {
+			e.clock = guessClock()
+		}
+		now = e.clock
+	}
+	return strconv.FormatInt((now-now%op.Window)/1000, 10)
+}
+
+// guessClock is the clock of windowGuess, Unix ms; tests set it wrong.
+var guessClock = func() int64 { return time.Now().UnixMilli() }
+
+// groupKey returns the key take.lua gets for the group whose first op is
+// ops[i] (of set k): the base key, with its window guess (fixed window) or
+// bucketTail (token bucket) after it.
+func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
+	switch ops[i].Algorithm {
+	case descriptors.FixedWindow:
+		return ops[i].Key + e.guess[e.mapb[i]-1]
+	case descriptors.TokenBucket:
+		return ops[i].Key + bucketTail
+	}
+	return ops[i].Key
+}
+
+// write writes the arguments plan counted: numkeys, KEYS (one per group),
+// then ARGV as take.lua's header lays them out; with spread (a Cluster
+// call whose keys may span slots), numkeys 0 and the keys after the
+// groups.
 func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread bool) {
 	if spread {
 		w.Int(0)
 		w.Int(tag)
 		w.Bytes(e.mapb)
+		w.Bytes(e.runs)
 	} else {
-		w.Int(int64(len(ops)))
+		w.Int(int64(len(e.first)))
 	}
-	for i := range ops {
-		w.String(ops[i].Key)
+	for _, i := range e.first {
+		w.String(e.groupKey(ops, i))
 	}
 	if !spread {
 		w.Int(tag)
 		w.Bytes(e.mapb)
+		w.Bytes(e.runs)
 	}
-	for _, i := range e.sets {
+	for k, i := range e.sets {
 		op := &ops[i]
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Now)
@@ -161,12 +227,17 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 			w.Int(op.Limit)
 		}
 		w.Int(op.Window)
-		w.Int(op.Cost)
+		w.Int(scriptCost(op))
+		if op.Algorithm == descriptors.FixedWindow {
+			w.String(e.guess[k])
+		}
 	}
 }
 
 // decodeTake fills results from take.lua's reply to a call of ops with
-// tag: {tag, clock, then per op a fixed window's count or four integers}.
+// tag: {tag, clock, then per op one integer (a denied sliding window op
+// two, a fixed window op that follows one of its parameter set in its
+// group none)}, as take.lua's header says; the answers are derived here.
 // An op the node did not decide because it does not serve the op's key
 // (a reply of -1, which only a call with spread keys gets; see take.lua)
 // has its index appended to moved; with moved nil, the call declared its
@@ -179,42 +250,53 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 	short := func() error {
 		return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
 	}
-	notHere := func(k int) error {
-		if moved == nil {
-			return fmt.Errorf("%w: take.lua left op %d undecided in a call that declared its keys", ErrReplyMismatch, k)
-		}
-		*moved = append(*moved, k)
-		return nil
-	}
 	clock, i := v[1], 2
+	var count int64 // the last fixed window op's count
 	for k := range ops {
 		op := &ops[k]
-		if op.Algorithm == descriptors.FixedWindow {
-			if i >= len(v) || op.Now == 0 && clock <= 0 {
-				return short()
-			}
-			if v[i] == notDecided {
-				if err := notHere(k); err != nil {
-					return err
-				}
-			} else {
-				results[k] = fixedResult(op, v[i], clock)
-			}
-			i++
-			continue
-		}
-		if i+4 > len(v) {
+		if op.Algorithm != descriptors.TokenBucket && op.Now == 0 && clock <= 0 {
 			return short()
 		}
-		w := v[i : i+4]
-		if w[0] == notDecided {
-			if err := notHere(k); err != nil {
-				return err
+		if op.Algorithm == descriptors.FixedWindow && k > 0 && op.Key == ops[k-1].Key && sameParams(op, &ops[k-1]) {
+			// No value of its own: the op before it, plus its cost (less
+			// its refund, not below 0).
+			switch {
+			case count == notDecided:
+			case refunds(op):
+				count = max(count-min(op.Cost, maxCost), 0)
+			default:
+				count = min(count+min(op.Cost, maxCost), maxCost)
 			}
 		} else {
-			results[k] = limiter.Result{Allowed: w[0] == 1, Remaining: w[1], RetryAfter: w[2], Reset: w[3]}
+			if i >= len(v) {
+				return short()
+			}
+			count = v[i]
+			i++
 		}
-		i += 4
+		if count == notDecided {
+			if moved == nil {
+				return fmt.Errorf("%w: take.lua left op %d undecided in a call that declared its keys", ErrReplyMismatch, k)
+			}
+			*moved = append(*moved, k)
+			continue
+		}
+		switch op.Algorithm {
+		case descriptors.FixedWindow:
+			results[k] = fixedResult(op, count, clock)
+		case descriptors.SlidingWindow:
+			w, retry := count, int64(0)
+			if !refunds(op) && w+min(op.Cost, maxCost) > op.Limit {
+				if i >= len(v) {
+					return short()
+				}
+				retry = v[i]
+				i++
+			}
+			results[k] = slidingResult(op, w, retry, clock)
+		case descriptors.TokenBucket:
+			results[k] = bucketResult(op, count)
+		}
 	}
 	if i != len(v) {
 		return short()
@@ -235,10 +317,57 @@ func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 		now = clock
 	}
 	reset := op.Window - now%op.Window
+	if refunds(op) {
+		return limiter.Result{Allowed: true, Remaining: max(op.Limit-count, 0), Reset: reset}
+	}
 	if count <= op.Limit {
 		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
 	}
 	return limiter.Result{RetryAfter: reset, Reset: reset}
+}
+
+// slidingResult derives a sliding-window op's answer from the weighted
+// count w it was decided on and, when denied (w + cost > limit), the
+// retry_after take.lua computed; a refund's from the weighted count after
+// it.
+func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
+	now := op.Now
+	if now == 0 {
+		now = clock
+	}
+	reset := op.Window - now%op.Window
+	if refunds(op) { // w is the weighted count after the refund
+		return limiter.Result{Allowed: true, Remaining: max(op.Limit-w, 0), Reset: reset}
+	}
+	cost := min(op.Cost, maxCost)
+	if w+cost <= op.Limit {
+		return limiter.Result{Allowed: true, Remaining: op.Limit - w - cost, Reset: reset}
+	}
+	return limiter.Result{Remaining: max(op.Limit-w, 0), RetryAfter: retry, Reset: reset}
+}
+
+// bucketResult derives a token-bucket op's answer from take.lua's
+// t * den + c after it (allowed), or -(t * den + c) - 2 (denied): t
+// milli-tokens left and the carry c, with the arithmetic of memory.go's
+// tokenBucket.
+func bucketResult(op *limiter.Op, x int64) limiter.Result {
+	allowed := x >= 0
+	if !allowed {
+		x = -x - 2
+	}
+	burst, num, den := op.Burst, op.RateNum, op.RateDen
+	t, c := x/den, x%den
+	r := limiter.Result{Allowed: allowed, Remaining: t}
+	if t < burst {
+		r.Reset = ceilDiv((burst-t)*den-c, num)
+	}
+	if !allowed {
+		r.RetryAfter = op.Window
+		if cost := min(op.Cost, maxCost); cost <= burst {
+			r.RetryAfter = ceilDiv((cost-t)*den-c, num)
+		}
+	}
+	return r
 }
 
 func mismatch(v []int64, tag int64) error {
@@ -263,7 +392,7 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Limit)
 		w.Int(op.Window)
-		w.Int(op.Cost)
+		w.Int(scriptCost(op))
 		w.Int(op.Burst)
 		w.Int(op.RateNum)
 		w.Int(op.RateDen)

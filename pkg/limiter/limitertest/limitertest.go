@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("FixedWindow", func(t *testing.T) { runTables(t, newStore, fixedWindowTables()) })
 	t.Run("SlidingWindow", func(t *testing.T) { runTables(t, newStore, slidingWindowTables()) })
 	t.Run("TokenBucket", func(t *testing.T) { runTables(t, newStore, tokenBucketTables()) })
+	t.Run("Refund", func(t *testing.T) { runTables(t, newStore, refundTables()) })
 	t.Run("Accuracy", func(t *testing.T) { testAccuracy(t, newStore) })
 	t.Run("LongRunRate", func(t *testing.T) { testLongRunRate(t, newStore) })
 	t.Run("RetryAfter", func(t *testing.T) { testRetryAfter(t, newStore) })

@@ -25,7 +25,7 @@ type table struct {
 
 type step struct {
 	at   int64 // ms after base
-	cost int64
+	cost int64 // below 0: a refund of -cost (limiter.Op.Refund)
 	want limiter.Result
 }
 
@@ -49,7 +49,7 @@ func runTables(t *testing.T, newStore func(*testing.T) limiter.Store, tables []t
 				in := make([]limiter.Op, len(tb.steps))
 				for i, s := range tb.steps {
 					in[i] = tb.op
-					in[i].Key, in[i].Now, in[i].Cost = key, base+s.at, s.cost
+					in[i].Key, in[i].Now, in[i].Cost, in[i].Refund = key, base+s.at, max(s.cost, -s.cost), s.cost < 0
 					if l, ok := tb.limits[i]; ok && tb.op.Algorithm == descriptors.TokenBucket {
 						in[i].Burst = l
 					} else if ok {
@@ -232,7 +232,7 @@ func tokenBucketTables() []table {
 			{103000, 10000, allow(0, 60000)},
 		},
 		expiryAfter: 103000,
-		expiries:    map[string]int64{"bucket": 163000},
+		expiries:    map[string]int64{"tokens": 163000},
 	}, {
 		// burst 1000, rate 1/3600 milli-token per ms.
 		name: "OnePerHour",
@@ -246,7 +246,7 @@ func tokenBucketTables() []table {
 			{hour, 1000, deny(0, hour, hour)},
 		},
 		expiryAfter: hour,
-		expiries:    map[string]int64{"bucket": 2 * hour},
+		expiries:    map[string]int64{"tokens": 2 * hour},
 	}, {
 		// burst 10000, rate 1/8640 milli-token per ms: a request every 2.4 h.
 		name: "TenPerDay",
@@ -258,7 +258,7 @@ func tokenBucketTables() []table {
 			step{8_640_000, 1000, allow(0, day)},
 		),
 		expiryAfter: 8_640_000,
-		expiries:    map[string]int64{"bucket": 8_640_000 + day},
+		expiries:    map[string]int64{"tokens": 8_640_000 + day},
 	}, {
 		// The burst drops from 10 to 5: a bucket holding more is full.
 		name: "BurstLowered",
@@ -270,7 +270,7 @@ func tokenBucketTables() []table {
 		},
 		limits:      map[int]int64{1: 5000},
 		expiryAfter: 1000,
-		expiries:    map[string]int64{"bucket": 7000},
+		expiries:    map[string]int64{"tokens": 7000},
 	}, {
 		name: "Saturation",
 		op:   tokenOp(3, second, 3),
@@ -281,7 +281,7 @@ func tokenBucketTables() []table {
 			{1, 1 << 52, deny(2003, second, 333)}, // ceil(997/3); state written
 		},
 		expiryAfter: 1,
-		expiries:    map[string]int64{"bucket": 334},
+		expiries:    map[string]int64{"tokens": 334},
 	}}
 }
 

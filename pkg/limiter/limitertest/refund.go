@@ -1,0 +1,74 @@
+package limitertest
+
+import (
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+)
+
+// refundTables are refunds (limiter.Op.Refund, Envoy's is_negative_hits)
+// on each algorithm, 10 requests a minute: 10 charged, 4 given back,
+// remaining up by 4; a refund never takes remaining past the limit (or a
+// bucket past its burst), and one on state that is not there writes none.
+// A counter a refund empties is deleted, as is a bucket it fills; one it
+// does not keeps its expiry.
+func refundTables() []table {
+	fixed := limiter.Op{Algorithm: descriptors.FixedWindow, Limit: 10 * milli, Window: minute}
+	sliding := limiter.Op{Algorithm: descriptors.SlidingWindow, Limit: 10 * milli, Window: minute}
+	bucket := tokenOp(10, minute, 10)
+	refund := func(at, cost int64, want limiter.Result) step { return step{at, -cost, want} }
+	var out []table
+	for _, w := range []struct {
+		name string
+		op   limiter.Op
+		key  string // the suffix of its state's key
+		exp  int64  // that key's expiry
+	}{
+		{"FixedWindow", fixed, windowSuffix(0), minute},
+		{"SlidingWindow", sliding, windowSuffix(0), 2 * minute},
+	} {
+		out = append(out, table{
+			name: w.name + "ChargeTenRefundFour",
+			op:   w.op,
+			steps: []step{
+				{0, 10 * milli, allow(0, minute)},
+				refund(0, 4*milli, allow(4*milli, minute)),
+				{1000, 0, allow(4*milli, minute-1000)},
+			},
+			expiries: map[string]int64{w.key: w.exp},
+		}, table{
+			name: w.name + "RefundNeverPastTheLimit",
+			op:   w.op,
+			steps: []step{
+				{0, 6 * milli, allow(4*milli, minute)},
+				refund(0, 100*milli, allow(10*milli, minute)), // emptied: deleted
+				{0, 0, allow(10*milli, minute)},
+				refund(1000, 4*milli, allow(10*milli, minute-1000)), // nothing to give back
+			},
+			expiries: map[string]int64{},
+		})
+	}
+	// Bucket: burst 10000, 1/6 milli-token per ms; fill(t) = (10000-t)*6.
+	out = append(out, table{
+		name: "TokenBucketChargeTenRefundFour",
+		op:   bucket,
+		steps: []step{
+			{0, 10 * milli, allow(0, minute)},
+			refund(0, 4*milli, allow(4*milli, 36000)),
+			{0, 0, allow(4*milli, 36000)},
+		},
+		expiries: map[string]int64{"tokens": 36000},
+	}, table{
+		name: "TokenBucketRefundNeverPastTheBurst",
+		op:   bucket,
+		steps: []step{
+			{0, 6 * milli, allow(4*milli, 36000)},
+			// 600 ms later: 100 milli-tokens back; then 100 requests given
+			// back: full, the state deleted.
+			refund(600, 100*milli, allow(10*milli, 0)),
+			{600, 0, allow(10*milli, 0)},
+			refund(700, 4*milli, allow(10*milli, 0)), // a full bucket stays full
+		},
+		expiries: map[string]int64{},
+	})
+	return out
+}
