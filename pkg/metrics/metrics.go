@@ -35,6 +35,7 @@ type Metrics struct {
 	farShare int64 // 1-nearRatio, in millionths
 
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+	ruleRefunded                                         *prometheus.CounterVec
 	// series holds the rule counters of the rules in force, by limit,
 	// rebuilt on each load that changes them. A limit not in it (an
 	// override, one of older rules, detailed_metric and value_to_metric
@@ -93,12 +94,13 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		}, []string{"domain", "rule"})
 	}
 	m := &Metrics{
-		farShare:   int64(math.Round((1 - nearRatio) * 1e6)),
-		ruleHits:   rule("total_hits_total", "Hits charged against the rule, in requests."),
-		ruleOver:   rule("over_limit_total", "Hits over the rule's limit, shadowed ones included."),
-		ruleNear:   rule("near_limit_total", "Hits allowed with the rule's remaining at or below the near-limit share."),
-		ruleWithin: rule("within_limit_total", "Hits allowed by the rule."),
-		ruleShadow: rule("shadow_mode_total", "Hits over the rule's limit that shadow mode let through."),
+		farShare:     int64(math.Round((1 - nearRatio) * 1e6)),
+		ruleHits:     rule("total_hits_total", "Hits charged against the rule, in requests."),
+		ruleOver:     rule("over_limit_total", "Hits over the rule's limit, shadowed ones included."),
+		ruleNear:     rule("near_limit_total", "Hits allowed with the rule's remaining at or below the near-limit share."),
+		ruleWithin:   rule("within_limit_total", "Hits allowed by the rule."),
+		ruleShadow:   rule("shadow_mode_total", "Hits over the rule's limit that shadow mode let through."),
+		ruleRefunded: rule("refunded_hits_total", "Hits given back to the rule by descriptors with is_negative_hits; not counted in total_hits_total."),
 	}
 	m.newRequestSeries()
 	m.newConfigSeries()
@@ -108,7 +110,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		Help: "Decisions of detailed_metric and value_to_metric rules counted under the rule's path, because --max-detailed-metric-series request-labelled series existed.",
 	})
 	cs := []prometheus.Collector{
-		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
+		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleRefunded,
 		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
 		m.loads, m.removed, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
 		collectors.NewGoCollector(),

@@ -43,6 +43,7 @@ func TestMetricNames(t *testing.T) {
 	lim := window("d.k", 10)
 	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
 	m.Decided("d", nil, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
+	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Refund: true}}}, time.Millisecond)
 	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
 	m.Failed("d", limiter.ErrUnavailable, time.Millisecond)
 	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
@@ -66,7 +67,7 @@ func TestMetricNames(t *testing.T) {
 	}
 	for _, want := range []string{
 		"fastlimit_rule_total_hits_total", "fastlimit_rule_over_limit_total", "fastlimit_rule_near_limit_total",
-		"fastlimit_rule_within_limit_total", "fastlimit_rule_shadow_mode_total",
+		"fastlimit_rule_within_limit_total", "fastlimit_rule_shadow_mode_total", "fastlimit_rule_refunded_hits_total",
 		"fastlimit_request_duration_seconds", "fastlimit_requests_total", "fastlimit_store_errors_total",
 		"fastlimit_config_loads_total", "fastlimit_config_info", "fastlimit_config_last_reload_successful",
 		"fastlimit_config_last_reload_success_timestamp_seconds", "fastlimit_config_limits",
@@ -95,18 +96,21 @@ func TestRuleCounters(t *testing.T) {
 		st                               limiter.Status
 		path                             string
 		total, over, near, within, shado float64
+		refunded                         float64
 	}{
-		{"within", limiter.Status{Limit: window("d.w", 100), Hits: 3, Remaining: 50}, "d.w", 3, 0, 0, 3, 0},
+		{"within", limiter.Status{Limit: window("d.w", 100), Hits: 3, Remaining: 50}, "d.w", 3, 0, 0, 3, 0, 0},
 		// near: remaining <= (1-0.8)*100 = 20
-		{"near at the threshold", limiter.Status{Limit: window("d.w", 100), Hits: 2, Remaining: 20}, "d.w", 2, 0, 2, 2, 0},
-		{"not near above it", limiter.Status{Limit: window("d.w", 100), Hits: 1, Remaining: 21}, "d.w", 1, 0, 0, 1, 0},
-		{"over", limiter.Status{Code: limiter.OverLimit, Limit: window("d.w", 100), Hits: 4}, "d.w", 4, 4, 0, 0, 0},
-		{"shadowed", limiter.Status{Limit: window("d.w", 100), Hits: 1, Shadowed: true}, "d.w", 1, 1, 0, 0, 1},
+		{"near at the threshold", limiter.Status{Limit: window("d.w", 100), Hits: 2, Remaining: 20}, "d.w", 2, 0, 2, 2, 0, 0},
+		{"not near above it", limiter.Status{Limit: window("d.w", 100), Hits: 1, Remaining: 21}, "d.w", 1, 0, 0, 1, 0, 0},
+		{"over", limiter.Status{Code: limiter.OverLimit, Limit: window("d.w", 100), Hits: 4}, "d.w", 4, 4, 0, 0, 0, 0},
+		{"shadowed", limiter.Status{Limit: window("d.w", 100), Hits: 1, Shadowed: true}, "d.w", 1, 1, 0, 0, 1, 0},
 		// buckets compare with their burst: (1-0.8)*50 = 10
-		{"bucket near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 10}, "d.b", 1, 0, 1, 1, 0},
-		{"bucket not near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 11}, "d.b", 1, 0, 0, 1, 0},
-		{"unlimited", limiter.Status{Limit: free, Hits: 1, Remaining: 1<<32 - 1}, "d.free", 1, 0, 0, 1, 0},
-		{"peek counts nothing", limiter.Status{Limit: window("d.w", 100), Hits: 0, Remaining: 0}, "d.w", 0, 0, 0, 0, 0},
+		{"bucket near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 10}, "d.b", 1, 0, 1, 1, 0, 0},
+		{"bucket not near", limiter.Status{Limit: bucket, Hits: 1, Remaining: 11}, "d.b", 1, 0, 0, 1, 0, 0},
+		{"unlimited", limiter.Status{Limit: free, Hits: 1, Remaining: 1<<32 - 1}, "d.free", 1, 0, 0, 1, 0, 0},
+		{"peek counts nothing", limiter.Status{Limit: window("d.w", 100), Hits: 0, Remaining: 0}, "d.w", 0, 0, 0, 0, 0, 0},
+		// a refund (is_negative_hits) is no hit, not even one near the limit
+		{"refund counted apart", limiter.Status{Limit: window("d.w", 100), Hits: 4, Remaining: 5, Refund: true}, "d.w", 0, 0, 0, 0, 0, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +123,7 @@ func TestRuleCounters(t *testing.T) {
 			}{
 				{"total_hits", m.ruleHits, tc.total}, {"over_limit", m.ruleOver, tc.over}, {"near_limit", m.ruleNear, tc.near},
 				{"within_limit", m.ruleWithin, tc.within}, {"shadow_mode", m.ruleShadow, tc.shado},
+				{"refunded_hits", m.ruleRefunded, tc.refunded},
 			} {
 				if got := testutil.ToFloat64(c.vec.WithLabelValues("d", tc.path)); got != c.want {
 					t.Errorf("%s = %v, want %v", c.name, got, c.want)

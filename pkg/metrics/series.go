@@ -26,6 +26,10 @@ func countedHits(st *limiter.Status) float64 { return float64(min(st.Hits, maxCo
 
 func (m *Metrics) rule(domain, rule string, st *limiter.Status) {
 	hits := countedHits(st)
+	if st.Refund {
+		m.ruleRefunded.WithLabelValues(domain, rule).Add(hits)
+		return
+	}
 	m.ruleHits.WithLabelValues(domain, rule).Add(hits)
 	switch {
 	case st.Shadowed:
@@ -44,6 +48,10 @@ func (m *Metrics) rule(domain, rule string, st *limiter.Status) {
 // ruleCached counts as rule does, through the rule's resolved counters.
 func (m *Metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) {
 	hits := countedHits(st)
+	if st.Refund {
+		rs.refunded.get(m.ruleRefunded, domain, rs.rule).Add(hits)
+		return
+	}
 	rs.hits.get(m.ruleHits, domain, rs.rule).Add(hits)
 	switch {
 	case st.Shadowed:
@@ -65,6 +73,7 @@ func (m *Metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) 
 type ruleSeries struct {
 	rule                             string
 	hits, over, near, within, shadow lazyCounter
+	refunded                         lazyCounter
 }
 
 // lazyCounter is one series of a CounterVec, resolved on first use and

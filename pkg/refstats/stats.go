@@ -155,7 +155,9 @@ func (r *Stats) Decided(domain string, req limiter.View, res *limiter.Response, 
 	idx := r.rulesFor(set)
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 {
+		// A refund (is_negative_hits) is no hit: the reference predates
+		// the field and has no stat for hits given back.
+		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 || st.Refund {
 			continue
 		}
 		override := req != nil && i < req.Len() && req.Override(i)

@@ -310,6 +310,24 @@ func TestRefHitsAddendCapped(t *testing.T) {
 	}
 }
 
+// TestRefRefundsNotHits: a descriptor with is_negative_hits gives hits
+// back; the reference has no stat for that, so it adds to none of the
+// hit stats (the hits charged before it still count).
+func TestRefRefundsNotHits(t *testing.T) {
+	h := newRefHarness(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", 0.8, nil)
+	h.call(2, "d", desc("k", "x"))
+	d := desc("k", "x")
+	d.HitsAddend = wrapperspb.UInt64(5)
+	d.IsNegativeHits = true
+	h.call(1, "d", d)
+	got := h.series()
+	for stat, want := range map[string]float64{"total_hits": 2, "within_limit": 2, "over_limit": 0, "near_limit": 0} {
+		if v := got[rl+stat+"{domain=d,key1=k}"]; v != want {
+			t.Errorf("%s = %v, want %v", stat, v, want)
+		}
+	}
+}
+
 // TestRefServiceSeries checks the reference's service counters: config
 // loads, failed calls, global shadow mode and the gRPC server's calls.
 func TestRefServiceSeries(t *testing.T) {

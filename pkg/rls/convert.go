@@ -39,6 +39,8 @@ func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limit
 		if h := d.GetHitsAddend(); h != nil {
 			ds[i].Hits, ds[i].HasHits = h.GetValue(), true
 		}
+		// is_negative_hits (field 4): the hits are given back, not charged.
+		ds[i].Refund = d.GetIsNegativeHits()
 	}
 	return limiter.Request[entry]{Domain: req.GetDomain(), Descriptors: ds, HitsAddend: req.GetHitsAddend()}
 }
