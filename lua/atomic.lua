@@ -71,6 +71,22 @@ local function getcount(key)
   return n
 end
 
+-- give_back stages a refund of -cost on the window counter key that holds
+-- count: the count drops, not below 0 (emptied: deleted, as if never
+-- written), keeping its expiry; it returns the new count.
+local function give_back(key, count, cost)
+  if count > 0 then
+    count = math.max(count + cost, 0)
+    counters[key] = count
+    if count == 0 then
+      stage('DEL', key)
+    else
+      stage('SET', key, int(count), 'KEEPTTL')
+    end
+  end
+  return count
+end
+
 -- fixed decides as take.lua's fixed_window. Its INCRBY (saturating) and
 -- PEXPIREAT become one SET with PXAT of the same value and expiry.
 local function fixed(base, limit, window, cost)
@@ -83,16 +99,8 @@ local function fixed(base, limit, window, cost)
     count = math.min(count + cost, MAX)
     counters[key] = count
     stage('SET', key, int(count), 'PXAT', int(ws + window))
-  elseif cost < 0 then -- a refund: the count drops, not below 0; always allowed
-    if count > 0 then
-      count = math.max(count + cost, 0)
-      counters[key] = count
-      if count == 0 then -- emptied: as if never written
-        stage('DEL', key)
-      else
-        stage('SET', key, int(count), 'KEEPTTL')
-      end
-    end
+  elseif cost < 0 then -- a refund: always allowed
+    count = give_back(key, count, cost)
     return 1, math.max(limit - count, 0), 0, reset
   end
   if count <= limit then
@@ -115,16 +123,8 @@ local function sliding(base, limit, window, cost)
 
   local g, wg = steps(window)
   local reset = window - (now - ws)
-  if cost < 0 then -- a refund: this window's count drops, not below 0
-    if cur > 0 then
-      cur = math.max(cur + cost, 0)
-      counters[cur_key] = cur
-      if cur == 0 then -- emptied: as if never written
-        stage('DEL', cur_key)
-      else
-        stage('SET', cur_key, int(cur), 'KEEPTTL')
-      end
-    end
+  if cost < 0 then -- a refund: this window's count drops
+    cur = give_back(cur_key, cur, cost)
     return 1, math.max(limit - weigh(g, wg, now - ws, cur, prev), 0), 0, reset
   end
   local w, retry = sliding_decide(limit, window, g, wg, cost, now - ws, cur, prev)
