@@ -2,10 +2,12 @@ package e2e_test
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -14,7 +16,7 @@ import (
 // did not use) gives its hits back on every algorithm and on both stores,
 // through the real binary: remaining goes up, never past the limit, an
 // exhausted limit admits again, and the hits given back are counted apart
-// from those charged.
+// from those charged. /json takes is_negative_hits too.
 func TestRefunds(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
 		admin := loopback(t)
@@ -69,11 +71,27 @@ func TestRefunds(t *testing.T) {
 				t.Fatalf("the hit the refund made room for: %v", st)
 			}
 		})
+		t.Run("json", func(t *testing.T) {
+			post := func(hits int, refund bool) *rls.RateLimitResponse {
+				t.Helper()
+				body := fmt.Sprintf(`{"domain":"e2e","descriptors":[{"entries":[{"key":"fixed","value":"%s-json"}],"hits_addend":%d,"is_negative_hits":%t}]}`, id, hits, refund)
+				code, out := postJSON(t, srv, body)
+				var resp rls.RateLimitResponse
+				if err := protojson.Unmarshal([]byte(out), &resp); code != http.StatusOK || err != nil || len(resp.Statuses) != 1 {
+					t.Fatalf("/json %s: %d %s (%v)", body, code, out, err)
+				}
+				return &resp
+			}
+			post(10, false)
+			if st := post(4, true).Statuses[0]; st.Code != rls.RateLimitResponse_OK || st.LimitRemaining != 94 {
+				t.Fatalf("/json refund 4 after 10: %v, want OK with 94 remaining", st)
+			}
+		})
 		t.Run("metrics count refunds apart", func(t *testing.T) {
 			body := scrape(t, admin)
 			for series, want := range map[string]float64{
-				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.fixed"}`:   1004,
-				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.fixed"}`:      110,
+				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.fixed"}`:   1008,
+				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.fixed"}`:      120,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.bucket"}`:  1004,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.small"}`:   2,
 				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.small"}`:      5,
