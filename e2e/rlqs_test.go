@@ -34,7 +34,12 @@ var rlqsBucket = map[string]string{"name": "a"}
 // period.
 func quotaReplicas(t *testing.T, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
-	redis := startRedis(t)
+	return quotaReplicasOn(t, startRedis(t), n, period, extra...)
+}
+
+// quotaReplicasOn is quotaReplicas on a given Redis.
+func quotaReplicasOn(t *testing.T, redis *redisServer, n int, period time.Duration, extra ...string) []*fastlimit {
+	t.Helper()
 	dir := writeRules(t, map[string]string{"rules.yaml": rlqsRules})
 	var fs []*fastlimit
 	for i := range n {
@@ -200,6 +205,49 @@ func TestRLQSReplicaKilled(t *testing.T) {
 		}
 	}
 	q.checkClean()
+}
+
+// TestRLQSRedisDown: Redis is killed under the fair-share load of
+// TestRLQSFairShare (800/s on replica 0; 100/s and 100/s on replica 1);
+// --rlqs-on-store-error decides what the Envoys are assigned from then on:
+// keep divides with the demand last read (100/s each, within
+// --rlqs-store-grace), split gives each replica half the limit to divide
+// among its own Envoys (150; 75 and 75), deny assigns DENY_ALL. Envoys
+// never fall into allow-all or an expired assignment meanwhile.
+func TestRLQSRedisDown(t *testing.T) {
+	const period = time.Second
+	for _, tc := range []struct {
+		policy string
+		want   []float64
+	}{
+		{"keep", []float64{100, 100, 100}},
+		{"split", []float64{150, 75, 75}},
+		{"deny", []float64{0, 0, 0}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			redis := startRedis(t)
+			fs := quotaReplicasOn(t, redis, 2, period, "--rlqs-on-store-error", tc.policy, "--rlqs-store-grace", "1m")
+			q := newQuotaFleet(t, period, fs)
+			var ts []*envoysim.Traffic
+			for i, rate := range []float64{800, 100, 100} {
+				ts = append(ts, q.fleet.Send(q.envoy([]int{0, 1, 1}[i]), rlqsBucket, rate))
+			}
+			q.run(4 * period)
+			redis.Stop()
+			// A report carries the policy's answer at once; Envoy's new
+			// token bucket starts with up to a second's tokens (the
+			// share's burst), which demand over the share drains.
+			q.run(4 * period)
+			got := q.admitted(3*period, ts...)
+			t.Logf("Redis down, %s: admitted %.1f/s", tc.policy, got)
+			for i, w := range tc.want {
+				if got[i] < w*0.85-3 || got[i] > w*1.15+3 {
+					t.Errorf("envoy %d admitted %.1f/s with Redis down, want %v ±15%% (all: %.1f)", i, got[i], w, got)
+				}
+			}
+			q.checkClean()
+		})
+	}
 }
 
 // TestRLQSJoinLeaveIdle: Envoys join and leave, their shares follow; a
