@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/internal/redistest"
 )
 
 // The Rate Limit Quota Service, end to end: two replicas of the binary on
@@ -34,18 +36,19 @@ var rlqsBucket = map[string]string{"name": "a"}
 // period.
 func quotaReplicas(t *testing.T, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
-	return quotaReplicasOn(t, startRedis(t), n, period, extra...)
+	return quotaReplicasOn(t, []string{"--redis-url", "redis://" + startRedis(t).Addr}, n, period, extra...)
 }
 
-// quotaReplicasOn is quotaReplicas on a given Redis.
-func quotaReplicasOn(t *testing.T, redis *redisServer, n int, period time.Duration, extra ...string) []*fastlimit {
+// quotaReplicasOn is quotaReplicas on the Redis that redisFlags name.
+func quotaReplicasOn(t *testing.T, redisFlags []string, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
 	dir := writeRules(t, map[string]string{"rules.yaml": rlqsRules})
 	var fs []*fastlimit
 	for i := range n {
 		admin := loopback(t)
-		flags := append([]string{"--redis-url", "redis://" + redis.Addr, "--rlqs-report-period", period.String(),
-			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin}, extra...)
+		flags := append(slices.Clone(redisFlags), "--rlqs-report-period", period.String(),
+			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin)
+		flags = append(flags, extra...)
 		f := start(t, launch{rules: dir, flags: flags})
 		f.Admin = admin
 		fs = append(fs, f)
@@ -173,6 +176,38 @@ func TestRLQSFairShare(t *testing.T) {
 	}
 }
 
+// TestRLQSCluster: the fair share of TestRLQSFairShare (Envoy's report
+// period of 1 s) with two replicas sharing a Redis Cluster: each bucket's
+// demand lives in its own slot, and the limit holds globally.
+func TestRLQSCluster(t *testing.T) {
+	const period = time.Second
+	c := redistest.StartCluster(t)
+	fs := quotaReplicasOn(t, []string{"--redis-type", "CLUSTER", "--redis-url", c.Seeds()}, 2, period)
+	q := newQuotaFleet(t, period, fs)
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, rate))
+	}
+	q.run(3 * period)
+	got := q.admitted(3*period, ts...)
+	t.Logf("admitted %.1f/s", got)
+	if sum := total(got); sum < 270 || sum > 330 {
+		t.Errorf("admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+	}
+	for i, g := range got {
+		if g < 50 {
+			t.Errorf("envoy %d admitted %.1f/s, under half its fair share (100)", i, g)
+		}
+	}
+	// Each replica sees the other's Envoys through the Cluster.
+	for i, f := range fs {
+		if u := quotaUsage(t, f); u.Replicas != 2 || len(u.Clients) != 3 {
+			t.Errorf("/v1/quota of replica %d = %+v, want 3 clients over 2 replicas", i, u)
+		}
+	}
+	q.checkClean()
+}
+
 // TestRLQSReplicaKilled: one replica is killed (SIGKILL: its Envoys'
 // demand stays in Redis until it expires); its Envoys reopen their
 // streams on the other at their next report, their assignments holding
@@ -226,7 +261,7 @@ func TestRLQSRedisDown(t *testing.T) {
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			redis := startRedis(t)
-			fs := quotaReplicasOn(t, redis, 2, period, "--rlqs-on-store-error", tc.policy, "--rlqs-store-grace", "1m")
+			fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + redis.Addr}, 2, period, "--rlqs-on-store-error", tc.policy, "--rlqs-store-grace", "1m")
 			q := newQuotaFleet(t, period, fs)
 			var ts []*envoysim.Traffic
 			for i, rate := range []float64{800, 100, 100} {
