@@ -259,7 +259,14 @@ func TestNetworkFaults(t *testing.T) {
 				if ok, total := res.ok.Load(), res.ok.Load()+res.failed.Load(); ok*10 < total*9 {
 					t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
 				}
-				f.check(t, res, res.failed.Load())
+				// A call that waited for the slow connection is not written
+				// once its callers have been answered Unavailable (issue 19:
+				// 406 of 582 such requests were charged): at most 2 % of the
+				// failed requests are counted, as in the hold test, and two
+				// more: a call written just before its callers' deadline
+				// whose reply comes after it, on a busy box.
+				t.Logf("counted %d", f.counted(t))
+				f.check(t, res, res.failed.Load()/50+2)
 			})
 			t.Run("stalls", func(t *testing.T) {
 				// Five 80 ms stalls of Redis at 500 requests a second fail
