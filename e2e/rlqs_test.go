@@ -127,6 +127,31 @@ func (q *quotaFleet) checkClean() {
 	}
 }
 
+// fairShare starts Envoys at 800, 100 and 100 req/s on the 300/s bucket,
+// alternating between the first two replicas, and checks, over measure
+// after 3 report periods, that the global admitted rate is 300/s ±10 %
+// and that each Envoy gets at least half its fair share (100/s). It
+// returns the Envoys' traffic.
+func (q *quotaFleet) fairShare(measure time.Duration) []*envoysim.Traffic {
+	q.t.Helper()
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, rate))
+	}
+	q.run(3 * q.period)
+	got := q.admitted(measure, ts...)
+	q.t.Logf("admitted %.1f/s", got)
+	if sum := total(got); sum < 270 || sum > 330 {
+		q.t.Errorf("admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
+	}
+	for i, g := range got {
+		if g < 50 {
+			q.t.Errorf("envoy %d admitted %.1f/s, under half its fair share (100)", i, g)
+		}
+	}
+	return ts
+}
+
 func total(xs []float64) float64 {
 	s := 0.0
 	for _, x := range xs {
@@ -147,24 +172,10 @@ func TestRLQSFairShare(t *testing.T) {
 				t.Skip("a minute of wall time")
 			}
 			q := newQuotaFleet(t, period, quotaReplicas(t, 2, period))
-			var ts []*envoysim.Traffic
-			for i, rate := range []float64{800, 100, 100} {
-				ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, rate))
-			}
-			q.run(3 * period)
-			got := q.admitted(2*period, ts...)
-			t.Logf("admitted %.1f/s", got)
-			if sum := total(got); sum < 270 || sum > 330 {
-				t.Errorf("admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
-			}
-			for i, g := range got {
-				if g < 50 {
-					t.Errorf("envoy %d admitted %.1f/s, under half its fair share (100)", i, g)
-				}
-			}
+			ts := q.fairShare(2 * period)
 			ts[0].SetRate(50)
 			q.run(3 * period)
-			got = q.admitted(2*period, ts...)
+			got := q.admitted(2*period, ts...)
 			t.Logf("after the shift admitted %.1f/s", got)
 			for i, want := range []float64{50, 100, 100} {
 				if got[i] < want*0.9 || got[i] > want*1.1 {
@@ -184,21 +195,7 @@ func TestRLQSCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	fs := quotaReplicasOn(t, []string{"--redis-type", "CLUSTER", "--redis-url", c.Seeds()}, 2, period)
 	q := newQuotaFleet(t, period, fs)
-	var ts []*envoysim.Traffic
-	for i, rate := range []float64{800, 100, 100} {
-		ts = append(ts, q.fleet.Send(q.envoy(i%2), rlqsBucket, rate))
-	}
-	q.run(3 * period)
-	got := q.admitted(3*period, ts...)
-	t.Logf("admitted %.1f/s", got)
-	if sum := total(got); sum < 270 || sum > 330 {
-		t.Errorf("admitted %.1f = %.1f/s, want 300 ±10%%", got, sum)
-	}
-	for i, g := range got {
-		if g < 50 {
-			t.Errorf("envoy %d admitted %.1f/s, under half its fair share (100)", i, g)
-		}
-	}
+	q.fairShare(3 * period)
 	// Each replica sees the other's Envoys through the Cluster.
 	for i, f := range fs {
 		if u := quotaUsage(t, f); u.Replicas != 2 || len(u.Clients) != 3 {
