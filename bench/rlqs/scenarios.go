@@ -118,15 +118,20 @@ func (f *fleetStream) report() error {
 	return nil
 }
 
+// fresh empties Redis and dials the server for a scenario.
+func (e *env) fresh() (*grpc.ClientConn, error) {
+	if err := e.flush(); err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 // reports runs 100 streams of 1,000 buckets: back to back (period 0,
 // backToBack reports in flight), or each reporting every period, the
 // streams' ticks spread over it. The streams subscribe first, then settle
 // for 10s before the measured time.
 func (e *env) reports(ctx context.Context, w io.Writer, d, period time.Duration) error {
-	if err := e.flush(); err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := e.fresh()
 	if err != nil {
 		return err
 	}
@@ -215,10 +220,7 @@ const (
 // quota service (simulated Envoys decide locally, report every 5s), then
 // through RateLimitService (a call per request), at the same rate.
 func (e *env) admitted(ctx context.Context, w io.Writer, d time.Duration, admittedRate float64) error {
-	if err := e.flush(); err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := e.fresh()
 	if err != nil {
 		return err
 	}

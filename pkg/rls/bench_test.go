@@ -17,6 +17,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
+	"github.com/fastlimit/fastlimit/pkg/tracing"
 )
 
 // benchEdgeRules are examples/envoy/rules/edge.yaml's shapes with limits
@@ -46,20 +47,33 @@ const benchClients = 1024
 // --response-headers mode.
 func benchService(b *testing.B, timeout time.Duration, headers string) *Service {
 	b.Helper()
+	return edgeService(b, nil, Options{Timeout: timeout, OnStoreError: PolicyError, Headers: HeaderOptions{Mode: headers}})
+}
+
+// edgeService returns a service with opts on the memory store and the
+// rules of benchEdgeRules, observed by metrics on a fresh registry, its
+// store traced by tr when tr is not nil.
+func edgeService(tb testing.TB, tr *tracing.Tracing, opts Options) *Service {
+	tb.Helper()
 	r, err := rules.Parse(map[string][]byte{"edge.yaml": []byte(benchEdgeRules)})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	st := store.NewMemory(store.MemoryOptions{})
-	b.Cleanup(func() { _ = st.Close() })
-	l := limiter.New(st, limiter.Options{})
+	tb.Cleanup(func() { _ = st.Close() })
+	var ls limiter.Store = st
+	if tr != nil {
+		ls = tr.Store(st, "memory")
+	}
+	l := limiter.New(ls, limiter.Options{})
 	l.SetRules(r.Set)
 	m.Loaded(r, true)
-	return New(l, Options{Timeout: timeout, OnStoreError: PolicyError, Headers: HeaderOptions{Mode: headers}, Observer: m}, zap.NewNop())
+	opts.Observer = m
+	return New(l, opts, zap.NewNop())
 }
 
 // benchRequests returns benchClients requests as Envoy sends them for

@@ -5,17 +5,11 @@ import (
 	"testing"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/metrics"
-	"github.com/fastlimit/fastlimit/pkg/rules"
-	"github.com/fastlimit/fastlimit/pkg/store"
 	"github.com/fastlimit/fastlimit/pkg/tracing"
 )
 
@@ -33,19 +27,7 @@ func BenchmarkShouldRateLimitTraced(b *testing.B) {
 				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1))))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			tr := tracing.NewWith(tp, "bench")
-			r, err := rules.Parse(map[string][]byte{"edge.yaml": []byte(benchEdgeRules)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			st := store.NewMemory(store.MemoryOptions{})
-			b.Cleanup(func() { _ = st.Close() })
-			l := limiter.New(tr.Store(st, "memory"), limiter.Options{})
-			l.SetRules(r.Set)
-			s := New(l, Options{Observer: m, Traced: true}, zap.NewNop())
+			s := edgeService(b, tr, Options{Traced: true})
 			reqs := benchRequests(3)
 			ctx := metadata.NewIncomingContext(context.Background(),
 				metadata.Pairs("traceparent", "00-4bf92f3577b34e27a1b2c3d4e5f60718-00f067aa0ba902b7-"+tc.flags))

@@ -8,19 +8,13 @@ import (
 	"testing"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/metrics"
-	"github.com/fastlimit/fastlimit/pkg/rules"
-	"github.com/fastlimit/fastlimit/pkg/store"
 	"github.com/fastlimit/fastlimit/pkg/tracing"
 )
 
@@ -33,19 +27,7 @@ func tracedService(t *testing.T) (*tracing.Tracing, *Service, *tracetest.InMemor
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1))))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tr := tracing.NewWith(tp, "test")
-	r, err := rules.Parse(map[string][]byte{"edge.yaml": []byte(benchEdgeRules)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.NewMemory(store.MemoryOptions{})
-	t.Cleanup(func() { _ = st.Close() })
-	l := limiter.New(tr.Store(st, "memory"), limiter.Options{})
-	l.SetRules(r.Set)
-	return tr, New(l, Options{Observer: m, Traced: true}, zap.NewNop()), exp
+	return tr, edgeService(t, tr, Options{Traced: true}), exp
 }
 
 func TestTracingSpans(t *testing.T) {

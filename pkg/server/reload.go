@@ -67,25 +67,34 @@ func startReload(ctx context.Context, layout settings.RulesLayout, fn reload.Fun
 	} else {
 		h.watcher = w
 	}
+	onSIGHUP(ctx, h.done, func() {
+		if h.watcher != nil {
+			h.watcher.Trigger()
+		} else {
+			fn(ctx, reload.CauseTrigger)
+		}
+	})
+	return h
+}
+
+// onSIGHUP calls f on each SIGHUP until ctx ends, then closes done. The
+// signal is caught from when it returns (Go's default for SIGHUP is to
+// exit).
+func onSIGHUP(ctx context.Context, done chan<- struct{}, f func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
-		defer close(h.done)
+		defer close(done)
 		defer signal.Stop(hup)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if h.watcher != nil {
-					h.watcher.Trigger()
-				} else {
-					fn(ctx, reload.CauseTrigger)
-				}
+				f()
 			}
 		}
 	}()
-	return h
 }
 
 // Close stops watching; a reload in progress finishes first. It is

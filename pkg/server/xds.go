@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -89,20 +86,7 @@ func startXDS(ctx context.Context, opts xds.Options, apply xds.Apply, log *zap.L
 	ctx, cancel := context.WithCancel(ctx)
 	x := &xdsRules{client: xds.New(opts, apply, log), cancel: cancel, done: make(chan struct{})}
 	x.client.Open(ctx)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer close(x.done)
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: rules come from the xDS server; nothing to reload")
-			}
-		}
-	}()
+	onSIGHUP(ctx, x.done, func() { log.Info("SIGHUP: rules come from the xDS server; nothing to reload") })
 	return x
 }
 
