@@ -23,6 +23,31 @@ type udpServer struct {
 	sizes chan int
 }
 
+// newUDPClient returns a UDP statsd server, and a store with a client
+// sending to it, closed when the test ends.
+func newUDPClient(t *testing.T) (*udpServer, *statsd.Store, *statsd.Client) {
+	t.Helper()
+	srv := newUDPServer(t)
+	st := statsd.NewStore()
+	c, err := statsd.NewClient(st, statsd.Options{Network: "udp", Addr: srv.conn.LocalAddr().String()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, st, c
+}
+
+// none fails the test if a line arrives within 100 ms; format names the
+// case, with a %q for the line.
+func (s *udpServer) none(t *testing.T, format string) {
+	t.Helper()
+	select {
+	case l := <-s.lines:
+		t.Errorf(format, l)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 func newUDPServer(t *testing.T) *udpServer {
 	t.Helper()
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -120,21 +145,11 @@ func TestUDPGostats(t *testing.T) {
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-srv.lines:
-		t.Errorf("a flush with nothing counted sent %q", l)
-	case <-time.After(100 * time.Millisecond):
-	}
+	srv.none(t, "a flush with nothing counted sent %q")
 }
 
 func TestUDPDatagramsStayUnderMTU(t *testing.T) {
-	srv := newUDPServer(t)
-	st := statsd.NewStore()
-	c, err := statsd.NewClient(st, statsd.Options{Network: "udp", Addr: srv.conn.LocalAddr().String()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, st, c := newUDPClient(t)
 	const n = 300
 	for i := range n {
 		st.Counter("ratelimit.service.rate_limit.domain.key_" + strings.Repeat("v", i%40) + "_" + string(rune('a'+i%26)) + strings.Repeat("x", i/26) + ".total_hits").Add(uint64(i + 1))

@@ -6,23 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
-
-	"github.com/fastlimit/fastlimit/pkg/statsd"
 )
 
 // TestTimersAndGauges: a timer's values go as one "|ms" line each and are
 // sent once; gauges go at every flush, set by the store's generators
 // first, as gostats' StatGenerators set them.
 func TestTimersAndGauges(t *testing.T) {
-	srv := newUDPServer(t)
-	st := statsd.NewStore()
-	c, err := statsd.NewClient(st, statsd.Options{Network: "udp", Addr: srv.conn.LocalAddr().String()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, st, c := newUDPClient(t)
 	timer := st.Timer("ratelimit_server.ShouldRateLimit.response_time")
 	for _, ms := range []uint64{0, 3, 12} {
 		timer.Add(ms)
@@ -50,24 +40,14 @@ func TestTimersAndGauges(t *testing.T) {
 	if got := take(t, srv.lines, 1); got[0] != "ratelimit.go.numGoroutine:42|g" {
 		t.Errorf("second flush %q", got)
 	}
-	select {
-	case l := <-srv.lines:
-		t.Errorf("second flush also sent %q", l)
-	case <-time.After(100 * time.Millisecond):
-	}
+	srv.none(t, "second flush also sent %q")
 }
 
 // TestTimerSampling: past the values a timer keeps between flushes, it
 // sends a uniform sample with its rate, so that a statsd server counts
 // every value.
 func TestTimerSampling(t *testing.T) {
-	srv := newUDPServer(t)
-	st := statsd.NewStore()
-	c, err := statsd.NewClient(st, statsd.Options{Network: "udp", Addr: srv.conn.LocalAddr().String()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, st, c := newUDPClient(t)
 	timer := st.Timer("t")
 	const kept, added = 4096, 4096 * 4
 	for i := range added {
