@@ -251,9 +251,9 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		cost = int64(hits) * lim.Cost
 	}
 	if atomic {
-		sc.key = AppendAtomicKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+		sc.key = AppendAtomicKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, Tenant(d, rd.Entries))
 	} else {
-		sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, tenant(d, rd.Entries))
+		sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, Tenant(d, rd.Entries))
 	}
 	op := Op{
 		Key:       string(sc.key),
@@ -271,8 +271,8 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 	sc.index = append(sc.index, i)
 }
 
-// tenant returns the value of the domain's tenant entry, or DefaultTenant.
-func tenant[E descriptors.KV](d *descriptors.Domain, entries []E) string {
+// Tenant returns the value of the domain's tenant entry, or DefaultTenant.
+func Tenant[E descriptors.KV](d *descriptors.Domain, entries []E) string {
 	if d.TenantKey == "" {
 		return DefaultTenant
 	}

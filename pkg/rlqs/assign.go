@@ -25,7 +25,7 @@ func (st *stream) assignOne(r *report, h *held) {
 func (st *stream) assignAll(r *report) {
 	divided := map[*pool]bool{}
 	for _, h := range r.all {
-		fresh := contains(r.early, h)
+		fresh := r.early[h]
 		switch {
 		case h.pool == nil:
 			if !fresh {
@@ -38,8 +38,8 @@ func (st *stream) assignAll(r *report) {
 				divided[h.pool] = true
 				st.divide(r, h.pool, r.modes[h.pool])
 			}
-			if a := h.pool.share(h.client); !fresh || shareSent(a) != h.last {
-				st.queueShare(h, a)
+			if strategy, last := strategyOf(h.pool.share(h.client)); !fresh || last != h.last {
+				st.queueStrategy(h, strategy, last)
 			}
 		}
 	}
@@ -54,15 +54,6 @@ func (r *report) names(h *held) bool {
 		}
 	}
 	return r.named[h]
-}
-
-func contains(hs []*held, h *held) bool {
-	for _, x := range hs {
-		if x == h {
-			return true
-		}
-	}
-	return false
 }
 
 // divide divides a pool and pushes the shares that changed urgently to
@@ -81,45 +72,46 @@ func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
 
 // queueKind queues a blanket rule.
 func (st *stream) queueKind(h *held, k kind) {
-	rule := typev3.RateLimitStrategy_ALLOW_ALL
-	if k == denyAll {
-		rule = typev3.RateLimitStrategy_DENY_ALL
-	}
-	h.last = sent{kind: k}
-	st.queue(h.text, st.svc.assignment(h.id, &typev3.RateLimitStrategy{
-		Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule},
-	}))
+	st.queueStrategy(h, blanket(k), sent{kind: k})
 }
 
-// queueShare queues a share as a token bucket.
+// queueShare queues a share.
 func (st *stream) queueShare(h *held, a assigned) {
-	tb, ok := quota.Encode(a.share, a.burst)
-	if !ok {
-		st.queueKind(h, denyAll)
-		return
-	}
-	h.last = shareSent(a)
-	st.queue(h.text, st.svc.assignment(h.id, tokenBucket(tb)))
+	strategy, last := strategyOf(a)
+	st.queueStrategy(h, strategy, last)
 }
 
-// shareSent is the comparable form of a share's action.
-func shareSent(a assigned) sent {
+// queueStrategy queues an assignment of strategy, last its comparable
+// form.
+func (st *stream) queueStrategy(h *held, strategy *typev3.RateLimitStrategy, last sent) {
+	h.last = last
+	st.queue(h.text, st.svc.assignment(h.id, strategy))
+}
+
+// strategyOf is the strategy of a share, a token bucket (DENY_ALL for a
+// share that is not positive), and its comparable form.
+func strategyOf(a assigned) (*typev3.RateLimitStrategy, sent) {
 	tb, ok := quota.Encode(a.share, a.burst)
 	if !ok {
-		return sent{kind: denyAll}
+		return blanket(denyAll), sent{kind: denyAll}
 	}
-	return sent{kind: limited, tb: [3]int64{int64(tb.MaxTokens), int64(tb.TokensPerFill), tb.FillSeconds}}
+	return tokenBucket(tb), sent{kind: limited, tb: [3]int64{int64(tb.MaxTokens), int64(tb.TokensPerFill), tb.FillSeconds}}
 }
 
 // shareAction is the action of a share, for a push.
 func (s *Service) shareAction(id map[string]string, a assigned) *action {
-	tb, ok := quota.Encode(a.share, a.burst)
-	if !ok {
-		return s.assignment(id, &typev3.RateLimitStrategy{
-			Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL},
-		})
+	strategy, _ := strategyOf(a)
+	return s.assignment(id, strategy)
+}
+
+// blanket is the blanket rule of kind k: DENY_ALL for denyAll, else
+// ALLOW_ALL.
+func blanket(k kind) *typev3.RateLimitStrategy {
+	rule := typev3.RateLimitStrategy_ALLOW_ALL
+	if k == denyAll {
+		rule = typev3.RateLimitStrategy_DENY_ALL
 	}
-	return s.assignment(id, tokenBucket(tb))
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
 }
 
 func tokenBucket(tb quota.TokenBucket) *typev3.RateLimitStrategy {
@@ -136,7 +128,7 @@ func (s *Service) assignment(id map[string]string, strategy *typev3.RateLimitStr
 		BucketId: &rlqspb.BucketId{Bucket: id},
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: &durationpb.Duration{Seconds: quota.TTL(s.opts.ReportPeriod, s.opts.TTLPeriods)},
+				AssignmentTimeToLive: &durationpb.Duration{Seconds: s.ttl},
 				RateLimitStrategy:    strategy,
 			},
 		},

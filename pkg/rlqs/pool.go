@@ -17,13 +17,12 @@ type pool struct {
 	mu      sync.Mutex
 	q       *quota.Bucket
 	holders map[string]*held // by client id
-	lastOK  time.Time        // last exchange that read the key
 	readAt  time.Time        // last read claimed by a report
 	// dirty says the division's inputs changed since the last division
 	// (in mode), so that a report divides again; else the shares stand.
-	dirty   bool
-	divided bool
-	mode    quota.Mode
+	// A new pool is dirty: it was never divided.
+	dirty bool
+	mode  quota.Mode
 
 	refs int // guarded by Service.mu
 }
@@ -34,7 +33,7 @@ func (s *Service) acquire(key, domain string, l quota.Limit) *pool {
 	defer s.mu.Unlock()
 	p := s.pools[key]
 	if p == nil {
-		p = &pool{key: key, domain: domain, q: quota.NewBucket(l), holders: map[string]*held{}}
+		p = &pool{key: key, domain: domain, q: quota.NewBucket(l), holders: map[string]*held{}, dirty: true}
 		s.pools[key] = p
 	}
 	p.refs++
@@ -114,7 +113,8 @@ func (p *pool) claimRead(now time.Time, refresh time.Duration) bool {
 func (p *pool) neverRead() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lastOK.IsZero()
+	_, at := p.q.Remote()
+	return at.IsZero()
 }
 
 // setRemote records every client's demand as read at now.
@@ -123,7 +123,6 @@ func (p *pool) setRemote(self string, all []quota.Demand, now time.Time) {
 	if p.q.SetRemote(self, all, now) {
 		p.dirty = true
 	}
-	p.lastOK = now
 	p.mu.Unlock()
 }
 
@@ -141,10 +140,10 @@ type assigned struct {
 func (p *pool) divide(mode quota.Mode, cfg *quota.Config) []assigned {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.divided && !p.dirty && mode == p.mode {
+	if !p.dirty && mode == p.mode {
 		return nil
 	}
-	p.divided, p.dirty, p.mode = true, false, mode
+	p.dirty, p.mode = false, mode
 	var changed []assigned
 	p.q.Shares(mode, cfg, func(c *quota.Client, share float64) {
 		s := quota.Settle(c.Assigned, share, cfg)

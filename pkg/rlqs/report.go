@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -21,7 +22,7 @@ type report struct {
 	all  []*held // the buckets it named, still held
 	subs []*held // those it subscribed
 	// early are the subscriptions answered before the store's round trip.
-	early []*held
+	early map[*held]bool
 	named map[*held]bool // all, as a set, once divisions start
 	gone  []quota.Item
 	// modes are the division modes of the report's pools, set by the
@@ -79,7 +80,10 @@ func (st *stream) answerEarly(r *report) bool {
 			continue
 		}
 		st.assignOne(r, h)
-		r.early = append(r.early, h)
+		if r.early == nil {
+			r.early = make(map[*held]bool, len(r.subs))
+		}
+		r.early[h] = true
 	}
 	return len(r.early) > 0
 }
@@ -108,7 +112,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	entries, text := canonical(id)
 	h := st.buckets[text] // only this goroutine writes buckets
 	if h == nil {
-		h = &held{st: st, id: copyID(id), text: text, client: clientID(st.id, text), joined: r.now, lastActive: r.now}
+		h = &held{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
 		st.add(h)
 		r.subs = append(r.subs, h)
 	}
@@ -122,14 +126,6 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	}
 	st.svc.metrics.usage(st.domain, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, h)
-}
-
-func copyID(id map[string]string) map[string]string {
-	c := make(map[string]string, len(id))
-	for k, v := range id {
-		c[k] = v
-	}
-	return c
 }
 
 // resolve (re)resolves a bucket when the rules changed, moving its client
@@ -181,8 +177,9 @@ func (st *stream) abandonIdle(r *report) {
 // modes, by policy when the store fails.
 func (s *Service) exchange(ctx context.Context, r *report) {
 	r.modes = map[*pool]quota.Mode{}
-	items := r.gone
-	var readers []*pool // the pool of each item that reads, else nil
+	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
+	copy(items, r.gone)
+	readers := make([]*pool, len(r.gone), cap(items)) // the pool of each item that reads, else nil
 	for _, h := range r.all {
 		p := h.pool
 		if p == nil {
@@ -196,9 +193,6 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 				op |= quota.Read
 				reader = p
 			}
-		}
-		for len(readers) < len(items) {
-			readers = append(readers, nil)
 		}
 		readers = append(readers, reader)
 		items = append(items, quota.Item{Key: p.key, Op: op,
@@ -253,7 +247,7 @@ func (s *Service) storeFailed(r *report, err error) {
 			r.modes[p] = quota.Split
 		case Keep:
 			p.mu.Lock()
-			last := p.lastOK
+			_, last := p.q.Remote()
 			p.mu.Unlock()
 			if last.IsZero() || r.now.Sub(last) > s.opts.StoreGrace {
 				r.modes[p] = quota.Split

@@ -119,23 +119,10 @@ func (r *resolver) compute(set *descriptors.Set, domain string, entries []descri
 	perRequest := float64(l.Cost)
 	rate := float64(l.Capacity()) / perRequest / window
 	burst := float64(l.Burst) / perRequest
-	key := limiter.AppendKey(nil, r.prefix, domain, l, ordered, tenant(d, ordered))
+	key := limiter.AppendKey(nil, r.prefix, domain, l, ordered, limiter.Tenant(d, ordered))
 	return &resolution{
 		kind: limited, limit: l,
 		storeKey: string(append(key, "rlqs"...)),
 		quota:    quota.Limit{Rate: rate, Burst: burst},
 	}
-}
-
-// tenant is the value of the domain's tenant entry, or the default tenant,
-// as the limiter names it.
-func tenant(d *descriptors.Domain, entries []descriptors.Entry) string {
-	if d.TenantKey != "" {
-		for _, e := range entries {
-			if e.Key == d.TenantKey && e.Value != "" {
-				return e.Value
-			}
-		}
-	}
-	return limiter.DefaultTenant
 }

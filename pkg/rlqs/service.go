@@ -32,6 +32,7 @@ type Service struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 
 	opts     Options
+	ttl      int64 // assignments' time to live, in seconds
 	log      *zap.Logger
 	resolver resolver
 	metrics  *metrics
@@ -57,6 +58,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s := &Service{
 		opts:     opts,
+		ttl:      quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
 		log:      opts.Log.Named("rlqs"),
 		resolver: resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
 		pools:    map[string]*pool{},
@@ -74,9 +76,6 @@ func New(opts Options) (*Service, error) {
 func (s *Service) Register(g *grpc.Server) {
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
 }
-
-// Replica is the replica's name in the demand store.
-func (s *Service) Replica() string { return s.opts.Replica }
 
 // StreamRateLimitQuotas serves one Envoy's stream until the Envoy closes
 // it, it breaks, or the service closes. A report whose domain differs

@@ -47,7 +47,6 @@ type held struct {
 	set        *descriptors.Set // res was resolved under it
 	res        *resolution
 	pool       *pool // nil unless res is limited
-	joined     time.Time
 	lastActive time.Time
 	last       sent // the action last sent
 }
