@@ -16,13 +16,17 @@ ARGV[2]  ttl     ms a published value lives; also the key's PEXPIRE, set
                  disappears ttl after the last
 ARGV[3 + 3(i-1) ...] per key i: op, field, rate
          op      bit 1 write the field (HSET), bit 2 delete it
-                 (HDEL), bit 4 read the key's live fields back
-         field   the client's field (ignored unless bits 1 or 2)
+                 (HDEL), bit 4 read the key's live fields back, bit 8
+                 delete the field only if its value has expired at now
+                 (the deletes of expired values a read met: a value
+                 written again since is kept)
+         field   the client's field (ignored unless bits 1, 2 or 8)
          rate    milli-requests per second, an integer (ignored unless 1)
 Returns  {now, r_1, ..., r_n}: now in Unix ms; r_i is 0 unless op i has
          bit 4, then the key's HGETALL, {field, value, ...}, expired values
          included: the caller drops them, and deletes them with a later
-         call (parsing them here would cost Redis more than the read).
+         call, by bit 8 (parsing them here would cost Redis more than the
+         read).
 
 Writes are idempotent: a call sent again writes the same values.
 ]]
@@ -44,8 +48,15 @@ for i = 1, #KEYS do
     end
   elseif op % 4 >= 2 then
     redis.call('HDEL', key, ARGV[a + 1])
+  elseif op >= 8 then
+    local v = redis.call('HGET', key, ARGV[a + 1])
+    local colon = v and string.find(v, ':', 1, true)
+    local expires = colon and tonumber(string.sub(v, 1, colon - 1))
+    if expires and expires < now then
+      redis.call('HDEL', key, ARGV[a + 1])
+    end
   end
-  if op >= 4 then
+  if op % 8 >= 4 then
     redis.call('PEXPIRE', key, ttl)
     out[#out + 1] = redis.call('HGETALL', key)
   else

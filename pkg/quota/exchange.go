@@ -12,6 +12,11 @@ const (
 	Delete
 	// Read returns every live demand of the bucket.
 	Read
+	// DeleteExpired removes the item's client from the bucket only if its
+	// value has expired at the exchange's time: the demand stores send it
+	// for the expired values a read met, so that a value written again
+	// since is kept.
+	DeleteExpired
 )
 
 // Item is one bucket's part of an exchange with the demand store.

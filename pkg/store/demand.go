@@ -35,7 +35,8 @@ var demandScript = redis.NewScript(lua.Demand)
 // a Cluster one per slot) leave in one pipeline. Writes are idempotent, so
 // that a pipeline refused with NOSCRIPT is sent again after loading the
 // script. Expired values a read meets are dropped from its answer and
-// deleted by a later exchange. It is safe for concurrent use.
+// deleted by a later exchange (quota.DeleteExpired) unless written again
+// since. It is safe for concurrent use.
 type RedisDemand struct {
 	client redis.UniversalClient
 
@@ -97,9 +98,9 @@ func checkDemand(items []quota.Item) error {
 		it := &items[i]
 		d := it.Demand
 		switch {
-		case it.Op&quota.Write != 0 && it.Op&quota.Delete != 0:
+		case it.Op&quota.Write != 0 && it.Op&(quota.Delete|quota.DeleteExpired) != 0:
 			return fmt.Errorf("%w: item %d both writes and deletes", ErrBadDemand, i)
-		case it.Op&(quota.Write|quota.Delete) != 0 && (d.Replica == "" || d.Client == "" ||
+		case it.Op&(quota.Write|quota.Delete|quota.DeleteExpired) != 0 && (d.Replica == "" || d.Client == "" ||
 			strings.ContainsRune(d.Replica, '/') || strings.ContainsRune(d.Client, '/')):
 			return fmt.Errorf("%w: item %d: replica %q, client %q", ErrBadDemand, i, d.Replica, d.Client)
 		}
@@ -191,7 +192,7 @@ func rateMilli(rate float64) int64 {
 
 // decodeDemand decodes one key's HGETALL, {field, "expires:rate", ...}:
 // the values that have not expired at now (Unix ms), and deletes of those
-// that have, appended to expired.
+// that have (quota.DeleteExpired), appended to expired.
 func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.Demand, []quota.Item, error) {
 	flat, ok := v.([]any)
 	if !ok || len(flat)%2 != 0 {
@@ -210,7 +211,7 @@ func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.D
 		}
 		d := quota.Demand{Replica: replica, Client: client, Rate: fromMilli(milli)}
 		if expires < now {
-			expired = append(expired, quota.Item{Key: key, Demand: d, Op: quota.Delete})
+			expired = append(expired, quota.Item{Key: key, Demand: d, Op: quota.DeleteExpired})
 			continue
 		}
 		ds = append(ds, d)

@@ -87,6 +87,10 @@ func (m *MemoryDemand) apply(it *quota.Item, ttl time.Duration, now time.Time) [
 		b.fields[field] = memField{expires: now.Add(ttl), d: d}
 	case it.Op&quota.Delete != 0 && b != nil:
 		delete(b.fields, field)
+	case it.Op&quota.DeleteExpired != 0 && b != nil:
+		if f, ok := b.fields[field]; ok && f.expires.Before(now) {
+			delete(b.fields, field)
+		}
 	}
 	if it.Op&quota.Read == 0 {
 		return nil

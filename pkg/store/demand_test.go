@@ -94,6 +94,46 @@ func TestDemandExchange(t *testing.T) {
 	})
 }
 
+// TestDemandExpiredDeleteKeepsRewrite: the delete of an expired value a
+// read met (sent by RedisDemand with a later exchange) does not remove
+// the value when its client wrote it again since, though the write found
+// the field still there; nor does quota.DeleteExpired remove a live one.
+func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		ctx := context.Background()
+		key := prefix + ":{d/name=x}:default:rlqs"
+		t0 := time.Unix(1_900_000_000, 0)
+		ttl := 3 * time.Second
+		if _, err := d.Exchange(ctx, []quota.Item{item(key, "r1", "s1", 1, quota.Write)}, ttl, t0); err != nil {
+			t.Fatal(err)
+		}
+		// At t0+4s r1/s1 has expired: the read leaves it out, and
+		// RedisDemand queues its delete.
+		got, err := d.Exchange(ctx, []quota.Item{item(key, "r2", "s2", 2, quota.Write|quota.Read)}, ttl, t0.Add(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []quota.Demand{{Replica: "r2", Client: "s2", Rate: 2}}; !slices.Equal(got[0], want) {
+			t.Fatalf("read = %v, want %v", got[0], want)
+		}
+		// r1 was cut off and writes again; the queued delete follows.
+		if _, err := d.Exchange(ctx, []quota.Item{item(key, "r1", "s1", 7, quota.Write)}, ttl, t0.Add(4500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got, err = d.Exchange(ctx, []quota.Item{
+			item(key, "r1", "s1", 0, quota.DeleteExpired),
+			item(key, "", "", 0, quota.Read),
+		}, ttl, t0.Add(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []quota.Demand{{Replica: "r1", Client: "s1", Rate: 7}, {Replica: "r2", Client: "s2", Rate: 2}}
+		if got[0] != nil || !slices.Equal(sorted(got[1]), want) {
+			t.Fatalf("read after the deletes = %v, want %v", got, want)
+		}
+	})
+}
+
 // TestDemandManyKeys: an exchange of more keys than one script call takes
 // reads every key back in its place.
 func TestDemandManyKeys(t *testing.T) {
@@ -120,6 +160,7 @@ func TestDemandBadItems(t *testing.T) {
 			item(prefix+":k", "r/x", "s", 1, quota.Write),
 			item(prefix+":k", "r", "", 1, quota.Write),
 			item(prefix+":k", "r", "s", 1, quota.Write|quota.Delete),
+			item(prefix+":k", "r", "s", 1, quota.Write|quota.DeleteExpired),
 		} {
 			if _, err := d.Exchange(context.Background(), []quota.Item{it}, time.Second, time.Time{}); !errors.Is(err, store.ErrBadDemand) {
 				t.Errorf("%+v: err = %v, want ErrBadDemand", it, err)
