@@ -21,6 +21,7 @@ type Limiter struct {
 	store  Store
 	all    AtomicStore // store, if it decides all or nothing
 	atomic bool        // every domain decides all or nothing
+	quota  bool        // global quota mode: Options.QuotaMode
 	prefix string
 	limits Limits
 	rules  atomic.Pointer[descriptors.Set]
@@ -36,11 +37,16 @@ type Options struct {
 	// Atomic decides the requests of every domain all or nothing, as a
 	// domain's atomic: true does for that domain; see Check.
 	Atomic bool
+	// QuotaMode is global quota mode (envoyproxy/ratelimit's QUOTA_MODE,
+	// as answered since its #1059): every descriptor but an unlimited one
+	// is a quota descriptor, those no rule matches (or whose rule another
+	// replaces) included, and they pass; see Check.
+	QuotaMode bool
 }
 
 // New returns a Limiter over store, with no rules until SetRules.
 func New(store Store, opts Options) *Limiter {
-	l := &Limiter{store: store, atomic: opts.Atomic, prefix: opts.KeyPrefix, limits: DefaultLimits}
+	l := &Limiter{store: store, atomic: opts.Atomic, quota: opts.QuotaMode, prefix: opts.KeyPrefix, limits: DefaultLimits}
 	l.all, _ = store.(AtomicStore)
 	if l.prefix == "" {
 		l.prefix = "ratelimit"
@@ -83,6 +89,11 @@ type scratch struct {
 // AppendAtomicKey. Without an AtomicStore, such requests fail with
 // ErrNotAtomic.
 //
+// The request answers OVER_LIMIT when a descriptor is over its limit,
+// except for quota descriptors (of quota_mode rules, or every one with
+// Options.QuotaMode): those make it OVER_LIMIT only when all of them are
+// over.
+//
 // A descriptor with Refund gives its hits back (Op.Refund): it answers OK
 // with what remains after the refund, and never makes the request
 // OVER_LIMIT, nor counts among its quota descriptors. In an
@@ -119,9 +130,15 @@ func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E
 	}
 	domain := l.rules.Load().Domain(req.Domain)
 	if domain == nil {
-		return nil
+		return nil // every descriptor unmatched: OK, in quota mode too
 	}
 	resolveLimits(domain, req, resp.Statuses)
+	if l.quota {
+		for i := range resp.Statuses {
+			st := &resp.Statuses[i]
+			st.Quota = st.Limit == nil || !st.Limit.Unlimited
+		}
+	}
 	sc := l.pool.Get().(*scratch)
 	defer l.pool.Put(sc)
 	sc.ops, sc.index = sc.ops[:0], sc.index[:0]
@@ -160,18 +177,18 @@ func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []S
 	// them are over; an unlimited or shadowed one never is.
 	quotaCanFail := true
 	for i := range st {
-		if st[i].Quota && !st[i].Refund && (st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
-			quotaCanFail = false
+		if st[i].Quota && !st[i].Refund && (st[i].Limit == nil || st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
+			quotaCanFail = false // one that always passes
 		}
 	}
 	for j := range sc.ops {
-		lim := st[sc.index[j]].Limit
+		st := &st[sc.index[j]]
 		switch {
 		case sc.ops[j].Refund:
 			sc.ops[j].Veto = VetoNone // always allowed: vetoes nothing
-		case lim.ShadowMode, lim.QuotaMode && !quotaCanFail:
+		case st.Limit.ShadowMode, st.Quota && !quotaCanFail:
 			sc.ops[j].Veto = VetoNone
-		case lim.QuotaMode:
+		case st.Quota:
 			sc.ops[j].Veto = VetoGroup
 		}
 	}
@@ -232,7 +249,7 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 	if lim == nil {
 		return
 	}
-	st.Quota = lim.QuotaMode
+	st.Quota = st.Quota || lim.QuotaMode
 	rd := &req.Descriptors[i]
 	hits := uint64(req.HitsAddend)
 	if hits == 0 {

@@ -30,7 +30,6 @@ type HeaderOptions struct {
 	ResetHeader     string
 	DynamicMetadata bool
 	ShadowMode      bool // global: overall OK whatever the statuses say
-	QuotaMode       bool // global: every limit in quota mode, as QUOTA_MODE
 }
 
 // Validate checks the header mode.
@@ -53,7 +52,7 @@ func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Respon
 		}
 	}
 	if o.DynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(res, domain, descs, o.QuotaMode)
+		out.DynamicMetadata = dynamicMetadata(res, domain, descs)
 	}
 }
 
@@ -188,13 +187,13 @@ func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
 // dynamicMetadata describes the request for Envoy's dynamic metadata:
 // the domain, and for each descriptor that passed under a rule its entries
 // ("key=value") and the rule's metadata. Descriptors of quota_mode rules
-// that are over (of every rule, in global quota mode) are listed by index
-// in quotaModeViolations.
-func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor, quota bool) *structpb.Struct {
+// that are over (of every rule, in the limiter's global quota mode) are
+// listed by index in quotaModeViolations.
+func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
 	var passed, violations []any
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		if (st.Quota || quota) && st.Code == limiter.OverLimit {
+		if st.Quota && st.Code == limiter.OverLimit {
 			violations = append(violations, float64(i))
 		}
 		if st.Limit == nil || st.Code == limiter.OverLimit {

@@ -59,9 +59,9 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 				at := time.Unix(1_800_000_000, 250_000_000)
 				st := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return at }})
 				t.Cleanup(func() { _ = st.Close() })
-				l := limiter.New(st, limiter.Options{})
+				l := limiter.New(st, limiter.Options{QuotaMode: tc.quota})
 				l.SetRules(rs.Set)
-				s := New(l, Options{Headers: HeaderOptions{Mode: mode, ShadowMode: tc.shadow, QuotaMode: tc.quota,
+				s := New(l, Options{Headers: HeaderOptions{Mode: mode, ShadowMode: tc.shadow,
 					LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
 					zaptest.NewLogger(t))
 				req := rlsRequest("d", "k", "v")

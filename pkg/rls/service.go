@@ -127,9 +127,6 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	out := toResponse(res)
 	h := &s.o.Headers
-	if h.QuotaMode {
-		quotaAll(out, res)
-	}
 	if h.ShadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rls.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
@@ -153,29 +150,6 @@ func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response)
 		}
 		s.log.Debug("descriptor matches no rule", zap.String("domain", req.GetDomain()),
 			zap.Any("entries", entryStrings(req.GetDescriptors()[i].GetEntries())))
-	}
-}
-
-// quotaAll is global quota mode (QUOTA_MODE) as envoyproxy/ratelimit
-// answers it since #1059: every descriptor but an unlimited one is a quota
-// descriptor (one no rule matches, or whose rule another replaces,
-// included: it passes), and the request is OVER_LIMIT only when all of
-// them are over. Statuses keep their codes.
-func quotaAll(out *rls.RateLimitResponse, res *limiter.Response) {
-	quota, over := 0, 0
-	for i := range res.Statuses {
-		st := &res.Statuses[i]
-		if st.Limit != nil && st.Limit.Unlimited {
-			continue
-		}
-		quota++
-		if st.Code == limiter.OverLimit {
-			over++
-		}
-	}
-	out.OverallCode = rls.RateLimitResponse_OK
-	if quota > 0 && over == quota {
-		out.OverallCode = rls.RateLimitResponse_OVER_LIMIT
 	}
 }
 

@@ -105,7 +105,8 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if s.tracing, err = tracing.New(to, log.Named("tracing")); err != nil {
 		return nil, err
 	}
-	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &o.Limits, Atomic: o.Atomic})
+	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &o.Limits, Atomic: o.Atomic,
+		QuotaMode: o.QuotaMode})
 	if err := s.newObservers(); err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ var flagGroups = []flagGroup{
 	{"Rules", addRulesFlags},
 	{"Store", addStoreFlags},
 	{"Redis deployment", func(fs *flag.FlagSet, s *Settings) { addRedisFlags(fs, &s.Redis) }},
-	{"Responses", func(fs *flag.FlagSet, s *Settings) { addHeaderFlags(fs, &s.Headers) }},
+	{"Responses", addHeaderFlags},
 	{"Health", func(fs *flag.FlagSet, s *Settings) { addHealthFlags(fs, &s.Health) }},
 	{"Admin listener and metrics", func(fs *flag.FlagSet, s *Settings) { addAdminFlags(fs, &s.Admin) }},
 	{"Rules over xDS", func(fs *flag.FlagSet, s *Settings) { addXDSFlags(fs, &s.XDS) }},
@@ -141,7 +141,8 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 		"embedded store: most windows and buckets held (about 170 bytes each with 50-byte keys); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
 }
 
-func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
+func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
+	o := &s.Headers
 	fs.StringVar(&o.Mode, "response-headers", rls.HeadersOff,
 		"rate-limit response headers: off, ietf (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset)")
 	fs.StringVar(&o.LimitHeader, "limit-limit-header", "RateLimit-Limit", "legacy mode: name of the limit header")
@@ -150,8 +151,8 @@ func addHeaderFlags(fs *flag.FlagSet, o *rls.HeaderOptions) {
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
 		"answer with dynamic_metadata built from the metadata of the descriptors that passed")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
-	fs.BoolVar(&o.QuotaMode, "quota-mode", false,
-		"global quota mode: a descriptor over its limit answers OK and is listed in the dynamic metadata's quotaModeViolations; the request is never OVER_LIMIT")
+	fs.BoolVar(&s.QuotaMode, "quota-mode", false,
+		"global quota mode: every descriptor but an unlimited one is a quota descriptor, listed in the dynamic metadata's quotaModeViolations when over its limit; the request is OVER_LIMIT only when all of them are (envoyproxy/ratelimit#1059)")
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",

@@ -190,7 +190,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"modes", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
 			"QUOTA_MODE": "true", "SHADOW_MODE": "true", "GRPC_MAX_CONNECTION_AGE": "1m", "GRPC_MAX_CONNECTION_AGE_GRACE": "5s",
 			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(t *testing.T, o *Settings) {
-			if !o.Atomic || o.Headers.Mode != rls.HeadersLegacy || !o.Headers.QuotaMode || !o.Headers.ShadowMode ||
+			if !o.Atomic || o.Headers.Mode != rls.HeadersLegacy || !o.QuotaMode || !o.Headers.ShadowMode ||
 				o.GRPCMaxAge != time.Minute || o.GRPCMaxAgeGrace != 5*time.Second || !o.Health.OneConfig {
 				t.Errorf("options %+v", o)
 			}

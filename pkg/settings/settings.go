@@ -53,7 +53,9 @@ type Settings struct {
 	Limits        limiter.Limits
 
 	Atomic bool // default for domains: decide a request's descriptors all or nothing
-	Merge  bool // merge the files of one domain (MERGE_DOMAIN_CONFIG)
+	// QuotaMode is global quota mode (QUOTA_MODE): the limiter's.
+	QuotaMode bool
+	Merge     bool // merge the files of one domain (MERGE_DOMAIN_CONFIG)
 
 	GRPCMaxAge      time.Duration // GOAWAY connections older than this (0: never)
 	GRPCMaxAgeGrace time.Duration // then close them after this long
@@ -62,7 +64,7 @@ type Settings struct {
 	RulesMaxFile, RulesMaxTotal int64 // rules size limits in bytes (0: none)
 
 	Redis    Redis             // Redis deployment: type, TLS, credentials
-	Headers  rls.HeaderOptions // response headers, metadata, global shadow and quota modes
+	Headers  rls.HeaderOptions // response headers, metadata, global shadow mode
 	Admin    Admin             // metrics, admin surface
 	XDS      XDS               // rules over xDS (--config-type=GRPC_XDS_SOTW)
 	TLS      TLS               // gRPC TLS and mTLS
