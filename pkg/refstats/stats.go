@@ -68,11 +68,17 @@ type ruleStats struct {
 }
 
 // limitIndex holds the stats of a rule set's limits by their configured
-// key; static tells the limits whose key is that whatever the request.
+// key.
 type limitIndex struct {
-	set    *descriptors.Set
-	stats  map[*descriptors.Limit]*ruleStats
-	static map[*descriptors.Limit]bool
+	set   *descriptors.Set
+	stats map[*descriptors.Limit]limitStats
+}
+
+// limitStats are a limit's stats under its configured key; static tells
+// that its key is that whatever the request.
+type limitStats struct {
+	rs     *ruleStats
+	static bool
 }
 
 type methodStats struct {
@@ -116,14 +122,13 @@ func (r *Stats) rulesFor(s *descriptors.Set) *limitIndex {
 	if idx := r.index.Load(); idx != nil && idx.set == s {
 		return idx
 	}
-	idx := &limitIndex{set: s, stats: map[*descriptors.Limit]*ruleStats{}, static: map[*descriptors.Limit]bool{}}
+	idx := &limitIndex{set: s, stats: map[*descriptors.Limit]limitStats{}}
 	if s != nil {
 		for _, l := range s.Limits() {
 			if l.Unlimited {
 				continue
 			}
-			idx.stats[l] = r.statsOf(sanitizeStat(l.Path))
-			idx.static[l] = staticKey(l)
+			idx.stats[l] = limitStats{rs: r.statsOf(sanitizeStat(l.Path)), static: staticKey(l)}
 		}
 	}
 	r.index.Store(idx)
@@ -161,8 +166,9 @@ func (r *Stats) Decided(domain string, req limiter.View, res *limiter.Response, 
 			continue
 		}
 		override := req != nil && i < req.Len() && req.Override(i)
-		rs := idx.stats[st.Limit]
-		if override || !idx.static[st.Limit] {
+		ls := idx.stats[st.Limit]
+		rs := ls.rs
+		if override || !ls.static {
 			rs = r.dynamicStats(domain, st.Limit, override, req, i, rs)
 		}
 		r.count(rs, st)
@@ -175,48 +181,52 @@ func (r *Stats) dynamicStats(domain string, lim *descriptors.Limit, override boo
 	bp := r.bufs.Get().(*[]byte)
 	defer r.bufs.Put(bp)
 	*bp = appendStatKey((*bp)[:0], domain, lim, override, entriesOf(req, i))
+	rs := r.dynamicFor(*bp, func(key string) *ruleStats { return r.statsOf(sanitizeStat(key)) })
+	if rs == nil {
+		return fallback
+	}
+	return rs
+}
+
+// dynamicCounter returns the domain_not_found counter of domain, nil
+// past the cap. Its key is the domain after a NUL, apart from rule keys,
+// built in a pooled buffer: a domain already seen costs no allocation.
+func (r *Stats) dynamicCounter(domain string) *statsd.Counter {
+	bp := r.bufs.Get().(*[]byte)
+	defer r.bufs.Put(bp)
+	*bp = append(append((*bp)[:0], 0), domain...)
+	rs := r.dynamicFor(*bp, func(string) *ruleStats {
+		return &ruleStats{hits: r.store.Counter(statRulePrefix + sanitizeStat(domain) + statDomainAbsent)}
+	})
+	if rs == nil {
+		return nil
+	}
+	return rs.hits
+}
+
+// dynamicFor returns the stats of key in dynamic, made by add (given the
+// key as a string) on its first use; nil, counted as an overflow, once
+// maxDynamic keys exist.
+func (r *Stats) dynamicFor(key []byte, add func(key string) *ruleStats) *ruleStats {
 	r.mu.RLock()
-	rs, ok := r.dynamic[string(*bp)]
+	rs, ok := r.dynamic[string(key)]
 	r.mu.RUnlock()
 	if ok {
 		return rs
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rs, ok = r.dynamic[string(*bp)]; ok {
+	if rs, ok = r.dynamic[string(key)]; ok {
 		return rs
 	}
 	if len(r.dynamic) >= r.maxDynamic {
 		r.overflow.Inc()
-		return fallback
+		return nil
 	}
-	key := string(*bp)
-	rs = r.statsOf(sanitizeStat(key))
-	r.dynamic[key] = rs
+	k := string(key)
+	rs = add(k)
+	r.dynamic[k] = rs
 	return rs
-}
-
-// dynamicCounter returns the domain_not_found counter of domain, nil
-// past the cap.
-func (r *Stats) dynamicCounter(domain string) *statsd.Counter {
-	key := "\x00" + domain // apart from rule keys
-	r.mu.RLock()
-	rs, ok := r.dynamic[key]
-	r.mu.RUnlock()
-	if !ok {
-		r.mu.Lock()
-		if rs, ok = r.dynamic[key]; !ok {
-			if len(r.dynamic) >= r.maxDynamic {
-				r.mu.Unlock()
-				r.overflow.Inc()
-				return nil
-			}
-			rs = &ruleStats{hits: r.store.Counter(statRulePrefix + sanitizeStat(domain) + statDomainAbsent)}
-			r.dynamic[key] = rs
-		}
-		r.mu.Unlock()
-	}
-	return rs.hits
 }
 
 // count adds one status to rs as the reference's base limiter does.

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -183,10 +182,7 @@ func redisConns(o *settings.Settings) int {
 	if o.RedisURL == "" {
 		return 0
 	}
-	pool := o.PoolSize
-	if pool <= 0 {
-		pool = 10 * runtime.GOMAXPROCS(0)
-	}
+	pool := o.RedisPoolSize()
 	addrs := len(strings.Split(o.RedisURL, ","))
 	switch strings.ToLower(o.Redis.Type) {
 	case "cluster":

@@ -29,7 +29,6 @@ func (s *Server) newQuota(r *store.Redis) error {
 	opts.Rules = s.limiter.Rules
 	opts.Log = s.log
 	opts.KeyPrefix = o.KeyPrefix
-	opts.Quota.Headroom = o.RLQS.Headroom
 	opts.Registerer = s.registry
 	opts.Tracer = s.tracing.Tracer()
 	if r != nil {

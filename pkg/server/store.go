@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -175,10 +174,7 @@ func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 // connections open now, opened since the start (open now plus those the
 // pool closed), and closed by the pool (stale or unusable ones).
 func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
-	pool := o.PoolSize
-	if pool <= 0 {
-		pool = 10 * runtime.GOMAXPROCS(0)
-	}
+	pool := o.RedisPoolSize()
 	copts := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
 		PoolSize:     pool,
 		DialTimeout:  o.DialTimeout,

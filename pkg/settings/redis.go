@@ -2,6 +2,7 @@ package settings
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -90,4 +91,13 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// RedisPoolSize is the Redis connection pool's size per server reached:
+// --redis-pool-size, or 10 per CPU when it is 0.
+func (s *Settings) RedisPoolSize() int {
+	if s.PoolSize > 0 {
+		return s.PoolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -74,6 +75,7 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		Unmatched:    unmatched,
 		OnStoreError: policy,
 		StoreGrace:   o.StoreGrace,
+		Quota:        quota.Config{Headroom: o.Headroom},
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package statsd
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // maxTimerValues bounds the values a Timer keeps between two flushes.
@@ -62,23 +63,14 @@ func (t *Timer) take() ([]uint64, uint64) {
 // ("name:N|g"), as gostats sends gauges whether they changed or not.
 type Gauge struct {
 	name string
-	mu   sync.Mutex
-	v    uint64
+	v    atomic.Uint64
 }
 
 // Name returns the gauge's stat name.
 func (g *Gauge) Name() string { return g.name }
 
 // Set sets the gauge's value.
-func (g *Gauge) Set(v uint64) {
-	g.mu.Lock()
-	g.v = v
-	g.mu.Unlock()
-}
+func (g *Gauge) Set(v uint64) { g.v.Store(v) }
 
 // Value returns the gauge's value.
-func (g *Gauge) Value() uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.v
-}
+func (g *Gauge) Value() uint64 { return g.v.Load() }
