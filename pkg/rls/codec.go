@@ -53,9 +53,9 @@ func (c codec) unmarshal(data mem.BufferSlice, v any) error {
 // errWire marks wire data that does not parse.
 var errWire = errors.New("malformed protobuf wire data")
 
-// fieldFunc decodes one field of a message; it returns false for a field
-// it leaves to the standard decoder.
-type fieldFunc func(num protowire.Number, typ protowire.Type, b []byte) (bool, error)
+// fieldFunc decodes one length-delimited field of a message, b its
+// value; it returns false for a field it leaves to the standard decoder.
+type fieldFunc func(num protowire.Number, b []byte) (bool, error)
 
 // walk decodes b field by field with f; the fields f leaves, and those
 // of unknown numbers, are merged into m by the standard decoder, which
@@ -72,18 +72,14 @@ func walk(b []byte, m proto.Message, f fieldFunc) error {
 			return fmt.Errorf("%w: %w", errWire, protowire.ParseError(vlen))
 		}
 		field := b[:n+vlen]
-		var value []byte
+		done := false
 		if typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b[n:])
+			value, m := protowire.ConsumeBytes(b[n:])
 			if m < 0 {
 				return fmt.Errorf("%w: %w", errWire, protowire.ParseError(m))
 			}
-			value = v
-		}
-		done := false
-		if typ == protowire.BytesType {
 			var err error
-			if done, err = f(num, typ, value); err != nil {
+			if done, err = f(num, value); err != nil {
 				return err
 			}
 		}
@@ -100,7 +96,7 @@ func walk(b []byte, m proto.Message, f fieldFunc) error {
 // unmarshalRequest decodes a RateLimitRequest, its domain and its entries'
 // keys and values as bytes.
 func unmarshalRequest(b []byte, req *rls.RateLimitRequest) error {
-	return walk(b, req, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+	return walk(b, req, func(num protowire.Number, v []byte) (bool, error) {
 		switch num {
 		case 1: // domain
 			req.Domain = string(v)
@@ -118,12 +114,12 @@ func unmarshalRequest(b []byte, req *rls.RateLimitRequest) error {
 }
 
 func unmarshalDescriptor(b []byte, d *common.RateLimitDescriptor) error {
-	return walk(b, d, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+	return walk(b, d, func(num protowire.Number, v []byte) (bool, error) {
 		if num != 1 { // entries; the limit override and hits have no strings
 			return false, nil
 		}
 		e := &common.RateLimitDescriptor_Entry{}
-		err := walk(v, e, func(num protowire.Number, _ protowire.Type, v []byte) (bool, error) {
+		err := walk(v, e, func(num protowire.Number, v []byte) (bool, error) {
 			switch num {
 			case 1:
 				e.Key = string(v)

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"math"
-	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -92,8 +91,6 @@ func toCode(c limiter.Code) rls.RateLimitResponse_Code {
 	}
 	return rls.RateLimitResponse_OK
 }
-
-func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // resetSeconds is duration_until_reset as the reference gives it: whole
 // seconds, rounded up (its CalculateReset answers window - now%window on

@@ -97,10 +97,10 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*waiter
-	queued   int           // ops in queue
-	busy     int           // sends under way or gathering
-	avgReady float64       // calls waiting when a send is due, moving average
-	lastSend time.Duration // how long the last send that succeeded took
+	queued   int          // ops in queue
+	busy     int          // sends under way or gathering
+	avgReady float64      // calls waiting when a send is due, moving average
+	lastSend atomic.Int64 // how long the last send that succeeded took, ns
 	closed   bool
 
 	sends, ops atomic.Int64 // counted for Stats
@@ -279,9 +279,7 @@ func (b *batcher) next() []*waiter {
 func (b *batcher) sendMerged(ws []*waiter) {
 	buf := b.buffers.Get().(*sendBuffer)
 	buf.ops, buf.members = buf.ops[:0], buf.members[:0]
-	b.mu.Lock()
-	last := b.lastSend
-	b.mu.Unlock()
+	last := time.Duration(b.lastSend.Load())
 	now := time.Now()
 	for _, w := range ws {
 		if w.ctx.Err() != nil || !w.state.CompareAndSwap(waiting, taken) {
@@ -310,9 +308,7 @@ func (b *batcher) sendMerged(ws []*waiter) {
 		err := b.send(withLive(ctx, buf.live), buf.ops, res)
 		cancel()
 		if err == nil {
-			b.mu.Lock()
-			b.lastSend = time.Since(start)
-			b.mu.Unlock()
+			b.lastSend.Store(int64(time.Since(start)))
 		}
 		off := 0
 		for _, w := range buf.members {

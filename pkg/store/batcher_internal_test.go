@@ -113,9 +113,7 @@ func TestBatcherTooLate(t *testing.T) {
 	g := newGate()
 	close(g.release)
 	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second})
-	b.mu.Lock()
-	b.lastSend = 20 * time.Millisecond
-	b.mu.Unlock()
+	b.lastSend.Store(int64(20 * time.Millisecond))
 	late := w(50*time.Millisecond, time.Millisecond)
 	late.ops, late.results, late.done = op(1), make([]limiter.Result, 1), make(chan struct{})
 	late.state.Store(waiting)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -55,11 +56,9 @@ func (g *keyGroups) put(ops []limiter.Op, results []limiter.Result) ([]limiter.O
 	for k := 1; k <= groups; k++ {
 		g.start[k] += g.start[k-1]
 	}
-	g.ops = append(g.ops[:0], ops...)
-	g.perm = append(g.perm[:0], g.start[:0]...)
-	for range ops {
-		g.perm = append(g.perm, 0)
-	}
+	// Every index is written below, once: the prefix sums cover each.
+	g.ops = slices.Grow(g.ops[:0], len(ops))[:len(ops)]
+	g.perm = slices.Grow(g.perm[:0], len(ops))[:len(ops)]
 	for i, k := range g.of {
 		at := g.start[k]
 		g.start[k]++

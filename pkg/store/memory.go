@@ -217,7 +217,7 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 	var clock int64 // the store's time, for ops that carry their own
 	for i := range ops {
 		op := &ops[i]
-		now, at := op.Now, op.Now
+		now, at := op.Now, int64(0)
 		if now == 0 {
 			now = m.now().UnixMilli()
 			at = now
@@ -269,24 +269,18 @@ func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w := op.Window
 	ws := now - now%w
 	k := windowKey{op.Key, ws}
-	reset := ws + w - now
 	cost := min(op.Cost, maxCost)
 
 	count := s.count(k, now)
 	if refunds(op) {
 		count = s.refund(k, count, cost)
-		return limiter.Result{Allowed: true, Remaining: max(op.Limit-count, 0), Reset: reset}
-	}
-	if cost > 0 {
+	} else if cost > 0 {
 		count = min(count+cost, maxCost)
 		if s.putWindow(k, counter{n: count, expireAt: ws + w}) {
 			s.dropEnded(windowKey{op.Key, ws - w}, at)
 		}
 	}
-	if count <= op.Limit {
-		return limiter.Result{Allowed: true, Remaining: op.Limit - count, Reset: reset}
-	}
-	return limiter.Result{RetryAfter: reset, Reset: reset}
+	return fixedResult(op, count, now) // as Redis' answer is derived
 }
 
 // slidingWindow mirrors take.lua's sliding_window; at is as for fixedWindow.
@@ -294,7 +288,6 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w, limit := op.Window, op.Limit
 	ws := now - now%w
 	elapsed := now - ws
-	reset := w - elapsed
 	curKey := windowKey{op.Key, ws}
 	cost := min(op.Cost, maxCost)
 
@@ -311,7 +304,7 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 
 	if refunds(op) {
 		cur = s.refund(curKey, cur, cost)
-		return limiter.Result{Allowed: true, Remaining: max(limit-cur-sw.share(prev, sw.wg-1-elapsed/g), 0), Reset: reset}
+		return slidingResult(op, cur+sw.share(prev, sw.wg-1-elapsed/g), 0, now)
 	}
 	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
 	if weighted+cost <= limit {
@@ -326,7 +319,7 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 				s.windows[prevKey] = prevC
 			}
 		}
-		return limiter.Result{Allowed: true, Remaining: limit - weighted - cost, Reset: reset}
+		return slidingResult(op, weighted, 0, now)
 	}
 
 	var retry int64
@@ -336,9 +329,9 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	case cur <= limit-cost:
 		retry = (sw.wg-1-sw.maxRem(prev, limit-cost-cur))*g - elapsed
 	default:
-		retry = reset + max(sw.wg-1-sw.maxRem(min(cur, limit), limit-cost), 0)*g
+		retry = w - elapsed + max(sw.wg-1-sw.maxRem(min(cur, limit), limit-cost), 0)*g
 	}
-	return limiter.Result{Remaining: max(limit-weighted, 0), RetryAfter: retry, Reset: reset}
+	return slidingResult(op, weighted, retry, now)
 }
 
 // refund gives cost back to the counter k, which holds count: it drops to
@@ -429,18 +422,7 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 		}
 	}
 
-	var reset int64
-	if t < burst {
-		reset = fill(t, c)
-	}
-	if allowed {
-		return limiter.Result{Allowed: true, Remaining: t, Reset: reset}
-	}
-	retry := op.Window
-	if cost <= burst {
-		retry = ceilDiv((cost-t)*den-c, num)
-	}
-	return limiter.Result{Remaining: t, RetryAfter: retry, Reset: reset}
+	return bucketAnswer(op, allowed, t, c) // as Redis' answer is derived
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.

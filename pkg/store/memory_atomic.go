@@ -38,12 +38,10 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 	if err := m.room(ops); err != nil {
 		return fmt.Errorf("memory take all: %w", err)
 	}
-	now, at := ops[0].Now, ops[0].Now
+	at := m.now().UnixMilli() // the store's time
+	now := ops[0].Now         // the ops' time, the store's unless they carry one
 	if now == 0 {
-		now = m.now().UnixMilli()
-		at = now
-	} else {
-		at = m.now().UnixMilli()
+		now = at
 	}
 
 	var locked uint64 // one bit per shard; memShards is 64

@@ -355,8 +355,13 @@ func bucketResult(op *limiter.Op, x int64) limiter.Result {
 	if !allowed {
 		x = -x - 2
 	}
+	return bucketAnswer(op, allowed, x/op.RateDen, x%op.RateDen)
+}
+
+// bucketAnswer is a token-bucket op's answer with t milli-tokens and the
+// carry c left after it: the memory store's and Redis' alike.
+func bucketAnswer(op *limiter.Op, allowed bool, t, c int64) limiter.Result {
 	burst, num, den := op.Burst, op.RateNum, op.RateDen
-	t, c := x/den, x%den
 	r := limiter.Result{Allowed: allowed, Remaining: t}
 	if t < burst {
 		r.Reset = ceilDiv((burst-t)*den-c, num)
