@@ -24,56 +24,64 @@ const maxCountedHits = 1 << 32
 // countedHits is what st adds to its rule's counters.
 func countedHits(st *limiter.Status) float64 { return float64(min(st.Hits, maxCountedHits)) }
 
-func (m *Metrics) rule(domain, rule string, st *limiter.Status) {
+// ruleKind names one of a rule's counters.
+type ruleKind int
+
+const (
+	kindHits ruleKind = iota
+	kindOver
+	kindNear
+	kindWithin
+	kindShadow
+	kindRefunded
+	ruleKinds
+)
+
+// vec returns the counters of kind k.
+func (m *Metrics) vec(k ruleKind) *prometheus.CounterVec {
+	return [ruleKinds]*prometheus.CounterVec{m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleRefunded}[k]
+}
+
+// tally calls add with each of st's rule counters and the hits st adds to
+// it: a refund only to refunded, other hits to total hits and to over
+// (and shadow), or within (and near).
+func (m *Metrics) tally(st *limiter.Status, add func(k ruleKind, hits float64)) {
 	hits := countedHits(st)
 	if st.Refund {
-		m.ruleRefunded.WithLabelValues(domain, rule).Add(hits)
+		add(kindRefunded, hits)
 		return
 	}
-	m.ruleHits.WithLabelValues(domain, rule).Add(hits)
+	add(kindHits, hits)
 	switch {
 	case st.Shadowed:
-		m.ruleOver.WithLabelValues(domain, rule).Add(hits)
-		m.ruleShadow.WithLabelValues(domain, rule).Add(hits)
+		add(kindOver, hits)
+		add(kindShadow, hits)
 	case st.Code == limiter.OverLimit:
-		m.ruleOver.WithLabelValues(domain, rule).Add(hits)
+		add(kindOver, hits)
 	default:
-		m.ruleWithin.WithLabelValues(domain, rule).Add(hits)
+		add(kindWithin, hits)
 		if m.near(st) {
-			m.ruleNear.WithLabelValues(domain, rule).Add(hits)
+			add(kindNear, hits)
 		}
 	}
 }
 
+// rule counts st under the rule label rule.
+func (m *Metrics) rule(domain, rule string, st *limiter.Status) {
+	m.tally(st, func(k ruleKind, hits float64) { m.vec(k).WithLabelValues(domain, rule).Add(hits) })
+}
+
 // ruleCached counts as rule does, through the rule's resolved counters.
 func (m *Metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) {
-	hits := countedHits(st)
-	if st.Refund {
-		rs.refunded.get(m.ruleRefunded, domain, rs.rule).Add(hits)
-		return
-	}
-	rs.hits.get(m.ruleHits, domain, rs.rule).Add(hits)
-	switch {
-	case st.Shadowed:
-		rs.over.get(m.ruleOver, domain, rs.rule).Add(hits)
-		rs.shadow.get(m.ruleShadow, domain, rs.rule).Add(hits)
-	case st.Code == limiter.OverLimit:
-		rs.over.get(m.ruleOver, domain, rs.rule).Add(hits)
-	default:
-		rs.within.get(m.ruleWithin, domain, rs.rule).Add(hits)
-		if m.near(st) {
-			rs.near.get(m.ruleNear, domain, rs.rule).Add(hits)
-		}
-	}
+	m.tally(st, func(k ruleKind, hits float64) { rs.c[k].get(m.vec(k), domain, rs.rule).Add(hits) })
 }
 
 // ruleSeries are the counters of one configured limit whose rule label
 // is its path. Each is resolved on its first count, so that a series
 // appears only once it counts, as with WithLabelValues.
 type ruleSeries struct {
-	rule                             string
-	hits, over, near, within, shadow lazyCounter
-	refunded                         lazyCounter
+	rule string
+	c    [ruleKinds]lazyCounter // by kind
 }
 
 // lazyCounter is one series of a CounterVec, resolved on first use and
