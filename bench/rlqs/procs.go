@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 )
 
 // env is the processes a run measures: one redis-server and one FastLimit
@@ -29,6 +29,7 @@ type env struct {
 	httpAddr  string
 	adminAddr string
 	log       io.Writer
+	ports     benchproc.Ports
 }
 
 // rules: domain bench has 1,000 limits (name=0 ... name=999) for the
@@ -84,58 +85,64 @@ func setup(ctx context.Context, log io.Writer) (*env, error) {
 	return e, nil
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddr returns a loopback address whose port no other process of the
+// run was given.
+func (e *env) freeAddr() (string, error) {
+	port, err := e.ports.Free()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 func (e *env) startRedis(ctx context.Context) error {
-	addr, err := freeAddr()
+	addr, err := e.freeAddr()
 	if err != nil {
 		return err
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	e.redisAddr = addr
 	e.redis = exec.CommandContext(ctx, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	e.redis.Stdout, e.redis.Stderr = e.log, e.log
+	e.redis.Stdout, e.redis.Stderr, e.redis.Env = e.log, e.log, benchproc.ChildEnv()
 	if err := e.redis.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	return waitFor(5*time.Second, func() bool {
+	return benchproc.WaitUntil(ctx, 5*time.Second, func() error {
 		_, err := redisCmd(e.redisAddr, "PING")
-		return err == nil
+		return err
 	})
 }
 
 func (e *env) startServer(ctx context.Context, bin, rules string) error {
 	var err error
-	if e.grpcAddr, err = freeAddr(); err != nil {
+	if e.grpcAddr, err = e.freeAddr(); err != nil {
 		return err
 	}
-	if e.httpAddr, err = freeAddr(); err != nil {
+	if e.httpAddr, err = e.freeAddr(); err != nil {
 		return err
 	}
-	if e.adminAddr, err = freeAddr(); err != nil {
+	if e.adminAddr, err = e.freeAddr(); err != nil {
 		return err
 	}
 	e.server = exec.CommandContext(ctx, bin, "--config", rules, "--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr,
 		"--admin-addr", e.adminAddr, "--redis-url", "redis://"+e.redisAddr, "--log-level", "warn", "--drain", "0s",
 		"--rlqs-replica", "bench")
-	e.server.Stdout, e.server.Stderr = e.log, e.log
+	// Apart from the caller's environment: the server reads a variable
+	// for every flag it is not given.
+	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv()
 	if err := e.server.Start(); err != nil {
 		return err
 	}
-	return waitFor(15*time.Second, func() bool {
+	return benchproc.WaitUntil(ctx, 15*time.Second, func() error {
 		resp, err := http.Get("http://" + e.httpAddr + "/healthcheck")
 		if err != nil {
-			return false
+			return err
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthcheck: %d", resp.StatusCode)
+		}
+		return nil
 	})
 }
 
@@ -149,55 +156,26 @@ func (e *env) close() {
 	_ = os.RemoveAll(e.dir)
 }
 
-func waitFor(d time.Duration, cond func() bool) error {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return nil
-		}
-	}
-	return errors.New("not ready in time")
-}
-
 // cpu is the CPU time used so far by the server and by Redis.
 type cpu struct{ server, redis time.Duration }
 
 func (e *env) cpu() (cpu, error) {
-	s, err := procCPU(e.server.Process.Pid)
+	s, err := benchproc.ProcCPU(e.server.Process.Pid)
 	if err != nil {
 		return cpu{}, err
 	}
-	info, err := redisCmd(e.redisAddr, "INFO", "cpu")
+	info, err := redisCmd(e.redisAddr, "INFO", "cpu", "stats")
 	if err != nil {
 		return cpu{}, err
 	}
-	var r float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			r += f
-		}
+	r, err := benchproc.ParseInfo(info)
+	if err != nil {
+		return cpu{}, err
 	}
-	return cpu{server: s, redis: time.Duration(r * float64(time.Second))}, nil
+	return cpu{server: s, redis: r.CPU}, nil
 }
 
 func (c cpu) sub(o cpu) cpu { return cpu{server: c.server - o.server, redis: c.redis - o.redis} }
-
-// procCPU is utime + stime of a process from /proc (100 ticks a second,
-// Linux' USER_HZ).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("the server's CPU time needs Linux' /proc: %w", err)
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("cannot parse /proc/%d/stat", pid)
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond, nil
-}
 
 // redisCmd sends one inline command and returns its reply's text.
 func redisCmd(addr string, args ...string) (string, error) {

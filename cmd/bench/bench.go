@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 	"github.com/fastlimit/fastlimit/internal/load"
 )
 
@@ -107,7 +108,7 @@ type bench struct {
 	bins  []*binary
 	tools redisTools
 	ps    *procs
-	pp    ports
+	pp    benchproc.Ports
 	rules string // directory of writeRules
 	log   io.Writer
 	start time.Time
@@ -231,13 +232,13 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	if err := srv.redis.alive(); err != nil {
 		return nil, err
 	}
-	dr := r1.sub(r0)
+	dr := r1.Sub(r0)
 	s.ServerCPU = (cpu1 - cpu0).Seconds()
-	s.RedisCPU = dr.cpu.Seconds()
-	s.RedisSysCPU = dr.sys.Seconds()
-	s.RedisScripts = dr.scripts
+	s.RedisCPU = dr.CPU.Seconds()
+	s.RedisSysCPU = dr.Sys.Seconds()
+	s.RedisScripts = dr.Scripts
 	// The first INFO of each node is in the delta.
-	s.RedisCommands = dr.commands - int64(len(srv.redis.addrs))
+	s.RedisCommands = dr.Commands - int64(len(srv.redis.addrs))
 	switch {
 	case s.Report.Decisions() == 0:
 		return nil, srv.p.failure(fmt.Errorf("no decision in %v: %d errors (%v), first: %s",

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 )
 
 // Timeouts of Redis' start and of one redis-cli call: generous, for a
@@ -42,7 +44,7 @@ type redisDeploy struct {
 // startRedis starts one redis-server (or, with cluster, the masters of a
 // Redis Cluster joined with redis-cli --cluster create) on free loopback
 // ports, without persistence, and waits until it serves requests.
-func startRedis(ctx context.Context, ps *procs, pp *ports, tools redisTools, name string, cluster bool) (*redisDeploy, error) {
+func startRedis(ctx context.Context, ps *procs, pp *benchproc.Ports, tools redisTools, name string, cluster bool) (*redisDeploy, error) {
 	d := &redisDeploy{tools: tools, cluster: cluster}
 	n := 1
 	if cluster {
@@ -70,8 +72,8 @@ func startRedis(ctx context.Context, ps *procs, pp *ports, tools redisTools, nam
 	return d, nil
 }
 
-func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *ports, name string) (*proc, string, error) {
-	port, err := pp.free()
+func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *benchproc.Ports, name string) (*proc, string, error) {
+	port, err := pp.Free()
 	if err != nil {
 		return nil, "", err
 	}
@@ -91,19 +93,19 @@ func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *ports, name 
 	if d.cluster {
 		// The bus port defaults to port+10000, which may be taken or
 		// past 65535: choose a free one.
-		bus, err := pp.free()
+		bus, err := pp.Free()
 		if err != nil {
 			return nil, "", err
 		}
 		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
 	}
-	p, err := ps.start(name, d.tools.server, args, childEnv())
+	p, err := ps.start(name, d.tools.server, args, benchproc.ChildEnv())
 	if err != nil {
 		return nil, "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	err = waitUntil(ctx, redisStartTimeout, func() error {
+	err = benchproc.WaitUntil(ctx, redisStartTimeout, func() error {
 		if !p.alive() {
 			return errors.New("exited")
 		}
@@ -130,7 +132,7 @@ func (d *redisDeploy) createCluster(ctx context.Context) error {
 	if out, err := exec.CommandContext(cctx, d.tools.cli, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
 	}
-	return waitUntil(ctx, redisStartTimeout, func() error {
+	return benchproc.WaitUntil(ctx, redisStartTimeout, func() error {
 		for _, addr := range d.addrs {
 			out, err := redisCLI(ctx, d.tools.cli, addr, "CLUSTER", "INFO")
 			if err != nil {
@@ -146,14 +148,14 @@ func (d *redisDeploy) createCluster(ctx context.Context) error {
 }
 
 // stats returns the INFO counters summed over every node.
-func (d *redisDeploy) stats(ctx context.Context) (redisStats, error) {
-	var sum redisStats
+func (d *redisDeploy) stats(ctx context.Context) (benchproc.RedisStats, error) {
+	var sum benchproc.RedisStats
 	for _, addr := range d.addrs {
 		s, err := infoCPU(ctx, d.tools.cli, addr)
 		if err != nil {
 			return sum, fmt.Errorf("redis %s: %w", addr, err)
 		}
-		sum = sum.add(s)
+		sum = sum.Add(s)
 	}
 	return sum, nil
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 )
 
 // fastlimitModule is FastLimit's module path, as a binary's build
@@ -130,12 +132,12 @@ type server struct {
 // startServer starts b on free loopback ports against rd, with the rules
 // written under rulesDir (see writeRules), and waits until its
 // /healthcheck answers 200.
-func startServer(ctx context.Context, ps *procs, pp *ports, b *binary, rd *redisDeploy, rulesDir string) (*server, error) {
-	grpcPort, err := pp.free()
+func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary, rd *redisDeploy, rulesDir string) (*server, error) {
+	grpcPort, err := pp.Free()
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := pp.free()
+	httpPort, err := pp.Free()
 	if err != nil {
 		return nil, err
 	}
@@ -154,9 +156,9 @@ func startServer(ctx context.Context, ps *procs, pp *ports, b *binary, rd *redis
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--admin-addr=",
 			"--log-level", "warn", "--redis-type", redisType, "--redis-url", url,
 		}, b.args...)
-		env = childEnv(b.env...)
+		env = benchproc.ChildEnv(b.env...)
 	case kindReference:
-		debugPort, err := pp.free()
+		debugPort, err := pp.Free()
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +166,7 @@ func startServer(ctx context.Context, ps *procs, pp *ports, b *binary, rd *redis
 		if rd.cluster {
 			redisType = "CLUSTER"
 		}
-		env = childEnv(append(referenceEnv(rulesDir, redisType, strings.Join(rd.addrs, ","), grpcPort, httpPort, debugPort), b.env...)...)
+		env = benchproc.ChildEnv(append(referenceEnv(rulesDir, redisType, strings.Join(rd.addrs, ","), grpcPort, httpPort, debugPort), b.env...)...)
 	}
 	p, err := ps.start(b.name+" server", b.path, args, env)
 	if err != nil {
@@ -202,7 +204,7 @@ func referenceEnv(rulesDir, redisType, redisURL string, grpcPort, httpPort, debu
 // waitHealthy polls url until it answers 200, p exits, or healthTimeout.
 func waitHealthy(ctx context.Context, p *proc, url string) error {
 	client := &http.Client{Timeout: time.Second}
-	return waitUntil(ctx, healthTimeout, func() error {
+	return benchproc.WaitUntil(ctx, healthTimeout, func() error {
 		if !p.alive() {
 			return errors.New("exited")
 		}
@@ -223,10 +225,10 @@ func waitHealthy(ctx context.Context, p *proc, url string) error {
 }
 
 // usage reads the CPU the server and its Redis have used so far.
-func (s *server) usage(ctx context.Context) (time.Duration, redisStats, error) {
+func (s *server) usage(ctx context.Context) (time.Duration, benchproc.RedisStats, error) {
 	cpu, err := s.cpu()
 	if err != nil {
-		return 0, redisStats{}, err
+		return 0, benchproc.RedisStats{}, err
 	}
 	rs, err := s.redis.stats(ctx)
 	return cpu, rs, err
@@ -237,5 +239,5 @@ func (s *server) cpu() (time.Duration, error) {
 	if !s.p.alive() {
 		return 0, s.p.failure(errors.New("exited during the run"))
 	}
-	return procCPU(s.p.pid())
+	return benchproc.ProcCPU(s.p.pid())
 }

@@ -1,4 +1,4 @@
-package main
+package benchproc
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ func TestParseProcStat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseProcStat([]byte(tt.line), tt.hz)
+			got, err := ParseProcStat([]byte(tt.line), tt.hz)
 			if tt.err {
 				if !errors.Is(err, ErrParse) {
 					t.Fatalf("got %v, %v; want an ErrParse", got, err)
@@ -63,7 +63,7 @@ func TestProcCPUReadsThisProcess(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc/PID/stat is Linux'")
 	}
-	before, err := procCPU(os.Getpid())
+	before, err := ProcCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestProcCPUReadsThisProcess(t *testing.T) {
 		for range 1_000_000 {
 			x = x*1.0000001 + 1e-9
 		}
-		after, err := procCPU(os.Getpid())
+		after, err := ProcCPU(os.Getpid())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestProcCPUReadsThisProcess(t *testing.T) {
 			t.Fatalf("CPU time stuck at %v after 30 s of work (%v)", before, x)
 		}
 	}
-	if _, err := procCPU(1 << 30); err == nil {
+	if _, err := ProcCPU(1 << 30); err == nil {
 		t.Fatal("no error for a pid that does not exist")
 	}
 }
@@ -102,13 +102,13 @@ func TestParseInfo(t *testing.T) {
 	tests := []struct {
 		name string
 		text string
-		want redisStats
+		want RedisStats
 		err  bool
 	}{
 		{name: "cpu, stats and commandstats", text: info,
-			want: redisStats{cpu: 3234568 * time.Microsecond, sys: 1234567 * time.Microsecond, commands: 4711, scripts: 402}},
+			want: RedisStats{CPU: 3234568 * time.Microsecond, Sys: 1234567 * time.Microsecond, Commands: 4711, Scripts: 402}},
 		{name: "LF only", text: "used_cpu_user:0.5\nused_cpu_sys:0.25\ntotal_commands_processed:0\n",
-			want: redisStats{cpu: 750 * time.Millisecond, sys: 250 * time.Millisecond}},
+			want: RedisStats{CPU: 750 * time.Millisecond, Sys: 250 * time.Millisecond}},
 		{name: "bad script calls", text: "used_cpu_sys:1\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\ncmdstat_evalsha:usec=3\r\n", err: true},
 		{name: "no stats section", text: "# CPU\r\nused_cpu_sys:1\r\nused_cpu_user:1\r\n", err: true},
 		{name: "no cpu section", text: "# Stats\r\ntotal_commands_processed:1\r\n", err: true},
@@ -118,7 +118,7 @@ func TestParseInfo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseInfo(tt.text)
+			got, err := ParseInfo(tt.text)
 			if tt.err {
 				if !errors.Is(err, ErrParse) {
 					t.Fatalf("got %+v, %v; want an ErrParse", got, err)
@@ -133,12 +133,12 @@ func TestParseInfo(t *testing.T) {
 }
 
 func TestRedisStatsArithmetic(t *testing.T) {
-	a := redisStats{cpu: 3 * time.Second, sys: time.Second, commands: 10, scripts: 5}
-	b := redisStats{cpu: time.Second, sys: time.Millisecond, commands: 4, scripts: 2}
-	if got := a.add(b).sub(b); got != a {
+	a := RedisStats{CPU: 3 * time.Second, Sys: time.Second, Commands: 10, Scripts: 5}
+	b := RedisStats{CPU: time.Second, Sys: time.Millisecond, Commands: 4, Scripts: 2}
+	if got := a.Add(b).Sub(b); got != a {
 		t.Fatalf("a + b - b = %+v, want %+v", got, a)
 	}
-	if got := a.sub(b); got != (redisStats{cpu: 2 * time.Second, sys: 999 * time.Millisecond, commands: 6, scripts: 3}) {
+	if got := a.Sub(b); got != (RedisStats{CPU: 2 * time.Second, Sys: 999 * time.Millisecond, Commands: 6, Scripts: 3}) {
 		t.Fatalf("a - b = %+v", got)
 	}
 }
@@ -147,7 +147,7 @@ func FuzzParseProcStat(f *testing.F) {
 	f.Add([]byte("4242 (fastlimit) S 1 4242 4242 0 -1 4194560 2185 0 0 0 150 37 0 0 20 0 9 0"))
 	f.Add([]byte("1 ()) S"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := parseProcStat(b, 100)
+		d, err := ParseProcStat(b, 100)
 		if err == nil && d < 0 {
 			t.Fatalf("negative CPU time %v from %q", d, b)
 		}
@@ -157,8 +157,8 @@ func FuzzParseProcStat(f *testing.F) {
 func FuzzParseInfo(f *testing.F) {
 	f.Add(info)
 	f.Fuzz(func(t *testing.T, s string) {
-		st, err := parseInfo(s)
-		if err == nil && (st.cpu < 0 || st.sys < 0 || st.sys > st.cpu || st.commands < 0 || st.scripts < 0) {
+		st, err := ParseInfo(s)
+		if err == nil && (st.CPU < 0 || st.Sys < 0 || st.Sys > st.CPU || st.Commands < 0 || st.Scripts < 0) {
 			t.Fatalf("negative counters %+v from %q", st, s)
 		}
 	})
