@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 	"github.com/fastlimit/fastlimit/internal/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -51,7 +52,7 @@ func benchReports(b *testing.B, envoys, buckets int, useRedis bool) {
 		b.Cleanup(func() { rdb.FlushDB(context.Background()); _ = rdb.Close() })
 		ds = store.NewRedisDemand(rdb)
 	}
-	c := &cluster{t: &testing.T{}}
+	c := &cluster{t: b}
 	r := c.startReplica(rlqs.Options{Rules: func() *descriptors.Set { return rules }, Replica: "bench"}, &failing{DemandStore: ds})
 	b.Cleanup(func() {
 		_ = r.svc.Close(context.Background())
@@ -136,17 +137,13 @@ func redisCPU(b *testing.B, rdb *redis.Client) float64 {
 	if rdb == nil {
 		return 0
 	}
-	info, err := rdb.Info(context.Background(), "cpu").Result()
+	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0.0
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
+	st, err := benchproc.ParseInfo(info)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return total
+	return st.CPU.Seconds()
 }

@@ -81,7 +81,7 @@ type replica struct {
 // cluster is replicas sharing one demand store, and a fleet of simulated
 // Envoys, all on one manual clock.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	clock    *envoysim.ManualClock
 	replicas []*replica
 	fleet    envoysim.Fleet

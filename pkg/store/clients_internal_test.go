@@ -1,11 +1,9 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 	"github.com/fastlimit/fastlimit/internal/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -152,29 +151,17 @@ func cpuTime() int64 {
 
 // redisCPU reads used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
 func redisCPU(b *testing.B, addr string) float64 {
-	c, err := net.Dial("tcp", addr)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	_, _ = c.Write([]byte("INFO cpu\r\n"))
-	br := bufio.NewReader(c)
-	if _, err := br.ReadString('\n'); err != nil { // $<len>
+	st, err := benchproc.ParseInfo(info)
+	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil || strings.TrimSpace(line) == "" && total > 0 {
-			break
-		}
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return total
+	return st.CPU.Seconds()
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

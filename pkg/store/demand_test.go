@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fastlimit/fastlimit/internal/benchproc"
 	"github.com/fastlimit/fastlimit/internal/redistest"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -271,20 +272,15 @@ func BenchmarkRedisDemand(b *testing.B) {
 }
 
 func redisCPU(b *testing.B, rdb *redis.Client) float64 {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
+	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0.0
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			var f float64
-			_, _ = fmt.Sscan(v, &f)
-			total += f
-		}
+	st, err := benchproc.ParseInfo(info)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return total
+	return st.CPU.Seconds()
 }
 
 // TestRedisDemandDeletesExpired: an expired value a read meets is left out
