@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -146,7 +145,7 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 		return nil, err
 	}
 	now := o.Now()
-	l, err := r.parse(data, now)
+	l, err := r.parse(data, digest(data), now)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +243,7 @@ func (r *Reloader) refresh(now int64) {
 		r.bad = ""
 		return
 	}
-	l, err := r.parse(data, at)
+	l, err := r.parse(data, sum, at)
 	if err != nil {
 		r.refuse(err)
 		return
@@ -306,9 +305,9 @@ func digest(data [3][]byte) [sha256.Size]byte {
 	return sum
 }
 
-// parse builds the configuration that data make, if its certificate can
-// be served at now.
-func (r *Reloader) parse(data [3][]byte, now time.Time) (*loaded, error) {
+// parse builds the configuration that data (whose digest is sum) make, if
+// its certificate can be served at now.
+func (r *Reloader) parse(data [3][]byte, sum [sha256.Size]byte, now time.Time) (*loaded, error) {
 	o := r.opts
 	pair, err := Pair(o.Cert, o.Key, data[0], data[1], now)
 	if err != nil {
@@ -332,21 +331,7 @@ func (r *Reloader) parse(data [3][]byte, now time.Time) (*loaded, error) {
 			conf.VerifyConnection = func(cs tls.ConnectionState) error { return verifySAN(cs, san) }
 		}
 	}
-	return &loaded{sum: digest(data), config: conf, leaf: pair.Leaf}, nil
-}
-
-// hasCertificate reports whether b holds a PEM CERTIFICATE block.
-func hasCertificate(b []byte) bool {
-	for {
-		var block *pem.Block
-		block, b = pem.Decode(b)
-		if block == nil {
-			return false
-		}
-		if block.Type == "CERTIFICATE" {
-			return true
-		}
-	}
+	return &loaded{sum: sum, config: conf, leaf: pair.Leaf}, nil
 }
 
 // verifySAN checks that the verified client certificate carries san.

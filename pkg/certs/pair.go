@@ -31,7 +31,7 @@ var (
 // ErrNotYetValid; the key for a key that does not parse and for
 // ErrKeyMismatch.
 func Pair(cert, key File, certPEM, keyPEM []byte, now time.Time) (tls.Certificate, error) {
-	if !hasCertificate(certPEM) {
+	if certificateBlock(certPEM) == nil {
 		return tls.Certificate{}, &Error{File: cert, Err: ErrNoCertificate}
 	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -64,14 +64,20 @@ func pairError(cert, key File, certPEM, keyPEM []byte, err error) error {
 
 // firstCertificate parses the first CERTIFICATE block of b.
 func firstCertificate(b []byte) (*x509.Certificate, error) {
+	block := certificateBlock(b)
+	if block == nil {
+		return nil, ErrNoCertificate
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// certificateBlock returns the first PEM CERTIFICATE block of b, or nil.
+func certificateBlock(b []byte) *pem.Block {
 	for {
 		var block *pem.Block
 		block, b = pem.Decode(b)
-		if block == nil {
-			return nil, ErrNoCertificate
-		}
-		if block.Type == "CERTIFICATE" {
-			return x509.ParseCertificate(block.Bytes)
+		if block == nil || block.Type == "CERTIFICATE" {
+			return block
 		}
 	}
 }
