@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fastlimit/fastlimit/internal/rawh2"
+	"github.com/fastlimit/fastlimit/internal/testing/rawh2"
 )
 
 // The bounds tests are issue 19's attacks on the real binary: a flood of

@@ -11,7 +11,7 @@ import (
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 // deployRules are the rules of the Redis deployment tests: day-long

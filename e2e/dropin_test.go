@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fastlimit/fastlimit/internal/dashboard"
+	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
 )
 
 // dropinRules: a per-key limit of 5 beside rules for long and odd values,

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/fastlimit/fastlimit/internal/xdstest"
+	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
 // TestEnvoyGatewayEnvironment starts the binary as Envoy Gateway starts

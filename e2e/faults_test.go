@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fastlimit/fastlimit/internal/faultproxy"
+	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 )
 
 // The network fault tests run the real binary with its default flags

@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 // The Rate Limit Quota Service, end to end: two replicas of the binary on
-// one real Redis, simulated Envoys (internal/envoysim) on the wall clock.
+// one real Redis, simulated Envoys (internal/testing/envoysim) on the wall clock.
 
 const rlqsRules = `
 domain: d

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 // TestSentinelExactness: three servers sharing a Sentinel-managed master

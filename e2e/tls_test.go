@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/fastlimit/fastlimit/internal/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 )
 
 const tlsRules = `domain: tls

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 )
 
 // TestTLSRotationRefused rotates the gRPC server's certificate (as a

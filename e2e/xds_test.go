@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fastlimit/fastlimit/internal/xdstest"
+	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
 // xdsNodeID is the node id Envoy Gateway gives its rate-limit service.

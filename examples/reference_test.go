@@ -11,8 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/fastlimit/fastlimit/internal/dashboard"
-	"github.com/fastlimit/fastlimit/internal/refrules"
+	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
+	"github.com/fastlimit/fastlimit/internal/testing/refrules"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 

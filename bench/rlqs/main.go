@@ -14,7 +14,7 @@
 //	         and Redis CPU per bucket report.
 //	cadence  the same 100 x 1,000 at Envoy's real period (5s): what such a
 //	         fleet costs the server and Redis.
-//	admitted 100 simulated Envoys (internal/envoysim) of 10 buckets each,
+//	admitted 100 simulated Envoys (internal/testing/envoysim) of 10 buckets each,
 //	         5,000 requests a second admitted in all (--admitted), through the quota
 //	         service; then the same admitted rate through RateLimitService
 //	         (ShouldRateLimit per request, paced): server + Redis CPU per

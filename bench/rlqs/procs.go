@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/benchproc"
+	"github.com/fastlimit/fastlimit/bench/benchproc"
 )
 
 // env is the processes a run measures: one redis-server and one FastLimit

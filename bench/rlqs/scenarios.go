@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 )
 
 const (

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/rules"
-	"github.com/fastlimit/fastlimit/pkg/settings"
 )
 
 // runCheck validates a rules directory, printing every error with file and

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/pkg/logging"
-	"github.com/fastlimit/fastlimit/pkg/settings"
+	"github.com/fastlimit/fastlimit/internal/observe/logging"
+	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
 // newLogger builds the process's logger (package logging): json and text

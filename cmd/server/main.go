@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/pkg/server"
-	"github.com/fastlimit/fastlimit/pkg/settings"
+	"github.com/fastlimit/fastlimit/internal/server"
+	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
 // Version is stamped at build time with -ldflags "-X main.Version=...".

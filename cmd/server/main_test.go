@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/pkg/settings"
+	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
 // TestPositionalArgument: "fastlimit help" and other stray words are

@@ -1,5 +1,6 @@
-// Package layout holds the test that keeps the project's import graph
-// one-way (cmd → settings, server → adapters → observability → store →
-// limiter → descriptors) and Envoy's protos and go-redis in the packages
-// that own them. It has no code of its own.
+// Package layout holds the tests that keep the tree as docs/development.md
+// describes it: imports one way (cmd → settings, server → adapters →
+// observers → store → limiter → descriptors), pkg/ free of internal/,
+// Envoy's protos and go-redis in the packages that own them, and nothing
+// built tracked. It has no code of its own.
 package layout

@@ -9,19 +9,20 @@ import (
 const module = "github.com/fastlimit/fastlimit/"
 
 // layers ranks the project's packages: a package may import only
-// packages of lower layers. Packages not listed (internal test support,
-// bench tools, e2e, examples) are exempt; a new package must be given a
+// packages of lower layers. Packages not listed (internal/testing, bench
+// tools, e2e, examples) are exempt; a new package must be given a
 // layer.
 var layers = map[string]int{
-	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0, "pkg/statsd": 0, "pkg/statsmap": 0, "pkg/certs": 0, "pkg/reload": 0, "pkg/connlimit": 0,
-	"pkg/logging": 0,
-	"pkg/limiter": 1, "pkg/rules": 1, "pkg/xds": 1, "pkg/httpserver": 1,
-	"pkg/limiter/limitertest": 2, "pkg/store": 2, "pkg/breaker": 2, "pkg/overlimit": 2,
-	"pkg/tracing": 3, "pkg/metrics": 3, "pkg/refstats": 3,
+	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0,
+	"internal/observe/statsd": 0, "internal/observe/statsmap": 0, "internal/observe/logging": 0,
+	"internal/edge/certs": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,
+	"pkg/limiter": 1, "pkg/rules": 1, "internal/source/xds": 1, "internal/edge/httpserver": 1,
+	"pkg/limiter/limitertest": 2, "pkg/store": 2, "internal/guard/breaker": 2, "internal/guard/overlimit": 2,
+	"pkg/rlqs/demand": 3, "internal/observe/tracing": 3, "internal/observe/metrics": 3, "internal/observe/refstats": 3,
 	"pkg/rls": 4, "pkg/rlqs": 4,
-	"pkg/settings": 5,
-	"pkg/server":   6,
-	"cmd/server":   7, "cmd/bench": 7, "cmd/loadgen": 7,
+	"internal/settings": 5,
+	"internal/server":   6,
+	"cmd/server":        7,
 }
 
 // owners says which packages may import a dependency: Envoy's service
@@ -34,8 +35,8 @@ var owners = []struct {
 	{"github.com/envoyproxy/go-control-plane/envoy/service/", []string{"pkg/rls", "pkg/rlqs"}},
 	{"github.com/envoyproxy/go-control-plane/envoy/extensions/", []string{"pkg/rls", "pkg/rlqs"}},
 	{"github.com/envoyproxy/go-control-plane/ratelimit/", []string{"pkg/rules"}},
-	{"github.com/envoyproxy/go-control-plane/pkg/", []string{"pkg/rules", "pkg/xds"}},
-	{"github.com/redis/go-redis/", []string{"pkg/store"}},
+	{"github.com/envoyproxy/go-control-plane/pkg/", []string{"pkg/rules", "internal/source/xds"}},
+	{"github.com/redis/go-redis/", []string{"pkg/store", "pkg/rlqs/demand", "internal/observe/logging"}},
 	{"github.com/redis/rueidis", []string{"pkg/store"}},
 }
 
@@ -59,6 +60,9 @@ func TestImportsOneWay(t *testing.T) {
 		}
 		for _, imp := range fields[1:] {
 			if dep, ours := strings.CutPrefix(imp, module); ours {
+				if strings.HasPrefix(pkg, "pkg/") && strings.HasPrefix(dep, "internal/") {
+					t.Errorf("%s imports %s: pkg/ is what embedders import and never imports internal/", pkg, dep)
+				}
 				if l, known := layers[dep]; known && l >= layer {
 					t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down", pkg, layer, dep, l)
 				}
@@ -74,7 +78,8 @@ func TestImportsOneWay(t *testing.T) {
 }
 
 func exempt(pkg string) bool {
-	return strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "bench/") || pkg == "e2e" || pkg == "examples"
+	return strings.HasPrefix(pkg, "internal/testing/") || strings.HasPrefix(pkg, "bench/") ||
+		pkg == "internal/layout" || pkg == "e2e" || pkg == "examples"
 }
 
 func contains(list []string, s string) bool {

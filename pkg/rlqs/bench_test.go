@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/internal/benchproc"
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
-	"github.com/fastlimit/fastlimit/pkg/store"
+	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
 )
 
 // BenchmarkReports measures periodic reports of many buckets handled by
@@ -45,12 +45,12 @@ func BenchmarkReports(b *testing.B) {
 
 func benchReports(b *testing.B, envoys, buckets int, useRedis bool) {
 	rules := benchRules(b, buckets)
-	var ds rlqs.DemandStore = store.NewMemoryDemand(nil)
+	var ds rlqs.DemandStore = demand.NewMemory(nil)
 	var rdb *redis.Client
 	if useRedis {
 		rdb = redis.NewClient(&redis.Options{Addr: redistest.Addr(b), DB: 13, PoolSize: 64})
 		b.Cleanup(func() { rdb.FlushDB(context.Background()); _ = rdb.Close() })
-		ds = store.NewRedisDemand(rdb)
+		ds = demand.NewRedis(rdb)
 	}
 	c := &cluster{t: b}
 	r := c.startReplica(rlqs.Options{Rules: func() *descriptors.Set { return rules }, Replica: "bench"}, &failing{DemandStore: ds})

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 

@@ -14,16 +14,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
-	"github.com/fastlimit/fastlimit/pkg/store"
+	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
 )
 
 var (
-	_ rlqs.DemandStore = (*store.RedisDemand)(nil)
-	_ rlqs.DemandStore = (*store.MemoryDemand)(nil)
+	_ rlqs.DemandStore = (*demand.Redis)(nil)
+	_ rlqs.DemandStore = (*demand.Memory)(nil)
 )
 
 // testRules: name=a is 300/s, name=slow 60/min, name=free unlimited,
@@ -108,7 +108,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	c := &cluster{t: t, clock: envoysim.NewManualClock(time.Unix(1_900_000_000, 0)), period: co.period}
 	shared := co.store
 	if shared == nil {
-		shared = store.NewMemoryDemand(c.clock.Now)
+		shared = demand.NewMemory(c.clock.Now)
 	}
 	rules := co.rules
 	if rules == nil {

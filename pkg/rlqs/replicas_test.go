@@ -7,17 +7,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
-	"github.com/fastlimit/fastlimit/pkg/store"
+	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // redisStore returns a demand store on the test Redis, its keys under a
 // prefix of their own, deleted at the end.
-func redisStore(t *testing.T) (*store.RedisDemand, string) {
+func redisStore(t *testing.T) (*demand.Redis, string) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: 12})
 	prefix := fmt.Sprintf("rlqstest%d", time.Now().UnixNano())
@@ -28,7 +28,7 @@ func redisStore(t *testing.T) (*store.RedisDemand, string) {
 		}
 		_ = rdb.Close()
 	})
-	return store.NewRedisDemand(rdb), prefix
+	return demand.NewRedis(rdb), prefix
 }
 
 // TestTwoReplicasRedis: two replicas sharing one real Redis, the Envoys

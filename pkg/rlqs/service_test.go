@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/internal/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 

@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
+	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/metrics"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
-	"github.com/fastlimit/fastlimit/pkg/tracing"
 )
 
 // benchEdgeRules are examples/envoy/rules/edge.yaml's shapes with limits

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/pkg/refstats"
+	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 )
 
 // BenchmarkShouldRateLimitRefStats is BenchmarkShouldRateLimit's

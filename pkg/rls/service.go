@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/tracing"
 )
 
 // Failure policies of Options.OnStoreError (--on-store-error).
@@ -40,9 +39,16 @@ type Options struct {
 	Headers HeaderOptions
 	// Observer is told of every decision; nil: none.
 	Observer Observer
-	// Traced annotates the caller's span (tracing.Decision) with each
-	// request's domain and answer.
-	Traced bool
+	// Spans annotates the caller's trace span with each request's domain
+	// and answer; nil: none.
+	Spans Annotator
+}
+
+// Annotator describes decisions in the trace span of ctx. Its methods
+// must be cheap and must not keep ctx.
+type Annotator interface {
+	Decision(ctx context.Context, domain string, descriptors int)
+	Decided(ctx context.Context, code string)
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService over a
@@ -94,8 +100,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 
 func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	start := time.Now()
-	if s.o.Traced {
-		tracing.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
+	if s.o.Spans != nil {
+		s.o.Spans.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
 	}
 	if s.limiter.Rules() == nil {
 		// Only with rules over xDS and a forced start, before the first
@@ -134,8 +140,8 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	if h.Mode != HeadersOff || h.DynamicMetadata {
 		h.decorate(out, res, req.GetDomain(), req.GetDescriptors())
 	}
-	if s.o.Traced {
-		tracing.Decided(ctx, out.OverallCode.String())
+	if s.o.Spans != nil {
+		s.o.Spans.Decided(ctx, out.OverallCode.String())
 	}
 	return out, nil
 }

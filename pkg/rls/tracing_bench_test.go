@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fastlimit/fastlimit/pkg/tracing"
+	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 )
 
 // BenchmarkShouldRateLimitTraced is BenchmarkShouldRateLimit's
@@ -27,7 +27,7 @@ func BenchmarkShouldRateLimitTraced(b *testing.B) {
 				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1))))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			tr := tracing.NewWith(tp, "bench")
-			s := edgeService(b, tr, Options{Traced: true})
+			s := edgeService(b, tr, Options{Spans: tracing.Spans{}})
 			reqs := benchRequests(3)
 			ctx := metadata.NewIncomingContext(context.Background(),
 				metadata.Pairs("traceparent", "00-4bf92f3577b34e27a1b2c3d4e5f60718-00f067aa0ba902b7-"+tc.flags))

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fastlimit/fastlimit/pkg/tracing"
+	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 )
 
 // tracedService is a service on the memory store, traced into an
@@ -27,7 +27,7 @@ func tracedService(t *testing.T) (*tracing.Tracing, *Service, *tracetest.InMemor
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1))))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tr := tracing.NewWith(tp, "test")
-	return tr, edgeService(t, tr, Options{Traced: true}), exp
+	return tr, edgeService(t, tr, Options{Spans: tracing.Spans{}}), exp
 }
 
 func TestTracingSpans(t *testing.T) {

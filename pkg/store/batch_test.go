@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -53,7 +53,7 @@ func TestBatchedMatchesMemory(t *testing.T) {
 
 func batchedMatchesMemory(t *testing.T, prefix string, r batchedStore, rdb *redis.Client) {
 	if rdb != nil {
-		t.Cleanup(func() { deleteKeys(t, rdb, prefix) })
+		t.Cleanup(func() { redistest.DeleteKeys(t, rdb, prefix) })
 	}
 	const callers, opsEach = 32, 300
 	run := fmt.Sprintf("%s%d:", prefix, time.Now().UnixNano())

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // Redis deployment types, as envoyproxy/ratelimit's REDIS_TYPE names them.
@@ -411,23 +409,6 @@ func isConnError(err error) bool {
 	}
 	var rerr redis.Error
 	return !errors.As(err, &rerr)
-}
-
-// SetClientLogger sends go-redis' own log lines (failed dials, a sentinel's
-// new master) to log at warn level, at most 5 a second and every 1000th
-// beyond, rather than to stderr: a dead node makes one per failed dial.
-// go-redis has one logger per process, so this affects every client.
-func SetClientLogger(log *zap.Logger) {
-	log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 5, 1000)
-	}))
-	redis.SetLogger(clientLogger{log})
-}
-
-type clientLogger struct{ log *zap.Logger }
-
-func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
 }
 
 // or returns d, or def when d is not positive.

@@ -18,12 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -332,31 +329,6 @@ func TestClientTLS(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestSetClientLogger(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
-	store.SetClientLogger(zap.New(core))
-	defer store.SetClientLogger(zap.NewNop())
-	c, err := store.NewClient(store.ClientOptions{URL: closedAddr(t), Password: secret,
-		Conn: store.ConnOptions{DialTimeout: 100 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		_ = c.Ping(ctx).Err()
-	}
-	if n := logs.FilterMessage("redis client").Len(); n == 0 || n > 10 {
-		t.Errorf("%d go-redis lines logged in a second of failed dials, want 1 to 10 (sampled)", n)
-	}
-	for _, e := range logs.All() {
-		if strings.Contains(e.ContextMap()["detail"].(string), secret) {
-			t.Errorf("log shows the password: %v", e.ContextMap())
-		}
 	}
 }
 

@@ -20,5 +20,5 @@ func TakeArgs(tag int64, op limiter.Op) ([]string, []any) {
 	return []string{a[1].(string)}, a[2:] // after numkeys and the key
 }
 
-// SlotOf is slotOf.
-var SlotOf = slotOf
+// SlotOf is Slot.
+var SlotOf = Slot

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/internal/faultproxy"
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"

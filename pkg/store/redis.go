@@ -112,6 +112,9 @@ type Redis struct {
 	close sync.Once
 }
 
+// Client returns the client r decides on; r keeps owning it.
+func (r *Redis) Client() redis.UniversalClient { return r.client }
+
 // NewRedis returns a Redis that uses client, which may be a single-node,
 // Sentinel or Cluster client. It does no I/O; the scripts are loaded by
 // Open, or on the first Take that finds them missing (NOSCRIPT, then EVAL).

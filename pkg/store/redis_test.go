@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/fastlimit/fastlimit/internal/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -51,7 +51,7 @@ func newRedis(t testing.TB, db int, prefix string) (*store.Redis, *redis.Client)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
 	t.Cleanup(func() {
 		if prefix != "" {
-			deleteKeys(t, rdb, prefix)
+			redistest.DeleteKeys(t, rdb, prefix)
 		}
 		_ = r.Close()
 		_ = rdb.Close()
@@ -73,17 +73,6 @@ func forEachRedis(t *testing.T, db int, prefix string, f func(t *testing.T, st r
 		r, rdb := newRedis(t, db, prefix)
 		f(t, r, rdb)
 	})
-}
-
-func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rdb.Del(ctx, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Errorf("delete %s*: %v", prefix, err)
-	}
 }
 
 // inspected is a Redis store that lists its keys for the suite.
@@ -328,7 +317,7 @@ func TestRedisNoScriptConcurrent(t *testing.T) {
 	addr := redistest.Addr(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16})
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { deleteKeys(t, rdb, prefix); _ = client.Close(); _ = rdb.Close() })
+	t.Cleanup(func() { redistest.DeleteKeys(t, rdb, prefix); _ = client.Close(); _ = rdb.Close() })
 	core, logs := observer.New(zapcore.DebugLevel)
 	shared := store.NewRedis(client, zap.New(core), store.RedisOptions{})
 	takeWhileFlushing(t, rdb, prefix, logs, func(w int) limiter.Store {

@@ -7,10 +7,10 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// slotOf returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag (the part between the first '{' and the next '}', when not
 // empty) or of the whole key, modulo 16384.
-func slotOf(key string) int {
+func Slot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
@@ -45,7 +45,7 @@ func groupBySlot(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []tak
 	slots := make([]int, len(ops))
 	perm = make([]int, len(ops))
 	for i := range ops {
-		slots[i] = slotOf(ops[i].Key)
+		slots[i] = Slot(ops[i].Key)
 		perm[i] = i
 	}
 	slices.SortStableFunc(perm, func(a, b int) int { return slots[a] - slots[b] })

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/bench/load"
+)
+
+// Load settings that are not flags.
+const (
+	callTimeout = 2 * time.Second // deadline of each request
+	valuePrefix = "user-"
+)
+
+// sample is one measured phase of one server.
+type sample struct {
+	Round         int          `json:"round"` // from 1
+	Started       time.Time    `json:"started"`
+	Report        *load.Report `json:"loadgen"`
+	ServerCPU     float64      `json:"server_cpu_seconds"`
+	RedisCPU      float64      `json:"redis_cpu_seconds"`     // summed over the masters
+	RedisSysCPU   float64      `json:"redis_sys_cpu_seconds"` // the kernel's share of RedisCPU
+	RedisCommands int64        `json:"redis_commands"`        // total_commands_processed delta, scripts' commands included
+	RedisScripts  int64        `json:"redis_script_calls"`    // EVALSHA, EVAL and FCALL calls
+	Descriptors   int          `json:"descriptors"`           // per decision
+	Load1         float64      `json:"load1_before"`
+}
+
+func (s *sample) decisions() float64 { return float64(s.Report.Decisions()) }
+
+// perCall returns the counters decided per script call, 0 when no script
+// ran (the reference).
+func (s *sample) perCall() float64 {
+	if s.RedisScripts <= 0 {
+		return 0
+	}
+	return s.decisions() * float64(max(s.Descriptors, 1)) / float64(s.RedisScripts)
+}
+
+// perDecision returns seconds of CPU per decision in µs.
+func (s *sample) perDecision(seconds float64) float64 {
+	if s.decisions() == 0 {
+		return 0
+	}
+	return seconds * 1e6 / s.decisions()
+}
+
+// runResult holds the samples of one runSpec: Samples[i] are binary i's,
+// one per round, nil when the binary does not support the run.
+type runResult struct {
+	Spec    runSpec     `json:"run"`
+	Samples [][]*sample `json:"samples"`
+}
+
+// results are what a run measured, for the report and the raw JSON.
+type results struct {
+	Machine  machine      `json:"machine"`
+	Settings settings     `json:"settings"`
+	Binaries []binaryInfo `json:"servers"`
+	Runs     []*runResult `json:"runs"`
+	Seconds  float64      `json:"seconds"`
+}
+
+// settings are the run's parameters, as the report states them.
+type settings struct {
+	Command  string  `json:"command"`
+	Rounds   int     `json:"rounds"`
+	Duration string  `json:"duration"`
+	Warmup   string  `json:"warmup"`
+	Callers  int     `json:"callers"`
+	Conns    int     `json:"conns"`
+	Keys     int64   `json:"keys"`
+	Sweep    []int   `json:"sweep,omitempty"`
+	Redis    string  `json:"redis"`
+	Timeout  float64 `json:"call_timeout_seconds"`
+}
+
+type binaryInfo struct {
+	Name    string   `json:"name"`
+	Path    string   `json:"path"`
+	Version string   `json:"version"`
+	Kind    string   `json:"configured_by"`
+	Args    []string `json:"extra_flags,omitempty"`
+	Env     []string `json:"extra_env,omitempty"`
+}
+
+// find returns the result of spec, or nil.
+func (r *results) find(spec runSpec) *runResult {
+	for _, rr := range r.Runs {
+		if rr.Spec == spec {
+			return rr
+		}
+	}
+	return nil
+}
+
+// bench runs the plan: for each deployment (single Redis, then Cluster),
+// it starts every server on its own Redis, then runs each spec for every
+// round, the servers taking turns (A, B, A, B, ...), so that a machine
+// that gets busier or quieter affects both alike.
+type bench struct {
+	o     *options
+	bins  []*binary
+	tools redisTools
+	ps    *procs
+	pp    benchproc.Ports
+	rules string // directory of writeRules
+	log   io.Writer
+	start time.Time
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "[bench %4.0fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) run(ctx context.Context, res *results) error {
+	specs := plan(b.o)
+	total := 0
+	for _, spec := range specs {
+		rr := &runResult{Spec: spec, Samples: make([][]*sample, len(b.bins))}
+		res.Runs = append(res.Runs, rr)
+		for _, bin := range b.bins {
+			if bin.supports(spec.Key) {
+				total += b.o.rounds
+			}
+		}
+	}
+	// About a second per measurement goes to connecting and reading CPU.
+	eta := time.Duration(total)*(b.o.duration+b.o.warmup+time.Second) + 10*time.Second
+	b.logf("%d measurements of %v (after %v of warmup): about %v", total, b.o.duration, b.o.warmup, eta.Round(time.Second))
+	done := 0
+	for _, cluster := range []bool{false, true} {
+		var group []*runResult
+		for _, rr := range res.Runs {
+			if rr.Spec.Cluster == cluster {
+				group = append(group, rr)
+			}
+		}
+		if len(group) == 0 {
+			continue
+		}
+		servers, err := b.startServers(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		for _, rr := range group {
+			for round := range b.o.rounds {
+				for i, srv := range servers {
+					if !b.bins[i].supports(rr.Spec.Key) {
+						continue
+					}
+					s, err := b.measure(ctx, srv, rr.Spec, round)
+					if err != nil {
+						return fmt.Errorf("%s, round %d, %s: %w", rr.Spec.title(), round+1, b.bins[i].name, err)
+					}
+					rr.Samples[i] = append(rr.Samples[i], s)
+					done++
+					b.logf("%d/%d %s round %d %s: %.0f/s p50 %s p99 %s, CPU per decision: server %.0f µs, Redis %.2f µs (kernel %.2f), loadgen %.0f µs; %.1f per script call; errors %d",
+						done, total, rr.Spec.short(), round+1, b.bins[i].name, s.Report.DecisionsPerSec,
+						fmtUS(s.Report.Latency.P50), fmtUS(s.Report.Latency.P99),
+						s.perDecision(s.ServerCPU), s.perDecision(s.RedisCPU), s.perDecision(s.RedisSysCPU),
+						s.perDecision(s.Report.CPUSeconds), s.perCall(), s.Report.Errors)
+				}
+			}
+		}
+		for _, srv := range servers {
+			b.ps.stop(srv.p)
+			srv.redis.stop(b.ps)
+		}
+	}
+	return nil
+}
+
+// startServers starts each binary's Redis (one redis-server, or a Cluster)
+// and then the binary on it.
+func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, error) {
+	var out []*server
+	for _, bin := range b.bins {
+		rd, err := startRedis(ctx, b.ps, &b.pp, b.tools, bin.name, cluster)
+		if err != nil {
+			return nil, err
+		}
+		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules)
+		if err != nil {
+			return nil, err
+		}
+		b.logf("%s (pid %d) on %s, with %s on %v", bin.name, srv.p.pid(), srv.grpc, rd.describe(), rd.addrs)
+		out = append(out, srv)
+	}
+	return out, nil
+}
+
+// measure runs the warmup and then the measured phase of spec against
+// srv, reading the CPU time of srv and its Redis just before and just
+// after the measured phase (no request is in flight at either moment).
+func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round int) (*sample, error) {
+	g, err := load.Dial(ctx, load.Config{
+		Addr: srv.grpc, Callers: spec.Callers, Conns: b.o.conns, Timeout: callTimeout,
+		Keys: spec.keys(b.o.keys), Pick: load.PickUniform, Descriptors: spec.Descriptors,
+		Domain: rulesDomain, EntryKeys: []string{spec.Key}, ValuePrefix: valuePrefix,
+		// The same draws for every server in a round.
+		Seed: uint64(round + 1),
+	})
+	if err != nil {
+		return nil, srv.p.failure(err)
+	}
+	defer g.Close()
+	if b.o.warmup > 0 {
+		g.Run(ctx, b.o.warmup)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage(), Descriptors: spec.Descriptors}
+	cpu0, r0, err := srv.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.Report = g.Run(ctx, b.o.duration)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cpu1, r1, err := srv.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.redis.alive(); err != nil {
+		return nil, err
+	}
+	dr := r1.Sub(r0)
+	s.ServerCPU = (cpu1 - cpu0).Seconds()
+	s.RedisCPU = dr.CPU.Seconds()
+	s.RedisSysCPU = dr.Sys.Seconds()
+	s.RedisScripts = dr.Scripts
+	// The first INFO of each node is in the delta.
+	s.RedisCommands = dr.Commands - int64(len(srv.redis.addrs))
+	switch {
+	case s.Report.Decisions() == 0:
+		return nil, srv.p.failure(fmt.Errorf("no decision in %v: %d errors (%v), first: %s",
+			b.o.duration, s.Report.Errors, s.Report.ErrorCodes, s.Report.FirstError))
+	case spec.store() && s.RedisCommands <= 0:
+		return nil, srv.p.failure(errors.New("decided without sending any command to Redis: are its rules loaded?"))
+	}
+	return s, nil
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// These tests run bench/rls for real: FastLimit built from this tree,
+// real redis-server processes, real load. Runs are kept short (about 7 s
+// of load in all): closed-loop load saturates the machine, and other
+// packages' timing tests may run beside these. They check that every
+// figure is there and plausible, not its value.
+
+var (
+	buildDir  string
+	buildOnce sync.Once
+	built     *binary
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// needTools skips the test in -short mode, or when redis-server, redis-cli
+// or go is missing (fails it with FASTLIMIT_REQUIRE_REDIS=1).
+func needTools(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: runs servers, Redis and load for seconds")
+	}
+	for _, tool := range []string{"redis-server", "redis-cli", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("FASTLIMIT_REQUIRE_REDIS") == "1" {
+				t.Fatalf("%s not found and FASTLIMIT_REQUIRE_REDIS=1", tool)
+			}
+			t.Skipf("%s not found", tool)
+		}
+	}
+}
+
+// fastlimit builds ./cmd/server once for every test, as bench/rls does.
+func fastlimit(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "bench-test-")
+		if buildErr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			built, buildErr = buildFastLimit(ctx, repoRoot(), buildDir)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built.path
+}
+
+// quick runs bench/rls with args (and --server) and returns its results
+// and the report it printed.
+func quick(t *testing.T, args ...string) (*results, string) {
+	t.Helper()
+	args = append([]string{"--quick", "--install=false", "--server", fastlimit(t)}, args...)
+	o, err := parseFlags(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	res, err := execute(ctx, o, &stdout, &stderr)
+	t.Logf("bench/rls %s: %v\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, stdout.String()
+}
+
+// checkSample fails t unless s holds plausible figures of a run of spec.
+func checkSample(t *testing.T, spec runSpec, name string, s *sample) {
+	t.Helper()
+	where := fmt.Sprintf("%s, %s, round %d", spec.title(), name, s.Round)
+	r := s.Report
+	switch {
+	case r == nil:
+		t.Fatalf("%s: no load report", where)
+	case r.Decisions() == 0 || r.DecisionsPerSec <= 0:
+		t.Errorf("%s: %d decisions, %.0f/s; errors %d, first %s", where, r.Decisions(), r.DecisionsPerSec, r.Errors, r.FirstError)
+	case r.Errors > r.Decisions()/10:
+		t.Errorf("%s: %d errors for %d decisions, first %s", where, r.Errors, r.Decisions(), r.FirstError)
+	case r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50:
+		t.Errorf("%s: latency %+v", where, r.Latency)
+	case s.ServerCPU < 0 || r.CPUSeconds <= 0:
+		t.Errorf("%s: server CPU %v s, loadgen CPU %v s: not read", where, s.ServerCPU, r.CPUSeconds)
+	case spec.Callers >= 16 && s.ServerCPU == 0:
+		// /proc counts 10 ms ticks: a short run of a few callers may
+		// round to none, a busy one cannot.
+		t.Errorf("%s: no server CPU in a run of %d callers", where, spec.Callers)
+	case s.perDecision(s.ServerCPU) > 1e5:
+		t.Errorf("%s: %.0f µs of server CPU per decision", where, s.perDecision(s.ServerCPU))
+	case spec.store() && (s.RedisCPU <= 0 || s.RedisCommands <= 0):
+		t.Errorf("%s: Redis CPU %v s, %d commands: not read", where, s.RedisCPU, s.RedisCommands)
+	}
+}
+
+// perCallColumn is the "Every run" table's column of decisions per script
+// call.
+const perCallColumn = 9
+
+// checkRow fails t unless the "Every run" table has a row for spec and
+// server with every cell filled (but decisions per script call, for a run
+// that calls no script).
+func checkRow(t *testing.T, md string, spec runSpec, name string) {
+	t.Helper()
+	prefix := "| " + spec.title() + " | " + name + " |"
+	for line := range strings.SplitSeq(md, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 12 {
+			t.Errorf("row %q has %d cells, want 12", line, len(cells))
+		}
+		for i, c := range cells {
+			if i == perCallColumn && !spec.store() {
+				continue // no script call, no decisions per call
+			}
+			if strings.TrimSpace(c) == "" || strings.TrimSpace(c) == "—" {
+				t.Errorf("row %q has an empty cell", line)
+			}
+		}
+		return
+	}
+	t.Errorf("no row %q in the report", prefix)
+}
+
+// TestQuickRun is the smoke run of the issue: --quick against FastLimit
+// alone, every default scenario, into a file with hand-written text.
+func TestQuickRun(t *testing.T) {
+	needTools(t)
+	dir := t.TempDir()
+	out, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "results.json")
+	const head, tail = "# Benchmarks\n\nHand-written.\n\n", "\n\n## Later\n\nAlso hand-written.\n"
+	if err := os.WriteFile(out, []byte(head+beginMarker+"\nold\n"+endMarker+tail), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, md := quick(t, "--duration", "400ms", "--warmup", "50ms", "--out", out, "--raw", raw)
+
+	specs := plan(&options{scenarios: strings.Split(defaultScenarios, ","), callers: 64, sweep: []int{1, 4, 16, 64, 256}})
+	if len(res.Runs) != len(specs) {
+		t.Fatalf("%d runs, want %d", len(res.Runs), len(specs))
+	}
+	for _, spec := range specs {
+		rr := res.find(spec)
+		if rr == nil || len(rr.Samples) != 1 || len(rr.Samples[0]) != 1 {
+			t.Fatalf("%s: samples %+v, want one round of FastLimit", spec.title(), rr)
+		}
+		checkSample(t, spec, "FastLimit", rr.Samples[0][0])
+		checkRow(t, md, spec, "FastLimit")
+	}
+	for _, want := range []string{
+		"| **Redis CPU per decision, 1 descriptor** | ", "| **Redis CPU per decision, 3 descriptors** | ",
+		"| p50 at 1 caller, 1 descriptor | ", "| p99, 1 descriptor | ",
+		"### Redis CPU per decision against callers", "| 256 | ",
+		"| FastLimit decisions/s, fixed window against `unlimited`",
+		"| load average (1, 5, 15 min) before / after | ", "| redis-server | ", "| Go (bench/rls) | go1.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := head + beginMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker + tail; string(b) != want {
+		t.Errorf("--out file:\n%s\nwant the report between the markers, the rest untouched", b)
+	}
+	var back results
+	if b, err = os.ReadFile(raw); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != len(specs) {
+		t.Errorf("--raw file: %v, %d runs", err, len(back.Runs))
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}
+
+// TestQuickCompare runs two servers, FastLimit against a second FastLimit
+// (configured like any --compare binary of its kind), interleaved.
+func TestQuickCompare(t *testing.T) {
+	needTools(t)
+	res, md := quick(t, "--compare", fastlimit(t), "--compare-env", "GOGC=100", "--scenarios", "fw,sw",
+		"--rounds", "2", "--duration", "200ms", "--warmup", "0s")
+	if len(res.Binaries) != 2 || res.Binaries[1].Name != "FastLimit B" || res.Binaries[1].Env[0] != "GOGC=100" {
+		t.Fatalf("servers %+v", res.Binaries)
+	}
+	for _, rr := range res.Runs {
+		a, b := rr.Samples[0], rr.Samples[1]
+		if len(a) != 2 || len(b) != 2 {
+			t.Fatalf("%s: %d and %d rounds, want 2 each", rr.Spec.title(), len(a), len(b))
+		}
+		// A, B, A, B.
+		if !(a[0].Started.Before(b[0].Started) && b[0].Started.Before(a[1].Started) && a[1].Started.Before(b[1].Started)) {
+			t.Errorf("%s: runs not interleaved: %v %v %v %v", rr.Spec.title(), a[0].Started, b[0].Started, a[1].Started, b[1].Started)
+		}
+		for i, name := range []string{"FastLimit", "FastLimit B"} {
+			for _, s := range rr.Samples[i] {
+				checkSample(t, rr.Spec, name, s)
+			}
+			checkRow(t, md, rr.Spec, name)
+		}
+		if len(ratios(a, b, mRate)) != 2 {
+			t.Errorf("%s: ratios %v, want one per round", rr.Spec.title(), ratios(a, b, mRate))
+		}
+	}
+	for _, want := range []string{
+		"| fixed window, 1 descriptor, 64 callers | FastLimit/FastLimit B | ",
+		"| Redis CPU per decision, 64 callers, 1 descriptor | ≤ 0.33x | ",
+		"|  | FastLimit | FastLimit B | FastLimit/FastLimit B |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}
+
+// TestQuickCluster runs the cluster scenario: a Redis Cluster of three
+// masters, CPU summed over them.
+func TestQuickCluster(t *testing.T) {
+	needTools(t)
+	res, md := quick(t, "--scenarios", "cluster", "--duration", "300ms", "--warmup", "50ms")
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(res.Runs))
+	}
+	for _, rr := range res.Runs {
+		if !rr.Spec.Cluster || len(rr.Samples[0]) != 1 {
+			t.Fatalf("%+v", rr)
+		}
+		checkSample(t, rr.Spec, "FastLimit", rr.Samples[0][0])
+		checkRow(t, md, rr.Spec, "FastLimit")
+	}
+	if !strings.Contains(md, "| Redis CPU per decision, Redis Cluster, 3 descriptors | ") {
+		t.Errorf("report lacks the cluster summary:\n%s", md)
+	}
+}

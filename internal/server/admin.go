@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"expvar"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// adminHTTP bounds the admin listener: the defaults, with a longer write
+// timeout, so that a /debug/pprof/profile or trace of up to a minute can
+// answer.
+var adminHTTP = func() httpserver.Options {
+	o := httpserver.Defaults
+	o.Write = 75 * time.Second
+	return o
+}()
+
+// admin is the admin HTTP listener.
+type admin struct {
+	srv *httpserver.Server
+}
+
+// adminHandler serves the admin surface, envoyproxy/ratelimit's debug
+// listener's endpoints and FastLimit's: the server's metrics, the rules in
+// force (the reference's /rlconfig and FastLimit's /v1/rules), /stats,
+// usage peeks and, if asked, pprof. Any other path gets the index, as the
+// reference's listener answers.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	var idx adminIndex
+	handle := func(path, help string, h http.Handler) {
+		mux.Handle("GET "+path, h)
+		idx = append(idx, adminEndpoint{path, help})
+	}
+	handle("/metrics", "FastLimit's Prometheus metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+		Registry:          s.registry,
+		ErrorLog:          zap.NewStdLog(s.log.Named("metrics")),
+		EnableOpenMetrics: true,
+	}))
+	handle("/rlconfig", "print out the currently loaded configuration for debugging", http.HandlerFunc(s.handleRLConfig))
+	handle("/stats", "print out stats", http.HandlerFunc(s.handleStats))
+	handle("/v1/rules", "the rules in force with FastLimit's fields, their hash and files", http.HandlerFunc(s.handleRules))
+	handle("/v1/usage", "peek at a descriptor's counter without charging it", http.HandlerFunc(s.handleUsage))
+	handle(quotaPath, "how a quota bucket's limit is divided among Envoys (rate limit quota service)", s.quotaHandler())
+	if s.opts.Admin.Pprof {
+		handle("/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index))
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		handle("/debug/pprof/profile", "CPU profiling endpoint", http.HandlerFunc(pprof.Profile))
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		handle("/debug/pprof/trace", "trace endpoint", http.HandlerFunc(pprof.Trace))
+	}
+	slices.SortFunc(idx, func(a, b adminEndpoint) int { return strings.Compare(a.path, b.path) })
+	mux.Handle("/", idx)
+	return mux
+}
+
+// adminEndpoint is one line of the admin index.
+type adminEndpoint struct{ path, help string }
+
+// adminIndex lists the admin endpoints, sorted by path, one
+// "<path>: <help>" line each, as the reference's debug listener lists its
+// own at "/" and at every path it does not serve.
+type adminIndex []adminEndpoint
+
+func (idx adminIndex) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var b strings.Builder
+	for _, e := range idx {
+		b.WriteString(e.path + ": " + e.help + "\n")
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// openAdmin binds and serves the admin listener, if one is configured.
+func (s *Server) openAdmin(h http.Handler) error {
+	if s.opts.Admin.Off() {
+		return nil
+	}
+	srv, err := httpserver.Listen(s.opts.Admin.Addr, h, s.adminOpts)
+	if err != nil {
+		return fmt.Errorf("listen admin on %s (%s): %w; the admin listener serves /metrics and /rlconfig: "+
+			"give it a free address (--admin-addr, ADMIN_ADDR, or DEBUG_HOST and DEBUG_PORT), "+
+			"or turn it off with --admin-addr off (ADMIN_ADDR=off)",
+			s.opts.Admin.Addr, s.opts.Name("admin-addr"), err)
+	}
+	s.admin = &admin{srv: srv}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// AdminAddr is the bound admin address, "" when there is none.
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.srv.Addr().String()
+}
+
+// closeAdmin shuts the admin listener down, bounded by timeout.
+func (s *Server) closeAdmin(ctx context.Context, timeout time.Duration) error {
+	if s.admin == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.admin.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	return nil
+}
+
+// handleRLConfig writes the rules in force in the reference's /rlconfig
+// layout, one line per limit,
+//
+//	domain.key_value.key: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false
+//
+// (an unlimited rule reads unit=UNKNOWN requests_per_unit=0), in the
+// rules' order where the reference's follows Go's map order. Before any
+// rules the body is empty, as the reference's.
+func (s *Server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	cur := s.rules.Current()
+	if cur == nil {
+		return
+	}
+	var b strings.Builder
+	for _, l := range cur.Set.Limits() {
+		unit, rpu := l.Unit.String(), l.RequestsPerUnit
+		if l.Unlimited {
+			unit, rpu = descriptors.UnitUnknown.String(), 0
+		}
+		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+			l.Path, unit, rpu, l.ShadowMode, l.QuotaMode)
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// handleStats writes what the reference's /stats writes, its process's
+// published expvars ("cmdline: [...]", "memstats: {...}"), one
+// "<name>: <value>" line each, and, when the reference's stats are on,
+// a "ratelimit: {...}" line of their counters by stat name.
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var b strings.Builder
+	expvar.Do(func(kv expvar.KeyValue) {
+		b.WriteString(kv.Key + ": " + kv.Value.String() + "\n")
+	})
+	if s.ref != nil {
+		counters := map[string]uint64{}
+		for _, c := range s.ref.Stats().Counters() {
+			counters[c.Name()] = c.Value()
+		}
+		if j, err := json.Marshal(counters); err == nil {
+			b.WriteString("ratelimit: " + string(j) + "\n")
+		}
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// handleRules writes the rules in force with FastLimit's fields: a header
+// of comment lines (hash, files or xDS resources), then one line per
+// limit. Before any rules it answers 503.
+func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
+	cur := s.rules.Current()
+	if cur == nil {
+		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	kind, names := "file", cur.Files
+	if cur.FromXDS {
+		kind, names = "xds resource", cur.Resources
+	}
+	_, _ = fmt.Fprintf(w, "# hash %s\n# %d %ss, %d domains, %d limits\n",
+		cur.Hash, len(names), kind, len(cur.Set.Domains()), len(cur.Set.Limits()))
+	for _, f := range names {
+		_, _ = fmt.Fprintf(w, "# %s %s\n", kind, f)
+	}
+	_ = cur.Set.Dump(w)
+}

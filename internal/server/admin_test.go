@@ -1,0 +1,428 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// testServer opens a server on loopback ports chosen by the kernel, with
+// the memory store and rules from files, and closes it when the test ends.
+func testServer(t *testing.T, files map[string]string, args ...string) (*Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		writeFile(t, filepath.Join(dir, name), body)
+	}
+	return testServerOn(t, dir, zaptest.NewLogger(t), args...), dir
+}
+
+func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *Server {
+	t.Helper()
+	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
+	o := parseSettings(t, args, func(string) string { return "" })
+	s, err := New(o, log, prometheus.NewRegistry(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(context.Background()); err != nil {
+		_ = s.Close(context.Background())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// rlsRequest is a request of one descriptor of key=value pairs.
+func rlsRequest(domain string, kv ...string) *rlspb.RateLimitRequest {
+	d := &common.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{d}}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get fetches url and returns the status code and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+const adminRules = `
+domain: adm
+descriptors:
+  - key: win
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 10}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: odd
+    value: "a,b=c"
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 7, name: oddity}
+`
+
+func TestUsage(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	base := "http://" + s.AdminAddr() + "/v1/usage?"
+	// Spend two hits on win=x and three on bucket=y.
+	for range 2 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "bucket", "y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u32 := func(v uint32) *uint32 { return &v }
+	cases := []struct {
+		query string
+		want  usage
+	}{
+		{"domain=adm&descriptor=win=x", usage{Domain: "adm", Descriptor: []usageEntry{{"win", "x"}}, Matched: true,
+			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}},
+		{"domain=adm&descriptor=win=other", usage{Domain: "adm", Descriptor: []usageEntry{{"win", "other"}}, Matched: true,
+			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}},
+		{"domain=adm&descriptor=bucket=y", usage{Domain: "adm", Descriptor: []usageEntry{{"bucket", "y"}}, Matched: true,
+			Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}},
+		{"domain=adm&descriptor=free=z", usage{Domain: "adm", Descriptor: []usageEntry{{"free", "z"}}, Matched: true,
+			Rule: "adm.free", Unlimited: true}},
+		{"domain=adm&descriptor=odd=a%2Cb%3Dc", usage{Domain: "adm", Descriptor: []usageEntry{{"odd", "a,b=c"}}, Matched: true,
+			Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7), ShadowMode: true}},
+		{"domain=adm&descriptor=nope=1", usage{Domain: "adm", Descriptor: []usageEntry{{"nope", "1"}}}},
+		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{"win", "x"}}}},
+	}
+	for _, tc := range cases {
+		code, body := get(t, base+tc.query)
+		if code != http.StatusOK {
+			t.Errorf("%s: %d %s", tc.query, code, body)
+			continue
+		}
+		var got usage
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("%s: %v: %s", tc.query, err, body)
+		}
+		// Reset times depend on the clock: check their presence only.
+		if (got.ResetMs != nil) != (tc.want.Remaining != nil) || (got.FullInMs != nil) != (tc.want.Tokens != nil) {
+			t.Errorf("%s: reset_ms/full_in_ms presence wrong: %s", tc.query, body)
+		}
+		if tc.want.Tokens != nil && (got.Burst == nil || *got.Burst != 10) {
+			t.Errorf("%s: burst missing: %s", tc.query, body)
+		}
+		got.ResetMs, got.FullInMs, got.Burst = nil, nil, nil
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s:\n got %s\nwant %+v", tc.query, body, tc.want)
+		}
+	}
+	// Peeking consumed nothing.
+	code, body := get(t, base+"domain=adm&descriptor=win=x")
+	if code != http.StatusOK || !strings.Contains(body, `"remaining":3`) {
+		t.Fatalf("after peeks: %d %s", code, body)
+	}
+}
+
+func TestUsageBadRequests(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	for _, q := range []string{
+		"descriptor=win=x",
+		"domain=adm",
+		"domain=adm&descriptor=",
+		"domain=adm&descriptor=win",
+		"domain=adm&descriptor=win=%zz",
+		"domain=adm&descriptor=win=x&descriptor=win=y",
+	} {
+		if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", q, code, body)
+		}
+	}
+	// A long key is no bad request: requests are bounded by bytes, not by
+	// an entry's length.
+	if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusOK ||
+		!strings.Contains(body, `"matched":false`) {
+		t.Errorf("a 5000-byte key: %d", code)
+	}
+	// With --max-entry-bytes, it is.
+	capped, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--max-entry-bytes", "4096")
+	if code, _ := get(t, "http://"+capped.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusBadRequest {
+		t.Errorf("a 5000-byte key under --max-entry-bytes 4096: %d, want 400", code)
+	}
+}
+
+func TestParseDescriptor(t *testing.T) {
+	cases := []struct {
+		raw  string
+		want []descriptors.Entry
+	}{
+		{"descriptor=k=v", []descriptors.Entry{{Key: "k", Value: "v"}}},
+		{"domain=d&descriptor=k=v,k2=v2", []descriptors.Entry{{Key: "k", Value: "v"}, {Key: "k2", Value: "v2"}}},
+		{"descriptor=k=", []descriptors.Entry{{Key: "k", Value: ""}}},
+		{"descriptor=k=a%2Cb%3Dc,x%3Dy=1+2", []descriptors.Entry{{Key: "k", Value: "a,b=c"}, {Key: "x=y", Value: "1 2"}}},
+		{"descriptor=k=a=b", []descriptors.Entry{{Key: "k", Value: "a=b"}}},
+	}
+	for _, tc := range cases {
+		got, err := parseDescriptor(tc.raw)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("parseDescriptor(%q) = %v, %v; want %v", tc.raw, got, err, tc.want)
+		}
+	}
+}
+
+// TestRLConfig: /rlconfig is the reference's layout, one line per limit.
+func TestRLConfig(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	want := `adm.win: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false
+adm.bucket: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false
+adm.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+adm.odd_a,b=c: unit=HOUR requests_per_unit=7, shadow_mode: true, quota_mode: false
+`
+	if body != want {
+		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)
+	}
+}
+
+// TestAdminIndex: "/" and any path the admin listener does not serve list
+// its endpoints, "<path>: <help>" sorted by path, as the reference's.
+func TestAdminIndex(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	want := `/metrics: FastLimit's Prometheus metrics
+/rlconfig: print out the currently loaded configuration for debugging
+/stats: print out stats
+/v1/quota: how a quota bucket's limit is divided among Envoys (rate limit quota service)
+/v1/rules: the rules in force with FastLimit's fields, their hash and files
+/v1/usage: peek at a descriptor's counter without charging it
+`
+	for _, path := range []string{"/", "/nothing/here"} {
+		code, body := get(t, "http://"+s.AdminAddr()+path)
+		if code != http.StatusOK || body != want {
+			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
+		}
+	}
+}
+
+// TestAdminStats: /stats writes the process's expvars as the reference's
+// does, "cmdline: [...]" and "memstats: {...}".
+func TestAdminStats(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/stats")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			t.Fatalf("line %q is not <name>: <value>", l)
+		}
+		lines[k] = v
+	}
+	var cmdline []string
+	var mem struct{ Alloc, NumGC *uint64 }
+	if err := json.Unmarshal([]byte(lines["cmdline"]), &cmdline); err != nil || len(cmdline) == 0 {
+		t.Errorf("cmdline %q: %v", lines["cmdline"], err)
+	}
+	if err := json.Unmarshal([]byte(lines["memstats"]), &mem); err != nil || mem.Alloc == nil || mem.NumGC == nil {
+		t.Errorf("memstats %q: %v", lines["memstats"], err)
+	}
+}
+
+// TestRules: /v1/rules lists the rules with FastLimit's fields.
+func TestRules(t *testing.T) {
+	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
+	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	want := "# hash " + s.rules.Current().Hash + "\n# 1 files, 1 domains, 4 limits\n# file " + filepath.Join(dir, "adm.yaml") + "\n" +
+		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 burst=5 cost=1 shadow_mode=false quota_mode=false
+adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
+adm.free: unlimited=true shadow_mode=false quota_mode=false
+adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 unit_multiplier=1 burst=7 cost=1 shadow_mode=true quota_mode=false
+`
+	if body != want {
+		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)
+	}
+}
+
+func TestAdminMetrics(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x")); err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(t, "http://"+s.AdminAddr()+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	for _, want := range []string{
+		`fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"} 1`,
+		`fastlimit_requests_total{code="OK"} 1`,
+		`fastlimit_config_info{hash="` + s.rules.Current().Hash + `"} 1`,
+		`fastlimit_config_loads_total{result="success"} 1`,
+		`fastlimit_config_last_reload_successful 1`,
+		"fastlimit_request_duration_seconds_bucket",
+		"go_goroutines",
+		"process_resident_memory_bytes",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	rules := map[string]string{"adm.yaml": adminRules}
+	off, _ := testServer(t, rules)
+	// Without --pprof the path is not served: it gets the index, as any
+	// other path the admin listener does not serve.
+	if code, body := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusOK ||
+		strings.Contains(body, "goroutine") || !strings.HasPrefix(body, "/metrics: ") {
+		t.Fatalf("pprof without --pprof: %d\n%s", code, body)
+	}
+	on, _ := testServer(t, rules, "--pprof")
+	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/"); code != http.StatusOK {
+		t.Fatalf("pprof with --pprof: %d", code)
+	}
+	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+		t.Fatalf("goroutine profile: %d", code)
+	}
+}
+
+func TestAdminDisabled(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--admin-addr", "")
+	if s.AdminAddr() != "" {
+		t.Fatalf("admin listens on %s", s.AdminAddr())
+	}
+}
+
+func TestAdminAddrInUse(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+	o := parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--admin-addr", s.AdminAddr()}, func(string) string { return "" })
+	s2, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s2.Open(context.Background())
+	_ = s2.Close(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "listen admin") {
+		t.Fatalf("Open on a taken admin address: %v", err)
+	}
+	// The message says which setting to change, and how to turn it off.
+	for _, want := range []string{"(--admin-addr)", "--admin-addr off", "ADMIN_ADDR=off"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestReadyFollowsDraining(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	ready := "http://" + s.HTTPAddr() + "/ready"
+	if code, body := get(t, ready); code != http.StatusOK {
+		t.Fatalf("/ready %d %s", code, body)
+	}
+	s.draining.Store(true)
+	defer s.draining.Store(false)
+	if code, _ := get(t, ready); code != http.StatusServiceUnavailable {
+		t.Fatalf("/ready while draining: %d", code)
+	}
+}
+
+func TestCloseBoundsAndOrder(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+	o := parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0", "--drain", "200ms"}, func(string) string { return "" })
+	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ready, admin := "http://"+s.HTTPAddr()+"/ready", "http://"+s.AdminAddr()+"/metrics"
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- s.Close(context.Background()) }()
+	// While draining: readiness fails, metrics still answer.
+	waitTrue(t, time.Second, func() bool { c, _ := get(t, ready); return c == http.StatusServiceUnavailable })
+	if c, _ := get(t, admin); c != http.StatusOK {
+		t.Fatalf("admin during drain: %d", c)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("Close took %s with --drain 200ms", took)
+	}
+	if _, err := http.Get(admin); err == nil {
+		t.Fatal("admin still answers after Close")
+	}
+}
+
+func waitTrue(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// parseSettings parses args and the environment getenv reads as the
+// server's main does.
+func parseSettings(t testing.TB, args []string, getenv func(string) string) *settings.Settings {
+	t.Helper()
+	o, err := settings.Parse("test", args, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}

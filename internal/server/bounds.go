@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/settings"
+)
+
+// Bounds of gRPC connections that have no flag.
+const (
+	// grpcConnectionTimeout bounds a new connection's TLS and HTTP/2
+	// handshakes (gRPC's default is 120 s).
+	grpcConnectionTimeout = 10 * time.Second
+	// grpcWindow is the flow-control window of a call, and 16 of them a
+	// connection's: what a client can park unread in the server. Setting
+	// them turns gRPC's dynamic windows (BDP estimation) off.
+	grpcWindow = 64 << 10
+	// grpcMaxHeaderList bounds a call's headers (gRPC's default is 16 MiB).
+	grpcMaxHeaderList = 64 << 10
+)
+
+// errRequestTimeout is the cause of a call dropped at --grpc-request-timeout.
+var errRequestTimeout = errors.New("call not finished within --grpc-request-timeout")
+
+// grpcBounds enforces and counts what gRPC clients can open and hold,
+// beyond the connection cap (connlimit): calls in flight per connection,
+// the time a unary call may take, its request's arrival included, and
+// idle connections. It is the server's tap.ServerInHandle and a
+// stats.Handler; gRPC offers no per-message read deadline and counts none
+// of its own refusals, so both are done here.
+//
+// The tap runs on a connection's reader when a call's headers arrive,
+// before the call is created. It counts the connection's calls in flight
+// (the count lives in the connection's context, put there by TagConn) and
+// refuses one past MaxStreams with ResourceExhausted: no goroutine, no
+// buffer. An admitted unary call gets a context with the request timeout,
+// which gRPC makes the call's transport context: a request whose bytes
+// have not all arrived by then fails its read, and the call ends, freeing
+// its goroutine and what it had buffered. The count drops when that
+// context ends, which gRPC does for every call that ends.
+type grpcBounds struct {
+	o     settings.GRPCBounds
+	unary map[string]bool // full method names of unary methods; set before serving
+
+	streamsRefused atomic.Int64
+	timedOut       atomic.Int64
+	idleClosed     atomic.Int64
+}
+
+// connState is a connection's calls in flight and when the last one ended.
+type connState struct {
+	inflight atomic.Int64
+	lastEnd  atomic.Int64 // Unix ns; the connection's start before any call
+}
+
+type connStateKey struct{}
+
+// options are the gRPC server options of the bounds.
+func (b *grpcBounds) options() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		// Advertised one above our own cap, so that the tap, which counts,
+		// refuses first.
+		grpc.MaxConcurrentStreams(uint32(b.o.MaxStreams) + 1),
+		grpc.InTapHandle(b.tap),
+		grpc.StatsHandler(b),
+		grpc.ConnectionTimeout(grpcConnectionTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: b.o.PingMinTime, PermitWithoutStream: true}),
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(16 * grpcWindow),
+		grpc.MaxHeaderListSize(grpcMaxHeaderList),
+	}
+}
+
+// setMethods records which of g's methods are unary: only they get the
+// request timeout (a server stream, such as health's Watch, may last).
+func (b *grpcBounds) setMethods(g *grpc.Server) {
+	b.unary = map[string]bool{}
+	for name, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if !m.IsClientStream && !m.IsServerStream {
+				b.unary["/"+name+"/"+m.Name] = true
+			}
+		}
+	}
+}
+
+func (b *grpcBounds) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	cs, _ := ctx.Value(connStateKey{}).(*connState)
+	if cs != nil && cs.inflight.Add(1) > int64(b.o.MaxStreams) {
+		cs.inflight.Add(-1)
+		b.streamsRefused.Add(1)
+		return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on this connection", b.o.MaxStreams)
+	}
+	// The caller's own deadline (grpc-timeout, which Envoy always sends)
+	// is already the context's: a timer of ours is needed only when it is
+	// later than the request timeout, or missing.
+	cancel := context.CancelFunc(nil)
+	if b.o.RequestTimeout > 0 && b.unary[info.FullMethodName] && !deadlineWithin(ctx, b.o.RequestTimeout) {
+		ctx, cancel = context.WithTimeoutCause(ctx, b.o.RequestTimeout, errRequestTimeout)
+	}
+	if cs != nil || cancel != nil {
+		// gRPC cancels the call's context when the call ends, which
+		// stops the timer; cancel then only releases the value.
+		context.AfterFunc(ctx, func() {
+			if cancel != nil {
+				cancel()
+			}
+			if cs != nil {
+				cs.lastEnd.Store(time.Now().UnixNano())
+				cs.inflight.Add(-1)
+			}
+		})
+	}
+	return ctx, nil
+}
+
+// deadlineWithin reports whether ctx ends within d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
+}
+
+// TagConn gives each connection its count of calls in flight.
+func (b *grpcBounds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	cs := &connState{}
+	cs.lastEnd.Store(time.Now().UnixNano())
+	return context.WithValue(ctx, connStateKey{}, cs)
+}
+
+// HandleConn counts the connections that end after MaxIdle without a
+// call: the ones gRPC closed as idle.
+func (b *grpcBounds) HandleConn(ctx context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnEnd); !ok || b.o.MaxIdle <= 0 {
+		return
+	}
+	cs, _ := ctx.Value(connStateKey{}).(*connState)
+	if cs != nil && cs.inflight.Load() == 0 && time.Since(time.Unix(0, cs.lastEnd.Load())) >= b.o.MaxIdle {
+		b.idleClosed.Add(1)
+	}
+}
+
+func (b *grpcBounds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC counts the calls that ended at the request timeout.
+func (b *grpcBounds) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.End); ok && context.Cause(ctx) == errRequestTimeout {
+		b.timedOut.Add(1)
+	}
+}
+
+// grpcConnCap is the gRPC listener's connection cap: --grpc-max-connections
+// lowered by the open-files limit (connlimit.Budget), leaving room for the
+// Redis pool, the HTTP listeners and a reserve. Where the limit cannot be
+// read, --grpc-max-connections alone (DefaultGRPCMaxConns if 0).
+func grpcConnCap(o *settings.Settings, files, httpConns int) (int, error) {
+	if files <= 0 {
+		if o.GRPC.MaxConns > 0 {
+			return o.GRPC.MaxConns, nil
+		}
+		return settings.DefaultGRPCMaxConns, nil
+	}
+	return connlimit.Budget{Files: files, Redis: redisConns(o), HTTP: httpConns, Max: o.GRPC.MaxConns}.Cap()
+}
+
+// redisConns estimates the most connections the store opens to Redis:
+// the pool size (10 per CPU unless set) per server reached. A Cluster's
+// nodes are not known before it answers: the seeds given, at least 6.
+func redisConns(o *settings.Settings) int {
+	if o.RedisURL == "" {
+		return 0
+	}
+	pool := o.RedisPoolSize()
+	addrs := len(strings.Split(o.RedisURL, ","))
+	switch strings.ToLower(o.Redis.Type) {
+	case "cluster":
+		return pool * max(addrs, 6)
+	case "sentinel":
+		return pool + addrs // the master's pool, a connection per sentinel
+	}
+	return pool
+}
+
+// httpConnCap is each HTTP listener's connection cap: 256, or a 16th of
+// the open-files limit when that is lower (but 16 at least).
+func httpConnCap(files int) int {
+	if files <= 0 {
+		return 256
+	}
+	return max(16, min(256, files/16))
+}
+
+// registerBoundsMetrics registers the gauges and counters of the gRPC
+// bounds; conns reads the gRPC listener's, nil before Open.
+func registerBoundsMetrics(reg prometheus.Registerer, b *grpcBounds, conns func() connlimit.Stats) error {
+	stat := func(f func(connlimit.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(conns())) }
+	}
+	count := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
+	var errs []error
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_grpc_connections",
+			Help: "gRPC connections open."}, stat(func(s connlimit.Stats) int64 { return s.Open })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_grpc_connections_max",
+			Help: "Most gRPC connections held open: --grpc-max-connections, lowered by the open-files limit."},
+			stat(func(s connlimit.Stats) int64 { return s.Max })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_connections_refused_total",
+			Help: "gRPC connections closed at once because fastlimit_grpc_connections_max were open."},
+			stat(func(s connlimit.Stats) int64 { return s.Refused })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_streams_refused_total",
+			Help: "gRPC calls refused (ResourceExhausted) because --grpc-max-concurrent-streams were in flight on their connection."},
+			count(&b.streamsRefused)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_requests_timed_out_total",
+			Help: "Unary gRPC calls dropped at --grpc-request-timeout, their request unfinished or their answer not sent."},
+			count(&b.timedOut)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_idle_connections_closed_total",
+			Help: "gRPC connections that ended after --grpc-max-connection-idle without a call (closed by the server as idle)."},
+			count(&b.idleClosed)),
+	} {
+		errs = append(errs, reg.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+// listenerCollector exports the HTTP listeners' connection counts, for
+// the listeners that are bound.
+type listenerCollector struct {
+	listeners map[string]func() (connlimit.Stats, bool)
+}
+
+var (
+	httpConnsDesc = prometheus.NewDesc("fastlimit_http_connections",
+		"Connections open on an HTTP listener (http: health and /json; admin; prometheus: the reference's).", []string{"listener"}, nil)
+	httpRefusedDesc = prometheus.NewDesc("fastlimit_http_connections_refused_total",
+		"Connections to an HTTP listener closed at once because its cap was reached.", []string{"listener"}, nil)
+)
+
+func (c *listenerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- httpConnsDesc
+	ch <- httpRefusedDesc
+}
+
+func (c *listenerCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, stats := range c.listeners {
+		st, ok := stats()
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(httpConnsDesc, prometheus.GaugeValue, float64(st.Open), name)
+		ch <- prometheus.MustNewConstMetric(httpRefusedDesc, prometheus.CounterValue, float64(st.Refused), name)
+	}
+}

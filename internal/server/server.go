@@ -1,0 +1,385 @@
+// Package server runs FastLimit: it builds the store, limiter, adapters
+// and observers that the settings ask for, binds the gRPC, HTTP, admin
+// and metrics listeners, keeps the rules current (files or xDS), answers
+// health and readiness, and drains and stops in bounded steps.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/fastlimit/fastlimit/internal/edge/certs"
+	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
+	"github.com/fastlimit/fastlimit/internal/observe/refstats"
+	"github.com/fastlimit/fastlimit/internal/observe/tracing"
+	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
+	"github.com/fastlimit/fastlimit/pkg/rls"
+)
+
+// Server owns the process's parts: rules, store, limiter, adapters and
+// listeners. New starts nothing; Open starts serving and returns once the
+// listeners are bound; Close stops everything, bounded in time.
+type Server struct {
+	opts    *settings.Settings
+	version string
+	log     *zap.Logger
+	store   openStore
+	limiter *limiter.Limiter
+	service *rls.Service
+	quota   *rlqs.Service // nil with --rlqs=false
+	grpc    *grpc.Server
+	bounds  *grpcBounds
+	health  *health.Server
+	http    *httpserver.Server
+	certs   *certs.Reloader // nil without gRPC TLS
+
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
+	rules    *ruleSource
+	reload   *hotReload         // nil until Open, and with rules from xDS
+	xds      *xdsRules          // nil unless rules come from xDS
+	tracing  *tracing.Tracing   // nil with tracing off
+	admin    *admin             // nil without --admin-addr
+	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
+	// httpOpts and adminOpts bound the HTTP and admin listeners.
+	httpOpts, adminOpts httpserver.Options
+	tlsRefused          *prometheus.CounterVec // certificates refused on rotation, by use
+
+	grpcLis   *connlimit.Listener
+	files     int // the open-files limit; 0 when unknown
+	draining  atomic.Bool
+	serving   atomic.Bool     // Open got as far as serving: Close drains
+	storeSeen atomic.Bool     // the store has answered since the start
+	life      context.Context // until Close
+	cancel    context.CancelFunc
+	stopProbe context.CancelFunc // ends the gRPC health prober, if any
+	wg        sync.WaitGroup
+}
+
+// New wires the server's parts from validated-on-the-way settings; reg
+// receives its metrics; version is the build's, for logs, metrics and
+// spans.
+func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, version string) (*Server, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := newStore(o, log)
+	if err != nil {
+		if o.RedisURL != "" {
+			err = fmt.Errorf("%s: %w", o.Name("redis-url"), err)
+		}
+		return nil, err
+	}
+	s := &Server{opts: o, version: version, log: log, store: st, registry: reg,
+		httpOpts: httpserver.Defaults, adminOpts: adminHTTP}
+	if s.files, err = connlimit.OpenFilesLimit(); err != nil {
+		log.Warn("the open-files limit is unknown; --grpc-max-connections alone caps gRPC connections", zap.Error(err))
+	}
+	// Each HTTP listener is capped, so that the gRPC one at its cap
+	// leaves them descriptors.
+	s.httpOpts.MaxConns = httpConnCap(s.files)
+	s.adminOpts.MaxConns = s.httpOpts.MaxConns
+	s.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fastlimit_tls_certificates_refused_total",
+		Help: "Rotations of TLS certificate files refused (expired, not valid yet, a key that is not the certificate's, unreadable): the certificate in force stays. By use: grpc_server, xds_client."},
+		[]string{"use"})
+	var tlsOpts []grpc.ServerOption
+	if s.certs, tlsOpts, err = grpcTLS(o.TLS, s.tlsRefused.WithLabelValues("grpc_server").Inc, log.Named("tls")); err != nil {
+		return nil, err
+	}
+	to := o.Tracing
+	to.Version = version
+	if s.tracing, err = tracing.New(to, log.Named("tracing")); err != nil {
+		return nil, err
+	}
+	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &o.Limits, Atomic: o.Atomic,
+		QuotaMode: o.QuotaMode})
+	if err := s.newObservers(); err != nil {
+		return nil, err
+	}
+	s.service = rls.New(s.limiter, rls.Options{
+		Timeout:      storeWait(o),
+		OnStoreError: o.OnStoreError,
+		Headers:      o.Headers,
+		Observer:     s.observer(),
+		Spans:        spans(s.tracing),
+	}, log.Named("service"))
+	if err := s.newQuota(redisOf(st)); err != nil {
+		return nil, err
+	}
+	s.grpc = s.newGRPC(tlsOpts)
+	return s, nil
+}
+
+// newObservers builds FastLimit's metrics, the reference's stats and the
+// rules source that reports loads to both.
+func (s *Server) newObservers() error {
+	o := s.opts
+	var err error
+	if s.metrics, err = metrics.New(s.registry, metrics.Options{NearRatio: o.Admin.NearRatio, MaxDetailed: o.Admin.MaxDetailed}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := registerStoreMetrics(s.store, s.registry); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := metrics.RegisterBuildInfo(s.registry, s.version); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	for _, use := range []string{"grpc_server", "xds_client"} {
+		s.tlsRefused.WithLabelValues(use)
+	}
+	if err := s.registry.Register(s.tlsRefused); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	s.bounds = &grpcBounds{o: o.GRPC}
+	if err := registerBoundsMetrics(s.registry, s.bounds, s.grpcConns); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := s.registerListenerMetrics(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	ro := o.RefStats
+	ro.NearRatio = o.Admin.NearRatio
+	ro.HTTP = httpserver.Options{MaxConns: s.httpOpts.MaxConns}
+	if s.ref, err = refstats.New(ro, s.limiter, s.registry, s.log.Named("refstats")); err != nil {
+		return err
+	}
+	loads := loadObservers{s.metrics}
+	if st := s.ref.Stats(); st != nil {
+		loads = append(loads, st)
+		addStoreStats(st, s.store)
+	}
+	s.rules = newRuleSource(o.Rules(), s.limiter, loads, s.log.Named("rules"))
+	s.rules.onRemoved = s.metrics.DomainsRemoved
+	return nil
+}
+
+// observer is what the RateLimitService adapter tells of each decision.
+func (s *Server) observer() rls.Observer {
+	if st := s.ref.Stats(); st != nil {
+		return rls.Observers{s.metrics, st}
+	}
+	return s.metrics
+}
+
+// storeWait bounds a request's store call: --store-timeout, or none for
+// the embedded store, which never waits.
+func storeWait(o *settings.Settings) time.Duration {
+	if o.RedisURL == "" {
+		return 0
+	}
+	return o.StoreTimeout
+}
+
+// Open loads the rules, checks the store, binds the listeners and starts
+// serving.
+func (s *Server) Open(ctx context.Context) error {
+	if err := s.openRules(ctx); err != nil {
+		return err
+	}
+	// The store lives until Close: the memory store's janitor runs on this
+	// context. Redis' own dial and read timeouts bound this first check.
+	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := s.store.Open(s.life); err != nil {
+		// Not fatal: the store may come up later; requests get the
+		// --on-store-error answer meanwhile and /ready says so.
+		s.log.Warn("store does not answer yet", zap.Error(err))
+	} else {
+		s.storeSeen.Store(true)
+	}
+	if err := s.tracing.Open(s.life); err != nil {
+		return err
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
+	if s.certs != nil {
+		if err := s.certs.Open(s.life); err != nil {
+			return err
+		}
+	}
+	if err := s.ref.Open(s.life); err != nil {
+		return err
+	}
+	s.serve()
+	s.setHealth(!s.opts.Health.ActiveConn || s.storeSeen.Load())
+	if s.opts.Health.ActiveConn {
+		s.probeHealth()
+	}
+	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),
+		zap.String("admin", s.AdminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
+		zap.Int64("grpc_max_connections", s.grpcLis.Stats().Max))
+	return nil
+}
+
+// listen binds the gRPC, HTTP and admin listeners, each capped so that
+// the gRPC listener at its cap leaves descriptors to the others.
+func (s *Server) listen() error {
+	// HTTP, admin and the reference's Prometheus listeners.
+	grpcCap, err := grpcConnCap(s.opts, s.files, 3*s.httpOpts.MaxConns)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Name("grpc-max-connections"), err)
+	}
+	lis, err := listen(s.opts.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen grpc on %s (%s): %w", s.opts.GRPCAddr, s.opts.Name("grpc-addr"), err)
+	}
+	s.grpcLis = connlimit.New(lis, grpcCap)
+	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
+		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
+	}
+	return s.openAdmin(s.adminHandler())
+}
+
+// registerListenerMetrics registers the HTTP listeners' connection
+// counts, by listener: http, admin, prometheus (the reference's).
+func (s *Server) registerListenerMetrics() error {
+	stats := func(name string) func() (connlimit.Stats, bool) {
+		return func() (connlimit.Stats, bool) {
+			switch {
+			case name == "http" && s.http != nil:
+				return s.http.Stats(), true
+			case name == "admin" && s.admin != nil:
+				return s.admin.srv.Stats(), true
+			case name == "prometheus":
+				return s.ref.ListenerStats()
+			}
+			return connlimit.Stats{}, false
+		}
+	}
+	return s.registry.Register(&listenerCollector{listeners: map[string]func() (connlimit.Stats, bool){
+		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"),
+	}})
+}
+
+// grpcConns are the gRPC listener's counts, zero before Open.
+func (s *Server) grpcConns() connlimit.Stats {
+	if s.grpcLis == nil {
+		return connlimit.Stats{}
+	}
+	return s.grpcLis.Stats()
+}
+
+func (s *Server) serve() {
+	s.serving.Store(true)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.grpcLis); err != nil {
+			s.log.Error("grpc server stopped", zap.Error(err))
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", zap.Error(err))
+		}
+	}()
+}
+
+// Close fails readiness, stops reloading, waits the drain period, stops
+// gRPC gracefully (forcefully after a deadline), shuts HTTP and then the
+// admin listener down and closes the store. Each step is bounded, so
+// Close returns within seconds whatever ctx says.
+func (s *Server) Close(ctx context.Context) error {
+	s.draining.Store(true)
+	if s.stopProbe != nil {
+		s.stopProbe()
+	}
+	s.health.Shutdown()
+	var errs []error
+	if s.reload != nil {
+		if err := s.reload.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop reload: %w", err))
+		}
+	}
+	if s.xds != nil {
+		s.xds.Close()
+	}
+	if s.opts.Drain > 0 && s.serving.Load() {
+		time.Sleep(s.opts.Drain)
+	}
+	errs = append(errs, s.closeListeners(ctx)...)
+	s.wg.Wait()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.certs != nil {
+		_ = s.certs.Close()
+	}
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close store: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// closeListeners stops gRPC, HTTP, the admin and metrics listeners and
+// the span exporter, each within stepTimeout.
+func (s *Server) closeListeners(ctx context.Context) []error {
+	var errs []error
+	if err := s.closeQuota(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close quota streams: %w", err))
+	}
+	if s.grpcLis != nil {
+		stopGRPC(s.grpc, stepTimeout)
+	}
+	if s.http != nil {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		if err := s.http.Shutdown(sctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.closeAdmin(ctx, stepTimeout); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ref.Close(ctx, stepTimeout); err != nil {
+		errs = append(errs, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	if err := s.tracing.Shutdown(tctx); err != nil {
+		errs = append(errs, fmt.Errorf("tracing shutdown: %w", err))
+	}
+	return errs
+}
+
+// stepTimeout bounds each step of Close.
+const stepTimeout = 5 * time.Second
+
+// GRPCAddr is the bound gRPC address, "" before Open.
+func (s *Server) GRPCAddr() string {
+	if s.grpcLis == nil {
+		return ""
+	}
+	return s.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the bound HTTP address, "" before Open.
+func (s *Server) HTTPAddr() string {
+	if s.http == nil {
+		return ""
+	}
+	return s.http.Addr().String()
+}
+
+// spans is the decisions' span annotator: none with tracing off.
+func spans(t *tracing.Tracing) rls.Annotator {
+	if t == nil {
+		return nil
+	}
+	return tracing.Spans{}
+}

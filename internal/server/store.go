@@ -1,0 +1,218 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/internal/guard/breaker"
+	"github.com/fastlimit/fastlimit/internal/guard/overlimit"
+	"github.com/fastlimit/fastlimit/internal/observe/logging"
+	"github.com/fastlimit/fastlimit/internal/observe/refstats"
+	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// openStore is a limiter.Store with a lifecycle start.
+type openStore interface {
+	limiter.Store
+	Open(ctx context.Context) error
+}
+
+// newStore builds the store the options ask for: Redis when a URL is
+// given, the embedded in-memory store otherwise. It starts nothing.
+func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
+	if o.RedisURL == "" {
+		return store.NewMemory(store.MemoryOptions{SweepInterval: o.SweepEvery, MaxKeys: o.MemoryMaxKeys}), nil
+	}
+	r, pool, err := newRedis(o, log)
+	if err != nil {
+		return nil, err
+	}
+	b := breaker.New(r, breaker.Options{
+		Failures: o.BreakerFails,
+		Cooldown: o.BreakerCool,
+		// A store that answers a PING only past --store-timeout would
+		// fail the requests again: it is not back yet.
+		ProbeTimeout: o.StoreTimeout,
+		OnChange: func(from, to breaker.State) {
+			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		},
+	})
+	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
+		_ = b.Open(ctx) // ties the breaker's prober to the store's life
+		return r.Open(ctx)
+	}}
+	if n := o.CacheBytes / cacheEntryBytes; n > 0 {
+		// Outside the breaker: keys known to be over their limit stay
+		// denied while Redis is away.
+		g.cache = overlimit.New(b, overlimit.Options{MaxEntries: n})
+		g.AtomicStore = g.cache
+	}
+	return g, nil
+}
+
+// registerStoreMetrics exports the embedded store's gauges, or the
+// over-limit cache's counters and the circuit breaker's state, on reg.
+func registerStoreMetrics(st openStore, reg prometheus.Registerer) error {
+	if m, ok := st.(*store.Memory); ok {
+		return registerMemory(m, reg)
+	}
+	g, ok := st.(*guarded)
+	if !ok {
+		return nil
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_store_breaker_state",
+		Help: "The store's circuit breaker: 0 closed, 1 open (requests get the --on-store-error answer at once), 2 open with a probe in flight."},
+		func() float64 { return float64(g.breaker.State()) })); err != nil {
+		return err
+	}
+	batch := func(f func(store.BatchStats) int64) func() float64 {
+		return func() float64 { return float64(f(g.batches())) }
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batches_total",
+			Help: "Pipelines of script calls sent to Redis for Takes; concurrent requests share them, so that Redis pays one script call for many decisions."},
+			batch(func(s store.BatchStats) int64 { return s.Sends })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batched_ops_total",
+			Help: "Decisions (descriptors) those pipelines carried; divided by fastlimit_redis_batches_total, the decisions per batch."},
+			batch(func(s store.BatchStats) int64 { return s.Ops })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	if g.cache == nil {
+		return nil
+	}
+	stat := func(f func(overlimit.Stats) float64) func() float64 {
+		return func() float64 { return f(g.cache.Stats()) }
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_hits_total",
+			Help: "Descriptors denied by the local over-limit cache without a Redis round trip."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_full_total",
+			Help: "Over-limit keys not cached because the cache was full (--local-cache-size-in-bytes)."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Full) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_local_cache_entries",
+			Help: "Keys held by the local over-limit cache, expired ones not yet dropped included."},
+			stat(func(s overlimit.Stats) float64 { return float64(s.Entries) })),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerMemory exports the embedded store's entries and refusals.
+func registerMemory(m *store.Memory, reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_memory_keys",
+			Help: "Embedded store: windows and buckets held, expired ones not yet swept included (bounded by --memory-max-keys)."},
+			func() float64 { return float64(m.Stats().Keys) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_memory_refused_total",
+			Help: "Embedded store: requests refused as store errors because --memory-max-keys windows and buckets were held."},
+			func() float64 { return float64(m.Stats().Refused) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cacheEntryBytes is what --local-cache-size-in-bytes counts per key: an
+// entry measured 115 bytes of heap plus its key (about 50 bytes for keys
+// of 40), rounded up for longer keys and map growth.
+const cacheEntryBytes = 256
+
+// guarded is a store behind a circuit breaker, and the over-limit cache
+// when there is one, opened through to the store.
+type guarded struct {
+	limiter.AtomicStore
+	breaker *breaker.Breaker
+	open    func(context.Context) error
+	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
+	batches func() store.BatchStats // how Takes were merged into script calls
+	pool    func() refstats.PoolStats
+	redis   *store.Redis // whose client the quota service shares
+}
+
+// redisOf is the Redis of a store, nil for the embedded one.
+func redisOf(st openStore) *store.Redis {
+	if g, ok := st.(*guarded); ok {
+		return g.redis
+	}
+	return nil
+}
+
+// addStoreStats gives the reference's stats the Redis pool's and the
+// local cache's, as its Redis store and freecache report them.
+func addStoreStats(st *refstats.Stats, s openStore) {
+	g, ok := s.(*guarded)
+	if !ok {
+		return
+	}
+	st.AddRedisPool(g.pool)
+	if c := g.cache; c != nil {
+		st.AddLocalCache(func() refstats.CacheStats {
+			cs := c.Stats()
+			return refstats.CacheStats{Entries: uint64(max(cs.Entries, 0)), Hits: cs.Hits}
+		})
+	}
+}
+
+func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
+
+// newRedis builds the Redis store over a client for the deployment
+// --redis-type and --redis-url describe (single, cluster or sentinel),
+// and reads its connection pool's stats as the reference counts them:
+// connections open now, opened since the start (open now plus those the
+// pool closed), and closed by the pool (stale or unusable ones).
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
+	pool := o.RedisPoolSize()
+	copts := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
+		PoolSize:     pool,
+		DialTimeout:  o.DialTimeout,
+		ReadTimeout:  o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout,
+	})
+	client, err := store.NewClient(copts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	poolStats := func() refstats.PoolStats {
+		ps := client.PoolStats()
+		closed := uint64(ps.StaleConns) + uint64(ps.Unusable)
+		return refstats.PoolStats{Active: uint64(ps.TotalConns), Total: uint64(ps.TotalConns) + closed, Closed: closed}
+	}
+	log = log.Named("redis").With(zap.String("redis", copts.String()))
+	logging.SetRedisLogger(log)
+	inFlight := o.Batches
+	if inFlight <= 0 {
+		inFlight = store.NoMerging
+	}
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.ReadTimeout,
+		Gather: o.Gather, GatherOps: o.GatherOps}), poolStats, nil
+}
+
+// storeName describes the store for logs, without credentials.
+// storeKind is "memory" or "redis".
+func storeKind(o *settings.Settings) string {
+	if o.RedisURL == "" {
+		return "memory"
+	}
+	return "redis"
+}
+
+func storeName(o *settings.Settings) string {
+	if o.RedisURL == "" {
+		return "memory"
+	}
+	return "redis " + o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{}).String()
+}

@@ -1,0 +1,316 @@
+package demand_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/quota"
+	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+type demandStore interface {
+	Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error)
+}
+
+// dbDemand is the test server's database for the demand tests.
+const dbDemand = 11
+
+// forEachDemand runs f against the memory demand store and the Redis one.
+func forEachDemand(t *testing.T, f func(t *testing.T, d demandStore, prefix string)) {
+	t.Run("memory", func(t *testing.T) {
+		f(t, demand.NewMemory(nil), "mem")
+	})
+	t.Run("redis", func(t *testing.T) {
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+		prefix := fmt.Sprintf("demandtest%d", time.Now().UnixNano())
+		t.Cleanup(func() {
+			redistest.DeleteKeys(t, rdb, prefix)
+			_ = rdb.Close()
+		})
+		f(t, demand.NewRedis(rdb), prefix)
+	})
+}
+
+func item(key, replica, client string, rate float64, op quota.Op) quota.Item {
+	return quota.Item{Key: key, Demand: quota.Demand{Replica: replica, Client: client, Rate: rate}, Op: op}
+}
+
+func sorted(ds []quota.Demand) []quota.Demand {
+	out := slices.Clone(ds)
+	slices.SortFunc(out, func(a, b quota.Demand) int {
+		return strings.Compare(a.Replica+"/"+a.Client, b.Replica+"/"+b.Client)
+	})
+	return out
+}
+
+// TestDemandExchange: values from several replicas read back with their
+// rates (milli-request precision, unknown kept), values expire after
+// their ttl unless written again, deletes remove, and reads happen after
+// the same call's writes.
+func TestDemandExchange(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		ctx := context.Background()
+		key := prefix + ":{d/name=a}:default:rlqs"
+		t0 := time.Unix(1_900_000_000, 0)
+		ttl := 3 * time.Second
+		if _, err := d.Exchange(ctx, []quota.Item{item(key, "r1", "s1", 12.3456, quota.Write)}, ttl, t0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Exchange(ctx, []quota.Item{item(key, "r2", "s2", -1, quota.Write|quota.Read)}, ttl, t0.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []quota.Demand{{Replica: "r1", Client: "s1", Rate: 12.345}, {Replica: "r2", Client: "s2", Rate: -1}}
+		if !slices.Equal(sorted(got[0]), want) {
+			t.Fatalf("read = %v, want %v", got[0], want)
+		}
+		// At t0+3.5s, r1/s1 (written at t0) has expired; r2/s2 lives.
+		got, err = d.Exchange(ctx, []quota.Item{item(key, "", "", 0, quota.Read)}, ttl, t0.Add(3500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[0], want[1:]) {
+			t.Fatalf("read after expiry = %v, want %v", got[0], want[1:])
+		}
+		got, err = d.Exchange(ctx, []quota.Item{
+			item(key, "r2", "s2", 0, quota.Delete|quota.Read),
+			item(prefix+":{d/name=b}:default:rlqs", "r1", "s1", 5, quota.Write),
+		}, ttl, t0.Add(3600*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[0]) != 0 || got[1] != nil {
+			t.Fatalf("after delete = %v", got)
+		}
+	})
+}
+
+// TestDemandExpiredDeleteKeepsRewrite: the delete of an expired value a
+// read met (sent by Redis with a later exchange) does not remove
+// the value when its client wrote it again since, though the write found
+// the field still there; nor does quota.DeleteExpired remove a live one.
+func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		ctx := context.Background()
+		key := prefix + ":{d/name=x}:default:rlqs"
+		t0 := time.Unix(1_900_000_000, 0)
+		ttl := 3 * time.Second
+		if _, err := d.Exchange(ctx, []quota.Item{item(key, "r1", "s1", 1, quota.Write)}, ttl, t0); err != nil {
+			t.Fatal(err)
+		}
+		// At t0+4s r1/s1 has expired: the read leaves it out, and
+		// Redis queues its delete.
+		got, err := d.Exchange(ctx, []quota.Item{item(key, "r2", "s2", 2, quota.Write|quota.Read)}, ttl, t0.Add(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []quota.Demand{{Replica: "r2", Client: "s2", Rate: 2}}; !slices.Equal(got[0], want) {
+			t.Fatalf("read = %v, want %v", got[0], want)
+		}
+		// r1 was cut off and writes again; the queued delete follows.
+		if _, err := d.Exchange(ctx, []quota.Item{item(key, "r1", "s1", 7, quota.Write)}, ttl, t0.Add(4500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got, err = d.Exchange(ctx, []quota.Item{
+			item(key, "r1", "s1", 0, quota.DeleteExpired),
+			item(key, "", "", 0, quota.Read),
+		}, ttl, t0.Add(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []quota.Demand{{Replica: "r1", Client: "s1", Rate: 7}, {Replica: "r2", Client: "s2", Rate: 2}}
+		if got[0] != nil || !slices.Equal(sorted(got[1]), want) {
+			t.Fatalf("read after the deletes = %v, want %v", got, want)
+		}
+	})
+}
+
+// TestDemandManyKeys: an exchange of more keys than one script call takes
+// reads every key back in its place.
+func TestDemandManyKeys(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		items := make([]quota.Item, 300)
+		for i := range items {
+			items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "s", float64(i), quota.Write|quota.Read)
+		}
+		got, err := d.Exchange(context.Background(), items, time.Minute, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range items {
+			if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
+				t.Fatalf("key %d read %v", i, got[i])
+			}
+		}
+	})
+}
+
+func TestDemandBadItems(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		for _, it := range []quota.Item{
+			item(prefix+":k", "r/x", "s", 1, quota.Write),
+			item(prefix+":k", "r", "", 1, quota.Write),
+			item(prefix+":k", "r", "s", 1, quota.Write|quota.Delete),
+			item(prefix+":k", "r", "s", 1, quota.Write|quota.DeleteExpired),
+		} {
+			if _, err := d.Exchange(context.Background(), []quota.Item{it}, time.Second, time.Time{}); !errors.Is(err, demand.ErrBadItem) {
+				t.Errorf("%+v: err = %v, want ErrBadItem", it, err)
+			}
+		}
+	})
+}
+
+// TestRedisDemandExpiresKey: a bucket's hash expires with its last write,
+// and a flushed script is loaded again.
+func TestRedisDemandExpiresKey(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+	defer rdb.Close()
+	ctx := context.Background()
+	key := fmt.Sprintf("demandttl%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
+	defer rdb.Del(ctx, key)
+	d := demand.NewRedis(rdb)
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "s", 1, quota.Write)}, 15*time.Second, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := rdb.PTTL(ctx, key).Result()
+	if err != nil || pttl <= 14*time.Second || pttl > 15*time.Second {
+		t.Fatalf("PTTL = %v, %v; want about 15s", pttl, err)
+	}
+}
+
+// TestRedisDemandDown: an exchange with Redis gone fails as unavailable.
+func TestRedisDemandDown(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
+		MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	_, err := demand.NewRedis(rdb).Exchange(context.Background(),
+		[]quota.Item{item("k", "r", "s", 1, quota.Write)}, time.Second, time.Time{})
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestRedisDemandCluster: on a Cluster, an exchange over keys of many
+// slots reads each back.
+func TestRedisDemandCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	c := redistest.StartCluster(t)
+	client, err := store.NewClient(store.ClientOptions{Type: "CLUSTER", URL: c.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	d := demand.NewRedis(client)
+	items := make([]quota.Item, 200)
+	for i := range items {
+		items[i] = item(fmt.Sprintf("dc:{d/n=%d}:default:rlqs", i), "r", "s", float64(i), quota.Write|quota.Read)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := d.Exchange(ctx, items, time.Minute, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
+			t.Fatalf("key %d read %v", i, got[i])
+		}
+	}
+}
+
+// BenchmarkRedisDemand measures exchanges of 1,000 buckets with the test
+// Redis: writes only, and writes with every bucket read back (100 clients
+// in each), reporting Redis CPU per bucket item (INFO's used_cpu_*).
+func BenchmarkRedisDemand(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), DB: dbDemand})
+	defer rdb.Close()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("demandbench%d", time.Now().UnixNano())
+	defer redistest.DeleteKeys(b, rdb, prefix)
+	d := demand.NewRedis(rdb)
+	for c := range 100 { // 100 clients in every bucket
+		items := make([]quota.Item, 1000)
+		for i := range items {
+			items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", fmt.Sprint(c), 10, quota.Write)
+		}
+		if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, op := range []quota.Op{quota.Write, quota.Write | quota.Read} {
+		b.Run(fmt.Sprintf("op=%d", op), func(b *testing.B) {
+			items := make([]quota.Item, 1000)
+			for i := range items {
+				items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "0", 10, op)
+			}
+			cpu0 := redisCPU(b, rdb)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*len(items))*1e6, "redis-µs/item")
+		})
+	}
+}
+
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := benchproc.ParseInfo(info)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st.CPU.Seconds()
+}
+
+// TestRedisDemandDeletesExpired: an expired value a read meets is left out
+// of the answer and deleted by the next exchange.
+func TestRedisDemandDeletesExpired(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+	defer rdb.Close()
+	ctx := context.Background()
+	key := fmt.Sprintf("demandexp%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
+	defer rdb.Del(ctx, key)
+	d := demand.NewRedis(rdb)
+	t0 := time.Unix(1_900_000_000, 0)
+	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "old", 1, quota.Write)}, time.Second, t0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Exchange(ctx, []quota.Item{item(key, "r", "new", 2, quota.Write|quota.Read)}, time.Minute, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0]) != 1 || got[0][0].Client != "new" {
+		t.Fatalf("read = %v, want only the live value", got[0])
+	}
+	if n := rdb.HLen(ctx, key).Val(); n != 2 {
+		t.Fatalf("HLEN = %d before the next exchange, want 2", n)
+	}
+	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "new", 2, quota.Write)}, time.Minute, t0.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if fields := rdb.HKeys(ctx, key).Val(); len(fields) != 1 || fields[0] != "r/new" {
+		t.Fatalf("fields = %v after the next exchange, want r/new", fields)
+	}
+}

@@ -1,0 +1,223 @@
+package demand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fastlimit/fastlimit/lua"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/quota"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// ErrBadItem marks an exchange item the demand store cannot encode: a
+// replica or client name that is empty or holds '/', or an op that both
+// writes and deletes.
+var ErrBadItem = errors.New("bad demand item")
+
+// demandKeysPerCall bounds the keys of one demand.lua call, so that Redis,
+// which runs a script to its end before serving anyone else, is not held
+// for long; the calls of one exchange still leave in one pipeline.
+const demandKeysPerCall = 128
+
+var demandScript = redis.NewScript(lua.Demand)
+
+// Redis shares the demand of RLQS clients among FastLimit replicas
+// through Redis: each bucket is a hash of the project's key scheme whose
+// fields are the clients, written and read back by lua/demand.lua. An
+// exchange is one round trip: its script calls (one per 128 keys, and on
+// a Cluster one per slot) leave in one pipeline. Writes are idempotent, so
+// that a pipeline refused with NOSCRIPT is sent again after loading the
+// script. Expired values a read meets are dropped from its answer and
+// deleted by a later exchange (quota.DeleteExpired) unless written again
+// since. It is safe for concurrent use.
+type Redis struct {
+	client redis.UniversalClient
+
+	mu      sync.Mutex
+	expired []quota.Item // deletes for the next exchange
+}
+
+// maxExpired bounds the deletes of expired values waiting for an
+// exchange; past it, values wait for a later read to be met again.
+const maxExpired = 4096
+
+// NewRedis returns a demand store on client, which may be a
+// single-node, Sentinel or Cluster client; it does no I/O.
+func NewRedis(client redis.UniversalClient) *Redis {
+	return &Redis{client: client}
+}
+
+// Exchange writes or deletes each item's client in its bucket, every
+// value living ttl, and returns, for each item with quota.Read, every
+// live demand of its bucket (after this exchange's writes), nil for the
+// others. now is the time values are stamped and judged at; zero means
+// Redis TIME. An error wraps limiter.ErrUnavailable, except for items
+// that cannot be encoded (ErrBadItem), which are refused unsent.
+func (d *Redis) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	if err := checkDemand(items); err != nil || len(items) == 0 {
+		return nil, err
+	}
+	d.mu.Lock()
+	all := append(items[:len(items):len(items)], d.expired...)
+	d.expired = d.expired[:0]
+	d.mu.Unlock()
+	calls := demandCalls(all, d.client)
+	out, expired, err := d.send(ctx, all, calls, ttl, now)
+	if err != nil && errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = demandScript.Load(ctx, d.client).Err(); err == nil {
+			out, expired, err = d.send(ctx, all, calls, ttl, now)
+		}
+	}
+	if err != nil {
+		expired = all[len(items):] // not deleted: try again
+	}
+	d.mu.Lock()
+	d.expired = append(d.expired, expired[:min(len(expired), maxExpired-len(d.expired))]...)
+	d.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, err)
+	}
+	return out[:len(items)], nil
+}
+
+func checkDemand(items []quota.Item) error {
+	for i := range items {
+		it := &items[i]
+		d := it.Demand
+		switch {
+		case it.Op&quota.Write != 0 && it.Op&(quota.Delete|quota.DeleteExpired) != 0:
+			return fmt.Errorf("%w: item %d both writes and deletes", ErrBadItem, i)
+		case it.Op&(quota.Write|quota.Delete|quota.DeleteExpired) != 0 && (d.Replica == "" || d.Client == "" ||
+			strings.ContainsRune(d.Replica, '/') || strings.ContainsRune(d.Client, '/')):
+			return fmt.Errorf("%w: item %d: replica %q, client %q", ErrBadItem, i, d.Replica, d.Client)
+		}
+	}
+	return nil
+}
+
+// demandCalls splits items into script calls, as index ranges of a
+// permutation: one slot per call on a Cluster.
+func demandCalls(items []quota.Item, c redis.UniversalClient) [][]int {
+	var calls [][]int
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		for i := 0; i < len(items); i += demandKeysPerCall {
+			call := make([]int, 0, min(demandKeysPerCall, len(items)-i))
+			for j := i; j < min(i+demandKeysPerCall, len(items)); j++ {
+				call = append(call, j)
+			}
+			calls = append(calls, call)
+		}
+		return calls
+	}
+	bySlot := map[int]int{} // slot -> index in calls of its open call
+	for i := range items {
+		s := store.Slot(items[i].Key)
+		k, ok := bySlot[s]
+		if !ok || len(calls[k]) == demandKeysPerCall {
+			k = len(calls)
+			calls = append(calls, nil)
+			bySlot[s] = k
+		}
+		calls[k] = append(calls[k], i)
+	}
+	return calls
+}
+
+// send sends the calls in one pipeline and returns each read's live
+// demand and the deletes of the expired values it met.
+func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl time.Duration, now time.Time) ([][]quota.Demand, []quota.Item, error) {
+	var nowMs int64
+	if !now.IsZero() {
+		nowMs = now.UnixMilli()
+	}
+	pipe := d.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for k, call := range calls {
+		keys := make([]string, len(call))
+		args := make([]any, 0, 2+3*len(call))
+		args = append(args, nowMs, max(ttl.Milliseconds(), 1))
+		for j, i := range call {
+			it := &items[i]
+			keys[j] = it.Key
+			args = append(args, int(it.Op), it.Demand.Replica+"/"+it.Demand.Client, rateMilli(it.Demand.Rate))
+		}
+		cmds[k] = demandScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	out := make([][]quota.Demand, len(items))
+	var expired []quota.Item
+	for k, call := range calls {
+		reply, err := cmds[k].Slice()
+		if err != nil {
+			return nil, nil, err
+		}
+		clock, _ := reply[0].(int64)
+		if len(reply) != len(call)+1 || clock <= 0 {
+			return nil, nil, fmt.Errorf("demand.lua replied %d elements for %d keys", len(reply), len(call))
+		}
+		for j, i := range call {
+			if items[i].Op&quota.Read == 0 {
+				continue
+			}
+			if out[i], expired, err = decodeDemand(items[i].Key, reply[j+1], clock, expired); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return out, expired, nil
+}
+
+// rateMilli is a rate in milli-requests per second, -1 for an unknown one.
+func rateMilli(rate float64) int64 {
+	if rate < 0 || math.IsNaN(rate) {
+		return -1
+	}
+	return int64(math.Min(rate*1000, 1<<53))
+}
+
+// decodeDemand decodes one key's HGETALL, {field, "expires:rate", ...}:
+// the values that have not expired at now (Unix ms), and deletes of those
+// that have (quota.DeleteExpired), appended to expired.
+func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.Demand, []quota.Item, error) {
+	flat, ok := v.([]any)
+	if !ok || len(flat)%2 != 0 {
+		return nil, nil, fmt.Errorf("demand.lua: bad reply %T", v)
+	}
+	ds := make([]quota.Demand, 0, len(flat)/2)
+	for j := 0; j < len(flat); j += 2 {
+		field, _ := flat[j].(string)
+		value, _ := flat[j+1].(string)
+		replica, client, ok := strings.Cut(field, "/")
+		exp, rate, ok2 := strings.Cut(value, ":")
+		expires, err1 := strconv.ParseInt(exp, 10, 64)
+		milli, err2 := strconv.ParseInt(rate, 10, 64)
+		if !ok || !ok2 || err1 != nil || err2 != nil {
+			return nil, nil, fmt.Errorf("demand.lua: bad field %q = %q", field, value)
+		}
+		d := quota.Demand{Replica: replica, Client: client, Rate: fromMilli(milli)}
+		if expires < now {
+			expired = append(expired, quota.Item{Key: key, Demand: d, Op: quota.DeleteExpired})
+			continue
+		}
+		ds = append(ds, d)
+	}
+	return ds, expired, nil
+}
+
+func fromMilli(m int64) float64 {
+	if m < 0 {
+		return -1
+	}
+	return float64(m) / 1000
+}
