@@ -17,6 +17,6 @@ lint: ## gofmt, vet, tidy check
 	go vet ./...
 	go mod tidy -diff
 bench: ## load scenarios into BENCHMARKS.md (~6 min; COMPARE=path/to/service_cmd adds the reference, ~11 min)
-	go run ./cmd/bench $(if $(COMPARE),--compare $(COMPARE))
+	go run ./bench/rls $(if $(COMPARE),--compare $(COMPARE))
 e2e: ## end-to-end tests only
 	go test -count=1 ./e2e/

@@ -10,9 +10,9 @@
 // between BENCHMARKS.md's bench markers. Everything it starts is stopped
 // when it ends, fails or is interrupted.
 //
-//	go run ./cmd/bench                                   # FastLimit alone, ~5 min
-//	go run ./cmd/bench --compare /path/to/service_cmd    # and envoyproxy/ratelimit, ~10 min
-//	go run ./cmd/bench --quick --out -                   # smoke run, figures to stdout only
+//	go run ./bench/rls                                   # FastLimit alone, ~5 min
+//	go run ./bench/rls --compare /path/to/service_cmd    # and envoyproxy/ratelimit, ~10 min
+//	go run ./bench/rls --quick --out -                   # smoke run, figures to stdout only
 package main
 
 import (
@@ -160,7 +160,7 @@ func (o *options) validate() error {
 	case o.callers < 1 || o.conns < 1 || o.keys < 1:
 		return errors.New("--callers, --conns and --keys must be at least 1")
 	case o.root == "" && o.server == "":
-		return errors.New("not in the FastLimit repository: run it there (go run ./cmd/bench), or give --server")
+		return errors.New("not in the FastLimit repository: run it there (go run ./bench/rls), or give --server")
 	case o.root == "" && (o.out == "" || o.raw == ""):
 		return errors.New("not in the FastLimit repository: give --out and --raw (- for none)")
 	}

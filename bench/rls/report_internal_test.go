@@ -164,7 +164,7 @@ func TestRenderPairsRounds(t *testing.T) {
 	unl := runSpec{Key: "unlimited", Descriptors: 1, Callers: 64}
 	sw := runSpec{Key: "sw", Descriptors: 1, Callers: 64}
 	res := &results{
-		Settings: settings{Command: "go run ./cmd/bench --compare x", Rounds: 2, Duration: "1s", Warmup: "0s", Callers: 64, Conns: 4, Keys: 100000, Sweep: []int{1, 64}},
+		Settings: settings{Command: "go run ./bench/rls --compare x", Rounds: 2, Duration: "1s", Warmup: "0s", Callers: 64, Conns: 4, Keys: 100000, Sweep: []int{1, 64}},
 		Binaries: []binaryInfo{{Name: "FastLimit"}, {Name: "reference"}},
 		Runs: []*runResult{
 			{Spec: unl, Samples: [][]*sample{{fake(1, 20000, 9000, 40, 0), fake(2, 10000, 9000, 40, 0)}, {fake(1, 10000, 9000, 80, 0), fake(2, 10000, 9000, 80, 0)}}},

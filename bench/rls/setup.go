@@ -54,7 +54,7 @@ func (b *bench) execute(ctx context.Context) (*results, error) {
 		return nil, err
 	}
 	res := &results{Machine: readMachine(ctx, b.tools.server), Settings: settings{
-		Command:  "go run ./cmd/bench" + quoteArgs(o.args),
+		Command:  "go run ./bench/rls" + quoteArgs(o.args),
 		Rounds:   o.rounds,
 		Duration: o.duration.String(),
 		Warmup:   o.warmup.String(),

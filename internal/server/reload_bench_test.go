@@ -36,7 +36,7 @@ const (
 // without reloads, and prints the figures. It runs only with
 // FASTLIMIT_BENCH=1:
 //
-//	FASTLIMIT_BENCH=1 go test -run TestReloadLatency -v ./cmd/server/
+//	FASTLIMIT_BENCH=1 go test -run TestReloadLatency -v ./internal/server/
 func TestReloadLatency(t *testing.T) {
 	if os.Getenv("FASTLIMIT_BENCH") == "" {
 		t.Skip("set FASTLIMIT_BENCH=1 to measure")
