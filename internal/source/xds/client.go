@@ -46,7 +46,7 @@ const (
 // keeps what it had. It is called on one goroutine; ctx ends with the Client.
 type Apply func(ctx context.Context, resources []*anypb.Any) error
 
-// Options configure a Client.
+// Options configure a Client; zero durations take the defaults.
 type Options struct {
 	ServerURL string // the management server's gRPC target
 	TypeURL   string // the resource type subscribed to
