@@ -49,8 +49,8 @@ const maxDatagram = 1432 // the largest UDP payload: unfragmented at a 1500-byte
 
 // Client sends a Store's stats to a statsd server. Each Flush sends what
 // every counter counted since the last Flush that reached the server, so
-// counts a failed Flush could not send go with the next. It is safe for
-// concurrent use.
+// counts a failed Flush could not send go with the next
+// (docs/design.md#statsd). It is safe for concurrent use.
 type Client struct {
 	store   *Store
 	opts    Options

@@ -71,7 +71,8 @@ type Options struct {
 }
 
 // Client keeps an ADS stream to a management server and applies what it
-// sends. New starts nothing, Open starts the stream, Close stops it for good.
+// sends (docs/design.md#xds-client). New starts nothing, Open starts the
+// stream, Close stops it for good.
 type Client struct {
 	opts  Options
 	apply Apply
