@@ -1,6 +1,5 @@
 // Package certs serves a TLS server's certificate and client CA from PEM
-// files, re-reading them when they change, so that a rotated certificate
-// takes effect on new connections without a restart.
+// files, and takes a rotation in without a restart.
 package certs
 
 import (
@@ -21,22 +20,17 @@ import (
 	"go.uber.org/zap"
 )
 
-// DefaultInterval is how long a loaded certificate is served before the
-// files are read again.
+// DefaultInterval is how often the files are read again.
 const DefaultInterval = time.Second
 
+// Errors of New, Pair and MatchSAN.
 var (
-	// ErrNoCertificate: a certificate file holds no PEM certificate.
 	ErrNoCertificate = errors.New("no PEM certificate")
-	// ErrSANWithoutCA: a client SAN to check without a client CA to
-	// verify client certificates with.
-	ErrSANWithoutCA = errors.New("a client SAN needs a client CA")
-	// ErrSANMismatch: the client certificate lacks the SAN asked for.
-	ErrSANMismatch = errors.New("client certificate does not carry the required SAN")
+	ErrSANWithoutCA  = errors.New("a client SAN needs a client CA")
+	ErrSANMismatch   = errors.New("client certificate does not carry the required SAN")
 )
 
-// File is a PEM file and the name errors give it: the setting that
-// named the file, such as an environment variable.
+// File is a PEM file and the name errors give it (the setting that named it).
 type File struct {
 	Name string
 	Path string
@@ -60,48 +54,29 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Options say what a Reloader serves.
 type Options struct {
-	// Cert and Key are the server's certificate chain and private key.
-	Cert, Key File
-	// ClientCA, when its Path is set, makes the server require client
-	// certificates and verify them against the certificates it holds
-	// (and only those, not the system's roots).
+	Cert, Key File // the server's certificate chain and private key
+	// ClientCA, when its Path is set, requires client certificates,
+	// verified against its certificates alone (not the system's roots).
 	ClientCA File
-	// ClientSAN, when set, is a subject alternative name the client
-	// certificate must carry: a DNS name or IP address, matched as
-	// x509.Certificate.VerifyHostname does (so a certificate for
-	// *.example.com carries a.example.com), or a URI (a SPIFFE ID),
-	// matched exactly. It needs ClientCA.
-	ClientSAN string
-	// NextProtos are the ALPN protocols offered ("h2" for gRPC).
-	NextProtos []string
+	// ClientSAN, when set, is a name the client certificate must carry
+	// (MatchSAN). It needs ClientCA.
+	ClientSAN  string
+	NextProtos []string // ALPN protocols offered ("h2" for gRPC)
 	// Interval is how long the files are trusted before they are read
-	// again (DefaultInterval when zero); a rotation is served to new
-	// connections at most this long after it.
+	// again (default DefaultInterval).
 	Interval time.Duration
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
-	// OnRefused, if set, is called with the error (an *Error) each time
-	// the files change to something that cannot be served: a certificate
-	// expired or not valid yet, a key that does not match it, a file that
-	// does not parse or cannot be read. It is called once per change,
-	// not on every read of the same files, on the goroutine that read
+	Now      func() time.Time // the clock (default time.Now)
+	// OnRefused, if set, is called with the *Error once per change of the
+	// files to something that cannot be served, on the goroutine that read
 	// them; it must not block.
 	OnRefused func(error)
 }
 
-// Reloader serves the current certificate and client CA to TLS
-// handshakes. It reads the files at most once per Interval, on a
-// handshake, and, once Open, every Interval without one. It takes a
-// change in when it can be served: the certificate parses and is valid
-// now, the key is the certificate's, the client CA holds a certificate.
-// Any other change is refused at the first read that sees it: logged at
-// warn once, counted (Refused, Options.OnRefused), and the files in force
-// stay. A rotation written file by file (the certificate, then its key)
-// may thus be refused half-way and taken in at the next read; a
-// Kubernetes Secret's "..data" swap is never seen half-way. A refused
-// certificate that is not valid yet is taken in once it is. Established
-// connections are not touched. Files are read, not watched, so a symlink
-// swap, a rename or a rewrite in place are all seen. It is safe for
+// Reloader serves the current certificate and client CA to TLS handshakes.
+// It reads the files at most once per Interval (on a handshake, and every
+// Interval once Open) and takes a change in if it can be served; any other
+// change is refused once (logged, counted, OnRefused) and the files in
+// force stay (docs/design.md#certificate-rotation). It is safe for
 // concurrent use.
 type Reloader struct {
 	opts Options
@@ -126,9 +101,8 @@ type loaded struct {
 	leaf   *x509.Certificate
 }
 
-// New reads and parses the files, and checks that the certificate is
-// valid now and its key matches it. Errors name the File at fault. New
-// starts no goroutine.
+// New reads the files and checks that the certificate is valid now and
+// matches its key; errors name the File at fault. It starts no goroutine.
 func New(o Options, log *zap.Logger) (*Reloader, error) {
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -154,9 +128,8 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 	return r, nil
 }
 
-// Open reads the files every Interval, whether or not handshakes come,
-// until ctx ends or Close is called, so that a change is taken in or
-// refused when it is made. Opening an open Reloader is an error.
+// Open reads the files every Interval, handshakes or not, until ctx ends
+// or Close. Opening an open Reloader is an error.
 func (r *Reloader) Open(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -181,8 +154,8 @@ func (r *Reloader) Open(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the reads that Open started and waits for them. It is
-// idempotent; the Reloader keeps serving (and reading on handshakes).
+// Close stops the reads Open started and waits for them; the Reloader
+// keeps serving. It is idempotent.
 func (r *Reloader) Close() error {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
@@ -198,9 +171,8 @@ func (r *Reloader) Close() error {
 // Refused returns how many changes of the files were refused.
 func (r *Reloader) Refused() int64 { return r.refused.Load() }
 
-// ServerConfig returns a server configuration that takes the
-// certificate, the client CA and the rest from the Reloader on every
-// handshake.
+// ServerConfig returns a configuration that takes the certificate and
+// client CA from the Reloader on every handshake.
 func (r *Reloader) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
@@ -209,8 +181,7 @@ func (r *Reloader) ServerConfig() *tls.Config {
 	}
 }
 
-// Leaf returns the certificate in force, reading the files first if
-// Interval has passed.
+// Leaf returns the certificate in force, reading the files if Interval passed.
 func (r *Reloader) Leaf() *x509.Certificate { return r.current().leaf }
 
 func (r *Reloader) current() *loaded {
@@ -221,8 +192,7 @@ func (r *Reloader) current() *loaded {
 	return r.cur.Load()
 }
 
-// refresh reads the files and swaps in what they hold if it changed and
-// can be served.
+// refresh swaps in what the files hold if it changed and can be served.
 func (r *Reloader) refresh(now int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -255,8 +225,7 @@ func (r *Reloader) refresh(now int64) {
 		zap.Time("not_after", l.leaf.NotAfter))
 }
 
-// refuse reports err, unless it is the refusal reported last: the same
-// files, read again, are not a new change.
+// refuse reports err unless it is the refusal reported last.
 func (r *Reloader) refuse(err error) {
 	if msg := err.Error(); msg != r.bad {
 		r.bad = msg
@@ -268,8 +237,7 @@ func (r *Reloader) refuse(err error) {
 	}
 }
 
-// checkExpiry logs, once, that the certificate in force has expired and
-// no valid one replaced it.
+// checkExpiry logs, once, that the certificate in force has expired.
 func (r *Reloader) checkExpiry(cur *loaded, now time.Time) {
 	if !r.expired && now.After(cur.leaf.NotAfter) {
 		r.expired = true
@@ -305,8 +273,7 @@ func digest(data [3][]byte) [sha256.Size]byte {
 	return sum
 }
 
-// parse builds the configuration that data (whose digest is sum) make, if
-// its certificate can be served at now.
+// parse builds the configuration of data if it can be served at now.
 func (r *Reloader) parse(data [3][]byte, sum [sha256.Size]byte, now time.Time) (*loaded, error) {
 	o := r.opts
 	pair, err := Pair(o.Cert, o.Key, data[0], data[1], now)
@@ -342,9 +309,9 @@ func verifySAN(cs tls.ConnectionState, san string) error {
 	return MatchSAN(cs.VerifiedChains[0][0], san)
 }
 
-// MatchSAN returns nil when c carries san: as a DNS name or IP address
-// (x509.Certificate.VerifyHostname's rules) or as a URI, compared
-// exactly. Otherwise it returns an error wrapping ErrSANMismatch.
+// MatchSAN returns nil when c carries san: a DNS name or IP address as
+// x509.Certificate.VerifyHostname matches them (wildcards included), a URI
+// (a SPIFFE ID) or an email address. Otherwise the error wraps ErrSANMismatch.
 func MatchSAN(c *x509.Certificate, san string) error {
 	if c.VerifyHostname(san) == nil {
 		return nil

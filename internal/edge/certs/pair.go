@@ -13,23 +13,17 @@ import (
 	"time"
 )
 
-// Refusals of a certificate and key that parse: Pair returns them, and a
-// Reloader refuses a rotation with them.
+// Refusals of a certificate and key that parse.
 var (
-	// ErrKeyMismatch: the private key is not the certificate's.
 	ErrKeyMismatch = errors.New("private key does not match the certificate")
-	// ErrExpired: the certificate's NotAfter has passed.
-	ErrExpired = errors.New("certificate has expired")
-	// ErrNotYetValid: the certificate's NotBefore has not come.
+	ErrExpired     = errors.New("certificate has expired")
 	ErrNotYetValid = errors.New("certificate is not valid yet")
 )
 
-// Pair parses a PEM certificate chain and its private key, as
-// tls.X509KeyPair does, and checks that the leaf certificate is valid at
-// now. Errors are *Error values naming the file at fault: the certificate
-// for ErrNoCertificate, a chain that does not parse, ErrExpired and
-// ErrNotYetValid; the key for a key that does not parse and for
-// ErrKeyMismatch.
+// Pair parses a PEM certificate chain and its key, as tls.X509KeyPair
+// does, and checks that the leaf is valid at now. Errors are *Error values
+// naming the certificate (ErrNoCertificate, ErrExpired, ErrNotYetValid, a
+// bad chain) or the key (ErrKeyMismatch, a bad key).
 func Pair(cert, key File, certPEM, keyPEM []byte, now time.Time) (tls.Certificate, error) {
 	if certificateBlock(certPEM) == nil {
 		return tls.Certificate{}, &Error{File: cert, Err: ErrNoCertificate}
@@ -48,9 +42,7 @@ func Pair(cert, key File, certPEM, keyPEM []byte, now time.Time) (tls.Certificat
 	return pair, nil
 }
 
-// pairError tells which file tls.X509KeyPair's err is about: a key that
-// parses on its own and a chain whose first certificate parses make a
-// mismatch; otherwise the file that does not parse.
+// pairError names the file that tls.X509KeyPair's err is about.
 func pairError(cert, key File, certPEM, keyPEM []byte, err error) error {
 	leaf, cerr := firstCertificate(certPEM)
 	if cerr != nil {
@@ -62,7 +54,6 @@ func pairError(cert, key File, certPEM, keyPEM []byte, err error) error {
 	return &Error{File: key, Err: fmt.Errorf("%w %s (serial %s): %v", ErrKeyMismatch, leaf.Subject, leaf.SerialNumber.Text(16), err)}
 }
 
-// firstCertificate parses the first CERTIFICATE block of b.
 func firstCertificate(b []byte) (*x509.Certificate, error) {
 	block := certificateBlock(b)
 	if block == nil {
@@ -82,8 +73,7 @@ func certificateBlock(b []byte) *pem.Block {
 	}
 }
 
-// parsesAsKey reports whether the first private key block of b parses,
-// in one of the encodings crypto/tls accepts.
+// parsesAsKey reports whether b's first private key parses as crypto/tls would.
 func parsesAsKey(b []byte) bool {
 	for {
 		var block *pem.Block

@@ -1,5 +1,4 @@
-// Package connlimit caps the connections a listener holds open, so that a
-// flood of connections cannot use up the process's file descriptors.
+// Package connlimit caps a listener's open connections to spare file descriptors.
 package connlimit
 
 import (
@@ -8,18 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// Listener is a net.Listener that holds at most Max connections open.
-// Accept takes every connection the kernel has, so that the backlog never
-// fills: a connection beyond the cap is closed at once (with a TCP reset,
-// so that it leaves no socket behind in TIME_WAIT) and counted, and Accept
-// goes on to the next. Accept therefore never waits for room: the
-// goroutine serving the listener is never held, and other listeners of
-// the process, whose descriptors the cap leaves free, keep answering.
-//
-// A connection counts from Accept until its Close is called (servers
-// close every connection they were handed; the wrapped connection is not
-// exposed, so that nothing closes it behind the count's back). It is safe
-// for concurrent use.
+// Listener is a net.Listener that holds at most Max connections open: one
+// beyond the cap is accepted and reset at once, so Accept never waits for
+// room. A connection counts until its Close. It is safe for concurrent use.
 type Listener struct {
 	net.Listener
 	max int64
@@ -42,8 +32,7 @@ func New(l net.Listener, n int) *Listener {
 	return &Listener{Listener: l, max: int64(max(n, 1))}
 }
 
-// Accept returns the next connection that fits under the cap, closing the
-// ones that do not. It returns the error of the wrapped Accept.
+// Accept returns the next connection under the cap, or the wrapped error.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -61,13 +50,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// Stats returns the listener's gauges and counters; it is cheap.
+// Stats returns the listener's gauges and counters.
 func (l *Listener) Stats() Stats {
 	return Stats{Max: l.max, Open: l.open.Load(), Accepted: l.accepted.Load(), Refused: l.refused.Load()}
 }
 
-// refuse closes c at once; a TCP connection is reset rather than shut
-// down, so that its socket is freed now.
 func refuse(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
@@ -75,11 +62,10 @@ func refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-// conn is an accepted connection; its first Close frees its place.
 type conn struct {
 	net.Conn
 	l    *Listener
-	once sync.Once
+	once sync.Once // the first Close frees the place
 }
 
 func (c *conn) Close() error {

@@ -8,8 +8,7 @@ import (
 	"syscall"
 )
 
-// OpenFilesLimit returns the process's open-files limit (the soft
-// RLIMIT_NOFILE), capped at math.MaxInt32.
+// OpenFilesLimit returns the soft RLIMIT_NOFILE, capped at math.MaxInt32.
 func OpenFilesLimit() (int, error) {
 	var r syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {

@@ -1,7 +1,4 @@
-// Package httpserver builds the HTTP servers of FastLimit's listeners
-// (health and /json, admin, the reference's Prometheus), each bounded in
-// time, header size and open connections, so that no client can hold
-// one's connections or goroutines for long.
+// Package httpserver builds HTTP servers bounded in time, header size and connections.
 package httpserver
 
 import (
@@ -16,19 +13,15 @@ import (
 
 // Options bound a listener's connections. Zero fields take Defaults'.
 type Options struct {
-	ReadHeader time.Duration // to read the request headers
-	Read       time.Duration // to read the whole request, body included
-	Write      time.Duration // from the end of the headers to the end of the response
-	Idle       time.Duration // a keep-alive connection between requests
-	// MaxHeaderBytes bounds the request line and headers.
-	MaxHeaderBytes int
-	// MaxConns bounds the open connections; more are closed at once
-	// (connlimit).
-	MaxConns int
+	ReadHeader     time.Duration // to read the request headers
+	Read           time.Duration // to read the whole request, body included
+	Write          time.Duration // from the end of the headers to the end of the response
+	Idle           time.Duration // a keep-alive connection between requests
+	MaxHeaderBytes int           // the request line and headers
+	MaxConns       int           // open connections; more are reset at once (connlimit)
 }
 
-// Defaults are the bounds of a listener that serves small requests to
-// probes and scrapers.
+// Defaults suit a listener of small requests from probes and scrapers.
 var Defaults = Options{
 	ReadHeader:     5 * time.Second,
 	Read:           10 * time.Second,
@@ -62,8 +55,7 @@ type Server struct {
 	lis *connlimit.Listener
 }
 
-// Listen binds addr (TCP) and returns a Server of h bounded by o; Serve
-// starts it.
+// Listen binds addr (TCP) and returns a Server of h; Serve starts it.
 func Listen(addr string, h http.Handler, o Options) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -82,8 +74,7 @@ func New(lis net.Listener, h http.Handler, o Options) *Server {
 	}
 }
 
-// Serve serves until Shutdown or Close; it then returns
-// http.ErrServerClosed.
+// Serve serves until Shutdown or Close, then returns http.ErrServerClosed.
 func (s *Server) Serve() error { return s.srv.Serve(s.lis) }
 
 // Addr is the bound address.
@@ -92,8 +83,7 @@ func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 // Stats are the listener's connection counts.
 func (s *Server) Stats() connlimit.Stats { return s.lis.Stats() }
 
-// Shutdown stops accepting and waits for requests in flight until ctx
-// ends; then it closes what is left.
+// Shutdown waits for requests in flight until ctx ends, then closes the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if err := s.srv.Shutdown(ctx); err != nil {
 		_ = s.srv.Close()

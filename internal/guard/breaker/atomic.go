@@ -9,10 +9,7 @@ import (
 
 var _ limiter.AtomicStore = (*Breaker)(nil)
 
-// TakeAll forwards to the store's TakeAll unless the circuit is open, and
-// counts the outcome as Take does: Take and TakeAll calls share one count
-// of independent failures. A store that cannot decide all or nothing
-// answers limiter.ErrNotAtomic, which leaves the circuit alone.
+// TakeAll is Take for all-or-nothing calls, sharing its failure count.
 func (b *Breaker) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	all, ok := b.store.(limiter.AtomicStore)
 	if !ok {

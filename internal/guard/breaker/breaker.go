@@ -1,5 +1,5 @@
-// Package breaker wraps a limiter.Store in a circuit breaker, so that a
-// dead or failing store costs callers nothing once it is known to be down.
+// Package breaker wraps a limiter.Store in a circuit breaker that fails
+// calls at once while the store is known to be down.
 package breaker
 
 import (
@@ -13,8 +13,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// ErrOpen is returned while the circuit is open. It wraps
-// limiter.ErrUnavailable.
+// ErrOpen, returned while the circuit is open, wraps limiter.ErrUnavailable.
 var ErrOpen = fmt.Errorf("circuit open: %w", limiter.ErrUnavailable)
 
 // State is the breaker's state.
@@ -48,65 +47,29 @@ const (
 
 // Options configure a Breaker. Zero values take the defaults.
 type Options struct {
-	// Failures is how many independent failures in a row open the
-	// circuit (see Breaker). Default DefaultFailures.
-	Failures int
-	// Cooldown is the interval between the background probes of an open
-	// circuit (the first comes Cooldown after the circuit opens), and the
-	// shortest time between two state changes. Default DefaultCooldown.
-	Cooldown time.Duration
-	// ProbeTimeout bounds each probe's Ping. Default DefaultProbeTimeout.
-	ProbeTimeout time.Duration
-	// After is the clock the prober waits on (default time.After).
-	After func(time.Duration) <-chan time.Time
-	// Now is the clock that spaces state changes (default time.Now).
-	Now func() time.Time
-	// OnChange, if set, is called when the circuit opens (Closed to Open)
-	// and when it closes again (Open to Closed), outside any lock and
-	// never twice at once for one Breaker. Probes that fail do not call it.
+	Failures     int                                  // independent failures in a row that open the circuit
+	Cooldown     time.Duration                        // between probes, and between two state changes
+	ProbeTimeout time.Duration                        // bounds each probe
+	After        func(time.Duration) <-chan time.Time // the prober's clock (default time.After)
+	Now          func() time.Time                     // spaces state changes (default time.Now)
+	// OnChange, if set, is called when the circuit opens and when it
+	// closes, outside any lock and never twice at once.
 	OnChange func(from, to State)
 }
 
-// Prober is a store that can show that it decides, not only that it
-// answers: Probe does what Take does (for Redis, a script call that
-// writes), so that a store that answers PING but fails every decision
-// (Redis out of memory, a read-only replica) keeps the circuit open. The
-// Breaker probes with Probe when its store has it, else with Ping. Probe
-// may leave state behind that expires soon; it must not count against any
-// caller's limit.
+// Prober is a store that can show it decides, not only that it answers;
+// the Breaker probes with Probe if its store has it, else with Ping. Probe
+// must not count against any caller's limit.
 type Prober interface {
 	Probe(ctx context.Context) error
 }
 
-// Breaker is a limiter.Store that forwards to another until the other is
-// known to be down, then answers ErrOpen at once until a background probe
-// finds it answering again. It is safe for concurrent use.
-//
-// The circuit opens on evidence that the store is down, not on one burst:
-// it opens after Options.Failures independent failures in a row, where a
-// failure is independent when its call started after the last failure
-// that was counted. Calls that were in flight together when one
-// connection reset, or one stall of the store, fail together and count
-// once; a call that succeeds resets the count. A store that is down fails
-// every call, so the count grows by one at least every time a call can
-// fail (a refused connection: at once; a frozen store: once per store
-// timeout), and the circuit opens after Failures of them. A caller's own
-// cancellation (context.Canceled) and limiter.ErrNotAtomic (a wiring
-// mistake) are no evidence either way; any other error is a failure.
-//
-// While the circuit is open, every call answers ErrOpen without touching
-// the store, and a goroutine of the Breaker's own probes the store every
-// Cooldown (Prober's Probe, or Ping), each probe bounded by ProbeTimeout.
-// The first probe that succeeds closes the circuit, traffic or not; calls
-// admitted from then on go to the store. No caller ever waits for a probe.
-// The prober exists only while the circuit is open; Close stops it.
-//
-// The circuit changes state at most once per Cooldown: it closes no sooner
-// than a Cooldown after it opened (the first probe), and a circuit closed
-// less than a Cooldown ago opens on the first failure counted once that
-// Cooldown has passed, not before; until then its calls go to the store.
-// However the store fails (down, out of memory, now and then), the circuit
-// moves at most once a Cooldown, and so logs and metrics do.
+// Breaker is a limiter.Store that forwards to another until Failures
+// independent failures in a row (calls that started after the last failure
+// counted; not context.Canceled or limiter.ErrNotAtomic), then answers
+// ErrOpen at once while it probes the store every Cooldown; the first
+// probe that succeeds closes it. It changes state at most once per
+// Cooldown, and is safe for concurrent use (docs/design.md#circuit-breaker).
 type Breaker struct {
 	store limiter.Store
 	opts  Options
@@ -148,9 +111,7 @@ func New(store limiter.Store, opts Options) *Breaker {
 	return b
 }
 
-// Open ties the prober's lifetime to ctx as well: when ctx ends, an open
-// circuit stops probing (and stays open). It opens nothing else and may be
-// left out; Close stops the prober either way.
+// Open also stops the prober when ctx ends; it may be left out.
 func (b *Breaker) Open(ctx context.Context) error {
 	context.AfterFunc(ctx, b.cancel)
 	return nil
@@ -172,8 +133,6 @@ func (b *Breaker) Take(ctx context.Context, ops []limiter.Op, results []limiter.
 	return err
 }
 
-// admit lets a call through while the circuit is closed, and returns its
-// ticket: the number of failures counted when it started.
 func (b *Breaker) admit() (uint64, error) {
 	if b.State() != Closed {
 		return 0, ErrOpen
@@ -181,8 +140,7 @@ func (b *Breaker) admit() (uint64, error) {
 	return b.gen.Load(), nil
 }
 
-// record counts the outcome of a call admitted with ticket. A failure
-// counts only when no other failure was counted since the call started.
+// record counts a failure unless another was counted since ticket.
 func (b *Breaker) record(ticket uint64, err error) {
 	switch {
 	case err == nil:
@@ -190,7 +148,6 @@ func (b *Breaker) record(ticket uint64, err error) {
 			b.fails.Store(0)
 		}
 	case errors.Is(err, context.Canceled), errors.Is(err, limiter.ErrNotAtomic):
-		// The caller's doing or a wiring mistake: no evidence either way.
 	case b.gen.CompareAndSwap(ticket, ticket+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip()
@@ -198,9 +155,7 @@ func (b *Breaker) record(ticket uint64, err error) {
 	}
 }
 
-// trip opens a closed circuit and starts its prober, unless it closed less
-// than a Cooldown ago: the failures stay counted, and the next failure
-// counted tries again.
+// trip opens the circuit, unless it closed less than a Cooldown ago.
 func (b *Breaker) trip() {
 	b.mu.Lock()
 	now := b.opts.Now()
@@ -215,8 +170,7 @@ func (b *Breaker) trip() {
 	b.notifyUnlock(Closed, Open)
 }
 
-// probe checks the store every Cooldown (Probe, or Ping) until a check
-// succeeds, then closes the circuit. It returns early when ctx ends.
+// probe checks the store every Cooldown until a check succeeds or ctx ends.
 func (b *Breaker) probe(ctx context.Context) {
 	defer b.wg.Done()
 	for {
@@ -247,9 +201,7 @@ func (b *Breaker) probe(ctx context.Context) {
 	}
 }
 
-// notifyUnlock releases b.mu and reports a transition made under it.
-// Taking b.change before releasing b.mu keeps the reports in the order of
-// the transitions.
+// notifyUnlock releases b.mu and reports, in order, a transition made under it.
 func (b *Breaker) notifyUnlock(from, to State) {
 	if b.opts.OnChange == nil {
 		b.mu.Unlock()
@@ -261,11 +213,10 @@ func (b *Breaker) notifyUnlock(from, to State) {
 	b.opts.OnChange(from, to)
 }
 
-// Ping forwards to the store: health checks see the store itself.
+// Ping pings the store itself, open circuit or not.
 func (b *Breaker) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
-// Close stops the prober, waits for it (a Ping in progress is cancelled)
-// and closes the store. A circuit open at Close stays open.
+// Close stops and waits for the prober, then closes the store.
 func (b *Breaker) Close() error {
 	b.mu.Lock()
 	b.closed = true

@@ -1,7 +1,5 @@
-// Package overlimit keeps a local cache of the keys a limiter.Store has
-// found over their limit, and denies their ops itself until the store's own
-// retry_after has run out, sparing the store the round trips of clients
-// that keep knocking.
+// Package overlimit caches the keys a limiter.Store found over their limit
+// and denies their ops itself until the store's retry_after has run out.
 package overlimit
 
 import (
@@ -19,72 +17,35 @@ import (
 )
 
 const (
-	// shards is the number of independently locked parts of a Cache.
-	shards = 32
-	// maxRetry caps a remembered retry_after (2^40 ms, about 35 years), so
-	// that until, in ns, stays far from overflowing.
-	maxRetry = 1 << 40
-	// maxPooled is the largest batch buffer kept for reuse.
-	maxPooled = 1024
+	shards    = 32
+	maxRetry  = 1 << 40 // ms (35 years): until, in ns, cannot overflow
+	maxPooled = 1024    // the largest batch buffer kept for reuse
 )
 
 // Options configure a Cache.
 type Options struct {
-	// MaxEntries bounds the number of keys held. Zero or less holds none:
-	// the Cache then passes every call through, and the caller may as well
-	// not wrap the store at all.
+	// MaxEntries bounds the keys held; zero or less holds none, and every
+	// call passes through.
 	MaxEntries int
-	// Clock is the time source, time.Now by default. Durations are measured
-	// on its monotonic reading when it has one (time.Now's has), so a step
-	// of the wall clock neither stretches nor shortens a denial.
+	// Clock is the time source (default time.Now), read as monotonic time.
 	Clock func() time.Time
 }
 
 // Stats are a Cache's counters, for metrics.
 type Stats struct {
-	// Hits counts the ops the Cache denied itself since New.
-	Hits uint64
-	// Full counts the denials not remembered because the Cache held
-	// MaxEntries keys and none had expired in the key's shard.
-	Full uint64
-	// Entries is the number of keys held, counting expired ones that have
-	// not been dropped yet.
-	Entries int
+	Hits    uint64 // ops the Cache denied itself
+	Full    uint64 // denials not remembered: MaxEntries held, none expired in the key's shard
+	Entries int    // keys held, expired ones not yet dropped included
 }
 
-// Cache is a limiter.Store that remembers the keys its store has found
-// over their limit and denies their ops itself until the store said they
-// could pass. It only ever denies: every op a Cache allows, its store
-// allowed. It is safe for concurrent use.
+// Cache is a limiter.Store that remembers its store's denials and answers
+// later ops on those keys itself. It only ever denies: every op it allows,
+// its store allowed. It is safe for concurrent use.
 //
-// What it remembers: when the store denies an op that has a cost, a
-// retry_after and no explicit Now, the op's key, its decision parameters
-// (Algorithm, Limit, Window, Burst, RateNum, RateDen), its Cost, and
-// until = s + retry_after, where s is the Clock's reading taken before the
-// call went to the store. The store decided at s or later, so its own
-// retry_after runs out at until or later. until is shortened by 1 ms, for
-// the store reads its clock in whole ms and so counts retry_after from up
-// to 1 ms before the instant it decided, and by 1/1024 of retry_after, for
-// the rates of this clock and the store's to differ (NTP slews a clock by
-// at most 500 ppm).
-//
-// What it answers: an op with Cost > 0 (not a refund) and Now == 0,
-// before until, whose
-// key is held with the same decision parameters and a Cost no larger than
-// the op's. It gets Allowed false, Remaining 0 and RetryAfter = Reset = the
-// time left until until, in ms rounded up. Every other op goes to the
-// store: peeks, ops with explicit times, ops under a different limit (a
-// request's limit override), ops with a smaller cost. The ops of one call
-// that the Cache does not answer go to the store in one Take, so a call
-// costs at most the one round trip it cost without the Cache.
-//
-// Every op with a cost that goes to the store replaces what the Cache held
-// for its key by the store's answer: a new entry for a denial, none for an
-// allowance (or a denial with an explicit Now). An allowed peek of a window
-// drops the key too. See covers for why a held denial cannot be wrong
-// while the store keeps its state: a store that loses state (a failover
-// that drops writes, eviction under maxmemory, a step of its clock) may
-// admit sooner than its retry_after said, and the Cache denies until then.
+// A denial is held until just before its retry_after ends, and answers the
+// ops with a cost, no Refund and no Now under the same parameters and a
+// cost at least the denied one's. Other ops go to the store in one Take
+// per call. docs/design.md#over-limit-cache says why this is safe.
 type Cache struct {
 	store limiter.Store
 	clock func() time.Time
@@ -104,7 +65,6 @@ var (
 	_ limiter.AtomicStore = (*Cache)(nil)
 )
 
-// shard holds the entries of the keys that hash to it.
 type shard struct {
 	mu       sync.Mutex
 	m        map[string]entry
@@ -120,9 +80,8 @@ type entry struct {
 	alg                                     descriptors.Algorithm
 }
 
-// New wraps store. It starts no goroutines: expired entries are dropped
-// when they are next looked up, or when the Cache is full and a new key
-// lands in their shard.
+// New wraps store. It starts no goroutines: expired entries are dropped on
+// lookup, or when the Cache is full and a new key needs room in their shard.
 func New(store limiter.Store, opts Options) *Cache {
 	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.MaxEntries, 0))}
 	if c.clock == nil {
@@ -136,7 +95,6 @@ func New(store limiter.Store, opts Options) *Cache {
 	return c
 }
 
-// now returns the Clock's reading in ns since base.
 func (c *Cache) now() int64 { return int64(c.clock().Sub(c.base)) }
 
 func (c *Cache) shard(key string) *shard {
@@ -166,9 +124,9 @@ func (b *batch) release() {
 	batches.Put(b)
 }
 
-// Take denies the ops it holds a covering entry for and sends the others
-// to the store in one Take, as described on Cache. The store's errors are
-// returned unchanged; after one, no result may be used.
+// Take denies the ops a held entry covers and sends the others to the
+// store in one Take. The store's errors are returned unchanged; after one,
+// no result may be used.
 func (c *Cache) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if c.max == 0 || len(ops) == 0 || len(results) < len(ops) {
 		return c.store.Take(ctx, ops, results) // it reports short results
@@ -217,7 +175,6 @@ func (c *Cache) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	return nil
 }
 
-// deny answers op from the cache if an entry covers it at now.
 func (c *Cache) deny(op *limiter.Op, now int64, r *limiter.Result) bool {
 	if op.Cost <= 0 || op.Refund || op.Now != 0 {
 		return false
@@ -241,55 +198,14 @@ func (c *Cache) deny(op *limiter.Op, now int64, r *limiter.Result) bool {
 	return true
 }
 
-// covers reports whether e's denial holds for op until e.until.
-//
-// The store's retry_after is the exact wait after which the same op could
-// first pass if nothing else happened: lua/*.lua derive it so, and
-// limitertest's RetryAfter checks it to the millisecond on every store.
-// What else can happen only delays that, as long as the key's state changes
-// through ops with e's parameters alone: they only add charges. And each
-// algorithm's decision is monotone in the cost, so an op that costs more
-// than a denied one is denied too:
-//
-//   - Fixed window: retry_after is the time left in the window. The denied
-//     hit was counted, so count > limit; the count only grows until the
-//     counter expires at the window's end; count + cost <= limit fails
-//     for any cost > 0 until then.
-//   - Sliding window: allowed is cur + share(prev, rem) + cost <= limit. A
-//     cost above the limit never passes (retry_after is then the window).
-//     Otherwise retry_after is the first ms at which the weighted count
-//     has decayed enough for cost: within this window, once rem (which
-//     only falls with time) reaches maxrem(prev, limit-cost-cur); or, when
-//     cur alone is over limit-cost, into the next window, where this one's
-//     count is prev. Charges only raise cur and prev, and a larger cost
-//     needs a smaller rem, so neither can pass sooner.
-//   - Token bucket: retry_after = ceil(((cost-t)*den - c)/num) is the first
-//     ms at which the refill brings t to cost; the refill is exact (the
-//     carry c keeps every fraction), charges only lower t, and a larger
-//     cost needs a larger t. A cost above the burst never passes
-//     (retry_after is then the window).
-//
-// So all three algorithms are cached. The ops the Cache denies never reach
-// the store. A sliding window's denial writes nothing, and a token bucket's
-// writes only its refill, which the next op computes identically: the
-// store ends as it would have. A fixed window would have counted them. Ops
-// under the same limit decide the same either way, the count being over the
-// limit already, but an op under a higher limit on the same key in the same
-// window (an override) sees a lower count than it would have without the
-// Cache, as with the reference server's cache.
-//
-// Ops on one key with another algorithm, window or bucket (overrides share
-// keys) can rewrite its expiry or refill in the store, so that the store's
-// own retry_after was not exact. The Cache replaces or drops a key's entry
-// whenever it sends the store such an op, but it cannot see other servers'
-// ops.
+// covers reports whether e's denial holds for op until e.until
+// (docs/design.md#over-limit-cache).
 func (e *entry) covers(op *limiter.Op) bool {
 	return op.Algorithm == e.alg && op.Limit == e.limit && op.Window == e.window &&
 		op.Burst == e.burst && op.RateNum == e.num && op.RateDen == e.den && op.Cost >= e.minCost
 }
 
-// learn updates the entries of the keys of ops that the store decided at
-// sent or later.
+// learn records the store's answers to ops, sent at sent.
 func (c *Cache) learn(ops []limiter.Op, results []limiter.Result, sent int64) {
 	for i := range ops {
 		op, r := &ops[i], &results[i]
@@ -303,11 +219,11 @@ func (c *Cache) learn(ops []limiter.Op, results []limiter.Result, sent int64) {
 	}
 }
 
-// put remembers op's denial. When the Cache is full, it first drops the
-// expired entries of the key's shard; if that frees nothing, the denial is
-// not remembered.
+// put remembers op's denial; a full Cache first sweeps the key's shard,
+// and if that frees nothing, the denial is not remembered.
 func (c *Cache) put(op *limiter.Op, retry, sent int64) {
 	retry = min(retry, maxRetry)
+	// Less 1 ms (the store's clock is in whole ms) and 1/1024 (clock rates).
 	hold := retry - 1 - retry>>10
 	if c.max == 0 || hold <= 0 {
 		return
@@ -347,7 +263,6 @@ func (c *Cache) reserve() bool {
 	}
 }
 
-// forget drops key's entry, if any.
 func (c *Cache) forget(key string) {
 	if c.size.Load() == 0 {
 		return
@@ -387,15 +302,14 @@ func (c *Cache) Stats() Stats {
 	return Stats{Hits: c.hits.Load(), Full: c.full.Load(), Entries: int(c.size.Load())}
 }
 
-// Ping forwards to the store.
+// Ping pings the store.
 func (c *Cache) Ping(ctx context.Context) error { return c.store.Ping(ctx) }
 
 // Close closes the store.
 func (c *Cache) Close() error { return c.store.Close() }
 
 // TakeAll passes an all-or-nothing call straight to the store, which must
-// be a limiter.AtomicStore. Such calls are neither answered nor learned
-// from: their keys (limiter.AppendAtomicKey) never meet the keys of Take.
+// be a limiter.AtomicStore; such keys never meet those of Take.
 func (c *Cache) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	all, ok := c.store.(limiter.AtomicStore)
 	if !ok {

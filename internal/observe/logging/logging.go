@@ -1,15 +1,8 @@
 // Package logging builds the process's zap logger in the line formats of
 // --log-format (LOG_FORMAT): envoyproxy/ratelimit's JSON and text lines, or
-// zap's coloured console lines.
-//
-// The reference logs through logrus. With LOG_FORMAT=json its lines carry
-// "@timestamp" (RFC 3339 with nanoseconds), "@message" and "level" in
-// logrus' words (debug, info, warning, error, fatal, panic); with
-// LOG_FORMAT=text they read time="<RFC 3339>" level=<word> msg="<message>"
-// followed by the fields in key order. FastLimit's fields (and a named
-// logger's name, as "logger") stay on the line as extra fields; a field
-// whose key is one of the line's own keys is renamed "fields.<key>", as
-// logrus renames it.
+// zap's coloured console lines. A field whose key is one of a line's own
+// keys is renamed "fields.<key>", as logrus renames it
+// (docs/design.md#log-lines).
 package logging
 
 import (
@@ -27,12 +20,9 @@ type Format string
 
 // Formats of --log-format.
 const (
-	// JSON is the reference's JSON line: @timestamp, @message, level.
-	JSON Format = "json"
-	// Text is the reference's text line: time, level, msg, then fields.
-	Text Format = "text"
-	// Console is zap's console line with the level in colour.
-	Console Format = "console"
+	JSON    Format = "json"    // the reference's JSON line: @timestamp, @message, level
+	Text    Format = "text"    // the reference's text line: time, level, msg, then fields
+	Console Format = "console" // zap's console line, the level in colour
 )
 
 // Keys of the reference's lines.
@@ -73,9 +63,8 @@ func ParseLevel(s string) (zapcore.Level, error) {
 	return lvl, nil
 }
 
-// LevelWord returns the word the reference's lines use for a level:
-// logrus' names, "warning" for warn. zap's DPanic, which panics only in
-// development, is an "error".
+// LevelWord returns logrus' word for a level ("warning" for warn; zap's
+// DPanic is an "error").
 func LevelWord(l zapcore.Level) string {
 	switch l {
 	case zapcore.DebugLevel:
@@ -104,9 +93,8 @@ func New(out io.Writer, level zapcore.LevelEnabler, f Format, opts ...zap.Option
 	return zap.New(core, opts...), nil
 }
 
-// NewCore returns the zapcore.Core of New. Writes to out are serialised
-// per line by the caller's WriteSyncer (wrap it with zapcore.Lock when
-// several cores share it).
+// NewCore returns the zapcore.Core of New. The caller serialises writes to
+// out (zapcore.Lock, when several cores share it).
 func NewCore(out zapcore.WriteSyncer, level zapcore.LevelEnabler, f Format) (zapcore.Core, error) {
 	switch f {
 	case JSON:
@@ -136,9 +124,7 @@ func NewCore(out zapcore.WriteSyncer, level zapcore.LevelEnabler, f Format) (zap
 }
 
 // renaming is a Core that renames the top-level fields whose keys are the
-// line's own keys to "fields.<key>", as logrus does, so that no line
-// carries a key twice. Fields after a zap.Namespace are nested and keep
-// their keys.
+// line's own; fields after a zap.Namespace are nested and keep theirs.
 type renaming struct {
 	zapcore.Core
 	reserved []string
@@ -162,8 +148,7 @@ func (r *renaming) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	return r.Core.Write(ent, fields)
 }
 
-// rename returns fields with the reserved keys renamed (a copy when any
-// is), and whether a namespace is open after them.
+// rename renames the reserved keys (in a copy), and reports an open namespace.
 func (r *renaming) rename(fields []zapcore.Field) ([]zapcore.Field, bool) {
 	nested := r.nested
 	copied := false

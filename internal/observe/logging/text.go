@@ -16,10 +16,8 @@ import (
 //
 //	time="2026-12-01T08:45:19Z" level=warning msg="Listening for gRPC on '127.0.0.1:8081'" domain=edge logger=rls
 //
-// The time is RFC 3339 to the second, the level is logrus' word, msg is
-// left out when the message is empty, and the fields follow sorted by key.
-// A value is quoted (Go's %q) unless it is made only of letters, digits
-// and -._/@^+, so a line splits back into its values.
+// Fields follow sorted by key; a value is quoted unless it is made only of
+// letters, digits and -._/@^+.
 type textCore struct {
 	zapcore.LevelEnabler
 	out     zapcore.WriteSyncer
@@ -113,7 +111,7 @@ func appendPair(b *bytes.Buffer, key string, value any) {
 }
 
 // needsQuoting reports whether s holds anything but letters, digits and
-// -._/@^+ (an empty value is written bare, as logrus writes it).
+// -._/@^+ (an empty value is bare, as in logrus).
 func needsQuoting(s string) bool {
 	for _, ch := range s {
 		if !((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||

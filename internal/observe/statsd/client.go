@@ -19,21 +19,16 @@ type Format uint8
 
 // Formats.
 const (
-	// Gostats writes "name.__tag=value:N|c", tags folded into the name as
-	// lyft/gostats does (envoyproxy/ratelimit's USE_STATSD).
-	Gostats Format = iota
-	// DogStatsD writes "name:N|c|#tag:value" (envoyproxy/ratelimit's
-	// USE_DOG_STATSD), names first rewritten by the Mogrifiers.
-	DogStatsD
+	Gostats   Format = iota // "name.__tag=value:N|c", as lyft/gostats writes (USE_STATSD)
+	DogStatsD               // "name:N|c|#tag:value", names mogrified (USE_DOG_STATSD)
 )
 
 // Tag is a statsd tag.
 type Tag struct{ Key, Value string }
 
-// Mogrifier rewrites the names of a DogStatsD client, as
-// envoyproxy/ratelimit's USE_DOG_STATSD_MOGRIFIERS do: a stat that Pattern
-// matches is sent as Name with Tags added, $0, $1, ... in either replaced
-// with the match and its groups.
+// Mogrifier rewrites a DogStatsD name, as envoyproxy/ratelimit's
+// USE_DOG_STATSD_MOGRIFIERS do: a name Pattern matches is sent as Name with
+// Tags added, $0, $1, ... in either replaced by the match and its groups.
 type Mogrifier struct {
 	Pattern *regexp.Regexp
 	Name    string
@@ -42,27 +37,20 @@ type Mogrifier struct {
 
 // Options configure a Client.
 type Options struct {
-	// Network is "tcp" (gostats' default) or "udp".
-	Network string
-	// Addr is the server's host:port.
-	Addr   string
-	Format Format
-	// Tags are added to every stat (envoyproxy/ratelimit's EXTRA_TAGS).
-	Tags []Tag
-	// Mogrifiers apply, the first that matches, to DogStatsD names.
-	Mogrifiers []Mogrifier
-	// Timeout bounds a dial and a write (default 1s).
-	Timeout time.Duration
+	Network    string        // "tcp" (gostats' default) or "udp"
+	Addr       string        // the server's host:port
+	Format     Format        // Gostats or DogStatsD
+	Tags       []Tag         // added to every stat (EXTRA_TAGS)
+	Mogrifiers []Mogrifier   // the first that matches applies to a DogStatsD name
+	Timeout    time.Duration // bounds a dial and a write (default 1s)
 }
 
-// maxDatagram is the largest UDP payload sent, small enough not to be
-// fragmented on a 1500-byte MTU (gostats and datadog-go use the same).
-const maxDatagram = 1432
+const maxDatagram = 1432 // the largest UDP payload: unfragmented at a 1500-byte MTU
 
-// Client sends the counts of a Store's counters to a statsd server: each
-// Flush sends what every counter counted since the last Flush that reached
-// the server, so that counts a failed Flush could not send go with the
-// next. It is safe for concurrent use.
+// Client sends a Store's stats to a statsd server. Each Flush sends what
+// every counter counted since the last Flush that reached the server, so
+// counts a failed Flush could not send go with the next
+// (docs/design.md#statsd). It is safe for concurrent use.
 type Client struct {
 	store   *Store
 	opts    Options
@@ -97,8 +85,7 @@ func NewClient(store *Store, o Options, log *zap.Logger) (*Client, error) {
 	return c, nil
 }
 
-// cleanTagValue replaces the characters that statsd lines reserve, as
-// gostats does for tag values.
+// cleanTagValue replaces the characters statsd lines reserve, as gostats does.
 func cleanTagValue(v string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
@@ -120,9 +107,9 @@ type count struct {
 	n uint64
 }
 
-// Flush sends what the counters counted since the last successful Flush.
-// It returns an error when the server cannot be reached or a write fails;
-// the counts not sent then go with the next Flush.
+// Flush sends what the counters counted since the last successful Flush,
+// every gauge and the timers' values; on an error, the counts not sent go
+// with the next Flush.
 func (c *Client) Flush(ctx context.Context) error {
 	c.store.flush.Lock()
 	defer c.store.flush.Unlock()
@@ -152,10 +139,8 @@ func (c *Client) Flush(ctx context.Context) error {
 	return nil
 }
 
-// packets formats the unsent counts, every gauge and the timers' values
-// into writes: datagrams of at most maxDatagram bytes (a longer line goes
-// alone) over UDP, one write over TCP. It runs the store's generators
-// first.
+// packets runs the generators and formats the stats into writes: one over
+// TCP, datagrams of at most maxDatagram bytes over UDP.
 func (c *Client) packets() []packet {
 	limit := maxDatagram
 	if c.opts.Network == "tcp" {
@@ -204,8 +189,7 @@ func (c *Client) packets() []packet {
 	return pkts
 }
 
-// appendLine appends the line of a stat of type typ ("|c", "|g", "|ms"),
-// name and value n, with the sample rate ("|@0.5", or "") in c's format.
+// appendLine appends a stat's line of type typ ("|c", "|g", "|ms") and rate.
 func (c *Client) appendLine(b []byte, name string, n uint64, typ, rate string) []byte {
 	if c.opts.Format == Gostats {
 		b = append(b, name...)
@@ -263,9 +247,8 @@ func mogrify(ms []Mogrifier, name string) (string, []string) {
 	return name, nil
 }
 
-// Run flushes every interval until ctx ends, then flushes once more,
-// bounded by the client's timeout. It logs when flushes start failing and
-// when they succeed again, not every failure.
+// Run flushes every interval until ctx ends, then once more within the
+// Timeout. It logs when flushes start failing and when they recover.
 func (c *Client) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -309,9 +292,8 @@ func (c *Client) Close() error {
 // ErrTags marks a malformed tags list.
 var ErrTags = errors.New("invalid tags")
 
-// ParseTags parses "k1:v1,k2:v2", the form of envoyproxy/ratelimit's
-// EXTRA_TAGS and of a mogrifier's TAGS. A value may hold ':'; an empty
-// string is no tags.
+// ParseTags parses "k1:v1,k2:v2" (EXTRA_TAGS, a mogrifier's TAGS); a value
+// may hold ':', and "" is no tags.
 func ParseTags(s string) ([]Tag, error) {
 	if s == "" {
 		return nil, nil

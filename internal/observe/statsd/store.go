@@ -1,6 +1,5 @@
-// Package statsd keeps named counters and sends what they counted to a
-// statsd server, in the line format of lyft/gostats (the stats library of
-// envoyproxy/ratelimit) or of DogStatsD.
+// Package statsd keeps named counters, gauges and timers and sends them to
+// a statsd server, in the lines of lyft/gostats (envoyproxy/ratelimit's) or DogStatsD.
 package statsd
 
 import (
@@ -25,12 +24,11 @@ func (c *Counter) Add(n uint64) { c.v.Add(n) }
 // Value returns the total counted.
 func (c *Counter) Value() uint64 { return c.v.Load() }
 
-// Set sets the total: for counters that mirror a total kept elsewhere
-// (the Go runtime's), as gostats' Set does. The total must not go down.
+// Set sets the total, mirroring one kept elsewhere; it must not go down.
 func (c *Counter) Set(n uint64) { c.v.Store(n) }
 
-// Store holds counters, gauges and timers by name. It is safe for
-// concurrent use. Stats are never removed, as gostats never removes them.
+// Store holds counters, gauges and timers, never removed (as in gostats).
+// It is safe for concurrent use.
 type Store struct {
 	mu     sync.RWMutex
 	byName map[string]*Counter
@@ -44,8 +42,7 @@ type Store struct {
 // NewStore returns an empty store.
 func NewStore() *Store { return &Store{byName: map[string]*Counter{}} }
 
-// Gauge returns a new gauge named name. Gauges are made once, by the
-// generators that set them.
+// Gauge returns a new gauge named name, for a generator to set.
 func (s *Store) Gauge(name string) *Gauge {
 	g := &Gauge{name: name}
 	s.mu.Lock()
@@ -77,16 +74,14 @@ func (s *Store) Timers() []*Timer {
 	return append([]*Timer(nil), s.timers...)
 }
 
-// AddGenerator adds gen, which Generate runs: it sets gauges and counters
-// from state kept elsewhere (gostats' StatGenerator).
+// AddGenerator adds gen, which sets stats from state kept elsewhere.
 func (s *Store) AddGenerator(gen func()) {
 	s.mu.Lock()
 	s.gens = append(s.gens, gen)
 	s.mu.Unlock()
 }
 
-// Generate runs the generators; exports (a Client's flush, a Prometheus
-// collect) call it first.
+// Generate runs the generators; every export calls it first.
 func (s *Store) Generate() {
 	s.mu.RLock()
 	gens := append([](func())(nil), s.gens...)
@@ -114,8 +109,7 @@ func (s *Store) Counter(name string) *Counter {
 	return c
 }
 
-// Counters returns every counter, in creation order. The slice is the
-// caller's; the counters are shared.
+// Counters returns every counter, in creation order, in a new slice.
 func (s *Store) Counters() []*Counter {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

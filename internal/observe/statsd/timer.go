@@ -5,17 +5,12 @@ import (
 	"sync/atomic"
 )
 
-// maxTimerValues bounds the values a Timer keeps between two flushes.
-const maxTimerValues = 4096
+const maxTimerValues = 4096 // the values a Timer keeps between two flushes
 
-// Timer is a named timer whose values a Client sends as timer lines
-// ("name:12|ms"), one per value, as gostats sends each value of
-// envoyproxy/ratelimit's response timer. Between two flushes it keeps at
-// most maxTimerValues values: past them it keeps a uniform sample of all
-// it was given (reservoir sampling), and the lines carry the sample rate
-// ("name:12|ms|@0.25") so that a statsd server counts the rest. Values a
-// failed flush could not send are dropped, as gostats drops them. Its
-// methods are safe for concurrent use.
+// Timer is a named timer, sent one line per value ("name:12|ms"). Past
+// maxTimerValues between two flushes it keeps a uniform sample, and its
+// lines carry the sample rate ("|@0.25"); values a failed flush could not
+// send are dropped. Its methods are safe for concurrent use.
 type Timer struct {
 	name string
 	mu   sync.Mutex
@@ -59,8 +54,7 @@ func (t *Timer) take() ([]uint64, uint64) {
 	return vals, seen
 }
 
-// Gauge is a named gauge: a Client sends its value at every flush
-// ("name:N|g"), as gostats sends gauges whether they changed or not.
+// Gauge is a named gauge, sent at every flush ("name:N|g").
 type Gauge struct {
 	name string
 	v    atomic.Uint64

@@ -9,18 +9,15 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// tracedStore makes a span of each store call that is part of a sampled
-// trace (a child of a decision's span); other calls pass through. It
-// wraps the store, not the algorithms: the span covers one round trip
-// (or one embedded-store call) for all of a request's keys.
+// tracedStore makes a span of each store call within a sampled trace;
+// other calls pass through.
 type tracedStore struct {
 	limiter.Store
 	tracer trace.Tracer
 	kind   string // redis or memory
 }
 
-// tracedAtomicStore is a tracedStore over a store that decides all or
-// nothing, so that the limiter still finds TakeAll.
+// tracedAtomicStore keeps TakeAll visible to the limiter.
 type tracedAtomicStore struct {
 	*tracedStore
 	all limiter.AtomicStore

@@ -31,8 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Environment twins of the tracing flags: the reference's variables,
-// which errors name.
+// The reference's variables, which errors name.
 const (
 	envTracingProtocol = "TRACING_EXPORTER_PROTOCOL"
 	envTracingRate     = "TRACING_SAMPLING_RATE"
@@ -66,8 +65,7 @@ type Options struct {
 	Version    string  // the build's version: service.version
 }
 
-// Validate checks the options of enabled tracing; errors name the
-// reference's variables.
+// Validate checks the options of enabled tracing.
 func (o Options) Validate() error {
 	if !o.Enabled {
 		return nil
@@ -126,9 +124,8 @@ func NewWith(tp *sdktrace.TracerProvider, version string) *Tracing {
 	}
 }
 
-// Open starts the OTLP exporter, configured by the SDK's
-// OTEL_EXPORTER_OTLP_* variables. It connects lazily: a collector that is
-// away costs dropped spans, not a failed start.
+// Open starts the OTLP exporter (OTEL_EXPORTER_OTLP_*). It connects
+// lazily: a collector that is away costs dropped spans, not a failed start.
 func (t *Tracing) Open(ctx context.Context) error {
 	if t == nil || t.protocol == "" {
 		return nil
@@ -187,8 +184,7 @@ func (t *Tracing) ServerOptions(methods ...string) []grpc.ServerOption {
 }
 
 // UnaryInterceptor makes a server span of each call of the given full gRPC
-// methods, continuing the trace of the caller's metadata; other calls
-// (health checks) pass through.
+// methods, continuing the caller's trace; other calls pass through.
 func (t *Tracing) UnaryInterceptor(methods ...string) grpc.UnaryServerInterceptor {
 	traced := map[string]spanName{}
 	for _, m := range methods {
@@ -226,9 +222,8 @@ func (t *Tracing) unary(ctx context.Context, n spanName, req any, handler grpc.U
 // Spans annotates the span of a decision's context (rls.Annotator).
 type Spans struct{}
 
-// Decision describes a rate-limit request in the span of ctx, if one is
-// recording: its domain and number of descriptors, never their values
-// (they may be personal data).
+// Decision records a request's domain and number of descriptors (never
+// their values) in the span of ctx, if one is recording.
 func (Spans) Decision(ctx context.Context, domain string, descriptors int) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		// OTLP carries strings as protobuf strings: a domain that is not
@@ -245,8 +240,7 @@ func (Spans) Decided(ctx context.Context, code string) {
 }
 
 // HTTP traces every request of next as a server span called name,
-// continuing the trace of the request's headers. next itself when t is
-// nil.
+// continuing the headers' trace; next itself when t is nil.
 func (t *Tracing) HTTP(name string, next http.Handler) http.Handler {
 	if t == nil {
 		return next
@@ -274,8 +268,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// mdCarrier reads trace headers from gRPC metadata, whose keys are
-// lower case.
+// mdCarrier reads trace headers from gRPC metadata (lower-case keys).
 type mdCarrier metadata.MD
 
 func (c mdCarrier) Get(key string) string {

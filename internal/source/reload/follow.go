@@ -10,8 +10,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// followed returns the paths whose replacement reloads: the directory's
-// own path, and Options.Root.
+// followedPaths returns the directory's path and Options.Root.
 func (w *Watcher) followedPaths() []string {
 	paths := []string{w.dir}
 	if w.root != "" && w.root != w.dir {
@@ -20,10 +19,8 @@ func (w *Watcher) followedPaths() []string {
 	return paths
 }
 
-// watchParents watches the parent directory of each followed path, for
-// events on the path's own entry. A parent that cannot be watched is an
-// error for Root, which the caller asked to follow, and only logged for
-// the directory's path: the content check still finds its swap.
+// watchParents watches the parent of each followed path. A parent that
+// cannot be watched is an error for Root, and only logged for the directory.
 func (w *Watcher) watchParents() error {
 	for _, p := range w.followedPaths() {
 		parent := filepath.Dir(p)
@@ -43,8 +40,7 @@ func (w *Watcher) watchParents() error {
 	return nil
 }
 
-// inParent reports whether ev comes from a parent watched by
-// watchParents (and not from the directory or a subdirectory).
+// inParent reports whether ev comes from a parent watched by watchParents.
 func (w *Watcher) inParent(ev fsnotify.Event) bool {
 	dir := filepath.Dir(filepath.Clean(ev.Name))
 	_, ok := w.parents[dir]
@@ -57,8 +53,7 @@ func (w *Watcher) followed(name string) bool {
 	return name == w.dir || (w.root != "" && name == w.root)
 }
 
-// sameDir reports whether the directory's path still leads to the
-// directory watched.
+// sameDir reports whether the path still leads to the directory watched.
 func (w *Watcher) sameDir() bool {
 	fi, err := os.Stat(w.dir)
 	if err != nil {
@@ -71,8 +66,7 @@ func (w *Watcher) sameDir() bool {
 	return os.SameFile(fi, w.dirInfo)
 }
 
-// watched reports whether dir is the directory or one of its watched
-// subdirectories.
+// watched reports whether dir is the directory or a watched subdirectory.
 func (w *Watcher) watched(dir string) bool {
 	if dir == w.dir {
 		return true
@@ -81,9 +75,7 @@ func (w *Watcher) watched(dir string) bool {
 	return ok
 }
 
-// followTree keeps the watches of a Recursive Watcher in step with ev: a
-// directory created is watched with its subdirectories, one removed or
-// renamed away is forgotten.
+// followTree keeps a Recursive Watcher's watches in step with ev.
 func (w *Watcher) followTree(ev fsnotify.Event) {
 	if !w.opts.Recursive {
 		return
@@ -98,9 +90,8 @@ func (w *Watcher) followTree(ev fsnotify.Event) {
 	}
 }
 
-// watchSubdirs watches the subdirectories of dir, at any depth, when the
-// Watcher is Recursive. Errors (a directory removed meanwhile, inotify
-// watches exhausted) are logged: the rest stays watched.
+// watchSubdirs watches dir's subdirectories when the Watcher is Recursive;
+// errors are logged, and the rest stays watched.
 func (w *Watcher) watchSubdirs(dir string) {
 	if !w.opts.Recursive {
 		return
@@ -120,7 +111,6 @@ func (w *Watcher) watchSubdirs(dir string) {
 	}
 }
 
-// add watches the subdirectory path.
 func (w *Watcher) add(path string) {
 	if _, ok := w.subs[path]; ok {
 		return
@@ -150,9 +140,7 @@ func (w *Watcher) clearSubdirs() {
 }
 
 // rewatchTree watches the directory, its subdirectories and the parents
-// of the followed paths again by path, after the path led elsewhere (a
-// swap, the directory created again). It fails when the directory cannot
-// be watched (it is not there).
+// again by path; it fails when the directory cannot be watched.
 func (w *Watcher) rewatchTree() error {
 	w.clearSubdirs()
 	_ = w.fsw.Remove(w.dir)
@@ -171,8 +159,7 @@ func (w *Watcher) rewatchTree() error {
 	return nil
 }
 
-// watchable reports whether path is a directory (not a symlink to one)
-// that a Recursive Watcher watches.
+// watchable reports whether a Recursive Watcher watches path.
 func watchable(path string) bool {
 	if strings.HasPrefix(filepath.Base(path), "..") {
 		return false

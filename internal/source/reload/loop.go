@@ -10,9 +10,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// loop is the state of a Watcher's goroutine: the pending burst of
-// events and its settle time, the search for a directory that went away,
-// and the content check.
+// loop is the state of a Watcher's goroutine.
 type loop struct {
 	w        *Watcher
 	ctx      context.Context
@@ -79,8 +77,7 @@ func (l *loop) stop() {
 	}
 }
 
-// event takes one event of the directory, its subdirectories or the
-// parents of its path.
+// event takes an event of the directory, a subdirectory or a parent.
 func (l *loop) event(ev fsnotify.Event) {
 	w := l.w
 	if !relevant(ev) {
@@ -127,8 +124,7 @@ func (l *loop) schedule() {
 	l.debounce.Reset(max(0, min(l.w.opts.Debounce, l.w.opts.MaxDelay-now.Sub(l.burst))))
 }
 
-// debounced ends a quiet time: it reloads, or, after an in-place write,
-// starts or ends the settle time.
+// debounced ends a quiet time: it reloads, or starts or ends the settle time.
 func (l *loop) debounced() {
 	if !l.inPlace {
 		l.reload(CauseChange)
@@ -143,8 +139,7 @@ func (l *loop) debounced() {
 	l.debounce.Reset(l.w.opts.Settle)
 }
 
-// reload calls fn, after watching the directory again if its path leads
-// elsewhere now.
+// reload calls fn, after watching the directory again if it was swapped.
 func (l *loop) reload(cause string) {
 	l.debounce.Stop()
 	l.burst, l.inPlace, l.settle = time.Time{}, false, false
@@ -165,8 +160,7 @@ func (l *loop) reload(cause string) {
 	l.w.fn(l.ctx, cause)
 }
 
-// retry looks for the directory that went away; once it is back, it is
-// watched and reloaded.
+// retry looks for the directory that went away, and reloads it once back.
 func (l *loop) retry() {
 	if err := l.w.rewatchTree(); err != nil {
 		return
@@ -182,9 +176,8 @@ func (l *loop) back() {
 	l.w.log.Info("rules directory is back", zap.String("dir", l.w.dir))
 }
 
-// checkNow is the content check: it reloads when the path leads to
-// another directory or the rules' state changed since the last reload,
-// unless a reload is already pending or the directory is being looked for.
+// checkNow is the content check, skipped while a reload is pending or the
+// directory is looked for.
 func (l *loop) checkNow() {
 	if !l.burst.IsZero() || l.rewatch != nil {
 		return

@@ -12,12 +12,10 @@ const (
 	DefaultBackoffFactor  = 0.5
 )
 
-// Backoff spaces the reconnects after a stream to the management server
-// ends, with envoyproxy/ratelimit's semantics: the wait before retry n
-// (from 0) is Initial·Factor^n, kept within [Initial, Max]; with Jitter it
-// is drawn uniformly between Initial and that value. A Factor at or below
-// 1 therefore waits Initial every time (the reference's default of 0.5
-// does); a Factor of 2 doubles the wait up to Max.
+// Backoff spaces the reconnects after a stream ends, as envoyproxy/ratelimit
+// does: retry n (from 0) waits Initial·Factor^n within [Initial, Max], drawn
+// uniformly from Initial up to that with Jitter. A Factor at or below 1
+// (the default 0.5) always waits Initial.
 type Backoff struct {
 	Initial time.Duration
 	Max     time.Duration
@@ -25,7 +23,7 @@ type Backoff struct {
 	Jitter  bool
 }
 
-// Delay returns the wait before retry n. rnd returns a number in [0, 1).
+// Delay returns the wait before retry n; rnd returns a number in [0, 1).
 // Zero fields take the defaults.
 func (b Backoff) Delay(n int, rnd func() float64) time.Duration {
 	lo, hi, f := b.Initial, b.Max, b.Factor
@@ -54,8 +52,7 @@ func (b Backoff) Delay(n int, rnd func() float64) time.Duration {
 	return time.Duration(d)
 }
 
-// jittered returns d moved by up to half of itself either way, as the
-// reference's connect retry interval is.
+// jittered returns d give or take half, as the reference's connect retry.
 func jittered(d time.Duration, rnd func() float64) time.Duration {
 	return time.Duration(float64(d) * (0.5 + rnd()))
 }

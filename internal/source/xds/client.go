@@ -1,6 +1,5 @@
 // Package xds subscribes to one resource type of an xDS management server
-// over ADS, state of the world, and hands every response to a callback
-// whose error NACKs it. It reconnects forever.
+// over ADS, state of the world, and reconnects forever.
 package xds
 
 import (
@@ -33,8 +32,7 @@ const (
 	DefaultNackPause    = time.Second
 )
 
-// maxNackMessage bounds the error text sent with a NACK.
-const maxNackMessage = 16 << 10
+const maxNackMessage = 16 << 10 // bounds the error text sent with a NACK
 
 // Log keys.
 const (
@@ -43,66 +41,47 @@ const (
 	logCount   = "resources"
 )
 
-// Apply takes the resources of one response, which in state of the world
-// are all the resources of the type. A nil error ACKs the response; an
-// error NACKs it with the error's text, and the caller is expected to keep
-// what it had. The Client calls Apply on one goroutine, never twice at
-// once; ctx ends when the Client closes.
+// Apply takes the resources of one response: all those of the type. A nil
+// error ACKs the response; an error NACKs it with its text, and the caller
+// keeps what it had. It is called on one goroutine; ctx ends with the Client.
 type Apply func(ctx context.Context, resources []*anypb.Any) error
 
-// Options configure a Client.
+// Options configure a Client; zero durations take the defaults.
 type Options struct {
-	// ServerURL is the management server's gRPC target, such as
-	// "envoy-gateway:18001".
-	ServerURL string
-	// TypeURL is the resource type subscribed to.
-	TypeURL string
-	// NodeID and NodeMetadata identify this client to the server, which
-	// picks the snapshot by them.
+	ServerURL string // the management server's gRPC target
+	TypeURL   string // the resource type subscribed to
+	// NodeID and NodeMetadata identify this client; the server picks the
+	// snapshot by them.
 	NodeID       string
 	NodeMetadata map[string]string
-	// UserAgentName and UserAgentVersion fill the node's user agent.
-	UserAgentName, UserAgentVersion string
-	// Headers are gRPC metadata sent with the stream, such as credentials.
-	Headers map[string]string
-	// TLS, if set, secures the connection; nil connects in plaintext.
-	TLS *TLS
-	// Backoff spaces reconnects after a stream ends.
-	Backoff Backoff
-	// ConnectRetry is how long to wait, give or take half, after a
-	// connection attempt failed. Zero takes DefaultConnectRetry.
-	ConnectRetry time.Duration
-	// MaxRecvMsgSize is the largest response accepted, in bytes; zero
-	// takes gRPC's default (4 MiB).
-	MaxRecvMsgSize int
-	// NackPause is how long to wait before rejecting again resources
-	// that were just rejected: go-control-plane's cache sends a NACKed
-	// snapshot straight back, and without a pause the exchange spins.
-	// Zero takes DefaultNackPause.
+
+	UserAgentName, UserAgentVersion string            // the node's user agent
+	Headers                         map[string]string // gRPC metadata of the stream
+	TLS                             *TLS              // nil: plaintext
+	Backoff                         Backoff           // spaces reconnects after a stream ends
+	ConnectRetry                    time.Duration     // wait, give or take half, after a failed connect
+	MaxRecvMsgSize                  int               // the largest response, bytes; 0: gRPC's 4 MiB
+	// NackPause is the wait before rejecting again resources just rejected
+	// (go-control-plane's cache sends a NACKed snapshot straight back).
 	NackPause time.Duration
-	// OnCertRefused, if set, is called with the error each time the TLS
-	// client certificate files change to ones that cannot be used
-	// (expired, not valid yet, a key that is not the certificate's, a
-	// file that does not parse); the last good certificate stays in use.
+	// OnCertRefused, if set, is called each time the client certificate
+	// files change to ones that cannot be used (the last good one stays).
 	// It is called on the Client's goroutine and must not block.
 	OnCertRefused func(error)
 }
 
 // Client keeps an ADS stream to a management server and applies what it
-// sends. New starts nothing; Open starts the stream; Close stops it. A
-// Client is not reusable after Close.
+// sends (docs/design.md#xds-client). New starts nothing, Open starts the
+// stream, Close stops it for good.
 type Client struct {
 	opts  Options
 	apply Apply
 	log   *zap.Logger
 	node  *core.Node
 
-	// nacked is the last response rejected, to reject it again unapplied.
-	nacked *nack
-	// clientCert is the last good TLS client certificate, certRefused the
-	// last refusal reported (tls.go).
-	clientCert  *tls.Certificate
-	certRefused string
+	nacked      *nack            // the last response rejected, to reject it again unapplied
+	clientCert  *tls.Certificate // the last good TLS client certificate (tls.go)
+	certRefused string           // the last refusal reported
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -113,8 +92,7 @@ type nack struct {
 	msg string
 }
 
-// connectError is a failure to open the stream, as opposed to a stream
-// that ends: it is retried after ConnectRetry rather than Backoff.
+// connectError is a failure to open the stream, retried after ConnectRetry.
 type connectError struct{ err error }
 
 func (e *connectError) Error() string { return e.err.Error() }
@@ -139,9 +117,8 @@ func New(opts Options, apply Apply, log *zap.Logger) *Client {
 	return &Client{opts: opts, apply: apply, log: log.With(zap.String(logServer, opts.ServerURL)), node: node}
 }
 
-// Open starts subscribing, on a goroutine of its own, and returns at once:
-// connection failures are logged and retried, never returned. The
-// subscription lasts until Close or until ctx ends.
+// Open starts subscribing on a goroutine of its own, until Close or the end
+// of ctx; connection failures are logged and retried, never returned.
 func (c *Client) Open(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.wg.Add(1)
@@ -151,8 +128,7 @@ func (c *Client) Open(ctx context.Context) {
 	}()
 }
 
-// Close ends the stream and waits for an Apply in progress to return. It
-// is idempotent.
+// Close ends the stream and waits for an Apply in progress. It is idempotent.
 func (c *Client) Close() {
 	if c.cancel != nil {
 		c.cancel()
@@ -193,8 +169,7 @@ func (c *Client) run(ctx context.Context) {
 	}
 }
 
-// session connects, opens the stream and applies responses until the
-// stream ends. It reports whether any response arrived.
+// session runs one stream and reports whether any response arrived.
 func (c *Client) session(ctx context.Context) (received bool, err error) {
 	opts, err := c.dialOptions()
 	if err != nil {
@@ -210,12 +185,9 @@ func (c *Client) session(ctx context.Context) (received bool, err error) {
 	if len(c.opts.Headers) > 0 {
 		ctx = metadata.NewOutgoingContext(ctx, metadata.New(c.opts.Headers))
 	}
-	// A new ADS client per stream asks for the server's current state
-	// (no version), so a restarted server that reuses version names is
-	// not taken to have nothing new.
+	// A new ADS client per stream asks for the current state (no version).
 	ads := sotw.NewADSClient(ctx, c.node, c.opts.TypeURL)
-	// Without wait-for-ready, opening the stream fails with the cause once
-	// the connection attempt fails, which is what the log needs.
+	// Without wait-for-ready, this fails with the connection's error.
 	if err := ads.InitConnect(conn); err != nil {
 		return false, &connectError{fmt.Errorf("open stream: %w", err)}
 	}
@@ -271,9 +243,7 @@ func (c *Client) handle(ctx context.Context, ads sotw.ADSClient, res []*anypb.An
 	return ads.Ack()
 }
 
-// digest identifies a response's resources by content, in any order: a
-// server may send the same resources in another order (go-control-plane's
-// cache keeps them in a map).
+// digest identifies a response's resources by content, in any order.
 func digest(res []*anypb.Any) [sha256.Size]byte {
 	sums := make([][sha256.Size]byte, len(res))
 	for i, r := range res {
@@ -294,8 +264,7 @@ func digest(res []*anypb.Any) [sha256.Size]byte {
 	return sum
 }
 
-// sleep waits d, or less if ctx ends first; it reports whether ctx is
-// still live.
+// sleep waits d, or until ctx ends; it reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -14,22 +14,16 @@ import (
 )
 
 // TLS names the files of a TLS or mTLS connection to the management
-// server. The files are read again for every connection, so certificates
-// rotated on disk (a Kubernetes Secret) are used from the next reconnect.
+// server; they are read again for every connection.
 type TLS struct {
-	// CertFile and KeyFile are the client certificate and key for mTLS;
-	// both or neither.
-	CertFile, KeyFile string
-	// CAFile holds the CAs that verify the server; empty: the system's.
-	CAFile string
-	// ServerName is the name the server's certificate must carry;
-	// empty: the host of the server URL.
-	ServerName string
+	CertFile, KeyFile string // the client certificate and key for mTLS: both or neither
+	CAFile            string // CAs that verify the server; empty: the system's
+	ServerName        string // the name the server's certificate must carry; empty: the URL's host
 }
 
 // Config reads the files and returns the client configuration. A client
-// certificate must match its key and be valid now: otherwise the error
-// wraps certs.ErrKeyMismatch, certs.ErrExpired or certs.ErrNotYetValid.
+// certificate that does not match its key or is not valid now is an error
+// wrapping certs.ErrKeyMismatch, certs.ErrExpired or certs.ErrNotYetValid.
 func (t *TLS) Config() (*tls.Config, error) {
 	pair, err := t.clientCertificate(time.Now())
 	if err != nil {
@@ -38,8 +32,7 @@ func (t *TLS) Config() (*tls.Config, error) {
 	return t.config(pair)
 }
 
-// clientCertificate reads and checks the client certificate; nil without
-// one.
+// clientCertificate reads and checks the client certificate; nil without one.
 func (t *TLS) clientCertificate(now time.Time) (*tls.Certificate, error) {
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		return nil, errors.New("a client certificate needs both its certificate and its key file")
@@ -63,8 +56,7 @@ func (t *TLS) clientCertificate(now time.Time) (*tls.Certificate, error) {
 	return &pair, nil
 }
 
-// config reads the CA file and returns the configuration with the client
-// certificate pair, if not nil.
+// config reads the CA file and returns the configuration with pair, if any.
 func (t *TLS) config(pair *tls.Certificate) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if pair != nil {
@@ -85,11 +77,9 @@ func (t *TLS) config(pair *tls.Certificate) (*tls.Config, error) {
 }
 
 // clientTLS returns the configuration of the next connection. A client
-// certificate that cannot be used (a rotation to an expired one, or to a
-// key that is not its own) is refused: reported once per change (a
-// warning and Options.OnCertRefused), and the last good certificate read
-// by this Client is used instead. Without a last good one, the error is
-// returned. It is called on the Client's goroutine only.
+// certificate that cannot be used is refused (reported once per change)
+// and the last good one is used; without one, the error is returned. It
+// runs on the Client's goroutine only.
 func (c *Client) clientTLS() (*tls.Config, error) {
 	t := c.opts.TLS
 	pair, err := t.clientCertificate(time.Now())

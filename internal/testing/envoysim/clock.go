@@ -16,8 +16,8 @@ type WallClock struct{}
 // Now returns time.Now().
 func (WallClock) Now() time.Time { return time.Now() }
 
-// ManualClock is a clock that moves only when told to. It is safe for
-// concurrent use, so that a server under test can share it.
+// ManualClock moves only when told to. It is safe for concurrent use, so
+// a server under test can share it.
 type ManualClock struct {
 	mu  sync.Mutex
 	now time.Time

@@ -13,22 +13,19 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// DefaultReportPeriod is the report period Envoy hard-codes
-// (filter_persistence.cc initTlsStore).
+// DefaultReportPeriod is the report period Envoy hard-codes (initTlsStore).
 const DefaultReportPeriod = 5 * time.Second
 
-// Stream is one StreamRateLimitQuotas call as its client sees it; the
-// generated gRPC client stream is one.
+// Stream is the client side of one StreamRateLimitQuotas call.
 type Stream interface {
 	Send(*rlqspb.RateLimitQuotaUsageReports) error
 	Recv() (*rlqspb.RateLimitQuotaResponse, error)
 	CloseSend() error
 }
 
-// Dialer opens a stream to the RLQS server. It is called when the first
-// bucket is created and then at every report tick while no stream is
-// open; an error leaves the Envoy without a stream until the next tick.
-// The stream must end when ctx is cancelled.
+// Dialer opens a stream to the RLQS server, at the first bucket and then at
+// each report tick without a stream; an error waits for the next tick. The
+// stream must end when ctx is cancelled.
 type Dialer func(ctx context.Context) (Stream, error)
 
 // Fallback is expired_assignment_behavior: Strategy applies for Timeout
@@ -38,29 +35,21 @@ type Fallback struct {
 	Timeout  time.Duration
 }
 
-// Config configures an Envoy. The zero value of each field is Envoy's
-// default.
+// Config configures an Envoy; each field's zero value is Envoy's default.
 type Config struct {
-	// Domain is the filter's domain, sent in every report.
-	Domain string
-	// ReportPeriod is the report timer (default DefaultReportPeriod).
-	ReportPeriod time.Duration
-	// NoAssignment is no_assignment_behavior.fallback_rate_limit (nil:
-	// ALLOW_ALL). It must be a blanket rule: Envoy has no token bucket
-	// behind a token-bucket no_assignment_behavior and crashes on it.
+	Domain       string        // the filter's domain, sent in every report
+	ReportPeriod time.Duration // the report timer (default DefaultReportPeriod)
+	// NoAssignment is no_assignment_behavior (nil: ALLOW_ALL); only a
+	// blanket rule, as Envoy crashes on a token bucket there.
 	NoAssignment *typev3.RateLimitStrategy
-	// Expired is expired_assignment_behavior (nil: none).
-	Expired *Fallback
-	// FullOnReplace starts a replaced token bucket full, unless the
-	// partial fill Envoy computes is 0 (then empty): the reading of
-	// createTokenBucketFromAction in which its count meets
-	// AtomicTokenBucketImpl's bool init_fill. By default a replaced bucket
-	// starts at max_tokens * remaining / old max_tokens (docs/rlqs.md).
+	Expired      *Fallback // expired_assignment_behavior (nil: none)
+	// FullOnReplace starts a replaced token bucket full (empty if Envoy's
+	// partial fill is 0), rather than at max_tokens * remaining / old
+	// max_tokens: the bool reading of Envoy's source (docs/rlqs.md).
 	FullOnReplace bool
 }
 
-// Envoy is one of the filter's global clients. It is safe for concurrent
-// use, though its behaviour is that of Envoy's single main thread.
+// Envoy is one of the filter's global clients, safe for concurrent use.
 type Envoy struct {
 	cfg   Config
 	clock Clock
@@ -97,16 +86,14 @@ type Stats struct {
 	ReplacedBuckets  int // token buckets replaced by a new assignment
 	KeptBuckets      int // token buckets kept across an assignment
 	DecidedByDefault int // requests decided by no_assignment_behavior
-	// GapDecisions are requests decided by no_assignment_behavior or the
-	// expired fallback in a bucket that had had an assignment: the gaps a
-	// server must not leave.
+	// GapDecisions are requests decided by a default or fallback in a
+	// bucket that had had an assignment: gaps a server must not leave.
 	GapDecisions int
 }
 
 // Counts are a bucket's requests, as the filter decided them.
 type Counts struct{ Allowed, Denied uint64 }
 
-// message is what a stream's reader hands the main loop.
 type message struct {
 	gen  int
 	resp *rlqspb.RateLimitQuotaResponse
@@ -126,8 +113,7 @@ type bucket struct {
 	assigned   bool      // the server has assigned it at least once
 }
 
-// New returns an Envoy that reaches the server through dial. It does no
-// I/O until its first request.
+// New returns an Envoy that reaches the server through dial, from its first request.
 func New(cfg Config, clock Clock, dial Dialer) (*Envoy, error) {
 	if cfg.ReportPeriod <= 0 {
 		cfg.ReportPeriod = DefaultReportPeriod
@@ -164,12 +150,10 @@ func Key(id map[string]string) string {
 	return b.String()
 }
 
-// secs is Envoy's monotonic time in seconds.
 func (e *Envoy) secs(t time.Time) float64 { return t.Sub(e.epoch).Seconds() }
 
-// Request decides one request matched into the bucket id, as
-// RateLimitQuotaFilter::recordBucketUsage does, and reports whether it
-// passes.
+// Request decides one request of bucket id, as recordBucketUsage does, and
+// reports whether it passes.
 func (e *Envoy) Request(id map[string]string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -224,9 +208,8 @@ func (e *Envoy) decide(b *bucket, now time.Time) bool {
 	return allow
 }
 
-// create is the first request of a bucket: no_assignment_behavior decides
-// it, and createBucketImpl caches the bucket with that request counted
-// and sends its subscription report.
+// create is createBucketImpl: the first request, decided by
+// no_assignment_behavior, counted in the subscription report.
 func (e *Envoy) create(key string, id map[string]string, now time.Time) bool {
 	allow := !(e.cfg.NoAssignment.GetStrategy() != nil && e.cfg.NoAssignment.GetTokenBucket() == nil &&
 		e.cfg.NoAssignment.GetRequestsPerTimeUnit() == nil &&
@@ -274,8 +257,7 @@ func (e *Envoy) usage(b *bucket, now time.Time) *rlqspb.RateLimitQuotaUsageRepor
 	return u
 }
 
-// send is sendUsageReportImpl: without a stream the report is dropped.
-// It reports whether the report left.
+// send is sendUsageReportImpl; it reports whether the report left.
 func (e *Envoy) send(r *rlqspb.RateLimitQuotaUsageReports) bool {
 	if e.stream == nil {
 		e.stats.DroppedReports++

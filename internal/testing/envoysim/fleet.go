@@ -10,8 +10,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Traffic is one source of requests: Rate requests per second from one
-// Envoy into one bucket, spread evenly over time.
+// Traffic is requests at a rate from one Envoy into one bucket, spread evenly.
 type Traffic struct {
 	Envoy  *Envoy
 	Bucket map[string]string
@@ -38,17 +37,12 @@ func (t *Traffic) due(d time.Duration) int {
 	return int(n)
 }
 
-// Fleet runs Envoys and their traffic in steps of time. It is not safe for
-// concurrent use.
+// Fleet runs Envoys and their traffic in steps of time, from one goroutine.
 type Fleet struct {
-	// Step is the time between two rounds of timers and requests
-	// (default 10ms).
-	Step time.Duration
+	Step time.Duration // between two rounds of timers and requests (default 10ms)
 	// Await bounds, in real time, the wait for the server's answer to a
-	// report (default 5s). An answer that does not come counts in
-	// Unanswered.
-	Await time.Duration
-	// Unanswered counts reports whose answer did not come within Await.
+	// report (default 5s); Unanswered counts the answers that did not come.
+	Await      time.Duration
 	Unanswered int
 
 	envoys  []*Envoy
@@ -89,9 +83,8 @@ func (f *Fleet) step() time.Duration {
 	return f.Step
 }
 
-// Run advances clock by d in steps: at each step every Envoy runs its due
-// timers and messages, then sends its traffic's requests, then the fleet
-// waits until the server has answered every report sent in the step.
+// Run advances clock by d in steps; at each, the Envoys run what is due,
+// send their traffic, and wait for the server to answer their reports.
 func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 	step := f.step()
 	await := f.Await
@@ -121,9 +114,7 @@ func (f *Fleet) round(step time.Duration) {
 	}
 }
 
-// RunRealtime runs the fleet on the wall clock for d, or until ctx ends,
-// applying the server's messages as they arrive. The Envoys must use
-// WallClock.
+// RunRealtime runs the fleet of WallClock Envoys for d, or until ctx ends.
 func (f *Fleet) RunRealtime(ctx context.Context, d time.Duration) {
 	step := f.step()
 	tick := time.NewTicker(step)
@@ -160,9 +151,8 @@ func GRPCDialer(cc grpc.ClientConnInterface) Dialer {
 	}
 }
 
-// FailoverDialer opens streams on the first of conns, starting at first,
-// that accepts one, as an Envoy cluster of several RLQS endpoints moves
-// to another endpoint when one fails.
+// FailoverDialer opens streams on the first of conns, from first on, that
+// accepts one, as an Envoy cluster of several RLQS endpoints does.
 func FailoverDialer(first int, conns ...grpc.ClientConnInterface) Dialer {
 	dialers := make([]Dialer, len(conns))
 	for i, cc := range conns {

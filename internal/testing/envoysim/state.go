@@ -8,16 +8,13 @@ import (
 
 // BucketState is what an Envoy holds for one bucket.
 type BucketState struct {
-	// Cached is false for a bucket never seen or abandoned since.
-	Cached bool
-	// Strategy is the strategy in force: the server's assignment, the
-	// expired fallback (Fallback), or nil for no_assignment_behavior.
+	Cached bool // false for a bucket never seen or abandoned since
+	// Strategy is the server's assignment, the expired fallback (Fallback),
+	// or nil for no_assignment_behavior.
 	Strategy *typev3.RateLimitStrategy
 	Fallback bool
-	// Expires is when the assignment (or fallback) lapses.
-	Expires time.Time
-	// Tokens is what the token bucket holds now, if there is one.
-	Tokens float64
+	Expires  time.Time // when the assignment (or fallback) lapses
+	Tokens   float64   // what the token bucket holds now, if any
 }
 
 // State returns what the Envoy holds for a bucket id.
@@ -52,8 +49,7 @@ func (e *Envoy) Stats() Stats {
 	return e.stats
 }
 
-// Counts returns the requests decided for a bucket id over the Envoy's
-// life (abandons included).
+// Counts returns a bucket's requests over the Envoy's life.
 func (e *Envoy) Counts(id map[string]string) Counts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -70,8 +66,7 @@ func (e *Envoy) Connected() bool {
 	return e.stream != nil
 }
 
-// Close ends the Envoy's stream, as when Envoy goes away, and stops it
-// from opening another.
+// Close ends the Envoy's stream, for good, as when Envoy goes away.
 func (e *Envoy) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -8,9 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Step runs what is due at the clock's time, in the order Envoy's main
-// thread would meet it: assignments that expire, the server's messages
-// received meanwhile, then the report tick.
+// Step runs what is due at the clock's time, in Envoy's order: expiries,
+// the server's messages, then the report tick.
 func (e *Envoy) Step() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -31,9 +30,8 @@ func (e *Envoy) Step() {
 	}
 }
 
-// Settle waits (in real time, up to timeout for each) until the server
-// has answered every report the Envoy sent, applying its messages at the
-// clock's time. It reports false if an answer did not come in time.
+// Settle waits (real time, up to timeout each) for the answers to every
+// report sent, and reports false if one did not come.
 func (e *Envoy) Settle(timeout time.Duration) bool {
 	for {
 		e.mu.Lock()
@@ -67,9 +65,8 @@ func (e *Envoy) Await(timeout time.Duration) bool {
 	}
 }
 
-// tick is onSendReportsTimer: a report of every cached bucket, built (and
-// the counters reset) before the stream is checked, so that a tick
-// without a stream loses its usage.
+// tick is onSendReportsTimer: the report is built (counters reset) before
+// the stream is checked, so a tick without a stream loses its usage.
 func (e *Envoy) tick(now time.Time) {
 	e.nextReport = now.Add(e.cfg.ReportPeriod)
 	report := &rlqspb.RateLimitQuotaUsageReports{Domain: e.cfg.Domain}
@@ -86,8 +83,7 @@ func (e *Envoy) tick(now time.Time) {
 	}
 }
 
-// answerable reports whether a report names a bucket the server can act
-// on (an action needs a non-empty id).
+// answerable reports whether a report names a non-empty bucket id.
 func answerable(r *rlqspb.RateLimitQuotaUsageReports) bool {
 	for _, u := range r.GetBucketQuotaUsages() {
 		if len(u.GetBucketId().GetBucket()) > 0 {
@@ -190,17 +186,14 @@ func (e *Envoy) checkTokenBucket(tb *typev3.TokenBucket) {
 	}
 }
 
-// fillSeconds is absl::ToInt64Seconds(seconds + nanos): whole seconds,
-// truncated toward zero.
+// fillSeconds is absl::ToInt64Seconds(seconds + nanos), truncated.
 func fillSeconds(tb *typev3.TokenBucket) int64 {
 	d := time.Duration(tb.GetFillInterval().GetSeconds())*time.Second + time.Duration(tb.GetFillInterval().GetNanos())
 	return int64(d / time.Second)
 }
 
-// tokenBucketFor returns the token bucket a bucket gets for strategy s: its
-// own when shouldReplaceTokenBucket says the assignment is unchanged, else
-// a new one (createTokenBucketFromAction). fromServer counts an unnoticed
-// change as the server's violation.
+// tokenBucketFor returns b's own token bucket if shouldReplaceTokenBucket
+// keeps it, else a new one; fromServer counts an unnoticed change.
 func (e *Envoy) tokenBucketFor(b *bucket, s *typev3.RateLimitStrategy, now time.Time, fromServer bool) *tokenBucket {
 	old := b.action.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
 	nb := s.GetTokenBucket()
@@ -219,10 +212,8 @@ func (e *Envoy) tokenBucketFor(b *bucket, s *typev3.RateLimitStrategy, now time.
 	return e.newTokenBucket(nb, b.tb, now)
 }
 
-// newTokenBucket is createTokenBucketFromAction: the rate is
-// tokens_per_fill over the whole seconds of fill_interval (a division by
-// zero under one second), and a bucket that replaces another starts with
-// the same ratio of remaining to max tokens.
+// newTokenBucket is createTokenBucketFromAction: a replacement keeps the
+// ratio of remaining to max tokens.
 func (e *Envoy) newTokenBucket(tb *typev3.TokenBucket, old *tokenBucket, now time.Time) *tokenBucket {
 	sec := e.secs(now)
 	rate := float64(tb.GetTokensPerFill().GetValue()) / float64(fillSeconds(tb))
@@ -237,10 +228,8 @@ func (e *Envoy) newTokenBucket(tb *typev3.TokenBucket, old *tokenBucket, now tim
 	return newTokenBucket(max, rate, initial, sec)
 }
 
-// expire runs the expiry timers that are due: an assignment falls back to
-// expired_assignment_behavior, if any, for its timeout, then to
-// no_assignment_behavior (onActionExpirationTimer,
-// onFallbackExpirationTimer).
+// expire is onActionExpirationTimer and onFallbackExpirationTimer: the
+// expired fallback for its timeout, then no_assignment_behavior.
 func (e *Envoy) expire(now time.Time) {
 	for _, b := range e.buckets {
 		if b.expires.IsZero() || now.Before(b.expires) {

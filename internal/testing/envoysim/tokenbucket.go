@@ -5,13 +5,10 @@ import "math"
 // minFillRate is AtomicTokenBucketImpl's kMinFillRate: one token a year.
 const minFillRate = 1.0 / (365 * 24 * 60 * 60)
 
-// tokenBucket is Envoy's AtomicTokenBucketImpl
-// (source/common/common/token_bucket_impl.{h,cc}): its state is the time,
-// in seconds as a double, at which the bucket was (or would have been)
-// empty, and the tokens at time t are min(max, (t - empty) * rate). Its
-// arithmetic keeps C++'s std::min and std::max, so that the +Inf and NaN
-// rates of a sub-second fill interval behave as in Envoy: every request
-// passes.
+// tokenBucket is Envoy's AtomicTokenBucketImpl: it holds min(max,
+// (t - empty) * rate) tokens at t, in seconds, with C++'s std::min and
+// std::max, so the +Inf and NaN rates of a sub-second fill interval let
+// every request pass, as in Envoy.
 type tokenBucket struct {
 	max   float64
 	rate  float64 // tokens per second, std::max(|rate|, kMinFillRate)
@@ -58,9 +55,8 @@ func cppMax(a, b float64) float64 {
 	return a
 }
 
-// toUint64 converts as a C++ double-to-uint64 cast does for the values
-// that occur here: truncation, and 0 for NaN and negatives (which C++
-// leaves undefined).
+// toUint64 is a C++ double-to-uint64 cast: truncation; 0 for NaN and
+// negatives (undefined in C++).
 func toUint64(f float64) uint64 {
 	if !(f > 0) {
 		return 0

@@ -8,41 +8,29 @@ import (
 // Violations counts the protocol rules a server broke, as seen by one
 // Envoy. Each field names what Envoy does with such a message.
 type Violations struct {
-	// EmptyResponse: a response without bucket actions (Envoy ignores it;
-	// FastLimit's rule is never to send one).
+	// EmptyResponse: a response without actions (ignored; FastLimit never sends one).
 	EmptyResponse int
-	// MissingBucketID: an action without a bucket id, or an empty one
-	// (dropped by onQuotaResponseImpl).
+	// MissingBucketID: an action without a bucket id, or an empty one (dropped).
 	MissingBucketID int
-	// UnknownBucket: an action for a bucket id the stream's Envoy does not
-	// hold: never reported, or abandoned since (dropped).
+	// UnknownBucket: an action for a bucket the Envoy does not hold (dropped).
 	UnknownBucket int
-	// NoAction: an action with neither a quota assignment nor an abandon
-	// (cached without a strategy: allows everything, expires at once).
+	// NoAction: neither an assignment nor an abandon (allows all, expires at once).
 	NoAction int
-	// NoStrategy: a quota assignment without a rate-limit strategy
-	// (dropped).
+	// NoStrategy: an assignment without a strategy (dropped).
 	NoStrategy int
-	// RequestsPerTimeUnit: a requests_per_time_unit strategy (not
-	// implemented by Envoy: dropped).
+	// RequestsPerTimeUnit: a strategy Envoy does not implement (dropped).
 	RequestsPerTimeUnit int
-	// FillIntervalUnderSecond: a token bucket whose fill_interval is under
-	// one whole second (the rate divides by zero: everything passes).
+	// FillIntervalUnderSecond: fill_interval under 1 s (the rate divides by zero: all pass).
 	FillIntervalUnderSecond int
-	// NoTokensPerFill: a token bucket without tokens_per_fill, or 0 (the
-	// rate becomes one token a year).
+	// NoTokensPerFill: tokens_per_fill unset or 0 (one token a year).
 	NoTokensPerFill int
-	// NoMaxTokens: a token bucket of max_tokens 0 (denies everything; a
-	// server meaning that sends DENY_ALL).
+	// NoMaxTokens: max_tokens 0 (denies everything; DENY_ALL says that).
 	NoMaxTokens int
-	// TTLUnderSecond: an assignment_time_to_live unset or under one whole
-	// second (the assignment expires at once).
+	// TTLUnderSecond: assignment_time_to_live unset or under 1 s (expires at once).
 	TTLUnderSecond int
-	// TTLNotAboveReport: a TTL no longer than the report period, so that
-	// the assignment lapses between two reports.
+	// TTLNotAboveReport: a TTL within the report period (lapses between reports).
 	TTLNotAboveReport int
-	// UnnoticedChange: a token bucket that differs from the cached one in
-	// fill_interval's seconds alone (Envoy keeps the old bucket).
+	// UnnoticedChange: a change of fill_interval's seconds alone (Envoy keeps the bucket).
 	UnnoticedChange int
 }
 

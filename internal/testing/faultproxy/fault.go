@@ -7,47 +7,34 @@ import (
 	"time"
 )
 
-// Match selects what a fault applies to. Its zero value matches every
-// command on every connection, every time. Faults are decided when the
-// proxy reads a command from a client, so a fault added while a command is
-// in flight does not apply to that command's reply. A reply that answers
-// no command (a RESP3 push, a message on a RESP2 connection that
-// subscribed, an unsolicited reply) is matched when it arrives, by the
-// faults whose Match names no command (no Commands, FirstCommands or
-// Func).
+// Match selects what a fault applies to; its zero value matches every
+// command, every time. Faults are decided when the proxy reads a command,
+// so a fault added later does not apply to that command's reply. A reply
+// that answers no command (a push, a pub/sub message) is matched, when it
+// arrives, by faults whose Match names no command.
 type Match struct {
-	// Commands lists command names in any case ("EVALSHA"); a name with
-	// a space also names the subcommand ("CLUSTER SLOTS"). Empty matches
-	// every command.
+	// Commands lists names in any case ("EVALSHA"; "CLUSTER SLOTS" names a
+	// subcommand); empty matches every command.
 	Commands []string
-	// FirstCommands, when above 0, matches only each connection's first
-	// FirstCommands commands: its handshake (AUTH, HELLO, SELECT...).
+	// FirstCommands > 0 matches only a connection's first FirstCommands
+	// commands: its handshake (AUTH, HELLO, SELECT...).
 	FirstCommands int
-	// Func, when set, must also return true. It runs on the proxy's
-	// goroutines, and must not block.
-	Func func(*Command) bool
-	// Conn, when not 0, matches only the connection with this ID (see
-	// Proxy.Conns).
-	Conn int64
-	// NextConns, when above 0, matches only the next NextConns
-	// connections the proxy accepts after the fault is added.
-	NextConns int
-	// Skip lets this many matches through before the fault applies.
-	Skip int
-	// Times, when above 0, is how many times the fault applies; then it
-	// is spent (Rule.Done) and matches nothing more.
-	Times int
+	// Func, if set, must also return true; it runs on the proxy's
+	// goroutines and must not block.
+	Func      func(*Command) bool
+	Conn      int64 // != 0: only the connection with this ID (Proxy.Conns)
+	NextConns int   // > 0: only the next connections accepted
+	Skip      int   // matches let through before the fault applies
+	Times     int   // > 0: applies that many times, then is spent (Rule.Done)
 }
 
-// Nth matches the nth command (from 1) among those named by commands
-// (every command when there are none), counted across the connections
-// the fault applies to, once.
+// Nth matches, once, the nth command (from 1) named by commands (any, if
+// none), counted across the connections the fault applies to.
 func Nth(n int, commands ...string) Match {
 	return Match{Commands: commands, Skip: max(n-1, 0), Times: 1}
 }
 
-// commandFree reports whether m can match a reply that answers no command
-// (a RESP3 push, a pub/sub message, an unsolicited reply).
+// commandFree reports whether m can match a reply that answers no command.
 func (m *Match) commandFree() bool {
 	return len(m.Commands) == 0 && m.FirstCommands == 0 && m.Func == nil
 }
@@ -74,37 +61,30 @@ func (m *Match) matchCommand(c *Command) bool {
 	return m.Func == nil || m.Func(c)
 }
 
-// A Fault is one of the fault types of this package; add it to a Proxy
-// or a Group with Add.
+// A Fault is one of this package's fault types, for Proxy.Add or Group.Add.
 type Fault interface {
 	match() *Match
-	// Name is the fault's type name, as Stats.Faults counts it.
-	Name() string
+	Name() string // the type's name, as Stats.Faults counts it
 }
 
-// DropMidReply forwards the first After bytes of a matching reply (at most
-// all but its last byte), then closes both sides: the client sees its
-// connection end in the middle of a reply to a command Redis ran. With
-// Reset the close is a TCP reset, and the client may not see the bytes.
+// DropMidReply forwards the first After bytes of a matching reply (not all
+// of it), then closes both sides; with Reset, by a TCP reset.
 type DropMidReply struct {
 	Match
 	After int
 	Reset bool
 }
 
-// DropAndLose forwards a matching command to Redis, which runs it, then
-// swallows its reply and closes both sides: the client never learns the
-// outcome. Commands the client sent after it are not forwarded.
+// DropAndLose forwards a matching command, swallows its reply and closes
+// both sides; commands sent after it are not forwarded.
 type DropAndLose struct{ Match }
 
-// DropRequest is DropAndLose's twin: it closes both sides when a matching
-// command's turn comes, without forwarding it, so Redis never runs it.
-// Replies to the commands before it are delivered first.
+// DropRequest closes both sides when a matching command's turn comes,
+// without forwarding it; the replies before it are delivered first.
 type DropRequest struct{ Match }
 
-// ExtraReply injects Reply (or the bytes Raw, when set, even if they are
-// not RESP) before or after the reply to a matching command: from then on
-// the client's replies are one off.
+// ExtraReply injects Reply (or Raw, RESP or not) before or after the reply
+// to a matching command, so that the client's replies are one off.
 type ExtraReply struct {
 	Match
 	Reply  Value
@@ -112,28 +92,24 @@ type ExtraReply struct {
 	Before bool
 }
 
-// HoldReplies delivers each matching reply no sooner than Delay after it
-// came from Redis. Replies keep their order, so the replies behind a held
-// one wait too.
+// HoldReplies delivers each matching reply Delay after it came; the
+// replies behind it wait too.
 type HoldReplies struct {
 	Match
 	Delay time.Duration
 }
 
-// Freeze holds matching replies (or, with Requests, matching commands
-// before they reach Redis, as a stalled Redis would) until the rule is
-// released (Rule.Release), then delivers them in order.
+// Freeze holds matching replies (with Requests, commands and all after
+// them, as a stalled Redis) until Rule.Release, then delivers them in order.
 type Freeze struct {
 	Match
 	Requests bool
 }
 
-// SlowHandshake delays the replies to the First commands of each
-// connection (AUTH, HELLO, SELECT...) by Delay; AcceptDelay, when set,
-// also waits that long before it dials Redis for a new connection (a slow
-// TCP or TLS accept). It is decided when a connection is accepted: its
-// Conn, NextConns, Skip and Times count connections, and its
-// Match.Commands and Func narrow the handshake commands it delays.
+// SlowHandshake delays the replies to each connection's First commands by
+// Delay, and its dial to Redis by AcceptDelay. It is decided per accepted
+// connection: Conn, NextConns, Skip and Times count connections, and
+// Commands and Func narrow the commands it delays.
 type SlowHandshake struct {
 	Match
 	First       int
@@ -142,8 +118,7 @@ type SlowHandshake struct {
 }
 
 // SplitReplies writes matching replies in pieces of 1 to MaxChunk bytes
-// (1 when 0), with Gap between pieces, so that the client reads partial
-// replies. Seed makes the piece sizes repeatable.
+// (1 when 0), Gap apart; Seed makes the sizes repeatable.
 type SplitReplies struct {
 	Match
 	MaxChunk int
@@ -151,12 +126,9 @@ type SplitReplies struct {
 	Seed     uint64
 }
 
-// ErrorReply answers matching commands with the error reply Err ("BUSY
-// Redis is busy running a script...", "OOM ...", "READONLY ...",
-// "LOADING ...", "NOSCRIPT ...") instead of forwarding them: Redis never
-// sees them. Rule.Applied counts the fakes. A fake goes out in command
-// order, except on a RESP2 connection that has subscribed, where replies
-// no longer pair with commands and it goes out at once.
+// ErrorReply answers matching commands with the error Err ("BUSY ...",
+// "OOM ...", "READONLY ...") instead of forwarding them, in command order
+// (at once on a RESP2 connection that subscribed).
 type ErrorReply struct {
 	Match
 	Err string
@@ -172,35 +144,25 @@ func (f *SlowHandshake) match() *Match { return &f.Match }
 func (f *SplitReplies) match() *Match  { return &f.Match }
 func (f *ErrorReply) match() *Match    { return &f.Match }
 
-// Name implements Fault.
 func (*DropMidReply) Name() string { return "DropMidReply" }
 
-// Name implements Fault.
 func (*DropAndLose) Name() string { return "DropAndLose" }
 
-// Name implements Fault.
 func (*DropRequest) Name() string { return "DropRequest" }
 
-// Name implements Fault.
 func (*ExtraReply) Name() string { return "ExtraReply" }
 
-// Name implements Fault.
 func (*HoldReplies) Name() string { return "HoldReplies" }
 
-// Name implements Fault.
 func (*Freeze) Name() string { return "Freeze" }
 
-// Name implements Fault.
 func (*SlowHandshake) Name() string { return "SlowHandshake" }
 
-// Name implements Fault.
 func (*SplitReplies) Name() string { return "SplitReplies" }
 
-// Name implements Fault.
 func (*ErrorReply) Name() string { return "ErrorReply" }
 
-// Rule is a fault added to a Proxy or a Group. Its methods are safe for
-// concurrent use.
+// Rule is a fault added to a Proxy or a Group, safe for concurrent use.
 type Rule struct {
 	fault Fault
 	set   *ruleSet
@@ -240,17 +202,14 @@ func newRule(f Fault, set *ruleSet) *Rule {
 // Fault returns the fault the rule applies.
 func (r *Rule) Fault() Fault { return r.fault }
 
-// Applied returns how many times the fault has applied: replies dropped,
-// held, split or faked, extra replies sent, commands held or dropped.
+// Applied returns how many times the fault has applied.
 func (r *Rule) Applied() int64 { return r.applied.Load() }
 
-// Done returns a channel that is closed when a fault with Match.Times has
-// applied that many times, or when the rule is released.
+// Done is closed when the fault has applied Match.Times times, or on Release.
 func (r *Rule) Done() <-chan struct{} { return r.spent }
 
-// Release removes the rule: it matches nothing more, and what it holds
-// (Freeze, HoldReplies) is delivered at once. Calling it again does
-// nothing.
+// Release removes the rule and delivers what it holds at once. It is
+// idempotent.
 func (r *Rule) Release() {
 	r.once.Do(func() {
 		r.set.remove(r)
@@ -297,8 +256,7 @@ func (r *Rule) matchConn(id int64) bool {
 	return true
 }
 
-// takeConn decides whether a connection-level rule (SlowHandshake)
-// applies to connection id, counting connections for Skip and Times.
+// takeConn decides whether SlowHandshake applies to connection id.
 func (r *Rule) takeConn(id int64) bool {
 	if r.isReleased() || !r.matchConn(id) {
 		return false
@@ -306,9 +264,8 @@ func (r *Rule) takeConn(id int64) bool {
 	return r.count()
 }
 
-// take decides whether the rule applies to cmd (nil for a reply that
-// answers no command) on connection id, and counts the match for Skip and
-// Times and, when it applies, in Applied.
+// take decides whether the rule applies to cmd (nil: a reply to no
+// command) on connection id, and counts it.
 func (r *Rule) take(id int64, cmd *Command) bool {
 	if r.isReleased() || !r.matchConn(id) || !r.m.matchCommand(cmd) {
 		return false
@@ -316,8 +273,7 @@ func (r *Rule) take(id int64, cmd *Command) bool {
 	return r.count()
 }
 
-// count counts one match for Skip and Times and reports whether the
-// fault applies to it.
+// count counts a match and reports whether the fault applies to it.
 func (r *Rule) count() bool {
 	r.mu.Lock()
 	r.seen++
@@ -348,8 +304,7 @@ func (r *Rule) chunk(maxChunk int) int {
 	return 1 + r.rng.IntN(maxChunk)
 }
 
-// ruleSet is the rules of a Proxy, or those a Group shares with its
-// proxies, in the order they were added.
+// ruleSet is a Proxy's, or a Group's, rules in the order they were added.
 type ruleSet struct {
 	mu    sync.Mutex
 	rules atomic.Pointer[[]*Rule] // copy on write

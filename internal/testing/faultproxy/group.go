@@ -9,15 +9,12 @@ import (
 	"time"
 )
 
-// Group is a set of proxies, one per upstream node, for deployments whose
-// clients learn node addresses from the servers: a Redis Cluster (CLUSTER
-// SLOTS, MOVED, ASK) or sentinels (SENTINEL GET-MASTER-ADDR-BY-NAME,
-// +switch-master). Each proxy rewrites the node addresses in those replies
-// into proxy addresses, and a node address it has no proxy for gets one
-// on the spot, so that every connection a client opens goes through a
-// proxy. Rules added to the Group apply on every proxy, present and
-// future, with Skip and Times counted across them. Its methods are safe
-// for concurrent use.
+// Group is a set of proxies, one per node of a Redis Cluster or a
+// sentinel setup. Each rewrites the node addresses the servers hand out
+// (CLUSTER SLOTS, MOVED, ASK, SENTINEL replies, +switch-master) into proxy
+// addresses, starting a proxy for a new node on the spot. Rules added to
+// the Group apply on every proxy, present and future, with Skip and Times
+// counted across them. Its methods are safe for concurrent use.
 type Group struct {
 	o     Options // a template: Upstream is set per proxy
 	rules *ruleSet

@@ -161,21 +161,19 @@ func ParseValue(b []byte) (Value, error) {
 	return v, nil
 }
 
-// ReadValue reads one RESP2 or RESP3 value from r, as a raw client of
-// the proxy would: an error reply is a Value of KindError, not an error.
-// A stream that ends inside a value gives io.ErrUnexpectedEOF, one that
-// ends before it io.EOF. Bytes that are not RESP give an error wrapping ErrMalformed, and r is
-// then unusable.
+// ReadValue reads one RESP2 or RESP3 value from r, as a raw client of the
+// proxy would: an error reply is a Value of KindError. A stream that ends
+// before a value gives io.EOF, inside one io.ErrUnexpectedEOF; bytes that
+// are not RESP an error wrapping ErrMalformed, after which r is unusable.
 func ReadValue(r *bufio.Reader) (Value, error) {
 	_, v, err := readValue(r, DefaultMaxValue, true)
 	return v, err
 }
 
 // parser reads one RESP value from r, appending every byte it consumes to
-// raw, so that a proxy forwards exactly what it read. It reads no further
-// than the value, never allocates from a length it has not yet read the
-// data for, and fails with ErrMalformed (or a read error) rather than
-// panic or wait for bytes a valid value would not need.
+// raw. It reads no further than the value, never allocates from a length
+// before the data came, and fails with ErrMalformed rather than panic or
+// wait for bytes a valid value would not need.
 type parser struct {
 	r     *bufio.Reader
 	raw   []byte
