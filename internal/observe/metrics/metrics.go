@@ -245,11 +245,7 @@ func (m *Metrics) near(st *limiter.Status) bool {
 	if lim.Unlimited {
 		return false
 	}
-	capacity := lim.Capacity()
-	if lim.Algorithm == descriptors.TokenBucket {
-		capacity = lim.Burst
-	}
-	return float64(st.Remaining)*descriptors.Milli*1e6 <= float64(m.farShare)*float64(capacity)
+	return float64(st.Remaining)*descriptors.Milli*1e6 <= float64(m.farShare)*float64(lim.Allowance())
 }
 
 // Failed counts a request that failed: invalid, no rules yet, or a store

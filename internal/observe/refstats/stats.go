@@ -284,11 +284,7 @@ func tallyOf(st *limiter.Status, nearRatio float32) tally {
 // as the reference computes it; the count after the decision is the
 // limit (the burst of a token bucket) less what remains.
 func nearHits(lim *descriptors.Limit, remaining uint32, hits uint64, ratio float32) uint64 {
-	capacity := lim.Capacity()
-	if lim.Algorithm == descriptors.TokenBucket {
-		capacity = lim.Burst
-	}
-	limit := float64(capacity / descriptors.Milli)
+	limit := float64(lim.Allowance() / descriptors.Milli)
 	threshold := math.Floor(float64(float32(limit) * ratio))
 	after := limit - float64(remaining)
 	if after <= threshold {
