@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/statsd"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -93,10 +94,7 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 	r := &Stats{
 		store: st, limiter: l, nearRatio: float32(nearRatio),
 		dynamic: map[string]*ruleStats{}, maxDynamic: maxDynamic,
-		overflow: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "ref_stats_overflow_total",
-			Help: "Decisions counted under their rule's configured key (or not at all) because request values had made too many envoyproxy/ratelimit stat keys.",
-		}),
+		overflow:     metrics.RefStatsOverflow(),
 		redisError:   st.Counter(statRedisError),
 		serviceError: st.Counter(statServiceError),
 		loadOK:       st.Counter(statLoadSuccess),
