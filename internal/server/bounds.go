@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -200,65 +199,4 @@ func httpConnCap(files int) int {
 		return 256
 	}
 	return max(16, min(256, files/16))
-}
-
-// registerBoundsMetrics registers the gauges and counters of the gRPC
-// bounds; conns reads the gRPC listener's, nil before Open.
-func registerBoundsMetrics(reg prometheus.Registerer, b *grpcBounds, conns func() connlimit.Stats) error {
-	stat := func(f func(connlimit.Stats) int64) func() float64 {
-		return func() float64 { return float64(f(conns())) }
-	}
-	count := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
-	var errs []error
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_grpc_connections",
-			Help: "gRPC connections open."}, stat(func(s connlimit.Stats) int64 { return s.Open })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_grpc_connections_max",
-			Help: "Most gRPC connections held open: --grpc-max-connections, lowered by the open-files limit."},
-			stat(func(s connlimit.Stats) int64 { return s.Max })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_connections_refused_total",
-			Help: "gRPC connections closed at once because fastlimit_grpc_connections_max were open."},
-			stat(func(s connlimit.Stats) int64 { return s.Refused })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_streams_refused_total",
-			Help: "gRPC calls refused (ResourceExhausted) because --grpc-max-concurrent-streams were in flight on their connection."},
-			count(&b.streamsRefused)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_requests_timed_out_total",
-			Help: "Unary gRPC calls dropped at --grpc-request-timeout, their request unfinished or their answer not sent."},
-			count(&b.timedOut)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_grpc_idle_connections_closed_total",
-			Help: "gRPC connections that ended after --grpc-max-connection-idle without a call (closed by the server as idle)."},
-			count(&b.idleClosed)),
-	} {
-		errs = append(errs, reg.Register(c))
-	}
-	return errors.Join(errs...)
-}
-
-// listenerCollector exports the HTTP listeners' connection counts, for
-// the listeners that are bound.
-type listenerCollector struct {
-	listeners map[string]func() (connlimit.Stats, bool)
-}
-
-var (
-	httpConnsDesc = prometheus.NewDesc("fastlimit_http_connections",
-		"Connections open on an HTTP listener (http: health and /json; admin; prometheus: the reference's).", []string{"listener"}, nil)
-	httpRefusedDesc = prometheus.NewDesc("fastlimit_http_connections_refused_total",
-		"Connections to an HTTP listener closed at once because its cap was reached.", []string{"listener"}, nil)
-)
-
-func (c *listenerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- httpConnsDesc
-	ch <- httpRefusedDesc
-}
-
-func (c *listenerCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, stats := range c.listeners {
-		st, ok := stats()
-		if !ok {
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(httpConnsDesc, prometheus.GaugeValue, float64(st.Open), name)
-		ch <- prometheus.MustNewConstMetric(httpRefusedDesc, prometheus.CounterValue, float64(st.Refused), name)
-	}
 }

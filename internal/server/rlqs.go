@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -30,13 +32,27 @@ func (s *Server) newQuota(r *store.Redis) error {
 	opts.Rules = s.limiter.Rules
 	opts.Log = s.log
 	opts.KeyPrefix = o.KeyPrefix
-	opts.Registerer = s.registry
+	if opts.Observer, err = metrics.NewRLQS(s.registry, s.quotaTotals); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	opts.Tracer = s.tracing.Tracer()
 	if r != nil {
 		opts.Store = demand.NewRedis(r.Client())
 	}
 	s.quota, err = rlqs.New(opts)
 	return err
+}
+
+// quotaTotals are the quota service's state, for its gauges.
+func (s *Server) quotaTotals() map[string]metrics.QuotaTotals {
+	if s.quota == nil {
+		return nil
+	}
+	out := map[string]metrics.QuotaTotals{}
+	for d, t := range s.quota.Totals() {
+		out[d] = metrics.QuotaTotals(t)
+	}
+	return out
 }
 
 // quotaHandler is the admin handler of quotaPath: 404 with the service

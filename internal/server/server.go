@@ -93,11 +93,11 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	// leaves them descriptors.
 	s.httpOpts.MaxConns = httpConnCap(s.files)
 	s.adminOpts.MaxConns = s.httpOpts.MaxConns
-	s.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fastlimit_tls_certificates_refused_total",
-		Help: "Rotations of TLS certificate files refused (expired, not valid yet, a key that is not the certificate's, unreadable): the certificate in force stays. By use: grpc_server, xds_client."},
-		[]string{"use"})
+	if s.tlsRefused, err = metrics.NewTLS(reg); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	var tlsOpts []grpc.ServerOption
-	if s.certs, tlsOpts, err = grpcTLS(o.TLS, s.tlsRefused.WithLabelValues("grpc_server").Inc, log.Named("tls")); err != nil {
+	if s.certs, tlsOpts, err = grpcTLS(o.TLS, s.tlsRefused.WithLabelValues(metrics.TLSGRPCServer).Inc, log.Named("tls")); err != nil {
 		return nil, err
 	}
 	to := o.Tracing
@@ -132,20 +132,15 @@ func (s *Server) newObservers() error {
 	if s.metrics, err = metrics.New(s.registry, metrics.Options{NearRatio: o.Admin.NearRatio, MaxDetailed: o.Admin.MaxDetailed}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	if err := registerStoreMetrics(s.store, s.registry); err != nil {
+	if err := metrics.RegisterStore(s.registry, storeReaders(s.store)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := metrics.RegisterBuildInfo(s.registry, s.version); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	for _, use := range []string{"grpc_server", "xds_client"} {
-		s.tlsRefused.WithLabelValues(use)
-	}
-	if err := s.registry.Register(s.tlsRefused); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
 	s.bounds = &grpcBounds{o: o.GRPC}
-	if err := registerBoundsMetrics(s.registry, s.bounds, s.grpcConns); err != nil {
+	if err := metrics.RegisterGRPCBounds(s.registry, metrics.GRPCBounds{Conns: s.grpcConns,
+		StreamsRefused: &s.bounds.streamsRefused, TimedOut: &s.bounds.timedOut, IdleClosed: &s.bounds.idleClosed}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := s.registerListenerMetrics(); err != nil {
@@ -260,9 +255,9 @@ func (s *Server) registerListenerMetrics() error {
 			return connlimit.Stats{}, false
 		}
 	}
-	return s.registry.Register(&listenerCollector{listeners: map[string]func() (connlimit.Stats, bool){
+	return metrics.RegisterHTTPListeners(s.registry, map[string]func() (connlimit.Stats, bool){
 		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"),
-	}})
+	})
 }
 
 // grpcConns are the gRPC listener's counts, zero before Open.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
 	"github.com/fastlimit/fastlimit/internal/guard/overlimit"
 	"github.com/fastlimit/fastlimit/internal/observe/logging"
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -55,75 +55,30 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	return g, nil
 }
 
-// registerStoreMetrics exports the embedded store's gauges, or the
-// over-limit cache's counters and the circuit breaker's state, on reg.
-func registerStoreMetrics(st openStore, reg prometheus.Registerer) error {
+// storeReaders read the embedded store's gauges, or the circuit
+// breaker's state, Redis' batches and the over-limit cache's counters.
+func storeReaders(st openStore) metrics.StoreReaders {
 	if m, ok := st.(*store.Memory); ok {
-		return registerMemory(m, reg)
+		return metrics.StoreReaders{
+			MemoryKeys:    func() float64 { return float64(m.Stats().Keys) },
+			MemoryRefused: func() float64 { return float64(m.Stats().Refused) },
+		}
 	}
 	g, ok := st.(*guarded)
 	if !ok {
-		return nil
+		return metrics.StoreReaders{}
 	}
-	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_store_breaker_state",
-		Help: "The store's circuit breaker: 0 closed, 1 open (requests get the --on-store-error answer at once), 2 open with a probe in flight."},
-		func() float64 { return float64(g.breaker.State()) })); err != nil {
-		return err
+	r := metrics.StoreReaders{
+		BreakerState:    func() float64 { return float64(g.breaker.State()) },
+		RedisBatches:    func() float64 { return float64(g.batches().Sends) },
+		RedisBatchedOps: func() float64 { return float64(g.batches().Ops) },
 	}
-	batch := func(f func(store.BatchStats) int64) func() float64 {
-		return func() float64 { return float64(f(g.batches())) }
+	if c := g.cache; c != nil {
+		r.CacheHits = func() float64 { return float64(c.Stats().Hits) }
+		r.CacheFull = func() float64 { return float64(c.Stats().Full) }
+		r.CacheEntries = func() float64 { return float64(c.Stats().Entries) }
 	}
-	for _, c := range []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batches_total",
-			Help: "Pipelines of script calls sent to Redis for Takes; concurrent requests share them, so that Redis pays one script call for many decisions."},
-			batch(func(s store.BatchStats) int64 { return s.Sends })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_redis_batched_ops_total",
-			Help: "Decisions (descriptors) those pipelines carried; divided by fastlimit_redis_batches_total, the decisions per batch."},
-			batch(func(s store.BatchStats) int64 { return s.Ops })),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	if g.cache == nil {
-		return nil
-	}
-	stat := func(f func(overlimit.Stats) float64) func() float64 {
-		return func() float64 { return f(g.cache.Stats()) }
-	}
-	for _, c := range []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_hits_total",
-			Help: "Descriptors denied by the local over-limit cache without a Redis round trip."},
-			stat(func(s overlimit.Stats) float64 { return float64(s.Hits) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_local_cache_full_total",
-			Help: "Over-limit keys not cached because the cache was full (--local-cache-size-in-bytes)."},
-			stat(func(s overlimit.Stats) float64 { return float64(s.Full) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_local_cache_entries",
-			Help: "Keys held by the local over-limit cache, expired ones not yet dropped included."},
-			stat(func(s overlimit.Stats) float64 { return float64(s.Entries) })),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// registerMemory exports the embedded store's entries and refusals.
-func registerMemory(m *store.Memory, reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fastlimit_memory_keys",
-			Help: "Embedded store: windows and buckets held, expired ones not yet swept included (bounded by --memory-max-keys)."},
-			func() float64 { return float64(m.Stats().Keys) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fastlimit_memory_refused_total",
-			Help: "Embedded store: requests refused as store errors because --memory-max-keys windows and buckets were held."},
-			func() float64 { return float64(m.Stats().Refused) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r
 }
 
 // cacheEntryBytes is what --local-cache-size-in-bytes counts per key: an

@@ -134,6 +134,15 @@ func (l *Limit) WindowMillis() int64 {
 // Capacity returns RequestsPerUnit in milli-requests.
 func (l *Limit) Capacity() int64 { return int64(l.RequestsPerUnit) * Milli }
 
+// Allowance returns the most the limit admits at once, in milli-requests:
+// Burst for a token bucket, Capacity for a window.
+func (l *Limit) Allowance() int64 {
+	if l.Algorithm == TokenBucket {
+		return l.Burst
+	}
+	return l.Capacity()
+}
+
 // SharedValue returns the pattern that stands for the request's value at
 // depth i in keys, and whether one applies (share_threshold).
 func (l *Limit) SharedValue(i int) (string, bool) {

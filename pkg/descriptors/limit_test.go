@@ -106,3 +106,21 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowance: a window admits its requests per unit, a token bucket
+// its burst, whatever the other holds.
+func TestAllowance(t *testing.T) {
+	for _, c := range []struct {
+		alg  descriptors.Algorithm
+		want int64
+	}{
+		{descriptors.FixedWindow, 10 * descriptors.Milli},
+		{descriptors.SlidingWindow, 10 * descriptors.Milli},
+		{descriptors.TokenBucket, 25 * descriptors.Milli},
+	} {
+		l := descriptors.Limit{Algorithm: c.alg, RequestsPerUnit: 10, Burst: 25 * descriptors.Milli}
+		if got := l.Allowance(); got != c.want {
+			t.Errorf("%v: Allowance() = %d, want %d", c.alg, got, c.want)
+		}
+	}
+}

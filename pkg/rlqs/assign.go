@@ -65,7 +65,7 @@ func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
 			continue
 		}
 		if a.h.st.queue(a.h.text, st.svc.shareAction(a.h.id, a)) {
-			st.svc.metrics.pushed(st.domain)
+			st.svc.obs.Pushed(st.svc.label(st.domain))
 		}
 	}
 }

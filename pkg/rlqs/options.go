@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -149,8 +148,8 @@ type Options struct {
 	// Quota tunes the division (package quota's defaults; its Period is
 	// ReportPeriod).
 	Quota quota.Config
-	// Registerer receives the service's metrics; nil registers none.
-	Registerer prometheus.Registerer
+	// Observer is told of the service's events; nil tells none.
+	Observer Observer
 	// Tracer traces report handling; nil traces nothing.
 	Tracer trace.Tracer
 
@@ -163,6 +162,9 @@ func (o *Options) fill() error {
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
 	if o.Now == nil {
 		o.Now, o.storeClock = time.Now, true

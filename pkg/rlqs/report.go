@@ -54,7 +54,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	span.SetAttributes(attribute.String("rlqs.domain", st.domain),
 		attribute.Int("rlqs.buckets", len(r.all)), attribute.Int("rlqs.subscriptions", len(r.subs)))
-	s.metrics.report(st.domain, len(r.all), len(r.subs))
+	s.obs.Reported(s.label(st.domain), len(r.all), len(r.subs))
 	if st.answerEarly(r) {
 		if err := st.flush(); err != nil {
 			return streamEnd(err)
@@ -106,7 +106,7 @@ func (st *stream) bind(domain string) error {
 func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) {
 	id := u.GetBucketId().GetBucket()
 	if len(id) == 0 {
-		st.svc.metrics.emptyID(st.domain)
+		st.svc.obs.EmptyBucketID(st.svc.label(st.domain))
 		return // no action can name it
 	}
 	entries, text := canonical(id)
@@ -124,7 +124,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	if h.pool != nil {
 		h.pool.observe(h.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Quota)
 	}
-	st.svc.metrics.usage(st.domain, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, h)
 }
 
@@ -166,7 +166,7 @@ func (st *stream) abandonIdle(r *report) {
 			r.gone = append(r.gone, st.svc.leave(h))
 		}
 		st.abandon(h)
-		st.svc.metrics.abandoned(st.domain)
+		st.svc.obs.Abandoned(st.svc.label(st.domain))
 	}
 	r.all = kept
 }
@@ -207,7 +207,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	defer cancel()
 	start := time.Now()
 	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(r.now))
-	s.metrics.exchanged(time.Since(start), len(items))
+	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		s.storeFailed(r, err)
@@ -228,7 +228,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 // counted); exchanged logs when it answers again.
 func (s *Service) storeFailed(r *report, err error) {
 	r.failed = true
-	s.metrics.storeError()
+	s.obs.StoreFailed()
 	if s.storeDown.CompareAndSwap(false, true) {
 		s.log.Warn("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
 			zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err))

@@ -35,7 +35,7 @@ type Service struct {
 	ttl      int64 // assignments' time to live, in seconds
 	log      *zap.Logger
 	resolver resolver
-	metrics  *metrics
+	obs      Observer
 
 	mu      sync.Mutex
 	pools   map[string]*pool
@@ -47,8 +47,7 @@ type Service struct {
 	handlers  sync.WaitGroup
 }
 
-// New returns a Service. It fails on invalid options, and when the
-// metrics cannot be registered.
+// New returns a Service. It fails on invalid options.
 func New(opts Options) (*Service, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -61,14 +60,10 @@ func New(opts Options) (*Service, error) {
 		ttl:      quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
 		log:      opts.Log.Named("rlqs"),
 		resolver: resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
+		obs:      opts.Observer,
 		pools:    map[string]*pool{},
 		streams:  map[*stream]struct{}{},
 	}
-	m, err := newMetrics(s, opts.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	s.metrics = m
 	return s, nil
 }
 
@@ -178,7 +173,7 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(s.opts.Now())); err != nil {
-		s.metrics.storeError()
+		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 	}
 }

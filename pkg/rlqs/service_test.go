@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -121,39 +118,29 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestMetricsAndUsage: the metrics lint clean and describe the division;
-// the inspection handler shows every client's demand and share.
-func TestMetricsAndUsage(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Registerer = reg }})
+// TestObserverAndUsage: the observer is told of the division, the totals
+// sum it; the inspection handler shows every client's demand and share.
+func TestObserverAndUsage(t *testing.T) {
+	obs := &recorder{}
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Observer = obs }})
 	for _, rate := range []float64{800, 100, 100} {
 		c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, rate)
 	}
 	c.run(3 * c.period)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	tot := c.replicas[0].svc.Totals()["d"]
+	if tot.Streams != 3 || tot.Buckets != 3 || tot.Limits != 1 || tot.LimitRate != 300 {
+		t.Errorf("totals = %+v, want 3 streams and buckets, 1 limit of 300/s", tot)
 	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
+	if tot.AssignedRate < 299 || tot.AssignedRate > 301 {
+		t.Errorf("assigned rate = %v, want 300", tot.AssignedRate)
 	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	for _, key := range []string{"reports d", "bucket_reports d", "requests allowed d", "actions d", "exchanges"} {
+		if obs.get(key) == 0 {
+			t.Errorf("observer: no %s", key)
+		}
 	}
-	want := `
-# HELP fastlimit_rlqs_limit_rate Sum of the global rates (requests per second) of the limits divided on this replica.
-# TYPE fastlimit_rlqs_limit_rate gauge
-fastlimit_rlqs_limit_rate{domain="d"} 300
-# HELP fastlimit_rlqs_streams Envoy streams open on this replica.
-# TYPE fastlimit_rlqs_streams gauge
-fastlimit_rlqs_streams{domain="d"} 3
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fastlimit_rlqs_streams", "fastlimit_rlqs_limit_rate"); err != nil {
-		t.Error(err)
-	}
-	if n := testutil.ToFloat64(gaugeOf(t, reg, "fastlimit_rlqs_assigned_rate")); n < 299 || n > 301 {
-		t.Errorf("assigned rate = %v, want 300", n)
+	if n := obs.get("subscriptions d"); n != 3 {
+		t.Errorf("observer: %v subscriptions, want 3", n)
 	}
 
 	rec := httptest.NewRecorder()
@@ -182,22 +169,69 @@ fastlimit_rlqs_streams{domain="d"} 3
 	}
 }
 
-// gaugeOf returns a collector of the one series of a gathered family.
-func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
+// TestUnknownDomainFolded: a domain the rules do not name is told and
+// totalled as rlqs.UnknownDomain, so that Envoys cannot grow label sets.
+func TestUnknownDomainFolded(t *testing.T) {
+	obs := &recorder{}
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Observer = obs }})
+	s := openRaw(t, c)
+	if err := s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "nope", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucketA, 1, 0)}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "copy"})
-			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
-			return g
-		}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no single series %s", name)
-	return nil
+	tot := c.replicas[0].svc.Totals()
+	if _, ok := tot["nope"]; ok || tot[rlqs.UnknownDomain].Streams != 1 {
+		t.Errorf("totals = %+v, want one stream under %s", tot, rlqs.UnknownDomain)
+	}
+	if n := obs.get("reports " + rlqs.UnknownDomain); n != 1 || obs.get("reports nope") != 0 {
+		t.Errorf("observer: %v reports under %s, want 1 (and none under nope)", n, rlqs.UnknownDomain)
+	}
+}
+
+// recorder is an Observer that sums what it is told, by event and domain.
+type recorder struct {
+	mu sync.Mutex
+	n  map[string]float64
+}
+
+var _ rlqs.Observer = (*recorder)(nil)
+
+func (r *recorder) add(key string, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]float64{}
+	}
+	r.n[key] += v
+}
+
+func (r *recorder) get(key string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[key]
+}
+
+func (r *recorder) Reported(d string, buckets, subscribed int) {
+	r.add("reports "+d, 1)
+	r.add("bucket_reports "+d, float64(buckets))
+	r.add("subscriptions "+d, float64(subscribed))
+}
+
+func (r *recorder) Requests(d string, allowed, denied uint64) {
+	r.add("requests allowed "+d, float64(allowed))
+	r.add("requests denied "+d, float64(denied))
+}
+
+func (r *recorder) ActionsSent(d string, n int) { r.add("actions "+d, float64(n)) }
+func (r *recorder) Pushed(d string)             { r.add("pushes "+d, 1) }
+func (r *recorder) Abandoned(d string)          { r.add("abandoned "+d, 1) }
+func (r *recorder) EmptyBucketID(d string)      { r.add("empty_ids "+d, 1) }
+func (r *recorder) StoreFailed()                { r.add("store_errors", 1) }
+func (r *recorder) Exchanged(_ time.Duration, items int) {
+	r.add("exchanges", 1)
+	r.add("items", float64(items))
 }
 
 // TestTracing: a report is a span, its store exchange a child span.

@@ -129,7 +129,7 @@ func (st *stream) flush() error {
 	clear(st.pending)
 	st.order = st.order[:0]
 	st.mu.Unlock()
-	st.svc.metrics.actions(st.domain, len(resp.BucketAction))
+	st.svc.obs.ActionsSent(st.svc.label(st.domain), len(resp.BucketAction))
 	return st.srv.Send(resp)
 }
 

@@ -1,7 +1,7 @@
-// Package metrics counts FastLimit's decisions and rules loads as
-// Prometheus series (fastlimit_*): requests by code, latency, per-rule
-// hits, over-limit, near-limit and shadow-mode counts, unmatched
-// descriptors, and the rules in force.
+// Package metrics defines every FastLimit Prometheus series (fastlimit_*),
+// each once in a table that docs/metrics.md is generated from, and builds
+// their collectors: decisions and rules loads (Metrics), the store, the
+// gRPC and HTTP bounds, TLS, the quota service (RLQS) and refstats' own.
 package metrics
 
 import (
@@ -88,27 +88,19 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	if nearRatio == 0 {
 		nearRatio = 0.8
 	}
-	rule := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fastlimit", Subsystem: "rule", Name: name, Help: help,
-		}, []string{"domain", "rule"})
-	}
 	m := &Metrics{
 		farShare:     int64(math.Round((1 - nearRatio) * 1e6)),
-		ruleHits:     rule("total_hits_total", "Hits charged against the rule, in requests."),
-		ruleOver:     rule("over_limit_total", "Hits over the rule's limit, shadowed ones included."),
-		ruleNear:     rule("near_limit_total", "Hits allowed with the rule's remaining at or below the near-limit share."),
-		ruleWithin:   rule("within_limit_total", "Hits allowed by the rule."),
-		ruleShadow:   rule("shadow_mode_total", "Hits over the rule's limit that shadow mode let through."),
-		ruleRefunded: rule("refunded_hits_total", "Hits given back to the rule by descriptors with is_negative_hits; not counted in total_hits_total."),
+		ruleHits:     ruleHitsDef.counterVec(),
+		ruleOver:     ruleOverDef.counterVec(),
+		ruleNear:     ruleNearDef.counterVec(),
+		ruleWithin:   ruleWithinDef.counterVec(),
+		ruleShadow:   ruleShadowDef.counterVec(),
+		ruleRefunded: ruleRefundedDef.counterVec(),
 	}
 	m.newRequestSeries()
 	m.newConfigSeries()
 	m.detailed.max = o.MaxDetailed
-	m.detailed.folded = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "fastlimit", Subsystem: "rule", Name: "detailed_series_folded_total",
-		Help: "Decisions of detailed_metric and value_to_metric rules counted under the rule's path, because --max-detailed-metric-series request-labelled series existed.",
-	})
+	m.detailed.folded = detailedFoldedDef.counter()
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleRefunded,
 		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
@@ -116,37 +108,17 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, reg.Register(c))
-	}
-	return m, errors.Join(errs...)
+	return m, register(reg, cs...)
 }
 
 // newRequestSeries makes the series of requests: codes, latency, store
 // errors, unmatched descriptors and global shadow mode.
 func (m *Metrics) newRequestSeries() {
-	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "fastlimit", Name: "request_duration_seconds",
-		Help:    "Time to decide a rate-limit request, store round trip included.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
-	})
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "fastlimit", Name: "requests_total",
-		Help: "Rate-limit requests by result: OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, or UNKNOWN before the first rules from xDS.",
-	}, []string{"code"})
-	m.unmatched = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "fastlimit", Name: "unmatched_descriptors_total",
-		Help: "Descriptors that no rule matched (so nothing limited them), by domain; domains without rules count as \"other\".",
-	}, []string{"domain"})
-	m.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "fastlimit", Name: "global_shadow_mode_total",
-		Help: "Requests over limit that global shadow mode (--shadow-mode) answered OK.",
-	})
-	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "fastlimit", Name: "store_errors_total",
-		Help: "Requests that failed because the store did not answer, or answered with an error.",
-	})
+	m.duration = durationDef.histogram()
+	m.requests = requestsDef.counterVec()
+	m.unmatched = unmatchedDef.counterVec()
+	m.globalShadow = globalShadowDef.counter()
+	m.storeErrors = storeErrorsDef.counter()
 	m.byCode = map[string]prometheus.Counter{}
 	for _, c := range []string{codeOK, codeOverLimit, codeInvalid, codeUnavailable, codeUnknown} {
 		m.byCode[c] = m.requests.WithLabelValues(c)
@@ -157,30 +129,12 @@ func (m *Metrics) newRequestSeries() {
 
 // newConfigSeries makes the series of rules loads and the rules in force.
 func (m *Metrics) newConfigSeries() {
-	m.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "loads_total",
-		Help: "Loads of the rules directory (or xDS snapshots) by result: success or failure. A failed reload keeps the rules in force.",
-	}, []string{"result"})
-	m.removed = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "domains_removed_total",
-		Help: "Domains that a load of the rules removed: their requests are no longer limited (each is logged at warn).",
-	})
-	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "info",
-		Help: "The rules in force: 1, labelled with their hash (SHA-256 of the files' or xDS resources' names and contents).",
-	}, []string{"hash"})
-	m.lastOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_successful",
-		Help: "1 if the last load of the rules directory (or xDS snapshot) succeeded, 0 if it failed and older rules are in force.",
-	})
-	m.lastOKTime = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
-		Help: "When the rules directory (or an xDS snapshot) last loaded successfully, in Unix seconds.",
-	})
-	m.limits = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "fastlimit", Subsystem: "config", Name: "limits",
-		Help: "Limits in the rules in force.",
-	})
+	m.loads = loadsDef.counterVec()
+	m.removed = removedDef.counter()
+	m.info = infoDef.gaugeVec()
+	m.lastOK = lastOKDef.gauge()
+	m.lastOKTime = lastOKTimeDef.gauge()
+	m.limits = limitsDef.gauge()
 	for _, r := range []string{"success", "failure"} {
 		m.loads.WithLabelValues(r)
 	}
@@ -245,11 +199,7 @@ func (m *Metrics) near(st *limiter.Status) bool {
 	if lim.Unlimited {
 		return false
 	}
-	capacity := lim.Capacity()
-	if lim.Algorithm == descriptors.TokenBucket {
-		capacity = lim.Burst
-	}
-	return float64(st.Remaining)*descriptors.Milli*1e6 <= float64(m.farShare)*float64(capacity)
+	return float64(st.Remaining)*descriptors.Milli*1e6 <= float64(m.farShare)*float64(lim.Allowance())
 }
 
 // Failed counts a request that failed: invalid, no rules yet, or a store
@@ -292,13 +242,7 @@ func (m *Metrics) LoadFailed() {
 
 // RegisterBuildInfo registers fastlimit_build_info on reg.
 func RegisterBuildInfo(reg prometheus.Registerer, version string) error {
-	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "fastlimit", Name: "build_info",
-		Help: "The running build: 1, labelled with its version and Go version.",
-	}, []string{"version", "goversion"})
+	info := buildInfoDef.gaugeVec()
 	info.WithLabelValues(version, runtime.Version()).Set(1)
-	if err := reg.Register(info); err != nil {
-		return err
-	}
-	return nil
+	return reg.Register(info)
 }

@@ -40,27 +40,11 @@ func window(path string, rpu uint32) *descriptors.Limit {
 // made to appear at least once.
 func TestMetricNames(t *testing.T) {
 	m, reg := newTestMetrics(t)
-	lim := window("d.k", 10)
-	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
-	m.Decided("d", nil, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
-	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Refund: true}}}, time.Millisecond)
-	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
-	m.Failed("d", limiter.ErrUnavailable, time.Millisecond)
-	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	exercise(t, m)
 	if err := RegisterBuildInfo(reg, "test"); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Loaded(rs, true)
-	m.LoadFailed()
-
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := gatherLinted(t, reg)
 	names := map[string]bool{}
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
@@ -78,6 +62,34 @@ func TestMetricNames(t *testing.T) {
 			t.Errorf("metric %s is not gathered", want)
 		}
 	}
+}
+
+// exercise makes every series of m appear, but for the folded, removed
+// and global shadow counters.
+func exercise(t *testing.T, m *Metrics) {
+	t.Helper()
+	lim := window("d.k", 10)
+	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Remaining: 1}}}, time.Millisecond)
+	m.Decided("d", nil, &limiter.Response{Code: limiter.OverLimit, Statuses: []limiter.Status{{Code: limiter.OverLimit, Limit: lim, Hits: 1}}}, time.Millisecond)
+	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Refund: true}}}, time.Millisecond)
+	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{Limit: lim, Hits: 1, Shadowed: true}}}, time.Millisecond)
+	m.Failed("d", limiter.ErrUnavailable, time.Millisecond)
+	m.Decided("d", nil, &limiter.Response{Statuses: []limiter.Status{{}}}, time.Millisecond)
+	rs, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Loaded(rs, true)
+	m.LoadFailed()
+}
+
+// gatherLinted gathers g's families, each linted by promlint.
+func gatherLinted(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +97,7 @@ func TestMetricNames(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
+	return mfs
 }
 
 func TestRuleCounters(t *testing.T) {

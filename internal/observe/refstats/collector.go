@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/statsd"
 	"github.com/fastlimit/fastlimit/internal/observe/statsmap"
 )
@@ -61,15 +62,11 @@ type refSeries struct {
 
 func newCollector(store *statsd.Store, m *statsmap.Mapper, reg prometheus.Registerer) (*collector, error) {
 	c := &collector{
-		store: store, mapper: m,
+		store: store, mapper: m, conflicts: metrics.RefStatsConflicts(),
 		mapped:   map[*statsd.Counter]*refSeries{},
 		gauged:   map[*statsd.Gauge]*refSeries{},
 		families: map[string]family{},
 		obsByID:  map[string]refObserver{},
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "ref_stats_conflicts_total",
-			Help: "envoyproxy/ratelimit stats not exported because PROMETHEUS_MAPPER_YAML maps them to a name another type of stat uses.",
-		}),
 	}
 	if err := reg.Register(c.conflicts); err != nil {
 		return nil, err

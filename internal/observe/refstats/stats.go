@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/statsd"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -93,10 +94,7 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 	r := &Stats{
 		store: st, limiter: l, nearRatio: float32(nearRatio),
 		dynamic: map[string]*ruleStats{}, maxDynamic: maxDynamic,
-		overflow: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fastlimit", Name: "ref_stats_overflow_total",
-			Help: "Decisions counted under their rule's configured key (or not at all) because request values had made too many envoyproxy/ratelimit stat keys.",
-		}),
+		overflow:     metrics.RefStatsOverflow(),
 		redisError:   st.Counter(statRedisError),
 		serviceError: st.Counter(statServiceError),
 		loadOK:       st.Counter(statLoadSuccess),
@@ -284,11 +282,7 @@ func tallyOf(st *limiter.Status, nearRatio float32) tally {
 // as the reference computes it; the count after the decision is the
 // limit (the burst of a token bucket) less what remains.
 func nearHits(lim *descriptors.Limit, remaining uint32, hits uint64, ratio float32) uint64 {
-	capacity := lim.Capacity()
-	if lim.Algorithm == descriptors.TokenBucket {
-		capacity = lim.Burst
-	}
-	limit := float64(capacity / descriptors.Milli)
+	limit := float64(lim.Allowance() / descriptors.Milli)
 	threshold := math.Floor(float64(float32(limit) * ratio))
 	after := limit - float64(remaining)
 	if after <= threshold {

@@ -1,0 +1,116 @@
+package rlqs
+
+import (
+	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/quota"
+)
+
+// UnknownDomain stands for every domain the rules do not name, in what an
+// Observer is told and in Totals, so that Envoys cannot grow label sets
+// at will.
+const UnknownDomain = "_unknown"
+
+// Observer is told of the service's events, for metrics; domain is the
+// report's domain, or UnknownDomain. Its methods must be cheap, must not
+// block, and must be safe for concurrent use.
+type Observer interface {
+	// Reported is called for each usage report with its bucket usages and
+	// the buckets it subscribed (first reported on its stream).
+	Reported(domain string, buckets, subscribed int)
+	// Requests is called for each bucket usage with the requests its Envoy
+	// allowed and denied.
+	Requests(domain string, allowed, denied uint64)
+	// ActionsSent is called when n bucket actions are sent to an Envoy.
+	ActionsSent(domain string, n int)
+	// Pushed is called when an assignment is sent to an Envoy because
+	// another Envoy's report changed its share.
+	Pushed(domain string)
+	// Abandoned is called when a bucket is abandoned for being idle.
+	Abandoned(domain string)
+	// EmptyBucketID is called for a bucket usage with an empty bucket id.
+	EmptyBucketID(domain string)
+	// StoreFailed is called when a demand store exchange fails.
+	StoreFailed()
+	// Exchanged is called after a report's demand store exchange, failed
+	// or not, with its time and its items.
+	Exchanged(took time.Duration, items int)
+}
+
+// nopObserver is the Observer of Options without one.
+type nopObserver struct{}
+
+func (nopObserver) Reported(string, int, int)       {}
+func (nopObserver) Requests(string, uint64, uint64) {}
+func (nopObserver) ActionsSent(string, int)         {}
+func (nopObserver) Pushed(string)                   {}
+func (nopObserver) Abandoned(string)                {}
+func (nopObserver) EmptyBucketID(string)            {}
+func (nopObserver) StoreFailed()                    {}
+func (nopObserver) Exchanged(time.Duration, int)    {}
+
+// label is what an Observer is told of a domain.
+func (s *Service) label(domain string) string {
+	if s.opts.Rules().Domain(domain) == nil {
+		return UnknownDomain
+	}
+	return domain
+}
+
+// DomainTotals sum the state of one domain on this replica.
+type DomainTotals struct {
+	// Streams are the Envoy streams open, Buckets the buckets they hold
+	// (one per stream and bucket), Limits the limits divided (buckets
+	// sharing a counter count once).
+	Streams, Buckets, Limits int
+	// LimitRate, AssignedRate and DemandRate sum the limits' global rates,
+	// the rates assigned to the Envoys and their measured demand, in
+	// requests per second.
+	LimitRate, AssignedRate, DemandRate float64
+}
+
+// Totals returns the state of every domain served, by domain (or
+// UnknownDomain), for gauges read at scrape time. It is safe for
+// concurrent use; it holds each stream's and limit's lock in turn, briefly.
+func (s *Service) Totals() map[string]DomainTotals {
+	out := map[string]DomainTotals{}
+	s.mu.Lock()
+	streams := make([]*stream, 0, len(s.streams))
+	for st := range s.streams {
+		streams = append(streams, st)
+	}
+	pools := make([]*pool, 0, len(s.pools))
+	for _, p := range s.pools {
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.mu.Lock()
+		domain, n := st.domain, len(st.buckets)
+		st.mu.Unlock()
+		if domain == "" {
+			continue
+		}
+		d := s.label(domain)
+		t := out[d]
+		t.Streams++
+		t.Buckets += n
+		out[d] = t
+	}
+	for _, p := range pools {
+		d := s.label(p.domain)
+		t := out[d]
+		p.mu.Lock()
+		t.Limits++
+		t.LimitRate += p.q.Limit.Rate
+		p.q.Clients(func(c *quota.Client) {
+			t.AssignedRate += c.Assigned
+			if c.Known {
+				t.DemandRate += c.Demand
+			}
+		})
+		p.mu.Unlock()
+		out[d] = t
+	}
+	return out
+}
