@@ -137,7 +137,7 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
-	errs = append(errs, fromSet(err)...)
+	errs = append(errs, fromSet(err, true)...)
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}

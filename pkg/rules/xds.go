@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -57,7 +56,7 @@ func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 		domains = append(domains, x.domain(resourceLabel(res.GetName(), i), res))
 	}
 	set, err := descriptors.NewSet(domains)
-	errs := append(x.errs, located(err)...)
+	errs := append(x.errs, fromSet(err, false)...)
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
@@ -168,26 +167,4 @@ func metadata(s *structpb.Struct) map[string]any {
 		return nil
 	}
 	return s.AsMap()
-}
-
-// located turns the joined *descriptors.Error values of NewSet into
-// *Error values whose File is the whole source, which here is a resource
-// and descriptor path rather than "file:line".
-func located(err error) []*Error {
-	if err == nil {
-		return nil
-	}
-	list := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	}
-	errs := make([]*Error, len(list))
-	for i, e := range list {
-		errs[i] = &Error{Msg: e.Error(), Err: e}
-		var de *descriptors.Error
-		if errors.As(e, &de) {
-			errs[i].File, errs[i].Msg, errs[i].Err = de.Source, de.Err.Error(), de.Err
-		}
-	}
-	return errs
 }
