@@ -29,11 +29,8 @@ type Op struct {
 	Window int64
 	// Cost is the charge; 0 checks without charging.
 	Cost int64
-	// Refund gives Cost back, always allowed: a window's (this window's)
-	// count drops, not below 0; a bucket, refilled first, gains, not past
-	// Burst. It writes only state that exists, keeping its expiry, but
-	// deletes a counter emptied or a bucket made full. Result holds what
-	// remains after it.
+	// Refund gives Cost back, always allowed, never below empty nor past
+	// Burst; Result holds what remains (docs/design.md has the details).
 	Refund bool
 	Burst  int64
 	// RateNum/RateDen is the bucket's refill per ms (descriptors.Limit.RefillRate).

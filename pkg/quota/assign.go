@@ -53,14 +53,12 @@ func (tb TokenBucket) Rate() float64 {
 	return float64(tb.TokensPerFill) / float64(tb.FillSeconds)
 }
 
-// FillNanos is the nanos to send with FillSeconds: the seconds again, so
-// that Envoy, which compares only the nanos, sees them change.
+// FillNanos is FillSeconds again as nanos, which Envoy compares to see a change.
 func (tb TokenBucket) FillNanos() int32 {
 	return int32(tb.FillSeconds % 1_000_000_000)
 }
 
-// TTL is an assignment's time to live, whole seconds: factor report periods
-// rounded up, and over one period.
+// TTL is an assignment's time to live: factor periods in whole seconds, over one period.
 func TTL(period time.Duration, factor float64) int64 {
 	ttl := int64(math.Ceil(period.Seconds() * factor))
 	return max(ttl, int64(math.Ceil(period.Seconds()))+1)
