@@ -1,19 +1,11 @@
 -- arith.lua: the arithmetic the scripts share, without Redis calls. lua.go
 -- puts it where a script has the line "-- #include arith.lua" (take.lua,
--- atomic.lua); take.lua's header describes what it computes, and
--- pkg/store/memory.go computes the same in Go.
+-- atomic.lua); pkg/store/memory.go computes the same in Go.
 --
--- Every value is an integer below 2^53, so Lua's doubles hold it exactly.
--- Division rounds down as (a - a % b) / b: for integers 0 <= a < 2^53 and
--- b >= 1 the double quotient a / b never rounds across an integer, so
--- a % b (Lua 5.1: a - floor(a / b) * b) is exact, and this costs three VM
--- instructions where math.floor costs a call into C. Likewise min and max
--- are written out.
---
--- A script pays for every function it defines on every call (a closure
--- is made each time the script runs), so each algorithm's functions are
--- made by a builder that a call runs only when it has an op of that
--- algorithm: sliding_arith(), bucket_arith().
+-- Every value is an integer below 2^53, exact in Lua's doubles; division
+-- rounds down as (a - a % b) / b, which is exact there. A call builds only
+-- the functions of the algorithms it has ops of (sliding_arith(),
+-- bucket_arith()). Why: docs/design.md, "The scripts".
 
 local MAX = 4503599627370496 -- 2^52: counters and costs saturate here
 local BUCKET = 'tokens' -- a token bucket's key suffix

@@ -74,59 +74,21 @@ again where the Cluster says; the other groups are decided. (Every key of a
 group shares the base's hash tag, and so its slot.)
 
 State (every key has a TTL; a missing key is an empty window or a full
-bucket):
-- fixed_window: KEYS[g] .. S holds the window's count, an integer string
-  saturating at 2^52, expiring at ws + W (ws = now - now % W).
-- sliding_window: the counters of this window (S = ws / 1000) and of the
-  previous one, integer strings, each expiring at its own ws + 2W.
-- token_bucket: KEYS[g] .. 'tokens' holds struct.pack('<ddd', t, c, ts),
-  24 bytes: t milli-tokens and the carry c (c / den of a milli-token) at
-  ts, Unix ms, as three little-endian doubles (exact below 2^53). It
-  expires when the bucket is full again: ts + max(fill, 1). (It was a hash
-  at KEYS[g] .. 'bucket' before; such keys are never read, and expire by
-  themselves.)
+bucket; ws = now - now % W):
+- fixed_window: KEYS[g] .. S, the count (integer string, saturating at
+  2^52), expiring at ws + W.
+- sliding_window: this window's and the previous window's counters,
+  integer strings, each expiring at its own ws + 2W.
+- token_bucket: KEYS[g] .. 'tokens', struct.pack('<ddd', t, c, ts): t
+  milli-tokens and carry c at ts (Unix ms), expiring at ts + max(fill, 1).
 
-How a call runs. The state the decisions read (sliding windows' two
-counters, buckets) is read first, in one MGET for the whole call (in
-cross-slot mode, one MGET per group). Then each group is decided, its ops
-in order against its state, and each changed key is written once:
-- a window counter read and charged: INCRBY by the group's charges, and
-  PEXPIREAT of the first charge's expiry when it did not exist (cheaper
-  together than one SET with PXAT);
-- a fixed window's counter is not read before: the INCRBY of the group's
-  charges returns it (less those charges: the count before the call);
-  PEXPIREAT follows only when that INCRBY created it, and a count past
-  2^52 is SET back to 2^52 (KEEPTTL); a counter only peeked at is a GET;
-- a bucket charged: SET of its last state PXAT its expiry (with GET,
-  whose reply costs Lua less than SET's status), or DEL when it ended
-  full and existed.
-So a decision costs Redis at most one command of its own, and the
-decisions of a group share one read and one write of each key.
-
-fixed_window (envoyproxy/ratelimit's algorithm): a charge adds cost to the
-count (the counter grows even when over the limit); a peek reads it.
-
-sliding_window: the counters of this window (cur) and of the previous one
-(prev, capped at limit); arith.lua's sliding decide weighs prev by the
-share of its milliseconds still inside (now - W, now] and derives
-retry_after. Only an allowed charge adds to cur.
-
-token_bucket: a bucket of burst milli-tokens refilled at num/den per ms with
-the remainder carried (arith.lua's bucket decide). A peek is allowed and
-changes nothing; a charge (allowed or not) leaves the state refilled up to
-its time, less its cost if allowed.
-
-Cost: what Redis spends on a call is mostly moving arguments and replies
-and running redis.call (a few thousand instructions each), then whatever
-Lua calls into C (each number it formats or parses, each function or table
-it makes: about a thousand instructions each, bench/callgrind measures
-them). So a group sends one argument of its own (its key); numbers cross
-into Redis as strings formatted once per call (ARGV's own strings where
-they can); a group of one op makes no table; each algorithm's functions
-are made only by a call that has its ops; and an op formats and parses
-nothing it need not. All numbers stay below 2^53, so Lua's doubles hold
-them exactly; pkg/store/memory.go mirrors this script step for step, and
-atomic.lua decides the same ops all or nothing on the same state.
+A fixed window counts every charge, denied ones too (as envoyproxy/ratelimit
+does); a sliding window and a token bucket only allowed ones (a denied
+bucket charge still leaves it refilled). Each changed key is written once
+a call, and every number stays below 2^53;
+pkg/store/memory.go mirrors this script step for step, and atomic.lua
+decides the same ops all or nothing on the same state. How a call runs
+and what it costs Redis: docs/design.md, "The scripts".
 ]]
 
 -- #include arith.lua

@@ -5,29 +5,16 @@ import (
 	"strings"
 )
 
-// MaxBucketEntries is the most entries MatchBucket orders; a larger set
-// matches nothing.
+// MaxBucketEntries is the most entries MatchBucket orders.
 const MaxBucketEntries = 16
 
-// maxBucketSteps bounds the rule nodes one MatchBucket visits, so that no
-// set of entries can make it search long.
+// maxBucketSteps bounds the rule nodes one MatchBucket visits.
 const maxBucketSteps = 4096
 
-// MatchBucket matches a set of entries given in no particular order, such
-// as an Envoy quota bucket id (a map), to the limit of a domain's rules.
-// The rules tree chooses the order: at each level it takes an entry that
-// one of the level's rules matches, as Match would match it (key and
-// value exactly, then a wildcard value of that key, first in file order,
-// then a key-only rule). Candidates are tried exact matches first, then
-// wildcard ones, then key-only ones, each class in key order, and the
-// search backtracks until every entry is used on a path that ends at a
-// limit. So a set matches the rule whose path a request listing the
-// entries in that order would match, and where several orders match,
-// exact values win over wildcards at the highest level where they differ.
-//
-// It returns the limit and the entries in the matched order, or nil and
-// nil. Entries must have distinct keys; more than MaxBucketEntries match
-// nothing.
+// MatchBucket matches entries in no order (an Envoy quota bucket id) to a
+// limit, the rules choosing the order (docs/rlqs.md, "Buckets and rules").
+// It returns the limit and the entries in matched order, or nil and nil.
+// Keys must be distinct; over MaxBucketEntries entries match nothing.
 func MatchBucket(d *Domain, entries []Entry) (*Limit, []Entry) {
 	if d == nil || len(entries) == 0 || len(entries) > MaxBucketEntries {
 		return nil, nil

@@ -6,9 +6,8 @@ import (
 	"strings"
 )
 
-// String describes the limit on one line, for humans: its path, then
-// space-separated key=value settings in the rules files' vocabulary, with
-// burst and cost in requests. Unlimited limits show only their flags.
+// String describes the limit on one line for humans: its path, then the
+// rules files' key=value settings (burst and cost in requests).
 func (l *Limit) String() string {
 	var b strings.Builder
 	b.WriteString(l.Path)

@@ -7,13 +7,11 @@ import (
 	"strings"
 )
 
-// Milli is the fixed-point multiplier for limits, costs and tokens: a value
-// of 1000 means one request.
+// Milli is the fixed-point scale of limits, costs and tokens: 1000 is one request.
 const Milli = 1000
 
-// MaxExact is the largest integer that both Go's float64 and Redis' Lua
-// numbers represent exactly (2^53). Every intermediate product in the
-// algorithms stays below it.
+// MaxExact (2^53) bounds every intermediate value of the algorithms: float64
+// and Redis' Lua numbers hold every integer below it exactly.
 const MaxExact = 1 << 53
 
 // Algorithm selects how a limit is enforced.
@@ -69,41 +67,33 @@ type Limit struct {
 	Cost int64
 	// Replaces names the limits this one drops from a request.
 	Replaces []string
-	// ShadowMode, QuotaMode and DetailedMetric come from the descriptor
-	// that holds the limit.
+	// The flags and metadata of the descriptor that holds the limit.
 	ShadowMode     bool
 	QuotaMode      bool
 	DetailedMetric bool
 	ValueToMetric  bool
-	// Metadata is the free-form metadata of the descriptor that holds the limit.
-	Metadata map[string]any
-	// Path is the rule's readable path, "domain.key_value.key", for metrics
-	// and debugging.
+	Metadata       map[string]any
+	// Path is the rule's readable path, "domain.key_value.key".
 	Path string
-	// Levels are the configured levels of the rule's path, one per
-	// descriptor entry of the requests it matches; nil for an override.
+	// Levels are the rule's path, one per entry it matches; nil for an override.
 	Levels []Level
 
-	// shared[i] is the wildcard pattern that replaces the request's value at
-	// depth i in keys (share_threshold), or "" to use the request's value.
-	shared []string
-	// hasShared reports whether any entry of shared is set.
+	// shared[i] stands for the request's value at depth i in keys
+	// (share_threshold), or "" for the request's own value.
+	shared    []string
 	hasShared bool
 }
 
 // Level is one configured level of a rule's path.
 type Level struct {
 	Key string
-	// Value is the configured value: "" for a key-only level, or a
-	// wildcard pattern.
+	// Value is "" for a key-only level; it may be a wildcard pattern.
 	Value string
-	// ValueToMetric and ShareThreshold are the level's flags;
 	// ShareThreshold is set only on wildcard levels.
 	ValueToMetric, ShareThreshold bool
 }
 
-// NewLimit returns a fixed-window limit with defaults filled in, as used
-// for a request's limit override.
+// NewLimit returns a fixed-window limit with defaults, as a request's override.
 func NewLimit(rpu uint32, unit Unit) *Limit {
 	l := &Limit{RequestsPerUnit: rpu, Unit: unit}
 	l.fillDefaults()
@@ -143,8 +133,7 @@ func (l *Limit) Allowance() int64 {
 	return l.Capacity()
 }
 
-// SharedValue returns the pattern that stands for the request's value at
-// depth i in keys, and whether one applies (share_threshold).
+// SharedValue returns the share_threshold pattern that keys use at depth i.
 func (l *Limit) SharedValue(i int) (string, bool) {
 	if !l.hasShared || i >= len(l.shared) || l.shared[i] == "" {
 		return "", false
@@ -152,9 +141,8 @@ func (l *Limit) SharedValue(i int) (string, bool) {
 	return l.shared[i], true
 }
 
-// Validate checks the limit's own consistency: a known unit unless
-// unlimited, a window that fits, and token-bucket arithmetic that stays
-// exact. It does not check Replaces against other limits.
+// Validate checks the limit alone (unit, window, exact token-bucket
+// arithmetic), not its Replaces against other limits.
 func (l *Limit) Validate() error {
 	if l.Unlimited {
 		if l.Unit != UnitUnknown {
@@ -182,8 +170,6 @@ func (l *Limit) Validate() error {
 	}
 	if l.Algorithm == TokenBucket {
 		num, den := l.RefillRate()
-		// Refill computes elapsed*num + carry with elapsed below the fill
-		// time (about burst*den/num), so burst*den must stay exact.
 		if new(big.Int).Mul(new(big.Int).Add(big.NewInt(l.Burst), big.NewInt(num)), big.NewInt(den)).Cmp(big.NewInt(MaxExact)) >= 0 {
 			return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
 				l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
@@ -192,8 +178,7 @@ func (l *Limit) Validate() error {
 	return nil
 }
 
-// RefillRate returns the token-bucket refill rate as the reduced fraction
-// num/den milli-tokens per millisecond.
+// RefillRate returns the refill rate, num/den milli-tokens per ms, reduced.
 func (l *Limit) RefillRate() (num, den int64) {
 	num, den = l.Capacity(), l.WindowMillis()
 	if num == 0 || den == 0 {

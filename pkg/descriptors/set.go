@@ -7,9 +7,8 @@ import (
 	"strings"
 )
 
-// KV is a descriptor entry as a request carries it. Envoy's generated
-// *RateLimitDescriptor_Entry satisfies it, so requests are matched without
-// copying.
+// KV is a descriptor entry as a request carries it; Envoy's generated
+// *RateLimitDescriptor_Entry satisfies it, so Match needs no copy.
 type KV interface {
 	GetKey() string
 	GetValue() string
@@ -29,8 +28,7 @@ type Descriptor struct {
 	Key   string
 	Value string // "" matches any value; '*' is a wildcard
 	Limit *Limit // nil: no limit at this level
-	// ShareThreshold makes every value matching a wildcard Value share one
-	// counter.
+	// ShareThreshold: every value matching a wildcard Value shares a counter.
 	ShareThreshold bool
 	ValueToMetric  bool
 	DetailedMetric bool
@@ -103,11 +101,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// NewSet compiles domains into a Set. It rejects empty and duplicate
-// domains, empty keys, duplicate paths, invalid limits, replaces that name
-// their own limit or are empty, and share_threshold without a wildcard
-// value. It reports every such error, each an *Error, joined with
-// errors.Join. The Limits of the given descriptors are copied, not retained.
+// NewSet compiles domains into a Set, copying their Limits. It reports every
+// problem (empty or duplicate domains, keys and paths, invalid limits and
+// replaces, share_threshold without a wildcard), each an *Error, joined.
 func NewSet(domains []DomainConfig) (*Set, error) {
 	s := &Set{domains: make(map[string]*Domain, len(domains))}
 	sources := make(map[string]string, len(domains))
@@ -148,8 +144,7 @@ func (s *Set) build(n *node, path string, ds []Descriptor, shared []string, leve
 	return errs
 }
 
-// add compiles d and its nested descriptors as a child of n; levels are
-// those of n's path.
+// add compiles d and its nested descriptors as a child of n, at levels.
 func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels []Level) []error {
 	if d.Key == "" {
 		return []error{&Error{d.Source, errors.New("descriptor has empty key")}}
@@ -267,11 +262,10 @@ func (s *Set) Domains() []string {
 // Limits returns every configured limit, in file order per domain.
 func (s *Set) Limits() []*Limit { return s.limits }
 
-// Match returns the limit that applies to a request's entries, or nil.
-// At each level an exact key and value beats a wildcard value (the first in
-// file order), which beats a key-only rule. The limit is taken at the last
-// entry: the request must have as many entries as the matched path is
-// deep. Match does not allocate.
+// Match returns the limit that a request's entries hit, or nil, with the
+// reference's precedence (docs/rules.md, "Matching"): exact value, then the
+// first wildcard, then key-only; entries as many as the path is deep. It
+// does not allocate.
 func Match[E KV](d *Domain, entries []E) *Limit {
 	if d == nil || len(entries) == 0 {
 		return nil

@@ -23,8 +23,7 @@ var unitNames = map[Unit]string{
 	Week: "WEEK", Month: "MONTH", Year: "YEAR",
 }
 
-// ParseUnit parses a unit name in any case. It reports false for unknown
-// names and for "unknown".
+// ParseUnit parses a unit name in any case; "unknown" is not one.
 func ParseUnit(s string) (Unit, bool) {
 	up := strings.ToUpper(s)
 	for u, name := range unitNames {
@@ -49,9 +48,8 @@ func (u Unit) String() string {
 	return "UNKNOWN"
 }
 
-// Seconds returns the unit's length in seconds, aligned as the reference
-// server aligns windows: a week is 7 days, a month 30 days, a year 365 days.
-// It returns 0 for UnitUnknown.
+// Seconds returns the unit's length as the reference counts it (a month is
+// 30 days, a year 365), or 0 for UnitUnknown.
 func (u Unit) Seconds() int64 {
 	switch u {
 	case Second:

@@ -2,8 +2,7 @@ package descriptors
 
 import "strings"
 
-// pattern is a compiled value wildcard: '*' matches zero or more
-// characters, anywhere in the value.
+// pattern is a compiled wildcard: '*' matches any run of characters.
 type pattern struct {
 	parts []string // the literal pieces between stars, len >= 2
 }

@@ -7,61 +7,39 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// MaxKeyLen is the longest key kept readable; a longer identifier is
-// replaced by a digest.
-const MaxKeyLen = 200
+const (
+	// MaxKeyLen is the longest key kept readable; past it the identifier is digested.
+	MaxKeyLen = 200
+	// DefaultTenant is the tenant of a request without a tenant entry.
+	DefaultTenant = "default"
 
-// readablePrefix is how much of a digested identifier stays readable.
-const readablePrefix = 48
+	readablePrefix   = 48 // of a digested identifier
+	windowSuffixRoom = 12 // for the window start the store appends
+)
 
-// DefaultTenant is the tenant of a request that carries no tenant entry.
-const DefaultTenant = "default"
-
-// windowSuffixRoom is reserved for the window start the store appends.
-const windowSuffixRoom = 12
-
-// AppendKey appends the base key for a matched limit to dst:
-//
-//	{prefix}:{<identifier>}:{tenant}:
-//
-// The identifier is the domain and the matched entries, key=value joined by
-// '/', each part escaped so that ':', '{', '}', '*', '?', '[', ']', '/',
-// '=', '%', '~', spaces, control bytes and non-ASCII cannot collide or
-// inject.
-// Values of share_threshold levels are replaced by their wildcard pattern.
-// The braces make the identifier a Redis Cluster hash tag, so the keys of
-// one limit (both windows of a sliding window) share a slot. If the key
-// would pass MaxKeyLen, the identifier is replaced by a readable prefix and
-// the SHA-256 digest of the whole identifier, after a '~' that no escaped
-// part contains.
+// AppendKey appends a matched limit's base key to dst,
+// "{prefix}:{<domain>/<key>=<value>...}:{tenant}:", each part
+// percent-escaped so that none can collide or inject, share_threshold
+// values as their pattern, the braces a Redis Cluster hash tag, and an
+// identifier that would pass MaxKeyLen digested (docs/rules.md, "Key scheme").
 func AppendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
 	return appendKey(dst, prefix, domain, l, entries, tenant, false)
 }
 
-// AppendAtomicKey appends the base key of a limit of an all-or-nothing
-// domain to dst. It is AppendKey's key with the hash tag around the domain
-// alone:
-//
-//	{prefix}:{<domain>}/<entries>:{tenant}:
-//
-// so that every key of one request (a request has one domain) hashes to
-// the same Redis Cluster slot and one script can decide them together. The
-// price is that all of a domain's counters live on one cluster shard. A
-// domain whose escaped name passes maxDomainTag bytes is tagged by a
-// readable prefix and a digest of its name instead. Atomic and plain keys
-// never collide: a plain key's tag closes with "}:", an atomic one's with
-// "}/".
+// AppendAtomicKey appends the base key of an all-or-nothing domain's limit:
+// AppendKey's, with the hash tag around the domain alone,
+// "{prefix}:{<domain>}/<entries>:{tenant}:", so that all keys of a request
+// share a Cluster slot. It never equals a plain key ("}/" against "}:").
 func AppendAtomicKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
 	return appendKey(dst, prefix, domain, l, entries, tenant, true)
 }
 
-// maxDomainTag is the longest escaped domain kept whole in an atomic key's
-// hash tag.
-const maxDomainTag = 64
-
-// maxTenant is the longest escaped tenant kept whole; a longer one keeps
-// readableTag bytes and a digest, like an over-long domain tag.
-const maxTenant = 64
+// maxDomainTag and maxTenant are the longest escaped atomic key's domain and
+// tenant kept whole; longer ones keep readableTag bytes and a digest.
+const (
+	maxDomainTag = 64
+	maxTenant    = 64
+)
 
 func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string, atomic bool) []byte {
 	start := len(dst)
@@ -105,8 +83,7 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 	if len(dst)-start+windowSuffixRoom <= MaxKeyLen {
 		return dst
 	}
-	// Digest the identifier; an atomic key keeps its tag whole. The
-	// readable part shrinks to leave room for a long tag or tenant.
+	// Digest the identifier (an atomic key keeps its tag whole).
 	sum := sha256.Sum256(dst[idStart:idEnd])
 	tail := append([]byte(nil), dst[idEnd:]...)
 	keepFrom := max(idStart, tagEnd)
@@ -118,8 +95,7 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 	return append(dst, tail...)
 }
 
-// An over-long domain's atomic hash tag keeps readableTag bytes of the
-// escaped name and tagDigestBytes of its SHA-256.
+// An over-long tag keeps readableTag escaped bytes and tagDigestBytes of SHA-256.
 const (
 	readableTag    = 16
 	tagDigestBytes = 16
@@ -127,8 +103,7 @@ const (
 
 const hexDigits = "0123456789ABCDEF"
 
-// appendEscaped appends s with every byte that is not safe as %XX. Runs of
-// safe bytes, all of s in the common case, are copied whole.
+// appendEscaped appends s with every unsafe byte as %XX.
 func appendEscaped(dst []byte, s string) []byte {
 	for {
 		i := 0
@@ -145,7 +120,6 @@ func appendEscaped(dst []byte, s string) []byte {
 	}
 }
 
-// safeBytes[c] is safe(c).
 var safeBytes = func() (t [256]bool) {
 	for c := range t {
 		t[c] = safe(byte(c))
@@ -153,9 +127,7 @@ var safeBytes = func() (t [256]bool) {
 	return t
 }()
 
-// safe reports whether c stands for itself in a key. '~' does not: it
-// marks a digest, so that no raw value can spell out another identifier's
-// digested form.
+// safe reports whether c stands for itself in a key; '~' marks a digest.
 func safe(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':

@@ -10,13 +10,11 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// maxCost is where a charge saturates: any charge this large is over every
-// limit, and it stays exact in Lua's doubles.
+// maxCost is where a charge saturates: over every limit, exact in Lua.
 const maxCost = 1 << 52
 
-// Limiter decides requests against the current rules and a Store. It is
-// safe for concurrent use; SetRules swaps rules atomically, and a request
-// in flight finishes on the rules it started with.
+// Limiter decides requests against its rules and Store. It is safe for
+// concurrent use; a request finishes on the rules it started with.
 type Limiter struct {
 	store  Store
 	all    AtomicStore // store, if it decides all or nothing
@@ -30,17 +28,12 @@ type Limiter struct {
 
 // Options configure a Limiter.
 type Options struct {
-	// KeyPrefix starts every store key (default "ratelimit").
-	KeyPrefix string
-	// Limits bound request sizes (default DefaultLimits).
-	Limits *Limits
-	// Atomic decides the requests of every domain all or nothing, as a
-	// domain's atomic: true does for that domain; see Check.
+	KeyPrefix string  // starts every store key (default "ratelimit")
+	Limits    *Limits // bound request sizes (default DefaultLimits)
+	// Atomic decides every domain's requests all or nothing; see Check.
 	Atomic bool
-	// QuotaMode is global quota mode (envoyproxy/ratelimit's QUOTA_MODE,
-	// as answered since its #1059): every descriptor but an unlimited one
-	// is a quota descriptor, those no rule matches (or whose rule another
-	// replaces) included, and they pass; see Check.
+	// QuotaMode makes every descriptor but an unlimited one a quota
+	// descriptor, matched or not (envoyproxy/ratelimit's QUOTA_MODE).
 	QuotaMode bool
 }
 
@@ -77,30 +70,11 @@ type scratch struct {
 	key     []byte
 }
 
-// Check decides req. It returns an error wrapping ErrInvalid for a
-// malformed request and one wrapping ErrUnavailable when the store fails;
-// otherwise one status per descriptor, in request order.
-//
-// A request of an atomic domain (or any request, with Options.Atomic) is
-// decided all or nothing in one AtomicStore.TakeAll: when the answer is
-// OVER_LIMIT nothing is charged, and descriptors that would have passed
-// answer OK with the remaining they would have had. Descriptors with no
-// limit or an unlimited one take no part. Keys of such a domain come from
-// AppendAtomicKey. Without an AtomicStore, such requests fail with
-// ErrNotAtomic.
-//
-// The request answers OVER_LIMIT when a descriptor is over its limit,
-// except for quota descriptors (of quota_mode rules, or every one with
-// Options.QuotaMode): those make it OVER_LIMIT only when all of them are
-// over.
-//
-// A descriptor with Refund gives its hits back (Op.Refund): it answers OK
-// with what remains after the refund, and never makes the request
-// OVER_LIMIT, nor counts among its quota descriptors. In an
-// all-or-nothing request the refund is part of the call: it lands when the
-// request answers OK, and not at all when it answers OVER_LIMIT (nothing
-// of a rejected request is written), so that a request's writes stay
-// together.
+// Check decides req: one status per descriptor, in request order, or an
+// error wrapping ErrInvalid (a malformed request), ErrUnavailable (a store
+// failure) or ErrNotAtomic. Quota descriptors make a request OVER_LIMIT
+// only all together, refunds never; an atomic domain's request is decided
+// all or nothing (docs/rules.md, "All-or-nothing decisions").
 func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
 	resp := new(Response)
 	if err := CheckInto(ctx, l, req, resp); err != nil {
@@ -109,9 +83,8 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 	return resp, nil
 }
 
-// CheckInto is Check answering in resp, whose Statuses it reuses when
-// their capacity allows, so that a caller may pool responses. It
-// overwrites all of resp; after an error resp holds nothing of use.
+// CheckInto is Check answering in resp, reusing its Statuses, so that a
+// caller may pool responses. After an error resp holds nothing of use.
 func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E], resp *Response) error {
 	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
 		return err
@@ -167,14 +140,12 @@ func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E
 	return nil
 }
 
-// takeAll decides sc.ops all or nothing, with each op's veto derived from
-// its status so that the store commits exactly when overall answers OK.
+// takeAll decides sc.ops all or nothing, vetoes set to commit exactly when overall is OK.
 func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []Status) error {
 	if l.all == nil {
 		return fmt.Errorf("take all: %w", ErrNotAtomic)
 	}
-	// overall answers OVER_LIMIT for quota descriptors only when all of
-	// them are over; an unlimited or shadowed one never is.
+	// Quota descriptors fail only all together; an unlimited or shadowed one never does.
 	quotaCanFail := true
 	for i := range st {
 		if st[i].Quota && !st[i].Refund && (st[i].Limit == nil || st[i].Limit.Unlimited || st[i].Limit.ShadowMode) {
@@ -198,8 +169,8 @@ func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []S
 	return nil
 }
 
-// resolveLimits sets each status's limit: the override, or the matched
-// rule, minus the limits that another limit of the request replaces.
+// resolveLimits sets each status's limit: the override or the matched rule,
+// less those another limit of the request replaces.
 func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st []Status) {
 	replacing := false
 	for i := range req.Descriptors {
@@ -242,8 +213,7 @@ func replaced(st []Status, name string) bool {
 	return false
 }
 
-// addOp queues the store decision for descriptor i, or settles it here
-// when it needs none (no limit, unlimited).
+// addOp queues descriptor i's store decision, or settles it without one.
 func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status, atomic bool) {
 	lim := st.Limit
 	if lim == nil {
@@ -316,8 +286,7 @@ func applyResult(st *Status, r Result) {
 	st.Code = OverLimit
 }
 
-// overall is OVER_LIMIT when a non-quota descriptor is over, or when every
-// quota descriptor is; refunds take no part.
+// overall is OVER_LIMIT when a non-quota descriptor is, or every quota one.
 func overall(st []Status) Code {
 	quota, quotaOver := 0, 0
 	for i := range st {

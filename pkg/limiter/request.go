@@ -33,16 +33,11 @@ type Override struct {
 type Descriptor[E descriptors.KV] struct {
 	Entries  []E
 	Override *Override
-	// Hits, when HasHits, is the descriptor's own hits addend; it wins over
-	// the request's, and 0 checks without counting.
+	// Hits, when HasHits, is the descriptor's own hits addend, over the
+	// request's; 0 checks without counting.
 	Hits    uint64
 	HasHits bool
-	// Refund gives the descriptor's hits back rather than charging them
-	// (Envoy's RateLimitDescriptor.is_negative_hits): a fixed or sliding
-	// window's count drops by them, never below empty; a token bucket
-	// gains them as tokens, never above its burst. A refund always
-	// answers OK, with what remains after it, and never makes a request
-	// OVER_LIMIT; see Check for all-or-nothing requests.
+	// Refund gives the hits back (Envoy's is_negative_hits; Op.Refund).
 	Refund bool
 }
 
@@ -50,36 +45,22 @@ type Descriptor[E descriptors.KV] struct {
 type Request[E descriptors.KV] struct {
 	Domain      string
 	Descriptors []Descriptor[E]
-	// HitsAddend is the request's hits per descriptor; 0 means 1.
-	HitsAddend uint32
+	HitsAddend  uint32 // hits per descriptor; 0 means 1
 }
 
 // Status is the decision for one descriptor.
 type Status struct {
 	Code Code
-	// Limit is the limit that applied, nil when none did (no rule matched,
-	// or the limit was replaced).
-	Limit *descriptors.Limit
-	// Remaining is what is left of the limit, in whole requests.
-	Remaining uint32
-	// ResetMillis is the time until the window ends or the bucket refills.
-	ResetMillis int64
-	// RetryAfterMillis is how long until the same hit could pass (0 if OK).
-	RetryAfterMillis int64
-	// Hits is what was charged, in hits (0 for a check without counting),
-	// or given back when Refund.
-	Hits uint64
-	// Refund is true when the descriptor's hits were given back
-	// (Descriptor.Refund): its Code is OK.
-	Refund bool
-	// Shadowed is true when an over-limit result was turned into OK by
-	// shadow mode.
-	Shadowed bool
-	// Quota is true for descriptors of quota_mode rules.
-	Quota bool
-	// Replaced is true when a rule matched but another limit of the
-	// request replaced it (Limit is then nil).
-	Replaced bool
+	// Limit is the limit that applied; nil when none matched or it was Replaced.
+	Limit            *descriptors.Limit
+	Remaining        uint32 // whole requests
+	ResetMillis      int64  // until the window ends or the bucket is full
+	RetryAfterMillis int64  // until the same hit could pass; 0 if OK
+	Hits             uint64 // charged, or given back when Refund
+	Refund           bool   // the hits were given back: Code is OK
+	Shadowed         bool   // shadow mode turned an over-limit result OK
+	Quota            bool   // a quota descriptor
+	Replaced         bool
 }
 
 // Response is the decision for a whole request.
@@ -88,7 +69,7 @@ type Response struct {
 	Statuses []Status
 }
 
-// Limits on request size, to bound the work one call can ask for.
+// Limits bound the work one request can ask for.
 type Limits struct {
 	MaxDescriptors int // per request
 	MaxEntries     int // per descriptor
@@ -118,11 +99,8 @@ func (lim Limits) validate(domain string, n int) error {
 	return nil
 }
 
-// validateDescriptor checks descriptor i of a request. A descriptor with
-// no entries is valid, as in envoyproxy/ratelimit: it matches no rule and
-// answers OK on its own, so that the request's other descriptors are still
-// decided; with a limit override, the override applies to a key of the
-// domain alone.
+// validateDescriptor checks descriptor i; one without entries is valid, as
+// in envoyproxy/ratelimit (docs/rules.md, "Matching").
 func validateDescriptor[E descriptors.KV](lim Limits, i int, d *Descriptor[E]) error {
 	if lim.MaxEntries > 0 && len(d.Entries) > lim.MaxEntries {
 		return invalid("descriptor %d has %d entries, more than the limit of %d", i, len(d.Entries), lim.MaxEntries)

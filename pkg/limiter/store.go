@@ -8,80 +8,50 @@ import (
 )
 
 var (
-	// ErrUnavailable marks store failures: the backend did not answer, or
-	// answered with an error.
+	// ErrUnavailable marks store failures: no answer, or an error answer.
 	ErrUnavailable = errors.New("store unavailable")
-	// ErrNotAtomic is returned for a request of an all-or-nothing domain
-	// when the store does not implement AtomicStore: a wiring mistake, not
-	// a store failure.
+	// ErrNotAtomic answers an all-or-nothing request on a store that is no
+	// AtomicStore: a wiring mistake, not a store failure.
 	ErrNotAtomic = errors.New("store cannot decide all or nothing")
 )
 
-// Op is one decision for a Store to make atomically: charge Cost against
-// the limit kept under Key, if the limit allows it.
-//
-// All quantities are integers: Limit, Cost, Burst and Result.Remaining are
-// in milli-requests (descriptors.Milli per request), times in milliseconds.
+// Op is one decision for a Store to make atomically: charge Cost against the
+// limit kept under Key, if it allows. Limit, Cost, Burst and Remaining are
+// milli-requests (descriptors.Milli a request), times milliseconds.
 type Op struct {
-	// Key is the base key, "{prefix}:{identifier}:{tenant}:" with a Redis
-	// Cluster hash tag around the identifier. The store appends the window
-	// start in Unix seconds (fixed and sliding windows) or "tokens" (token
-	// bucket; lua/take.lua lays out the state).
-	Key string
-	// Algorithm selects the semantics described on the constants in
-	// package descriptors and in lua/*.lua.
+	// Key is the base key (AppendKey); the store appends its window's or bucket's suffix.
+	Key       string
 	Algorithm descriptors.Algorithm
-	// Veto says how a denial of this op weighs in an all-or-nothing call
-	// (AtomicStore.TakeAll); Take ignores it.
+	// Veto weighs a denial in AtomicStore.TakeAll; Take ignores it.
 	Veto Veto
-	// Limit is the window's capacity (windows) or the refill per Window
-	// (token bucket), in milli-requests.
-	Limit int64
-	// Window is the window length in milliseconds.
+	// Limit is a window's capacity, or a token bucket's refill per Window.
+	Limit  int64
 	Window int64
-	// Cost is the charge in milli-requests; 0 checks without charging.
+	// Cost is the charge; 0 checks without charging.
 	Cost int64
-	// Refund gives Cost back instead of charging it: a window's count
-	// drops by it (this window's counter, for a sliding window), never
-	// below 0; a token bucket, refilled to Now first, gains it, never
-	// past Burst. A refund is always allowed; its Result holds what
-	// remains after it (Remaining at most Limit, or Burst), with
-	// RetryAfter 0. It writes only state that exists (a missing window
-	// stays missing, a full bucket full), keeping its expiry, save that a
-	// counter emptied and a bucket made full are deleted, and a bucket
-	// still short expires when full. A refund of Cost 0 is a peek.
+	// Refund gives Cost back, always allowed, never below empty nor past
+	// Burst; Result holds what remains (docs/design.md has the details).
 	Refund bool
-	// Burst is the token bucket's capacity in milli-requests.
-	Burst int64
-	// RateNum/RateDen is the token bucket's refill rate as a reduced
-	// fraction of milli-tokens per millisecond (see Limit.RefillRate).
+	Burst  int64
+	// RateNum/RateDen is the bucket's refill per ms (descriptors.Limit.RefillRate).
 	RateNum, RateDen int64
-	// Now is the decision time in Unix milliseconds; 0 means the store's own
-	// clock (Redis TIME inside the script). Tests step time with it.
+	// Now is the decision time, Unix ms; 0 means the store's own clock.
 	Now int64
 }
 
 // Result is a Store's answer to one Op.
 type Result struct {
-	Allowed bool
-	// Remaining is what is left after this decision, in milli-requests.
-	Remaining int64
-	// RetryAfter is how long until the same Op could be allowed, in ms
-	// (0 when allowed).
-	RetryAfter int64
-	// Reset is the time until the window ends (windows) or the bucket is
-	// full again (token bucket), in ms.
-	Reset int64
+	Allowed    bool
+	Remaining  int64 // left after this decision
+	RetryAfter int64 // ms until the same Op could pass; 0 when allowed
+	Reset      int64 // ms until the window ends or the bucket is full
 }
 
-// Store makes rate-limit decisions against shared state.
-//
-// Implementations must be safe for concurrent use. Take decides every op
-// in ops and writes results[i] for ops[i]; len(results) >= len(ops). Each op
-// is atomic on its own; ops of one call are independent of each other, and
-// a Store should send them in one network round trip. Take either decides
-// every op and returns nil, or returns an error wrapping ErrUnavailable,
-// in which case no result may be used. Take honours ctx's deadline.
+// Store makes rate-limit decisions against shared state. Implementations
+// must be safe for concurrent use and honour ctx's deadline. Take decides
+// every op, each atomic on its own and independent of the others (in one
+// round trip, ideally), into results[i] (len(results) >= len(ops)); or it
+// returns an error wrapping ErrUnavailable, and no result is usable.
 type Store interface {
 	Take(ctx context.Context, ops []Op, results []Result) error
 	// Ping checks that the store answers.
@@ -90,54 +60,30 @@ type Store interface {
 	Close() error
 }
 
-// AtomicStore is a Store that can also decide a call's ops all or nothing,
-// for the domains that ask for it (atomic: true, or Options.Atomic).
-//
-// TakeAll decides every op at one instant, the Now of the ops (all ops of
-// a call must carry the same Now), in order, each op seeing the charges
-// (and refunds) of the ops before it, exactly as Take would. A refund is
-// always allowed, so it vetoes nothing; its writes land only if the call
-// commits, with the rest. Then it either commits, and
-// writes what Take would have written, or rejects, and writes nothing at
-// all: not even a fixed window's count of a denied hit. It rejects when an
-// op with VetoAlone is denied, or when the call has VetoGroup ops and every
-// one of them is denied; denials of VetoNone ops reject nothing. Peeks
-// (Cost 0) never write.
-//
-// results[i] is the answer Take would have given ops[i] in that order,
-// whether the call committed or not: an allowed op of a rejected call
-// reports the Remaining it would have had, its charge included.
-//
-// The whole decision is one atomic step: concurrent calls on the same keys
-// see either all of a call's charges or none. In Redis Cluster every key of
-// a call must hash to one slot (AppendAtomicKey's hash tag does that).
-// Errors are as Take's; after an error no result may be used, and the call
-// may or may not have committed (a Redis reply lost after the script ran).
+// AtomicStore is a Store that can also decide a call's ops all or nothing:
+// TakeAll decides them in order at their one Now and answers as Take would,
+// then commits, writing what Take would, or rejects (Rejects) and writes
+// nothing, not even a denied fixed-window hit. The call is one atomic step;
+// on a Redis Cluster its keys share a slot (AppendAtomicKey). Errors are as
+// Take's; after one, the call may or may not have committed.
 type AtomicStore interface {
 	Store
 	TakeAll(ctx context.Context, ops []Op, results []Result) error
 }
 
-// Veto is how a denied op weighs in an all-or-nothing call. The limiter
-// derives it from the descriptor's limit so that a call commits exactly
-// when the request's overall answer is OK.
+// Veto is how a denied op weighs in an all-or-nothing call; the limiter
+// sets it so that a call commits exactly when the request answers OK.
 type Veto uint8
 
 // Vetoes.
 const (
-	// VetoAlone: a denial of this op rejects the call (the zero value).
-	VetoAlone Veto = iota
-	// VetoNone: a denial of this op rejects nothing (shadow mode; quota
-	// descriptors when a request's quota descriptors cannot all be over).
-	VetoNone
-	// VetoGroup: the call is rejected when every VetoGroup op of it is
-	// denied (quota mode: a request is over when all its quota
-	// descriptors are).
-	VetoGroup
+	VetoAlone Veto = iota // a denial rejects the call
+	VetoNone              // a denial rejects nothing (shadow mode, refunds)
+	VetoGroup             // the call is rejected when every VetoGroup op is denied (quota mode)
 )
 
-// Rejects reports whether an all-or-nothing call of ops whose verdicts are
-// results must write nothing (see AtomicStore).
+// Rejects reports whether an all-or-nothing call with these results must
+// write nothing.
 func Rejects(ops []Op, results []Result) bool {
 	group, groupDenied := 0, 0
 	for i := range ops {

@@ -2,16 +2,13 @@ package limiter
 
 import "errors"
 
-// ErrNoRules answers requests that arrive before any rules are loaded
-// (rules over xDS with a forced start): the reference's message. Adapters
-// return it instead of deciding, and observers count it apart from store
-// failures.
+// ErrNoRules answers requests before any rules are loaded (xDS with a
+// forced start), with the reference's message; observers count it apart.
 var ErrNoRules = errors.New("no rate limit configuration loaded")
 
-// View is a read-only look at a decided request's descriptors, for code
-// that reports on decisions (metrics, stats, logs) without knowing how an
-// adapter carries entries. Implementations must not allocate: they are
-// called on every decision.
+// View is a read-only look at a decided request's descriptors, for
+// observers that do not know how an adapter carries entries.
+// Implementations must not allocate: they run on every decision.
 type View interface {
 	// Len is the number of descriptors, one per status.
 	Len() int

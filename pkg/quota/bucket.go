@@ -5,28 +5,14 @@ import (
 	"time"
 )
 
-// Config tunes the division of a bucket's limit. Zero fields take the
-// defaults of DefaultConfig.
+// Config tunes the division of a limit; zero fields take DefaultConfig's.
 type Config struct {
-	// Period is the report period clients follow (Envoy's is 5s).
-	Period time.Duration
-	// Headroom is the fraction added to a client's measured demand, so
-	// that growing demand is admitted until the next report shows it.
-	Headroom float64
-	// MinWant is the least a client wants, as a fraction of the limit's
-	// even split, so that an idle client still gets a little at once.
-	MinWant float64
-	// Smoothing is the time constant over which a falling demand is
-	// followed; a rising one is followed at once.
-	Smoothing time.Duration
-	// Stale is how long a client unheard of still counts (default three
-	// periods).
-	Stale time.Duration
-	// Raise and Lower are the relative changes of a client's share below
-	// which its assignment stays as it is: small changes are not worth a
-	// new token bucket in Envoy. Lower is kept small, because a share
-	// kept above its due is taken from the others.
-	Raise, Lower float64
+	Period       time.Duration // the clients' report period
+	Headroom     float64       // added to a measured demand, as a fraction
+	MinWant      float64       // the least want, a fraction of the even split
+	Smoothing    time.Duration // time constant of following a falling demand
+	Stale        time.Duration // how long an unheard client counts (3 periods)
+	Raise, Lower float64       // changes of a share its assignment ignores (Settle)
 }
 
 // DefaultConfig is the configuration of the zero Config.
@@ -67,8 +53,7 @@ func (c Config) WithDefaults() Config {
 	return d
 }
 
-// Limit is a bucket's global limit: Rate requests per second, with bursts
-// of up to Burst requests.
+// Limit is a bucket's global limit: Rate requests per second, bursts of Burst.
 type Limit struct {
 	Rate  float64
 	Burst float64
@@ -78,34 +63,23 @@ type Limit struct {
 type Demand struct {
 	Replica string
 	Client  string
-	// Rate is the demand in requests per second; negative while it is not
-	// known yet (a client that has only subscribed).
-	Rate float64
+	Rate    float64 // requests per second; negative while not known
 }
 
 // Client is one client's state in a bucket on the replica that serves it.
 type Client struct {
-	ID string
-	// Demand is the smoothed demand (allowed + denied per second), valid
-	// when Known.
-	Demand float64
+	ID     string
+	Demand float64 // smoothed, allowed + denied per second, when Known
 	Known  bool
-	// Joined, LastReport and LastActive are server times: when the client
-	// subscribed, last reported, and last reported a request.
+	// Server times; LastActive is the last report with requests.
 	Joined, LastReport, LastActive time.Time
-	// Assigned is the share last assigned, 0 before the first.
-	Assigned float64
+	Assigned                       float64 // the share last assigned
 
 	carry uint64 // requests of reports too close to measure yet
 }
 
-// Observe takes a report of n requests (allowed + denied). The rate is
-// measured over the server's own clock since the client's last report; a
-// report that comes within a quarter period of the last is carried into
-// the next measurement. For the first report of a client, Envoy's
-// time_elapsed (whole seconds) is used if it is at least a second (the
-// first report on a reopened stream), else the demand stays unknown (a
-// subscription says nothing about the rate).
+// Observe takes a report of n requests (allowed + denied), timed on the
+// server's clock; a first report uses Envoy's elapsed, if a second or more.
 func (c *Client) Observe(n uint64, elapsed time.Duration, now time.Time, cfg *Config) {
 	if n > 0 {
 		c.LastActive = now
@@ -127,8 +101,7 @@ func (c *Client) Observe(n uint64, elapsed time.Duration, now time.Time, cfg *Co
 	c.carry = 0
 }
 
-// sample folds a measured rate into the demand: a rise at once, a fall
-// smoothed over cfg.Smoothing.
+// sample folds a rate into the demand: a rise at once, a fall smoothed.
 func (c *Client) sample(rate float64, over time.Duration, cfg *Config) {
 	if !c.Known || rate >= c.Demand {
 		c.Demand, c.Known = rate, true
@@ -138,8 +111,7 @@ func (c *Client) sample(rate float64, over time.Duration, cfg *Config) {
 	c.Demand += alpha * (rate - c.Demand)
 }
 
-// Moved reports whether the client's demand moved from (was, wasKnown)
-// by more than is worth a new division.
+// Moved reports whether the demand moved from (was, wasKnown) enough for a new division.
 func (c *Client) Moved(was float64, wasKnown bool) bool {
 	return c.Known != wasKnown || (c.Known && moved(was, c.Demand))
 }

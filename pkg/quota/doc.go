@@ -1,9 +1,7 @@
-// Package quota divides a bucket's global rate limit among the clients
-// (Envoy streams) that share it, by max-min fairness on their measured
-// demand, and expresses each share as a token bucket that Envoy's
-// rate_limit_quota filter enforces as meant.
-//
-// It is pure: no I/O, no goroutines, no logging; time is an argument. The
-// RLQS adapter (package rlqs) feeds it reports, the demand other replicas
-// published (through a store, see Item and Demand), and asks for shares.
+// Package quota divides a bucket's rate limit among the Envoy streams that
+// share it, by max-min fairness on their demand, and encodes each share as
+// the token bucket Envoy enforces (docs/rlqs.md, "Dividing a limit"). It is
+// pure: no I/O, goroutines or logging; time is an argument. Fair divides a
+// capacity; a Bucket (NewBucket, Join, Client.Observe, SetRemote) gives its
+// clients' Shares to Settle and Encode. A Bucket needs a lock to be shared.
 package quota

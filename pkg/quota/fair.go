@@ -6,19 +6,13 @@ import (
 	"slices"
 )
 
-// Fair divides capacity among wants by max-min fairness and writes each
-// share to shares[i] (len(shares) >= len(wants)). A want at or below the
-// water level is met in full; every other want gets the level, the level
-// being what spends the whole capacity. When every want is met, what is
-// left is split evenly among all, so that the shares always add up to
-// capacity. Wants must not be negative; +Inf is allowed. With no wants,
-// nothing is written.
+// Fair divides capacity among wants (not negative; +Inf allowed) by max-min
+// fairness into shares (len(shares) >= len(wants)), adding up to capacity.
 func Fair(capacity float64, wants, shares []float64) {
 	fair(capacity, wants, shares, nil)
 }
 
-// fair is Fair with a scratch slice for the order of wants, which it
-// returns for the next call.
+// fair is Fair with a scratch order, returned for the next call.
 func fair(capacity float64, wants, shares []float64, order []int) []int {
 	n := len(wants)
 	if n == 0 {

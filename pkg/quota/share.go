@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// Bucket is one bucket's state on a replica: its global limit, the
-// clients the replica serves, and the demand of other replicas' clients
-// as last read from the store. It is not safe for concurrent use.
+// Bucket is one bucket's state on a replica: its limit, its clients and the
+// other replicas' demand last read. It is not safe for concurrent use.
 type Bucket struct {
 	Limit Limit
 
@@ -52,10 +51,8 @@ func (b *Bucket) Clients(f func(*Client)) {
 	}
 }
 
-// SetRemote records every client's demand as read from the store at now,
-// keeping those of replicas other than self. It reports whether that
-// changes the division: a client came or went, or a known demand moved by
-// more than changeTolerance.
+// SetRemote records the demand of other replicas than self, read at now, and
+// reports whether it changes the division (clients, or a demand moved).
 func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	old := make(map[[2]string]float64, len(b.remote))
 	for _, d := range b.remote {
@@ -77,12 +74,10 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	return changed || len(old) != len(b.remote)
 }
 
-// changeTolerance is the relative change of a demand that is worth a new
-// division.
+// changeTolerance is the relative change of a demand worth a new division.
 const changeTolerance = 0.01
 
-// moved reports whether a demand moved by more than changeTolerance, or
-// became known or unknown (negative).
+// moved reports whether a demand moved by over changeTolerance, or its knownness.
 func moved(was, is float64) bool {
 	if (was < 0) != (is < 0) {
 		return true
@@ -90,12 +85,10 @@ func moved(was, is float64) bool {
 	return math.Abs(is-was) > changeTolerance*math.Max(math.Abs(was), 1e-9)
 }
 
-// Remote returns the other replicas' demand as last read, and when it was
-// read (zero: never).
+// Remote returns the other replicas' demand last read, and when (zero: never).
 func (b *Bucket) Remote() ([]Demand, time.Time) { return b.remote, b.remoteAt }
 
-// Replicas is the number of replicas serving the bucket as last read from
-// the store, this one included.
+// Replicas is the number of replicas serving the bucket as last read, this one included.
 func (b *Bucket) Replicas() int { return b.replicas + 1 }
 
 // Mode says whose demand a division takes into account.
@@ -103,19 +96,12 @@ type Mode uint8
 
 // Modes.
 const (
-	// Global divides the limit among the local clients and the other
-	// replicas' clients last read from the store.
-	Global Mode = iota
-	// Split divides the replica's part of the limit, limit / Replicas(),
-	// among the local clients alone: what a replica does when it cannot
-	// reach the store.
-	Split
+	Global Mode = iota // all clients, the other replicas' as last read
+	Split              // limit / Replicas() among the local clients (store down)
 )
 
-// Shares divides the bucket's limit by max-min fairness and calls f with
-// each local client and its share in requests per second. A client's want
-// is its demand plus cfg.Headroom, and at least cfg.MinWant of the even
-// split; a client whose demand is not known yet wants the even split.
+// Shares divides the limit among the wants (docs/rlqs.md) and calls f with
+// each local client's share, requests per second.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
 	capacity := b.Limit.Rate
 	n := len(b.clients)
@@ -150,9 +136,8 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 	clear(b.local)
 }
 
-// Settle returns the share to assign a client whose computed share is
-// share: the one already assigned while the change stays under cfg.Raise
-// upwards or cfg.Lower downwards, so that Envoy keeps its token bucket.
+// Settle returns the share to assign: assigned while share stays within
+// cfg.Raise above and cfg.Lower below it, so that Envoy keeps its bucket.
 func Settle(assigned, share float64, cfg *Config) float64 {
 	if assigned <= 0 || share <= 0 {
 		return share
@@ -163,8 +148,7 @@ func Settle(assigned, share float64, cfg *Config) float64 {
 	return assigned
 }
 
-// BurstOf is a share's token-bucket capacity: the limit's burst, in
-// proportion to the share.
+// BurstOf is a share's token-bucket capacity: the burst in proportion, at least 1.
 func (l Limit) BurstOf(share float64) float64 {
 	if !(l.Rate > 0) {
 		return 0

@@ -8,13 +8,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// XDSTypeURL is the type of the xDS resources rules come in:
-// ratelimit.config.ratelimit.v3.RateLimitConfig.
+// XDSTypeURL is the type of the xDS resources rules come in.
 const XDSTypeURL = resource.RateLimitConfigType
 
-// FromAny compiles the resources of an xDS snapshot, as FromXDS does,
-// after unpacking each from its Any; a resource of another type is an
-// error naming it.
+// FromAny unpacks the resources of an xDS snapshot and compiles them as
+// FromXDS does; a resource of another type is an error naming it.
 func FromAny(res []*anypb.Any) (*Loaded, error) {
 	cfgs := make([]*rlsconf.RateLimitConfig, len(res))
 	for i, a := range res {

@@ -11,29 +11,25 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// maxQuantity bounds burst and cost: in milli-requests they stay below
-// descriptors.MaxExact.
+// maxQuantity bounds burst and cost, below descriptors.MaxExact in milli-requests.
 const maxQuantity = descriptors.MaxExact/descriptors.Milli - 1
 
 // decoder maps the YAML nodes of one file onto plain values, recording
-// every error instead of stopping at the first. Its methods take resolved
-// nodes (no aliases) and treat a problem value as absent.
+// every error; its methods take resolved nodes and treat bad values as absent.
 type decoder struct {
 	file string
 	errs []*Error
 }
 
-// fields maps the keys a mapping allows to what to do with their values.
-// A key with a null value counts as absent.
+// fields maps the keys a mapping allows to their decoders; null is absent.
 type fields map[string]func(v *yaml.Node)
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Msg: fmt.Sprintf(format, args...)})
 }
 
-// mapping calls fs for the keys of n, a mapping named what, and reports
-// unknown keys. Of a key given twice (which yaml.v3 reports) or merged
-// from several places, it takes the value that YAML says wins. It reports
+// mapping calls fs for the keys of n, a mapping named what, reporting
+// unknown keys; of a repeated or merged key, YAML's winner. It reports
 // false if n is not a mapping.
 func (d *decoder) mapping(n *yaml.Node, what string, fs fields) bool {
 	if n.Kind != yaml.MappingNode {
@@ -71,9 +67,8 @@ func (d *decoder) list(n *yaml.Node, what string, each func(*yaml.Node)) {
 
 type pair struct{ k, v *yaml.Node }
 
-// pairs returns the entries of mapping n, values resolved, with merge keys
-// ("<<") expanded after the explicit entries: keeping the first entry of
-// each key gives YAML's precedence.
+// pairs returns mapping n's entries, values resolved, merge keys ("<<")
+// expanded after the explicit ones: the first of each key wins.
 func pairs(n *yaml.Node) []pair {
 	var own, merged []pair
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -126,8 +121,7 @@ func describe(n *yaml.Node) string {
 	return "a " + strings.TrimPrefix(n.ShortTag(), "!!")
 }
 
-// str returns a scalar's text. Like the reference server it takes any
-// scalar, so that "value: 404" is the string "404".
+// str returns a scalar's text: any scalar, as the reference takes "404".
 func (d *decoder) str(n *yaml.Node, name string) string {
 	if n.Kind != yaml.ScalarNode {
 		d.errorf(n, "%s: expected a string, got %s", name, describe(n))
@@ -144,8 +138,7 @@ func (d *decoder) boolean(n *yaml.Node, name string) bool {
 	return b
 }
 
-// integer returns a non-negative integer no larger than max, or 0 and
-// false after recording why not.
+// integer returns an integer in [0, max], or 0 and false after recording why not.
 func (d *decoder) integer(n *yaml.Node, name string, max uint64) (uint64, bool) {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
 		d.errorf(n, "%s: expected an integer, got %s", name, describe(n))
@@ -173,9 +166,8 @@ func (d *decoder) positive(n *yaml.Node, name string, max uint64) uint64 {
 	return i
 }
 
-// quantity returns a positive number of requests with at most three
-// decimals, such as a cost of 0.5, in milli-requests. It parses the text
-// exactly: no float rounding.
+// quantity returns a positive number of requests of at most three decimals
+// (a cost of 0.5) in milli-requests, parsed exactly from the text.
 func (d *decoder) quantity(n *yaml.Node, name string) int64 {
 	if n.ShortTag() == "!!int" {
 		return int64(d.positive(n, name, maxQuantity)) * descriptors.Milli
@@ -194,8 +186,7 @@ func (d *decoder) quantity(n *yaml.Node, name string) int64 {
 	return m
 }
 
-// parseMilli parses a decimal number with at most three decimals into
-// thousandths.
+// parseMilli parses a decimal of at most three decimals into thousandths.
 func parseMilli(s string) (int64, error) {
 	if strings.HasPrefix(s, "-") {
 		return 0, errors.New("must not be negative")

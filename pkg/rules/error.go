@@ -39,9 +39,11 @@ func source(file string, n *yaml.Node) string {
 	return file + ":" + strconv.Itoa(n.Line)
 }
 
-// fromSet turns the joined *descriptors.Error values of NewSet back into
-// *Error values, splitting their "file:line" sources.
-func fromSet(err error) []*Error {
+// fromSet turns the joined *descriptors.Error values of NewSet into *Error
+// values. With lines, a "file:line" source is split into File and Line (a
+// rules file); without, File is the whole source (an xDS resource and
+// descriptor path).
+func fromSet(err error, lines bool) []*Error {
 	if err == nil {
 		return nil
 	}
@@ -57,13 +59,21 @@ func fromSet(err error) []*Error {
 			continue
 		}
 		errs[i].File, errs[i].Msg, errs[i].Err = de.Source, de.Err.Error(), de.Err
-		if j := strings.LastIndexByte(de.Source, ':'); j >= 0 {
-			if n, err := strconv.Atoi(de.Source[j+1:]); err == nil {
-				errs[i].File, errs[i].Line = de.Source[:j], n
-			}
+		if lines {
+			errs[i].File, errs[i].Line = splitSource(de.Source)
 		}
 	}
 	return errs
+}
+
+// splitSource splits a "file:line" source; one without a line is all file.
+func splitSource(source string) (file string, line int) {
+	if j := strings.LastIndexByte(source, ':'); j >= 0 {
+		if n, err := strconv.Atoi(source[j+1:]); err == nil {
+			return source[:j], n
+		}
+	}
+	return source, 0
 }
 
 // yamlLine matches the position yaml.v3 puts in its messages.

@@ -9,22 +9,17 @@ import (
 )
 
 // Default size limits of a rules directory (Options.MaxFileBytes and
-// Options.MaxTotalBytes). Real rule sets are kilobytes; parsing costs
-// about 60 MiB of heap and most of a second per MiB of YAML, so the
-// limits stop a stray file (a log, a dump, a generated monster) from
-// stalling a reload for minutes or exhausting memory.
+// MaxTotalBytes), far above real rule sets (docs/operations.md).
 const (
 	DefaultMaxFileBytes  = 8 << 20
 	DefaultMaxTotalBytes = 32 << 20
 )
 
-// ErrTooLarge marks a rules file over Options.MaxFileBytes, or one that
-// takes the files read before it over Options.MaxTotalBytes. It comes
-// wrapped in an *Error naming the file.
+// ErrTooLarge, wrapped in an *Error naming the file, marks a file over
+// Options.MaxFileBytes, or one that takes the files over MaxTotalBytes.
 var ErrTooLarge = errors.New("rules too large")
 
-// limits returns o's size limits, defaults filled in; a limit <= 0 on
-// return means none.
+// limits returns o's size limits, defaults filled in; <= 0 means none.
 func (o Options) limits() (file, total int64) {
 	file, total = o.MaxFileBytes, o.MaxTotalBytes
 	if file == 0 {
@@ -36,11 +31,8 @@ func (o Options) limits() (file, total int64) {
 	return file, total
 }
 
-// fileReader reads the rules files of one load within its size limits.
-// Sizes are checked on the opened file before its content is read, and
-// the read stops one byte past the limit, so that a file over the limit
-// (or growing while it is read) costs neither the time nor the memory of
-// reading it.
+// fileReader reads the rules files of one load within its size limits,
+// checking sizes before reading and stopping one byte past the limit.
 type fileReader struct {
 	maxFile, maxTotal int64 // <= 0: no limit
 	total             int64 // bytes read so far
@@ -52,8 +44,8 @@ func newFileReader(o Options) *fileReader {
 	return r
 }
 
-// read returns the content of the file at path, or an *Error wrapping
-// ErrTooLarge if it is over a limit, or an error of the file system.
+// read returns the file's content, an *Error wrapping ErrTooLarge, or a
+// file system error.
 func (r *fileReader) read(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -80,8 +72,7 @@ func (r *fileReader) read(path string) ([]byte, error) {
 	return b, nil
 }
 
-// room is the most bytes the next file may hold: the smaller of the file
-// limit and what the total limit leaves.
+// room is the most bytes the next file may hold.
 func (r *fileReader) room() int64 {
 	room := int64(math.MaxInt64)
 	if r.maxFile > 0 {
@@ -106,8 +97,7 @@ func (r *fileReader) check(path string, size int64) error {
 	return nil
 }
 
-// readAllLimit appends what rd holds to b, up to limit+1 bytes: enough
-// for the caller to see that there was more than limit.
+// readAllLimit appends what rd holds to b, up to limit+1 bytes.
 func readAllLimit(rd io.Reader, b []byte, limit int64) ([]byte, error) {
 	lr := rd
 	if limit < math.MaxInt64 {

@@ -1,11 +1,11 @@
-// Package rules loads rate-limit rules files, or the RateLimitConfig
-// resources of an xDS snapshot, into a descriptors.Set.
-//
-// A rules directory holds one YAML file per domain, in the format of
-// envoyproxy/ratelimit plus FastLimit's extensions (tenant_key, atomic,
-// algorithm, unit_multiplier, burst, cost). Decoding is strict: unknown keys
-// and wrong types are errors, and every error carries its file and line
-// (for xDS resources, the resource and descriptor path).
+// Package rules compiles rate-limit rules into a descriptors.Set: YAML
+// rules files in envoyproxy/ratelimit's format plus FastLimit's extensions
+// (docs/rules.md), read from a directory (Load, LoadWith) or given as bytes
+// (Parse), or the RateLimitConfig resources of an xDS snapshot (FromXDS,
+// FromAny). Decoding is strict, and every problem is reported at once, each
+// an *Error naming its file and line (or resource and descriptor path).
+// The functions keep no state and are safe for concurrent use; a Loaded is
+// immutable, its Hash telling whether a reload changes anything.
 package rules
 
 import (
@@ -23,76 +23,52 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// ErrNoFiles is returned when there is no rules file to load: an empty
-// directory is far more often a wrong path than an intent to limit nothing.
+// ErrNoFiles is returned when there is no rules file to load.
 var ErrNoFiles = errors.New("no rules files")
 
 // Loaded is a compiled rules directory.
 type Loaded struct {
 	Set *descriptors.Set
-	// Hash is the hex SHA-256 over the sorted (name, content) pairs of the
-	// files, names relative to the directory. Equal hashes mean equal rules,
-	// so a reload can skip a no-op and metrics can export which rules run.
-	Hash string
-	// Files are the files loaded, sorted, as named in errors.
-	Files []string
-	// FromXDS marks rules compiled by FromXDS from an xDS snapshot; their
-	// Resources name the snapshot's resources, sorted, and Files is empty.
+	// Hash is the hex SHA-256 of the sorted files' names and contents (or
+	// resources): equal hashes mean equal rules.
+	Hash  string
+	Files []string // loaded, sorted, as named in errors
+	// FromXDS marks rules of FromXDS, whose sorted Resources stand for Files.
 	FromXDS   bool
 	Resources []string
 }
 
-// Load reads every rules file in dir and compiles them. Rules files are
-// the regular files, or symlinks to regular files, directly in dir whose
-// names end in .yaml or .yml and do not start with a dot; subdirectories
-// are not read. Symlinks are followed, so a Kubernetes ConfigMap mount
-// (visible files linking into a swapped "..data" directory) loads as is.
-//
-// A read failure is returned alone, as is a file over the size limits (an
-// *Error wrapping ErrTooLarge; see Options). Otherwise Load reports every
-// rules error it finds, each a *Error, joined with errors.Join.
+// Load compiles the rules files of dir: its regular files (or symlinks to
+// them, as a ConfigMap mount has) named *.yaml or *.yml, not dotfiles.
+// A read failure, or a file over the size limits (an *Error wrapping
+// ErrTooLarge), is returned alone; otherwise every rules error, each an
+// *Error, joined with errors.Join.
 func Load(dir string) (*Loaded, error) {
 	return LoadWith(dir, Options{})
 }
 
-// Options say how LoadWith finds and combines rules files. The zero value
-// is Load's layout.
+// Options say how LoadWith finds and combines rules files; the zero value
+// is Load's. The layouts are envoyproxy/ratelimit's (docs/migrating.md).
 type Options struct {
-	// Tree loads the files as envoyproxy/ratelimit's runtime loader finds
-	// them: every file under dir, in subdirectories at any depth, whatever
-	// its name. Symlinks to files are followed, symlinks to directories
-	// are not (the reference skips them too). Names starting with ".."
-	// (a Kubernetes ConfigMap's "..data" and timestamped directories)
-	// are never loaded, so that a ConfigMap mount loads each file once.
+	// Tree loads every file under dir, at any depth, whatever its name,
+	// following symlinks to files only; ".." names are never loaded.
 	Tree bool
-	// DotFiles, with Tree, also loads files and directories whose names
-	// start with a dot (the reference's RUNTIME_IGNOREDOTFILES=false).
+	// DotFiles, with Tree, loads dot names too (RUNTIME_IGNOREDOTFILES=false).
 	DotFiles bool
-	// Prefix, with Tree, keeps only the files whose key starts with
-	// Prefix+".", a file's key being its path under dir with '/' as '.':
-	// the reference's RUNTIME_WATCH_ROOT=true layout, where dir is
-	// $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY and Prefix $RUNTIME_APPDIRECTORY.
-	// That is the tree of the entry named Prefix plus the entries whose
-	// names start with Prefix+".".
+	// Prefix, with Tree, keeps the files whose path under dir, '/' as '.',
+	// starts with Prefix+"." (RUNTIME_WATCH_ROOT=true).
 	Prefix string
-	// MergeDomains merges files of one domain, as the reference's
-	// MERGE_DOMAIN_CONFIG does: their top-level descriptors are loaded
-	// side by side, in the order of the files' names, and a descriptor
-	// repeated across them is an error. A domain's tenant_key must be the
-	// same in every file that sets it; atomic holds if any file sets it.
-	// Without it, a domain in two files is an error.
+	// MergeDomains merges the files of a domain (MERGE_DOMAIN_CONFIG):
+	// their descriptors side by side, one repeated across them an error,
+	// tenant_key alike where set, atomic if any sets it.
 	MergeDomains bool
-	// MaxFileBytes refuses a rules file larger than this many bytes, and
-	// MaxTotalBytes a directory whose rules files hold more in all (the
-	// file that passes it is named), with an *Error wrapping ErrTooLarge.
-	// Sizes are checked before a file is read. 0 means
-	// DefaultMaxFileBytes and DefaultMaxTotalBytes; a negative value means
-	// no limit.
+	// MaxFileBytes and MaxTotalBytes bound one file and all, checked before
+	// reading (an *Error wrapping ErrTooLarge); 0 means the defaults, a
+	// negative value no limit.
 	MaxFileBytes, MaxTotalBytes int64
 }
 
-// LoadWith reads the rules files of dir that o selects and compiles them,
-// as Load does.
+// LoadWith compiles the rules files of dir that o selects, as Load does.
 func LoadWith(dir string, o Options) (*Loaded, error) {
 	files, err := readFiles(dir, o)
 	if err != nil {
@@ -101,8 +77,7 @@ func LoadWith(dir string, o Options) (*Loaded, error) {
 	return compile(dir, files, o.MergeDomains)
 }
 
-// Parse compiles in-memory rules files, keyed by file name, as Load does
-// once it has read them. Every file is parsed, whatever its name.
+// Parse compiles rules files given by name, whatever the names, as Load does.
 func Parse(files map[string][]byte) (*Loaded, error) {
 	return compile("", files, false)
 }
@@ -137,7 +112,7 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
-	errs = append(errs, fromSet(err)...)
+	errs = append(errs, fromSet(err, true)...)
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
@@ -145,8 +120,7 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	return r, nil
 }
 
-// hash returns the hex SHA-256 over each name and content, in the order of
-// names, each length-prefixed so that no two file sets encode alike.
+// hash returns the hex SHA-256 of each name and content, length-prefixed.
 func hash(names []string, files map[string][]byte) string {
 	h := sha256.New()
 	var n [8]byte
@@ -160,15 +134,12 @@ func hash(names []string, files map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Fingerprint returns the Hash that Load would give dir's rules, from the
-// same files, without parsing them: equal fingerprints mean the rules
-// files did not change.
+// Fingerprint returns the Hash Load would give dir's rules, without parsing.
 func Fingerprint(dir string) (string, error) {
 	return FingerprintWith(dir, Options{})
 }
 
-// FingerprintWith returns the Hash that LoadWith would give dir's rules
-// read as o says, without parsing them.
+// FingerprintWith is Fingerprint for LoadWith.
 func FingerprintWith(dir string, o Options) (string, error) {
 	files, err := readFiles(dir, o)
 	if err != nil {
@@ -182,8 +153,7 @@ func FingerprintWith(dir string, o Options) (string, error) {
 	return hash(names, files), nil
 }
 
-// readFiles reads the rules files of dir as o says, keyed by name. A file
-// over o's size limits is refused before it is read.
+// readFiles reads the rules files of dir as o says, keyed by name.
 func readFiles(dir string, o Options) (map[string][]byte, error) {
 	if o.Tree {
 		return readTree(dir, o, newFileReader(o))
@@ -191,9 +161,8 @@ func readFiles(dir string, o Options) (map[string][]byte, error) {
 	return readDir(dir, newFileReader(o))
 }
 
-// IsRulesName reports whether a directory entry named name is read as a
-// rules file (or, with Tree, as part of the rules tree), if it is a
-// regular file or a symlink to one.
+// IsRulesName reports whether LoadWith reads an entry of that name (a file,
+// or with Tree also a directory).
 func (o Options) IsRulesName(name string) bool {
 	if !o.Tree {
 		return IsRulesName(name)
@@ -201,8 +170,7 @@ func (o Options) IsRulesName(name string) bool {
 	return !strings.HasPrefix(name, "..") && (o.DotFiles || !strings.HasPrefix(name, "."))
 }
 
-// IsRulesName reports whether a directory entry named name is read as a
-// rules file, if it is a regular file or a symlink to one.
+// IsRulesName reports whether Load reads a file of that name.
 func IsRulesName(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
@@ -232,8 +200,7 @@ func readDir(dir string, r *fileReader) (map[string][]byte, error) {
 	return files, nil
 }
 
-// readError wraps an error of fileReader.read: a size refusal is returned
-// as the *Error it is, a file system error with context.
+// readError wraps fileReader.read's file system errors; a size refusal stays as it is.
 func readError(err error) error {
 	if errors.Is(err, ErrTooLarge) {
 		return err
@@ -241,9 +208,7 @@ func readError(err error) error {
 	return fmt.Errorf("read rules: %w", err)
 }
 
-// isRulesFile reports whether the directory entry at path is a rules file,
-// following a symlink. Names starting with a dot, including Kubernetes'
-// "..data" entries, are never rules files.
+// isRulesFile reports whether the entry at path is a rules file, following a symlink.
 func isRulesFile(path string, e fs.DirEntry) (bool, error) {
 	if !IsRulesName(e.Name()) {
 		return false, nil

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -103,11 +102,6 @@ func mergeDomains(domains []descriptors.DomainConfig) ([]descriptors.DomainConfi
 
 // sourceError is an *Error at a "file:line" source.
 func sourceError(source, msg string) *Error {
-	e := &Error{File: source, Msg: msg}
-	if j := strings.LastIndexByte(source, ':'); j >= 0 {
-		if line, err := strconv.Atoi(source[j+1:]); err == nil {
-			e.File, e.Line = source[:j], line
-		}
-	}
-	return e
+	file, line := splitSource(source)
+	return &Error{File: file, Line: line, Msg: msg}
 }

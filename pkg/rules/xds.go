@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,24 +16,12 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// FromXDS compiles the RateLimitConfig resources of one xDS snapshot, as
-// envoyproxy/ratelimit reads them: each resource holds one domain's rules,
-// and two resources of one domain are an error. Every field of the proto
-// is read: every unit it numbers (WEEK, MONTH and YEAR included), and a
-// descriptor's quota_mode and metadata. The proto has no field for
-// FastLimit's extensions (tenant_key, atomic, algorithm, unit_multiplier,
-// burst, cost, value_to_metric, share_threshold), so they keep their
-// defaults. A unit number that this proto does not know (a newer control
-// plane's) is an error that names the number, so the snapshot is NACKed
-// and the last good rules stay. A snapshot without resources compiles to
-// rules without domains: every request is answered OK, as the reference
-// does.
-//
-// Resources are compiled in the order of their names, which Loaded.Resources
-// lists. Errors are *Error values joined with errors.Join, each with Line 0
-// and File naming the resource and, for a descriptor, its path:
-// "resource 'rl' descriptor d.k_v (descriptors[0])". The Hash covers the
-// names and the deterministic encoding of the resources.
+// FromXDS compiles the RateLimitConfig resources of one xDS snapshot as
+// envoyproxy/ratelimit reads them, one domain each, in the order of their
+// names (docs/xds.md). No resources compile to rules without domains. Errors
+// are *Error values joined with errors.Join, each with Line 0 and File
+// naming the resource and descriptor path, as in "resource 'rl' descriptor
+// d.k_v (descriptors[0])".
 func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 	sorted := slices.Clone(resources)
 	slices.SortStableFunc(sorted, func(a, b *rlsconf.RateLimitConfig) int {
@@ -57,7 +44,7 @@ func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 		domains = append(domains, x.domain(resourceLabel(res.GetName(), i), res))
 	}
 	set, err := descriptors.NewSet(domains)
-	errs := append(x.errs, located(err)...)
+	errs := append(x.errs, fromSet(err, false)...)
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
@@ -65,8 +52,7 @@ func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 	return r, nil
 }
 
-// resourceLabel names a resource in errors; one without a name is named
-// by its position among the sorted resources.
+// resourceLabel names a resource in errors, by its position if it has no name.
 func resourceLabel(name string, i int) string {
 	if name == "" {
 		return "resource #" + strconv.Itoa(i)
@@ -74,8 +60,8 @@ func resourceLabel(name string, i int) string {
 	return "resource '" + name + "'"
 }
 
-// xdsConverter maps RateLimitConfig protos onto descriptors, collecting
-// the errors that NewSet cannot see (units the proto knows by number only).
+// xdsConverter maps RateLimitConfig protos onto descriptors, collecting the
+// errors NewSet cannot see (unit numbers this proto does not know).
 type xdsConverter struct {
 	errs []*Error
 }
@@ -88,8 +74,8 @@ func (x *xdsConverter) domain(label string, res *rlsconf.RateLimitConfig) descri
 	}
 }
 
-// descriptors converts one level; path is the readable path of the parent
-// ("domain.key_value"), at its index path ("descriptors[0]", "" at the top).
+// descriptors converts one level below path ("domain.key_value"), at index
+// path at ("descriptors[0]", "" at the top).
 func (x *xdsConverter) descriptors(label, path, at string, pbs []*rlsconf.RateLimitDescriptor) []descriptors.Descriptor {
 	if len(pbs) == 0 {
 		return nil
@@ -129,13 +115,10 @@ func (x *xdsConverter) limit(source string, pb *rlsconf.RateLimitPolicy) *descri
 		Unlimited:       pb.GetUnlimited(),
 		Name:            pb.GetName(),
 	}
-	// UNKNOWN is a missing unit, which NewSet reports unless the limit is
-	// unlimited.
+	// UNKNOWN is a missing unit, which NewSet reports unless unlimited.
 	if u := pb.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
 		unit, ok := xdsUnits[u]
-		if !ok {
-			// The reference names the number too: its message is
-			// "invalid rate limit unit '<n>'".
+		if !ok { // the reference's message, naming the number
 			x.errs = append(x.errs, &Error{File: source, Msg: fmt.Sprintf("invalid rate limit unit '%d'", int32(u))})
 			return nil
 		}
@@ -147,10 +130,8 @@ func (x *xdsConverter) limit(source string, pb *rlsconf.RateLimitPolicy) *descri
 	return l
 }
 
-// xdsUnits maps every unit of the RateLimitConfig proto, by number, onto
-// FastLimit's. The proto numbers WEEK after MONTH and YEAR (WEEK=7,
-// MONTH=5, YEAR=6), as Envoy's RateLimitResponse does; the map states
-// each pair so that neither numbering nor names are assumed.
+// xdsUnits maps every unit of the proto onto FastLimit's, pair by pair
+// (WEEK is 7, after MONTH and YEAR).
 var xdsUnits = map[rlsconf.RateLimitUnit]descriptors.Unit{
 	rlsconf.RateLimitUnit_SECOND: descriptors.Second,
 	rlsconf.RateLimitUnit_MINUTE: descriptors.Minute,
@@ -161,33 +142,10 @@ var xdsUnits = map[rlsconf.RateLimitUnit]descriptors.Unit{
 	rlsconf.RateLimitUnit_YEAR:   descriptors.Year,
 }
 
-// metadata converts a descriptor's metadata Struct as the reference does
-// (structpb's AsMap: numbers are float64): nil when absent.
+// metadata converts a metadata Struct as the reference does (numbers float64).
 func metadata(s *structpb.Struct) map[string]any {
 	if s == nil {
 		return nil
 	}
 	return s.AsMap()
-}
-
-// located turns the joined *descriptors.Error values of NewSet into
-// *Error values whose File is the whole source, which here is a resource
-// and descriptor path rather than "file:line".
-func located(err error) []*Error {
-	if err == nil {
-		return nil
-	}
-	list := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	}
-	errs := make([]*Error, len(list))
-	for i, e := range list {
-		errs[i] = &Error{Msg: e.Error(), Err: e}
-		var de *descriptors.Error
-		if errors.As(e, &de) {
-			errs[i].File, errs[i].Msg, errs[i].Err = de.Source, de.Err.Error(), de.Err
-		}
-	}
-	return errs
 }

@@ -11,9 +11,8 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-// parseFile decodes one rules file into a domain. The domain is returned
-// despite errors in its contents, so that NewSet can report its other
-// errors, but it is nil if the file is not YAML that can be decoded.
+// parseFile decodes one rules file into a domain, returned despite errors
+// so that NewSet reports the others; nil if the YAML cannot be decoded.
 func parseFile(file string, data []byte) (*descriptors.DomainConfig, []*Error) {
 	root, errs := document(file, data)
 	if errs != nil && root == nil {
@@ -28,9 +27,8 @@ func parseFile(file string, data []byte) (*descriptors.DomainConfig, []*Error) {
 }
 
 // document parses data, one YAML document, and returns its root node, or
-// nil if the document is empty or cannot be decoded. A document that
-// yaml.v3 cannot decode (cyclic or excessive aliases, bad merges) is not
-// walked, which keeps the walk bounded; duplicate keys are only reported.
+// nil if it is empty or cannot be decoded (which bounds the walk: no cyclic
+// or excessive aliases); duplicate keys are only reported.
 func document(file string, data []byte) (*yaml.Node, []*Error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc, next yaml.Node
@@ -68,8 +66,7 @@ func root(doc *yaml.Node) *yaml.Node {
 	return nil
 }
 
-// domain decodes the file's top level into dc. It reports false if that is
-// not a mapping.
+// domain decodes the file's top level into dc; false if it is no mapping.
 func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) bool {
 	dc.Source = source(d.file, n)
 	return d.mapping(n, "rules file", fields{
@@ -92,9 +89,8 @@ func (d *decoder) descriptors(n *yaml.Node) []descriptors.Descriptor {
 	return ds
 }
 
-// descriptor decodes one descriptor. It reports false if the descriptor
-// cannot be placed (no mapping, or a key that is no string), so that
-// NewSet does not report an empty key on top.
+// descriptor decodes one descriptor; false if it cannot be placed (no
+// mapping, or a key that is no string).
 func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 	desc := descriptors.Descriptor{Source: source(d.file, n)}
 	keyOK := true
@@ -118,9 +114,8 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 	return desc, placed && keyOK
 }
 
-// rateLimit decodes a rate_limit block. Fields left out stay zero for
-// descriptors.NewSet to default; it returns nil if the block has errors,
-// so that NewSet does not report them again.
+// rateLimit decodes a rate_limit block, fields left out zero for NewSet to
+// default; nil if it has errors, so that NewSet does not repeat them.
 func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	before := len(d.errs)
 	var (
@@ -172,8 +167,7 @@ func (d *decoder) algorithm(n *yaml.Node) descriptors.Algorithm {
 	return a
 }
 
-// replaces decodes a list of {name: X}. An empty name is kept for NewSet
-// to report.
+// replaces decodes a list of {name: X}, keeping an empty name for NewSet.
 func (d *decoder) replaces(n *yaml.Node) []string {
 	var names []string
 	d.list(n, "replaces", func(e *yaml.Node) {
@@ -186,8 +180,7 @@ func (d *decoder) replaces(n *yaml.Node) []string {
 	return names
 }
 
-// metadata decodes free-form metadata into the types structpb.NewStruct
-// takes: maps with string keys, []any, strings, numbers, bools and nil.
+// metadata decodes free-form metadata into the types structpb.NewStruct takes.
 func (d *decoder) metadata(n *yaml.Node) map[string]any {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, "metadata: expected a mapping, got %s", describe(n))

@@ -15,37 +15,24 @@ import (
 // were sent: nothing was charged. It wraps limiter.ErrUnavailable.
 var ErrNotSent = fmt.Errorf("not sent: %w", limiter.ErrUnavailable)
 
-// sendFunc sends ops to one destination (a server, or a Cluster node) and
-// fills results, or returns an error for all of them. It may be called
-// concurrently.
+// sendFunc sends ops to one server (Cluster master) and fills results, or
+// fails them all. It may be called concurrently.
 type sendFunc func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error
 
 // batchOptions tune a batcher.
 type batchOptions struct {
-	// Slots is how many sends may be under way at once (default 1).
-	Slots int
-	// MaxOps caps a send's ops (default 1).
-	MaxOps int
-	// Timeout bounds a send, whatever its callers' deadlines.
-	Timeout time.Duration
-	// Gather is how long a send waits for more calls when calls have been
-	// arriving together (0: never). See batcher.
-	Gather time.Duration
-	// GatherOps ends the wait early once this many ops wait (default
-	// MaxOps).
-	GatherOps int
-	// Group, when set, is shared by the batchers of one store's
-	// destinations (a Cluster's masters): they gather when the calls
-	// waiting at all of them add up to gatherFrom, as a lone batcher does
-	// when its own do.
+	Slots     int           // sends under way at once (default 1)
+	MaxOps    int           // ops a send carries at most (default 1)
+	Timeout   time.Duration // bounds a send, whatever its callers' deadlines
+	Gather    time.Duration // a send's wait for more calls (0: never)
+	GatherOps int           // ends that wait (default MaxOps)
+	// Group, when set, is shared by a Cluster's masters' batchers, which
+	// then gather on the sum of the calls waiting at all of them.
 	Group *gatherGroup
 }
 
-// gatherGroup adds up how many calls wait, on average, when sends are due
-// at each of a set of batchers. Each batcher of a Cluster's master sees
-// only its share of the calls, fewer than gatherFrom at any load a single
-// server would gather at; the sum is what a single server's batcher
-// would see. It is safe for concurrent use.
+// gatherGroup sums the calls waiting, on average, at a set of batchers when
+// their sends are due. It is safe for concurrent use.
 type gatherGroup struct {
 	mu   sync.Mutex
 	avgs map[*batcher]float64
@@ -66,31 +53,12 @@ func (g *gatherGroup) update(b *batcher, avg float64) float64 {
 	return sum
 }
 
-// batcher merges concurrent calls bound for one destination, so that the
-// ops of many requests leave in a few script calls: at most Slots sends
-// are under way at once, and calls that arrive meanwhile wait and leave
-// together in the next send. A call that finds a slot free is sent at
-// once, on a goroutine of its own. When sends are due with several calls
-// already waiting (gatherFrom on average: many callers, a busy machine),
-// a send first waits Gather for more, so that Redis pays one script call
-// for many decisions and its CPU goes further. A lone caller, or a few,
-// never wait.
-//
-// Sends run under a context of their own that ends Timeout after the
-// send starts: callers wait no longer than their contexts allow, but a
-// send whose callers all gave up goes on, so that what it started (a
-// dial, a handshake) completes for the calls that follow; go-redis dials
-// and authenticates under the context of the call that needs the
-// connection.
-//
-// A waiting call whose context ends before its send starts is dropped: it
-// gets ErrNotSent and nothing of it is sent; so is one whose deadline is
-// too near for a send to answer it (tooLate). Once its send has started, it
-// gets its context's error and its ops may or may not be decided; but a
-// send whose calls have all given up by the time it would be written
-// (waiting for a connection) is not written (see onceCmd). A send
-// that fails fails every call in it; nothing is retried. It is safe for
-// concurrent use.
+// batcher merges concurrent calls bound for one server: at most Slots sends
+// are under way, and calls arriving meanwhile leave together in the next.
+// Sends run under their own context (Timeout), not their callers'. A call
+// that gives up before its send starts gets ErrNotSent and is not sent; a
+// failed send fails all its calls, and nothing is retried. It is safe for
+// concurrent use (docs/design.md, "Merging calls").
 type batcher struct {
 	send sendFunc
 	opts batchOptions
@@ -107,9 +75,8 @@ type batcher struct {
 	buffers    sync.Pool    // *sendBuffer
 }
 
-// Waiter states: waiting, then either dropped (its call gave up first), or
-// taken by a send and then either answered or abandoned (its call gave up
-// during the send, and the send must not touch its results).
+// Waiter states: waiting, then dropped (gave up unsent), or taken by a send
+// and then answered or abandoned (gave up during it: results untouched).
 const (
 	waiting int32 = iota
 	dropped
@@ -134,12 +101,11 @@ type sendBuffer struct {
 	ops     []limiter.Op
 	results []limiter.Result
 	members []*waiter
-	live    func() bool // reports whether a member still waits: see onceCmd
+	live    func() bool // anyWaits, made once
 }
 
-// anyWaits reports whether a member of the send still waits for it: one
-// that has neither given up nor passed its deadline (which a busy machine
-// may let its goroutine notice late).
+// anyWaits reports whether a member has neither given up nor passed its
+// deadline (which a busy machine may let it notice late).
 func (buf *sendBuffer) anyWaits() bool {
 	now := time.Now()
 	for _, w := range buf.members {
@@ -155,10 +121,8 @@ func (buf *sendBuffer) anyWaits() bool {
 
 // BatchStats count what a store's batching did.
 type BatchStats struct {
-	// Sends is the number of sends (script calls' pipelines) made.
-	Sends int64
-	// Ops is the number of ops they carried.
-	Ops int64
+	Sends int64 // pipelines of script calls sent
+	Ops   int64 // ops they carried
 }
 
 func newBatcher(send sendFunc, o batchOptions) *batcher {
@@ -180,8 +144,7 @@ func (b *batcher) Stats() BatchStats {
 	return BatchStats{Sends: b.sends.Load(), Ops: b.ops.Load()}
 }
 
-// take decides ops, through a send shared with other calls, waiting no
-// longer than ctx allows.
+// take decides ops in a send shared with other calls, within ctx.
 func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	w := &waiter{ctx: ctx, ops: ops, results: results, done: make(chan struct{}), arrived: time.Now()}
 	b.mu.Lock()
@@ -214,8 +177,7 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 	}
 }
 
-// run sends what waits, gathering first when calls arrive together, until
-// nothing waits; it holds one slot.
+// run holds one slot and sends what waits until nothing does.
 func (b *batcher) run() {
 	for {
 		b.gather()
@@ -227,17 +189,12 @@ func (b *batcher) run() {
 	}
 }
 
-// gatherFrom is how many calls must, on average, be waiting already when
-// a send is due before sends gather: that many arrive while a call is at
-// Redis only when callers are many and the machine is busy, where Redis'
-// CPU is better spent on fewer, larger calls; below it, waiting would only
-// add latency. (What waits when a send is due does not depend on the
-// gathering itself, so it does not feed itself.)
+// gatherFrom is how many calls must wait, on average, when a send is due
+// before sends gather.
 const gatherFrom = 4
 
-// gather waits up to Gather for more calls when sends are due with
-// gatherFrom calls or more already waiting, on average (at the whole
-// Group's batchers, when it has one), unless GatherOps ops already wait.
+// gather waits Gather for more calls when gatherFrom wait on average (over
+// the Group), unless GatherOps ops already wait.
 func (b *batcher) gather() {
 	b.mu.Lock()
 	b.avgReady += (float64(len(b.queue)) - b.avgReady) / 16
@@ -274,8 +231,7 @@ func (b *batcher) next() []*waiter {
 	return ws
 }
 
-// sendMerged sends the ops of the calls in ws that still wait, as one send,
-// and tells each its outcome.
+// sendMerged sends the ops of the calls in ws that still wait as one send.
 func (b *batcher) sendMerged(ws []*waiter) {
 	buf := b.buffers.Get().(*sendBuffer)
 	buf.ops, buf.members = buf.ops[:0], buf.members[:0]
@@ -301,8 +257,7 @@ func (b *batcher) sendMerged(ws []*waiter) {
 		res := buf.results[:len(buf.ops)]
 		b.sends.Add(1)
 		b.ops.Add(int64(len(buf.ops)))
-		// The send outlives any one member, but is not written once they
-		// have all gone (withLive: while it waits for a connection).
+		// It outlives its members, but is not written once all have gone.
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
 		start := time.Now()
 		err := b.send(withLive(ctx, buf.live), buf.ops, res)
@@ -327,15 +282,9 @@ func (b *batcher) sendMerged(ws []*waiter) {
 	b.buffers.Put(buf)
 }
 
-// tooLate reports whether a call taken for a send at now cannot be
-// answered in time: less is left before its deadline than twice the last
-// send that succeeded took (last), and less than a tenth of the time it
-// had when it arrived. Such a call (one that waited long in the queue,
-// behind sends stuck on a dial) would be answered Unavailable by its
-// deadline while its ops may still run; it is answered ErrNotSent at once
-// instead, and nothing of it is sent. The tenth bounds what a slow send
-// (a stall that ended) makes the rule drop: a call with a tenth of its
-// time left is always sent.
+// tooLate reports whether a call cannot be answered in time, so is better
+// not sent: less is left before its deadline than twice the last good send
+// took (last), and less than a tenth of the time it had on arrival.
 func tooLate(w *waiter, now time.Time, last time.Duration) bool {
 	deadline, ok := w.ctx.Deadline()
 	if !ok || last <= 0 {

@@ -23,29 +23,20 @@ const (
 // ClientOptions describe a Redis deployment and how to reach it. Zero
 // fields take go-redis' defaults, except those NewClient always sets.
 type ClientOptions struct {
-	// Type is TypeSingle (the default when empty), TypeCluster or
-	// TypeSentinel, in any case.
+	// Type is TypeSingle (when empty), TypeCluster or TypeSentinel.
 	Type string
-	// URL says where the deployment is, as envoyproxy/ratelimit's
-	// REDIS_URL does:
-	//   single:   redis://[user:password@]host:port[/db], rediss://… (TLS)
-	//             or host:port
+	// URL is envoyproxy/ratelimit's REDIS_URL:
+	//   single:   redis://[user:password@]host:port[/db], rediss://… or host:port
 	//   cluster:  seed nodes, host:port,host:port,…
-	//   sentinel: MASTER_NAME,host:port,host:port,… (the sentinels)
+	//   sentinel: MASTER_NAME,host:port,… (the sentinels)
 	URL string
-	// Username and Password authenticate to the Redis nodes (AUTH, with a
-	// user for ACLs). They override a URL's credentials.
+	// Username and Password authenticate to the nodes, over a URL's.
 	Username, Password string
-	// SentinelPassword authenticates to the sentinels, when they have a
-	// requirepass of their own.
+	// SentinelPassword authenticates to the sentinels.
 	SentinelPassword string
-	// SocketType is how a single server is reached, as
-	// envoyproxy/ratelimit's REDIS_SOCKET_TYPE says it: "tcp" (or tcp4,
-	// tcp6) or "unix", in any case; empty takes it from the URL, unix for
-	// a path ("/run/redis.sock") or a unix:// URL. With unix the URL is the
-	// socket's path, or unix://[user:password@]/path[?db=N]. Cluster and
-	// sentinel deployments are reached over TCP whatever it says, as in
-	// the reference.
+	// SocketType is REDIS_SOCKET_TYPE for a single server: tcp (tcp4,
+	// tcp6) or unix, any case; empty takes it from the URL (a path or
+	// unix://[user:password@]/path[?db=N] is unix). Others use TCP.
 	SocketType string
 	// TLS configures TLS to every node (and to the sentinels).
 	TLS TLSOptions
@@ -54,22 +45,12 @@ type ClientOptions struct {
 }
 
 // NewClient returns a client for the deployment o describes: a
-// *redis.Client for single, a *redis.ClusterClient for cluster, a
-// failover *redis.Client (go-redis' NewFailoverClient) for sentinel. It
-// does no I/O.
-//
-// The client never sends a script twice: MaxRetries is -1, and a Cluster
-// client's pipelines and scripts follow MOVED and ASK redirects (the
-// command did not run) but are not re-sent after a network error or a
-// timeout, when they may have run. (go-redis' ClusterClient re-sends a
-// whole pipeline after such an error, up to MaxRedirects times, whatever
-// MaxRetries says; its single-command path has a similar retry loop.)
-// A Cluster client also reloads the slot map after such an error, so that
-// it finds a promoted replica without waiting for a redirect or its
-// periodic reload. Context deadlines bound every call
-// (ContextTimeoutEnabled).
-//
-// Its errors never contain a password.
+// *redis.Client (single), a *redis.ClusterClient (cluster) or a failover
+// *redis.Client (sentinel). It does no I/O. The client never re-sends a
+// script that may have run (a Cluster one still follows MOVED and ASK),
+// reloads a Cluster's slot map after a connection error, and honours
+// context deadlines (docs/design.md, "Never sent twice"). Its errors never
+// hold a password.
 func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	typ := strings.ToLower(strings.TrimSpace(o.Type))
 	if typ == "" {
@@ -138,7 +119,6 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 		return unixOptions(o, raw)
 	}
 	if !strings.Contains(raw, "://") {
-		// envoyproxy/ratelimit's host:port.
 		if err := checkHostPort(raw); err != nil {
 			return nil, fmt.Errorf("redis address %q: %w", redactAddr(raw), err)
 		}
@@ -316,11 +296,8 @@ func checkHostPort(addr string) error {
 	return nil
 }
 
-// noRetryHook marks every pipelined command as not to be retried, so that
-// go-redis never re-sends a command that may have run. A Cluster client
-// re-sends a pipeline after a network error or timeout whatever its
-// MaxRetries (its MaxRedirects bounds the attempts), unless a command in
-// it says NoRetry; MOVED and ASK redirects are still followed.
+// noRetryHook marks every pipelined command NoRetry, so that go-redis never
+// re-sends one that may have run; redirects are still followed.
 type noRetryHook struct{}
 
 func (noRetryHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -332,8 +309,7 @@ func (noRetryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// noRetryCmd is a command that go-redis must not retry; everything else,
-// its reply included, goes to the command it wraps.
+// noRetryCmd is the command it wraps, marked NoRetry.
 type noRetryCmd struct{ redis.Cmder }
 
 func (noRetryCmd) NoRetry() bool { return true }
@@ -351,9 +327,7 @@ func noRetry(cmds []redis.Cmder) []redis.Cmder {
 }
 
 // clusterHook is noRetryHook plus a reload of the slot map after a
-// connection error: a dead master answers no MOVED, so without it the
-// client would keep sending its slots to it until the periodic reload
-// (a minute by default) after a replica has taken over.
+// connection error: a dead master answers no MOVED.
 type clusterHook struct {
 	noRetryHook
 	c *redis.ClusterClient
@@ -362,11 +336,7 @@ type clusterHook struct {
 func (h clusterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		var err error
-		if isScript(cmd) {
-			// A Cluster client retries single commands too. Only scripts
-			// are marked: commands such as PING or SCRIPT LOAD are safe to
-			// retry, and some of them fan out to every node, where go-redis
-			// wants its own command types.
+		if isScript(cmd) { // PING, SCRIPT LOAD (fanned out) may retry
 			err = next(ctx, noRetryCmd{cmd})
 		} else {
 			err = next(ctx, cmd)
@@ -390,9 +360,7 @@ func (h clusterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, noRetry(cmds))
 		for _, c := range cmds {
-			if isConnError(c.Err()) {
-				// ReloadState reloads in the background, at most one
-				// reload at a time and one per 200 ms.
+			if isConnError(c.Err()) { // in the background, at most every 200 ms
 				h.c.ReloadState(ctx)
 				break
 			}

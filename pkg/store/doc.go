@@ -1,15 +1,19 @@
-// Package store implements limiter.Store: Redis runs the algorithms as Lua
-// scripts on a Redis server (or Cluster, or Sentinel-managed server) through
-// go-redis, and Memory runs the same integer arithmetic in process. Redis
-// merges concurrent Takes into script calls that decide many ops each
-// (lua/take.lua), tags every call so that a reply read for another call is
-// caught, and never sends a call twice, nor one whose caller gave up
-// before it was sent.
+// Package store implements limiter.Store and limiter.AtomicStore twice:
+// Redis runs the algorithms as Lua scripts (package lua) on a Redis server,
+// Cluster or Sentinel-managed master through go-redis, so that every replica
+// shares one state and one clock; Memory runs the same integer arithmetic in
+// process. Both decide alike for alike ops and times, and every state they
+// write expires once it can no longer change a decision.
 //
-// All give identical results for identical ops and times. Every state
-// they write expires once it can no longer change a decision: a fixed
-// window at its end, a sliding window's counter one window later, a token
-// bucket when it would be full again.
+// It also builds the go-redis client a Redis runs on: NewClient from
+// ClientOptions (a deployment type, envoyproxy/ratelimit's REDIS_URL
+// formats, credentials, TLS, pool and timeouts), or NewRedisFromURL for one
+// server. Its clients never send a script call twice.
+//
+// Construct NewRedis(client, logger, RedisOptions{}) or
+// NewMemory(MemoryOptions{}); Open loads Redis' scripts (optional) or starts
+// Memory's janitor, and Close releases either. Both are safe for concurrent
+// use. How they work: docs/design.md.
 package store
 
 import (
@@ -21,25 +25,19 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// ErrInvalidOp marks an op outside the range the algorithms compute
-// exactly, or a results slice shorter than ops. It signals a bug in the
-// caller, not a store failure, so it does not wrap limiter.ErrUnavailable.
-// Take checks every op before it decides any.
+// ErrInvalidOp marks an op outside the range the algorithms compute exactly,
+// or too few results: a caller's bug, not a store failure, so it does not
+// wrap limiter.ErrUnavailable. Nothing of such a call is decided.
 var ErrInvalidOp = errors.New("invalid op")
 
-// Bounds that keep every intermediate value below descriptors.MaxExact.
+// Bounds that keep every intermediate value below descriptors.MaxExact
+// (docs/design.md, "Exact arithmetic").
 const (
-	// maxCost is where costs and fixed-window counters saturate (2^52).
-	maxCost = 1 << 52
-	// maxAmount bounds Limit and Burst (2^50 milli-requests).
-	maxAmount = 1 << 50
-	// maxWindow bounds Window (2^45 ms, about 1,100 years).
-	maxWindow = 1 << 45
-	// maxNow bounds Now (2^50 ms after the epoch).
-	maxNow = 1 << 50
-	// slidingSteps bounds the number of steps a sliding window is cut
-	// into, so that steps*steps < 2^53.
-	slidingSteps = 94_000_000
+	maxCost      = 1 << 52    // costs and fixed-window counters saturate here
+	maxAmount    = 1 << 50    // Limit and Burst, milli-requests
+	maxWindow    = 1 << 45    // Window, ms (about 1,100 years)
+	maxNow       = 1 << 50    // Now, ms after the epoch
+	slidingSteps = 94_000_000 // steps of a sliding window: steps² < 2^53
 )
 
 // checkOps reports the first op that the algorithms cannot decide exactly.

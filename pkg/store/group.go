@@ -7,11 +7,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// keyGroups puts the ops of one key next to each other, each key's ops in
-// their order, so that a take.lua call decides them as one group: one read
-// and one write of the key, whatever the number of ops (a hot key).
-// Ops of different keys are independent, so their order is free. It is
-// not safe for concurrent use; groupings pools them.
+// keyGroups puts the ops of each key together, in their order, so that
+// take.lua reads and writes a hot key once a call. It is not safe for
+// concurrent use; groupings pools them.
 type keyGroups struct {
 	group   map[string]int32 // key -> group
 	of      []int32          // each op's group
@@ -23,9 +21,9 @@ type keyGroups struct {
 
 var groupings = sync.Pool{New: func() any { return &keyGroups{group: make(map[string]int32)} }}
 
-// put returns ops with each key's ops together, and the results to decode
-// them into; scatter then hands those results back in the caller's order.
-// When no two ops share a key, they are ops and results themselves.
+// put returns ops grouped and the results to decode them into, which
+// scatter hands back in the caller's order (ops and results themselves
+// when no two ops share a key).
 func (g *keyGroups) put(ops []limiter.Op, results []limiter.Result) ([]limiter.Op, []limiter.Result) {
 	g.perm = g.perm[:0]
 	if len(ops) < 2 {
@@ -56,7 +54,6 @@ func (g *keyGroups) put(ops []limiter.Op, results []limiter.Result) ([]limiter.O
 	for k := 1; k <= groups; k++ {
 		g.start[k] += g.start[k-1]
 	}
-	// Every index is written below, once: the prefix sums cover each.
 	g.ops = slices.Grow(g.ops[:0], len(ops))[:len(ops)]
 	g.perm = slices.Grow(g.perm[:0], len(ops))[:len(ops)]
 	for i, k := range g.of {

@@ -24,35 +24,23 @@ var _ limiter.Store = (*Memory)(nil)
 
 // MemoryOptions configures a Memory.
 type MemoryOptions struct {
-	// Now is the clock for ops with Now == 0 and for sweeping. The default
-	// is time.Now.
+	// Now is the clock of ops with Now 0 and of sweeps (default time.Now).
 	Now func() time.Time
-	// SweepInterval is how often the janitor started by Open removes
-	// expired state. The default is DefaultSweepInterval.
+	// SweepInterval is the janitor's (default DefaultSweepInterval).
 	SweepInterval time.Duration
-	// MaxKeys bounds the entries held (window counters plus token
-	// buckets; see Memory); 0 means no bound.
+	// MaxKeys bounds the entries held (see Memory); 0 means no bound.
 	MaxKeys int
 }
 
-// Memory is a limiter.Store that keeps its state in process, for a single
-// server or for tests. It runs the algorithms of the Lua scripts in package
-// lua with the same integer arithmetic, so it decides exactly as Redis
-// would. It is safe for concurrent use.
+// Memory is a limiter.Store and limiter.AtomicStore in process, for one
+// server or for tests, with the Lua scripts' integer arithmetic: it decides
+// exactly as Redis would. It is safe for concurrent use.
 //
-// State that has expired is dropped when it is next touched (the window
-// that ended is dropped when the next window of its key is stored), and by
-// a janitor that Open starts and Close stops; without Open, state for keys
-// that are never used again stays until Sweep is called.
-//
-// With MaxKeys, the store holds about that many entries at most (a key's
-// fixed window or bucket is one entry, a sliding window two). When it is
-// full, a call that would add an entry first sweeps expired state (at most
-// once a second); if the store is still full, the call fails with an error
-// wrapping ErrFull and limiter.ErrUnavailable, and decides nothing, so that the server's failure policy answers it. Calls on the
-// entries held keep working. Live counters are never evicted: that would
-// admit hits their limit had already counted. Calls in flight when the
-// store fills may add their entries past MaxKeys.
+// Expired state goes when next touched and by the janitor Open starts;
+// without Open, Sweep removes it. With MaxKeys, a full store refuses a call
+// that would add an entry (after a sweep, at most once a second) with
+// ErrFull and limiter.ErrUnavailable, deciding nothing; live counters are
+// never evicted (docs/design.md, "The memory store").
 type Memory struct {
 	now   func() time.Time
 	every time.Duration
@@ -71,15 +59,14 @@ type Memory struct {
 	done   chan struct{}
 }
 
-// memShard holds the state of the keys that hash to it. A sliding window's
-// two counters share a shard because the shard follows the base key.
+// memShard holds the state of the base keys that hash to it.
 type memShard struct {
 	mu      sync.Mutex
 	windows map[windowKey]counter
 	buckets map[string]bucket
-	keys    *atomic.Int64 // the Memory's count of entries; nil for TakeAll's scratch
-	max     int64         // the Memory's MaxKeys; 0 for none
-	_       [24]byte      // keep shards on separate cache lines
+	keys    *atomic.Int64 // the Memory's entries; nil for TakeAll's scratch
+	max     int64         // the Memory's MaxKeys
+	_       [24]byte      // one cache line a shard
 }
 
 // windowKey names a window counter: the Redis key is base + start/1000.
@@ -92,13 +79,12 @@ type counter struct {
 	n, expireAt int64
 }
 
-// bucket is a token bucket's state, as the hash fields t, ts and c.
+// bucket is a token bucket's state, as take.lua packs it.
 type bucket struct {
 	t, ts, c, expireAt int64
 }
 
-// NewMemory returns an empty Memory. It starts no goroutines; call Open to
-// start the janitor.
+// NewMemory returns an empty Memory; it starts no goroutine.
 func NewMemory(opts MemoryOptions) *Memory {
 	m := &Memory{now: opts.Now, every: opts.SweepInterval, seed: maphash.MakeSeed(), max: int64(max(opts.MaxKeys, 0))}
 	if m.now == nil {
@@ -115,8 +101,8 @@ func NewMemory(opts MemoryOptions) *Memory {
 	return m
 }
 
-// Open starts the janitor, which calls Sweep every SweepInterval until ctx
-// is done or Close is called. Opening an open Memory is an error.
+// Open starts the janitor, which sweeps every SweepInterval until ctx ends
+// or Close. Opening an open Memory is an error.
 func (m *Memory) Open(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -143,8 +129,7 @@ func (m *Memory) janitor(ctx context.Context, done chan<- struct{}) {
 	}
 }
 
-// Close stops the janitor and waits for it. The state stays usable: Take
-// keeps working after Close. Close is idempotent.
+// Close stops the janitor and waits for it; Take still works. It is idempotent.
 func (m *Memory) Close() error {
 	m.mu.Lock()
 	cancel, done := m.cancel, m.done
@@ -160,8 +145,7 @@ func (m *Memory) Close() error {
 // Ping always succeeds.
 func (m *Memory) Ping(context.Context) error { return nil }
 
-// Sweep removes the state that has expired by the store's clock and
-// returns how many entries it removed.
+// Sweep removes expired state and returns how many entries it removed.
 func (m *Memory) Sweep() int {
 	now := m.now().UnixMilli()
 	removed := 0
@@ -188,8 +172,7 @@ func (m *Memory) Sweep() int {
 	return removed
 }
 
-// Len returns the number of entries held, expired or not: window counters
-// plus token buckets.
+// Len returns the entries held, expired or not: counters plus buckets.
 func (m *Memory) Len() int {
 	n := 0
 	for i := range m.shards {
@@ -201,9 +184,9 @@ func (m *Memory) Len() int {
 	return n
 }
 
-// Take decides ops in order, as described on limiter.Store. It fails only
-// when ctx is done (an error wrapping limiter.ErrUnavailable) or an op is
-// invalid (ErrInvalidOp); either way it decides nothing.
+// Take decides ops in order, as limiter.Store says. It fails, deciding
+// nothing, when ctx is done or the store full (limiter.ErrUnavailable) or
+// an op is invalid (ErrInvalidOp).
 func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory take: %w: %w", limiter.ErrUnavailable, err)
@@ -248,8 +231,7 @@ func (s *memShard) count(k windowKey, now int64) int64 {
 	return c.n
 }
 
-// window returns the counter k at now; an expired one is dropped and
-// reported missing.
+// window returns the counter k at now; an expired one is dropped, missing.
 func (s *memShard) window(k windowKey, now int64) (counter, bool) {
 	c, ok := s.windows[k]
 	if !ok {
@@ -262,9 +244,8 @@ func (s *memShard) window(k windowKey, now int64) (counter, bool) {
 	return c, true
 }
 
-// fixedWindow mirrors take.lua's fixed_window. The window before now's is
-// dropped if it has expired by the store's clock at (now, unless the op
-// carries its own time), as Sweep would drop it.
+// fixedWindow mirrors take.lua's fixed_window; the window before is dropped
+// if expired by the store's clock at, as Sweep would drop it.
 func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 	w := op.Window
 	ws := now - now%w
@@ -312,10 +293,7 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 			if s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*w}) {
 				s.dropEnded(windowKey{op.Key, ws - 2*w}, at)
 			}
-			if hasPrev {
-				// Storing a map entry stores its key string too: store the
-				// previous counter again under the string curKey now holds,
-				// so that the two counters keep one copy of the key.
+			if hasPrev { // so that both counters share curKey's key string
 				s.windows[prevKey] = prevC
 			}
 		}
@@ -334,9 +312,8 @@ func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
 	return slidingResult(op, weighted, retry, now)
 }
 
-// refund gives cost back to the counter k, which holds count: it drops to
-// count-cost, keeping its expiry, or is dropped at 0 or below (as if never
-// written); a missing counter stays missing. It returns the count after.
+// refund gives cost back to counter k, holding count, keeping its expiry;
+// emptied, it is dropped. It returns the count after.
 func (s *memShard) refund(k windowKey, count, cost int64) int64 {
 	if count == 0 || cost == 0 {
 		return count
@@ -374,13 +351,10 @@ func (sw slider) maxRem(p, a int64) int64 {
 	return lo
 }
 
-// tokenBucket mirrors take.lua's token_bucket (arith.lua's bucket
-// decide): a refund, after the refill, fills the bucket no further than
-// its burst.
+// tokenBucket mirrors take.lua's token_bucket (arith.lua's bucket decide).
 func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 	burst, num, den := op.Burst, op.RateNum, op.RateDen
 	cost := min(op.Cost, maxCost)
-	// fill returns the ms until the bucket holds burst again.
 	fill := func(t, c int64) int64 { return ceilDiv((burst-t)*den-c, num) }
 
 	t, ts, c := burst, now, int64(0)

@@ -18,13 +18,9 @@ var stagePool = sync.Pool{New: func() any {
 	return &memShard{windows: make(map[windowKey]counter), buckets: make(map[string]bucket)}
 }}
 
-// TakeAll decides ops all or nothing, as described on limiter.AtomicStore
-// and in lua/atomic.lua. It locks the shards of every op's key, in shard
-// order so that concurrent calls cannot deadlock, copies the state the ops
-// read into a scratch shard, runs the ops there with Take's arithmetic, and
-// copies the scratch state back only when the call commits. It fails only
-// when ctx is done (limiter.ErrUnavailable) or an op is invalid
-// (ErrInvalidOp); either way it decides nothing.
+// TakeAll decides ops all or nothing, as limiter.AtomicStore says: under
+// the locks of their shards (taken in shard order), on a scratch copy of
+// their state, written back only on commit. It fails as Take does.
 func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory take all: %w: %w", limiter.ErrUnavailable, err)
@@ -109,11 +105,9 @@ func (m *Memory) shardOf(key string) uint64 {
 	return maphash.String(m.seed, key) % memShards
 }
 
-// visit calls window and bucket for every state an op of ops may read or
-// write at now, with the shard that holds it: a fixed window's counter, a
-// sliding window's current and previous counters, a bucket. A current
-// counter comes with the ended one it replaces (replaces true), as Take
-// replaces it.
+// visit calls window and bucket for every state ops may read or write at
+// now, with its shard; a current counter comes with the ended one it
+// replaces (replaces true).
 func (m *Memory) visit(ops []limiter.Op, now int64, window func(s *memShard, k, ended windowKey, replaces bool), bucket func(*memShard, string)) {
 	for i := range ops {
 		op := &ops[i]
@@ -131,8 +125,7 @@ func (m *Memory) visit(ops []limiter.Op, now int64, window func(s *memShard, k, 
 	}
 }
 
-// checkAtomicOps is checkOps plus what TakeAll needs: one Now for all ops
-// and known vetoes.
+// checkAtomicOps is checkOps plus one Now for all ops, and known vetoes.
 func checkAtomicOps(ops []limiter.Op, results []limiter.Result) error {
 	if err := checkOps(ops, results); err != nil {
 		return err

@@ -13,8 +13,7 @@ import (
 // holding MemoryOptions.MaxKeys entries for a call that would add one.
 var ErrFull = errors.New("memory store full: --memory-max-keys entries held")
 
-// fullSweepEvery spaces the sweeps that a full Memory runs for the calls
-// it would refuse.
+// fullSweepEvery spaces the sweeps a full Memory runs before refusing.
 const fullSweepEvery = time.Second
 
 // MemoryStats are a Memory's gauges and counters.
@@ -23,15 +22,13 @@ type MemoryStats struct {
 	Refused int64 // calls refused because the store was full
 }
 
-// Stats returns the store's gauges and counters. It is cheap and safe for
-// concurrent use.
+// Stats returns the store's gauges and counters, cheaply.
 func (m *Memory) Stats() MemoryStats {
 	return MemoryStats{Keys: m.keys.Load(), Refused: m.refused.Load()}
 }
 
-// room checks that ops may run: a full store refuses a call that would add
-// an entry, after a sweep of expired state (at most one per
-// fullSweepEvery). Entries added by calls in flight may pass the bound.
+// room refuses ops that would add an entry to a full store, after a sweep.
+// Calls in flight may still pass the bound.
 func (m *Memory) room(ops []limiter.Op) error {
 	if !m.full() || !m.grows(ops) {
 		return nil
@@ -46,8 +43,7 @@ func (m *Memory) room(ops []limiter.Op) error {
 
 func (m *Memory) full() bool { return m.shards[0].full() }
 
-// sweepFull sweeps, unless a sweep of a full store ran within the last
-// fullSweepEvery; concurrent callers wait for one sweep.
+// sweepFull sweeps unless it did within fullSweepEvery; callers share one.
 func (m *Memory) sweepFull() {
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
@@ -59,9 +55,8 @@ func (m *Memory) sweepFull() {
 	m.Sweep()
 }
 
-// grows reports whether an op of ops would add an entry to a full store:
-// a charge on a key whose current window (or bucket) is not held and
-// replaces no expired ended window. Peeks never add one.
+// grows reports whether a charge of ops would add an entry: its window or
+// bucket is not held, nor replaces an expired one.
 func (m *Memory) grows(ops []limiter.Op) bool {
 	at := m.now().UnixMilli() // the store's time, by which ended windows go
 	for i := range ops {
@@ -93,8 +88,7 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 	return false
 }
 
-// full reports whether the Memory this shard belongs to holds MaxKeys
-// entries or more.
+// full reports whether the shard's Memory holds MaxKeys entries or more.
 func (s *memShard) full() bool { return s.max > 0 && s.keys.Load() >= s.max }
 
 func (s *memShard) hasWindow(k windowKey) bool {
@@ -113,18 +107,15 @@ func (s *memShard) putWindow(k windowKey, c counter) bool {
 	return true
 }
 
-// hasEnded reports whether the window k is held and has expired by the
-// store's clock at (as Sweep judges it): storing the next window of its
-// key replaces it.
+// hasEnded reports whether window k is held and expired by the store's
+// clock at (as Sweep judges it).
 func (s *memShard) hasEnded(k windowKey, at int64) bool {
 	c, ok := s.windows[k]
 	return ok && c.expireAt <= at
 }
 
-// dropEnded drops the window k that a new window of its key replaces, if
-// it has expired by the store's clock at (a window of another length or
-// algorithm on the same key may still live). Without it, a key hit in
-// every window would hold its ended windows until the next sweep.
+// dropEnded drops window k, which a new window of its key replaces, if it
+// has expired by at (another window length on the key may still live).
 func (s *memShard) dropEnded(k windowKey, at int64) {
 	if s.hasEnded(k, at) {
 		s.dropWindow(k)

@@ -30,36 +30,28 @@ var _ limiter.Store = (*Redis)(nil)
 type RedisOptions struct {
 	// CloseClient makes Close close the client as well.
 	CloseClient bool
-	// InFlight is how many script calls' pipelines may be at one server (or
-	// one Cluster node) at once; Takes that arrive meanwhile are merged
-	// into the next (default 2; NoMerging: every Take sends its own).
+	// InFlight is how many pipelines may be at one server (Cluster master)
+	// at once; Takes arriving meanwhile merge into the next (default 2).
 	InFlight int
-	// Gather is how long a script call waits for more Takes before it is
-	// sent, when Takes have been arriving together (0: never; a lone
-	// caller never waits). Redis pays for a call about as much as for
-	// four decisions in it, so larger calls cost it less per decision.
+	// Gather is how long a call waits for more Takes when Takes have been
+	// arriving together (0: never; a lone caller never waits).
 	Gather time.Duration
-	// GatherOps ends the wait early once this many ops wait (default 255,
-	// a full script call).
+	// GatherOps ends that wait once this many ops wait (default 255).
 	GatherOps int
-	// SendTimeout bounds one pipeline, whatever its callers' deadlines
-	// (default 3s). Callers wait no longer than their own context allows,
-	// but their pipeline goes on without them, so that a connection that
-	// is still being dialled and authenticated gets ready for the next.
+	// SendTimeout bounds one pipeline, which goes on after its callers
+	// give up so that a connection being dialled gets ready (default 3s).
 	SendTimeout time.Duration
 }
 
-// NoMerging as RedisOptions.InFlight lets every Take send its own script
-// call at once.
+// NoMerging as RedisOptions.InFlight lets every Take send its own call.
 const NoMerging = 1 << 30
 
 // DefaultDialTimeout bounds a connection's dial and handshake when neither
 // ConnOptions nor the URL say otherwise.
 const DefaultDialTimeout = time.Second
 
-// ConnOptions are connection settings applied on top of a URL's. Zero
-// fields keep the URL's value, or DefaultDialTimeout, or go-redis'
-// default.
+// ConnOptions are connection settings applied on top of a URL's. Zero fields
+// keep the URL's value, or DefaultDialTimeout, or go-redis' default.
 type ConnOptions struct {
 	PoolSize     int
 	DialTimeout  time.Duration
@@ -67,35 +59,16 @@ type ConnOptions struct {
 	WriteTimeout time.Duration
 }
 
-// Redis is a limiter.Store that runs the algorithms as Lua scripts (package
-// lua) on a Redis server, a Cluster or a Sentinel-managed server, through
-// go-redis, so that every server instance shares the same state and the
-// same clock (Redis TIME). It is safe for concurrent use.
+// Redis is a limiter.Store and limiter.AtomicStore on a Redis server, a
+// Cluster or a Sentinel-managed master: the algorithms run as Lua scripts
+// at Redis TIME, so every replica shares one state and one clock.
+// Concurrent Takes bound for one server (Cluster master) merge into shared
+// script calls; a call is never sent twice, nor after its callers gave up,
+// and only calls that provably did not run (NOSCRIPT, a redirect) are sent
+// again (docs/design.md, "The Redis store"). It is safe for concurrent use.
 //
-// Concurrent Takes bound for one server (one Cluster node) are merged: at
-// most InFlight pipelines are at a server at once, and the ops of the
-// Takes that arrive meanwhile leave together in the next, as take.lua
-// calls that decide any number of ops each. On a Cluster, a call carries
-// the keys of every slot its node serves when the nodes run Redis 7 or
-// later (the script flag allow-cross-slot-keys, the keys in ARGV), else of
-// one slot; the nodes' batchers gather together (gatherGroup). An op whose
-// slot moved away from the node is left undecided there, and a call
-// answered MOVED, ASK or TRYAGAIN did not run: they are sent again through
-// the Cluster client, slot by slot. Every call carries a tag that the
-// script echoes: a reply without it fails its call (go-redis closes a
-// connection that holds unread replies, so the drift does not last).
-// Replies of NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) mean
-// the call did not run: it is sent again with EVAL, which also loads the
-// script, so a flush costs a round trip but no decision. Any other failure
-// fails the call, and nothing is retried, because an op that may have run
-// must not run twice.
-//
-// The client must not retry commands itself (MaxRetries -1, as
-// RedisOptionsFromURL sets it): go-redis re-sends a whole pipeline after a
-// read error, and ops that had already run would be charged twice. It
-// should also have ContextTimeoutEnabled. A Cluster client re-sends
-// pipelines whatever its MaxRetries; use NewClient, whose clients of every
-// type (single, cluster, sentinel) never re-send.
+// Its client must not retry commands, or ops could be charged twice: build
+// it with NewClient, or set MaxRetries -1 and ContextTimeoutEnabled.
 type Redis struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless client is one
@@ -115,9 +88,8 @@ type Redis struct {
 // Client returns the client r decides on; r keeps owning it.
 func (r *Redis) Client() redis.UniversalClient { return r.client }
 
-// NewRedis returns a Redis that uses client, which may be a single-node,
-// Sentinel or Cluster client. It does no I/O; the scripts are loaded by
-// Open, or on the first Take that finds them missing (NOSCRIPT, then EVAL).
+// NewRedis returns a Redis on client (single-node, Sentinel or Cluster). It
+// does no I/O: Open loads the scripts, or the first Take that misses them.
 func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOptions) *Redis {
 	if logger == nil {
 		logger = zap.NewNop()
@@ -157,17 +129,14 @@ func clientRetries(c redis.UniversalClient) (int, bool) {
 	return 0, false
 }
 
-// RedisOptionsFromURL parses a redis:// or rediss:// URL, as go-redis'
-// ParseURL does, and applies conn on top. It turns client retries off
-// (MaxRetries -1) and ContextTimeoutEnabled on; see Redis. Its errors
-// never contain the URL's password.
+// RedisOptionsFromURL parses a redis:// or rediss:// URL as go-redis'
+// ParseURL does, applies conn, turns retries off and ContextTimeoutEnabled
+// on. It refuses max_retries; its errors never hold the password.
 func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error) {
 	safe := RedactURL(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// A URL that does not parse may have its password read as a host
-		// or port, which the parser's message would quote: give its
-		// reason only when there are no credentials.
+		// The parser's message may quote a password read as a host.
 		var uerr *url.Error
 		if !strings.Contains(rawURL, "@") && errors.As(err, &uerr) {
 			return nil, fmt.Errorf("parse redis URL %q: %w", safe, uerr.Err)
@@ -235,8 +204,7 @@ func RedactURL(rawURL string) string {
 	if u, err := url.Parse(rawURL); err == nil {
 		return u.Redacted()
 	}
-	// Whatever lies between the first ':' and the last '@' after the
-	// scheme may be the password.
+	// Between the first ':' and the last '@' may be a password.
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		scheme, rest = "", rawURL
@@ -273,9 +241,7 @@ func (r *Redis) Load(ctx context.Context) error {
 	for _, s := range scripts {
 		sha, err := r.client.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
-			if s.spread() {
-				// Redis before 7 knows no script flags: calls go slot by
-				// slot instead.
+			if s.spread() { // Redis before 7: no script flags, one slot a call
 				r.perSlot.Store(true)
 				continue
 			}
@@ -296,17 +262,14 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// ProbeKey is the base key Probe charges, apart from every limit's: a
-// limit's key has the hash tag right after its prefix (prefix:{...}).
+// ProbeKey is the base key Probe charges, apart from every limit's (theirs
+// have the hash tag right after the prefix).
 const ProbeKey = "fastlimit:probe:{probe}:"
 
-// Probe checks that Redis decides, not only that it answers: one
-// fixed-window charge of one milli-request on ProbeKey, a window of a
-// second (the counter expires with it), through the path of every Take.
-// It fails where decisions fail: scripts refused (out of memory with
-// noeviction, a read-only replica, NOSCRIPT that EVAL cannot repair), or
-// Redis unreachable. On a Cluster it checks the master of ProbeKey's slot.
-// It implements breaker.Prober.
+// Probe checks that Redis decides, not only answers: a one-second
+// fixed-window charge on ProbeKey through Take's path, so it fails where
+// decisions fail (scripts refused, out of memory, read-only, unreachable).
+// On a Cluster it checks ProbeKey's master. It implements breaker.Prober.
 func (r *Redis) Probe(ctx context.Context) error {
 	ops := [1]limiter.Op{{Key: ProbeKey, Algorithm: descriptors.FixedWindow, Limit: 1, Window: 1000, Cost: 1}}
 	var res [1]limiter.Result
@@ -336,9 +299,8 @@ func (r *Redis) Close() error {
 	return err
 }
 
-// begin runs the checks every call of a Redis store starts with: invalid
-// ops (checkErr) are refused unsent, a call without ops is done, a call
-// whose ctx has ended is Unavailable. send reports whether to go on.
+// begin refuses invalid ops (checkErr), finishes a call of no ops, and fails
+// one whose ctx has ended; send reports whether to go on.
 func begin(ctx context.Context, what string, checkErr error, ops int) (send bool, err error) {
 	switch {
 	case checkErr != nil:

@@ -11,28 +11,20 @@ import (
 
 var _ limiter.AtomicStore = (*Redis)(nil)
 
-// TakeAll decides ops all or nothing in one script call (lua/atomic.lua),
-// as described on limiter.AtomicStore. It sends EVALSHA, and EVAL when the
-// server answers NOSCRIPT (the script did not run, so sending it again is
-// safe; EVAL also loads it). Neither is ever retried by the client: a
-// Cluster client re-sends a single command after a network error or
-// timeout, whatever its MaxRetries, unless the command says NoRetry. The
-// call carries a tag that the script echoes, as Take's calls do. It is
-// never merged with other calls. In Redis Cluster all keys of a call must
-// share a hash slot. An error wraps limiter.ErrUnavailable, or
-// ErrInvalidOp for ops that were not sent.
+// TakeAll decides ops all or nothing in one atomic.lua call of its own, as
+// limiter.AtomicStore says; on a Cluster all keys must share a slot. An
+// error wraps limiter.ErrUnavailable, or is ErrInvalidOp's (nothing sent).
 func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
 	}
-	// As Take's sends, the call goes on when its caller gives up, so that a
-	// connection it is dialling gets ready for the next.
+	// As Take's sends, it outlives its caller, but is written only while
+	// the caller waits.
 	res := make([]limiter.Result, len(ops))
 	done := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), r.opts.SendTimeout)
 		defer cancel()
-		// Written only while its caller waits (see onceCmd).
 		done <- r.takeAll(withLive(sctx, func() bool { return ctx.Err() == nil }), ops, res)
 	}()
 	select {
@@ -61,9 +53,7 @@ func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	return err
 }
 
-// evalAtomic runs lua.Atomic by digest or by source, as a command that
-// go-redis must not retry, nor write once the caller has gone.
-
+// evalAtomic runs lua.Atomic by digest or source as an onceCmd.
 func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
 	args := make(anyArgs, 0, 6+len(ops)+atomicArgs*len(ops))
 	if bySHA {

@@ -14,10 +14,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// Take decides ops in take.lua calls shared with other Takes bound for the
-// same server or Cluster node; see Redis. An error wraps
-// limiter.ErrUnavailable (and ErrNotSent when nothing was sent), or
-// ErrInvalidOp for ops that were not sent.
+// Take decides ops in take.lua calls shared with other Takes. An error
+// wraps limiter.ErrUnavailable (and ErrNotSent when nothing was sent), or
+// is ErrInvalidOp's, when nothing was sent either.
 func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
@@ -28,8 +27,7 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	return r.takeCluster(ctx, ops, results)
 }
 
-// BatchStats returns how many script calls' pipelines Take made, and how
-// many ops they carried, over every server.
+// BatchStats returns Take's pipelines and their ops so far, over every server.
 func (r *Redis) BatchStats() BatchStats {
 	if r.single != nil {
 		return r.single.Stats()
@@ -50,8 +48,7 @@ func (r *Redis) newBatcher(send sendFunc) *batcher {
 		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps), Group: r.gathering})
 }
 
-// takeCluster sends each op to the batcher of the master that serves its
-// key, and waits for them all.
+// takeCluster sends each op to its master's batcher and waits for them all.
 func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	first, err := r.cluster.MasterForKey(ctx, ops[0].Key)
 	if err != nil {
@@ -71,7 +68,6 @@ func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []lim
 	if same {
 		return r.nodeBatcher(first).take(ctx, ops, results)
 	}
-	// Ops on several nodes: one share per node, all at once.
 	type share struct {
 		idx     []int
 		ops     []limiter.Op
@@ -129,11 +125,8 @@ func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 	return b
 }
 
-// send runs ops on one server (a Cluster master, or the server) as one
-// pipeline of take.lua calls, the ops of each key together (keyGroups),
-// and the calls answered NOSCRIPT again with EVAL. On a Cluster, calls answered with a redirect, and ops whose slot
-// the node no longer serves, go again through the Cluster client, one slot
-// a call.
+// send runs ops on one server as one pipeline of take.lua calls, each key's
+// ops together (keyGroups); see sendCalls for what is sent again.
 func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
 	g := groupings.Get().(*keyGroups)
 	defer groupings.Put(g)
@@ -170,14 +163,12 @@ func (r *Redis) sendBySlot(ctx context.Context, c redis.Cmdable, ops []limiter.O
 	return nil
 }
 
-// sendCalls sends calls of script s as one pipeline, the calls answered
-// NOSCRIPT again with EVAL, and the calls a Cluster node redirected
-// through the Cluster client.
+// sendCalls sends calls of s as one pipeline, then those answered NOSCRIPT
+// again with EVAL, and those a Cluster node did not run through the
+// Cluster client, slot by slot.
 func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
 	missing, moved, err := r.sendChunks(ctx, c, s, true, ops, results, calls)
-	if err == nil && len(missing) > 0 {
-		// The calls answered NOSCRIPT did not run, so they are safe to
-		// send again; EVAL cannot answer NOSCRIPT and loads the script.
+	if err == nil && len(missing) > 0 { // they did not run
 		r.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
 		var moved2 []takeChunk
 		_, moved2, err = r.sendChunks(ctx, c, s, false, ops, results, missing)
@@ -195,10 +186,9 @@ func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []
 	return err
 }
 
-// sendChunks sends calls as one pipeline, by digest or by source, and
-// decodes their replies into results. It returns the calls answered
-// NOSCRIPT, and those a Cluster node did not run (a redirect, a refusal of
-// the cross-slot script, or one op whose slot the node no longer serves).
+// sendChunks sends calls as one pipeline, by digest or source, and decodes
+// the replies. It returns the calls answered NOSCRIPT, and those (or ops) a
+// Cluster node did not run.
 func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA bool,
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
 	cmds := make([]*redis.Cmd, len(calls))
@@ -214,7 +204,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	if dropped.Load() {
-		// Its callers were gone when go-redis wrote it (see onceCmd).
+		// Its callers were gone when go-redis wrote it.
 		return nil, nil, unavailable("take", ErrNotSent)
 	}
 	for i, ch := range calls {
@@ -249,8 +239,6 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		if err != nil {
 			return nil, nil, unavailable("take", err)
 		}
-		// Ops whose keys the node no longer serves were not run there:
-		// each goes again, alone, where the Cluster now says.
 		for _, k := range notHere {
 			moved = append(moved, takeChunk{from: ch.from + k, to: ch.from + k + 1})
 		}
@@ -272,8 +260,8 @@ func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter
 	return redis.NewCmd(ctx, args...)
 }
 
-// resend sends calls that a Cluster node did not run through the Cluster
-// client, one slot a call, so that it follows the redirects.
+// resend sends calls a Cluster node did not run through the Cluster
+// client, which follows redirects, one slot a call.
 func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
 	r.cluster.ReloadState(ctx)
 	for _, ch := range calls {
@@ -308,8 +296,7 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 	return nil
 }
 
-// isRedirect reports a Cluster redirect or a refusal that means the call
-// did not run on that node.
+// isRedirect reports a Cluster answer that means the call did not run there.
 func isRedirect(err error) bool {
 	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "CROSSSLOT"} {
 		if redis.HasErrorPrefix(err, p) {
@@ -319,8 +306,7 @@ func isRedirect(err error) bool {
 	return false
 }
 
-// isScriptFlagError reports a server that cannot run take.lua's cross-slot
-// variant (Redis before 7 fails to compile its shebang line).
+// isScriptFlagError reports a Redis before 7 refusing the cross-slot shebang.
 func isScriptFlagError(err error) bool {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {

@@ -17,10 +17,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// ErrReplyMismatch marks a script reply that does not carry the tag of the
-// call it was read for: the connection's replies have drifted from its
-// calls (an unsolicited reply, a proxy's fault). The call fails, and the
-// connection is closed so that no later call reads another's reply.
+// ErrReplyMismatch marks a script reply without its call's tag, or of the
+// wrong shape: the connection's replies have drifted from its calls. The
+// call fails, and go-redis closes the connection.
 var ErrReplyMismatch = errors.New("reply does not match its call")
 
 // script is a Lua script and the digest EVALSHA names it by.
@@ -28,8 +27,7 @@ type script struct {
 	name, src, sha string
 }
 
-// spread reports whether s is take.lua's Cluster variant, whose calls send
-// keys of several slots after the map rather than as KEYS.
+// spread reports whether s is take.lua's cross-slot variant (keys in ARGV).
 func (s script) spread() bool { return s.sha == takeCrossScript.sha }
 
 func newScript(name, src string) script {
@@ -44,20 +42,13 @@ var (
 	atomicScript    = newScript("atomic", lua.Atomic)
 )
 
-// maxBatchOps caps the ops of one take.lua call: Redis runs a script to the
-// end before it serves anything else, so a call stays well under a
-// millisecond; and the call's map numbers each op's parameter set in one
-// byte.
+// maxBatchOps caps the ops of one take.lua call (its map has a byte an op).
 const maxBatchOps = 255
 
 // atomicArgs is the number of ARGV entries per op of lua/atomic.lua.
 const atomicArgs = 8
 
-// tags numbers script calls. The reply echoes the tag, so a reply read for
-// the wrong call is caught. Tags start at a random point below 2^40 so that
-// two processes (or a restarted one) sharing a connection's history cannot
-// mistake each other's replies, and stay below 2^53, where Lua's doubles
-// are exact.
+// tags numbers script calls, from a random point below 2^40, below 2^53.
 var tags atomic.Int64
 
 func init() {
@@ -78,8 +69,7 @@ type argWriter interface {
 	Int(v int64)
 }
 
-// takeChunk is the ops [from, to) of a send that go in one take.lua call,
-// and the call's tag.
+// takeChunk is the ops [from, to) of one take.lua call, and its tag.
 type takeChunk struct {
 	from, to int
 	tag      int64
@@ -113,8 +103,8 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 	return dst
 }
 
-// takeEncoder writes take.lua calls. Its buffers are reused from call to
-// call; it is not safe for concurrent use.
+// takeEncoder writes take.lua calls, reusing its buffers; it is not safe
+// for concurrent use.
 type takeEncoder struct {
 	sets  []int    // the first op of each parameter set
 	guess []string // each set's window start guess (fixed windows)
@@ -124,13 +114,11 @@ type takeEncoder struct {
 	clock int64    // this process' clock, Unix ms, read once a call
 }
 
-// bucketTail is what a token bucket's group key carries after the base
-// key: take.lua's BUCKET.
+// bucketTail is take.lua's BUCKET, a token bucket's key suffix.
 const bucketTail = "tokens"
 
-// plan finds the parameter sets and the groups of ops (at most maxBatchOps
-// ops; a group is a run of consecutive ops with one key) and returns the
-// number of arguments of the call after the script's name and digest.
+// plan finds the parameter sets and groups (runs of one key) of ops, at most
+// maxBatchOps, and returns the call's argument count after name and digest.
 func (e *takeEncoder) plan(ops []limiter.Op) int {
 	e.sets, e.guess, e.mapb, e.runs, e.first = e.sets[:0], e.guess[:0], e.mapb[:0], e.runs[:0], e.first[:0]
 	e.clock = 0
@@ -164,9 +152,8 @@ func (e *takeEncoder) plan(ops []limiter.Op) int {
 	return n
 }
 
-// windowGuess returns the start (Unix seconds) of the fixed window op falls
-// in by its Now, or by this process' clock: take.lua's hint, which saves
-// Redis a concatenation a key when it is Redis' window too.
+// windowGuess returns take.lua's guess: the start (Unix seconds) of op's
+// fixed window by its Now, or this process' clock.
 func (e *takeEncoder) windowGuess(op *limiter.Op) string {
 	now := op.Now
 	if now == 0 {
@@ -181,9 +168,8 @@ func (e *takeEncoder) windowGuess(op *limiter.Op) string {
 // guessClock is the clock of windowGuess, Unix ms; tests set it wrong.
 var guessClock = func() int64 { return time.Now().UnixMilli() }
 
-// groupKey returns the key take.lua gets for the group whose first op is
-// ops[i] (of set k): the base key, with its window guess (fixed window) or
-// bucketTail (token bucket) after it.
+// groupKey returns the KEYS entry of the group starting at ops[i]: the base
+// key, then the window guess (fixed window) or bucketTail.
 func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
 	switch ops[i].Algorithm {
 	case descriptors.FixedWindow:
@@ -194,10 +180,8 @@ func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
 	return ops[i].Key
 }
 
-// write writes the arguments plan counted: numkeys, KEYS (one per group),
-// then ARGV as take.lua's header lays them out; with spread (a Cluster
-// call whose keys may span slots), numkeys 0 and the keys after the
-// groups.
+// write writes the arguments plan counted, as take.lua's header lays them
+// out (with spread, numkeys 0 and the keys after the groups).
 func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread bool) {
 	if spread {
 		w.Int(0)
@@ -234,15 +218,10 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 	}
 }
 
-// decodeTake fills results from take.lua's reply to a call of ops with
-// tag: {tag, clock, then per op one integer (a denied sliding window op
-// two, a fixed window op that follows one of its parameter set in its
-// group none)}, as take.lua's header says; the answers are derived here.
-// An op the node did not decide because it does not serve the op's key
-// (a reply of -1, which only a call with spread keys gets; see take.lua)
-// has its index appended to moved; with moved nil, the call declared its
-// keys and such a reply is ErrReplyMismatch, as is any reply that is not
-// the one described.
+// decodeTake fills results from take.lua's reply (its header gives the
+// shape), deriving each answer. An op left undecided (-1) is appended to
+// moved; with moved nil (keys declared) it is ErrReplyMismatch, as is any
+// reply of another shape.
 func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
 	if len(v) < 2 || v[0] != tag {
 		return mismatch(v, tag)
@@ -258,8 +237,7 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 			return short()
 		}
 		if op.Algorithm == descriptors.FixedWindow && k > 0 && op.Key == ops[k-1].Key && sameParams(op, &ops[k-1]) {
-			// No value of its own: the op before it, plus its cost (less
-			// its refund, not below 0).
+			// No value of its own: the op before's, plus its cost.
 			switch {
 			case count == notDecided:
 			case refunds(op):
@@ -304,13 +282,10 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 	return nil
 }
 
-// notDecided is take.lua's reply for an op whose key the node does not
-// serve.
+// notDecided is take.lua's reply for an op whose key the node does not serve.
 const notDecided = -1
 
-// fixedResult derives a fixed-window op's answer from the count its
-// window holds after it, as take.lua's header says: at now (the op's, or
-// Redis' clock), reset = ws + W - now; allowed while count <= limit.
+// fixedResult derives a fixed-window answer from the count after the op.
 func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 	now := op.Now
 	if now == 0 {
@@ -326,10 +301,8 @@ func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 	return limiter.Result{RetryAfter: reset, Reset: reset}
 }
 
-// slidingResult derives a sliding-window op's answer from the weighted
-// count w it was decided on and, when denied (w + cost > limit), the
-// retry_after take.lua computed; a refund's from the weighted count after
-// it.
+// slidingResult derives a sliding-window answer from the weighted count w
+// it was decided on (a refund's: after it) and, if denied, retry.
 func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
 	now := op.Now
 	if now == 0 {
@@ -346,10 +319,8 @@ func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
 	return limiter.Result{Remaining: max(op.Limit-w, 0), RetryAfter: retry, Reset: reset}
 }
 
-// bucketResult derives a token-bucket op's answer from take.lua's
-// t * den + c after it (allowed), or -(t * den + c) - 2 (denied): t
-// milli-tokens left and the carry c, with the arithmetic of memory.go's
-// tokenBucket.
+// bucketResult derives a token-bucket answer from take.lua's t*den + c
+// (allowed) or -(t*den + c) - 2 (denied).
 func bucketResult(op *limiter.Op, x int64) limiter.Result {
 	allowed := x >= 0
 	if !allowed {
@@ -358,8 +329,8 @@ func bucketResult(op *limiter.Op, x int64) limiter.Result {
 	return bucketAnswer(op, allowed, x/op.RateDen, x%op.RateDen)
 }
 
-// bucketAnswer is a token-bucket op's answer with t milli-tokens and the
-// carry c left after it: the memory store's and Redis' alike.
+// bucketAnswer is a token-bucket answer from t milli-tokens and carry c
+// left after the op, for Memory and Redis alike.
 func bucketAnswer(op *limiter.Op, allowed bool, t, c int64) limiter.Result {
 	burst, num, den := op.Burst, op.RateNum, op.RateDen
 	r := limiter.Result{Allowed: allowed, Remaining: t}
@@ -383,8 +354,7 @@ func mismatch(v []int64, tag int64) error {
 	return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
 }
 
-// writeAtomic writes the arguments of an atomic.lua call after the digest
-// (or source).
+// writeAtomic writes an atomic.lua call's arguments after digest or source.
 func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 	w.Int(int64(len(ops)))
 	for i := range ops {
@@ -405,9 +375,7 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 	}
 }
 
-// decodeTagged fills results from a script reply {tag, 4 integers per op}
-// (atomic.lua's), after checking that it carries tag. A wrong tag is
-// ErrReplyMismatch.
+// decodeTagged fills results from atomic.lua's {tag, 4 integers an op}.
 func decodeTagged(v []int64, tag int64, results []limiter.Result) error {
 	if len(v) == 0 || v[0] != tag {
 		return mismatch(v, tag)
@@ -415,8 +383,7 @@ func decodeTagged(v []int64, tag int64, results []limiter.Result) error {
 	return decodeResults(v[1:], results)
 }
 
-// decodeResults fills results from 4 integers per op {allowed, remaining,
-// retry_after, reset}.
+// decodeResults fills results from {allowed, remaining, retry_after, reset}s.
 func decodeResults(v []int64, results []limiter.Result) error {
 	if len(v) != 4*len(results) {
 		return fmt.Errorf("%w: script replied %d values for %d ops, want 4 each", ErrReplyMismatch, len(v), len(results))

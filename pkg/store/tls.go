@@ -8,27 +8,19 @@ import (
 	"os"
 )
 
-// TLSOptions configure TLS to Redis. TLS is on when Enabled is set or the
-// URL's scheme is rediss; the other fields then refine it, and setting any
-// of them with TLS off is an error rather than a silent plaintext
-// connection.
+// TLSOptions configure TLS to Redis, on with Enabled or a rediss URL. Any
+// other field set with TLS off is an error, not a plaintext connection.
 type TLSOptions struct {
 	Enabled bool
-	// CAFile is a PEM file of the CAs that sign the servers' certificates;
-	// empty trusts the system's roots.
+	// CAFile holds PEM CAs of the servers' certificates (empty: the system's).
 	CAFile string
-	// CertFile and KeyFile are a PEM client certificate and its key, for
-	// servers that verify clients (tls-auth-clients yes). Give both or
-	// neither.
+	// CertFile and KeyFile are a PEM client certificate and key, both or neither.
 	CertFile, KeyFile string
-	// ServerName is the name the server certificates must hold; empty
-	// takes the host of the address dialled (each node's, in a Cluster).
+	// ServerName is the name to verify (empty: the host dialled).
 	ServerName string
 	// InsecureSkipVerify accepts any server certificate.
 	InsecureSkipVerify bool
-	// SkipHostnameVerification checks the certificate chain against the
-	// CAs but not the name it is issued to (envoyproxy/ratelimit's
-	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION).
+	// SkipHostnameVerification checks the chain but not the name.
 	SkipHostnameVerification bool
 }
 
@@ -73,9 +65,7 @@ func (o TLSOptions) config(on bool, host string) (*tls.Config, error) {
 	switch {
 	case o.InsecureSkipVerify:
 		cfg.InsecureSkipVerify = true
-	case o.SkipHostnameVerification:
-		// Go verifies the chain and the name together; skip both and
-		// verify the chain alone.
+	case o.SkipHostnameVerification: // Go checks chain and name together
 		cfg.InsecureSkipVerify = true
 		cfg.VerifyConnection = verifyChain(cfg.RootCAs)
 	}

@@ -7,17 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// onceCmd is a command that go-redis must not send twice, and must not
-// send at all once the callers it decides for have all given up.
-//
-// A send can wait after its callers are gone: in the batcher's queue (the
-// batcher drops such calls), or inside go-redis for a connection (a dial
-// and its handshake, a pool whose connections are all in use). go-redis
-// asks a command for its arguments as it writes it onto the connection,
-// so Args is where the second wait ends: when live reports the callers
-// gone, the command is written as a harmless ECHO instead, its reply is
-// read as usual (the connection stays in step), and dropped marks it so
-// that its send fails with ErrNotSent rather than a reply mismatch.
+// onceCmd is a command go-redis must not send twice, nor at all once its
+// callers have all gone: then Args, which go-redis asks as it writes the
+// command, turns it into a harmless ECHO and sets dropped, so that the send
+// fails with ErrNotSent (docs/design.md, "Merging calls").
 type onceCmd struct {
 	redis.Cmder
 	live    func() bool  // nil: always live
@@ -29,8 +22,7 @@ var unsentArgs = []any{"echo", "fastlimit: callers gone, script call not sent"}
 
 func (onceCmd) NoRetry() bool { return true }
 
-// Args returns the command's arguments, or unsentArgs when its callers are
-// gone.
+// Args returns the command's arguments, or unsentArgs once its callers are gone.
 func (c onceCmd) Args() []any {
 	if c.live != nil && !c.live() {
 		if c.dropped != nil {
@@ -44,8 +36,7 @@ func (c onceCmd) Args() []any {
 // liveKey is the context key of a send's liveness check (withLive).
 type liveKey struct{}
 
-// withLive returns ctx carrying live, which reports whether any caller a
-// send decides for still waits for it.
+// withLive returns ctx carrying live: does a caller of the send still wait?
 func withLive(ctx context.Context, live func() bool) context.Context {
 	return context.WithValue(ctx, liveKey{}, live)
 }

@@ -111,11 +111,8 @@ func testSlidingOneSecond(t *testing.T, st limiter.Store) {
 	}
 }
 
-// testLongRunRate offers twice the limit, evenly over time, for 12 windows
-// and checks that the requests admitted in the last 10 (the first two warm
-// up: a token bucket starts full, a sliding window empty) are within 1% of
-// the configured rate. Each op costs 1/500 of the limit, and the load comes
-// in 1000 ops a window.
+// testLongRunRate offers twice the limit, 1000 ops of 1/500 of it a window,
+// for 12 windows: the last 10 (after warm-up) admit the rate within 1%.
 func testLongRunRate(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	rates := []struct {
 		name             string

@@ -206,10 +206,9 @@ func testOneInstant(t *testing.T, st limiter.AtomicStore) {
 	}
 }
 
-// testMatchesTake sends random calls over a few keys, with repeated keys,
-// peeks, fractional and oversized costs and every veto, and checks each
-// call against Take replaying the committed calls and then the call on
-// fresh keys. At the end every key must expire as Take's do.
+// testMatchesTake checks random calls (repeated keys, peeks, odd costs,
+// every veto) against Take replaying the committed calls on fresh keys,
+// and every key's expiry at the end.
 func testMatchesTake(t *testing.T, st limiter.AtomicStore) {
 	rng := rand.New(rand.NewPCG(17, 19))
 	const slots, calls = 6, 120
@@ -314,10 +313,8 @@ func trimKeys(m map[string]int64, prefix string) map[string]int64 {
 	return out
 }
 
-// testAllOrNothingConcurrent races calls of two ops, a limit of 100 and
-// one of 50, half of them in each order: exactly 50 calls commit, and the
-// larger limit is charged exactly 50 times, never by a call the smaller
-// one rejected.
+// testAllOrNothingConcurrent races calls on a limit of 100 and one of 50,
+// in both orders: exactly 50 commit, charging the larger limit 50 times.
 func testAllOrNothingConcurrent(t *testing.T, st limiter.AtomicStore) {
 	const workers, calls = 8, 20
 	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {

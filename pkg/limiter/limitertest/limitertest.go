@@ -1,6 +1,9 @@
 // Package limitertest is the conformance suite for limiter.Store
-// implementations: Run checks a store against the algorithm semantics with
-// time-stepped ops whose expected results were worked out by hand.
+// implementations. Call Run from a test with a function that returns a store
+// for each subtest: Run checks the algorithms with time-stepped ops whose
+// results were worked out by hand, races concurrent calls, checks TakeAll
+// when the store is a limiter.AtomicStore, and every key's expiry when it is
+// an Inspector. Its keys start with KeyPrefix.
 package limitertest
 
 import (
@@ -16,27 +19,21 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// KeyPrefix starts every key the suite uses, so that a fixture can delete
-// them when a test ends.
+// KeyPrefix starts every key the suite uses, for a fixture to delete.
 const KeyPrefix = "limitertest:"
 
-// Inspector is implemented by stores under test that can list their keys,
-// as Redis' SCAN and PEXPIRETIME do. Run uses it to check that every key it
-// writes carries the expiry the semantics give it.
+// Inspector is a store under test that can list its keys (Redis' SCAN and
+// PEXPIRETIME), so that Run checks every key's expiry.
 type Inspector interface {
-	// Expiries returns every key that starts with prefix and has not
-	// expired by after (Unix ms), with its expiry in Unix ms, or 0 for a
-	// key without one.
+	// Expiries returns the keys starting with prefix live at after (Unix
+	// ms), with their expiry in Unix ms (0: none).
 	Expiries(ctx context.Context, prefix string, after int64) (map[string]int64, error)
 }
 
-// Run runs the suite. newStore returns a store for one subtest and
-// arranges for its cleanup; stores of different subtests may share state,
-// since every subtest uses its own keys. Subtests run one after another.
-//
-// Ops carry explicit times from a base one or two weeks ahead, aligned to
-// a week since the epoch, so that state a store expires by its own clock
-// (Redis' PXAT) outlives the test.
+// Run runs the suite, subtests one after another. newStore returns a store
+// for one subtest and arranges its cleanup; stores may share state, since
+// every subtest has its own keys. Ops carry times a week or two ahead, so
+// that state a store expires by its own clock outlives the test.
 func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("FixedWindow", func(t *testing.T) { runTables(t, newStore, fixedWindowTables()) })
 	t.Run("SlidingWindow", func(t *testing.T) { runTables(t, newStore, slidingWindowTables()) })

@@ -12,11 +12,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// testRetryAfter checks retry_after on random histories: after a denial at
-// time T, the same op is denied at T+retry_after-1 and allowed at
-// T+retry_after if nothing else happens, which each history replayed on
-// two fresh keys shows. An op that can never pass (cost above the limit or
-// burst) gets the window length (the reset, for a fixed window).
+// testRetryAfter checks on random histories that an op denied at T is
+// denied at T+retry_after-1 and allowed at T+retry_after; one that can never
+// pass gets the window length (the reset, for a fixed window).
 func testRetryAfter(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	st := newStore(t)
 	rng := rand.New(rand.NewPCG(7, 11))
