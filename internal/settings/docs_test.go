@@ -26,7 +26,7 @@ func TestDocsTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := "<!-- " + tc.what + ": generated from internal/settings; go test ./pkg/settings -run TestDocsTables -update -->\n"
+			start := "<!-- " + tc.what + ": generated from internal/settings; go test ./internal/settings -run TestDocsTables -update -->\n"
 			end := "<!-- end of " + tc.what + " -->"
 			doc := string(b)
 			i, j := strings.Index(doc, start), strings.Index(doc, end)
@@ -41,7 +41,7 @@ func TestDocsTables(t *testing.T) {
 					}
 					return
 				}
-				t.Errorf("%s: the table of %s is stale: run go test ./pkg/settings -run TestDocsTables -update", path, tc.what)
+				t.Errorf("%s: the table of %s is stale: run go test ./internal/settings -run TestDocsTables -update", path, tc.what)
 			}
 		})
 	}

@@ -59,7 +59,7 @@ func applyRedisDefault(m *refMapper) error {
 func applyStatsdDefault(m *refMapper) error {
 	o := m.o
 	host, port := m.get("STATSD_HOST"), m.get("STATSD_PORT")
-	if m.get("USE_STATSD") != "" || o.src["use-statsd"] != "" || (host == "" && port == "") {
+	if m.get("USE_STATSD") != "" || o.src["statsd"] != "" || (host == "" && port == "") {
 		return nil
 	}
 	where := fmt.Sprintf("%s:%d", o.RefStats.StatsdHost, o.RefStats.StatsdPort)
@@ -73,7 +73,7 @@ func applyStatsdDefault(m *refMapper) error {
 		if host == "" {
 			from = "STATSD_PORT"
 		}
-		if err := m.set("use-statsd", "true", "USE_STATSD (unset: the reference's default, true, with "+from+")"); err != nil {
+		if err := m.set("statsd", "true", "USE_STATSD (unset: the reference's default, true, with "+from+")"); err != nil {
 			return err
 		}
 		o.notes = append(o.notes, "USE_STATSD is unset and "+from+" is set: sending envoyproxy/ratelimit's stats to statsd at "+

@@ -21,99 +21,82 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
-// Settings are the server's settings. Every flag has an environment twin:
-// the flag's name in upper case with '-' as '_' (--redis-url, REDIS_URL).
-// A flag given on the command line wins over its environment variable.
+// Settings are the server's settings, each field named after its flag.
+// A flag given on the command line wins over its environment twin (the
+// flag's name in upper case with '_' for '-').
 type Settings struct {
-	ConfigDir     string
-	GRPCAddr      string
-	HTTPAddr      string
-	RedisURL      string
-	KeyPrefix     string
-	LogLevel      string // a zap level: debug, info, warn, error, ...
-	LogFormat     string // LogJSON, LogText or LogConsole
-	StoreTimeout  time.Duration
-	PoolSize      int
-	DialTimeout   time.Duration
-	ReadTimeout   time.Duration
-	WriteTimeout  time.Duration
-	MaxRecvBytes  int
-	Drain         time.Duration
-	OnStoreError  string // rls.PolicyAllow, PolicyDeny or PolicyError
-	BreakerFails  int
-	BreakerCool   time.Duration
-	Batches       int           // --redis-batches
-	Gather        time.Duration // REDIS_PIPELINE_WINDOW
-	GatherOps     int           // REDIS_PIPELINE_LIMIT
-	MuxConns      int           // --redis-conns, no longer used
-	CacheBytes    int           // LOCAL_CACHE_SIZE_IN_BYTES
-	SweepEvery    time.Duration
-	MemoryMaxKeys int
-	StreamWorkers int
-	Limits        limiter.Limits
+	ConfigDir    string // --config
+	GRPCAddr     string
+	HTTPAddr     string
+	RedisURL     string
+	KeyPrefix    string
+	LogLevel     string // a zap level: debug, info, warn, error, ...
+	LogFormat    string // LogJSON, LogText or LogConsole
+	StoreTimeout time.Duration
+	OnStoreError string // rls.PolicyAllow, PolicyDeny or PolicyError
+	Drain        time.Duration
 
-	Atomic bool // default for domains: decide a request's descriptors all or nothing
-	// QuotaMode is global quota mode (QUOTA_MODE): the limiter's.
-	QuotaMode bool
-	Merge     bool // merge the files of one domain (MERGE_DOMAIN_CONFIG)
+	GRPCMaxConnectionAge      time.Duration // 0: never
+	GRPCMaxConnectionAgeGrace time.Duration
+	GRPCStreamWorkers         int
+	GRPC                      GRPCBounds
 
-	GRPCMaxAge      time.Duration // GOAWAY connections older than this (0: never)
-	GRPCMaxAgeGrace time.Duration // then close them after this long
-	GRPC            GRPCBounds    // what gRPC clients can open and hold
+	MaxRequestBytes                           int
+	MaxDescriptors, MaxEntries, MaxEntryBytes int // 0: no cap
 
-	RulesMaxFile, RulesMaxTotal int64 // rules size limits in bytes (0: none)
+	MergeDomainConfig                     bool
+	Atomic                                bool // the default for domains
+	QuotaMode                             bool
+	RulesMaxFileBytes, RulesMaxTotalBytes int64 // 0: no limit
 
-	Redis    Redis             // Redis deployment: type, TLS, credentials
-	Headers  rls.HeaderOptions // response headers, metadata, global shadow mode
-	Admin    Admin             // metrics, admin surface
-	XDS      XDS               // rules over xDS (--config-type=GRPC_XDS_SOTW)
-	TLS      TLS               // gRPC TLS and mTLS
-	Tracing  tracing.Options   // OpenTelemetry spans over OTLP
-	RefStats refstats.Options  // envoyproxy/ratelimit's stats: Prometheus, statsd
-	Health   Health            // what /healthcheck and /ready check
-	RLQS     RLQS              // Envoy's Rate Limit Quota Service
+	RedisPoolSize                                         int // 0: RedisPoolConns' default
+	RedisDialTimeout, RedisReadTimeout, RedisWriteTimeout time.Duration
+	RedisBatches                                          int
+	RedisPipelineWindow                                   time.Duration
+	RedisPipelineLimit                                    int
+	RedisConns                                            int // deprecated: no effect
+	OverLimitCacheBytes                                   int
+	BreakerFailures                                       int
+	BreakerCooldown                                       time.Duration
+	MemorySweepInterval                                   time.Duration
+	MemoryMaxKeys                                         int
 
-	// layout is how the rules are read and watched when envoyproxy/
-	// ratelimit's RUNTIME_* variables give them (refenv.go); the zero
-	// value reads ConfigDir flat.
+	Redis    Redis
+	Headers  rls.HeaderOptions
+	Admin    Admin
+	XDS      XDS
+	TLS      TLS // the gRPC listener's
+	Tracing  tracing.Options
+	RefStats refstats.Options // envoyproxy/ratelimit's stats
+	Health   Health
+	RLQS     RLQS
+
+	// layout is the rules layout the reference's RUNTIME_* variables
+	// give; the zero value reads ConfigDir flat.
 	layout RulesLayout
-	// src names how each setting given was given: "--flag", its env twin,
-	// or the reference's variable it was mapped from. Errors about a
-	// setting name it so.
-	src map[string]string
-	// warnings list the reference's variables set that FastLimit does
-	// not honour, each with what it does instead.
-	warnings []string
-	// notes say what FastLimit chose for the reference's variables left
-	// unset (REDIS_URL, USE_STATSD), where it follows the reference.
-	notes []string
+	// src says how each setting given was given: "--flag", its env twin,
+	// or the reference's variable.
+	src        map[string]string
+	warnings   []string
+	notes      []string
+	deprecated []string
 }
 
-// GRPCBounds bound what gRPC clients can open and hold (internal/server's
-// grpcBounds).
+// GRPCBounds bound what gRPC clients can open and hold.
 type GRPCBounds struct {
-	// MaxConns bounds the open connections; the open-files limit lowers
-	// it (connlimit.Budget). 0: the open-files limit alone.
-	MaxConns int
-	// MaxStreams bounds the calls in flight on one connection.
-	MaxStreams int
-	// RequestTimeout bounds a unary call from its headers to its end, its
-	// request's arrival included (0: none).
-	RequestTimeout time.Duration
-	// MaxIdle closes a connection without calls for this long (0: never).
-	MaxIdle time.Duration
-	// PingMinTime is the shortest interval between a client's keepalive
-	// pings; a client that pings more often is disconnected.
-	PingMinTime time.Duration
+	MaxConnections       int // 0: the open-files limit alone
+	MaxConcurrentStreams int
+	RequestTimeout       time.Duration // 0: none
+	MaxConnectionIdle    time.Duration // 0: never
+	KeepaliveMinTime     time.Duration
 }
 
 // Admin configures metrics and the admin listener.
 type Admin struct {
-	Addr      string  // admin listener; empty or "off": none
-	Pprof     bool    // serve /debug/pprof/ on the admin listener
-	NearRatio float64 // share of a limit past which hits are near it
-	// MaxDetailed bounds the rule series labelled with request values.
-	MaxDetailed int
+	Addr                    string // empty or "off": none
+	Pprof                   bool
+	NearLimitRatio          float64
+	MaxDetailedMetricSeries int
 }
 
 // Off reports whether the admin listener is turned off.
@@ -121,11 +104,8 @@ func (a *Admin) Off() bool { return a.Addr == "" || strings.EqualFold(a.Addr, "o
 
 // Health says what the health endpoints check besides the rules.
 type Health struct {
-	// ActiveConn makes health depend on the store answering, as the
-	// reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION does.
-	ActiveConn bool
-	// OneConfig wants rules of at least one domain before health is OK.
-	OneConfig bool
+	RequiresRedis bool // the store answering
+	RequiresRules bool // rules of at least one domain
 }
 
 // TLS secures the gRPC listener.
@@ -152,18 +132,23 @@ func (s *Settings) Rules() RulesLayout {
 	if l.Dir == "" {
 		l = RulesLayout{Dir: s.ConfigDir}
 	}
-	l.Load.MergeDomains = s.Merge
-	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFile), noLimit(s.RulesMaxTotal)
+	l.Load.MergeDomains = s.MergeDomainConfig
+	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFileBytes), noLimit(s.RulesMaxTotalBytes)
 	return l
 }
 
-// noLimit maps a size flag to rules.Options: the flag's 0 (no limit) is
-// rules' negative.
+// noLimit maps a size flag's 0 (no limit) to rules.Options' negative.
 func noLimit(n int64) int64 {
 	if n == 0 {
 		return -1
 	}
 	return n
+}
+
+// Limits are the request size limits --max-descriptors, --max-entries
+// and --max-entry-bytes give.
+func (s *Settings) Limits() limiter.Limits {
+	return limiter.Limits{MaxDescriptors: s.MaxDescriptors, MaxEntries: s.MaxEntries, MaxKeyBytes: s.MaxEntryBytes}
 }
 
 // RefWarningMsg opens the startup warning that lists Warnings.
@@ -177,57 +162,64 @@ func (s *Settings) Warnings() []string { return s.warnings }
 // reference's variables left unset: log each once at start, at info.
 func (s *Settings) Notes() []string { return s.notes }
 
+// Deprecated says, for each deprecated flag given, what to use instead:
+// log each once at start.
+func (s *Settings) Deprecated() []string { return s.deprecated }
+
 // Parse reads settings from args and the environment: flags, then their
 // environment twins, then envoyproxy/ratelimit's variables for the
 // settings neither gave. name names the flag set in usage, written to
-// out with -h (then Parse returns flag.ErrHelp). Parse does not validate
-// the whole: Validate does.
+// out with -h (then Parse returns flag.ErrHelp). Validate checks the
+// whole.
 func Parse(name string, args []string, getenv func(string) string, out io.Writer) (*Settings, error) {
 	s := &Settings{}
 	fs := newFlagSet(name, s, out)
-	src, err := parseFlags(fs, args, getenv)
-	if err != nil {
+	if err := s.parseFlags(fs, args, getenv); err != nil {
 		return nil, err
 	}
-	s.src = src
 	s.RefStats.Getenv = getenv
 	if err := applyRefEnv(s, fs, getenv); err != nil {
 		return nil, err
 	}
+	s.deprecated = deprecations(s.src)
 	return s, nil
 }
 
-// parseFlags parses args, then sets the flags not given from their
-// environment twins. It returns how each flag set was given: "--name" or
-// the variable's name. A positional argument is an error: the flag
-// package would stop there and ignore every flag after it.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]string, error) {
+// parseFlags parses args, then sets each flag not given from its
+// environment twin or else, where FastLimit names the flag otherwise, the
+// reference's variable for it (refNames). A positional argument is an
+// error: the flag package would ignore every flag after it.
+func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the only command is 'check'", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the only command is 'check'", fs.Arg(0))
 	}
-	src := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { src[f.Name] = "--" + f.Name })
+	s.src = map[string]string{}
+	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
 	var errs []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if src[f.Name] != "" {
+		if s.src[f.Name] != "" || aliases[f.Name] != "" {
 			return
 		}
-		env := EnvName(f.Name)
-		if v := getenv(env); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
-				return
-			}
-			src[f.Name] = env
+		env, v := EnvName(f.Name), getenv(EnvName(f.Name))
+		if ref := refNames[f.Name]; v == "" && ref != "" {
+			env, v = ref, getenv(ref)
 		}
+		if v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
+			return
+		}
+		s.src[f.Name] = env
 	})
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("environment: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("environment: %s", strings.Join(errs, "; "))
 	}
-	return src, nil
+	return nil
 }
 
 // EnvName is the environment twin of a flag.
@@ -235,8 +227,7 @@ func EnvName(flagName string) string {
 	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// checked is a string flag whose Set normalises and checks the value, so
-// that a bad value is reported by the flag or variable that gave it.
+// checked is a string flag whose Set normalises and checks the value.
 type checked struct {
 	p     *string
 	check func(string) (string, error)
@@ -280,9 +271,7 @@ func parseLogFormat(v string) (string, error) {
 	return string(f), err
 }
 
-// Error is a bad setting. It names the setting the way it was given
-// (Settings.Named): the flag, its env twin, or the reference's variable
-// it came from.
+// Error is a bad setting, named the way it was given (Settings.Named).
 type Error struct {
 	Flag string // the flag's name
 	As   string // how it was given; "--flag" when empty
@@ -339,7 +328,7 @@ func (s *Settings) Validate() error {
 	if s.KeyPrefix == "" || strings.ContainsAny(s.KeyPrefix, "{}") {
 		return s.Named(Bad("key-prefix", "%q: the key prefix must be non-empty and free of '{' and '}' (they are Redis Cluster hash tags)", s.KeyPrefix))
 	}
-	if s.GRPCMaxAge < 0 || s.GRPCMaxAgeGrace < 0 {
+	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 {
 		return s.Named(Bad("grpc-max-connection-age", "must not be negative"))
 	}
 	if err := s.validateBounds(); err != nil {
@@ -348,11 +337,11 @@ func (s *Settings) Validate() error {
 	if err := s.XDS.validate(); err != nil {
 		return err
 	}
-	if !(s.Admin.NearRatio > 0 && s.Admin.NearRatio <= 1) {
-		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearRatio))
+	if !(s.Admin.NearLimitRatio > 0 && s.Admin.NearLimitRatio <= 1) {
+		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearLimitRatio))
 	}
-	if s.Admin.MaxDetailed < 0 {
-		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailed))
+	if s.Admin.MaxDetailedMetricSeries < 0 {
+		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailedMetricSeries))
 	}
 	if err := s.Headers.Validate(); err != nil {
 		return s.Named(&Error{Flag: "response-headers", Err: err})
@@ -372,13 +361,13 @@ func (s *Settings) validateBounds() error {
 		flag string
 		bad  bool
 	}{
-		{"grpc-max-connections", s.GRPC.MaxConns < 0},
-		{"grpc-max-concurrent-streams", s.GRPC.MaxStreams < 1},
+		{"grpc-max-connections", s.GRPC.MaxConnections < 0},
+		{"grpc-max-concurrent-streams", s.GRPC.MaxConcurrentStreams < 1},
 		{"grpc-request-timeout", s.GRPC.RequestTimeout < 0},
-		{"grpc-max-connection-idle", s.GRPC.MaxIdle < 0},
-		{"grpc-keepalive-min-time", s.GRPC.PingMinTime < 0},
-		{"rules-max-file-bytes", s.RulesMaxFile < 0},
-		{"rules-max-total-bytes", s.RulesMaxTotal < 0},
+		{"grpc-max-connection-idle", s.GRPC.MaxConnectionIdle < 0},
+		{"grpc-keepalive-min-time", s.GRPC.KeepaliveMinTime < 0},
+		{"rules-max-file-bytes", s.RulesMaxFileBytes < 0},
+		{"rules-max-total-bytes", s.RulesMaxTotalBytes < 0},
 	} {
 		if c.bad {
 			return s.Named(Bad(c.flag, "out of range"))
