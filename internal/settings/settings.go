@@ -1,8 +1,6 @@
-// Package settings reads FastLimit's settings into one validated Settings
-// value: command-line flags, their environment twins (the flag's name in
-// upper case with '_' for '-') and, for what neither gives,
-// envoyproxy/ratelimit's environment variables (refenv.go). The tables of
-// settings in docs/ are generated from the same flag set (docs.go).
+// Package settings reads FastLimit's flags, their environment twins and
+// envoyproxy/ratelimit's variables into one Settings, and generates the
+// tables of them in docs/.
 package settings
 
 import (
@@ -22,8 +20,6 @@ import (
 )
 
 // Settings are the server's settings, each field named after its flag.
-// A flag given on the command line wins over its environment twin (the
-// flag's name in upper case with '_' for '-').
 type Settings struct {
 	ConfigDir    string // --config
 	GRPCAddr     string
@@ -36,20 +32,20 @@ type Settings struct {
 	OnStoreError string // rls.PolicyAllow, PolicyDeny or PolicyError
 	Drain        time.Duration
 
-	GRPCMaxConnectionAge      time.Duration // 0: never
+	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
 	GRPCStreamWorkers         int
 	GRPC                      GRPCBounds
 
 	MaxRequestBytes                           int
-	MaxDescriptors, MaxEntries, MaxEntryBytes int // 0: no cap
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
 
 	MergeDomainConfig                     bool
-	Atomic                                bool // the default for domains
+	Atomic                                bool
 	QuotaMode                             bool
-	RulesMaxFileBytes, RulesMaxTotalBytes int64 // 0: no limit
+	RulesMaxFileBytes, RulesMaxTotalBytes int64
 
-	RedisPoolSize                                         int // 0: RedisPoolConns' default
+	RedisPoolSize                                         int
 	RedisDialTimeout, RedisReadTimeout, RedisWriteTimeout time.Duration
 	RedisBatches                                          int
 	RedisPipelineWindow                                   time.Duration
@@ -71,12 +67,8 @@ type Settings struct {
 	Health   Health
 	RLQS     RLQS
 
-	// layout is the rules layout the reference's RUNTIME_* variables
-	// give; the zero value reads ConfigDir flat.
-	layout RulesLayout
-	// src says how each setting given was given: "--flag", its env twin,
-	// or the reference's variable.
-	src        map[string]string
+	layout     RulesLayout       // from RUNTIME_*; zero: ConfigDir, flat
+	src        map[string]string // flag -> how it was given (Name)
 	warnings   []string
 	notes      []string
 	deprecated []string
@@ -84,10 +76,10 @@ type Settings struct {
 
 // GRPCBounds bound what gRPC clients can open and hold.
 type GRPCBounds struct {
-	MaxConnections       int // 0: the open-files limit alone
+	MaxConnections       int
 	MaxConcurrentStreams int
-	RequestTimeout       time.Duration // 0: none
-	MaxConnectionIdle    time.Duration // 0: never
+	RequestTimeout       time.Duration
+	MaxConnectionIdle    time.Duration
 	KeepaliveMinTime     time.Duration
 }
 
@@ -104,16 +96,16 @@ func (a *Admin) Off() bool { return a.Addr == "" || strings.EqualFold(a.Addr, "o
 
 // Health says what the health endpoints check besides the rules.
 type Health struct {
-	RequiresRedis bool // the store answering
-	RequiresRules bool // rules of at least one domain
+	RequiresRedis bool
+	RequiresRules bool // of at least one domain
 }
 
 // TLS secures the gRPC listener.
 type TLS struct {
 	Enabled   bool
 	Cert, Key string
-	ClientCA  string // require and verify client certificates against it
-	ClientSAN string // a SAN that client certificates must carry
+	ClientCA  string
+	ClientSAN string
 }
 
 // RulesLayout says where the rules files are and how they are found.
@@ -137,7 +129,7 @@ func (s *Settings) Rules() RulesLayout {
 	return l
 }
 
-// noLimit maps a size flag's 0 (no limit) to rules.Options' negative.
+// noLimit maps a size flag's 0 (no limit) to rules.Options'.
 func noLimit(n int64) int64 {
 	if n == 0 {
 		return -1
@@ -154,23 +146,21 @@ func (s *Settings) Limits() limiter.Limits {
 // RefWarningMsg opens the startup warning that lists Warnings.
 const RefWarningMsg = "envoyproxy/ratelimit settings that FastLimit does not honour"
 
-// Warnings are the reference's variables set that FastLimit does not
-// honour, each with what it does instead: log them once at start.
+// Warnings name the reference's variables that FastLimit does not honour:
+// log them once at start.
 func (s *Settings) Warnings() []string { return s.warnings }
 
-// Notes say what FastLimit chose, as the reference would, for the
-// reference's variables left unset: log each once at start, at info.
+// Notes say what FastLimit chose for the reference's variables left
+// unset: log each once at start, at info.
 func (s *Settings) Notes() []string { return s.notes }
 
-// Deprecated says, for each deprecated flag given, what to use instead:
-// log each once at start.
+// Deprecated says what to use instead of each deprecated flag given: log
+// each once at start.
 func (s *Settings) Deprecated() []string { return s.deprecated }
 
-// Parse reads settings from args and the environment: flags, then their
-// environment twins, then envoyproxy/ratelimit's variables for the
-// settings neither gave. name names the flag set in usage, written to
-// out with -h (then Parse returns flag.ErrHelp). Validate checks the
-// whole.
+// Parse reads settings from args, then the flags' environment twins, then
+// envoyproxy/ratelimit's variables. -h writes usage to out and returns
+// flag.ErrHelp. Validate checks the whole.
 func Parse(name string, args []string, getenv func(string) string, out io.Writer) (*Settings, error) {
 	s := &Settings{}
 	fs := newFlagSet(name, s, out)
@@ -185,10 +175,9 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 	return s, nil
 }
 
-// parseFlags parses args, then sets each flag not given from its
-// environment twin or else, where FastLimit names the flag otherwise, the
-// reference's variable for it (refNames). A positional argument is an
-// error: the flag package would ignore every flag after it.
+// parseFlags parses args, then sets each flag not given from its twin or
+// else the reference's variable for it (refNames). A positional argument
+// is an error: the flag package would ignore every flag after it.
 func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -249,8 +238,7 @@ func (c checked) Set(v string) error {
 	return nil
 }
 
-// parseLogLevel accepts zap's levels and the reference's (logrus') names
-// in any case (logging.ParseLevel): trace logs as debug, warning as warn.
+// parseLogLevel accepts zap's and logrus' level names in any case.
 func parseLogLevel(v string) (string, error) {
 	l, err := logging.ParseLevel(v)
 	if err != nil {
@@ -293,8 +281,7 @@ func Bad(flag, format string, args ...any) error {
 	return &Error{Flag: flag, Err: fmt.Errorf(format, args...)}
 }
 
-// Name is how flag's setting was given: "--flag", its env twin or the
-// reference's variable.
+// Name is how flag's setting was given: "--flag" by default.
 func (s *Settings) Name(flag string) string {
 	if n := s.src[flag]; n != "" {
 		return n
@@ -314,8 +301,7 @@ func (s *Settings) Named(err error) error {
 	return err
 }
 
-// Validate checks the settings as a whole; errors name the setting as it
-// was given.
+// Validate checks the settings; errors name each as it was given.
 func (s *Settings) Validate() error {
 	switch s.OnStoreError {
 	case rls.PolicyAllow, rls.PolicyDeny, rls.PolicyError:
