@@ -289,9 +289,6 @@ func (s *Settings) Name(flag string) string {
 	return "--" + flag
 }
 
-// Given reports how flag's setting was given, "" when it was not.
-func (s *Settings) Given(flag string) string { return s.src[flag] }
-
 // Named makes an *Error in err name its setting as it was given.
 func (s *Settings) Named(err error) error {
 	var se *Error
