@@ -77,7 +77,7 @@ var deprecatedUse = map[string]string{
 func addDeprecatedFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&s.Redis.Auth, "redis-auth", "",
 		"deprecated: password or user:password, used when --redis-password is empty; use --redis-password and --redis-username")
-	fs.IntVar(&s.RedisConns, "redis-conns", 0,
+	fs.Int("redis-conns", 0,
 		"deprecated: no effect, every Redis is reached through go-redis' pool, requests merged into script calls (--redis-batches)")
 	for _, a := range flagAliases {
 		fs.Var(fs.Lookup(a.flag).Value, a.old, "deprecated: use --"+a.flag)

@@ -50,7 +50,6 @@ type Settings struct {
 	RedisBatches                                          int
 	RedisPipelineWindow                                   time.Duration
 	RedisPipelineLimit                                    int
-	RedisConns                                            int // deprecated: no effect
 	OverLimitCacheBytes                                   int
 	BreakerFailures                                       int
 	BreakerCooldown                                       time.Duration
