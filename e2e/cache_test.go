@@ -33,7 +33,7 @@ func cacheRequest(key, value string, override uint32) *rls.RateLimitRequest {
 	return &rls.RateLimitRequest{Domain: "cache", Descriptors: []*common.RateLimitDescriptor{d}}
 }
 
-// TestLocalCache runs the server with --local-cache-size-in-bytes: once
+// TestLocalCache runs the server with --over-limit-cache-bytes: once
 // Redis denies a key, the server denies it without asking Redis until
 // Redis said it could pass; a request's limit override still goes to
 // Redis; known-over keys stay denied while Redis is down.
@@ -41,7 +41,7 @@ func TestLocalCache(t *testing.T) {
 	redis := startRedis(t)
 	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	srv := startServer(t, writeRules(t, map[string]string{"cache.yaml": cacheRules}), true,
-		"--redis-url", "redis://"+redis.Addr, "--local-cache-size-in-bytes", "1048576", "--admin-addr", admin,
+		"--redis-url", "redis://"+redis.Addr, "--over-limit-cache-bytes", "1048576", "--admin-addr", admin,
 		"--breaker-failures", "1000")
 	ctx := ctxTimeout(t, 60*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())

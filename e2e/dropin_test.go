@@ -308,7 +308,7 @@ func TestDashboardSeries(t *testing.T) {
 	dir := writeRules(t, map[string]string{"dropin.yaml": dropinRules})
 	r := startRedis(t)
 	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := startServer(t, dir, true, "--redis-url", "redis://"+r.Addr+"/0", "--local-cache-size-in-bytes", "1048576",
+	srv := startServer(t, dir, true, "--redis-url", "redis://"+r.Addr+"/0", "--over-limit-cache-bytes", "1048576",
 		"--admin-addr", admin)
 	ctx := ctxTimeout(t, 30*time.Second)
 	for _, req := range []*rls.RateLimitRequest{

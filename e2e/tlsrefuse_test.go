@@ -38,8 +38,8 @@ func TestTLSRotationRefused(t *testing.T) {
 	put(first.CertPEM, first.KeyPEM)
 	admin := loopback(t)
 	srv := start(t, launch{rules: writeRules(t, map[string]string{"tls.yaml": tlsRules}), noDial: true,
-		flags: []string{"--admin-addr", admin, "--grpc-server-use-tls", "--grpc-server-tls-cert", filepath.Join(dir, "tls.crt"),
-			"--grpc-server-tls-key", filepath.Join(dir, "tls.key")}})
+		flags: []string{"--admin-addr", admin, "--grpc-tls", "--grpc-tls-cert", filepath.Join(dir, "tls.crt"),
+			"--grpc-tls-key", filepath.Join(dir, "tls.key")}})
 	served := func() *big.Int {
 		t.Helper()
 		c, err := tls.Dial("tcp", srv.GRPC, &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost", NextProtos: []string{"h2"}})

@@ -26,6 +26,9 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if w := s.Warnings(); len(w) > 0 {
 		fmt.Fprintln(stderr, "warning: "+settings.RefWarningMsg+": "+strings.Join(w, "; "))
 	}
+	for _, d := range s.Deprecated() {
+		fmt.Fprintln(stderr, "warning: "+d)
+	}
 	layout := s.Rules()
 	r, err := rules.LoadWith(layout.Dir, layout.Load)
 	if err != nil {

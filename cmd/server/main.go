@@ -55,8 +55,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	for _, n := range s.Notes() {
 		log.Info(n)
 	}
-	if given := s.Given("redis-conns"); given != "" {
-		log.Warn(given + " is no longer used: every Redis is reached through go-redis' pool, requests merged into script calls (--redis-batches)")
+	for _, d := range s.Deprecated() {
+		log.Warn(d)
 	}
 	return serve(s, log)
 }

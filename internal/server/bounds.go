@@ -72,11 +72,11 @@ func (b *grpcBounds) options() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		// Advertised one above our own cap, so that the tap, which counts,
 		// refuses first.
-		grpc.MaxConcurrentStreams(uint32(b.o.MaxStreams) + 1),
+		grpc.MaxConcurrentStreams(uint32(b.o.MaxConcurrentStreams) + 1),
 		grpc.InTapHandle(b.tap),
 		grpc.StatsHandler(b),
 		grpc.ConnectionTimeout(grpcConnectionTimeout),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: b.o.PingMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: b.o.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.InitialWindowSize(grpcWindow),
 		grpc.InitialConnWindowSize(16 * grpcWindow),
 		grpc.MaxHeaderListSize(grpcMaxHeaderList),
@@ -98,10 +98,10 @@ func (b *grpcBounds) setMethods(g *grpc.Server) {
 
 func (b *grpcBounds) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	cs, _ := ctx.Value(connStateKey{}).(*connState)
-	if cs != nil && cs.inflight.Add(1) > int64(b.o.MaxStreams) {
+	if cs != nil && cs.inflight.Add(1) > int64(b.o.MaxConcurrentStreams) {
 		cs.inflight.Add(-1)
 		b.streamsRefused.Add(1)
-		return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on this connection", b.o.MaxStreams)
+		return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on this connection", b.o.MaxConcurrentStreams)
 	}
 	// The caller's own deadline (grpc-timeout, which Envoy always sends)
 	// is already the context's: a timer of ours is needed only when it is
@@ -142,11 +142,11 @@ func (b *grpcBounds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.
 // HandleConn counts the connections that end after MaxIdle without a
 // call: the ones gRPC closed as idle.
 func (b *grpcBounds) HandleConn(ctx context.Context, s stats.ConnStats) {
-	if _, ok := s.(*stats.ConnEnd); !ok || b.o.MaxIdle <= 0 {
+	if _, ok := s.(*stats.ConnEnd); !ok || b.o.MaxConnectionIdle <= 0 {
 		return
 	}
 	cs, _ := ctx.Value(connStateKey{}).(*connState)
-	if cs != nil && cs.inflight.Load() == 0 && time.Since(time.Unix(0, cs.lastEnd.Load())) >= b.o.MaxIdle {
+	if cs != nil && cs.inflight.Load() == 0 && time.Since(time.Unix(0, cs.lastEnd.Load())) >= b.o.MaxConnectionIdle {
 		b.idleClosed.Add(1)
 	}
 }
@@ -166,12 +166,12 @@ func (b *grpcBounds) HandleRPC(ctx context.Context, s stats.RPCStats) {
 // read, --grpc-max-connections alone (DefaultGRPCMaxConns if 0).
 func grpcConnCap(o *settings.Settings, files, httpConns int) (int, error) {
 	if files <= 0 {
-		if o.GRPC.MaxConns > 0 {
-			return o.GRPC.MaxConns, nil
+		if o.GRPC.MaxConnections > 0 {
+			return o.GRPC.MaxConnections, nil
 		}
 		return settings.DefaultGRPCMaxConns, nil
 	}
-	return connlimit.Budget{Files: files, Redis: redisConns(o), HTTP: httpConns, Max: o.GRPC.MaxConns}.Cap()
+	return connlimit.Budget{Files: files, Redis: redisConns(o), HTTP: httpConns, Max: o.GRPC.MaxConnections}.Cap()
 }
 
 // redisConns estimates the most connections the store opens to Redis:
@@ -181,7 +181,7 @@ func redisConns(o *settings.Settings) int {
 	if o.RedisURL == "" {
 		return 0
 	}
-	pool := o.RedisPoolSize()
+	pool := o.RedisPoolConns()
 	addrs := len(strings.Split(o.RedisURL, ","))
 	switch strings.ToLower(o.Redis.Type) {
 	case "cluster":

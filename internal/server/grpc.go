@@ -51,20 +51,20 @@ func grpcOptions(s *Server) []grpc.ServerOption {
 	// of the unlimited rule at 64 callers (BENCHMARKS.md), and Envoy holds
 	// few connections.
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
+		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 		// Descriptor values that are not UTF-8 are decided, not refused.
 		rls.ServerOption(),
 		// Connections are closed after a day (with a random +-10 %),
 		// so that Envoys spread over replicas added since they connected.
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge:      o.GRPCMaxAge,
-			MaxConnectionAgeGrace: o.GRPCMaxAgeGrace,
+			MaxConnectionAge:      o.GRPCMaxConnectionAge,
+			MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace,
 			// 0 is gRPC's default: never.
-			MaxConnectionIdle: o.GRPC.MaxIdle,
+			MaxConnectionIdle: o.GRPC.MaxConnectionIdle,
 		}),
 	}
-	if o.StreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(o.StreamWorkers)))
+	if o.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(o.GRPCStreamWorkers)))
 	}
 	return opts
 }
@@ -108,7 +108,7 @@ func (s *Server) setHealth(serving bool) {
 }
 
 // probeInterval is how often gRPC health follows the store with
-// --redis-health-check-active-connection.
+// --health-requires-redis.
 const probeInterval = time.Second
 
 // probeHealth keeps gRPC health in step with /healthcheck while the

@@ -26,7 +26,7 @@ var (
 )
 
 // handleHealth answers 200 while the server can serve: rules loaded, not
-// draining, and with --redis-health-check-active-connection the store
+// draining, and with --health-requires-redis the store
 // answering. A Redis outage alone does not fail it: requests then get
 // the --on-store-error answer, and a liveness probe must not restart
 // every replica over it.
@@ -64,12 +64,12 @@ func (s *Server) healthy(ctx context.Context) error {
 	// for rules first, as in the reference.
 	cur := s.rules.Current()
 	switch {
-	case cur == nil && (!s.opts.XDS.ForceStart || s.opts.Health.OneConfig):
+	case cur == nil && (!s.opts.XDS.StartWithoutRules || s.opts.Health.RequiresRules):
 		return limiter.ErrNoRules
-	case cur != nil && s.opts.Health.OneConfig && len(cur.Set.Domains()) == 0:
+	case cur != nil && s.opts.Health.RequiresRules && len(cur.Set.Domains()) == 0:
 		return limiter.ErrNoRules
 	}
-	if s.opts.Health.ActiveConn {
+	if s.opts.Health.RequiresRedis {
 		return s.pingStore(ctx)
 	}
 	return nil

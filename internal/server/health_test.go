@@ -56,7 +56,7 @@ func grpcHealth(t *testing.T, conn *grpc.ClientConn, service string) healthpb.He
 
 // TestHealthWithoutRedis: with Redis down, /healthcheck and gRPC health
 // stay OK (the failure policy answers requests); /ready waits for Redis to
-// answer once; --redis-health-check-active-connection makes them all
+// answer once; --health-requires-redis makes them all
 // follow Redis.
 func TestHealthWithoutRedis(t *testing.T) {
 	redis := deadRedis(t)
@@ -67,7 +67,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 		grpc          healthpb.HealthCheckResponse_ServingStatus
 	}{
 		{"default", nil, http.StatusOK, http.StatusServiceUnavailable, healthpb.HealthCheckResponse_SERVING},
-		{"active connection", []string{"--redis-health-check-active-connection"},
+		{"active connection", []string{"--health-requires-redis"},
 			http.StatusServiceUnavailable, http.StatusServiceUnavailable, healthpb.HealthCheckResponse_NOT_SERVING},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,7 +91,7 @@ func TestHealthWithoutRedis(t *testing.T) {
 // TestHealthMemoryStore: with the embedded store every check passes, for
 // the service names "" and "ratelimit"; draining fails them all.
 func TestHealthMemoryStore(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--healthy-with-at-least-one-config-loaded")
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--health-requires-rules")
 	base := "http://" + s.HTTPAddr()
 	for _, path := range []string{"/healthcheck", "/ready"} {
 		if code, body := get(t, base+path); code != http.StatusOK || body != "OK\n" {

@@ -215,7 +215,7 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 // TestEmptyRulesDirectory: a rules directory without rules files (an
 // image without rules, a ConfigMap mounted elsewhere) is served, as the
 // reference serves it: a warning says so, every request is OK, health
-// waits for rules with --healthy-with-at-least-one-config-loaded, and
+// waits for rules with --health-requires-rules, and
 // files that appear are loaded.
 func TestEmptyRulesDirectory(t *testing.T) {
 	for _, oneConfig := range []bool{false, true} {
@@ -224,7 +224,7 @@ func TestEmptyRulesDirectory(t *testing.T) {
 			core, logs := zapobserver.New(zap.InfoLevel)
 			var args []string
 			if oneConfig {
-				args = append(args, "--healthy-with-at-least-one-config-loaded")
+				args = append(args, "--health-requires-rules")
 			}
 			s := testServerOn(t, dir, zap.New(core), args...)
 			if logs.FilterMessageSnippet("no rules files").Len() != 1 {

@@ -105,7 +105,8 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if s.tracing, err = tracing.New(to, log.Named("tracing")); err != nil {
 		return nil, err
 	}
-	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &o.Limits, Atomic: o.Atomic,
+	limits := o.Limits()
+	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &limits, Atomic: o.Atomic,
 		QuotaMode: o.QuotaMode})
 	if err := s.newObservers(); err != nil {
 		return nil, err
@@ -129,7 +130,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 func (s *Server) newObservers() error {
 	o := s.opts
 	var err error
-	if s.metrics, err = metrics.New(s.registry, metrics.Options{NearRatio: o.Admin.NearRatio, MaxDetailed: o.Admin.MaxDetailed}); err != nil {
+	if s.metrics, err = metrics.New(s.registry, metrics.Options{NearRatio: o.Admin.NearLimitRatio, MaxDetailed: o.Admin.MaxDetailedMetricSeries}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := metrics.RegisterStore(s.registry, storeReaders(s.store)); err != nil {
@@ -147,7 +148,7 @@ func (s *Server) newObservers() error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	ro := o.RefStats
-	ro.NearRatio = o.Admin.NearRatio
+	ro.NearRatio = o.Admin.NearLimitRatio
 	ro.HTTP = httpserver.Options{MaxConns: s.httpOpts.MaxConns}
 	if s.ref, err = refstats.New(ro, s.limiter, s.registry, s.log.Named("refstats")); err != nil {
 		return err
@@ -210,8 +211,8 @@ func (s *Server) Open(ctx context.Context) error {
 		return err
 	}
 	s.serve()
-	s.setHealth(!s.opts.Health.ActiveConn || s.storeSeen.Load())
-	if s.opts.Health.ActiveConn {
+	s.setHealth(!s.opts.Health.RequiresRedis || s.storeSeen.Load())
+	if s.opts.Health.RequiresRedis {
 		s.probeHealth()
 	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),

@@ -26,15 +26,15 @@ type openStore interface {
 // given, the embedded in-memory store otherwise. It starts nothing.
 func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.RedisURL == "" {
-		return store.NewMemory(store.MemoryOptions{SweepInterval: o.SweepEvery, MaxKeys: o.MemoryMaxKeys}), nil
+		return store.NewMemory(store.MemoryOptions{SweepInterval: o.MemorySweepInterval, MaxKeys: o.MemoryMaxKeys}), nil
 	}
 	r, pool, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
 	b := breaker.New(r, breaker.Options{
-		Failures: o.BreakerFails,
-		Cooldown: o.BreakerCool,
+		Failures: o.BreakerFailures,
+		Cooldown: o.BreakerCooldown,
 		// A store that answers a PING only past --store-timeout would
 		// fail the requests again: it is not back yet.
 		ProbeTimeout: o.StoreTimeout,
@@ -46,7 +46,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
-	if n := o.CacheBytes / cacheEntryBytes; n > 0 {
+	if n := o.OverLimitCacheBytes / cacheEntryBytes; n > 0 {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
 		g.cache = overlimit.New(b, overlimit.Options{MaxEntries: n})
@@ -81,7 +81,7 @@ func storeReaders(st openStore) metrics.StoreReaders {
 	return r
 }
 
-// cacheEntryBytes is what --local-cache-size-in-bytes counts per key: an
+// cacheEntryBytes is what --over-limit-cache-bytes counts per key: an
 // entry measured 115 bytes of heap plus its key (about 50 bytes for keys
 // of 40), rounded up for longer keys and map growth.
 const cacheEntryBytes = 256
@@ -92,7 +92,7 @@ type guarded struct {
 	limiter.AtomicStore
 	breaker *breaker.Breaker
 	open    func(context.Context) error
-	cache   *overlimit.Cache        // nil without --local-cache-size-in-bytes
+	cache   *overlimit.Cache        // nil without --over-limit-cache-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
 	pool    func() refstats.PoolStats
 	redis   *store.Redis // whose client the quota service shares
@@ -130,12 +130,12 @@ func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 // connections open now, opened since the start (open now plus those the
 // pool closed), and closed by the pool (stale or unusable ones).
 func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
-	pool := o.RedisPoolSize()
+	pool := o.RedisPoolConns()
 	copts := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
 		PoolSize:     pool,
-		DialTimeout:  o.DialTimeout,
-		ReadTimeout:  o.ReadTimeout,
-		WriteTimeout: o.WriteTimeout,
+		DialTimeout:  o.RedisDialTimeout,
+		ReadTimeout:  o.RedisReadTimeout,
+		WriteTimeout: o.RedisWriteTimeout,
 	})
 	client, err := store.NewClient(copts)
 	if err != nil {
@@ -148,12 +148,12 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refst
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	logging.SetRedisLogger(log)
-	inFlight := o.Batches
+	inFlight := o.RedisBatches
 	if inFlight <= 0 {
 		inFlight = store.NoMerging
 	}
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.ReadTimeout,
-		Gather: o.Gather, GatherOps: o.GatherOps}), poolStats, nil
+	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.RedisReadTimeout,
+		Gather: o.RedisPipelineWindow, GatherOps: o.RedisPipelineLimit}), poolStats, nil
 }
 
 // storeName describes the store for logs, without credentials.

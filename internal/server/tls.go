@@ -11,7 +11,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
-// Environment twins of the TLS flags: the reference's variables.
+// The reference's variables of the TLS settings, which errors name.
 const (
 	envUseTLS    = "GRPC_SERVER_USE_TLS"
 	envTLSCert   = "GRPC_SERVER_TLS_CERT"

@@ -40,20 +40,20 @@ func TestGRPCTLSErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no certificate", []string{"--grpc-server-use-tls", "--grpc-server-tls-key", key},
+		{"no certificate", []string{"--grpc-tls", "--grpc-tls-key", key},
 			"GRPC_SERVER_TLS_CERT: required when GRPC_SERVER_USE_TLS is true"},
-		{"no key", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt},
+		{"no key", []string{"--grpc-tls", "--grpc-tls-cert", crt},
 			"GRPC_SERVER_TLS_KEY: required when GRPC_SERVER_USE_TLS is true"},
-		{"certificate file missing", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt + ".x", "--grpc-server-tls-key", key},
+		{"certificate file missing", []string{"--grpc-tls", "--grpc-tls-cert", crt + ".x", "--grpc-tls-key", key},
 			"GRPC_SERVER_TLS_CERT: open " + crt + ".x: no such file"},
-		{"key is the certificate", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt, "--grpc-server-tls-key", crt},
+		{"key is the certificate", []string{"--grpc-tls", "--grpc-tls-cert", crt, "--grpc-tls-key", crt},
 			"GRPC_SERVER_TLS_KEY: " + crt},
-		{"client CA missing", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt, "--grpc-server-tls-key", key,
-			"--grpc-client-tls-cacert", ca + ".x"}, "GRPC_CLIENT_TLS_CACERT: open " + ca + ".x: no such file"},
-		{"client CA is a key", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt, "--grpc-server-tls-key", key,
-			"--grpc-client-tls-cacert", key}, "GRPC_CLIENT_TLS_CACERT: " + key + ": no PEM certificate"},
-		{"SAN without client CA", []string{"--grpc-server-use-tls", "--grpc-server-tls-cert", crt, "--grpc-server-tls-key", key,
-			"--grpc-client-tls-san", "envoy"}, "GRPC_CLIENT_TLS_SAN: needs GRPC_CLIENT_TLS_CACERT"},
+		{"client CA missing", []string{"--grpc-tls", "--grpc-tls-cert", crt, "--grpc-tls-key", key,
+			"--grpc-tls-client-ca", ca + ".x"}, "GRPC_CLIENT_TLS_CACERT: open " + ca + ".x: no such file"},
+		{"client CA is a key", []string{"--grpc-tls", "--grpc-tls-cert", crt, "--grpc-tls-key", key,
+			"--grpc-tls-client-ca", key}, "GRPC_CLIENT_TLS_CACERT: " + key + ": no PEM certificate"},
+		{"SAN without client CA", []string{"--grpc-tls", "--grpc-tls-cert", crt, "--grpc-tls-key", key,
+			"--grpc-tls-client-san", "envoy"}, "GRPC_CLIENT_TLS_SAN: needs GRPC_CLIENT_TLS_CACERT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := parseSettings(t, append([]string{"--config", dir}, tc.args...), func(string) string { return "" })
@@ -71,9 +71,9 @@ func TestGRPCOverMTLS(t *testing.T) {
 	dir, ca := tlsFiles(t)
 	rules := t.TempDir()
 	writeFile(t, filepath.Join(rules, "d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
-	s := testServerOn(t, rules, zaptest.NewLogger(t), "--grpc-server-use-tls",
-		"--grpc-server-tls-cert", filepath.Join(dir, "tls.crt"), "--grpc-server-tls-key", filepath.Join(dir, "tls.key"),
-		"--grpc-client-tls-cacert", filepath.Join(dir, "ca.crt"), "--grpc-client-tls-san", "envoy.example")
+	s := testServerOn(t, rules, zaptest.NewLogger(t), "--grpc-tls",
+		"--grpc-tls-cert", filepath.Join(dir, "tls.crt"), "--grpc-tls-key", filepath.Join(dir, "tls.key"),
+		"--grpc-tls-client-ca", filepath.Join(dir, "ca.crt"), "--grpc-tls-client-san", "envoy.example")
 	dial := func(certs ...tls.Certificate) *grpc.ClientConn {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: certtest.Pool(ca), Certificates: certs})
 		conn, err := grpc.NewClient(s.grpcLis.Addr().String(), grpc.WithTransportCredentials(creds))

@@ -21,21 +21,21 @@ func xdsClient(o *settings.XDS, version string) (xds.Options, []string) {
 	md, ignored := settings.ParseNodeMetadata(o.NodeMetadata)
 	headers, _ := settings.ParseHeaders(o.Headers)
 	return xds.Options{
-		ServerURL:        o.ServerURL,
+		ServerURL:        o.Server,
 		TypeURL:          rules.XDSTypeURL,
 		NodeID:           o.NodeID,
 		NodeMetadata:     md,
 		UserAgentName:    "fastlimit",
 		UserAgentVersion: version,
 		Headers:          headers,
-		TLS:              o.TLS(),
+		TLS:              o.ClientTLS(),
 		Backoff:          o.Backoff,
-		ConnectRetry:     o.ConnectRetry,
-		MaxRecvMsgSize:   o.MaxMsgSize,
+		ConnectRetry:     o.ConnectRetryInterval,
+		MaxRecvMsgSize:   o.MaxResponseBytes,
 	}, ignored
 }
 
-// openXDS starts the xDS client. Without --force-start-without-initial-config
+// openXDS starts the xDS client. Without --xds-start-without-rules
 // it waits until a first snapshot has been applied (bad ones are NACKed
 // and waited past), or until ctx ends; with it, it returns at once and
 // requests are answered with an error until rules arrive.
@@ -61,8 +61,8 @@ func (s *Server) openXDS(ctx context.Context) error {
 	}
 	s.xds = startXDS(context.WithoutCancel(ctx), opts, apply, log)
 	log.Info("rules come from an xDS server", zap.String("server", opts.ServerURL), zap.String("node", opts.NodeID),
-		zap.Bool("tls", opts.TLS != nil), zap.Bool("force_start", s.opts.XDS.ForceStart))
-	if s.opts.XDS.ForceStart {
+		zap.Bool("tls", opts.TLS != nil), zap.Bool("force_start", s.opts.XDS.StartWithoutRules))
+	if s.opts.XDS.StartWithoutRules {
 		return nil
 	}
 	select {

@@ -31,8 +31,8 @@ import (
 func xdsServer(t *testing.T, srv *xdstest.Server, log *zap.Logger, args ...string) (*Server, <-chan error) {
 	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-		"--config-type", "GRPC_XDS_SOTW", "--config-grpc-xds-server-url", srv.Addr, "--config-grpc-xds-node-id", xdsNode,
-		"--xds-client-backoff-initial-interval", "20ms", "--config-grpc-xds-server-connect-retry-interval", "50ms"}, args...)
+		"--config-type", "GRPC_XDS_SOTW", "--xds-server", srv.Addr, "--xds-node-id", xdsNode,
+		"--xds-backoff-initial", "20ms", "--xds-connect-retry-interval", "50ms"}, args...)
 	o := parseSettings(t, args, func(string) string { return "" })
 	s, err := New(o, log, prometheus.NewRegistry(), "test")
 	if err != nil {
@@ -182,7 +182,7 @@ func TestXDSWaitsForFirstRules(t *testing.T) {
 
 func TestXDSWaitEndsWithContext(t *testing.T) {
 	srv := xdstest.Start(t, nil)
-	o := parseSettings(t, []string{"--config-type", "grpc_xds_sotw", "--config-grpc-xds-server-url", srv.Addr,
+	o := parseSettings(t, []string{"--config-type", "grpc_xds_sotw", "--xds-server", srv.Addr,
 		"--admin-addr", ""}, func(string) string { return "" })
 	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
 	if err != nil {
@@ -201,7 +201,7 @@ func TestXDSWaitEndsWithContext(t *testing.T) {
 
 func TestXDSForceStart(t *testing.T) {
 	srv := xdstest.Start(t, nil)
-	s, opened := xdsServer(t, srv, zaptest.NewLogger(t), "--force-start-without-initial-config")
+	s, opened := xdsServer(t, srv, zaptest.NewLogger(t), "--xds-start-without-rules")
 	waitOpen(t, opened)
 
 	// Before the first rules: the reference's answer and status.
@@ -267,8 +267,8 @@ func TestXDSClientOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.XDS.Enabled() || !got.XDS.ForceStart {
-		t.Errorf("enabled %v, force start %v", got.XDS.Enabled(), got.XDS.ForceStart)
+	if !got.XDS.Enabled() || !got.XDS.StartWithoutRules {
+		t.Errorf("enabled %v, force start %v", got.XDS.Enabled(), got.XDS.StartWithoutRules)
 	}
 	c, ignored := xdsClient(&got.XDS, "v1")
 	want := xds.Options{

@@ -7,17 +7,21 @@ import (
 	"strings"
 )
 
-// FlagsTable renders the tables of every flag, one per group, for
-// docs/settings.md: each flag's environment twin, its default and its
-// meaning, as -h prints them.
+// FlagsTable renders docs/settings.md's tables of flags, one per group:
+// each flag's environment twin, default and meaning, as -h prints them.
 func FlagsTable() string {
 	var b strings.Builder
+	fs := flag.NewFlagSet("docs", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	s, seen := &Settings{}, map[string]bool{}
 	for _, g := range flagGroups {
-		fs := flag.NewFlagSet(g.title, flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		g.add(fs, &Settings{})
-		fmt.Fprintf(&b, "\n### %s\n\n| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n", g.title)
+		g.add(fs, s)
+		fmt.Fprintf(&b, "\n### %s\n\n%s| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n", g.title, groupNotes[g.title])
 		fs.VisitAll(func(f *flag.Flag) {
+			if seen[f.Name] {
+				return
+			}
+			seen[f.Name] = true
 			def := "`" + f.DefValue + "`"
 			if f.DefValue == "" {
 				def = ""

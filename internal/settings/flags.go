@@ -20,8 +20,7 @@ type flagGroup struct {
 	add   func(fs *flag.FlagSet, s *Settings)
 }
 
-// flagGroups define every flag, with its default and usage (the meaning
-// the docs' table shows), in the order of the docs.
+// flagGroups define every flag in the order of the docs.
 var flagGroups = []flagGroup{
 	{"Listeners and requests", addServingFlags},
 	{"Rules", addRulesFlags},
@@ -35,7 +34,14 @@ var flagGroups = []flagGroup{
 	{"Tracing", func(fs *flag.FlagSet, s *Settings) { addTracingFlags(fs, &s.Tracing) }},
 	{"The reference's metrics", func(fs *flag.FlagSet, s *Settings) { addRefStatsFlags(fs, &s.RefStats) }},
 	{"Rate Limit Quota Service", func(fs *flag.FlagSet, s *Settings) { addRLQSFlags(fs, &s.RLQS) }},
+	{"Deprecated flags", addDeprecatedFlags}, // last: its aliases need their flags
 }
+
+// groupNotes are the Markdown under some groups' titles.
+var groupNotes = map[string]string{"Deprecated flags": "Old spellings, most of them envoyproxy/ratelimit's variable names: they keep working, " +
+	"and each one given logs a warning at start naming the flag to use. The variables of their environment column " +
+	"are the reference's and are not deprecated: they keep working as [migrating.md](migrating.md#the-references-variables) " +
+	"says (but `REDIS_CONNS`, as `--redis-conns`, has no effect).\n\n"}
 
 // newFlagSet defines every flag on s.
 func newFlagSet(name string, s *Settings, out io.Writer) *flag.FlagSet {
@@ -51,17 +57,17 @@ func newFlagSet(name string, s *Settings, out io.Writer) *flag.FlagSet {
 func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (Envoy's rate-limit service), or unix:PATH for a unix socket")
 	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /ready, /json)")
-	fs.DurationVar(&s.GRPCMaxAge, "grpc-max-connection-age", 24*time.Hour,
+	fs.DurationVar(&s.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour,
 		"send GOAWAY to gRPC connections older than this, so that clients spread over new replicas (0: never)")
-	fs.DurationVar(&s.GRPCMaxAgeGrace, "grpc-max-connection-age-grace", time.Hour,
+	fs.DurationVar(&s.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour,
 		"after --grpc-max-connection-age, how long calls in flight may take before the connection is closed")
-	fs.IntVar(&s.StreamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
+	fs.IntVar(&s.GRPCStreamWorkers, "grpc-stream-workers", 0, "gRPC server goroutines that serve calls (0: one new goroutine per call)")
 	addGRPCBoundsFlags(fs, &s.GRPC)
-	fs.IntVar(&s.MaxRecvBytes, "max-request-bytes", 4<<20,
+	fs.IntVar(&s.MaxRequestBytes, "max-request-bytes", 4<<20,
 		"largest gRPC request accepted, in bytes: what bounds a request, as in envoyproxy/ratelimit (long values are hashed into keys)")
-	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
-	fs.IntVar(&s.Limits.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
-	fs.IntVar(&s.Limits.MaxKeyBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.MaxEntryBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
@@ -73,13 +79,13 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 func addRulesFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&s.ConfigDir, "config", "config",
 		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
-	fs.BoolVar(&s.Merge, "merge-domain-config", false,
+	fs.BoolVar(&s.MergeDomainConfig, "merge-domain-config", false,
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
 	fs.BoolVar(&s.Atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
-	fs.Int64Var(&s.RulesMaxFile, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
+	fs.Int64Var(&s.RulesMaxFileBytes, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
 		"largest rules file loaded, in bytes; a larger one fails the load (the rules in force stay), before it is read (0: no limit)")
-	fs.Int64Var(&s.RulesMaxTotal, "rules-max-total-bytes", rules.DefaultMaxTotalBytes,
+	fs.Int64Var(&s.RulesMaxTotalBytes, "rules-max-total-bytes", rules.DefaultMaxTotalBytes,
 		"most bytes of rules files loaded in all; past it the load fails, naming the file that passed it (0: no limit)")
 }
 
@@ -94,15 +100,15 @@ const (
 
 // addGRPCBoundsFlags defines what gRPC clients can open and hold.
 func addGRPCBoundsFlags(fs *flag.FlagSet, o *GRPCBounds) {
-	fs.IntVar(&o.MaxConns, "grpc-max-connections", DefaultGRPCMaxConns,
+	fs.IntVar(&o.MaxConnections, "grpc-max-connections", DefaultGRPCMaxConns,
 		"most open gRPC connections; the open-files limit lowers it (the limit, less the Redis pool, the HTTP listeners' connections and 64); connections past it are closed at once (0: the open-files limit alone)")
-	fs.IntVar(&o.MaxStreams, "grpc-max-concurrent-streams", DefaultGRPCMaxStreams,
+	fs.IntVar(&o.MaxConcurrentStreams, "grpc-max-concurrent-streams", DefaultGRPCMaxStreams,
 		"most calls in flight on one gRPC connection; more are refused (ResourceExhausted) and Envoy opens another connection")
 	fs.DurationVar(&o.RequestTimeout, "grpc-request-timeout", DefaultGRPCRequestTimeout,
 		"longest a unary gRPC call may take from its headers, the arrival of its request included; a call still unfinished is dropped (0: no bound)")
-	fs.DurationVar(&o.MaxIdle, "grpc-max-connection-idle", DefaultGRPCMaxIdle,
+	fs.DurationVar(&o.MaxConnectionIdle, "grpc-max-connection-idle", DefaultGRPCMaxIdle,
 		"close a gRPC connection that has had no call for this long (GOAWAY; Envoy reconnects when it needs to) (0: never)")
-	fs.DurationVar(&o.PingMinTime, "grpc-keepalive-min-time", DefaultGRPCPingMinTime,
+	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", DefaultGRPCPingMinTime,
 		"shortest interval between a client's HTTP/2 keepalive pings, with or without calls; a client pinging more often is disconnected")
 }
 
@@ -115,27 +121,25 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&s.OnStoreError, "on-store-error", rls.PolicyError,
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
-	fs.IntVar(&s.PoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
-	fs.DurationVar(&s.DialTimeout, "redis-dial-timeout", 0,
+	fs.IntVar(&s.RedisPoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
+	fs.DurationVar(&s.RedisDialTimeout, "redis-dial-timeout", 0,
 		"Redis connect timeout: dial, TLS and AUTH/SELECT, done in the background; requests wait for it no longer than --store-timeout (0: the URL's dial_timeout, else 1s)")
-	fs.DurationVar(&s.ReadTimeout, "redis-read-timeout", 0,
+	fs.DurationVar(&s.RedisReadTimeout, "redis-read-timeout", 0,
 		"Redis read timeout (0: 3s): how long a script call may await its reply, whether or not its requests still wait (they wait at most --store-timeout)")
-	fs.DurationVar(&s.WriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
-	fs.IntVar(&s.Batches, "redis-batches", 2,
+	fs.DurationVar(&s.RedisWriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
+	fs.IntVar(&s.RedisBatches, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
-	fs.DurationVar(&s.Gather, "redis-pipeline-window", time.Millisecond,
+	fs.DurationVar(&s.RedisPipelineWindow, "redis-pipeline-window", time.Millisecond,
 		"when many requests wait for Redis at once (a busy server), how long a script call waits for more before it is sent, so that Redis decides more per call (0: never); a lone caller, or a few, never wait")
-	fs.IntVar(&s.GatherOps, "redis-pipeline-limit", 0,
+	fs.IntVar(&s.RedisPipelineLimit, "redis-pipeline-limit", 0,
 		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
-	fs.IntVar(&s.MuxConns, "redis-conns", 0,
-		"no longer used: every Redis is reached through go-redis' pool, with requests merged into script calls (--redis-batches); kept so that settings that give it still start, with a warning")
-	fs.IntVar(&s.CacheBytes, "local-cache-size-in-bytes", 0,
+	fs.IntVar(&s.OverLimitCacheBytes, "over-limit-cache-bytes", 0,
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
-	fs.IntVar(&s.BreakerFails, "breaker-failures", 5,
+	fs.IntVar(&s.BreakerFailures, "breaker-failures", 5,
 		"independent store failures in a row that open the circuit breaker; calls that fail together (one connection reset, one stall) count once, a success resets the count")
-	fs.DurationVar(&s.BreakerCool, "breaker-cooldown", 500*time.Millisecond,
+	fs.DurationVar(&s.BreakerCooldown, "breaker-cooldown", 500*time.Millisecond,
 		"while the circuit is open (requests answered at once), how often it pings the store in the background; the first answer closes it")
-	fs.DurationVar(&s.SweepEvery, "memory-sweep-interval", time.Minute,
+	fs.DurationVar(&s.MemorySweepInterval, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
 	fs.IntVar(&s.MemoryMaxKeys, "memory-max-keys", 1_000_000,
 		"embedded store: most windows and buckets held (about 170 bytes each with 50-byte keys); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
@@ -158,53 +162,53 @@ func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
 		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
-	fs.Float64Var(&o.NearRatio, "near-limit-ratio", 0.8,
+	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
-	fs.IntVar(&o.MaxDetailed, "max-detailed-metric-series", metrics.DefaultMaxDetailedSeries,
+	fs.IntVar(&o.MaxDetailedMetricSeries, "max-detailed-metric-series", metrics.DefaultMaxDetailedSeries,
 		"most rule series labelled with request values (detailed_metric, value_to_metric); past it, hits count under the rule's path and in fastlimit_rule_detailed_series_folded_total (0: no bound)")
 }
 func addXDSFlags(fs *flag.FlagSet, o *XDS) {
 	fs.StringVar(&o.ConfigType, "config-type", configTypeFile,
-		"where rules come from: FILE (--config) or GRPC_XDS_SOTW (an xDS management server, --config-grpc-xds-server-url)")
-	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false,
+		"where rules come from: FILE (--config) or GRPC_XDS_SOTW (an xDS management server, --xds-server)")
+	fs.BoolVar(&o.StartWithoutRules, "xds-start-without-rules", false,
 		"GRPC_XDS_SOTW: serve (and pass /healthcheck) before the first rules arrive, answering requests with an error until then; false waits for them before listening")
-	fs.StringVar(&o.NodeID, "config-grpc-xds-node-id", "default", "GRPC_XDS_SOTW: node id sent to the xDS server, which picks the snapshot by it")
-	fs.StringVar(&o.NodeMetadata, "config-grpc-xds-node-metadata", "",
+	fs.StringVar(&o.NodeID, "xds-node-id", "default", "GRPC_XDS_SOTW: node id sent to the xDS server, which picks the snapshot by it")
+	fs.StringVar(&o.NodeMetadata, "xds-node-metadata", "",
 		"GRPC_XDS_SOTW: node metadata sent to the xDS server, as key=value,key2=value2")
-	fs.StringVar(&o.ServerURL, "config-grpc-xds-server-url", "localhost:18000", "GRPC_XDS_SOTW: the xDS management server, host:port")
-	fs.StringVar(&o.Headers, "config-grpc-xds-client-additional-headers", "",
+	fs.StringVar(&o.Server, "xds-server", "localhost:18000", "GRPC_XDS_SOTW: the xDS management server, host:port (a gRPC target)")
+	fs.StringVar(&o.Headers, "xds-headers", "",
 		"GRPC_XDS_SOTW: headers (gRPC metadata) sent to the xDS server, as name:value,name2:value2")
-	fs.BoolVar(&o.UseTLS, "config-grpc-xds-server-use-tls", false, "GRPC_XDS_SOTW: connect to the xDS server over TLS")
-	fs.StringVar(&o.CertFile, "config-grpc-xds-client-tls-cert", "", "GRPC_XDS_SOTW with TLS: client certificate file (PEM) for mTLS")
-	fs.StringVar(&o.KeyFile, "config-grpc-xds-client-tls-key", "", "GRPC_XDS_SOTW with TLS: client key file (PEM) for mTLS")
-	fs.StringVar(&o.CAFile, "config-grpc-xds-server-tls-cacert", "",
+	fs.BoolVar(&o.TLS, "xds-tls", false, "GRPC_XDS_SOTW: connect to the xDS server over TLS")
+	fs.StringVar(&o.TLSCert, "xds-tls-cert", "", "GRPC_XDS_SOTW with TLS: client certificate file (PEM) for mTLS")
+	fs.StringVar(&o.TLSKey, "xds-tls-key", "", "GRPC_XDS_SOTW with TLS: client key file (PEM) for mTLS")
+	fs.StringVar(&o.TLSCA, "xds-tls-ca", "",
 		"GRPC_XDS_SOTW with TLS: CA file (PEM) that verifies the xDS server (empty: the system's CAs)")
-	fs.StringVar(&o.ServerSAN, "config-grpc-xds-server-tls-san", "",
-		"GRPC_XDS_SOTW with TLS: name the xDS server's certificate must carry (empty: the host of the server URL)")
-	fs.DurationVar(&o.Backoff.Initial, "xds-client-backoff-initial-interval", xds.DefaultBackoffInitial,
+	fs.StringVar(&o.TLSServerName, "xds-tls-server-name", "",
+		"GRPC_XDS_SOTW with TLS: name the xDS server's certificate must carry (empty: the host of --xds-server)")
+	fs.DurationVar(&o.Backoff.Initial, "xds-backoff-initial", xds.DefaultBackoffInitial,
 		"GRPC_XDS_SOTW: wait before reconnecting after the stream to the xDS server ended")
-	fs.DurationVar(&o.Backoff.Max, "xds-client-backoff-max-interval", xds.DefaultBackoffMax, "GRPC_XDS_SOTW: longest wait before reconnecting")
-	fs.Float64Var(&o.Backoff.Factor, "xds-client-backoff-random-factor", xds.DefaultBackoffFactor,
+	fs.DurationVar(&o.Backoff.Max, "xds-backoff-max", xds.DefaultBackoffMax, "GRPC_XDS_SOTW: longest wait before reconnecting")
+	fs.Float64Var(&o.Backoff.Factor, "xds-backoff-factor", xds.DefaultBackoffFactor,
 		"GRPC_XDS_SOTW: factor applied to the reconnect wait at each retry, as in envoyproxy/ratelimit (at or below 1 the wait stays at the initial interval)")
-	fs.BoolVar(&o.Backoff.Jitter, "xds-client-backoff-jitter", true,
+	fs.BoolVar(&o.Backoff.Jitter, "xds-backoff-jitter", true,
 		"GRPC_XDS_SOTW: draw each reconnect wait at random between the initial interval and its computed value")
-	fs.DurationVar(&o.ConnectRetry, "config-grpc-xds-server-connect-retry-interval", xds.DefaultConnectRetry,
+	fs.DurationVar(&o.ConnectRetryInterval, "xds-connect-retry-interval", xds.DefaultConnectRetry,
 		"GRPC_XDS_SOTW: wait, give or take half, before a new attempt when the xDS server cannot be reached")
-	fs.IntVar(&o.MaxMsgSize, "xds-client-max-msg-size-in-bytes", 0,
+	fs.IntVar(&o.MaxResponseBytes, "xds-max-response-bytes", 0,
 		"GRPC_XDS_SOTW: largest response accepted from the xDS server, in bytes (0: gRPC's 4 MiB)")
 }
 func addTLSFlags(fs *flag.FlagSet, o *TLS) {
-	fs.BoolVar(&o.Enabled, "grpc-server-use-tls", false,
-		"serve gRPC over TLS with --grpc-server-tls-cert and --grpc-server-tls-key (files re-read when they change)")
-	fs.StringVar(&o.Cert, "grpc-server-tls-cert", "", "gRPC TLS: PEM file of the server's certificate chain")
-	fs.StringVar(&o.Key, "grpc-server-tls-key", "", "gRPC TLS: PEM file of the server's private key")
-	fs.StringVar(&o.ClientCA, "grpc-client-tls-cacert", "",
+	fs.BoolVar(&o.Enabled, "grpc-tls", false,
+		"serve gRPC over TLS with --grpc-tls-cert and --grpc-tls-key (files re-read when they change)")
+	fs.StringVar(&o.Cert, "grpc-tls-cert", "", "gRPC TLS: PEM file of the server's certificate chain")
+	fs.StringVar(&o.Key, "grpc-tls-key", "", "gRPC TLS: PEM file of the server's private key")
+	fs.StringVar(&o.ClientCA, "grpc-tls-client-ca", "",
 		"gRPC TLS: PEM file of the CA certificates that client certificates must chain to; when set, clients without a valid certificate are refused (mTLS)")
-	fs.StringVar(&o.ClientSAN, "grpc-client-tls-san", "",
+	fs.StringVar(&o.ClientSAN, "grpc-tls-client-san", "",
 		"gRPC mTLS: a subject alternative name (DNS name, IP or URI) that client certificates must carry")
 }
 func addTracingFlags(fs *flag.FlagSet, o *tracing.Options) {
-	fs.BoolVar(&o.Enabled, "tracing-enabled", false,
+	fs.BoolVar(&o.Enabled, "tracing", false,
 		"export OpenTelemetry spans of every decision over OTLP (endpoint and the rest from OTEL_EXPORTER_OTLP_*); Envoy's W3C traceparent or B3 headers are continued")
 	fs.StringVar(&o.Service, "tracing-service-name", "RateLimit", "tracing: the resource's service.name")
 	fs.StringVar(&o.Namespace, "tracing-service-namespace", "", "tracing: the resource's service.namespace")
@@ -214,32 +218,32 @@ func addTracingFlags(fs *flag.FlagSet, o *tracing.Options) {
 		"tracing: share of traces sampled when the caller did not decide, 0 to 1; a caller's sampled flag is followed")
 }
 func addRefStatsFlags(fs *flag.FlagSet, o *refstats.Options) {
-	fs.BoolVar(&o.UsePrometheus, "use-prometheus", false,
+	fs.BoolVar(&o.UsePrometheus, "prometheus", false,
 		"serve envoyproxy/ratelimit's metrics (ratelimit_service_*) and FastLimit's own on --prometheus-addr")
-	fs.StringVar(&o.PromAddr, "prometheus-addr", ":9090", "listen address of --use-prometheus")
-	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --use-prometheus")
+	fs.StringVar(&o.PromAddr, "prometheus-addr", ":9090", "listen address of --prometheus")
+	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --prometheus")
 	fs.StringVar(&o.MapperYAML, "prometheus-mapper-yaml", "",
 		"statsd_exporter mapping file from envoyproxy/ratelimit's stat names to Prometheus series (default: its built-in mapping)")
 	fs.BoolVar(&o.ResponseTimeMillis, "prometheus-response-time-as-milliseconds", false,
 		"with the built-in mapping, ratelimit_service_response_time_seconds holds milliseconds (as before envoyproxy/ratelimit#1104), not seconds")
-	fs.BoolVar(&o.UseStatsd, "use-statsd", false,
-		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --stats-flush-interval")
-	fs.BoolVar(&o.UseDogStatsd, "use-dog-statsd", false,
+	fs.BoolVar(&o.UseStatsd, "statsd", false,
+		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --statsd-flush-interval")
+	fs.BoolVar(&o.UseDogStatsd, "dogstatsd", false,
 		"send envoyproxy/ratelimit's stats (counters) as DogStatsD over UDP to --statsd-host:--statsd-port")
-	fs.StringVar(&o.StatsdHost, "statsd-host", "localhost", "statsd host of --use-statsd and --use-dog-statsd")
-	fs.IntVar(&o.StatsdPort, "statsd-port", 8125, "statsd port of --use-statsd and --use-dog-statsd")
-	fs.StringVar(&o.StatsdProtocol, "statsd-protocol", "tcp", "protocol of --use-statsd: tcp (as gostats) or udp")
-	fs.DurationVar(&o.FlushInterval, "stats-flush-interval", 10*time.Second, "how often --use-statsd and --use-dog-statsd send")
-	fs.StringVar(&o.ExtraTags, "extra-tags", "", "tags k1:v1,k2:v2 added to every statsd stat")
-	fs.BoolVar(&o.DisableStats, "disable-stats", false,
-		"turn envoyproxy/ratelimit's stats off whatever --use-prometheus and --use-statsd say (fastlimit_* stay on the admin listener)")
-	fs.StringVar(&o.Mogrifiers, "use-dog-statsd-mogrifiers", "",
+	fs.StringVar(&o.StatsdHost, "statsd-host", "localhost", "statsd host of --statsd and --dogstatsd")
+	fs.IntVar(&o.StatsdPort, "statsd-port", 8125, "statsd port of --statsd and --dogstatsd")
+	fs.StringVar(&o.StatsdProtocol, "statsd-protocol", "tcp", "protocol of --statsd: tcp (as gostats) or udp")
+	fs.DurationVar(&o.FlushInterval, "statsd-flush-interval", 10*time.Second, "how often --statsd and --dogstatsd send")
+	fs.StringVar(&o.ExtraTags, "statsd-tags", "", "tags k1:v1,k2:v2 added to every statsd stat")
+	fs.BoolVar(&o.DisableStats, "stats-off", false,
+		"turn envoyproxy/ratelimit's stats off whatever --prometheus, --statsd and --dogstatsd say (fastlimit_* stay on the admin listener)")
+	fs.StringVar(&o.Mogrifiers, "dogstatsd-mogrifiers", "",
 		"DogStatsD mogrifiers NAME1,NAME2, each set by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS")
 }
 func addHealthFlags(fs *flag.FlagSet, o *Health) {
-	fs.BoolVar(&o.ActiveConn, "redis-health-check-active-connection", false,
+	fs.BoolVar(&o.RequiresRedis, "health-requires-redis", false,
 		"/healthcheck, /ready and gRPC health fail while Redis does not answer (default: they do not depend on Redis; --on-store-error answers)")
-	fs.BoolVar(&o.OneConfig, "healthy-with-at-least-one-config-loaded", false,
+	fs.BoolVar(&o.RequiresRules, "health-requires-rules", false,
 		"health fails until rules of at least one domain are loaded")
 }
 func addRedisFlags(fs *flag.FlagSet, o *Redis) {
@@ -249,8 +253,6 @@ func addRedisFlags(fs *flag.FlagSet, o *Redis) {
 		"single Redis: tcp, or unix with --redis-url a socket path (/run/redis.sock or unix:///run/redis.sock); empty: from --redis-url")
 	fs.StringVar(&o.Username, "redis-username", "", "Redis ACL user (overrides the URL's)")
 	fs.StringVar(&o.Password, "redis-password", "", "Redis password (overrides the URL's); never logged")
-	fs.StringVar(&o.Auth, "redis-auth", "",
-		"envoyproxy/ratelimit's REDIS_AUTH: password or user:password, used when --redis-password is empty")
 	fs.StringVar(&o.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass)")
 	fs.BoolVar(&o.TLS, "redis-tls", false, "connect to Redis (and the sentinels) over TLS; a rediss:// URL implies it")
 	fs.StringVar(&o.TLSCA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis' certificates (default: the system's)")
@@ -258,9 +260,6 @@ func addRedisFlags(fs *flag.FlagSet, o *Redis) {
 	fs.StringVar(&o.TLSKey, "redis-tls-key", "", "PEM key of --redis-tls-cert")
 	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "name Redis' certificates must hold (default: the host dialled)")
 	fs.BoolVar(&o.TLSSkipVerify, "redis-tls-skip-verify", false, "accept any Redis certificate (insecure)")
-	fs.StringVar(&o.RefTLSCA, "redis-tls-cacert", "", "envoyproxy/ratelimit's name for --redis-tls-ca")
-	fs.StringVar(&o.RefTLSCert, "redis-tls-client-cert", "", "envoyproxy/ratelimit's name for --redis-tls-cert")
-	fs.StringVar(&o.RefTLSKey, "redis-tls-client-key", "", "envoyproxy/ratelimit's name for --redis-tls-key")
-	fs.BoolVar(&o.RefTLSSkipHostname, "redis-tls-skip-hostname-verification", false,
+	fs.BoolVar(&o.TLSSkipHostnameVerification, "redis-tls-skip-hostname-verification", false,
 		"verify Redis' certificate chain but not the name it is issued to (envoyproxy/ratelimit's setting)")
 }

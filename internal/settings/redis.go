@@ -8,38 +8,30 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// Redis configures the Redis deployment FastLimit talks to. --redis-url
-// (Settings.RedisURL) says where it is; these say what it is and how to
-// reach it. The names follow envoyproxy/ratelimit's REDIS_* settings.
+// Redis configures the Redis deployment at --redis-url: what it is and
+// how to reach it.
 type Redis struct {
 	Type             string
 	SocketType       string // tcp or unix; empty: from the URL
 	Username         string
 	Password         string
-	Auth             string // REDIS_AUTH: password or user:password
+	Auth             string // deprecated --redis-auth, REDIS_AUTH: password or user:password
 	SentinelPassword string
 
-	TLS           bool
-	TLSCA         string
-	TLSCert       string
-	TLSKey        string
-	TLSServerName string
-	TLSSkipVerify bool
-
-	// envoyproxy/ratelimit's names for the TLS files, used when ours are
-	// empty, so that its REDIS_TLS_* variables keep working.
-	RefTLSCA           string
-	RefTLSCert         string
-	RefTLSKey          string
-	RefTLSSkipHostname bool
+	TLS                         bool
+	TLSCA                       string
+	TLSCert                     string
+	TLSKey                      string
+	TLSServerName               string
+	TLSSkipVerify               bool
+	TLSSkipHostnameVerification bool
 }
 
 // set reports whether any setting other than the default type is given.
 func (o *Redis) set() bool {
 	return !strings.EqualFold(o.Type, store.TypeSingle) || o.SocketType != "" || o.Username != "" || o.Password != "" || o.Auth != "" ||
 		o.SentinelPassword != "" || o.TLS || o.TLSCA != "" || o.TLSCert != "" || o.TLSKey != "" ||
-		o.TLSServerName != "" || o.TLSSkipVerify || o.RefTLSCA != "" || o.RefTLSCert != "" || o.RefTLSKey != "" ||
-		o.RefTLSSkipHostname
+		o.TLSServerName != "" || o.TLSSkipVerify || o.TLSSkipHostnameVerification
 }
 
 // ClientOptions maps the settings onto store.ClientOptions. It does not
@@ -55,12 +47,12 @@ func (o *Redis) ClientOptions(url string, conn store.ConnOptions) store.ClientOp
 		Conn:             conn,
 		TLS: store.TLSOptions{
 			Enabled:                  o.TLS,
-			CAFile:                   or(o.TLSCA, o.RefTLSCA),
-			CertFile:                 or(o.TLSCert, o.RefTLSCert),
-			KeyFile:                  or(o.TLSKey, o.RefTLSKey),
+			CAFile:                   o.TLSCA,
+			CertFile:                 o.TLSCert,
+			KeyFile:                  o.TLSKey,
 			ServerName:               o.TLSServerName,
 			InsecureSkipVerify:       o.TLSSkipVerify,
-			SkipHostnameVerification: o.RefTLSSkipHostname,
+			SkipHostnameVerification: o.TLSSkipHostnameVerification,
 		},
 	}
 	if c.Password == "" && o.Auth != "" {
@@ -86,18 +78,11 @@ func (o *Redis) validate(url string) error {
 	return nil
 }
 
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// RedisPoolSize is the Redis connection pool's size per server reached:
+// RedisPoolConns is the Redis connection pool's size per server reached:
 // --redis-pool-size, or 10 per CPU when it is 0.
-func (s *Settings) RedisPoolSize() int {
-	if s.PoolSize > 0 {
-		return s.PoolSize
+func (s *Settings) RedisPoolConns() int {
+	if s.RedisPoolSize > 0 {
+		return s.RedisPoolSize
 	}
 	return 10 * runtime.GOMAXPROCS(0)
 }

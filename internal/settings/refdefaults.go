@@ -10,15 +10,13 @@ import (
 // REDIS_URL is unset (its REDIS_URL default, twemproxy's socket).
 const RefDefaultRedisSocket = "/var/run/nutcracker/ratelimit.sock"
 
-// isSocket reports whether path is a unix socket; a variable so that
-// tests can point it elsewhere.
+// isSocket reports whether path is a unix socket; tests replace it.
 var isSocket = func(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().Type() == fs.ModeSocket
 }
 
-// refEnvironment reports whether any of the reference's variables is set:
-// the process runs in a deployment of envoyproxy/ratelimit.
+// refEnvironment reports whether any of the reference's variables is set.
 func refEnvironment(m *refMapper) bool {
 	for _, v := range refVars {
 		if m.get(v.name) != "" {
@@ -28,11 +26,9 @@ func refEnvironment(m *refMapper) bool {
 	return false
 }
 
-// applyRedisDefault follows the reference when REDIS_URL (and
-// --redis-url) is unset in its environment: Redis on the reference's
-// default socket when it exists; otherwise the embedded store, with a
-// warning that each replica counts alone. Outside the reference's
-// environment the embedded store is FastLimit's own default, said nowhere.
+// applyRedisDefault follows the reference when REDIS_URL is unset in its
+// environment: Redis on its default socket if it exists, else the
+// embedded store with a warning that each replica counts alone.
 func applyRedisDefault(m *refMapper) error {
 	o := m.o
 	if o.RedisURL != "" || o.src["redis-url"] != "" || !refEnvironment(m) {
@@ -53,13 +49,12 @@ func applyRedisDefault(m *refMapper) error {
 }
 
 // applyStatsdDefault follows the reference's USE_STATSD default (true)
-// when USE_STATSD is unset but STATSD_HOST or STATSD_PORT says where
-// statsd is: the stats go there, unless USE_PROMETHEUS or USE_DOG_STATSD
-// chose another output. Either way a note says what was decided.
+// when STATSD_HOST or STATSD_PORT is set, unless another output was
+// chosen; a note says what was decided.
 func applyStatsdDefault(m *refMapper) error {
 	o := m.o
 	host, port := m.get("STATSD_HOST"), m.get("STATSD_PORT")
-	if m.get("USE_STATSD") != "" || o.src["use-statsd"] != "" || (host == "" && port == "") {
+	if m.get("USE_STATSD") != "" || o.src["statsd"] != "" || (host == "" && port == "") {
 		return nil
 	}
 	where := fmt.Sprintf("%s:%d", o.RefStats.StatsdHost, o.RefStats.StatsdPort)
@@ -73,7 +68,7 @@ func applyStatsdDefault(m *refMapper) error {
 		if host == "" {
 			from = "STATSD_PORT"
 		}
-		if err := m.set("use-statsd", "true", "USE_STATSD (unset: the reference's default, true, with "+from+")"); err != nil {
+		if err := m.set("statsd", "true", "USE_STATSD (unset: the reference's default, true, with "+from+")"); err != nil {
 			return err
 		}
 		o.notes = append(o.notes, "USE_STATSD is unset and "+from+" is set: sending envoyproxy/ratelimit's stats to statsd at "+

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -8,26 +9,23 @@ import (
 
 // envoyproxy/ratelimit's environment, as a compatibility layer: refVars
 // lists every variable the reference reads (its src/settings/settings.go)
-// and what FastLimit does with it. A variable is
-//   - the env twin of a FastLimit flag of the same meaning (refTwin);
-//   - mapped onto a FastLimit flag, or the rules layout, when that flag
-//     is given neither on the command line nor by its twin (refMapped);
-//   - not honoured: set to a value FastLimit does not follow, it is named
-//     in the one startup warning, with what FastLimit does instead
-//     (refWarned);
-//   - refused: a value FastLimit cannot honour stops the start with an
-//     error that names the variable (refRefused).
-// Nothing the reference reads is dropped without a word. The table of
-// these variables in docs/migrating.md is generated from this one, and a
-// test fails when they differ (TestDocsTables).
+// and what FastLimit does with it. docs/migrating.md's table is generated
+// from it (TestDocsTables).
 
 // refHow is what FastLimit does with a reference variable.
 type refHow int
 
 const (
+	// refTwin is a flag's: its env twin, or read after the twin where
+	// FastLimit names the flag otherwise (refNames).
 	refTwin refHow = iota
+	// refMapped sets a flag, or the rules layout, that neither the
+	// command line nor the flag's twin gave (refMappings).
 	refMapped
+	// refWarned is not honoured: set, it is named in the startup warning.
 	refWarned
+	// refRefused stops the start, unless its value asks for what
+	// FastLimit does anyway.
 	refRefused
 )
 
@@ -36,13 +34,10 @@ type refVar struct {
 	name string
 	how  refHow
 	flag string // refTwin, refMapped: the flag it is, or the flag it sets
-	// note says what FastLimit does with the variable: in docs/migrating.md
-	// (Markdown, links relative to docs/), and in the warning or error that
-	// names it.
+	// note, in Markdown relative to docs/, is in the docs and in the
+	// warning or error that names the variable.
 	note string
-	// fine, for refWarned and refRefused, accepts the values that ask for
-	// what FastLimit does anyway: they pass without a word.
-	fine refOK
+	fine refOK // refWarned, refRefused: values that pass without a word
 	// checked is the reference version the row was checked against:
 	// refPin unless set.
 	checked string
@@ -57,7 +52,6 @@ const (
 	refMain = "main f2fb157 (2026-07-05)"
 )
 
-// checkedAgainst returns the version a row was checked against.
 func (v refVar) checkedAgainst() string {
 	if v.checked == "" {
 		return refPin
@@ -110,8 +104,8 @@ const (
 	noteRedisStartup = "ignored: FastLimit does not wait for Redis before serving; it listens at once, `/ready` waits for Redis' first answer, requests meanwhile get `--on-store-error`'s answer, and it never exits for want of Redis"
 )
 
-// refVars is the table. Order: as the reference's settings.go lists
-// them, then the variables it does not declare but its deployments set.
+// refVars is the table, in the order of the reference's settings.go, then
+// the variables it does not declare but its deployments set.
 var refVars = []refVar{
 	{name: "HOST", how: refMapped, flag: "http-addr", note: "with PORT, the HTTP address `HOST:PORT` (default: all interfaces)"},
 	{name: "PORT", how: refMapped, flag: "http-addr", note: "with HOST, the HTTP address (default 8080)"},
@@ -122,39 +116,39 @@ var refVars = []refVar{
 	{name: "GRPC_PORT", how: refMapped, flag: "grpc-addr", note: "with GRPC_HOST, the gRPC address (default 8081)"},
 	{name: "GRPC_MAX_CONNECTION_AGE", how: refTwin, flag: "grpc-max-connection-age", note: "default 24h, as the reference's"},
 	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", how: refTwin, flag: "grpc-max-connection-age-grace", note: "default 1h, as the reference's"},
-	{name: "GRPC_SERVER_USE_TLS", how: refTwin, flag: "grpc-server-use-tls", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
-	{name: "GRPC_SERVER_TLS_CERT", how: refTwin, flag: "grpc-server-tls-cert", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
-	{name: "GRPC_SERVER_TLS_KEY", how: refTwin, flag: "grpc-server-tls-key", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
-	{name: "GRPC_CLIENT_TLS_CACERT", how: refTwin, flag: "grpc-client-tls-cacert", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
-	{name: "GRPC_CLIENT_TLS_SAN", how: refTwin, flag: "grpc-client-tls-san", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_SERVER_USE_TLS", how: refTwin, flag: "grpc-tls", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_SERVER_TLS_CERT", how: refTwin, flag: "grpc-tls-cert", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_SERVER_TLS_KEY", how: refTwin, flag: "grpc-tls-key", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_CLIENT_TLS_CACERT", how: refTwin, flag: "grpc-tls-client-ca", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
+	{name: "GRPC_CLIENT_TLS_SAN", how: refTwin, flag: "grpc-tls-client-san", note: "gRPC TLS; certificates re-read when their files change (see [tls.md](tls.md))"},
 	{name: "LOG_LEVEL", how: refTwin, flag: "log-level", note: "any case; `trace` logs as debug, `warning` as warn. Default info (the reference's: warn)"},
 	{name: "LOG_FORMAT", how: refTwin, flag: "log-format", note: "`json` or `text` (also `console`: text in colour). Default json (the reference's: text)"},
 	{name: "CONFIG_TYPE", how: refTwin, flag: "config-type", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", how: refTwin, flag: "force-start-without-initial-config", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_NODE_ID", how: refTwin, flag: "config-grpc-xds-node-id", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", how: refTwin, flag: "config-grpc-xds-node-metadata", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", how: refTwin, flag: "config-grpc-xds-server-url", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", how: refTwin, flag: "config-grpc-xds-server-connect-retry-interval", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", how: refTwin, flag: "config-grpc-xds-client-additional-headers", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", how: refTwin, flag: "config-grpc-xds-server-use-tls", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", how: refTwin, flag: "config-grpc-xds-client-tls-cert", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", how: refTwin, flag: "config-grpc-xds-client-tls-key", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", how: refTwin, flag: "config-grpc-xds-server-tls-cacert", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", how: refTwin, flag: "config-grpc-xds-server-tls-san", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", how: refTwin, flag: "xds-client-backoff-initial-interval", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", how: refTwin, flag: "xds-client-backoff-max-interval", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", how: refTwin, flag: "xds-client-backoff-random-factor", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", how: refTwin, flag: "xds-client-backoff-jitter", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", how: refTwin, flag: "xds-client-max-msg-size-in-bytes", note: "rules over xDS (see [xds.md](xds.md))"},
-	{name: "USE_DOG_STATSD", how: refTwin, flag: "use-dog-statsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", how: refTwin, flag: "use-dog-statsd-mogrifiers", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "USE_STATSD", how: refTwin, flag: "use-statsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", how: refTwin, flag: "xds-start-without-rules", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_NODE_ID", how: refTwin, flag: "xds-node-id", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", how: refTwin, flag: "xds-node-metadata", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", how: refTwin, flag: "xds-server", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", how: refTwin, flag: "xds-connect-retry-interval", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", how: refTwin, flag: "xds-headers", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", how: refTwin, flag: "xds-tls", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", how: refTwin, flag: "xds-tls-cert", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", how: refTwin, flag: "xds-tls-key", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", how: refTwin, flag: "xds-tls-ca", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", how: refTwin, flag: "xds-tls-server-name", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", how: refTwin, flag: "xds-backoff-initial", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", how: refTwin, flag: "xds-backoff-max", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", how: refTwin, flag: "xds-backoff-factor", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", how: refTwin, flag: "xds-backoff-jitter", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", how: refTwin, flag: "xds-max-response-bytes", note: "rules over xDS (see [xds.md](xds.md))"},
+	{name: "USE_DOG_STATSD", how: refTwin, flag: "dogstatsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", how: refTwin, flag: "dogstatsd-mogrifiers", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_STATSD", how: refTwin, flag: "statsd", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "STATSD_HOST", how: refTwin, flag: "statsd-host", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "STATSD_PORT", how: refTwin, flag: "statsd-port", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "EXTRA_TAGS", how: refTwin, flag: "extra-tags", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "STATS_FLUSH_INTERVAL", how: refTwin, flag: "stats-flush-interval", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "DISABLE_STATS", how: refTwin, flag: "disable-stats", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
-	{name: "USE_PROMETHEUS", how: refTwin, flag: "use-prometheus", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "EXTRA_TAGS", how: refTwin, flag: "statsd-tags", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "STATS_FLUSH_INTERVAL", how: refTwin, flag: "statsd-flush-interval", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "DISABLE_STATS", how: refTwin, flag: "stats-off", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
+	{name: "USE_PROMETHEUS", how: refTwin, flag: "prometheus", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "PROMETHEUS_ADDR", how: refTwin, flag: "prometheus-addr", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "PROMETHEUS_PATH", how: refTwin, flag: "prometheus-path", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
 	{name: "PROMETHEUS_MAPPER_YAML", how: refTwin, flag: "prometheus-mapper-yaml", note: "the reference's metric names (see [metrics.md](metrics.md#the-references-names))"},
@@ -164,7 +158,7 @@ var refVars = []refVar{
 	{name: "RUNTIME_IGNOREDOTFILES", how: refMapped, flag: "config", note: "true skips files and directories whose names start with a dot (default false: loaded, as by the reference); a ConfigMap's `..` entries are never loaded"},
 	{name: "RUNTIME_WATCH_ROOT", how: refMapped, flag: "config", note: "true (the default): files whose path under `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY`, `/` read as `.`, starts with `$RUNTIME_APPDIRECTORY.` (the reference's rule), and a swap of the RUNTIME_ROOT symlink reloads; false: the app directory's tree. Either way any change in the tree reloads"},
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", how: refWarned, note: "ignored: keys expire when their window ends, without jitter", fine: okZero},
-	{name: "LOCAL_CACHE_SIZE_IN_BYTES", how: refTwin, flag: "local-cache-size-in-bytes", note: "a local cache of keys over their limit, counted as 256 bytes a key"},
+	{name: "LOCAL_CACHE_SIZE_IN_BYTES", how: refTwin, flag: "over-limit-cache-bytes", note: "a local cache of keys over their limit, counted as 256 bytes a key"},
 	{name: "NEAR_LIMIT_RATIO", how: refTwin, flag: "near-limit-ratio", note: "in (0, 1]"},
 	{name: "CACHE_KEY_PREFIX", how: refMapped, flag: "key-prefix", note: "the prefix of every Redis key, a trailing `:` dropped (FastLimit puts one after the prefix); keys differ from the reference's anyway"},
 	{name: "BACKEND_TYPE", how: refRefused, note: "only `redis` (Redis at REDIS_URL, or the embedded store without it): FastLimit has no memcache backend", fine: okFold("redis")},
@@ -173,16 +167,16 @@ var refVars = []refVar{
 	{name: "LIMIT_LIMIT_HEADER", how: refTwin, flag: "limit-limit-header"},
 	{name: "LIMIT_REMAINING_HEADER", how: refTwin, flag: "limit-remaining-header"},
 	{name: "LIMIT_RESET_HEADER", how: refTwin, flag: "limit-reset-header"},
-	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", how: refTwin, flag: "healthy-with-at-least-one-config-loaded", note: "health fails until rules of at least one domain are loaded"},
+	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", how: refTwin, flag: "health-requires-rules", note: "health fails until rules of at least one domain are loaded"},
 	{name: "REDIS_SOCKET_TYPE", how: refTwin, flag: "redis-socket-type", note: "`tcp` or `unix`; default: from REDIS_URL (a path is a unix socket)"},
 	{name: "REDIS_TYPE", how: refTwin, flag: "redis-type", note: "`single`, `cluster`, `sentinel`, in any case"},
 	{name: "REDIS_URL", how: refTwin, flag: "redis-url", note: "`host:port`, `redis://`, `rediss://`, a socket path; unset: the embedded store"},
 	{name: "REDIS_POOL_SIZE", how: refTwin, flag: "redis-pool-size", note: "connections per Redis server; script calls in flight on them are bounded by `--redis-batches`"},
-	{name: "REDIS_AUTH", how: refTwin, flag: "redis-auth"},
+	{name: "REDIS_AUTH", how: refTwin, flag: "redis-auth", note: "password or user:password, used when `--redis-password` is empty; FastLimit's own settings are `--redis-password` and `--redis-username` (`--redis-auth` is deprecated)"},
 	{name: "REDIS_TLS", how: refTwin, flag: "redis-tls"},
-	{name: "REDIS_TLS_CLIENT_CERT", how: refTwin, flag: "redis-tls-client-cert"},
-	{name: "REDIS_TLS_CLIENT_KEY", how: refTwin, flag: "redis-tls-client-key"},
-	{name: "REDIS_TLS_CACERT", how: refTwin, flag: "redis-tls-cacert"},
+	{name: "REDIS_TLS_CLIENT_CERT", how: refTwin, flag: "redis-tls-cert"},
+	{name: "REDIS_TLS_CLIENT_KEY", how: refTwin, flag: "redis-tls-key"},
+	{name: "REDIS_TLS_CACERT", how: refTwin, flag: "redis-tls-ca"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", how: refTwin, flag: "redis-tls-skip-hostname-verification"},
 	{name: "REDIS_PIPELINE_WINDOW", how: refTwin, flag: "redis-pipeline-window", note: "how long a script call waits for more requests when many wait at once; FastLimit's default is 1ms (the reference's 0)"},
 	{name: "REDIS_PIPELINE_LIMIT", how: refTwin, flag: "redis-pipeline-limit", note: "a script call stops waiting once this many decisions wait"},
@@ -197,7 +191,7 @@ var refVars = []refVar{
 	{name: "REDIS_PERSECOND_SENTINEL_AUTH", how: refWarned, note: notePerSecond},
 	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", how: refWarned, note: notePerSecond},
 	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", how: refWarned, note: notePerSecond},
-	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", how: refTwin, flag: "redis-health-check-active-connection", note: "true: /healthcheck, /ready and gRPC health fail while Redis does not answer"},
+	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", how: refTwin, flag: "health-requires-redis", note: "true: /healthcheck, /ready and gRPC health fail while Redis does not answer"},
 	{name: "REDIS_TIMEOUT", how: refMapped, flag: "redis-dial-timeout", note: "sets `--redis-dial-timeout`, `--redis-read-timeout` and `--redis-write-timeout`; a request still waits at most `--store-timeout`"},
 	{name: "REDIS_PERSECOND_TIMEOUT", how: refWarned, note: notePerSecond},
 	{name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", how: refRefused, note: "CREATE and ERROR are refused, as by the reference; a request waits for Redis at most `--store-timeout`", fine: okNotIn("CREATE", "ERROR")},
@@ -216,7 +210,7 @@ var refVars = []refVar{
 		note: "every descriptor with a limit is in quota mode: the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059); over ones keep their OVER_LIMIT status and are listed in the dynamic metadata's `quotaModeViolations`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", how: refTwin, flag: "response-dynamic-metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", how: refTwin, flag: "merge-domain-config", note: "files of one domain add their top-level descriptors to it; a descriptor repeated across them is an error"},
-	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing-enabled", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
+	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_SERVICE_NAME", how: refTwin, flag: "tracing-service-name", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_SERVICE_NAMESPACE", how: refTwin, flag: "tracing-service-namespace", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_SERVICE_INSTANCE_ID", how: refTwin, flag: "tracing-service-instance-id", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
@@ -254,4 +248,21 @@ func isZero(v string) bool {
 	}
 	d, err := time.ParseDuration(v)
 	return err == nil && d == 0
+}
+
+// refNames maps a flag to the reference's variable for it, where that is
+// not the flag's env twin.
+var refNames = func() map[string]string {
+	m := map[string]string{}
+	for _, v := range refVars {
+		if v.how == refTwin && EnvName(v.flag) != v.name {
+			m[v.flag] = v.name
+		}
+	}
+	return m
+}()
+
+// isRefVar reports whether name is one of the reference's variables.
+func isRefVar(name string) bool {
+	return slices.ContainsFunc(refVars, func(v refVar) bool { return v.name == name })
 }

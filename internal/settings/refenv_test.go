@@ -56,13 +56,19 @@ func TestRefVarsCoverReference(t *testing.T) {
 }
 
 // TestRefVarsConsistent checks each status against the flags registered:
-// a twin is a flag's env twin, a mapped variable has its mapping, and a
+// a twin is a flag's env twin or, where FastLimit names the flag
+// otherwise, nobody's twin, a mapped variable has its mapping, and a
 // variable only warned about or refused is nobody's twin (when a flag of
 // that name is added, the table must say the variable is honoured).
+// Deprecated aliases have no twins: their names are the reference's.
 func TestRefVarsConsistent(t *testing.T) {
 	fs := newFlagSet("test", &Settings{}, io.Discard)
 	twins := map[string]string{} // env twin -> flag
-	fs.VisitAll(func(f *flag.Flag) { twins[EnvName(f.Name)] = f.Name })
+	fs.VisitAll(func(f *flag.Flag) {
+		if aliases[f.Name] == "" {
+			twins[EnvName(f.Name)] = f.Name
+		}
+	})
 	mapped := map[string]refMapping{}
 	for _, mp := range refMappings {
 		for _, v := range mp.vars {
@@ -82,8 +88,14 @@ func TestRefVarsConsistent(t *testing.T) {
 		byName[v.name] = v
 		switch v.how {
 		case refTwin:
-			if twins[v.name] != v.flag || fs.Lookup(v.flag) == nil {
+			if fs.Lookup(v.flag) == nil || aliases[v.flag] != "" {
+				t.Errorf("%s: twin of --%s, which is not a flag", v.name, v.flag)
+			} else if EnvName(v.flag) == v.name && twins[v.name] != v.flag {
 				t.Errorf("%s: twin of --%s, but that flag's twin is %s", v.name, v.flag, EnvName(v.flag))
+			} else if f, ok := twins[v.name]; ok && f != v.flag {
+				t.Errorf("%s: the reference's name for --%s, but the env twin of --%s", v.name, v.flag, f)
+			} else if EnvName(v.flag) != v.name && refNames[v.flag] != v.name {
+				t.Errorf("%s: the reference's name for --%s, but refNames has %q", v.name, v.flag, refNames[v.flag])
 			}
 		case refMapped:
 			mp, ok := mapped[v.name]
@@ -182,8 +194,8 @@ func TestRefEnvMapping(t *testing.T) {
 		{"redis", map[string]string{"REDIS_URL": "/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_SENTINEL_AUTH": "spw",
 			"REDIS_TIMEOUT": "2s", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(t *testing.T, o *Settings) {
 			if o.RedisURL != "/run/redis.sock" || o.Redis.SocketType != "unix" || o.Redis.SentinelPassword != "spw" ||
-				o.DialTimeout != 2*time.Second || o.ReadTimeout != 2*time.Second || o.WriteTimeout != 2*time.Second ||
-				!o.Health.ActiveConn {
+				o.RedisDialTimeout != 2*time.Second || o.RedisReadTimeout != 2*time.Second || o.RedisWriteTimeout != 2*time.Second ||
+				!o.Health.RequiresRedis {
 				t.Errorf("redis options %+v", o)
 			}
 		}},
@@ -191,7 +203,7 @@ func TestRefEnvMapping(t *testing.T) {
 			"QUOTA_MODE": "true", "SHADOW_MODE": "true", "GRPC_MAX_CONNECTION_AGE": "1m", "GRPC_MAX_CONNECTION_AGE_GRACE": "5s",
 			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(t *testing.T, o *Settings) {
 			if !o.Atomic || o.Headers.Mode != rls.HeadersLegacy || !o.QuotaMode || !o.Headers.ShadowMode ||
-				o.GRPCMaxAge != time.Minute || o.GRPCMaxAgeGrace != 5*time.Second || !o.Health.OneConfig {
+				o.GRPCMaxConnectionAge != time.Minute || o.GRPCMaxConnectionAgeGrace != 5*time.Second || !o.Health.RequiresRules {
 				t.Errorf("options %+v", o)
 			}
 		}},
@@ -247,7 +259,7 @@ func TestRefEnvWarnings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// USE_STATSD is honoured (--use-statsd): no warning.
+	// USE_STATSD is honoured (--statsd): no warning.
 	if len(o.warnings) != 4 {
 		t.Errorf("warnings %q, want 4", o.warnings)
 	}

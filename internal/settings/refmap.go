@@ -1,8 +1,5 @@
 package settings
 
-// This file maps the reference's variables onto FastLimit's flags; the table of
-// variables is refenv.go.
-
 import (
 	"flag"
 	"fmt"
@@ -44,8 +41,7 @@ var refMappings = []refMapping{
 }
 
 // applyRefEnv applies the reference's variables to o, whose flags fs has
-// parsed already (o.src says which were given). It collects warnings in
-// o.warnings and returns an error naming every variable refused.
+// parsed. It returns an error naming every variable refused.
 func applyRefEnv(o *Settings, fs *flag.FlagSet, getenv func(string) string) error {
 	if o.src == nil {
 		o.src = map[string]string{}
@@ -88,8 +84,8 @@ type refMapper struct {
 
 func (m *refMapper) get(name string) string { return strings.TrimSpace(m.getenv(name)) }
 
-// apply runs mp unless every flag it sets was given; then the variables
-// it would have read, if set, are named in the warning.
+// apply runs mp unless every flag it sets was given; then its variables
+// set are named in the warning.
 func (m *refMapper) apply(mp refMapping) error {
 	var set []string
 	for _, v := range mp.vars {
@@ -110,8 +106,7 @@ func (m *refMapper) apply(mp refMapping) error {
 	return nil
 }
 
-// set sets flag to value on behalf of the variable from, unless the flag
-// was given.
+// set sets flag to value for the variable from, unless flag was given.
 func (m *refMapper) set(flag, value, from string) error {
 	if m.o.src[flag] != "" {
 		return nil
@@ -123,8 +118,7 @@ func (m *refMapper) set(flag, value, from string) error {
 	return nil
 }
 
-// bool reads the boolean variable name (false when unset), as the
-// reference reads it.
+// bool reads the boolean variable name, def when unset.
 func (m *refMapper) bool(name string, def bool) (bool, error) {
 	v := m.get(name)
 	if v == "" {
@@ -168,8 +162,6 @@ func mapHostPort(flag, hostVar, portVar, defHost, defPort string) func(m *refMap
 	}
 }
 
-// mapGRPCAddr maps GRPC_UDS, or else GRPC_HOST and GRPC_PORT, onto
-// --grpc-addr.
 func mapGRPCAddr(m *refMapper) error {
 	if uds := m.get("GRPC_UDS"); uds != "" {
 		return m.set("grpc-addr", "unix:"+uds, "GRPC_UDS")
@@ -177,9 +169,8 @@ func mapGRPCAddr(m *refMapper) error {
 	return mapHostPort("grpc-addr", "GRPC_HOST", "GRPC_PORT", "", refGRPCPort)(m)
 }
 
-// mapRuntime maps the RUNTIME_* variables onto the rules layout, with the
-// reference's defaults and its way of finding files (see
-// rules.Options.Tree).
+// mapRuntime maps the RUNTIME_* variables onto the rules layout, found as
+// the reference finds files (rules.Options.Tree).
 func mapRuntime(m *refMapper) error {
 	ignoreDot, err := m.bool("RUNTIME_IGNOREDOTFILES", false)
 	if err != nil {
@@ -206,9 +197,8 @@ func mapRuntime(m *refMapper) error {
 	return nil
 }
 
-// mapKeyPrefix maps CACHE_KEY_PREFIX onto --key-prefix. The reference
-// writes the prefix right before its keys; FastLimit puts a ':' after it,
-// so one trailing ':' is dropped.
+// mapKeyPrefix maps CACHE_KEY_PREFIX onto --key-prefix, one trailing ':'
+// dropped: FastLimit puts a ':' after the prefix.
 func mapKeyPrefix(m *refMapper) error {
 	p := strings.TrimSuffix(m.get("CACHE_KEY_PREFIX"), ":")
 	if p == "" {
@@ -217,8 +207,8 @@ func mapKeyPrefix(m *refMapper) error {
 	return m.set("key-prefix", p, "CACHE_KEY_PREFIX")
 }
 
-// mapRedisTimeout maps REDIS_TIMEOUT, the reference's bound on connecting
-// and on each Redis call, onto the dial, read and write timeouts.
+// mapRedisTimeout maps REDIS_TIMEOUT onto the dial, read and write
+// timeouts.
 func mapRedisTimeout(m *refMapper) error {
 	v := m.get("REDIS_TIMEOUT")
 	if _, err := time.ParseDuration(v); err != nil {

@@ -1,8 +1,6 @@
-// Package settings reads FastLimit's settings into one validated Settings
-// value: command-line flags, their environment twins (the flag's name in
-// upper case with '_' for '-') and, for what neither gives,
-// envoyproxy/ratelimit's environment variables (refenv.go). The tables of
-// settings in docs/ are generated from the same flag set (docs.go).
+// Package settings reads FastLimit's flags, their environment twins and
+// envoyproxy/ratelimit's variables into one Settings, and generates the
+// tables of them in docs/.
 package settings
 
 import (
@@ -21,99 +19,75 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
-// Settings are the server's settings. Every flag has an environment twin:
-// the flag's name in upper case with '-' as '_' (--redis-url, REDIS_URL).
-// A flag given on the command line wins over its environment variable.
+// Settings are the server's settings, each field named after its flag.
 type Settings struct {
-	ConfigDir     string
-	GRPCAddr      string
-	HTTPAddr      string
-	RedisURL      string
-	KeyPrefix     string
-	LogLevel      string // a zap level: debug, info, warn, error, ...
-	LogFormat     string // LogJSON, LogText or LogConsole
-	StoreTimeout  time.Duration
-	PoolSize      int
-	DialTimeout   time.Duration
-	ReadTimeout   time.Duration
-	WriteTimeout  time.Duration
-	MaxRecvBytes  int
-	Drain         time.Duration
-	OnStoreError  string // rls.PolicyAllow, PolicyDeny or PolicyError
-	BreakerFails  int
-	BreakerCool   time.Duration
-	Batches       int           // --redis-batches
-	Gather        time.Duration // REDIS_PIPELINE_WINDOW
-	GatherOps     int           // REDIS_PIPELINE_LIMIT
-	MuxConns      int           // --redis-conns, no longer used
-	CacheBytes    int           // LOCAL_CACHE_SIZE_IN_BYTES
-	SweepEvery    time.Duration
-	MemoryMaxKeys int
-	StreamWorkers int
-	Limits        limiter.Limits
+	ConfigDir    string // --config
+	GRPCAddr     string
+	HTTPAddr     string
+	RedisURL     string
+	KeyPrefix    string
+	LogLevel     string // a zap level: debug, info, warn, error, ...
+	LogFormat    string // LogJSON, LogText or LogConsole
+	StoreTimeout time.Duration
+	OnStoreError string // rls.PolicyAllow, PolicyDeny or PolicyError
+	Drain        time.Duration
 
-	Atomic bool // default for domains: decide a request's descriptors all or nothing
-	// QuotaMode is global quota mode (QUOTA_MODE): the limiter's.
-	QuotaMode bool
-	Merge     bool // merge the files of one domain (MERGE_DOMAIN_CONFIG)
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+	GRPCStreamWorkers         int
+	GRPC                      GRPCBounds
 
-	GRPCMaxAge      time.Duration // GOAWAY connections older than this (0: never)
-	GRPCMaxAgeGrace time.Duration // then close them after this long
-	GRPC            GRPCBounds    // what gRPC clients can open and hold
+	MaxRequestBytes                           int
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
 
-	RulesMaxFile, RulesMaxTotal int64 // rules size limits in bytes (0: none)
+	MergeDomainConfig                     bool
+	Atomic                                bool
+	QuotaMode                             bool
+	RulesMaxFileBytes, RulesMaxTotalBytes int64
 
-	Redis    Redis             // Redis deployment: type, TLS, credentials
-	Headers  rls.HeaderOptions // response headers, metadata, global shadow mode
-	Admin    Admin             // metrics, admin surface
-	XDS      XDS               // rules over xDS (--config-type=GRPC_XDS_SOTW)
-	TLS      TLS               // gRPC TLS and mTLS
-	Tracing  tracing.Options   // OpenTelemetry spans over OTLP
-	RefStats refstats.Options  // envoyproxy/ratelimit's stats: Prometheus, statsd
-	Health   Health            // what /healthcheck and /ready check
-	RLQS     RLQS              // Envoy's Rate Limit Quota Service
+	RedisPoolSize                                         int
+	RedisDialTimeout, RedisReadTimeout, RedisWriteTimeout time.Duration
+	RedisBatches                                          int
+	RedisPipelineWindow                                   time.Duration
+	RedisPipelineLimit                                    int
+	OverLimitCacheBytes                                   int
+	BreakerFailures                                       int
+	BreakerCooldown                                       time.Duration
+	MemorySweepInterval                                   time.Duration
+	MemoryMaxKeys                                         int
 
-	// layout is how the rules are read and watched when envoyproxy/
-	// ratelimit's RUNTIME_* variables give them (refenv.go); the zero
-	// value reads ConfigDir flat.
-	layout RulesLayout
-	// src names how each setting given was given: "--flag", its env twin,
-	// or the reference's variable it was mapped from. Errors about a
-	// setting name it so.
-	src map[string]string
-	// warnings list the reference's variables set that FastLimit does
-	// not honour, each with what it does instead.
-	warnings []string
-	// notes say what FastLimit chose for the reference's variables left
-	// unset (REDIS_URL, USE_STATSD), where it follows the reference.
-	notes []string
+	Redis    Redis
+	Headers  rls.HeaderOptions
+	Admin    Admin
+	XDS      XDS
+	TLS      TLS // the gRPC listener's
+	Tracing  tracing.Options
+	RefStats refstats.Options // envoyproxy/ratelimit's stats
+	Health   Health
+	RLQS     RLQS
+
+	layout     RulesLayout       // from RUNTIME_*; zero: ConfigDir, flat
+	src        map[string]string // flag -> how it was given (Name)
+	warnings   []string
+	notes      []string
+	deprecated []string
 }
 
-// GRPCBounds bound what gRPC clients can open and hold (internal/server's
-// grpcBounds).
+// GRPCBounds bound what gRPC clients can open and hold.
 type GRPCBounds struct {
-	// MaxConns bounds the open connections; the open-files limit lowers
-	// it (connlimit.Budget). 0: the open-files limit alone.
-	MaxConns int
-	// MaxStreams bounds the calls in flight on one connection.
-	MaxStreams int
-	// RequestTimeout bounds a unary call from its headers to its end, its
-	// request's arrival included (0: none).
-	RequestTimeout time.Duration
-	// MaxIdle closes a connection without calls for this long (0: never).
-	MaxIdle time.Duration
-	// PingMinTime is the shortest interval between a client's keepalive
-	// pings; a client that pings more often is disconnected.
-	PingMinTime time.Duration
+	MaxConnections       int
+	MaxConcurrentStreams int
+	RequestTimeout       time.Duration
+	MaxConnectionIdle    time.Duration
+	KeepaliveMinTime     time.Duration
 }
 
 // Admin configures metrics and the admin listener.
 type Admin struct {
-	Addr      string  // admin listener; empty or "off": none
-	Pprof     bool    // serve /debug/pprof/ on the admin listener
-	NearRatio float64 // share of a limit past which hits are near it
-	// MaxDetailed bounds the rule series labelled with request values.
-	MaxDetailed int
+	Addr                    string // empty or "off": none
+	Pprof                   bool
+	NearLimitRatio          float64
+	MaxDetailedMetricSeries int
 }
 
 // Off reports whether the admin listener is turned off.
@@ -121,19 +95,16 @@ func (a *Admin) Off() bool { return a.Addr == "" || strings.EqualFold(a.Addr, "o
 
 // Health says what the health endpoints check besides the rules.
 type Health struct {
-	// ActiveConn makes health depend on the store answering, as the
-	// reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION does.
-	ActiveConn bool
-	// OneConfig wants rules of at least one domain before health is OK.
-	OneConfig bool
+	RequiresRedis bool
+	RequiresRules bool // of at least one domain
 }
 
 // TLS secures the gRPC listener.
 type TLS struct {
 	Enabled   bool
 	Cert, Key string
-	ClientCA  string // require and verify client certificates against it
-	ClientSAN string // a SAN that client certificates must carry
+	ClientCA  string
+	ClientSAN string
 }
 
 // RulesLayout says where the rules files are and how they are found.
@@ -152,13 +123,12 @@ func (s *Settings) Rules() RulesLayout {
 	if l.Dir == "" {
 		l = RulesLayout{Dir: s.ConfigDir}
 	}
-	l.Load.MergeDomains = s.Merge
-	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFile), noLimit(s.RulesMaxTotal)
+	l.Load.MergeDomains = s.MergeDomainConfig
+	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFileBytes), noLimit(s.RulesMaxTotalBytes)
 	return l
 }
 
-// noLimit maps a size flag to rules.Options: the flag's 0 (no limit) is
-// rules' negative.
+// noLimit maps a size flag's 0 (no limit) to rules.Options'.
 func noLimit(n int64) int64 {
 	if n == 0 {
 		return -1
@@ -166,68 +136,78 @@ func noLimit(n int64) int64 {
 	return n
 }
 
+// Limits are the request size limits --max-descriptors, --max-entries
+// and --max-entry-bytes give.
+func (s *Settings) Limits() limiter.Limits {
+	return limiter.Limits{MaxDescriptors: s.MaxDescriptors, MaxEntries: s.MaxEntries, MaxKeyBytes: s.MaxEntryBytes}
+}
+
 // RefWarningMsg opens the startup warning that lists Warnings.
 const RefWarningMsg = "envoyproxy/ratelimit settings that FastLimit does not honour"
 
-// Warnings are the reference's variables set that FastLimit does not
-// honour, each with what it does instead: log them once at start.
+// Warnings name the reference's variables that FastLimit does not honour:
+// log them once at start.
 func (s *Settings) Warnings() []string { return s.warnings }
 
-// Notes say what FastLimit chose, as the reference would, for the
-// reference's variables left unset: log each once at start, at info.
+// Notes say what FastLimit chose for the reference's variables left
+// unset: log each once at start, at info.
 func (s *Settings) Notes() []string { return s.notes }
 
-// Parse reads settings from args and the environment: flags, then their
-// environment twins, then envoyproxy/ratelimit's variables for the
-// settings neither gave. name names the flag set in usage, written to
-// out with -h (then Parse returns flag.ErrHelp). Parse does not validate
-// the whole: Validate does.
+// Deprecated says what to use instead of each deprecated flag given: log
+// each once at start.
+func (s *Settings) Deprecated() []string { return s.deprecated }
+
+// Parse reads settings from args, then the flags' environment twins, then
+// envoyproxy/ratelimit's variables. -h writes usage to out and returns
+// flag.ErrHelp. Validate checks the whole.
 func Parse(name string, args []string, getenv func(string) string, out io.Writer) (*Settings, error) {
 	s := &Settings{}
 	fs := newFlagSet(name, s, out)
-	src, err := parseFlags(fs, args, getenv)
-	if err != nil {
+	if err := s.parseFlags(fs, args, getenv); err != nil {
 		return nil, err
 	}
-	s.src = src
 	s.RefStats.Getenv = getenv
 	if err := applyRefEnv(s, fs, getenv); err != nil {
 		return nil, err
 	}
+	s.deprecated = deprecations(s.src)
 	return s, nil
 }
 
-// parseFlags parses args, then sets the flags not given from their
-// environment twins. It returns how each flag set was given: "--name" or
-// the variable's name. A positional argument is an error: the flag
-// package would stop there and ignore every flag after it.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]string, error) {
+// parseFlags parses args, then sets each flag not given from its twin or
+// else the reference's variable for it (refNames). A positional argument
+// is an error: the flag package would ignore every flag after it.
+func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the only command is 'check'", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the only command is 'check'", fs.Arg(0))
 	}
-	src := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { src[f.Name] = "--" + f.Name })
+	s.src = map[string]string{}
+	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
 	var errs []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if src[f.Name] != "" {
+		if s.src[f.Name] != "" || aliases[f.Name] != "" {
 			return
 		}
-		env := EnvName(f.Name)
-		if v := getenv(env); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
-				return
-			}
-			src[f.Name] = env
+		env, v := EnvName(f.Name), getenv(EnvName(f.Name))
+		if ref := refNames[f.Name]; v == "" && ref != "" {
+			env, v = ref, getenv(ref)
 		}
+		if v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
+			return
+		}
+		s.src[f.Name] = env
 	})
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("environment: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("environment: %s", strings.Join(errs, "; "))
 	}
-	return src, nil
+	return nil
 }
 
 // EnvName is the environment twin of a flag.
@@ -235,8 +215,7 @@ func EnvName(flagName string) string {
 	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// checked is a string flag whose Set normalises and checks the value, so
-// that a bad value is reported by the flag or variable that gave it.
+// checked is a string flag whose Set normalises and checks the value.
 type checked struct {
 	p     *string
 	check func(string) (string, error)
@@ -258,8 +237,7 @@ func (c checked) Set(v string) error {
 	return nil
 }
 
-// parseLogLevel accepts zap's levels and the reference's (logrus') names
-// in any case (logging.ParseLevel): trace logs as debug, warning as warn.
+// parseLogLevel accepts zap's and logrus' level names in any case.
 func parseLogLevel(v string) (string, error) {
 	l, err := logging.ParseLevel(v)
 	if err != nil {
@@ -280,9 +258,7 @@ func parseLogFormat(v string) (string, error) {
 	return string(f), err
 }
 
-// Error is a bad setting. It names the setting the way it was given
-// (Settings.Named): the flag, its env twin, or the reference's variable
-// it came from.
+// Error is a bad setting, named the way it was given (Settings.Named).
 type Error struct {
 	Flag string // the flag's name
 	As   string // how it was given; "--flag" when empty
@@ -304,17 +280,13 @@ func Bad(flag, format string, args ...any) error {
 	return &Error{Flag: flag, Err: fmt.Errorf(format, args...)}
 }
 
-// Name is how flag's setting was given: "--flag", its env twin or the
-// reference's variable.
+// Name is how flag's setting was given: "--flag" by default.
 func (s *Settings) Name(flag string) string {
 	if n := s.src[flag]; n != "" {
 		return n
 	}
 	return "--" + flag
 }
-
-// Given reports how flag's setting was given, "" when it was not.
-func (s *Settings) Given(flag string) string { return s.src[flag] }
 
 // Named makes an *Error in err name its setting as it was given.
 func (s *Settings) Named(err error) error {
@@ -325,8 +297,7 @@ func (s *Settings) Named(err error) error {
 	return err
 }
 
-// Validate checks the settings as a whole; errors name the setting as it
-// was given.
+// Validate checks the settings; errors name each as it was given.
 func (s *Settings) Validate() error {
 	switch s.OnStoreError {
 	case rls.PolicyAllow, rls.PolicyDeny, rls.PolicyError:
@@ -339,7 +310,7 @@ func (s *Settings) Validate() error {
 	if s.KeyPrefix == "" || strings.ContainsAny(s.KeyPrefix, "{}") {
 		return s.Named(Bad("key-prefix", "%q: the key prefix must be non-empty and free of '{' and '}' (they are Redis Cluster hash tags)", s.KeyPrefix))
 	}
-	if s.GRPCMaxAge < 0 || s.GRPCMaxAgeGrace < 0 {
+	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 {
 		return s.Named(Bad("grpc-max-connection-age", "must not be negative"))
 	}
 	if err := s.validateBounds(); err != nil {
@@ -348,11 +319,11 @@ func (s *Settings) Validate() error {
 	if err := s.XDS.validate(); err != nil {
 		return err
 	}
-	if !(s.Admin.NearRatio > 0 && s.Admin.NearRatio <= 1) {
-		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearRatio))
+	if !(s.Admin.NearLimitRatio > 0 && s.Admin.NearLimitRatio <= 1) {
+		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearLimitRatio))
 	}
-	if s.Admin.MaxDetailed < 0 {
-		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailed))
+	if s.Admin.MaxDetailedMetricSeries < 0 {
+		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailedMetricSeries))
 	}
 	if err := s.Headers.Validate(); err != nil {
 		return s.Named(&Error{Flag: "response-headers", Err: err})
@@ -372,13 +343,13 @@ func (s *Settings) validateBounds() error {
 		flag string
 		bad  bool
 	}{
-		{"grpc-max-connections", s.GRPC.MaxConns < 0},
-		{"grpc-max-concurrent-streams", s.GRPC.MaxStreams < 1},
+		{"grpc-max-connections", s.GRPC.MaxConnections < 0},
+		{"grpc-max-concurrent-streams", s.GRPC.MaxConcurrentStreams < 1},
 		{"grpc-request-timeout", s.GRPC.RequestTimeout < 0},
-		{"grpc-max-connection-idle", s.GRPC.MaxIdle < 0},
-		{"grpc-keepalive-min-time", s.GRPC.PingMinTime < 0},
-		{"rules-max-file-bytes", s.RulesMaxFile < 0},
-		{"rules-max-total-bytes", s.RulesMaxTotal < 0},
+		{"grpc-max-connection-idle", s.GRPC.MaxConnectionIdle < 0},
+		{"grpc-keepalive-min-time", s.GRPC.KeepaliveMinTime < 0},
+		{"rules-max-file-bytes", s.RulesMaxFileBytes < 0},
+		{"rules-max-total-bytes", s.RulesMaxTotalBytes < 0},
 	} {
 		if c.bad {
 			return s.Named(Bad(c.flag, "out of range"))

@@ -24,7 +24,7 @@ func TestNearLimitRatioFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearRatio: 0.9, MaxDetailed: 7}) {
+	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7}) {
 		t.Fatalf("environment twins: %+v", o.Admin)
 	}
 }

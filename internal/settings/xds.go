@@ -1,7 +1,6 @@
 package settings
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,76 +14,81 @@ const (
 	configTypeXDS  = "GRPC_XDS_SOTW"
 )
 
-// XDS configures rules over xDS. The flags are named so that their
-// environment twins are envoyproxy/ratelimit's variables, with its
-// defaults.
+// XDS configures rules over xDS.
 type XDS struct {
-	ConfigType   string // FILE or GRPC_XDS_SOTW, in any case
-	ForceStart   bool
-	NodeID       string
-	NodeMetadata string // key=value,key2=value2
-	ServerURL    string
-	Headers      string // name:value,name2:value2
-	UseTLS       bool
-	CertFile     string
-	KeyFile      string
-	CAFile       string
-	ServerSAN    string
-	Backoff      xds.Backoff
-	ConnectRetry time.Duration
-	MaxMsgSize   int
+	ConfigType           string // FILE or GRPC_XDS_SOTW, in any case
+	StartWithoutRules    bool
+	NodeID               string
+	NodeMetadata         string // key=value,key2=value2
+	Server               string
+	Headers              string // name:value,name2:value2
+	TLS                  bool
+	TLSCert, TLSKey      string
+	TLSCA                string
+	TLSServerName        string
+	Backoff              xds.Backoff
+	ConnectRetryInterval time.Duration
+	MaxResponseBytes     int
 }
 
 // Enabled reports whether rules come from xDS.
 func (o *XDS) Enabled() bool { return strings.EqualFold(o.ConfigType, configTypeXDS) }
 
+// xdsName names an xDS flag in errors, with the reference's variable.
+func xdsName(flag string) string {
+	if ref := refNames[flag]; ref != "" {
+		return "--" + flag + " (" + ref + ")"
+	}
+	return "--" + flag + " (" + EnvName(flag) + ")"
+}
+
 func (o *XDS) validate() error {
 	if !o.Enabled() && !strings.EqualFold(o.ConfigType, configTypeFile) {
-		return fmt.Errorf("--config-type (CONFIG_TYPE): %q is neither %s nor %s", o.ConfigType, configTypeFile, configTypeXDS)
+		return fmt.Errorf("%s: %q is neither %s nor %s", xdsName("config-type"), o.ConfigType, configTypeFile, configTypeXDS)
 	}
 	if !o.Enabled() {
 		return nil
 	}
-	if strings.TrimSpace(o.ServerURL) == "" {
-		return errors.New("--config-grpc-xds-server-url (CONFIG_GRPC_XDS_SERVER_URL) is required with GRPC_XDS_SOTW")
+	if strings.TrimSpace(o.Server) == "" {
+		return fmt.Errorf("%s is required with GRPC_XDS_SOTW", xdsName("xds-server"))
 	}
 	if _, err := ParseHeaders(o.Headers); err != nil {
-		return fmt.Errorf("--config-grpc-xds-client-additional-headers (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS): %w", err)
+		return fmt.Errorf("%s: %w", xdsName("xds-headers"), err)
 	}
 	for _, d := range []struct {
-		name string
+		flag string
 		v    time.Duration
 	}{
-		{"--xds-client-backoff-initial-interval (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)", o.Backoff.Initial},
-		{"--xds-client-backoff-max-interval (XDS_CLIENT_BACKOFF_MAX_INTERVAL)", o.Backoff.Max},
-		{"--config-grpc-xds-server-connect-retry-interval (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)", o.ConnectRetry},
+		{"xds-backoff-initial", o.Backoff.Initial},
+		{"xds-backoff-max", o.Backoff.Max},
+		{"xds-connect-retry-interval", o.ConnectRetryInterval},
 	} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s must be positive", d.name)
+			return fmt.Errorf("%s must be positive", xdsName(d.flag))
 		}
 	}
 	if !(o.Backoff.Factor > 0) {
-		return errors.New("--xds-client-backoff-random-factor (XDS_CLIENT_BACKOFF_RANDOM_FACTOR) must be positive")
+		return fmt.Errorf("%s must be positive", xdsName("xds-backoff-factor"))
 	}
-	if o.MaxMsgSize < 0 {
-		return errors.New("--xds-client-max-msg-size-in-bytes (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES) must not be negative")
+	if o.MaxResponseBytes < 0 {
+		return fmt.Errorf("%s must not be negative", xdsName("xds-max-response-bytes"))
 	}
-	if t := o.TLS(); t != nil {
-		// Read once now, so that a wrong path stops the start; every
-		// connection reads the files again.
+	if t := o.ClientTLS(); t != nil {
+		// Read once now, so that a wrong path stops the start.
 		if _, err := t.Config(); err != nil {
-			return fmt.Errorf("xDS TLS (CONFIG_GRPC_XDS_CLIENT_TLS_CERT, CONFIG_GRPC_XDS_CLIENT_TLS_KEY, CONFIG_GRPC_XDS_SERVER_TLS_CACERT): %w", err)
+			return fmt.Errorf("xDS TLS (%s, %s, %s): %w", xdsName("xds-tls-cert"), xdsName("xds-tls-key"), xdsName("xds-tls-ca"), err)
 		}
 	}
 	return nil
 }
 
-// TLS returns the TLS files, or nil for plaintext.
-func (o *XDS) TLS() *xds.TLS {
-	if !o.UseTLS {
+// ClientTLS returns the TLS files of the connection to the xDS server, or
+// nil for plaintext.
+func (o *XDS) ClientTLS() *xds.TLS {
+	if !o.TLS {
 		return nil
 	}
-	return &xds.TLS{CertFile: o.CertFile, KeyFile: o.KeyFile, CAFile: o.CAFile, ServerName: o.ServerSAN}
+	return &xds.TLS{CertFile: o.TLSCert, KeyFile: o.TLSKey, CAFile: o.TLSCA, ServerName: o.TLSServerName}
 }
 
 // ParseNodeMetadata reads key=value,key2=value2 as the reference does: an
@@ -105,9 +109,8 @@ func ParseNodeMetadata(s string) (md map[string]string, ignored []string) {
 	return md, ignored
 }
 
-// ParseHeaders reads name:value,name2:value2, the reference's format.
-// A value may hold ':' (the reference refuses that); an entry without ':'
-// or without a name is an error.
+// ParseHeaders reads name:value,name2:value2, the reference's format; a
+// value may hold ':'. An entry without ':' or without a name is an error.
 func ParseHeaders(s string) (map[string]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil

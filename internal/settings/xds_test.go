@@ -26,9 +26,9 @@ func TestXDSOptionDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := XDS{
-		ConfigType: "FILE", NodeID: "default", ServerURL: "localhost:18000",
-		Backoff:      xds.Backoff{Initial: 10 * time.Second, Max: 60 * time.Second, Factor: 0.5, Jitter: true},
-		ConnectRetry: 3 * time.Second,
+		ConfigType: "FILE", NodeID: "default", Server: "localhost:18000",
+		Backoff:              xds.Backoff{Initial: 10 * time.Second, Max: 60 * time.Second, Factor: 0.5, Jitter: true},
+		ConnectRetryInterval: 3 * time.Second,
 	}
 	if !reflect.DeepEqual(o.XDS, want) {
 		t.Errorf("defaults\n got %+v\nwant %+v", o.XDS, want)

@@ -11,11 +11,11 @@ var (
 		see:  "redis.md#how-decisions-reach-redis"}
 	redisBatchedOpsDef = def{name: "fastlimit_redis_batched_ops_total", kind: counter, when: "with Redis",
 		help: "Decisions (descriptors) those pipelines carried; divided by fastlimit_redis_batches_total, the decisions per batch."}
-	cacheHitsDef = def{name: "fastlimit_local_cache_hits_total", kind: counter, when: "with Redis and `--local-cache-size-in-bytes`",
+	cacheHitsDef = def{name: "fastlimit_local_cache_hits_total", kind: counter, when: "with Redis and `--over-limit-cache-bytes`",
 		help: "Descriptors denied by the local over-limit cache without a Redis round trip."}
-	cacheFullDef = def{name: "fastlimit_local_cache_full_total", kind: counter, when: "with Redis and `--local-cache-size-in-bytes`",
-		help: "Over-limit keys not cached because the cache was full (--local-cache-size-in-bytes)."}
-	cacheEntriesDef = def{name: "fastlimit_local_cache_entries", kind: gauge, when: "with Redis and `--local-cache-size-in-bytes`",
+	cacheFullDef = def{name: "fastlimit_local_cache_full_total", kind: counter, when: "with Redis and `--over-limit-cache-bytes`",
+		help: "Over-limit keys not cached because the cache was full (--over-limit-cache-bytes)."}
+	cacheEntriesDef = def{name: "fastlimit_local_cache_entries", kind: gauge, when: "with Redis and `--over-limit-cache-bytes`",
 		help: "Keys held by the local over-limit cache, expired ones not yet dropped included."}
 	memoryKeysDef = def{name: "fastlimit_memory_keys", kind: gauge, when: "embedded store",
 		help: "Embedded store: windows and buckets held, expired ones not yet swept included (bounded by --memory-max-keys)."}

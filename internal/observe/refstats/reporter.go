@@ -88,7 +88,7 @@ func New(o Options, l *limiter.Limiter, main *prometheus.Registry, log *zap.Logg
 		return nil, nil
 	}
 	if o.UseStatsd && o.UseDogStatsd {
-		return nil, errors.New("USE_STATSD (--use-statsd) and USE_DOG_STATSD (--use-dog-statsd) both send to STATSD_HOST:STATSD_PORT: choose one")
+		return nil, errors.New("USE_STATSD (--statsd) and USE_DOG_STATSD (--dogstatsd) both send to STATSD_HOST:STATSD_PORT: choose one")
 	}
 	stats, err := newStats(l, o.NearRatio, defaultMaxDynamicKeys, main)
 	if err != nil {
@@ -154,10 +154,10 @@ func (m *Reporter) setupStatsd() error {
 	o := m.opts
 	tags, err := statsd.ParseTags(o.ExtraTags)
 	if err != nil {
-		return fmt.Errorf("EXTRA_TAGS (--extra-tags): %w", err)
+		return fmt.Errorf("EXTRA_TAGS (--statsd-tags): %w", err)
 	}
 	if o.FlushInterval <= 0 {
-		return fmt.Errorf("STATS_FLUSH_INTERVAL (--stats-flush-interval) must be positive")
+		return fmt.Errorf("STATS_FLUSH_INTERVAL (--statsd-flush-interval) must be positive")
 	}
 	so := statsd.Options{
 		Network: o.StatsdProtocol, Addr: net.JoinHostPort(o.StatsdHost, strconv.Itoa(o.StatsdPort)), Tags: tags,
