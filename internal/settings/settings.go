@@ -39,7 +39,7 @@ type Settings struct {
 	WriteTimeout  time.Duration
 	MaxRecvBytes  int
 	Drain         time.Duration
-	OnStoreError  string // rls.PolicyAllow, PolicyDeny or PolicyError
+	OnStoreError  string // allow, deny or error (limiter.ParseFailurePolicy)
 	BreakerFails  int
 	BreakerCool   time.Duration
 	Batches       int           // --redis-batches
@@ -328,10 +328,8 @@ func (s *Settings) Named(err error) error {
 // Validate checks the settings as a whole; errors name the setting as it
 // was given.
 func (s *Settings) Validate() error {
-	switch s.OnStoreError {
-	case rls.PolicyAllow, rls.PolicyDeny, rls.PolicyError:
-	default:
-		return s.Named(Bad("on-store-error", "%q is not allow, deny or error", s.OnStoreError))
+	if _, err := limiter.ParseFailurePolicy(s.OnStoreError); err != nil {
+		return s.Named(Bad("on-store-error", "%w", err))
 	}
 	if s.StoreTimeout <= 0 {
 		return s.Named(Bad("store-timeout", "must be positive"))

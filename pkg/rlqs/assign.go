@@ -60,7 +60,7 @@ func (r *report) names(h *held) bool {
 // the buckets of other streams (or of this one) the report does not name;
 // the others go with the answers to their next reports.
 func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
-	for _, a := range p.divide(mode, &st.svc.opts.Quota) {
+	for _, a := range p.divide(mode, &st.svc.opts.Division) {
 		if a.h == nil || !a.urgent || (a.h.st == st && r.names(a.h)) {
 			continue
 		}

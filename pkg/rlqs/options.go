@@ -13,11 +13,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
 // DemandStore shares the demand of each (bucket, Envoy stream) among
-// replicas. store.RedisDemand and store.MemoryDemand implement it.
+// replicas. demand.Redis and demand.Memory implement it.
 //
 // Exchange writes or deletes each item's client in its bucket, every value
 // living ttl, and returns for each item with quota.Read every live demand
@@ -54,23 +55,23 @@ func ParseUnmatched(s string) (Unmatched, error) {
 	return 0, fmt.Errorf("unmatched bucket answer %q is not allow or deny", s)
 }
 
-// StorePolicy is what shares become while the demand store fails.
+// StorePolicy is what shares become while the demand store fails: the
+// shared failure policies (allow, deny) and two of RLQS's own.
 type StorePolicy uint8
 
 // Policies for a failing demand store.
 const (
-	// Keep divides with the other replicas' demand as last read, for up to
-	// Options.StoreGrace after the last successful exchange, then as
-	// Split. The default: an outage shorter than the grace changes nothing.
-	Keep StorePolicy = iota
-	// Split divides this replica's part of each limit (the limit over the
-	// number of replicas last seen serving the bucket) among its own
-	// Envoys at once.
-	Split
-	// Allow assigns ALLOW_ALL to every limited bucket.
-	Allow
-	// Deny assigns DENY_ALL to every limited bucket.
-	Deny
+	// StoreKeep divides with the other replicas' demand as last read, for
+	// up to Options.StoreGrace after the last successful exchange, then as
+	// StoreSplit. The default.
+	StoreKeep StorePolicy = iota
+	// StoreSplit divides this replica's part of each limit (the limit over
+	// the replicas last seen serving the bucket) among its own Envoys.
+	StoreSplit
+	// StoreAllow assigns ALLOW_ALL to every limited bucket.
+	StoreAllow
+	// StoreDeny assigns DENY_ALL to every limited bucket.
+	StoreDeny
 )
 
 var policyNames = [...]string{"keep", "split", "allow", "deny"}
@@ -82,29 +83,30 @@ func (p StorePolicy) String() string {
 	return fmt.Sprintf("policy(%d)", p)
 }
 
-// ParseStorePolicy parses keep, split, allow or deny.
+// ParseStorePolicy parses keep, split, allow or deny, in any case.
 func ParseStorePolicy(s string) (StorePolicy, error) {
-	for i, n := range policyNames {
-		if strings.EqualFold(s, n) {
-			return StorePolicy(i), nil
+	for _, p := range []StorePolicy{StoreKeep, StoreSplit} {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
 		}
+	}
+	if p, err := limiter.ParseFailurePolicy(strings.ToLower(s)); err == nil && p != limiter.FailError {
+		return PolicyFor(p), nil
 	}
 	return 0, fmt.Errorf("store failure policy %q is not keep, split, allow or deny", s)
 }
 
-// PolicyFor maps a value of --on-store-error (allow, deny or error) onto
-// the quota service's policy: allow and deny as themselves, error (which
-// has no meaning on a stream) as Keep.
-func PolicyFor(onStoreError string) (StorePolicy, error) {
-	switch onStoreError {
-	case "allow":
-		return Allow, nil
-	case "deny":
-		return Deny, nil
-	case "error", "":
-		return Keep, nil
+// PolicyFor is the policy that follows the RateLimitService's failure
+// policy p: allow and deny as themselves, error (which has no meaning on
+// a stream) as StoreKeep.
+func PolicyFor(p limiter.FailurePolicy) StorePolicy {
+	switch p {
+	case limiter.FailAllow:
+		return StoreAllow
+	case limiter.FailDeny:
+		return StoreDeny
 	}
-	return 0, fmt.Errorf("--on-store-error %q is not allow, deny or error", onStoreError)
+	return StoreKeep
 }
 
 // Options configure a Service. Rules is required; zero values of the
@@ -145,9 +147,9 @@ type Options struct {
 	// Refresh is how old another replica's demand may be before a report
 	// reads it again (default one report period).
 	Refresh time.Duration
-	// Quota tunes the division (package quota's defaults; its Period is
-	// ReportPeriod).
-	Quota quota.Config
+	// Division tunes the division (package quota's defaults; its Period
+	// is ReportPeriod).
+	Division quota.Config
 	// Observer is told of the service's events; nil tells none.
 	Observer Observer
 	// Tracer traces report handling; nil traces nothing.
@@ -201,7 +203,7 @@ func (o *Options) fill() error {
 	if o.Refresh <= 0 {
 		o.Refresh = o.ReportPeriod
 	}
-	o.Quota.Period = o.ReportPeriod
-	o.Quota = o.Quota.WithDefaults()
+	o.Division.Period = o.ReportPeriod
+	o.Division = o.Division.WithDefaults()
 	return nil
 }

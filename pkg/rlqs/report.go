@@ -122,7 +122,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		h.lastActive = r.now
 	}
 	if h.pool != nil {
-		h.pool.observe(h.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Quota)
+		h.pool.observe(h.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, h)
@@ -206,7 +206,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 	defer cancel()
 	start := time.Now()
-	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(r.now))
+	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(r.now))
 	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -236,16 +236,16 @@ func (s *Service) storeFailed(r *report, err error) {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
 	switch s.opts.OnStoreError {
-	case Allow:
+	case StoreAllow:
 		r.blanket = allowAll
-	case Deny:
+	case StoreDeny:
 		r.blanket = denyAll
 	}
 	for p := range r.modes {
 		switch s.opts.OnStoreError {
-		case Split:
+		case StoreSplit:
 			r.modes[p] = quota.Split
-		case Keep:
+		case StoreKeep:
 			p.mu.Lock()
 			_, last := p.q.Remote()
 			p.mu.Unlock()

@@ -172,7 +172,7 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
-	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(s.opts.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 	}

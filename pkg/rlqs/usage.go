@@ -1,18 +1,13 @@
 package rlqs
 
 import (
-	"encoding/json"
-	"errors"
-	"net/http"
-	"net/url"
 	"sort"
-	"strings"
 
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// Usage is the answer of the inspection handler: how one bucket's limit
-// is divided on this replica.
+// Usage is how one bucket's limit is divided on this replica; the
+// binary's admin listener answers it as JSON at /v1/quota.
 type Usage struct {
 	Domain string            `json:"domain"`
 	Bucket map[string]string `json:"bucket"`
@@ -48,61 +43,9 @@ type UsageClient struct {
 	LastReportAgoMs *int64 `json:"last_report_ago_ms,omitempty"`
 }
 
-// Handler returns the inspection handler: GET
-// ?domain=D&bucket=k=v,k2=v2 answers the bucket's Usage as JSON. Keys and
-// values may be percent-encoded, so that they can hold ',' and '='. It
-// reads the replica's state only; it changes nothing.
-func (s *Service) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		domain := r.URL.Query().Get("domain")
-		id, err := parseBucket(r.URL.RawQuery)
-		if err == nil && domain == "" {
-			err = errors.New("domain is required")
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.usage(domain, id))
-	})
-}
-
-// parseBucket reads the bucket parameter of a raw query: comma-separated
-// key=value pairs, each part percent-decoded on its own.
-func parseBucket(rawQuery string) (map[string]string, error) {
-	var raw string
-	for _, kv := range strings.Split(rawQuery, "&") {
-		if v, ok := strings.CutPrefix(kv, "bucket="); ok {
-			raw = v
-		}
-	}
-	if raw == "" {
-		return nil, errors.New("bucket is required: bucket=key=value,key2=value2")
-	}
-	id := map[string]string{}
-	for _, pair := range strings.Split(raw, ",") {
-		k, v, ok := strings.Cut(pair, "=")
-		if !ok {
-			return nil, errors.New("bucket entry " + pair + " is not key=value")
-		}
-		var err error
-		if k, err = url.QueryUnescape(k); err != nil {
-			return nil, err
-		}
-		if v, err = url.QueryUnescape(v); err != nil {
-			return nil, err
-		}
-		id[k] = v
-	}
-	return id, nil
-}
-
-func (s *Service) usage(domain string, id map[string]string) Usage {
+// Usage returns how the limit of a bucket id of domain is divided on
+// this replica. It reads the replica's state only; it changes nothing.
+func (s *Service) Usage(domain string, id map[string]string) Usage {
 	u := Usage{Domain: domain, Bucket: id, Clients: []UsageClient{}}
 	entries, text := canonical(id)
 	res := s.resolver.resolve(s.opts.Rules(), domain, entries, text)

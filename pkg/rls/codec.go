@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the codec this one wraps
@@ -36,7 +36,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.unmarshal
 
 func (c codec) unmarshal(data mem.BufferSlice, v any) error {
 	err := c.std.Unmarshal(data, v)
-	req, ok := v.(*rls.RateLimitRequest)
+	req, ok := v.(*rlspb.RateLimitRequest)
 	if err == nil || !ok {
 		return err
 	}
@@ -95,7 +95,7 @@ func walk(b []byte, m proto.Message, f fieldFunc) error {
 
 // unmarshalRequest decodes a RateLimitRequest, its domain and its entries'
 // keys and values as bytes.
-func unmarshalRequest(b []byte, req *rls.RateLimitRequest) error {
+func unmarshalRequest(b []byte, req *rlspb.RateLimitRequest) error {
 	return walk(b, req, func(num protowire.Number, v []byte) (bool, error) {
 		switch num {
 		case 1: // domain

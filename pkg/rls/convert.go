@@ -4,7 +4,7 @@ import (
 	"math"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -19,7 +19,7 @@ type entry = *common.RateLimitDescriptor_Entry
 const inlineDescriptors = 8
 
 // toRequest converts req, its descriptors in buf when they fit.
-func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
+func toRequest(req *rlspb.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
 	var ds []limiter.Descriptor[entry]
 	if n := len(req.GetDescriptors()); n <= cap(buf) {
 		ds = buf[:n]
@@ -44,10 +44,10 @@ func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limit
 	return limiter.Request[entry]{Domain: req.GetDomain(), Descriptors: ds, HitsAddend: req.GetHitsAddend()}
 }
 
-func toResponse(res *limiter.Response) *rls.RateLimitResponse {
-	out := &rls.RateLimitResponse{
+func toResponse(res *limiter.Response) *rlspb.RateLimitResponse {
+	out := &rlspb.RateLimitResponse{
 		OverallCode: toCode(res.Code),
-		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
 	}
 	blocks := make([]statusBlock, len(res.Statuses))
 	for i := range res.Statuses {
@@ -59,13 +59,13 @@ func toResponse(res *limiter.Response) *rls.RateLimitResponse {
 // statusBlock holds the messages of one descriptor status, so that a
 // response allocates those of all its statuses at once.
 type statusBlock struct {
-	status rls.RateLimitResponse_DescriptorStatus
-	limit  rls.RateLimitResponse_RateLimit
+	status rlspb.RateLimitResponse_DescriptorStatus
+	limit  rlspb.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 }
 
 // set fills b's status from st and returns it.
-func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
+func (b *statusBlock) set(st *limiter.Status) *rlspb.RateLimitResponse_DescriptorStatus {
 	ds := &b.status
 	ds.Code = toCode(st.Code)
 	lim := st.Limit
@@ -76,7 +76,7 @@ func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorS
 	default:
 		b.limit.Name = lim.Name
 		b.limit.RequestsPerUnit = lim.RequestsPerUnit
-		b.limit.Unit = rls.RateLimitResponse_RateLimit_Unit(lim.Unit)
+		b.limit.Unit = rlspb.RateLimitResponse_RateLimit_Unit(lim.Unit)
 		ds.CurrentLimit = &b.limit
 		ds.LimitRemaining = st.Remaining
 		b.reset.Seconds, b.reset.Nanos = resetSeconds(st.ResetMillis), 0
@@ -85,11 +85,11 @@ func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorS
 	return ds
 }
 
-func toCode(c limiter.Code) rls.RateLimitResponse_Code {
+func toCode(c limiter.Code) rlspb.RateLimitResponse_Code {
 	if c == limiter.OverLimit {
-		return rls.RateLimitResponse_OVER_LIMIT
+		return rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	return rls.RateLimitResponse_OK
+	return rlspb.RateLimitResponse_OK
 }
 
 // resetSeconds is duration_until_reset as the reference gives it: whole
@@ -100,7 +100,7 @@ func toCode(c limiter.Code) rls.RateLimitResponse_Code {
 func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
 
 // view shows a request to observers as a limiter.View, without copying.
-type view rls.RateLimitRequest
+type view rlspb.RateLimitRequest
 
 var _ limiter.View = (*view)(nil)
 

@@ -8,7 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -45,10 +45,10 @@ func (o *HeaderOptions) Validate() error {
 // descs are the request's descriptors, one per status. Retry-After comes
 // only with an enforced OVER_LIMIT: out's overall code after quota and
 // shadow modes, so that Envoy never passes it to a client on a 200.
-func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
+func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.Mode != HeadersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
-			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rls.RateLimitResponse_OVER_LIMIT)
+			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,22 +19,16 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// Failure policies of Options.OnStoreError (--on-store-error).
-const (
-	PolicyAllow = "allow" // answer OK
-	PolicyDeny  = "deny"  // answer OVER_LIMIT
-	PolicyError = "error" // answer Unavailable; Envoy's failure_mode_deny decides
-)
-
 // Options configure a Service.
 type Options struct {
 	// Timeout bounds one decision's store call when the caller's deadline
 	// does not come first; 0: the caller's deadline alone (the embedded
 	// store never waits).
 	Timeout time.Duration
-	// OnStoreError is the failure policy: PolicyAllow, PolicyDeny or
-	// PolicyError (the default).
-	OnStoreError string
+	// OnStoreError answers store failures: OK to every descriptor
+	// (FailAllow), OVER_LIMIT (FailDeny), or Unavailable (FailError, the
+	// default), so that Envoy's failure_mode_deny decides.
+	OnStoreError limiter.FailurePolicy
 	// Headers say what an answer carries besides the decision.
 	Headers HeaderOptions
 	// Observer is told of every decision; nil: none.
@@ -55,7 +49,7 @@ type Annotator interface {
 // Limiter: it converts Envoy's protos to limiter requests and back. It is
 // safe for concurrent use.
 type Service struct {
-	rls.UnimplementedRateLimitServiceServer
+	rlspb.UnimplementedRateLimitServiceServer
 	limiter *limiter.Limiter
 	o       Options
 	obs     Observer
@@ -67,10 +61,10 @@ type Service struct {
 
 // ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, as
 // interceptors see it.
-const ShouldRateLimitMethod = rls.RateLimitService_ShouldRateLimit_FullMethodName
+const ShouldRateLimitMethod = rlspb.RateLimitService_ShouldRateLimit_FullMethodName
 
 // Register serves s on g.
-func (s *Service) Register(g *grpc.Server) { rls.RegisterRateLimitServiceServer(g, s) }
+func (s *Service) Register(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, s) }
 
 // New returns the service of l; log receives debug lines about decisions.
 func New(l *limiter.Limiter, o Options, log *zap.Logger) *Service {
@@ -90,7 +84,7 @@ func (s *Service) putResponse(res *limiter.Response) {
 
 // ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
 // store failures get Unavailable so that Envoy's failure_mode_deny decides.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
@@ -98,7 +92,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	return resp, nil
 }
 
-func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
 	if s.o.Spans != nil {
 		s.o.Spans.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
@@ -111,7 +105,9 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	var buf [inlineDescriptors]limiter.Descriptor[entry]
 	lreq := toRequest(req, buf[:0])
-	if s.o.Timeout > 0 && !deadlineWithin(ctx, start, s.o.Timeout) {
+	// Envoy's deadline (20ms by default) usually comes before Timeout:
+	// the store call then needs no timer of ours.
+	if s.o.Timeout > 0 && !limiter.DeadlineWithin(ctx, start, s.o.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
 		defer cancel()
@@ -133,8 +129,8 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	out := toResponse(res)
 	h := &s.o.Headers
-	if h.ShadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
-		out.OverallCode = rls.RateLimitResponse_OK
+	if h.ShadowMode && out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		out.OverallCode = rlspb.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
 	}
 	if h.Mode != HeadersOff || h.DynamicMetadata {
@@ -148,7 +144,7 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 
 // logUnmatched logs, at debug level, the descriptors of req that no rule
 // matched, so that a rule that never applies can be found.
-func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response) {
+func (s *Service) logUnmatched(req *rlspb.RateLimitRequest, res *limiter.Response) {
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		if st.Limit != nil || st.Replaced || i >= len(req.GetDescriptors()) {
@@ -157,15 +153,6 @@ func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response)
 		s.log.Debug("descriptor matches no rule", zap.String("domain", req.GetDomain()),
 			zap.Any("entries", entryStrings(req.GetDescriptors()[i].GetEntries())))
 	}
-}
-
-// deadlineWithin reports whether ctx ends at most timeout after start.
-// The store call then waits no longer than timeout without a timer of
-// ours: Envoy's deadline (20ms by default) comes before the default
-// --store-timeout (50ms).
-func deadlineWithin(ctx context.Context, start time.Time, timeout time.Duration) bool {
-	d, ok := ctx.Deadline()
-	return ok && d.Sub(start) <= timeout
 }
 
 // grpcError maps limiter errors to gRPC status codes. No rules yet answers
@@ -185,18 +172,18 @@ func grpcError(err error) error {
 }
 
 // onStoreError answers a request whose store call failed, by policy.
-func (s *Service) onStoreError(n int, err error) (*rls.RateLimitResponse, error) {
-	code := rls.RateLimitResponse_OK
+func (s *Service) onStoreError(n int, err error) (*rlspb.RateLimitResponse, error) {
+	code := rlspb.RateLimitResponse_OK
 	switch s.o.OnStoreError {
-	case PolicyAllow:
-	case PolicyDeny:
-		code = rls.RateLimitResponse_OVER_LIMIT
+	case limiter.FailAllow:
+	case limiter.FailDeny:
+		code = rlspb.RateLimitResponse_OVER_LIMIT
 	default:
 		return nil, err
 	}
-	out := &rls.RateLimitResponse{OverallCode: code, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, n)}
+	out := &rlspb.RateLimitResponse{OverallCode: code, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
 	for i := range out.Statuses {
-		out.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: code}
+		out.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: code}
 	}
 	return out, nil
 }
