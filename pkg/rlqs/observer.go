@@ -79,9 +79,9 @@ func (s *Service) Totals() map[string]DomainTotals {
 	for st := range s.streams {
 		streams = append(streams, st)
 	}
-	pools := make([]*pool, 0, len(s.pools))
-	for _, p := range s.pools {
-		pools = append(pools, p)
+	divs := make([]*division, 0, len(s.divisions))
+	for _, dv := range s.divisions {
+		divs = append(divs, dv)
 	}
 	s.mu.Unlock()
 	for _, st := range streams {
@@ -97,19 +97,19 @@ func (s *Service) Totals() map[string]DomainTotals {
 		t.Buckets += n
 		out[d] = t
 	}
-	for _, p := range pools {
-		d := s.label(p.domain)
+	for _, dv := range divs {
+		d := s.label(dv.domain)
 		t := out[d]
-		p.mu.Lock()
+		dv.mu.Lock()
 		t.Limits++
-		t.LimitRate += p.q.Limit.Rate
-		p.q.Clients(func(c *quota.Client) {
+		t.LimitRate += dv.q.Limit.Rate
+		dv.q.Clients(func(c *quota.Client) {
 			t.AssignedRate += c.Assigned
 			if c.Known {
 				t.DemandRate += c.Demand
 			}
 		})
-		p.mu.Unlock()
+		dv.mu.Unlock()
 		out[d] = t
 	}
 	return out

@@ -19,16 +19,16 @@ import (
 // report is one usage report being handled.
 type report struct {
 	now  time.Time
-	all  []*held // the buckets it named, still held
-	subs []*held // those it subscribed
+	all  []*envoyBucket // the buckets it named, still held
+	subs []*envoyBucket // those it subscribed
 	// early are the subscriptions answered before the store's round trip.
-	early map[*held]bool
-	named map[*held]bool // all, as a set, once divisions start
+	early map[*envoyBucket]bool
+	named map[*envoyBucket]bool // all, as a set, once divisions start
 	gone  []quota.Item
-	// modes are the division modes of the report's pools, set by the
+	// modes are the division modes of the report's divisions, set by the
 	// exchange.
-	modes map[*pool]quota.Mode
-	// blanket, set by the exchange under the Allow and Deny policies,
+	modes map[*division]quota.Mode
+	// blanket, set by the exchange under StoreAllow and StoreDeny,
 	// overrides the division of limited buckets.
 	blanket kind
 	failed  bool
@@ -75,15 +75,15 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 // never read waits for the exchange, which reads it: the first answer
 // would otherwise ignore the other replicas' Envoys.
 func (st *stream) answerEarly(r *report) bool {
-	for _, h := range r.subs {
-		if h.pool != nil && st.svc.opts.Store != nil && h.pool.neverRead() {
+	for _, b := range r.subs {
+		if b.div != nil && st.svc.opts.Store != nil && b.div.neverRead() {
 			continue
 		}
-		st.assignOne(r, h)
+		st.assignOne(r, b)
 		if r.early == nil {
-			r.early = make(map[*held]bool, len(r.subs))
+			r.early = make(map[*envoyBucket]bool, len(r.subs))
 		}
-		r.early[h] = true
+		r.early[b] = true
 	}
 	return len(r.early) > 0
 }
@@ -110,43 +110,43 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		return // no action can name it
 	}
 	entries, text := canonical(id)
-	h := st.buckets[text] // only this goroutine writes buckets
-	if h == nil {
-		h = &held{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
-		st.add(h)
-		r.subs = append(r.subs, h)
+	b := st.buckets[text] // only this goroutine writes buckets
+	if b == nil {
+		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
+		st.add(b)
+		r.subs = append(r.subs, b)
 	}
-	st.resolve(r, h, set, entries)
+	st.resolve(r, b, set, entries)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
-		h.lastActive = r.now
+		b.lastActive = r.now
 	}
-	if h.pool != nil {
-		h.pool.observe(h.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
+	if b.div != nil {
+		b.div.observe(b.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
-	r.all = append(r.all, h)
+	r.all = append(r.all, b)
 }
 
 // resolve (re)resolves a bucket when the rules changed, moving its client
-// to the pool of its new rule (its demand in the old one is deleted with
+// to the division of its new rule (its demand in the old one is deleted with
 // the report's exchange).
-func (st *stream) resolve(r *report, h *held, set *descriptors.Set, entries []descriptors.Entry) {
-	if h.res != nil && h.set == set {
+func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry) {
+	if b.res != nil && b.set == set {
 		return
 	}
 	s := st.svc
-	res := s.resolver.resolve(set, st.domain, entries, h.text)
-	if h.pool != nil && (res.kind != limited || res.storeKey != h.pool.key) {
-		r.gone = append(r.gone, s.leave(h))
+	res := s.resolver.resolve(set, st.domain, entries, b.text)
+	if b.div != nil && (res.kind != limited || res.storeKey != b.div.key) {
+		r.gone = append(r.gone, s.leave(b))
 	}
 	if res.kind == limited {
-		if h.pool == nil {
-			h.pool = s.acquire(res.storeKey, st.domain, res.quota)
+		if b.div == nil {
+			b.div = s.acquire(res.storeKey, st.domain, res.global)
 		}
-		h.pool.join(h, res.quota, r.now)
+		b.div.join(b, res.global, r.now)
 	}
-	h.set, h.res = set, res
+	b.set, b.res = set, res
 }
 
 // abandonIdle abandons the report's buckets that have been idle for
@@ -157,46 +157,46 @@ func (st *stream) abandonIdle(r *report) {
 		return
 	}
 	kept := r.all[:0]
-	for _, h := range r.all {
-		if r.now.Sub(h.lastActive) < idle {
-			kept = append(kept, h)
+	for _, b := range r.all {
+		if r.now.Sub(b.lastActive) < idle {
+			kept = append(kept, b)
 			continue
 		}
-		if h.pool != nil {
-			r.gone = append(r.gone, st.svc.leave(h))
+		if b.div != nil {
+			r.gone = append(r.gone, st.svc.leave(b))
 		}
-		st.abandon(h)
+		st.abandon(b)
 		st.svc.obs.Abandoned(st.svc.label(st.domain))
 	}
 	r.all = kept
 }
 
 // exchange publishes the demand of the report's clients, deletes that of
-// clients gone, and reads the other replicas' demand of the pools whose
+// clients gone, and reads the other replicas' demand of the divisions whose
 // copy is a Refresh old, in one round trip. It sets the report's division
 // modes, by policy when the store fails.
 func (s *Service) exchange(ctx context.Context, r *report) {
-	r.modes = map[*pool]quota.Mode{}
+	r.modes = map[*division]quota.Mode{}
 	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
 	copy(items, r.gone)
-	readers := make([]*pool, len(r.gone), cap(items)) // the pool of each item that reads, else nil
-	for _, h := range r.all {
-		p := h.pool
-		if p == nil {
+	readers := make([]*division, len(r.gone), cap(items)) // the division of each item that reads, else nil
+	for _, b := range r.all {
+		dv := b.div
+		if dv == nil {
 			continue
 		}
 		op := quota.Write
-		var reader *pool
-		if _, seen := r.modes[p]; !seen {
-			r.modes[p] = quota.Global
-			if s.opts.Store != nil && p.claimRead(r.now, s.opts.Refresh) {
+		var reader *division
+		if _, seen := r.modes[dv]; !seen {
+			r.modes[dv] = quota.Global
+			if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
-				reader = p
+				reader = dv
 			}
 		}
 		readers = append(readers, reader)
-		items = append(items, quota.Item{Key: p.key, Op: op,
-			Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client, Rate: p.demand(h.client)}})
+		items = append(items, quota.Item{Key: dv.key, Op: op,
+			Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client, Rate: dv.demand(b.client)}})
 	}
 	if s.opts.Store == nil || len(items) == 0 {
 		return
@@ -216,9 +216,9 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	if s.storeDown.CompareAndSwap(true, false) {
 		s.log.Info("demand store exchanges succeed again")
 	}
-	for i, p := range readers {
-		if p != nil {
-			p.setRemote(s.opts.Replica, got[i], r.now)
+	for i, dv := range readers {
+		if dv != nil {
+			dv.setRemote(s.opts.Replica, got[i], r.now)
 		}
 	}
 }
@@ -241,16 +241,16 @@ func (s *Service) storeFailed(r *report, err error) {
 	case StoreDeny:
 		r.blanket = denyAll
 	}
-	for p := range r.modes {
+	for dv := range r.modes {
 		switch s.opts.OnStoreError {
 		case StoreSplit:
-			r.modes[p] = quota.Split
+			r.modes[dv] = quota.Split
 		case StoreKeep:
-			p.mu.Lock()
-			_, last := p.q.Remote()
-			p.mu.Unlock()
+			dv.mu.Lock()
+			_, last := dv.q.Remote()
+			dv.mu.Unlock()
 			if last.IsZero() || r.now.Sub(last) > s.opts.StoreGrace {
-				r.modes[p] = quota.Split
+				r.modes[dv] = quota.Split
 			}
 		}
 	}

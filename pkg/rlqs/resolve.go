@@ -27,7 +27,7 @@ type resolution struct {
 	// key (limiter.AppendKey, share_threshold applied) with "rlqs" in the
 	// window's place, so that buckets sharing a counter share a division.
 	storeKey string
-	quota    quota.Limit
+	global   quota.Limit // the limit divided, in requests/s and burst
 }
 
 // canonical returns a bucket id's entries in key order and its text form,
@@ -123,6 +123,6 @@ func (r *resolver) compute(set *descriptors.Set, domain string, entries []descri
 	return &resolution{
 		kind: limited, limit: l,
 		storeKey: string(append(key, "rlqs"...)),
-		quota:    quota.Limit{Rate: rate, Burst: burst},
+		global:   quota.Limit{Rate: rate, Burst: burst},
 	}
 }

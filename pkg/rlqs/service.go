@@ -37,10 +37,10 @@ type Service struct {
 	resolver resolver
 	obs      Observer
 
-	mu      sync.Mutex
-	pools   map[string]*pool
-	streams map[*stream]struct{}
-	closing bool
+	mu        sync.Mutex
+	divisions map[string]*division
+	streams   map[*stream]struct{}
+	closing   bool
 
 	seq       atomic.Uint64
 	storeDown atomic.Bool // the last exchange failed
@@ -56,13 +56,13 @@ func New(opts Options) (*Service, error) {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	s := &Service{
-		opts:     opts,
-		ttl:      quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
-		log:      opts.Log.Named("rlqs"),
-		resolver: resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
-		obs:      opts.Observer,
-		pools:    map[string]*pool{},
-		streams:  map[*stream]struct{}{},
+		opts:      opts,
+		ttl:       quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
+		log:       opts.Log.Named("rlqs"),
+		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
+		obs:       opts.Observer,
+		divisions: map[string]*division{},
+		streams:   map[*stream]struct{}{},
 	}
 	return s, nil
 }
@@ -75,7 +75,7 @@ func (s *Service) Register(g *grpc.Server) {
 // StreamRateLimitQuotas serves one Envoy's stream until the Envoy closes
 // it, it breaks, or the service closes. A report whose domain differs
 // from the stream's first ends the stream with InvalidArgument.
-func (s *Service) StreamRateLimitQuotas(srv quotaStream) error {
+func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
 	st, err := s.open(srv, cancel)
@@ -125,7 +125,7 @@ func streamEnd(err error) error {
 	return err
 }
 
-func (s *Service) open(srv quotaStream, cancel func(error)) (*stream, error) {
+func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -137,7 +137,7 @@ func (s *Service) open(srv quotaStream, cancel func(error)) (*stream, error) {
 	return st, nil
 }
 
-// closeStream forgets a stream: its clients leave their pools, and their
+// closeStream forgets a stream: its clients leave their divisions, and their
 // demand is deleted from the store, so that other replicas stop counting
 // it at once.
 func (s *Service) closeStream(st *stream) {
@@ -146,22 +146,22 @@ func (s *Service) closeStream(st *stream) {
 	delete(s.streams, st)
 	s.mu.Unlock()
 	var items []quota.Item
-	for _, h := range st.snapshot() {
-		if h.pool != nil {
-			items = append(items, s.leave(h))
+	for _, b := range st.snapshot() {
+		if b.div != nil {
+			items = append(items, s.leave(b))
 		}
 	}
 	s.deleteDemand(items)
 }
 
-// leave takes a held bucket's client out of its pool and returns the
+// leave takes an Envoy bucket's client out of its division and returns the
 // store item that deletes its demand.
-func (s *Service) leave(h *held) quota.Item {
-	p := h.pool
-	p.leave(h)
-	s.release(p)
-	h.pool = nil
-	return quota.Item{Key: p.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client}, Op: quota.Delete}
+func (s *Service) leave(b *envoyBucket) quota.Item {
+	dv := b.div
+	dv.leave(b)
+	s.release(dv)
+	b.div = nil
+	return quota.Item{Key: dv.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client}, Op: quota.Delete}
 }
 
 // deleteDemand deletes clients' demand from the store, within the store

@@ -12,7 +12,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-type quotaStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
+type grpcStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
 
 type action = rlqspb.RateLimitQuotaResponse_BucketAction
 
@@ -25,28 +25,28 @@ type action = rlqspb.RateLimitQuotaResponse_BucketAction
 type stream struct {
 	svc    *Service
 	id     string // unique in the replica
-	srv    quotaStream
+	srv    grpcStream
 	domain string
 	cancel func(error)
 
 	mu      sync.Mutex
-	buckets map[string]*held // by canonical id
+	buckets map[string]*envoyBucket // by canonical id
 	pending map[string]*action
 	order   []string
 	wake    chan struct{} // signalled when actions are queued
 }
 
-// held is one bucket an Envoy holds, as its stream's state.
-type held struct {
+// envoyBucket is one bucket an Envoy holds, as its stream's state.
+type envoyBucket struct {
 	st     *stream
 	id     map[string]string // as Envoy sent it
 	text   string            // canonical form
-	client string            // the (stream, bucket) client of a pool
+	client string            // the (stream, bucket) client of a division
 
 	// Guarded by the handler goroutine: set while handling reports.
 	set        *descriptors.Set // res was resolved under it
 	res        *resolution
-	pool       *pool // nil unless res is limited
+	div        *division // nil unless res is limited
 	lastActive time.Time
 	last       sent // the action last sent
 }
@@ -57,18 +57,18 @@ type sent struct {
 	tb   [3]int64 // max tokens, tokens per fill, fill seconds
 }
 
-func newStream(s *Service, id string, srv quotaStream, cancel func(error)) *stream {
+func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *stream {
 	return &stream{
 		svc: s, id: id, srv: srv, cancel: cancel,
-		buckets: map[string]*held{},
+		buckets: map[string]*envoyBucket{},
 		pending: map[string]*action{},
 		wake:    make(chan struct{}, 1),
 	}
 }
 
-// clientID names a (stream, bucket) client in pools and in the store:
+// clientID names a (stream, bucket) client in divisions and in the store:
 // the stream and a digest of the canonical bucket id, so that two bucket
-// ids of one stream sharing a pool are two clients.
+// ids of one stream sharing a division are two clients.
 func clientID(stream, text string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(text))
@@ -100,17 +100,17 @@ func (st *stream) queueLocked(text string, a *action) {
 }
 
 // abandon forgets a bucket and queues its abandon_action.
-func (st *stream) abandon(h *held) {
+func (st *stream) abandon(b *envoyBucket) {
 	st.mu.Lock()
-	delete(st.buckets, h.text)
-	st.queueLocked(h.text, abandonAction(h.id))
+	delete(st.buckets, b.text)
+	st.queueLocked(b.text, abandonAction(b.id))
 	st.mu.Unlock()
 }
 
 // add records a bucket the Envoy just subscribed to.
-func (st *stream) add(h *held) {
+func (st *stream) add(b *envoyBucket) {
 	st.mu.Lock()
-	st.buckets[h.text] = h
+	st.buckets[b.text] = b
 	st.mu.Unlock()
 }
 
@@ -134,12 +134,12 @@ func (st *stream) flush() error {
 }
 
 // snapshot returns the stream's buckets.
-func (st *stream) snapshot() []*held {
+func (st *stream) snapshot() []*envoyBucket {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	out := make([]*held, 0, len(st.buckets))
-	for _, h := range st.buckets {
-		out = append(out, h)
+	out := make([]*envoyBucket, 0, len(st.buckets))
+	for _, b := range st.buckets {
+		out = append(out, b)
 	}
 	return out
 }

@@ -60,22 +60,22 @@ func (s *Service) Usage(domain string, id map[string]string) Usage {
 		u.Assignment = "deny_all"
 		return u
 	}
-	u.Assignment, u.LimitRate, u.Burst, u.Key = "token_bucket", res.quota.Rate, res.quota.Burst, res.storeKey
+	u.Assignment, u.LimitRate, u.Burst, u.Key = "token_bucket", res.global.Rate, res.global.Burst, res.storeKey
 	s.mu.Lock()
-	p := s.pools[res.storeKey]
+	dv := s.divisions[res.storeKey]
 	s.mu.Unlock()
-	if p == nil {
+	if dv == nil {
 		return u
 	}
 	now := s.opts.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	u.Replicas = p.q.Replicas()
-	remote, at := p.q.Remote()
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	u.Replicas = dv.q.Replicas()
+	remote, at := dv.q.Remote()
 	if !at.IsZero() {
 		u.RemoteReadAgoMs = ptr(now.Sub(at).Milliseconds())
 	}
-	p.q.Clients(func(c *quota.Client) {
+	dv.q.Clients(func(c *quota.Client) {
 		uc := UsageClient{Replica: s.opts.Replica, Client: c.ID, Local: true,
 			AssignedRate: ptr(c.Assigned), LastReportAgoMs: ptr(now.Sub(c.LastReport).Milliseconds())}
 		if c.Known {
