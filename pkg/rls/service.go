@@ -1,7 +1,3 @@
-// Package rls is the adapter of Envoy's RateLimitService: it turns
-// envoy.service.ratelimit.v3 requests into limiter requests, decides them,
-// and answers with statuses, response headers and dynamic metadata, over
-// gRPC and as JSON over HTTP.
 package rls
 
 import (
