@@ -9,8 +9,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// assignOne queues the assignment of a bucket just subscribed, divided
-// with what the replica knows before the store's round trip.
+// assignOne queues a new subscription's assignment, before the exchange.
 func (st *stream) assignOne(r *report, b *envoyBucket) {
 	if b.div == nil {
 		st.queueKind(b, b.res.kind)
@@ -20,8 +19,7 @@ func (st *stream) assignOne(r *report, b *envoyBucket) {
 	st.queueShare(b, b.div.share(b.client))
 }
 
-// assignAll queues an assignment for every bucket of the report, except
-// a subscription answered early whose assignment has not changed.
+// assignAll queues every named bucket's assignment but unchanged early ones.
 func (st *stream) assignAll(r *report) {
 	divided := map[*division]bool{}
 	for _, b := range r.all {
@@ -56,9 +54,8 @@ func (r *report) names(b *envoyBucket) bool {
 	return r.named[b]
 }
 
-// divide divides dv and pushes the shares that changed urgently to the
-// buckets of other streams (or of this one) the report does not name;
-// the others go with the answers to their next reports.
+// divide divides dv and pushes the urgent changes to the buckets the
+// report does not name; the others go with their next answers.
 func (st *stream) divide(r *report, dv *division, mode quota.Mode) {
 	for _, a := range dv.divide(mode, &st.svc.opts.Division) {
 		if a.b == nil || !a.urgent || (a.b.st == st && r.names(a.b)) {
@@ -81,15 +78,13 @@ func (st *stream) queueShare(b *envoyBucket, a assigned) {
 	st.queueStrategy(b, strategy, last)
 }
 
-// queueStrategy queues an assignment of strategy, last its comparable
-// form.
+// queueStrategy queues strategy; last is its comparable form.
 func (st *stream) queueStrategy(b *envoyBucket, strategy *typev3.RateLimitStrategy, last sent) {
 	b.last = last
 	st.queue(b.text, st.svc.assignment(b.id, strategy))
 }
 
-// strategyOf is the strategy of a share, a token bucket (DENY_ALL for a
-// share that is not positive), and its comparable form.
+// strategyOf is a share's token bucket (DENY_ALL if not positive), sent.
 func strategyOf(a assigned) (*typev3.RateLimitStrategy, sent) {
 	tb, ok := quota.Encode(a.share, a.burst)
 	if !ok {
@@ -104,8 +99,7 @@ func (s *Service) shareAction(id map[string]string, a assigned) *action {
 	return s.assignment(id, strategy)
 }
 
-// blanket is the blanket rule of kind k: DENY_ALL for denyAll, else
-// ALLOW_ALL.
+// blanket is k's blanket rule: DENY_ALL for denyAll, else ALLOW_ALL.
 func blanket(k kind) *typev3.RateLimitStrategy {
 	rule := typev3.RateLimitStrategy_ALLOW_ALL
 	if k == denyAll {

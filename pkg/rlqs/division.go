@@ -8,9 +8,8 @@ import (
 )
 
 // division is one limit divided among the Envoy buckets that share it on
-// this replica: the quota.Bucket of every (stream, bucket id) that maps
-// onto one limited store key. Bucket ids whose rule shares one counter
-// (share_threshold) share one division.
+// this replica: the quota.Bucket of the (stream, bucket id) clients of one
+// limited store key (share_threshold's buckets share one).
 type division struct {
 	key    string
 	domain string
@@ -19,9 +18,8 @@ type division struct {
 	q       *quota.Bucket
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
-	// dirty says the division's inputs changed since the last division
-	// (in mode), so that a report divides again; else the shares stand.
-	// A new division is dirty: it was never divided.
+	// dirty says the inputs changed since the last division (in mode), so
+	// that a report divides again; a new division is dirty.
 	dirty bool
 	mode  quota.Mode
 
@@ -50,8 +48,7 @@ func (s *Service) release(dv *division) {
 	}
 }
 
-// join adds an Envoy bucket's client, under the limit of the rules in
-// force.
+// join adds an Envoy bucket's client, under the limit in force.
 func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time) {
 	dv.mu.Lock()
 	if dv.q.Limit != l {
@@ -85,8 +82,7 @@ func (dv *division) observe(client string, n uint64, elapsed time.Duration, now 
 	dv.mu.Unlock()
 }
 
-// demand is what a client publishes: its smoothed demand, or -1 while it
-// is not known.
+// demand is what a client publishes: its demand, -1 while unknown.
 func (dv *division) demand(client string) float64 {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
@@ -97,9 +93,8 @@ func (dv *division) demand(client string) float64 {
 	return c.Demand
 }
 
-// claimRead reports whether a report should read the other replicas'
-// demand again (the last read is refresh old), and claims the read, so
-// that the reports arriving meanwhile do not read it too.
+// claimRead reports whether the other replicas' demand is refresh old,
+// and claims the read, so that the reports meanwhile do not read it too.
 func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
@@ -127,17 +122,15 @@ func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
 	dv.mu.Unlock()
 }
 
-// assigned is a client's new share and its burst; urgent says whether it
-// is worth a push, not only the client's next report.
+// assigned is a client's new share and its burst; urgent: push it.
 type assigned struct {
 	b            *envoyBucket
 	share, burst float64
 	urgent       bool
 }
 
-// divide divides the limit in mode, if its inputs changed since the last
-// division or the mode did, recording every local client's settled share;
-// it returns the shares that changed.
+// divide divides the limit in mode if its inputs or the mode changed,
+// settling every local client's share, and returns those that changed.
 func (dv *division) divide(mode quota.Mode, cfg *quota.Config) []assigned {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
@@ -156,11 +149,8 @@ func (dv *division) divide(mode quota.Mode, cfg *quota.Config) []assigned {
 	return changed
 }
 
-// urgent reports whether a client's new share must reach it at once,
-// rather than with the answer to its next report (at most a period
-// later): a cut below the demand it has (it would go on admitting more
-// than its due), a raise while it is denied requests, or, for a client
-// whose demand is not known yet, a cut to less than half.
+// urgent reports whether a client's new share is pushed at once, not
+// sent with its next report's answer (docs/rlqs.md, "Pushes").
 func urgent(c *quota.Client, share float64) bool {
 	old := c.Assigned
 	switch {

@@ -25,21 +25,16 @@ type report struct {
 	early map[*envoyBucket]bool
 	named map[*envoyBucket]bool // all, as a set, once divisions start
 	gone  []quota.Item
-	// modes are the division modes of the report's divisions, set by the
-	// exchange.
+	// modes are the report's divisions' modes, set by the exchange.
 	modes map[*division]quota.Mode
-	// blanket, set by the exchange under StoreAllow and StoreDeny,
-	// overrides the division of limited buckets.
+	// blanket (StoreAllow, StoreDeny) overrides the divisions' shares.
 	blanket kind
 	failed  bool
 }
 
-// handle handles one usage report: it records every bucket's usage,
-// answers the subscriptions at once, exchanges demand with the store,
-// then queues an assignment for every bucket it named (which refreshes
-// their TTLs), and pushes changed shares to the other streams sharing a
-// bucket. Idle buckets are abandoned instead. Only a report that breaks
-// the protocol (another domain) returns an error.
+// handle records a report's usages, answers its subscriptions, exchanges
+// demand, then assigns every bucket it named (refreshing TTLs) or abandons
+// it if idle. Only a report of another domain returns an error.
 func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
 	s := st.svc
 	if err := st.bind(m.GetDomain()); err != nil {
@@ -69,11 +64,8 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	return nil
 }
 
-// answerEarly queues the assignments of the report's subscriptions that
-// need not wait for the store: blanket rules, and shares of limits whose
-// other replicas' demand the replica has read before. A share of a limit
-// never read waits for the exchange, which reads it: the first answer
-// would otherwise ignore the other replicas' Envoys.
+// answerEarly queues the subscriptions that need not wait for the store:
+// blanket rules, and shares of limits read before (docs/rlqs.md).
 func (st *stream) answerEarly(r *report) bool {
 	for _, b := range r.subs {
 		if b.div != nil && st.svc.opts.Store != nil && b.div.neverRead() {
@@ -128,9 +120,8 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	r.all = append(r.all, b)
 }
 
-// resolve (re)resolves a bucket when the rules changed, moving its client
-// to the division of its new rule (its demand in the old one is deleted with
-// the report's exchange).
+// resolve resolves b again when the rules changed, moving its client to
+// its new rule's division (the exchange deletes the old demand).
 func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry) {
 	if b.res != nil && b.set == set {
 		return
@@ -149,8 +140,7 @@ func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entri
 	b.set, b.res = set, res
 }
 
-// abandonIdle abandons the report's buckets that have been idle for
-// IdleAfter.
+// abandonIdle abandons the report's buckets idle for IdleAfter.
 func (st *stream) abandonIdle(r *report) {
 	idle := st.svc.opts.IdleAfter
 	if idle < 0 {
@@ -171,10 +161,9 @@ func (st *stream) abandonIdle(r *report) {
 	r.all = kept
 }
 
-// exchange publishes the demand of the report's clients, deletes that of
-// clients gone, and reads the other replicas' demand of the divisions whose
-// copy is a Refresh old, in one round trip. It sets the report's division
-// modes, by policy when the store fails.
+// exchange publishes the report's demand, deletes that of clients gone,
+// and reads the demand a Refresh old, in one round trip; it sets the
+// report's modes, by policy when the store fails.
 func (s *Service) exchange(ctx context.Context, r *report) {
 	r.modes = map[*division]quota.Mode{}
 	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
@@ -223,9 +212,8 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 }
 
-// storeFailed sets the report's modes by the store failure policy. It
-// logs when the store starts failing, not every failure (they are
-// counted); exchanged logs when it answers again.
+// storeFailed sets the report's modes by policy; it logs when the store
+// starts failing (exchange, when it answers again).
 func (s *Service) storeFailed(r *report, err error) {
 	r.failed = true
 	s.obs.StoreFailed()
@@ -256,9 +244,8 @@ func (s *Service) storeFailed(r *report, err error) {
 	}
 }
 
-// storeNow is the time to stamp demand with: the service's clock when one
-// was given (tests), else zero, the store's own clock (Redis TIME, one for
-// every replica).
+// storeNow is the time to stamp demand with: Options.Now if given, else
+// zero, the store's clock (Redis TIME, one for every replica).
 func (s *Service) storeNow(now time.Time) time.Time {
 	if s.opts.storeClock {
 		return time.Time{}

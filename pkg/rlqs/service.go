@@ -18,12 +18,8 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// Errors a stream ends with.
-var (
-	// ErrClosed ends the streams of a closing service; Envoy opens its
-	// next stream on another replica.
-	ErrClosed = errors.New("rlqs: service closing")
-)
+// ErrClosed ends the streams of a closing service.
+var ErrClosed = errors.New("rlqs: service closing")
 
 // Service implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
 // It is safe for concurrent use. New starts nothing; the gRPC server runs
@@ -72,9 +68,8 @@ func (s *Service) Register(g *grpc.Server) {
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
 }
 
-// StreamRateLimitQuotas serves one Envoy's stream until the Envoy closes
-// it, it breaks, or the service closes. A report whose domain differs
-// from the stream's first ends the stream with InvalidArgument.
+// StreamRateLimitQuotas serves one Envoy's stream until it ends or the
+// service closes; a report of another domain ends it: InvalidArgument.
 func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
@@ -137,9 +132,8 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	return st, nil
 }
 
-// closeStream forgets a stream: its clients leave their divisions, and their
-// demand is deleted from the store, so that other replicas stop counting
-// it at once.
+// closeStream forgets a stream: its clients leave their divisions, and
+// their demand is deleted, so that other replicas stop counting it.
 func (s *Service) closeStream(st *stream) {
 	defer s.handlers.Done()
 	s.mu.Lock()
@@ -154,8 +148,7 @@ func (s *Service) closeStream(st *stream) {
 	s.deleteDemand(items)
 }
 
-// leave takes an Envoy bucket's client out of its division and returns the
-// store item that deletes its demand.
+// leave takes b's client out of its division; the item deletes its demand.
 func (s *Service) leave(b *envoyBucket) quota.Item {
 	dv := b.div
 	dv.leave(b)
@@ -164,8 +157,7 @@ func (s *Service) leave(b *envoyBucket) quota.Item {
 	return quota.Item{Key: dv.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client}, Op: quota.Delete}
 }
 
-// deleteDemand deletes clients' demand from the store, within the store
-// timeout; a failure only leaves it to expire.
+// deleteDemand deletes clients' demand; on a failure it expires instead.
 func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return

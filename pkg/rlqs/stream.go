@@ -16,12 +16,10 @@ type grpcStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rl
 
 type action = rlqspb.RateLimitQuotaResponse_BucketAction
 
-// stream is one Envoy's StreamRateLimitQuotas call: the buckets the Envoy
-// holds (as far as this server knows: reported on this stream and not
-// abandoned since) and the actions waiting to be sent. Only the stream's
-// handler goroutine sends, and only it adds or removes buckets; others
-// (pushes from other streams' reports) read buckets and queue actions
-// under mu.
+// stream is one Envoy's StreamRateLimitQuotas call: the buckets reported
+// on it and not abandoned, and the actions waiting. Only its handler
+// goroutine sends and adds or removes buckets; others (pushes) read
+// buckets and queue actions under mu.
 type stream struct {
 	svc    *Service
 	id     string // unique in the replica
@@ -66,18 +64,16 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 	}
 }
 
-// clientID names a (stream, bucket) client in divisions and in the store:
-// the stream and a digest of the canonical bucket id, so that two bucket
-// ids of one stream sharing a division are two clients.
+// clientID names a (stream, bucket) client: the stream and a digest of
+// the canonical bucket id, so that one stream's buckets are two clients.
 func clientID(stream, text string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(text))
 	return stream + "-" + strconv.FormatUint(h.Sum64(), 36)
 }
 
-// queue queues an action for a bucket the Envoy holds, replacing any
-// queued for it, and wakes the handler. It reports false (and queues
-// nothing) if the Envoy no longer holds the bucket.
+// queue queues an action for a bucket the Envoy holds, replacing any, and
+// wakes the handler; false (nothing queued) if it no longer holds it.
 func (st *stream) queue(text string, a *action) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -114,8 +110,7 @@ func (st *stream) add(b *envoyBucket) {
 	st.mu.Unlock()
 }
 
-// flush sends the queued actions in one response; it sends nothing when
-// none are queued, so that no response is ever empty.
+// flush sends the queued actions in one response, never an empty one.
 func (st *stream) flush() error {
 	st.mu.Lock()
 	if len(st.order) == 0 {

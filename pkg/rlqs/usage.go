@@ -14,14 +14,12 @@ type Usage struct {
 	// Matched is false when no rule matches the bucket.
 	Matched bool   `json:"matched"`
 	Rule    string `json:"rule,omitempty"`
-	// Assignment is what the bucket's Envoys are assigned: token_bucket
-	// (a divided limit), allow_all or deny_all.
+	// Assignment is token_bucket (a divided limit), allow_all or deny_all.
 	Assignment string  `json:"assignment"`
 	LimitRate  float64 `json:"limit_rps,omitempty"`
 	Burst      float64 `json:"burst,omitempty"`
 	Key        string  `json:"key,omitempty"`
-	// Replicas is the number of replicas serving the bucket, as this one
-	// last read from the store (itself included).
+	// Replicas serve the bucket, this one included, as last read.
 	Replicas int `json:"replicas,omitempty"`
 	// RemoteReadAgoMs is the age of that read; absent if never read.
 	RemoteReadAgoMs *int64        `json:"remote_read_ago_ms,omitempty"`
@@ -33,18 +31,15 @@ type UsageClient struct {
 	Replica string `json:"replica"`
 	Client  string `json:"client"`
 	Local   bool   `json:"local"`
-	// DemandRate is the measured demand in requests per second, absent
-	// while unknown.
+	// DemandRate is the demand in requests per second, absent if unknown.
 	DemandRate *float64 `json:"demand_rps,omitempty"`
 	// AssignedRate is the share assigned (local clients only).
 	AssignedRate *float64 `json:"assigned_rps,omitempty"`
-	// LastReportAgoMs is the time since the client's last report (local
-	// clients only).
+	// LastReportAgoMs is the time since its last report (local only).
 	LastReportAgoMs *int64 `json:"last_report_ago_ms,omitempty"`
 }
 
-// Usage returns how the limit of a bucket id of domain is divided on
-// this replica. It reads the replica's state only; it changes nothing.
+// Usage returns how a bucket's limit is divided; it changes nothing.
 func (s *Service) Usage(domain string, id map[string]string) Usage {
 	u := Usage{Domain: domain, Bucket: id, Clients: []UsageClient{}}
 	entries, text := canonical(id)

@@ -13,9 +13,8 @@ import (
 
 type entry = *common.RateLimitDescriptor_Entry
 
-// inlineDescriptors is how many descriptors a request converts without
-// allocating: Envoy sends one per rate_limits entry of a route, rarely
-// more than a few.
+// inlineDescriptors is how many descriptors convert without allocating:
+// Envoy sends one per rate_limits entry of a route.
 const inlineDescriptors = 8
 
 // toRequest converts req, its descriptors in buf when they fit.
@@ -56,8 +55,7 @@ func toResponse(res *limiter.Response) *rlspb.RateLimitResponse {
 	return out
 }
 
-// statusBlock holds the messages of one descriptor status, so that a
-// response allocates those of all its statuses at once.
+// statusBlock holds one status's messages, allocated at once per response.
 type statusBlock struct {
 	status rlspb.RateLimitResponse_DescriptorStatus
 	limit  rlspb.RateLimitResponse_RateLimit
@@ -93,10 +91,7 @@ func toCode(c limiter.Code) rlspb.RateLimitResponse_Code {
 }
 
 // resetSeconds is duration_until_reset as the reference gives it: whole
-// seconds, rounded up (its CalculateReset answers window - now%window on
-// Unix seconds, which is the ceiling of the time left). Envoy builds
-// x-ratelimit-reset from the Duration's seconds alone, so 745ms left of a
-// per-second window must read 1, not 0.
+// seconds, rounded up (docs/design.md#ratelimitservice-adapter).
 func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
 
 // view shows a request to observers as a limiter.View, without copying.

@@ -17,20 +17,17 @@ import (
 
 // Options configure a Service.
 type Options struct {
-	// Timeout bounds one decision's store call when the caller's deadline
-	// does not come first; 0: the caller's deadline alone (the embedded
-	// store never waits).
+	// Timeout bounds a decision's store call unless the caller's deadline
+	// comes first; 0: the caller's deadline alone.
 	Timeout time.Duration
-	// OnStoreError answers store failures: OK to every descriptor
-	// (FailAllow), OVER_LIMIT (FailDeny), or Unavailable (FailError, the
-	// default), so that Envoy's failure_mode_deny decides.
+	// OnStoreError answers store failures: OK (FailAllow), OVER_LIMIT
+	// (FailDeny) or Unavailable (FailError, the default).
 	OnStoreError limiter.FailurePolicy
 	// Headers say what an answer carries besides the decision.
 	Headers HeaderOptions
 	// Observer is told of every decision; nil: none.
 	Observer Observer
-	// Spans annotates the caller's trace span with each request's domain
-	// and answer; nil: none.
+	// Spans annotates the caller's trace span; nil: none.
 	Spans Annotator
 }
 
@@ -42,21 +39,18 @@ type Annotator interface {
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService over a
-// Limiter: it converts Envoy's protos to limiter requests and back. It is
-// safe for concurrent use.
+// Limiter. It is safe for concurrent use.
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	limiter *limiter.Limiter
 	o       Options
 	obs     Observer
 	log     *zap.Logger
-	// responses pools the limiter's answers: a decision is done with its
-	// answer once it has built the gRPC response.
+	// responses pools the limiter's answers, done with once converted.
 	responses sync.Pool // *limiter.Response
 }
 
-// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, as
-// interceptors see it.
+// ShouldRateLimitMethod is ShouldRateLimit's full gRPC method name.
 const ShouldRateLimitMethod = rlspb.RateLimitService_ShouldRateLimit_FullMethodName
 
 // Register serves s on g.
@@ -78,8 +72,8 @@ func (s *Service) putResponse(res *limiter.Response) {
 	s.responses.Put(res)
 }
 
-// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
-// store failures get Unavailable so that Envoy's failure_mode_deny decides.
+// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument,
+// no rules yet Unknown, store failures Options.OnStoreError's answer.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil {
@@ -94,15 +88,13 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		s.o.Spans.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
 	}
 	if s.limiter.Rules() == nil {
-		// Only with rules over xDS and a forced start, before the first
-		// snapshot.
+		// xDS rules and a forced start, before the first snapshot.
 		s.obs.Failed(req.GetDomain(), limiter.ErrNoRules, time.Since(start))
 		return nil, limiter.ErrNoRules
 	}
 	var buf [inlineDescriptors]limiter.Descriptor[entry]
 	lreq := toRequest(req, buf[:0])
-	// Envoy's deadline (20ms by default) usually comes before Timeout:
-	// the store call then needs no timer of ours.
+	// Envoy's deadline (20ms by default) usually comes first: no timer.
 	if s.o.Timeout > 0 && !limiter.DeadlineWithin(ctx, start, s.o.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
@@ -138,8 +130,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 	return out, nil
 }
 
-// logUnmatched logs, at debug level, the descriptors of req that no rule
-// matched, so that a rule that never applies can be found.
+// logUnmatched logs at debug level the descriptors no rule matched.
 func (s *Service) logUnmatched(req *rlspb.RateLimitRequest, res *limiter.Response) {
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
@@ -151,9 +142,8 @@ func (s *Service) logUnmatched(req *rlspb.RateLimitRequest, res *limiter.Respons
 	}
 }
 
-// grpcError maps limiter errors to gRPC status codes. No rules yet answers
-// the reference's status (Unknown), so that Envoy's failure_mode_deny
-// decides.
+// grpcError maps limiter errors to gRPC codes; no rules yet is Unknown, as
+// the reference answers.
 func grpcError(err error) error {
 	switch {
 	case errors.Is(err, limiter.ErrNoRules):
