@@ -21,21 +21,23 @@ const (
 	FailDeny
 )
 
-var failureNames = [...]string{"error", "allow", "deny"}
-
-// String is the policy's name, as ParseFailurePolicy reads it.
+// String is the policy's name, as ParseFailurePolicy reads it; a value
+// that is no policy acts as FailError, and reads "error".
 func (p FailurePolicy) String() string {
-	if int(p) < len(failureNames) {
-		return failureNames[p]
+	switch p {
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
 	}
-	return fmt.Sprintf("FailurePolicy(%d)", p)
+	return "error"
 }
 
 // ParseFailurePolicy parses "allow", "deny" or "error".
 func ParseFailurePolicy(s string) (FailurePolicy, error) {
-	for i, n := range failureNames {
-		if s == n {
-			return FailurePolicy(i), nil
+	for _, p := range []FailurePolicy{FailError, FailAllow, FailDeny} {
+		if s == p.String() {
+			return p, nil
 		}
 	}
 	return 0, fmt.Errorf("%q is not allow, deny or error", s)

@@ -8,45 +8,34 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
+// TestParseFailurePolicy: every policy parses back from its name; other
+// names, in another case too, are refused.
 func TestParseFailurePolicy(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want limiter.FailurePolicy
-		ok   bool
-	}{
-		{"error", limiter.FailError, true},
-		{"allow", limiter.FailAllow, true},
-		{"deny", limiter.FailDeny, true},
-		{"", 0, false},
-		{"Allow", 0, false},
-		{"keep", 0, false},
-	} {
-		got, err := limiter.ParseFailurePolicy(tc.in)
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("ParseFailurePolicy(%q) = %v, %v", tc.in, got, err)
+	for _, p := range []limiter.FailurePolicy{limiter.FailError, limiter.FailAllow, limiter.FailDeny} {
+		if got, err := limiter.ParseFailurePolicy(p.String()); err != nil || got != p {
+			t.Errorf("ParseFailurePolicy(%q) = %v, %v", p.String(), got, err)
 		}
-		if tc.ok && got.String() != tc.in {
-			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.in)
+	}
+	for _, name := range []string{"", "Allow", "keep"} {
+		if _, err := limiter.ParseFailurePolicy(name); err == nil {
+			t.Errorf("ParseFailurePolicy(%q): no error", name)
 		}
 	}
 }
 
+// TestDeadlineWithin: a deadline at or before now+d is within d; none is
+// never within.
 func TestDeadlineWithin(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(20*time.Millisecond))
 	defer cancel()
-	for _, tc := range []struct {
-		ctx  context.Context
-		d    time.Duration
-		want bool
-	}{
-		{ctx, 50 * time.Millisecond, true},
-		{ctx, 20 * time.Millisecond, true},
-		{ctx, 10 * time.Millisecond, false},
-		{context.Background(), time.Hour, false},
-	} {
-		if got := limiter.DeadlineWithin(tc.ctx, now, tc.d); got != tc.want {
-			t.Errorf("DeadlineWithin(%v) = %v, want %v", tc.d, got, tc.want)
-		}
+	if !limiter.DeadlineWithin(ctx, now, 50*time.Millisecond) || !limiter.DeadlineWithin(ctx, now, 20*time.Millisecond) {
+		t.Error("a deadline 20ms away is not within 20ms or 50ms")
+	}
+	if limiter.DeadlineWithin(ctx, now, 10*time.Millisecond) {
+		t.Error("a deadline 20ms away is within 10ms")
+	}
+	if limiter.DeadlineWithin(context.Background(), now, time.Hour) {
+		t.Error("no deadline is within an hour")
 	}
 }

@@ -10,41 +10,40 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
 	"github.com/fastlimit/fastlimit/pkg/rules"
-	"github.com/fastlimit/fastlimit/pkg/store"
 )
+
+const checkoutRules = `
+domain: api
+descriptors:
+  - {key: name, rate_limit: {unit: minute, requests_per_unit: 600}}
+`
 
 // Serve the Rate Limit Quota Service with demand shared in process, and
 // subscribe to one bucket as an Envoy's first usage report does: the only
 // Envoy is assigned the whole limit, 600 requests a minute, as a token
 // bucket.
 func Example() {
-	loaded, err := rules.Parse(map[string][]byte{"api.yaml": []byte(`
-domain: api
-descriptors:
-  - key: name
-    value: checkout
-    rate_limit: {unit: minute, requests_per_unit: 600}
-`)})
+	loaded, err := rules.Parse(map[string][]byte{"checkout.yaml": []byte(checkoutRules)})
 	if err != nil {
 		log.Fatal(err)
 	}
-	l := limiter.New(store.NewMemory(store.MemoryOptions{}), limiter.Options{})
-	l.SetRules(loaded.Set)
-	svc, err := rlqs.New(rlqs.Options{Rules: l.Rules, Store: demand.NewMemory(nil)})
+	svc, err := rlqs.New(rlqs.Options{
+		Rules: func() *descriptors.Set { return loaded.Set }, // or a Limiter's Rules
+		Store: demand.NewMemory(nil),
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-
-	g := grpc.NewServer()
-	svc.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
+	g := grpc.NewServer()
+	svc.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	defer g.Stop()
 	defer func() { _ = svc.Close(context.Background()) }() // ends the streams first
