@@ -38,7 +38,7 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	return err
 }
 
-// rlqsTotals are the quota service's state, for its gauges.
+// rlqsTotals are RLQS's state, for its gauges.
 func (s *Server) rlqsTotals() map[string]metrics.QuotaTotals {
 	if s.rlqs == nil {
 		return nil
@@ -50,7 +50,7 @@ func (s *Server) rlqsTotals() map[string]metrics.QuotaTotals {
 	return out
 }
 
-// closeRLQS ends the quota streams, so that their Envoys move to another
+// closeRLQS ends the RLQS streams, so that their Envoys move to another
 // replica at their next report, before gRPC stops: a graceful stop waits
 // for streams, which only end when their Envoy goes.
 func (s *Server) closeRLQS(ctx context.Context) error {
