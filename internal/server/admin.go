@@ -55,7 +55,7 @@ func (s *Server) adminHandler() http.Handler {
 	handle("/stats", "print out stats", http.HandlerFunc(s.handleStats))
 	handle("/v1/rules", "the rules in force with FastLimit's fields, their hash and files", http.HandlerFunc(s.handleRules))
 	handle("/v1/usage", "peek at a descriptor's counter without charging it", http.HandlerFunc(s.handleUsage))
-	handle(quotaPath, "how a quota bucket's limit is divided among Envoys (rate limit quota service)", s.quotaHandler())
+	handle("/v1/quota", "how a quota bucket's limit is divided among Envoys (rate limit quota service)", http.HandlerFunc(s.handleRLQSUsage))
 	if s.opts.Admin.Pprof {
 		handle("/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index))
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
 // testServer opens a server on loopback ports chosen by the kernel, with
@@ -170,6 +171,7 @@ func TestUsageBadRequests(t *testing.T) {
 		"domain=adm&descriptor=win",
 		"domain=adm&descriptor=win=%zz",
 		"domain=adm&descriptor=win=x&descriptor=win=y",
+		"domain=adm&domain=adm&descriptor=win=x",
 	} {
 		if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
@@ -188,21 +190,69 @@ func TestUsageBadRequests(t *testing.T) {
 	}
 }
 
-func TestParseDescriptor(t *testing.T) {
+// TestRLQSUsage: /v1/quota answers rlqs.Service.Usage as JSON; bad
+// queries get 400, and with --rlqs=false the path is not served.
+func TestRLQSUsage(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	base := "http://" + s.AdminAddr() + "/v1/quota?"
+	code, body := get(t, base+"domain=adm&bucket=win=x")
+	var u rlqs.Usage
+	if err := json.Unmarshal([]byte(body), &u); err != nil || code != http.StatusOK {
+		t.Fatalf("%d %s (%v)", code, body, err)
+	}
+	want := rlqs.Usage{Domain: "adm", Bucket: map[string]string{"win": "x"}, Matched: true, Rule: "adm.win",
+		Assignment: "token_bucket", Clients: []rlqs.UsageClient{}}
+	u.LimitRate, u.Burst, u.Key = 0, 0, ""
+	if !reflect.DeepEqual(u, want) || !strings.Contains(body, `"clients":[]`) {
+		t.Errorf("got %s, want %+v", body, want)
+	}
+	if code, body := get(t, base+"domain=adm&bucket=nope=1"); code != http.StatusOK || !strings.Contains(body, `"assignment":"allow_all"`) {
+		t.Errorf("unmatched: %d %s", code, body)
+	}
+	for _, q := range []string{"domain=adm", "bucket=win=x", "domain=adm&bucket=win",
+		"domain=adm&bucket=win=x&bucket=win=y", "domain=adm&domain=adm&bucket=win=x"} {
+		if code, body := get(t, base+q); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", q, code, body)
+		}
+	}
+	off, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--rlqs=false")
+	if code, _ := get(t, "http://"+off.AdminAddr()+"/v1/quota?domain=adm&bucket=win=x"); code != http.StatusNotFound {
+		t.Errorf("with --rlqs=false: %d, want 404", code)
+	}
+}
+
+// TestParseQuery: /v1/usage's and /v1/quota's parameters, each given
+// once, their entries percent-decoded after splitting.
+func TestParseQuery(t *testing.T) {
 	cases := []struct {
 		raw  string
 		want []descriptors.Entry
 	}{
-		{"descriptor=k=v", []descriptors.Entry{{Key: "k", Value: "v"}}},
+		{"domain=d&descriptor=k=v", []descriptors.Entry{{Key: "k", Value: "v"}}},
 		{"domain=d&descriptor=k=v,k2=v2", []descriptors.Entry{{Key: "k", Value: "v"}, {Key: "k2", Value: "v2"}}},
-		{"descriptor=k=", []descriptors.Entry{{Key: "k", Value: ""}}},
-		{"descriptor=k=a%2Cb%3Dc,x%3Dy=1+2", []descriptors.Entry{{Key: "k", Value: "a,b=c"}, {Key: "x=y", Value: "1 2"}}},
-		{"descriptor=k=a=b", []descriptors.Entry{{Key: "k", Value: "a=b"}}},
+		{"descriptor=k=&domain=d", []descriptors.Entry{{Key: "k", Value: ""}}},
+		{"domain=d&descriptor=k=a%2Cb%3Dc,x%3Dy=1+2", []descriptors.Entry{{Key: "k", Value: "a,b=c"}, {Key: "x=y", Value: "1 2"}}},
+		{"domain=d&descriptor=k=a=b", []descriptors.Entry{{Key: "k", Value: "a=b"}}},
+		{"domain=d&bucket=k=v&descriptor=x=y", []descriptors.Entry{{Key: "x", Value: "y"}}},
 	}
 	for _, tc := range cases {
-		got, err := parseDescriptor(tc.raw)
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseDescriptor(%q) = %v, %v; want %v", tc.raw, got, err, tc.want)
+		domain, got, err := parseQuery(tc.raw, "descriptor")
+		if err != nil || domain != "d" || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("parseQuery(%q) = %q, %v, %v; want d, %v", tc.raw, domain, got, err, tc.want)
+		}
+	}
+	for _, raw := range []string{
+		"bucket=k=v",
+		"domain=d",
+		"domain=d&bucket=",
+		"domain=d&bucket=k",
+		"domain=d&bucket=k=%zz",
+		"domain=d&bucket=k=v&bucket=k=w",
+		"domain=d&domain=e&bucket=k=v",
+		"domain=%zz&bucket=k=v",
+	} {
+		if _, _, err := parseQuery(raw, "bucket"); err == nil {
+			t.Errorf("parseQuery(%q): no error", raw)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
 // Bounds of gRPC connections that have no flag.
@@ -107,7 +108,7 @@ func (b *grpcBounds) tap(ctx context.Context, info *tap.Info) (context.Context, 
 	// is already the context's: a timer of ours is needed only when it is
 	// later than the request timeout, or missing.
 	cancel := context.CancelFunc(nil)
-	if b.o.RequestTimeout > 0 && b.unary[info.FullMethodName] && !deadlineWithin(ctx, b.o.RequestTimeout) {
+	if b.o.RequestTimeout > 0 && b.unary[info.FullMethodName] && !limiter.DeadlineWithin(ctx, time.Now(), b.o.RequestTimeout) {
 		ctx, cancel = context.WithTimeoutCause(ctx, b.o.RequestTimeout, errRequestTimeout)
 	}
 	if cs != nil || cancel != nil {
@@ -124,12 +125,6 @@ func (b *grpcBounds) tap(ctx context.Context, info *tap.Info) (context.Context, 
 		})
 	}
 	return ctx, nil
-}
-
-// deadlineWithin reports whether ctx ends within d from now.
-func deadlineWithin(ctx context.Context, d time.Duration) bool {
-	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) <= d
 }
 
 // TagConn gives each connection its count of calls in flight.

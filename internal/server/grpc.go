@@ -28,8 +28,8 @@ func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
 	gopts = append(gopts, s.tracing.ServerOptions(rls.ShouldRateLimitMethod)...)
 	g := grpc.NewServer(append(gopts, s.ref.ServerOptions()...)...)
 	s.service.Register(g)
-	if s.quota != nil {
-		s.quota.Register(g)
+	if s.rlqs != nil {
+		s.rlqs.Register(g)
 	}
 	s.health = health.NewServer()
 	s.setHealth(false)

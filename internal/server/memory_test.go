@@ -9,8 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/fastlimit/fastlimit/pkg/rls"
 )
 
 // TestMemoryMaxKeys: with --memory-max-keys 2, a request for a third key
@@ -22,9 +20,9 @@ func TestMemoryMaxKeys(t *testing.T) {
 		want   codes.Code // of the refused request; OK: answered
 		code   rlspb.RateLimitResponse_Code
 	}{
-		{rls.PolicyError, codes.Unavailable, 0},
-		{rls.PolicyAllow, codes.OK, rlspb.RateLimitResponse_OK},
-		{rls.PolicyDeny, codes.OK, rlspb.RateLimitResponse_OVER_LIMIT},
+		{"error", codes.Unavailable, 0},
+		{"allow", codes.OK, rlspb.RateLimitResponse_OK},
+		{"deny", codes.OK, rlspb.RateLimitResponse_OVER_LIMIT},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			s, _ := testServer(t, map[string]string{"adm.yaml": adminRules},

@@ -40,7 +40,7 @@ type Server struct {
 	store   openStore
 	limiter *limiter.Limiter
 	service *rls.Service
-	quota   *rlqs.Service // nil with --rlqs=false
+	rlqs    *rlqs.Service // nil with --rlqs=false
 	grpc    *grpc.Server
 	bounds  *grpcBounds
 	health  *health.Server
@@ -111,14 +111,18 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if err := s.newObservers(); err != nil {
 		return nil, err
 	}
+	onStoreError, err := limiter.ParseFailurePolicy(o.OnStoreError)
+	if err != nil {
+		return nil, o.Named(settings.Bad("on-store-error", "%w", err))
+	}
 	s.service = rls.New(s.limiter, rls.Options{
 		Timeout:      storeWait(o),
-		OnStoreError: o.OnStoreError,
+		OnStoreError: onStoreError,
 		Headers:      o.Headers,
 		Observer:     s.observer(),
 		Spans:        spans(s.tracing),
 	}, log.Named("service"))
-	if err := s.newQuota(redisOf(st)); err != nil {
+	if err := s.newRLQS(redisOf(st)); err != nil {
 		return nil, err
 	}
 	s.grpc = s.newGRPC(tlsOpts)
@@ -326,8 +330,8 @@ func (s *Server) Close(ctx context.Context) error {
 // the span exporter, each within stepTimeout.
 func (s *Server) closeListeners(ctx context.Context) []error {
 	var errs []error
-	if err := s.closeQuota(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close quota streams: %w", err))
+	if err := s.closeRLQS(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close rlqs streams: %w", err))
 	}
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, stepTimeout)

@@ -39,15 +39,10 @@ type usageEntry struct {
 }
 
 // handleUsage answers GET /v1/usage?domain=D&descriptor=k=v,k2=v2 with
-// the state of one descriptor, consuming nothing: the request carries 0
-// hits, which the stores treat as a peek. Keys and values may be
-// percent-encoded, so that they can hold ',' and '='.
+// the state of one descriptor (parseQuery), consuming nothing: the
+// request carries 0 hits, which the stores treat as a peek.
 func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	domain := r.URL.Query().Get("domain")
-	entries, err := parseDescriptor(r.URL.RawQuery)
-	if err == nil && domain == "" {
-		err = errors.New("domain is required")
-	}
+	domain, entries, err := parseQuery(r.URL.RawQuery, "descriptor")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -71,8 +66,32 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "rate-limit store unavailable", http.StatusServiceUnavailable)
 		return
 	}
+	writeJSON(w, toUsage(domain, entries, &res.Statuses[0]))
+}
+
+// handleRLQSUsage answers GET /v1/quota?domain=D&bucket=k=v,k2=v2 with
+// how the bucket's limit is divided on this replica (rlqs.Service.Usage),
+// changing nothing; 404 with --rlqs=false.
+func (s *Server) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
+	if s.rlqs == nil {
+		http.NotFound(w, r)
+		return
+	}
+	domain, entries, err := parseQuery(r.URL.RawQuery, "bucket")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	id := make(map[string]string, len(entries))
+	for _, e := range entries {
+		id[e.Key] = e.Value
+	}
+	writeJSON(w, s.rlqs.Usage(domain, id))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(toUsage(domain, entries, &res.Statuses[0]))
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usage {
@@ -102,38 +121,47 @@ func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usa
 	return u
 }
 
-// parseDescriptor reads the descriptor parameter of a raw query:
-// comma-separated key=value entries, each part percent-decoded after
-// splitting.
-func parseDescriptor(rawQuery string) ([]descriptors.Entry, error) {
-	raw, found := "", false
+// parseQuery reads the domain and the entries of a raw query: list, the
+// entries' parameter, is comma-separated key=value pairs, each part
+// percent-decoded after splitting, so that keys and values can hold ','
+// and '='. Both are required, each once.
+func parseQuery(rawQuery, list string) (domain string, entries []descriptors.Entry, err error) {
+	var raw string
+	var seenDomain, seenList bool
 	for _, p := range strings.Split(rawQuery, "&") {
 		k, v, _ := strings.Cut(p, "=")
-		if k == "descriptor" {
-			if found {
-				return nil, errors.New("give one descriptor")
+		switch {
+		case k == list && seenList, k == "domain" && seenDomain:
+			return "", nil, fmt.Errorf("give one %s", k)
+		case k == list:
+			raw, seenList = v, true
+		case k == "domain":
+			if domain, err = url.QueryUnescape(v); err != nil {
+				return "", nil, fmt.Errorf("domain %q: %w", v, err)
 			}
-			raw, found = v, true
+			seenDomain = true
 		}
 	}
 	if raw == "" {
-		return nil, errors.New("descriptor is required: key=value[,key2=value2...]")
+		return "", nil, fmt.Errorf("%s is required: key=value[,key2=value2...]", list)
 	}
-	var out []descriptors.Entry
 	for _, part := range strings.Split(raw, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok {
-			return nil, fmt.Errorf("descriptor entry %q is not key=value", part)
+			return "", nil, fmt.Errorf("%s entry %q is not key=value", list, part)
 		}
 		key, err := url.QueryUnescape(k)
 		if err != nil {
-			return nil, fmt.Errorf("descriptor key %q: %w", k, err)
+			return "", nil, fmt.Errorf("%s key %q: %w", list, k, err)
 		}
 		value, err := url.QueryUnescape(v)
 		if err != nil {
-			return nil, fmt.Errorf("descriptor value %q: %w", v, err)
+			return "", nil, fmt.Errorf("%s value %q: %w", list, v, err)
 		}
-		out = append(out, descriptors.Entry{Key: key, Value: value})
+		entries = append(entries, descriptors.Entry{Key: key, Value: value})
 	}
-	return out, nil
+	if domain == "" {
+		return "", nil, errors.New("domain is required")
+	}
+	return domain, entries, nil
 }

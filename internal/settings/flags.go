@@ -9,6 +9,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -119,7 +120,7 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&s.KeyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
 	fs.DurationVar(&s.StoreTimeout, "store-timeout", 50*time.Millisecond,
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
-	fs.StringVar(&s.OnStoreError, "on-store-error", rls.PolicyError,
+	fs.StringVar(&s.OnStoreError, "on-store-error", limiter.FailError.String(),
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
 	fs.IntVar(&s.RedisPoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
 	fs.DurationVar(&s.RedisDialTimeout, "redis-dial-timeout", 0,

@@ -2,8 +2,10 @@ package settings
 
 import (
 	"flag"
+	"fmt"
 	"time"
 
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
@@ -47,7 +49,11 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 // Policy returns the store failure policy in force, given --on-store-error.
 func (o *RLQS) Policy(onStoreError string) (rlqs.StorePolicy, error) {
 	if o.OnStoreError == "" {
-		return rlqs.PolicyFor(onStoreError)
+		p, err := limiter.ParseFailurePolicy(onStoreError)
+		if err != nil {
+			return 0, fmt.Errorf("--on-store-error %w", err)
+		}
+		return rlqs.PolicyFor(p), nil
 	}
 	return rlqs.ParseStorePolicy(o.OnStoreError)
 }
@@ -75,7 +81,7 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		Unmatched:    unmatched,
 		OnStoreError: policy,
 		StoreGrace:   o.StoreGrace,
-		Quota:        quota.Config{Headroom: o.Headroom},
+		Division:     quota.Config{Headroom: o.Headroom},
 	}, nil
 }
 

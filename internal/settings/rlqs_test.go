@@ -18,16 +18,16 @@ func TestRLQSSettings(t *testing.T) {
 		policy rlqs.StorePolicy
 		check  func(t *testing.T, o rlqs.Options)
 	}{
-		{name: "defaults", policy: rlqs.Keep, check: func(t *testing.T, o rlqs.Options) {
+		{name: "defaults", policy: rlqs.StoreKeep, check: func(t *testing.T, o rlqs.Options) {
 			if o.ReportPeriod != 5*time.Second || o.TTLPeriods != 3 || o.IdleAfter != 10*time.Minute || o.Unmatched != rlqs.UnmatchedAllow {
 				t.Errorf("options = %+v", o)
 			}
 		}},
-		{name: "follows --on-store-error allow", args: []string{"--on-store-error", "allow"}, policy: rlqs.Allow},
-		{name: "follows --on-store-error deny", args: []string{"--on-store-error", "deny"}, policy: rlqs.Deny},
-		{name: "its own policy wins", args: []string{"--on-store-error", "deny", "--rlqs-on-store-error", "split"}, policy: rlqs.Split},
+		{name: "follows --on-store-error allow", args: []string{"--on-store-error", "allow"}, policy: rlqs.StoreAllow},
+		{name: "follows --on-store-error deny", args: []string{"--on-store-error", "deny"}, policy: rlqs.StoreDeny},
+		{name: "its own policy wins", args: []string{"--on-store-error", "deny", "--rlqs-on-store-error", "split"}, policy: rlqs.StoreSplit},
 		{name: "environment twins", env: map[string]string{"RLQS_ON_STORE_ERROR": "allow", "RLQS_UNMATCHED": "deny",
-			"RLQS_IDLE_AFTER": "0", "RLQS_REPORT_PERIOD": "1s", "RLQS_REPLICA": "pod-1"}, policy: rlqs.Allow,
+			"RLQS_IDLE_AFTER": "0", "RLQS_REPORT_PERIOD": "1s", "RLQS_REPLICA": "pod-1"}, policy: rlqs.StoreAllow,
 			check: func(t *testing.T, o rlqs.Options) {
 				if o.Unmatched != rlqs.UnmatchedDeny || o.IdleAfter >= 0 || o.ReportPeriod != time.Second || o.Replica != "pod-1" {
 					t.Errorf("options = %+v", o)

@@ -29,7 +29,7 @@ type Settings struct {
 	LogLevel     string // a zap level: debug, info, warn, error, ...
 	LogFormat    string // LogJSON, LogText or LogConsole
 	StoreTimeout time.Duration
-	OnStoreError string // rls.PolicyAllow, PolicyDeny or PolicyError
+	OnStoreError string // allow, deny or error (limiter.ParseFailurePolicy)
 	Drain        time.Duration
 
 	GRPCMaxConnectionAge      time.Duration
@@ -299,10 +299,8 @@ func (s *Settings) Named(err error) error {
 
 // Validate checks the settings; errors name each as it was given.
 func (s *Settings) Validate() error {
-	switch s.OnStoreError {
-	case rls.PolicyAllow, rls.PolicyDeny, rls.PolicyError:
-	default:
-		return s.Named(Bad("on-store-error", "%q is not allow, deny or error", s.OnStoreError))
+	if _, err := limiter.ParseFailurePolicy(s.OnStoreError); err != nil {
+		return s.Named(Bad("on-store-error", "%w", err))
 	}
 	if s.StoreTimeout <= 0 {
 		return s.Named(Bad("store-timeout", "must be positive"))

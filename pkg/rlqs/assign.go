@@ -9,87 +9,82 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// assignOne queues the assignment of a bucket just subscribed, divided
-// with what the replica knows before the store's round trip.
-func (st *stream) assignOne(r *report, h *held) {
-	if h.pool == nil {
-		st.queueKind(h, h.res.kind)
+// assignOne queues a new subscription's assignment, before the exchange.
+func (st *stream) assignOne(r *report, b *envoyBucket) {
+	if b.div == nil {
+		st.queueKind(b, b.res.kind)
 		return
 	}
-	st.divide(r, h.pool, quota.Global)
-	st.queueShare(h, h.pool.share(h.client))
+	st.divide(r, b.div, quota.Global)
+	st.queueShare(b, b.div.share(b.client))
 }
 
-// assignAll queues an assignment for every bucket of the report, except
-// a subscription answered early whose assignment has not changed.
+// assignAll queues every named bucket's assignment but unchanged early ones.
 func (st *stream) assignAll(r *report) {
-	divided := map[*pool]bool{}
-	for _, h := range r.all {
-		fresh := r.early[h]
+	divided := map[*division]bool{}
+	for _, b := range r.all {
+		fresh := r.early[b]
 		switch {
-		case h.pool == nil:
+		case b.div == nil:
 			if !fresh {
-				st.queueKind(h, h.res.kind)
+				st.queueKind(b, b.res.kind)
 			}
 		case r.blanket != limited:
-			st.queueKind(h, r.blanket)
+			st.queueKind(b, r.blanket)
 		default:
-			if !divided[h.pool] {
-				divided[h.pool] = true
-				st.divide(r, h.pool, r.modes[h.pool])
+			if !divided[b.div] {
+				divided[b.div] = true
+				st.divide(r, b.div, r.modes[b.div])
 			}
-			if strategy, last := strategyOf(h.pool.share(h.client)); !fresh || last != h.last {
-				st.queueStrategy(h, strategy, last)
+			if strategy, last := strategyOf(b.div.share(b.client)); !fresh || last != b.last {
+				st.queueStrategy(b, strategy, last)
 			}
 		}
 	}
 }
 
-// names reports whether the report names h.
-func (r *report) names(h *held) bool {
+// names reports whether the report names b.
+func (r *report) names(b *envoyBucket) bool {
 	if r.named == nil {
-		r.named = make(map[*held]bool, len(r.all))
+		r.named = make(map[*envoyBucket]bool, len(r.all))
 		for _, x := range r.all {
 			r.named[x] = true
 		}
 	}
-	return r.named[h]
+	return r.named[b]
 }
 
-// divide divides a pool and pushes the shares that changed urgently to
-// the buckets of other streams (or of this one) the report does not name;
-// the others go with the answers to their next reports.
-func (st *stream) divide(r *report, p *pool, mode quota.Mode) {
-	for _, a := range p.divide(mode, &st.svc.opts.Quota) {
-		if a.h == nil || !a.urgent || (a.h.st == st && r.names(a.h)) {
+// divide divides dv and pushes the urgent changes to the buckets the
+// report does not name; the others go with their next answers.
+func (st *stream) divide(r *report, dv *division, mode quota.Mode) {
+	for _, a := range dv.divide(mode, &st.svc.opts.Division) {
+		if a.b == nil || !a.urgent || (a.b.st == st && r.names(a.b)) {
 			continue
 		}
-		if a.h.st.queue(a.h.text, st.svc.shareAction(a.h.id, a)) {
+		if a.b.st.queue(a.b.text, st.svc.shareAction(a.b.id, a)) {
 			st.svc.obs.Pushed(st.svc.label(st.domain))
 		}
 	}
 }
 
 // queueKind queues a blanket rule.
-func (st *stream) queueKind(h *held, k kind) {
-	st.queueStrategy(h, blanket(k), sent{kind: k})
+func (st *stream) queueKind(b *envoyBucket, k kind) {
+	st.queueStrategy(b, blanket(k), sent{kind: k})
 }
 
 // queueShare queues a share.
-func (st *stream) queueShare(h *held, a assigned) {
+func (st *stream) queueShare(b *envoyBucket, a assigned) {
 	strategy, last := strategyOf(a)
-	st.queueStrategy(h, strategy, last)
+	st.queueStrategy(b, strategy, last)
 }
 
-// queueStrategy queues an assignment of strategy, last its comparable
-// form.
-func (st *stream) queueStrategy(h *held, strategy *typev3.RateLimitStrategy, last sent) {
-	h.last = last
-	st.queue(h.text, st.svc.assignment(h.id, strategy))
+// queueStrategy queues strategy; last is its comparable form.
+func (st *stream) queueStrategy(b *envoyBucket, strategy *typev3.RateLimitStrategy, last sent) {
+	b.last = last
+	st.queue(b.text, st.svc.assignment(b.id, strategy))
 }
 
-// strategyOf is the strategy of a share, a token bucket (DENY_ALL for a
-// share that is not positive), and its comparable form.
+// strategyOf is a share's token bucket (DENY_ALL if not positive), sent.
 func strategyOf(a assigned) (*typev3.RateLimitStrategy, sent) {
 	tb, ok := quota.Encode(a.share, a.burst)
 	if !ok {
@@ -104,8 +99,7 @@ func (s *Service) shareAction(id map[string]string, a assigned) *action {
 	return s.assignment(id, strategy)
 }
 
-// blanket is the blanket rule of kind k: DENY_ALL for denyAll, else
-// ALLOW_ALL.
+// blanket is k's blanket rule: DENY_ALL for denyAll, else ALLOW_ALL.
 func blanket(k kind) *typev3.RateLimitStrategy {
 	rule := typev3.RateLimitStrategy_ALLOW_ALL
 	if k == denyAll {

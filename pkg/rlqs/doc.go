@@ -1,8 +1,10 @@
 // Package rlqs serves Envoy's Rate Limit Quota Service
-// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService): it maps each
-// bucket an Envoy reports onto its domain's rules and divides the rule's
-// limit among the Envoys that share the bucket, by max-min fairness on
-// their demand (package quota), across FastLimit replicas through a
-// demand store. It is the sibling of the RateLimitService adapter; see
-// docs/rlqs.md.
+// (envoy.service.rate_limit_quota.v3): it divides each rule's limit among
+// the Envoys sharing its bucket, by max-min fairness on their demand
+// (package quota), across replicas through a DemandStore (package demand).
+//
+// To embed it, call New with Options.Rules (a Limiter's Rules) and a
+// demand store, Register the Service on a grpc.Server, and Close it before
+// the server's GracefulStop, which would wait for every Envoy's stream.
+// Options.Observer is told of events; Totals and Usage read the state.
 package rlqs

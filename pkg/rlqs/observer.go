@@ -6,25 +6,21 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// UnknownDomain stands for every domain the rules do not name, in what an
-// Observer is told and in Totals, so that Envoys cannot grow label sets
-// at will.
+// UnknownDomain stands for every domain the rules do not name, to
+// Observers and in Totals, so that Envoys cannot grow label sets.
 const UnknownDomain = "_unknown"
 
 // Observer is told of the service's events, for metrics; domain is the
 // report's domain, or UnknownDomain. Its methods must be cheap, must not
 // block, and must be safe for concurrent use.
 type Observer interface {
-	// Reported is called for each usage report with its bucket usages and
-	// the buckets it subscribed (first reported on its stream).
+	// Reported is called for each report, with its usages and new buckets.
 	Reported(domain string, buckets, subscribed int)
-	// Requests is called for each bucket usage with the requests its Envoy
-	// allowed and denied.
+	// Requests is called for each bucket usage's allowed and denied.
 	Requests(domain string, allowed, denied uint64)
 	// ActionsSent is called when n bucket actions are sent to an Envoy.
 	ActionsSent(domain string, n int)
-	// Pushed is called when an assignment is sent to an Envoy because
-	// another Envoy's report changed its share.
+	// Pushed is called when another Envoy's report pushes an assignment.
 	Pushed(domain string)
 	// Abandoned is called when a bucket is abandoned for being idle.
 	Abandoned(domain string)
@@ -32,8 +28,7 @@ type Observer interface {
 	EmptyBucketID(domain string)
 	// StoreFailed is called when a demand store exchange fails.
 	StoreFailed()
-	// Exchanged is called after a report's demand store exchange, failed
-	// or not, with its time and its items.
+	// Exchanged is called after each exchange, failed or not.
 	Exchanged(took time.Duration, items int)
 }
 
@@ -59,19 +54,16 @@ func (s *Service) label(domain string) string {
 
 // DomainTotals sum the state of one domain on this replica.
 type DomainTotals struct {
-	// Streams are the Envoy streams open, Buckets the buckets they hold
-	// (one per stream and bucket), Limits the limits divided (buckets
-	// sharing a counter count once).
+	// Streams are the Envoy streams open, Buckets the buckets they hold,
+	// Limits the limits divided (buckets sharing a counter count once).
 	Streams, Buckets, Limits int
-	// LimitRate, AssignedRate and DemandRate sum the limits' global rates,
-	// the rates assigned to the Envoys and their measured demand, in
-	// requests per second.
+	// LimitRate, AssignedRate and DemandRate sum the limits' rates, the
+	// rates assigned and the demand measured, in requests per second.
 	LimitRate, AssignedRate, DemandRate float64
 }
 
-// Totals returns the state of every domain served, by domain (or
-// UnknownDomain), for gauges read at scrape time. It is safe for
-// concurrent use; it holds each stream's and limit's lock in turn, briefly.
+// Totals returns the state of every domain served (or UnknownDomain), for
+// gauges; it holds each stream's and division's lock in turn, briefly.
 func (s *Service) Totals() map[string]DomainTotals {
 	out := map[string]DomainTotals{}
 	s.mu.Lock()
@@ -79,9 +71,9 @@ func (s *Service) Totals() map[string]DomainTotals {
 	for st := range s.streams {
 		streams = append(streams, st)
 	}
-	pools := make([]*pool, 0, len(s.pools))
-	for _, p := range s.pools {
-		pools = append(pools, p)
+	divs := make([]*division, 0, len(s.divisions))
+	for _, dv := range s.divisions {
+		divs = append(divs, dv)
 	}
 	s.mu.Unlock()
 	for _, st := range streams {
@@ -97,19 +89,19 @@ func (s *Service) Totals() map[string]DomainTotals {
 		t.Buckets += n
 		out[d] = t
 	}
-	for _, p := range pools {
-		d := s.label(p.domain)
+	for _, dv := range divs {
+		d := s.label(dv.domain)
 		t := out[d]
-		p.mu.Lock()
+		dv.mu.Lock()
 		t.Limits++
-		t.LimitRate += p.q.Limit.Rate
-		p.q.Clients(func(c *quota.Client) {
+		t.LimitRate += dv.q.Limit.Rate
+		dv.q.Clients(func(c *quota.Client) {
 			t.AssignedRate += c.Assigned
 			if c.Known {
 				t.DemandRate += c.Demand
 			}
 		})
-		p.mu.Unlock()
+		dv.mu.Unlock()
 		out[d] = t
 	}
 	return out

@@ -13,31 +13,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
 // DemandStore shares the demand of each (bucket, Envoy stream) among
-// replicas. store.RedisDemand and store.MemoryDemand implement it.
-//
-// Exchange writes or deletes each item's client in its bucket, every value
-// living ttl, and returns for each item with quota.Read every live demand
-// of its bucket (after the exchange's writes), nil for the others: one
-// round trip. now stamps the values; zero means the store's own clock.
-// An error means nothing can be assumed of the exchange; it must be safe
-// to send one again (writes are idempotent). It must be safe for
-// concurrent use and honour ctx.
+// replicas; demand.Redis and demand.Memory implement it. Exchange writes
+// or deletes each item's client, every value living ttl, and returns for
+// each item with quota.Read every live demand of its bucket (after the
+// writes), nil for the others; now stamps values (zero: the store's
+// clock). After an error nothing can be assumed, and the exchange may be
+// sent again. It must be safe for concurrent use and honour ctx.
 type DemandStore interface {
 	Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error)
 }
 
-// Unmatched is what a bucket that matches no rule (or whose domain has no
-// rules) is assigned.
+// Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
 
-// Answers for unmatched buckets.
 const (
-	// UnmatchedAllow assigns ALLOW_ALL, as RateLimitService answers OK for
-	// a descriptor no rule matches.
+	// UnmatchedAllow assigns ALLOW_ALL, as RateLimitService answers OK.
 	UnmatchedAllow Unmatched = iota
 	// UnmatchedDeny assigns DENY_ALL.
 	UnmatchedDeny
@@ -57,20 +52,16 @@ func ParseUnmatched(s string) (Unmatched, error) {
 // StorePolicy is what shares become while the demand store fails.
 type StorePolicy uint8
 
-// Policies for a failing demand store.
 const (
-	// Keep divides with the other replicas' demand as last read, for up to
-	// Options.StoreGrace after the last successful exchange, then as
-	// Split. The default: an outage shorter than the grace changes nothing.
-	Keep StorePolicy = iota
-	// Split divides this replica's part of each limit (the limit over the
-	// number of replicas last seen serving the bucket) among its own
-	// Envoys at once.
-	Split
-	// Allow assigns ALLOW_ALL to every limited bucket.
-	Allow
-	// Deny assigns DENY_ALL to every limited bucket.
-	Deny
+	// StoreKeep divides with the other replicas' demand as last read for
+	// Options.StoreGrace, then as StoreSplit. The default.
+	StoreKeep StorePolicy = iota
+	// StoreSplit divides limit / replicas last seen among its own Envoys.
+	StoreSplit
+	// StoreAllow assigns ALLOW_ALL to every limited bucket.
+	StoreAllow
+	// StoreDeny assigns DENY_ALL to every limited bucket.
+	StoreDeny
 )
 
 var policyNames = [...]string{"keep", "split", "allow", "deny"}
@@ -82,39 +73,36 @@ func (p StorePolicy) String() string {
 	return fmt.Sprintf("policy(%d)", p)
 }
 
-// ParseStorePolicy parses keep, split, allow or deny.
+// ParseStorePolicy parses keep, split, allow or deny, in any case.
 func ParseStorePolicy(s string) (StorePolicy, error) {
-	for i, n := range policyNames {
-		if strings.EqualFold(s, n) {
-			return StorePolicy(i), nil
+	for _, p := range []StorePolicy{StoreKeep, StoreSplit} {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
 		}
+	}
+	if p, err := limiter.ParseFailurePolicy(strings.ToLower(s)); err == nil && p != limiter.FailError {
+		return PolicyFor(p), nil
 	}
 	return 0, fmt.Errorf("store failure policy %q is not keep, split, allow or deny", s)
 }
 
-// PolicyFor maps a value of --on-store-error (allow, deny or error) onto
-// the quota service's policy: allow and deny as themselves, error (which
-// has no meaning on a stream) as Keep.
-func PolicyFor(onStoreError string) (StorePolicy, error) {
-	switch onStoreError {
-	case "allow":
-		return Allow, nil
-	case "deny":
-		return Deny, nil
-	case "error", "":
-		return Keep, nil
+// PolicyFor is the policy that follows the RateLimitService's: allow and
+// deny as themselves, error (meaningless on a stream) as StoreKeep.
+func PolicyFor(p limiter.FailurePolicy) StorePolicy {
+	switch p {
+	case limiter.FailAllow:
+		return StoreAllow
+	case limiter.FailDeny:
+		return StoreDeny
 	}
-	return 0, fmt.Errorf("--on-store-error %q is not allow, deny or error", onStoreError)
+	return StoreKeep
 }
 
-// Options configure a Service. Rules is required; zero values of the
-// others are the defaults documented on each.
+// Options configure a Service. Rules is required; zero values default.
 type Options struct {
-	// Rules returns the rules in force (nil before any are loaded: every
-	// bucket is then unmatched). It is called on every report.
+	// Rules returns the rules in force (nil: none), on every report.
 	Rules func() *descriptors.Set
-	// Store shares demand among replicas; nil divides each limit among
-	// this replica's Envoys alone.
+	// Store shares demand among replicas; nil: this replica's alone.
 	Store DemandStore
 	// Log receives the service's errors; nil discards them.
 	Log *zap.Logger
@@ -123,31 +111,28 @@ type Options struct {
 	// Replica names this replica in the store: letters, digits, '-', '_',
 	// '.', ':' (default: random). Two live replicas must not share one.
 	Replica string
-	// KeyPrefix starts the store keys (default "ratelimit", as the
-	// RateLimitService's keys).
+	// KeyPrefix starts the store keys (default "ratelimit").
 	KeyPrefix string
-	// ReportPeriod is the period at which Envoys report (default 5s:
-	// Envoy's, which its configuration cannot change today).
+	// ReportPeriod is the Envoys' report period (default 5s, Envoy's).
 	ReportPeriod time.Duration
 	// TTLPeriods is an assignment's life in report periods (default 3).
 	TTLPeriods float64
-	// IdleAfter abandons a bucket of an Envoy that reported no request in
-	// it for this long (default 10 minutes; negative: never).
+	// IdleAfter abandons an Envoy's bucket idle this long (default 10m;
+	// negative: never).
 	IdleAfter time.Duration
 	// Unmatched is the answer for buckets no rule matches.
 	Unmatched Unmatched
 	// OnStoreError is the policy while the store fails.
 	OnStoreError StorePolicy
-	// StoreGrace bounds Keep (default: one assignment TTL).
+	// StoreGrace bounds StoreKeep (default: one assignment TTL).
 	StoreGrace time.Duration
 	// StoreTimeout bounds one exchange with the store (default 1s).
 	StoreTimeout time.Duration
-	// Refresh is how old another replica's demand may be before a report
-	// reads it again (default one report period).
-	Refresh time.Duration
-	// Quota tunes the division (package quota's defaults; its Period is
+	// Refresh is when other replicas' demand is read again (default
 	// ReportPeriod).
-	Quota quota.Config
+	Refresh time.Duration
+	// Division tunes the division; its Period is ReportPeriod.
+	Division quota.Config
 	// Observer is told of the service's events; nil tells none.
 	Observer Observer
 	// Tracer traces report handling; nil traces nothing.
@@ -201,7 +186,7 @@ func (o *Options) fill() error {
 	if o.Refresh <= 0 {
 		o.Refresh = o.ReportPeriod
 	}
-	o.Quota.Period = o.ReportPeriod
-	o.Quota = o.Quota.WithDefaults()
+	o.Division.Period = o.ReportPeriod
+	o.Division = o.Division.WithDefaults()
 	return nil
 }

@@ -26,12 +26,12 @@ func TestStorePolicies(t *testing.T) {
 	}{
 		// Keep: the last demand read holds for the grace (one TTL, 15s,
 		// from the last read, up to a period before the outage).
-		{rlqs.Keep, 0, []float64{100, 100, 100}},
+		{rlqs.StoreKeep, 0, []float64{100, 100, 100}},
 		// then each replica divides its half of the limit.
-		{rlqs.Keep, 15*time.Second + 2*period, []float64{150, 75, 75}},
-		{rlqs.Split, 2 * period, []float64{150, 75, 75}},
-		{rlqs.Allow, 2 * period, []float64{800, 100, 100}},
-		{rlqs.Deny, 2 * period, []float64{0, 0, 0}},
+		{rlqs.StoreKeep, 15*time.Second + 2*period, []float64{150, 75, 75}},
+		{rlqs.StoreSplit, 2 * period, []float64{150, 75, 75}},
+		{rlqs.StoreAllow, 2 * period, []float64{800, 100, 100}},
+		{rlqs.StoreDeny, 2 * period, []float64{0, 0, 0}},
 	} {
 		t.Run(tc.policy.String()+" after "+tc.after.String(), func(t *testing.T) {
 			c := newCluster(t, clusterOptions{period: period, replicas: 2,

@@ -19,27 +19,22 @@ import (
 // report is one usage report being handled.
 type report struct {
 	now  time.Time
-	all  []*held // the buckets it named, still held
-	subs []*held // those it subscribed
+	all  []*envoyBucket // the buckets it named, still held
+	subs []*envoyBucket // those it subscribed
 	// early are the subscriptions answered before the store's round trip.
-	early map[*held]bool
-	named map[*held]bool // all, as a set, once divisions start
+	early map[*envoyBucket]bool
+	named map[*envoyBucket]bool // all, as a set, once divisions start
 	gone  []quota.Item
-	// modes are the division modes of the report's pools, set by the
-	// exchange.
-	modes map[*pool]quota.Mode
-	// blanket, set by the exchange under the Allow and Deny policies,
-	// overrides the division of limited buckets.
+	// modes are the report's divisions' modes, set by the exchange.
+	modes map[*division]quota.Mode
+	// blanket (StoreAllow, StoreDeny) overrides the divisions' shares.
 	blanket kind
 	failed  bool
 }
 
-// handle handles one usage report: it records every bucket's usage,
-// answers the subscriptions at once, exchanges demand with the store,
-// then queues an assignment for every bucket it named (which refreshes
-// their TTLs), and pushes changed shares to the other streams sharing a
-// bucket. Idle buckets are abandoned instead. Only a report that breaks
-// the protocol (another domain) returns an error.
+// handle records a report's usages, answers its subscriptions, exchanges
+// demand, then assigns every bucket it named (refreshing TTLs) or abandons
+// it if idle. Only a report of another domain returns an error.
 func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
 	s := st.svc
 	if err := st.bind(m.GetDomain()); err != nil {
@@ -69,21 +64,18 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	return nil
 }
 
-// answerEarly queues the assignments of the report's subscriptions that
-// need not wait for the store: blanket rules, and shares of limits whose
-// other replicas' demand the replica has read before. A share of a limit
-// never read waits for the exchange, which reads it: the first answer
-// would otherwise ignore the other replicas' Envoys.
+// answerEarly queues the subscriptions that need not wait for the store:
+// blanket rules, and shares of limits read before (docs/rlqs.md).
 func (st *stream) answerEarly(r *report) bool {
-	for _, h := range r.subs {
-		if h.pool != nil && st.svc.opts.Store != nil && h.pool.neverRead() {
+	for _, b := range r.subs {
+		if b.div != nil && st.svc.opts.Store != nil && b.div.neverRead() {
 			continue
 		}
-		st.assignOne(r, h)
+		st.assignOne(r, b)
 		if r.early == nil {
-			r.early = make(map[*held]bool, len(r.subs))
+			r.early = make(map[*envoyBucket]bool, len(r.subs))
 		}
-		r.early[h] = true
+		r.early[b] = true
 	}
 	return len(r.early) > 0
 }
@@ -110,93 +102,90 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		return // no action can name it
 	}
 	entries, text := canonical(id)
-	h := st.buckets[text] // only this goroutine writes buckets
-	if h == nil {
-		h = &held{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
-		st.add(h)
-		r.subs = append(r.subs, h)
+	b := st.buckets[text] // only this goroutine writes buckets
+	if b == nil {
+		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
+		st.add(b)
+		r.subs = append(r.subs, b)
 	}
-	st.resolve(r, h, set, entries)
+	st.resolve(r, b, set, entries)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
-		h.lastActive = r.now
+		b.lastActive = r.now
 	}
-	if h.pool != nil {
-		h.pool.observe(h.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Quota)
+	if b.div != nil {
+		b.div.observe(b.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
-	r.all = append(r.all, h)
+	r.all = append(r.all, b)
 }
 
-// resolve (re)resolves a bucket when the rules changed, moving its client
-// to the pool of its new rule (its demand in the old one is deleted with
-// the report's exchange).
-func (st *stream) resolve(r *report, h *held, set *descriptors.Set, entries []descriptors.Entry) {
-	if h.res != nil && h.set == set {
+// resolve resolves b again when the rules changed, moving its client to
+// its new rule's division (the exchange deletes the old demand).
+func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry) {
+	if b.res != nil && b.set == set {
 		return
 	}
 	s := st.svc
-	res := s.resolver.resolve(set, st.domain, entries, h.text)
-	if h.pool != nil && (res.kind != limited || res.storeKey != h.pool.key) {
-		r.gone = append(r.gone, s.leave(h))
+	res := s.resolver.resolve(set, st.domain, entries, b.text)
+	if b.div != nil && (res.kind != limited || res.storeKey != b.div.key) {
+		r.gone = append(r.gone, s.leave(b))
 	}
 	if res.kind == limited {
-		if h.pool == nil {
-			h.pool = s.acquire(res.storeKey, st.domain, res.quota)
+		if b.div == nil {
+			b.div = s.acquire(res.storeKey, st.domain, res.global)
 		}
-		h.pool.join(h, res.quota, r.now)
+		b.div.join(b, res.global, r.now)
 	}
-	h.set, h.res = set, res
+	b.set, b.res = set, res
 }
 
-// abandonIdle abandons the report's buckets that have been idle for
-// IdleAfter.
+// abandonIdle abandons the report's buckets idle for IdleAfter.
 func (st *stream) abandonIdle(r *report) {
 	idle := st.svc.opts.IdleAfter
 	if idle < 0 {
 		return
 	}
 	kept := r.all[:0]
-	for _, h := range r.all {
-		if r.now.Sub(h.lastActive) < idle {
-			kept = append(kept, h)
+	for _, b := range r.all {
+		if r.now.Sub(b.lastActive) < idle {
+			kept = append(kept, b)
 			continue
 		}
-		if h.pool != nil {
-			r.gone = append(r.gone, st.svc.leave(h))
+		if b.div != nil {
+			r.gone = append(r.gone, st.svc.leave(b))
 		}
-		st.abandon(h)
+		st.abandon(b)
 		st.svc.obs.Abandoned(st.svc.label(st.domain))
 	}
 	r.all = kept
 }
 
-// exchange publishes the demand of the report's clients, deletes that of
-// clients gone, and reads the other replicas' demand of the pools whose
-// copy is a Refresh old, in one round trip. It sets the report's division
-// modes, by policy when the store fails.
+// exchange publishes the report's demand, deletes that of clients gone,
+// and reads the demand a Refresh old, in one round trip; it sets the
+// report's modes, by policy when the store fails.
 func (s *Service) exchange(ctx context.Context, r *report) {
-	r.modes = map[*pool]quota.Mode{}
+	r.modes = map[*division]quota.Mode{}
 	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
 	copy(items, r.gone)
-	readers := make([]*pool, len(r.gone), cap(items)) // the pool of each item that reads, else nil
-	for _, h := range r.all {
-		p := h.pool
-		if p == nil {
+	readers := make([]*division, len(r.gone), cap(items)) // the division of each item that reads, else nil
+	for _, b := range r.all {
+		dv := b.div
+		if dv == nil {
 			continue
 		}
 		op := quota.Write
-		var reader *pool
-		if _, seen := r.modes[p]; !seen {
-			r.modes[p] = quota.Global
-			if s.opts.Store != nil && p.claimRead(r.now, s.opts.Refresh) {
+		var reader *division
+		if _, seen := r.modes[dv]; !seen {
+			r.modes[dv] = quota.Global
+			if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
-				reader = p
+				reader = dv
 			}
 		}
 		readers = append(readers, reader)
-		items = append(items, quota.Item{Key: p.key, Op: op,
-			Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client, Rate: p.demand(h.client)}})
+		items = append(items, quota.Item{Key: dv.key, Op: op,
+			Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client, Rate: dv.demand(b.client)}})
 	}
 	if s.opts.Store == nil || len(items) == 0 {
 		return
@@ -206,7 +195,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 	defer cancel()
 	start := time.Now()
-	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(r.now))
+	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(r.now))
 	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -216,16 +205,15 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	if s.storeDown.CompareAndSwap(true, false) {
 		s.log.Info("demand store exchanges succeed again")
 	}
-	for i, p := range readers {
-		if p != nil {
-			p.setRemote(s.opts.Replica, got[i], r.now)
+	for i, dv := range readers {
+		if dv != nil {
+			dv.setRemote(s.opts.Replica, got[i], r.now)
 		}
 	}
 }
 
-// storeFailed sets the report's modes by the store failure policy. It
-// logs when the store starts failing, not every failure (they are
-// counted); exchanged logs when it answers again.
+// storeFailed sets the report's modes by policy; it logs when the store
+// starts failing (exchange, when it answers again).
 func (s *Service) storeFailed(r *report, err error) {
 	r.failed = true
 	s.obs.StoreFailed()
@@ -236,29 +224,28 @@ func (s *Service) storeFailed(r *report, err error) {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
 	switch s.opts.OnStoreError {
-	case Allow:
+	case StoreAllow:
 		r.blanket = allowAll
-	case Deny:
+	case StoreDeny:
 		r.blanket = denyAll
 	}
-	for p := range r.modes {
+	for dv := range r.modes {
 		switch s.opts.OnStoreError {
-		case Split:
-			r.modes[p] = quota.Split
-		case Keep:
-			p.mu.Lock()
-			_, last := p.q.Remote()
-			p.mu.Unlock()
+		case StoreSplit:
+			r.modes[dv] = quota.Split
+		case StoreKeep:
+			dv.mu.Lock()
+			_, last := dv.q.Remote()
+			dv.mu.Unlock()
 			if last.IsZero() || r.now.Sub(last) > s.opts.StoreGrace {
-				r.modes[p] = quota.Split
+				r.modes[dv] = quota.Split
 			}
 		}
 	}
 }
 
-// storeNow is the time to stamp demand with: the service's clock when one
-// was given (tests), else zero, the store's own clock (Redis TIME, one for
-// every replica).
+// storeNow is the time to stamp demand with: Options.Now if given, else
+// zero, the store's clock (Redis TIME, one for every replica).
 func (s *Service) storeNow(now time.Time) time.Time {
 	if s.opts.storeClock {
 		return time.Time{}

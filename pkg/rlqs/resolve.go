@@ -23,11 +23,10 @@ const (
 type resolution struct {
 	kind  kind
 	limit *descriptors.Limit // nil when unmatched
-	// storeKey is the demand store's key of a limited bucket: the limit's
-	// key (limiter.AppendKey, share_threshold applied) with "rlqs" in the
-	// window's place, so that buckets sharing a counter share a division.
+	// storeKey is a limited bucket's key in the demand store: the limit's
+	// (limiter.AppendKey) with "rlqs" in the window's place.
 	storeKey string
-	quota    quota.Limit
+	global   quota.Limit // the limit divided, in requests/s and burst
 }
 
 // canonical returns a bucket id's entries in key order and its text form,
@@ -50,8 +49,7 @@ func canonical(id map[string]string) ([]descriptors.Entry, string) {
 	return entries, b.String()
 }
 
-// writeEscaped writes s with ',', '=' and '\' escaped by '\', so that the
-// text form of a bucket id is one-to-one.
+// writeEscaped writes s with ',', '=' and '\' escaped by '\'.
 func writeEscaped(b *strings.Builder, s string) {
 	if !strings.ContainsAny(s, ",=\\") {
 		b.WriteString(s)
@@ -65,8 +63,7 @@ func writeEscaped(b *strings.Builder, s string) {
 	}
 }
 
-// resolver resolves buckets against rule sets, caching the answers of
-// the current set.
+// resolver resolves buckets, caching the answers of the current set.
 type resolver struct {
 	prefix    string
 	unmatched Unmatched
@@ -79,8 +76,7 @@ type resolver struct {
 // maxResolved bounds the cache; it is emptied when full.
 const maxResolved = 1 << 17
 
-// resolve returns the resolution of a bucket id (entries in key order,
-// text its canonical form) of domain under set.
+// resolve resolves a bucket id (canonical entries and text) under set.
 func (r *resolver) resolve(set *descriptors.Set, domain string, entries []descriptors.Entry, text string) *resolution {
 	ck := domain + "\x00" + text
 	r.mu.Lock()
@@ -123,6 +119,6 @@ func (r *resolver) compute(set *descriptors.Set, domain string, entries []descri
 	return &resolution{
 		kind: limited, limit: l,
 		storeKey: string(append(key, "rlqs"...)),
-		quota:    quota.Limit{Rate: rate, Burst: burst},
+		global:   quota.Limit{Rate: rate, Burst: burst},
 	}
 }

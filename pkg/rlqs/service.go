@@ -18,12 +18,8 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// Errors a stream ends with.
-var (
-	// ErrClosed ends the streams of a closing service; Envoy opens its
-	// next stream on another replica.
-	ErrClosed = errors.New("rlqs: service closing")
-)
+// ErrClosed ends the streams of a closing service.
+var ErrClosed = errors.New("rlqs: service closing")
 
 // Service implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
 // It is safe for concurrent use. New starts nothing; the gRPC server runs
@@ -37,10 +33,10 @@ type Service struct {
 	resolver resolver
 	obs      Observer
 
-	mu      sync.Mutex
-	pools   map[string]*pool
-	streams map[*stream]struct{}
-	closing bool
+	mu        sync.Mutex
+	divisions map[string]*division
+	streams   map[*stream]struct{}
+	closing   bool
 
 	seq       atomic.Uint64
 	storeDown atomic.Bool // the last exchange failed
@@ -56,13 +52,13 @@ func New(opts Options) (*Service, error) {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	s := &Service{
-		opts:     opts,
-		ttl:      quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
-		log:      opts.Log.Named("rlqs"),
-		resolver: resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
-		obs:      opts.Observer,
-		pools:    map[string]*pool{},
-		streams:  map[*stream]struct{}{},
+		opts:      opts,
+		ttl:       quota.TTL(opts.ReportPeriod, opts.TTLPeriods),
+		log:       opts.Log.Named("rlqs"),
+		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
+		obs:       opts.Observer,
+		divisions: map[string]*division{},
+		streams:   map[*stream]struct{}{},
 	}
 	return s, nil
 }
@@ -72,10 +68,9 @@ func (s *Service) Register(g *grpc.Server) {
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
 }
 
-// StreamRateLimitQuotas serves one Envoy's stream until the Envoy closes
-// it, it breaks, or the service closes. A report whose domain differs
-// from the stream's first ends the stream with InvalidArgument.
-func (s *Service) StreamRateLimitQuotas(srv quotaStream) error {
+// StreamRateLimitQuotas serves one Envoy's stream until it ends or the
+// service closes; a report of another domain ends it: InvalidArgument.
+func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
 	st, err := s.open(srv, cancel)
@@ -125,7 +120,7 @@ func streamEnd(err error) error {
 	return err
 }
 
-func (s *Service) open(srv quotaStream, cancel func(error)) (*stream, error) {
+func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -137,42 +132,39 @@ func (s *Service) open(srv quotaStream, cancel func(error)) (*stream, error) {
 	return st, nil
 }
 
-// closeStream forgets a stream: its clients leave their pools, and their
-// demand is deleted from the store, so that other replicas stop counting
-// it at once.
+// closeStream forgets a stream: its clients leave their divisions, and
+// their demand is deleted, so that other replicas stop counting it.
 func (s *Service) closeStream(st *stream) {
 	defer s.handlers.Done()
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
 	var items []quota.Item
-	for _, h := range st.snapshot() {
-		if h.pool != nil {
-			items = append(items, s.leave(h))
+	for _, b := range st.snapshot() {
+		if b.div != nil {
+			items = append(items, s.leave(b))
 		}
 	}
 	s.deleteDemand(items)
 }
 
-// leave takes a held bucket's client out of its pool and returns the
-// store item that deletes its demand.
-func (s *Service) leave(h *held) quota.Item {
-	p := h.pool
-	p.leave(h)
-	s.release(p)
-	h.pool = nil
-	return quota.Item{Key: p.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: h.client}, Op: quota.Delete}
+// leave takes b's client out of its division; the item deletes its demand.
+func (s *Service) leave(b *envoyBucket) quota.Item {
+	dv := b.div
+	dv.leave(b)
+	s.release(dv)
+	b.div = nil
+	return quota.Item{Key: dv.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client}, Op: quota.Delete}
 }
 
-// deleteDemand deletes clients' demand from the store, within the store
-// timeout; a failure only leaves it to expire.
+// deleteDemand deletes clients' demand; on a failure it expires instead.
 func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
-	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Quota.Stale, s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(s.opts.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 	}

@@ -2,9 +2,6 @@ package rlqs_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -119,7 +116,7 @@ func TestClose(t *testing.T) {
 }
 
 // TestObserverAndUsage: the observer is told of the division, the totals
-// sum it; the inspection handler shows every client's demand and share.
+// sum it; Usage shows every client's demand and share.
 func TestObserverAndUsage(t *testing.T) {
 	obs := &recorder{}
 	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Observer = obs }})
@@ -143,12 +140,7 @@ func TestObserverAndUsage(t *testing.T) {
 		t.Errorf("observer: %v subscriptions, want 3", n)
 	}
 
-	rec := httptest.NewRecorder()
-	c.replicas[0].svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?domain=d&bucket=name=a", nil))
-	var u rlqs.Usage
-	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil || rec.Code != http.StatusOK {
-		t.Fatalf("usage: %d %s (%v)", rec.Code, rec.Body, err)
-	}
+	u := c.replicas[0].svc.Usage("d", map[string]string{"name": "a"})
 	if u.Rule != "d.name_a" || u.Assignment != "token_bucket" || u.LimitRate != 300 || len(u.Clients) != 3 {
 		t.Fatalf("usage = %+v", u)
 	}
@@ -161,11 +153,6 @@ func TestObserverAndUsage(t *testing.T) {
 	}
 	if total < 299 || total > 301 {
 		t.Errorf("assigned in all %v, want 300", total)
-	}
-	rec = httptest.NewRecorder()
-	c.replicas[0].svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?domain=d", nil))
-	if rec.Code != http.StatusBadRequest {
-		t.Errorf("without bucket: %d", rec.Code)
 	}
 }
 

@@ -12,41 +12,39 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
-type quotaStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
+type grpcStream = grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
 
 type action = rlqspb.RateLimitQuotaResponse_BucketAction
 
-// stream is one Envoy's StreamRateLimitQuotas call: the buckets the Envoy
-// holds (as far as this server knows: reported on this stream and not
-// abandoned since) and the actions waiting to be sent. Only the stream's
-// handler goroutine sends, and only it adds or removes buckets; others
-// (pushes from other streams' reports) read buckets and queue actions
-// under mu.
+// stream is one Envoy's StreamRateLimitQuotas call: the buckets reported
+// on it and not abandoned, and the actions waiting. Only its handler
+// goroutine sends and adds or removes buckets; others (pushes) read
+// buckets and queue actions under mu.
 type stream struct {
 	svc    *Service
 	id     string // unique in the replica
-	srv    quotaStream
+	srv    grpcStream
 	domain string
 	cancel func(error)
 
 	mu      sync.Mutex
-	buckets map[string]*held // by canonical id
+	buckets map[string]*envoyBucket // by canonical id
 	pending map[string]*action
 	order   []string
 	wake    chan struct{} // signalled when actions are queued
 }
 
-// held is one bucket an Envoy holds, as its stream's state.
-type held struct {
+// envoyBucket is one bucket an Envoy holds, as its stream's state.
+type envoyBucket struct {
 	st     *stream
 	id     map[string]string // as Envoy sent it
 	text   string            // canonical form
-	client string            // the (stream, bucket) client of a pool
+	client string            // the (stream, bucket) client of a division
 
 	// Guarded by the handler goroutine: set while handling reports.
 	set        *descriptors.Set // res was resolved under it
 	res        *resolution
-	pool       *pool // nil unless res is limited
+	div        *division // nil unless res is limited
 	lastActive time.Time
 	last       sent // the action last sent
 }
@@ -57,27 +55,25 @@ type sent struct {
 	tb   [3]int64 // max tokens, tokens per fill, fill seconds
 }
 
-func newStream(s *Service, id string, srv quotaStream, cancel func(error)) *stream {
+func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *stream {
 	return &stream{
 		svc: s, id: id, srv: srv, cancel: cancel,
-		buckets: map[string]*held{},
+		buckets: map[string]*envoyBucket{},
 		pending: map[string]*action{},
 		wake:    make(chan struct{}, 1),
 	}
 }
 
-// clientID names a (stream, bucket) client in pools and in the store:
-// the stream and a digest of the canonical bucket id, so that two bucket
-// ids of one stream sharing a pool are two clients.
+// clientID names a (stream, bucket) client: the stream and a digest of
+// the canonical bucket id, so that one stream's buckets are two clients.
 func clientID(stream, text string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(text))
 	return stream + "-" + strconv.FormatUint(h.Sum64(), 36)
 }
 
-// queue queues an action for a bucket the Envoy holds, replacing any
-// queued for it, and wakes the handler. It reports false (and queues
-// nothing) if the Envoy no longer holds the bucket.
+// queue queues an action for a bucket the Envoy holds, replacing any, and
+// wakes the handler; false (nothing queued) if it no longer holds it.
 func (st *stream) queue(text string, a *action) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -100,22 +96,21 @@ func (st *stream) queueLocked(text string, a *action) {
 }
 
 // abandon forgets a bucket and queues its abandon_action.
-func (st *stream) abandon(h *held) {
+func (st *stream) abandon(b *envoyBucket) {
 	st.mu.Lock()
-	delete(st.buckets, h.text)
-	st.queueLocked(h.text, abandonAction(h.id))
+	delete(st.buckets, b.text)
+	st.queueLocked(b.text, abandonAction(b.id))
 	st.mu.Unlock()
 }
 
 // add records a bucket the Envoy just subscribed to.
-func (st *stream) add(h *held) {
+func (st *stream) add(b *envoyBucket) {
 	st.mu.Lock()
-	st.buckets[h.text] = h
+	st.buckets[b.text] = b
 	st.mu.Unlock()
 }
 
-// flush sends the queued actions in one response; it sends nothing when
-// none are queued, so that no response is ever empty.
+// flush sends the queued actions in one response, never an empty one.
 func (st *stream) flush() error {
 	st.mu.Lock()
 	if len(st.order) == 0 {
@@ -134,12 +129,12 @@ func (st *stream) flush() error {
 }
 
 // snapshot returns the stream's buckets.
-func (st *stream) snapshot() []*held {
+func (st *stream) snapshot() []*envoyBucket {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	out := make([]*held, 0, len(st.buckets))
-	for _, h := range st.buckets {
-		out = append(out, h)
+	out := make([]*envoyBucket, 0, len(st.buckets))
+	for _, b := range st.buckets {
+		out = append(out, b)
 	}
 	return out
 }

@@ -1,32 +1,25 @@
 package rlqs
 
 import (
-	"encoding/json"
-	"errors"
-	"net/http"
-	"net/url"
 	"sort"
-	"strings"
 
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// Usage is the answer of the inspection handler: how one bucket's limit
-// is divided on this replica.
+// Usage is how one bucket's limit is divided on this replica; the
+// binary's admin listener answers it as JSON at /v1/quota.
 type Usage struct {
 	Domain string            `json:"domain"`
 	Bucket map[string]string `json:"bucket"`
 	// Matched is false when no rule matches the bucket.
 	Matched bool   `json:"matched"`
 	Rule    string `json:"rule,omitempty"`
-	// Assignment is what the bucket's Envoys are assigned: token_bucket
-	// (a divided limit), allow_all or deny_all.
+	// Assignment is token_bucket (a divided limit), allow_all or deny_all.
 	Assignment string  `json:"assignment"`
 	LimitRate  float64 `json:"limit_rps,omitempty"`
 	Burst      float64 `json:"burst,omitempty"`
 	Key        string  `json:"key,omitempty"`
-	// Replicas is the number of replicas serving the bucket, as this one
-	// last read from the store (itself included).
+	// Replicas serve the bucket, this one included, as last read.
 	Replicas int `json:"replicas,omitempty"`
 	// RemoteReadAgoMs is the age of that read; absent if never read.
 	RemoteReadAgoMs *int64        `json:"remote_read_ago_ms,omitempty"`
@@ -38,71 +31,16 @@ type UsageClient struct {
 	Replica string `json:"replica"`
 	Client  string `json:"client"`
 	Local   bool   `json:"local"`
-	// DemandRate is the measured demand in requests per second, absent
-	// while unknown.
+	// DemandRate is the demand in requests per second, absent if unknown.
 	DemandRate *float64 `json:"demand_rps,omitempty"`
 	// AssignedRate is the share assigned (local clients only).
 	AssignedRate *float64 `json:"assigned_rps,omitempty"`
-	// LastReportAgoMs is the time since the client's last report (local
-	// clients only).
+	// LastReportAgoMs is the time since its last report (local only).
 	LastReportAgoMs *int64 `json:"last_report_ago_ms,omitempty"`
 }
 
-// Handler returns the inspection handler: GET
-// ?domain=D&bucket=k=v,k2=v2 answers the bucket's Usage as JSON. Keys and
-// values may be percent-encoded, so that they can hold ',' and '='. It
-// reads the replica's state only; it changes nothing.
-func (s *Service) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		domain := r.URL.Query().Get("domain")
-		id, err := parseBucket(r.URL.RawQuery)
-		if err == nil && domain == "" {
-			err = errors.New("domain is required")
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.usage(domain, id))
-	})
-}
-
-// parseBucket reads the bucket parameter of a raw query: comma-separated
-// key=value pairs, each part percent-decoded on its own.
-func parseBucket(rawQuery string) (map[string]string, error) {
-	var raw string
-	for _, kv := range strings.Split(rawQuery, "&") {
-		if v, ok := strings.CutPrefix(kv, "bucket="); ok {
-			raw = v
-		}
-	}
-	if raw == "" {
-		return nil, errors.New("bucket is required: bucket=key=value,key2=value2")
-	}
-	id := map[string]string{}
-	for _, pair := range strings.Split(raw, ",") {
-		k, v, ok := strings.Cut(pair, "=")
-		if !ok {
-			return nil, errors.New("bucket entry " + pair + " is not key=value")
-		}
-		var err error
-		if k, err = url.QueryUnescape(k); err != nil {
-			return nil, err
-		}
-		if v, err = url.QueryUnescape(v); err != nil {
-			return nil, err
-		}
-		id[k] = v
-	}
-	return id, nil
-}
-
-func (s *Service) usage(domain string, id map[string]string) Usage {
+// Usage returns how a bucket's limit is divided; it changes nothing.
+func (s *Service) Usage(domain string, id map[string]string) Usage {
 	u := Usage{Domain: domain, Bucket: id, Clients: []UsageClient{}}
 	entries, text := canonical(id)
 	res := s.resolver.resolve(s.opts.Rules(), domain, entries, text)
@@ -117,22 +55,22 @@ func (s *Service) usage(domain string, id map[string]string) Usage {
 		u.Assignment = "deny_all"
 		return u
 	}
-	u.Assignment, u.LimitRate, u.Burst, u.Key = "token_bucket", res.quota.Rate, res.quota.Burst, res.storeKey
+	u.Assignment, u.LimitRate, u.Burst, u.Key = "token_bucket", res.global.Rate, res.global.Burst, res.storeKey
 	s.mu.Lock()
-	p := s.pools[res.storeKey]
+	dv := s.divisions[res.storeKey]
 	s.mu.Unlock()
-	if p == nil {
+	if dv == nil {
 		return u
 	}
 	now := s.opts.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	u.Replicas = p.q.Replicas()
-	remote, at := p.q.Remote()
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	u.Replicas = dv.q.Replicas()
+	remote, at := dv.q.Remote()
 	if !at.IsZero() {
 		u.RemoteReadAgoMs = ptr(now.Sub(at).Milliseconds())
 	}
-	p.q.Clients(func(c *quota.Client) {
+	dv.q.Clients(func(c *quota.Client) {
 		uc := UsageClient{Replica: s.opts.Replica, Client: c.ID, Local: true,
 			AssignedRate: ptr(c.Assigned), LastReportAgoMs: ptr(now.Sub(c.LastReport).Milliseconds())}
 		if c.Known {

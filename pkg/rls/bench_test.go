@@ -9,7 +9,7 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -47,7 +47,7 @@ const benchClients = 1024
 // --response-headers mode.
 func benchService(b *testing.B, timeout time.Duration, headers string) *Service {
 	b.Helper()
-	return edgeService(b, nil, Options{Timeout: timeout, OnStoreError: PolicyError, Headers: HeaderOptions{Mode: headers}})
+	return edgeService(b, nil, Options{Timeout: timeout, OnStoreError: limiter.FailError, Headers: HeaderOptions{Mode: headers}})
 }
 
 // edgeService returns a service with opts on the memory store and the
@@ -79,8 +79,8 @@ func edgeService(tb testing.TB, tr *tracing.Tracing, opts Options) *Service {
 // benchRequests returns benchClients requests as Envoy sends them for
 // examples/envoy's "/" route: [remote_address], [plan, api_key] and
 // [generic_key=global], or the first n of those descriptors.
-func benchRequests(n int) []*rls.RateLimitRequest {
-	reqs := make([]*rls.RateLimitRequest, benchClients)
+func benchRequests(n int) []*rlspb.RateLimitRequest {
+	reqs := make([]*rlspb.RateLimitRequest, benchClients)
 	for i := range reqs {
 		e := func(k, v string) *common.RateLimitDescriptor_Entry {
 			return &common.RateLimitDescriptor_Entry{Key: k, Value: v}
@@ -90,7 +90,7 @@ func benchRequests(n int) []*rls.RateLimitRequest {
 			{Entries: []*common.RateLimitDescriptor_Entry{e("plan", "free"), e("api_key", "key-"+strconv.Itoa(i))}},
 			{Entries: []*common.RateLimitDescriptor_Entry{e("generic_key", "global")}},
 		}
-		reqs[i] = &rls.RateLimitRequest{Domain: "edge", Descriptors: ds[:n]}
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: ds[:n]}
 	}
 	return reqs
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the codec this one wraps
@@ -14,15 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Codec is the server's gRPC codec: grpc-go's protobuf codec, except that
-// a RateLimitRequest whose strings are not UTF-8 is decoded rather than
-// refused. Envoy sends descriptor values as they come (a header, a path,
-// a JWT claim); protobuf's decoder refuses a string field that is not
-// UTF-8 with an Internal error, which Envoy's failure_mode_deny: false
-// turns into a request with no limit at all, its other descriptors
-// included. Such values are taken as bytes, which keys and Lua hold as
-// they are. Every other message, and every request that decodes, takes
-// the standard path unchanged.
+// Codec is grpc-go's protobuf codec, except that a RateLimitRequest whose
+// strings are not UTF-8 is decoded, its strings taken as bytes, instead
+// of refused with Internal (docs/design.md#ratelimitservice-adapter).
 func Codec() encoding.CodecV2 { return codec{std: encoding.GetCodecV2("proto")} }
 
 // ServerOption installs Codec on a gRPC server.
@@ -36,7 +30,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.unmarshal
 
 func (c codec) unmarshal(data mem.BufferSlice, v any) error {
 	err := c.std.Unmarshal(data, v)
-	req, ok := v.(*rls.RateLimitRequest)
+	req, ok := v.(*rlspb.RateLimitRequest)
 	if err == nil || !ok {
 		return err
 	}
@@ -57,9 +51,8 @@ var errWire = errors.New("malformed protobuf wire data")
 // value; it returns false for a field it leaves to the standard decoder.
 type fieldFunc func(num protowire.Number, b []byte) (bool, error)
 
-// walk decodes b field by field with f; the fields f leaves, and those
-// of unknown numbers, are merged into m by the standard decoder, which
-// checks them as it always does.
+// walk decodes b field by field with f; the standard decoder merges the
+// fields f leaves into m, checking them as it always does.
 func walk(b []byte, m proto.Message, f fieldFunc) error {
 	merge := proto.UnmarshalOptions{Merge: true}
 	for len(b) > 0 {
@@ -93,9 +86,8 @@ func walk(b []byte, m proto.Message, f fieldFunc) error {
 	return nil
 }
 
-// unmarshalRequest decodes a RateLimitRequest, its domain and its entries'
-// keys and values as bytes.
-func unmarshalRequest(b []byte, req *rls.RateLimitRequest) error {
+// unmarshalRequest decodes a RateLimitRequest, its strings as bytes.
+func unmarshalRequest(b []byte, req *rlspb.RateLimitRequest) error {
 	return walk(b, req, func(num protowire.Number, v []byte) (bool, error) {
 		switch num {
 		case 1: // domain

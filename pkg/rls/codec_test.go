@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/mem"
@@ -50,8 +50,8 @@ func rawRequest(domain, key, value string) []byte {
 	return protowire.AppendVarint(b, 1)
 }
 
-func wantRequest(domain, key, value string) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: domain, HitsAddend: 2, Descriptors: []*common.RateLimitDescriptor{{
+func wantRequest(domain, key, value string) *rlspb.RateLimitRequest {
+	return &rlspb.RateLimitRequest{Domain: domain, HitsAddend: 2, Descriptors: []*common.RateLimitDescriptor{{
 		Entries:    []*common.RateLimitDescriptor_Entry{{Key: key, Value: value}},
 		Limit:      &common.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE},
 		HitsAddend: wrapperspb.UInt64(3),
@@ -69,7 +69,7 @@ func TestCodecDecodesBytes(t *testing.T) {
 		{"key and domain not UTF-8", "d\xc0", "k\xe2\x82", "v"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got rls.RateLimitRequest
+			var got rlspb.RateLimitRequest
 			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(rawRequest(tc.domain, tc.key, tc.value))}, &got); err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestCodecDecodesBytes(t *testing.T) {
 		})
 	}
 	// The unknown field is kept, as protobuf keeps it.
-	var got rls.RateLimitRequest
+	var got rlspb.RateLimitRequest
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(rawRequest("d", "k", "\xff"))}, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +102,12 @@ func TestCodecDecodesBytes(t *testing.T) {
 func TestCodecRefusesMalformed(t *testing.T) {
 	c := Codec()
 	for _, b := range [][]byte{{0x0a, 0x05, 'a'}, {0xff, 0xff, 0xff}, append(rawRequest("d", "k", "\xff"), 0x12, 0x7f)} {
-		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &rls.RateLimitRequest{}); err == nil {
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &rlspb.RateLimitRequest{}); err == nil {
 			t.Errorf("% x decoded", b)
 		}
 	}
 	// A response (or any other message) with bad UTF-8 stays refused.
-	var resp rls.RateLimitResponse
+	var resp rlspb.RateLimitResponse
 	bad := protowire.AppendTag(nil, 3, protowire.BytesType) // response_headers_to_add
 	hv := protowire.AppendTag(nil, 1, protowire.BytesType)
 	hv = protowire.AppendString(hv, "\xff")
@@ -127,7 +127,7 @@ func FuzzCodec(f *testing.F) {
 	f.Add(rawRequest("d", "k", "\xff\xfe"))
 	f.Add([]byte{0x12, 0x02, 0x0a, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var got, want rls.RateLimitRequest
+		var got, want rlspb.RateLimitRequest
 		err := Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got)
 		if proto.Unmarshal(b, &want) == nil {
 			if err != nil || !proto.Equal(&got, &want) {
@@ -150,8 +150,8 @@ func TestDecidesValuesNotUTF8(t *testing.T) {
 	l := limiter.New(st, limiter.Options{})
 	l.SetRules(rs.Set)
 	s := New(l, Options{Headers: HeaderOptions{Mode: HeadersIETF, DynamicMetadata: true}}, zaptest.NewLogger(t))
-	codes := func(value string) []rls.RateLimitResponse_Code {
-		var out []rls.RateLimitResponse_Code
+	codes := func(value string) []rlspb.RateLimitResponse_Code {
+		var out []rlspb.RateLimitResponse_Code
 		for range 3 {
 			resp, err := s.ShouldRateLimit(context.Background(), rlsRequest("d", "k", value))
 			if err != nil {
@@ -164,7 +164,7 @@ func TestDecidesValuesNotUTF8(t *testing.T) {
 		}
 		return out
 	}
-	want := []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT}
+	want := []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT}
 	for _, v := range []string{"bad\xff", "bad\xfe", "bad\xff\xfe"} {
 		if got := codes(v); !slices.Equal(got, want) {
 			t.Errorf("value %q: %v, want %v", v, got, want)
@@ -182,7 +182,7 @@ func BenchmarkCodecUnmarshal(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				var req rls.RateLimitRequest
+				var req rlspb.RateLimitRequest
 				if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &req); err != nil {
 					b.Fatal(err)
 				}

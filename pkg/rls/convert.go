@@ -4,7 +4,7 @@ import (
 	"math"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -13,13 +13,12 @@ import (
 
 type entry = *common.RateLimitDescriptor_Entry
 
-// inlineDescriptors is how many descriptors a request converts without
-// allocating: Envoy sends one per rate_limits entry of a route, rarely
-// more than a few.
+// inlineDescriptors is how many descriptors convert without allocating:
+// Envoy sends one per rate_limits entry of a route.
 const inlineDescriptors = 8
 
 // toRequest converts req, its descriptors in buf when they fit.
-func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
+func toRequest(req *rlspb.RateLimitRequest, buf []limiter.Descriptor[entry]) limiter.Request[entry] {
 	var ds []limiter.Descriptor[entry]
 	if n := len(req.GetDescriptors()); n <= cap(buf) {
 		ds = buf[:n]
@@ -44,10 +43,10 @@ func toRequest(req *rls.RateLimitRequest, buf []limiter.Descriptor[entry]) limit
 	return limiter.Request[entry]{Domain: req.GetDomain(), Descriptors: ds, HitsAddend: req.GetHitsAddend()}
 }
 
-func toResponse(res *limiter.Response) *rls.RateLimitResponse {
-	out := &rls.RateLimitResponse{
+func toResponse(res *limiter.Response) *rlspb.RateLimitResponse {
+	out := &rlspb.RateLimitResponse{
 		OverallCode: toCode(res.Code),
-		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
 	}
 	blocks := make([]statusBlock, len(res.Statuses))
 	for i := range res.Statuses {
@@ -56,16 +55,15 @@ func toResponse(res *limiter.Response) *rls.RateLimitResponse {
 	return out
 }
 
-// statusBlock holds the messages of one descriptor status, so that a
-// response allocates those of all its statuses at once.
+// statusBlock holds one status's messages, allocated at once per response.
 type statusBlock struct {
-	status rls.RateLimitResponse_DescriptorStatus
-	limit  rls.RateLimitResponse_RateLimit
+	status rlspb.RateLimitResponse_DescriptorStatus
+	limit  rlspb.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 }
 
 // set fills b's status from st and returns it.
-func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorStatus {
+func (b *statusBlock) set(st *limiter.Status) *rlspb.RateLimitResponse_DescriptorStatus {
 	ds := &b.status
 	ds.Code = toCode(st.Code)
 	lim := st.Limit
@@ -76,7 +74,7 @@ func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorS
 	default:
 		b.limit.Name = lim.Name
 		b.limit.RequestsPerUnit = lim.RequestsPerUnit
-		b.limit.Unit = rls.RateLimitResponse_RateLimit_Unit(lim.Unit)
+		b.limit.Unit = rlspb.RateLimitResponse_RateLimit_Unit(lim.Unit)
 		ds.CurrentLimit = &b.limit
 		ds.LimitRemaining = st.Remaining
 		b.reset.Seconds, b.reset.Nanos = resetSeconds(st.ResetMillis), 0
@@ -85,22 +83,19 @@ func (b *statusBlock) set(st *limiter.Status) *rls.RateLimitResponse_DescriptorS
 	return ds
 }
 
-func toCode(c limiter.Code) rls.RateLimitResponse_Code {
+func toCode(c limiter.Code) rlspb.RateLimitResponse_Code {
 	if c == limiter.OverLimit {
-		return rls.RateLimitResponse_OVER_LIMIT
+		return rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	return rls.RateLimitResponse_OK
+	return rlspb.RateLimitResponse_OK
 }
 
 // resetSeconds is duration_until_reset as the reference gives it: whole
-// seconds, rounded up (its CalculateReset answers window - now%window on
-// Unix seconds, which is the ceiling of the time left). Envoy builds
-// x-ratelimit-reset from the Duration's seconds alone, so 745ms left of a
-// per-second window must read 1, not 0.
+// seconds, rounded up (docs/design.md#ratelimitservice-adapter).
 func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
 
 // view shows a request to observers as a limiter.View, without copying.
-type view rls.RateLimitRequest
+type view rlspb.RateLimitRequest
 
 var _ limiter.View = (*view)(nil)
 

@@ -8,7 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -41,14 +41,12 @@ func (o *HeaderOptions) Validate() error {
 	return fmt.Errorf("%q is not off, ietf or legacy", o.Mode)
 }
 
-// decorate adds headers and dynamic metadata to out, as the options ask.
-// descs are the request's descriptors, one per status. Retry-After comes
-// only with an enforced OVER_LIMIT: out's overall code after quota and
-// shadow modes, so that Envoy never passes it to a client on a 200.
-func (o *HeaderOptions) decorate(out *rls.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
+// decorate adds headers and dynamic metadata to out, descs one per status;
+// Retry-After only when out's code, after shadow and quota modes, is over.
+func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
 	if o.Mode != HeadersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
-			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rls.RateLimitResponse_OVER_LIMIT)
+			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {
@@ -82,8 +80,7 @@ func restrictier(a, b *limiter.Status) bool {
 	return a.ResetMillis > b.ResetMillis
 }
 
-// headers describes st, the most restrictive status, in the mode's
-// headers, and adds Retry-After when the request is over limit.
+// headers describes st in the mode's headers, with Retry-After if over.
 func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderValue {
 	var scratch [128]byte
 	b := scratch[:0]
@@ -116,9 +113,8 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 	return h.list(b)
 }
 
-// headerList builds a few headers whose values are written one after
-// the other in one buffer, so that the list, its messages and all its
-// values take one allocation each.
+// headerList builds a few headers whose values share one buffer: the
+// list, its messages and the values take one allocation each.
 type headerList struct {
 	n    int
 	keys [4]string
@@ -144,8 +140,7 @@ func (h *headerList) list(buf []byte) []*core.HeaderValue {
 	return hs
 }
 
-// policy returns the quota and window, in seconds, that describe a limit:
-// the window for windows (unit_multiplier included), and for a token
+// policy returns a limit's quota and window in seconds: for a token
 // bucket its burst and the time to refill it from empty.
 func policy(l *descriptors.Limit) (quota int64, window int64) {
 	if l.Algorithm != descriptors.TokenBucket {
@@ -165,9 +160,8 @@ func policyName(l *descriptors.Limit) string {
 	return l.Path
 }
 
-// appendSFString appends s as a structured-field string (RFC 8941):
-// quoted, with '"' and '\' escaped and other bytes outside printable
-// ASCII dropped.
+// appendSFString appends s as an RFC 8941 string: quoted, '"' and '\'
+// escaped, bytes outside printable ASCII dropped.
 func appendSFString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	for i := 0; i < len(s); i++ {
@@ -184,11 +178,9 @@ func appendSFString(dst []byte, s string) []byte {
 
 func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
 
-// dynamicMetadata describes the request for Envoy's dynamic metadata:
-// the domain, and for each descriptor that passed under a rule its entries
-// ("key=value") and the rule's metadata. Descriptors of quota_mode rules
-// that are over (of every rule, in the limiter's global quota mode) are
-// listed by index in quotaModeViolations.
+// dynamicMetadata is the domain, each descriptor that passed under a rule
+// (entries as "key=value", the rule's metadata), and in
+// quotaModeViolations the indexes of quota descriptors over their limit.
 func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
 	var passed, violations []any
 	for i := range res.Statuses {
@@ -211,8 +203,7 @@ func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateL
 	}
 	s, err := structpb.NewStruct(m)
 	if err != nil {
-		// Metadata holds only YAML scalars, lists and string-keyed maps,
-		// which always convert; keep the answer rather than fail it.
+		// Rule metadata always converts; keep the answer rather than fail.
 		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(validUTF8(domain))}}
 	}
 	return s
@@ -228,8 +219,7 @@ func entryStrings(es []entry) []any {
 	return out
 }
 
-// validUTF8 replaces what is not UTF-8 in s with U+FFFD; s itself when it
-// is UTF-8.
+// validUTF8 replaces what is not UTF-8 in s with U+FFFD.
 func validUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s

@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -32,7 +32,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	var req rls.RateLimitRequest
+	var req rlspb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		http.Error(w, "bad RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
@@ -55,7 +55,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if resp.GetOverallCode() == rls.RateLimitResponse_OVER_LIMIT {
+	if resp.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)

@@ -13,12 +13,11 @@ type Observer interface {
 	// req shows the request's descriptors, one per status of res. It must
 	// keep neither req nor res, which are reused once it returns.
 	Decided(domain string, req limiter.View, res *limiter.Response, took time.Duration)
-	// Failed is called when a request fails: err wraps limiter.ErrInvalid
-	// (a malformed request), limiter.ErrNoRules (no rules yet), or else a
-	// store failure.
+	// Failed is called when a request fails: err wraps limiter.ErrInvalid,
+	// limiter.ErrNoRules, or else is a store failure.
 	Failed(domain string, err error, took time.Duration)
-	// GlobalShadowed is called when global shadow mode (--shadow-mode)
-	// answers OK to a request that is over limit.
+	// GlobalShadowed is called when global shadow mode passes a request
+	// over limit.
 	GlobalShadowed()
 }
 
@@ -27,21 +26,18 @@ type Observers []Observer
 
 var _ Observer = Observers(nil)
 
-// Decided tells every observer.
 func (os Observers) Decided(domain string, req limiter.View, res *limiter.Response, took time.Duration) {
 	for _, o := range os {
 		o.Decided(domain, req, res, took)
 	}
 }
 
-// Failed tells every observer.
 func (os Observers) Failed(domain string, err error, took time.Duration) {
 	for _, o := range os {
 		o.Failed(domain, err, took)
 	}
 }
 
-// GlobalShadowed tells every observer.
 func (os Observers) GlobalShadowed() {
 	for _, o := range os {
 		o.GlobalShadowed()

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -43,15 +43,15 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		shadow, quota  bool
-		wantCode       rls.RateLimitResponse_Code
+		wantCode       rlspb.RateLimitResponse_Code
 		wantRetryAfter bool
 	}{
-		{"enforced", false, false, rls.RateLimitResponse_OVER_LIMIT, true},
-		{"global shadow mode", true, false, rls.RateLimitResponse_OK, false},
+		{"enforced", false, false, rlspb.RateLimitResponse_OVER_LIMIT, true},
+		{"global shadow mode", true, false, rlspb.RateLimitResponse_OK, false},
 		// One descriptor over beside one that passes (no rule): OK.
-		{"global quota mode", false, true, rls.RateLimitResponse_OK, false},
+		{"global quota mode", false, true, rlspb.RateLimitResponse_OK, false},
 		// Every quota descriptor over: enforced.
-		{"global quota mode, all over", false, true, rls.RateLimitResponse_OVER_LIMIT, true},
+		{"global quota mode, all over", false, true, rlspb.RateLimitResponse_OVER_LIMIT, true},
 	} {
 		for _, mode := range []string{HeadersIETF, HeadersLegacy} {
 			t.Run(tc.name+" "+mode, func(t *testing.T) {
@@ -65,10 +65,10 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 					LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
 					zaptest.NewLogger(t))
 				req := rlsRequest("d", "k", "v")
-				if tc.quota && tc.wantCode == rls.RateLimitResponse_OK {
+				if tc.quota && tc.wantCode == rlspb.RateLimitResponse_OK {
 					req.Descriptors = append(req.Descriptors, rlsRequest("d", "unmatched", "x").Descriptors...)
 				}
-				var last *rls.RateLimitResponse
+				var last *rlspb.RateLimitResponse
 				for range 2 { // the second hit is over the limit of 1 a second
 					if last, err = s.ShouldRateLimit(context.Background(), req); err != nil {
 						t.Fatal(err)

@@ -1,7 +1,3 @@
-// Package rls is the adapter of Envoy's RateLimitService: it turns
-// envoy.service.ratelimit.v3 requests into limiter requests, decides them,
-// and answers with statuses, response headers and dynamic metadata, over
-// gRPC and as JSON over HTTP.
 package rls
 
 import (
@@ -10,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,28 +15,19 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// Failure policies of Options.OnStoreError (--on-store-error).
-const (
-	PolicyAllow = "allow" // answer OK
-	PolicyDeny  = "deny"  // answer OVER_LIMIT
-	PolicyError = "error" // answer Unavailable; Envoy's failure_mode_deny decides
-)
-
 // Options configure a Service.
 type Options struct {
-	// Timeout bounds one decision's store call when the caller's deadline
-	// does not come first; 0: the caller's deadline alone (the embedded
-	// store never waits).
+	// Timeout bounds a decision's store call unless the caller's deadline
+	// comes first; 0: the caller's deadline alone.
 	Timeout time.Duration
-	// OnStoreError is the failure policy: PolicyAllow, PolicyDeny or
-	// PolicyError (the default).
-	OnStoreError string
+	// OnStoreError answers store failures: OK (FailAllow), OVER_LIMIT
+	// (FailDeny) or Unavailable (FailError, the default).
+	OnStoreError limiter.FailurePolicy
 	// Headers say what an answer carries besides the decision.
 	Headers HeaderOptions
 	// Observer is told of every decision; nil: none.
 	Observer Observer
-	// Spans annotates the caller's trace span with each request's domain
-	// and answer; nil: none.
+	// Spans annotates the caller's trace span; nil: none.
 	Spans Annotator
 }
 
@@ -52,25 +39,22 @@ type Annotator interface {
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService over a
-// Limiter: it converts Envoy's protos to limiter requests and back. It is
-// safe for concurrent use.
+// Limiter. It is safe for concurrent use.
 type Service struct {
-	rls.UnimplementedRateLimitServiceServer
+	rlspb.UnimplementedRateLimitServiceServer
 	limiter *limiter.Limiter
 	o       Options
 	obs     Observer
 	log     *zap.Logger
-	// responses pools the limiter's answers: a decision is done with its
-	// answer once it has built the gRPC response.
+	// responses pools the limiter's answers, done with once converted.
 	responses sync.Pool // *limiter.Response
 }
 
-// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, as
-// interceptors see it.
-const ShouldRateLimitMethod = rls.RateLimitService_ShouldRateLimit_FullMethodName
+// ShouldRateLimitMethod is ShouldRateLimit's full gRPC method name.
+const ShouldRateLimitMethod = rlspb.RateLimitService_ShouldRateLimit_FullMethodName
 
 // Register serves s on g.
-func (s *Service) Register(g *grpc.Server) { rls.RegisterRateLimitServiceServer(g, s) }
+func (s *Service) Register(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, s) }
 
 // New returns the service of l; log receives debug lines about decisions.
 func New(l *limiter.Limiter, o Options, log *zap.Logger) *Service {
@@ -88,9 +72,9 @@ func (s *Service) putResponse(res *limiter.Response) {
 	s.responses.Put(res)
 }
 
-// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument;
-// store failures get Unavailable so that Envoy's failure_mode_deny decides.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+// ShouldRateLimit answers Envoy. Malformed requests get InvalidArgument,
+// no rules yet Unknown, store failures Options.OnStoreError's answer.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
@@ -98,20 +82,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	return resp, nil
 }
 
-func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
 	if s.o.Spans != nil {
 		s.o.Spans.Decision(ctx, req.GetDomain(), len(req.GetDescriptors()))
 	}
 	if s.limiter.Rules() == nil {
-		// Only with rules over xDS and a forced start, before the first
-		// snapshot.
+		// xDS rules and a forced start, before the first snapshot.
 		s.obs.Failed(req.GetDomain(), limiter.ErrNoRules, time.Since(start))
 		return nil, limiter.ErrNoRules
 	}
 	var buf [inlineDescriptors]limiter.Descriptor[entry]
 	lreq := toRequest(req, buf[:0])
-	if s.o.Timeout > 0 && !deadlineWithin(ctx, start, s.o.Timeout) {
+	// Envoy's deadline (20ms by default) usually comes first: no timer.
+	if s.o.Timeout > 0 && !limiter.DeadlineWithin(ctx, start, s.o.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
 		defer cancel()
@@ -133,8 +117,8 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	}
 	out := toResponse(res)
 	h := &s.o.Headers
-	if h.ShadowMode && out.OverallCode == rls.RateLimitResponse_OVER_LIMIT {
-		out.OverallCode = rls.RateLimitResponse_OK
+	if h.ShadowMode && out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		out.OverallCode = rlspb.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
 	}
 	if h.Mode != HeadersOff || h.DynamicMetadata {
@@ -146,9 +130,8 @@ func (s *Service) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.R
 	return out, nil
 }
 
-// logUnmatched logs, at debug level, the descriptors of req that no rule
-// matched, so that a rule that never applies can be found.
-func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response) {
+// logUnmatched logs at debug level the descriptors no rule matched.
+func (s *Service) logUnmatched(req *rlspb.RateLimitRequest, res *limiter.Response) {
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		if st.Limit != nil || st.Replaced || i >= len(req.GetDescriptors()) {
@@ -159,18 +142,8 @@ func (s *Service) logUnmatched(req *rls.RateLimitRequest, res *limiter.Response)
 	}
 }
 
-// deadlineWithin reports whether ctx ends at most timeout after start.
-// The store call then waits no longer than timeout without a timer of
-// ours: Envoy's deadline (20ms by default) comes before the default
-// --store-timeout (50ms).
-func deadlineWithin(ctx context.Context, start time.Time, timeout time.Duration) bool {
-	d, ok := ctx.Deadline()
-	return ok && d.Sub(start) <= timeout
-}
-
-// grpcError maps limiter errors to gRPC status codes. No rules yet answers
-// the reference's status (Unknown), so that Envoy's failure_mode_deny
-// decides.
+// grpcError maps limiter errors to gRPC codes; no rules yet is Unknown, as
+// the reference answers.
 func grpcError(err error) error {
 	switch {
 	case errors.Is(err, limiter.ErrNoRules):
@@ -185,18 +158,18 @@ func grpcError(err error) error {
 }
 
 // onStoreError answers a request whose store call failed, by policy.
-func (s *Service) onStoreError(n int, err error) (*rls.RateLimitResponse, error) {
-	code := rls.RateLimitResponse_OK
+func (s *Service) onStoreError(n int, err error) (*rlspb.RateLimitResponse, error) {
+	code := rlspb.RateLimitResponse_OK
 	switch s.o.OnStoreError {
-	case PolicyAllow:
-	case PolicyDeny:
-		code = rls.RateLimitResponse_OVER_LIMIT
+	case limiter.FailAllow:
+	case limiter.FailDeny:
+		code = rlspb.RateLimitResponse_OVER_LIMIT
 	default:
 		return nil, err
 	}
-	out := &rls.RateLimitResponse{OverallCode: code, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, n)}
+	out := &rlspb.RateLimitResponse{OverallCode: code, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
 	for i := range out.Statuses {
-		out.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: code}
+		out.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: code}
 	}
 	return out, nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -91,20 +91,20 @@ func TestStoreDeadline(t *testing.T) {
 
 // toResponseReference is toResponse as first written, one allocation per
 // message: the answer the pooled version must give.
-func toResponseReference(res *limiter.Response) *rls.RateLimitResponse {
-	out := &rls.RateLimitResponse{OverallCode: toCode(res.Code)}
+func toResponseReference(res *limiter.Response) *rlspb.RateLimitResponse {
+	out := &rlspb.RateLimitResponse{OverallCode: toCode(res.Code)}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		ds := &rls.RateLimitResponse_DescriptorStatus{Code: toCode(st.Code)}
+		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: toCode(st.Code)}
 		switch lim := st.Limit; {
 		case lim == nil:
 		case lim.Unlimited:
 			ds.LimitRemaining = math.MaxUint32
 		default:
-			ds.CurrentLimit = &rls.RateLimitResponse_RateLimit{
+			ds.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{
 				Name:            lim.Name,
 				RequestsPerUnit: lim.RequestsPerUnit,
-				Unit:            rls.RateLimitResponse_RateLimit_Unit(lim.Unit),
+				Unit:            rlspb.RateLimitResponse_RateLimit_Unit(lim.Unit),
 			}
 			ds.LimitRemaining = st.Remaining
 			// Whole seconds, rounded up, as the reference answers.
@@ -151,8 +151,8 @@ func TestResponsesIndependent(t *testing.T) {
 	l := limiter.New(m, limiter.Options{})
 	l.SetRules(rs.Set)
 	s := New(l, Options{}, zaptest.NewLogger(t))
-	request := func(n int, key string) *rls.RateLimitRequest {
-		req := &rls.RateLimitRequest{Domain: "d"}
+	request := func(n int, key string) *rlspb.RateLimitRequest {
+		req := &rlspb.RateLimitRequest{Domain: "d"}
 		for i := range n {
 			req.Descriptors = append(req.Descriptors, &common.RateLimitDescriptor{
 				Entries: []*common.RateLimitDescriptor_Entry{{Key: key, Value: fmt.Sprint(i)}}})
@@ -160,9 +160,9 @@ func TestResponsesIndependent(t *testing.T) {
 		return req
 	}
 	ctx := context.Background()
-	var answers []*rls.RateLimitResponse
-	var copies []*rls.RateLimitResponse
-	for _, req := range []*rls.RateLimitRequest{request(3, "k"), request(inlineDescriptors+5, "k"), request(1, "free"), request(2, "none")} {
+	var answers []*rlspb.RateLimitResponse
+	var copies []*rlspb.RateLimitResponse
+	for _, req := range []*rlspb.RateLimitRequest{request(3, "k"), request(inlineDescriptors+5, "k"), request(1, "free"), request(2, "none")} {
 		resp, err := s.ShouldRateLimit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +170,7 @@ func TestResponsesIndependent(t *testing.T) {
 		if len(resp.GetStatuses()) != len(req.GetDescriptors()) {
 			t.Fatalf("%d statuses for %d descriptors", len(resp.GetStatuses()), len(req.GetDescriptors()))
 		}
-		answers, copies = append(answers, resp), append(copies, proto.Clone(resp).(*rls.RateLimitResponse))
+		answers, copies = append(answers, resp), append(copies, proto.Clone(resp).(*rlspb.RateLimitResponse))
 	}
 	for i := range answers {
 		if !proto.Equal(answers[i], copies[i]) {
@@ -186,10 +186,10 @@ func TestResponsesIndependent(t *testing.T) {
 }
 
 // rlsRequest is a request of one descriptor of key=value pairs.
-func rlsRequest(domain string, kv ...string) *rls.RateLimitRequest {
+func rlsRequest(domain string, kv ...string) *rlspb.RateLimitRequest {
 	d := &common.RateLimitDescriptor{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		d.Entries = append(d.Entries, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
 	}
-	return &rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{d}}
+	return &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{d}}
 }

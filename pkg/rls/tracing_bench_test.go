@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
@@ -31,11 +31,11 @@ func BenchmarkShouldRateLimitTraced(b *testing.B) {
 			reqs := benchRequests(3)
 			ctx := metadata.NewIncomingContext(context.Background(),
 				metadata.Pairs("traceparent", "00-4bf92f3577b34e27a1b2c3d4e5f60718-00f067aa0ba902b7-"+tc.flags))
-			info := &grpc.UnaryServerInfo{FullMethod: rls.RateLimitService_ShouldRateLimit_FullMethodName}
+			info := &grpc.UnaryServerInfo{FullMethod: rlspb.RateLimitService_ShouldRateLimit_FullMethodName}
 			handler := func(ctx context.Context, req any) (any, error) {
-				return s.ShouldRateLimit(ctx, req.(*rls.RateLimitRequest))
+				return s.ShouldRateLimit(ctx, req.(*rlspb.RateLimitRequest))
 			}
-			intercept := tr.UnaryInterceptor(rls.RateLimitService_ShouldRateLimit_FullMethodName)
+			intercept := tr.UnaryInterceptor(rlspb.RateLimitService_ShouldRateLimit_FullMethodName)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -68,10 +68,10 @@ func TestTracingSpans(t *testing.T) {
 				method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 			}
 			req := benchRequests(3)[7]
-			intercept := tr.UnaryInterceptor(rls.RateLimitService_ShouldRateLimit_FullMethodName)
+			intercept := tr.UnaryInterceptor(rlspb.RateLimitService_ShouldRateLimit_FullMethodName)
 			resp, err := intercept(ctx, req, &grpc.UnaryServerInfo{FullMethod: method},
 				func(ctx context.Context, req any) (any, error) {
-					return s.ShouldRateLimit(ctx, req.(*rls.RateLimitRequest))
+					return s.ShouldRateLimit(ctx, req.(*rlspb.RateLimitRequest))
 				})
 			if err != nil || resp == nil {
 				t.Fatalf("call: %v, %v", resp, err)

@@ -62,7 +62,7 @@ func newRefHarness(t *testing.T, ruleYAML string, nearRatio float64, mapper *sta
 	}
 	h.reg.MustRegister(coll)
 	h.stats.prom = coll
-	h.svc = rls.New(l, rls.Options{Observer: h.stats, OnStoreError: rls.PolicyError}, zaptest.NewLogger(t))
+	h.svc = rls.New(l, rls.Options{Observer: h.stats, OnStoreError: limiter.FailError}, zaptest.NewLogger(t))
 	return h
 }
 

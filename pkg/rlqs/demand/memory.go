@@ -12,10 +12,9 @@ import (
 // expired buckets of a Memory.
 const memDemandSweep = 1024
 
-// Memory is a demand store in process, with Redis's semantics
-// (values live ttl; a bucket lives ttl from the last read or the last
-// write that added a client), for tests and for replicas of one process.
-// It is safe for concurrent use.
+// Memory is a demand store in process with Redis's semantics, for tests
+// and for replicas of one process (docs/rlqs.md, "Across replicas"). It
+// is safe for concurrent use.
 type Memory struct {
 	now func() time.Time
 
@@ -34,8 +33,7 @@ type memField struct {
 	d       quota.Demand
 }
 
-// NewMemory returns an empty store whose clock is now (nil:
-// time.Now), used when an exchange gives no time.
+// NewMemory returns an empty store on the clock now (nil: time.Now).
 func NewMemory(now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
@@ -43,8 +41,7 @@ func NewMemory(now func() time.Time) *Memory {
 	return &Memory{now: now, buckets: map[string]*memBucket{}}
 }
 
-// Exchange is Redis.Exchange, in process. Rates keep the
-// milli-request precision Redis stores.
+// Exchange is Redis.Exchange in process, rates in milli-requests too.
 func (m *Memory) Exchange(_ context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
 	if err := checkDemand(items); err != nil || len(items) == 0 {
 		return nil, err

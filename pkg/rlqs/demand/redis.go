@@ -23,22 +23,16 @@ import (
 // writes and deletes.
 var ErrBadItem = errors.New("bad demand item")
 
-// demandKeysPerCall bounds the keys of one demand.lua call, so that Redis,
-// which runs a script to its end before serving anyone else, is not held
-// for long; the calls of one exchange still leave in one pipeline.
+// demandKeysPerCall bounds the keys of one demand.lua call, so that a
+// script does not hold Redis for long; an exchange's calls share a pipeline.
 const demandKeysPerCall = 128
 
 var demandScript = redis.NewScript(lua.Demand)
 
-// Redis shares the demand of RLQS clients among FastLimit replicas
-// through Redis: each bucket is a hash of the project's key scheme whose
-// fields are the clients, written and read back by lua/demand.lua. An
-// exchange is one round trip: its script calls (one per 128 keys, and on
-// a Cluster one per slot) leave in one pipeline. Writes are idempotent, so
-// that a pipeline refused with NOSCRIPT is sent again after loading the
-// script. Expired values a read meets are dropped from its answer and
-// deleted by a later exchange (quota.DeleteExpired) unless written again
-// since. It is safe for concurrent use.
+// Redis shares the demand of RLQS clients among replicas through Redis,
+// a hash per bucket whose fields are the clients (lua/demand.lua), in one
+// pipeline an exchange (docs/rlqs.md, "Across replicas"). It is safe for
+// concurrent use.
 type Redis struct {
 	client redis.UniversalClient
 
@@ -56,12 +50,9 @@ func NewRedis(client redis.UniversalClient) *Redis {
 	return &Redis{client: client}
 }
 
-// Exchange writes or deletes each item's client in its bucket, every
-// value living ttl, and returns, for each item with quota.Read, every
-// live demand of its bucket (after this exchange's writes), nil for the
-// others. now is the time values are stamped and judged at; zero means
-// Redis TIME. An error wraps limiter.ErrUnavailable, except for items
-// that cannot be encoded (ErrBadItem), which are refused unsent.
+// Exchange is rlqs.DemandStore's; now stamps and judges values (zero:
+// Redis TIME). An error wraps limiter.ErrUnavailable, or ErrBadItem for
+// items that cannot be encoded, which are refused unsent.
 func (d *Redis) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
 	if err := checkDemand(items); err != nil || len(items) == 0 {
 		return nil, err
