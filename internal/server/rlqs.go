@@ -39,13 +39,13 @@ func (s *Server) newRLQS(r *store.Redis) error {
 }
 
 // rlqsTotals are RLQS's state, for its gauges.
-func (s *Server) rlqsTotals() map[string]metrics.QuotaTotals {
+func (s *Server) rlqsTotals() map[string]metrics.RLQSTotals {
 	if s.rlqs == nil {
 		return nil
 	}
-	out := map[string]metrics.QuotaTotals{}
+	out := map[string]metrics.RLQSTotals{}
 	for d, t := range s.rlqs.Totals() {
-		out[d] = metrics.QuotaTotals(t)
+		out[d] = metrics.RLQSTotals(t)
 	}
 	return out
 }

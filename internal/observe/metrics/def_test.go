@@ -130,7 +130,7 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 
 	one := func() float64 { return 1 }
 	var n atomic.Int64
-	q, err := NewRLQS(reg, func() map[string]QuotaTotals { return map[string]QuotaTotals{"d": {Streams: 1}} })
+	q, err := NewRLQS(reg, func() map[string]RLQSTotals { return map[string]RLQSTotals{"d": {Streams: 1}} })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,9 +55,9 @@ var (
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
-// QuotaTotals are one domain's quota state; rlqs.DomainTotals converts
+// RLQSTotals are one domain's quota state; rlqs.DomainTotals converts
 // to it.
-type QuotaTotals struct {
+type RLQSTotals struct {
 	Streams, Buckets, Limits            int
 	LimitRate, AssignedRate, DemandRate float64
 }
@@ -75,7 +75,7 @@ type RLQS struct {
 
 // NewRLQS registers the quota service's series on reg; totals reads its
 // state, by domain, at each scrape.
-func NewRLQS(reg prometheus.Registerer, totals func() map[string]QuotaTotals) (*RLQS, error) {
+func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*RLQS, error) {
 	m := &RLQS{
 		reports:         rlqsReportsDef.counterVec(),
 		bucketReports:   rlqsBucketReportsDef.counterVec(),
@@ -89,7 +89,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]QuotaTotals) (*
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
 	}
-	gauges := &quotaCollector{totals: totals}
+	gauges := &rlqsCollector{totals: totals}
 	for _, d := range []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef} {
 		gauges.descs = append(gauges.descs, d.desc())
 	}
@@ -131,20 +131,20 @@ func (m *RLQS) Exchanged(took time.Duration, items int) {
 	m.exchangeItems.Add(float64(items))
 }
 
-// quotaCollector exports the quota service's gauges, in the order of
+// rlqsCollector exports the quota service's gauges, in the order of
 // rlqsDefs: streams, buckets, limits, limit, assigned and demand rates.
-type quotaCollector struct {
-	totals func() map[string]QuotaTotals
+type rlqsCollector struct {
+	totals func() map[string]RLQSTotals
 	descs  []*prometheus.Desc
 }
 
-func (c *quotaCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *rlqsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
 }
 
-func (c *quotaCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *rlqsCollector) Collect(ch chan<- prometheus.Metric) {
 	for domain, t := range c.totals() {
 		for i, v := range []float64{float64(t.Streams), float64(t.Buckets), float64(t.Limits), t.LimitRate, t.AssignedRate, t.DemandRate} {
 			ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.GaugeValue, v, domain)

@@ -14,8 +14,8 @@ import (
 // observer was told.
 func TestRLQS(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	totals := map[string]QuotaTotals{"d": {Streams: 3, Buckets: 3, Limits: 1, LimitRate: 300, AssignedRate: 300, DemandRate: 1000}}
-	m, err := NewRLQS(reg, func() map[string]QuotaTotals { return totals })
+	totals := map[string]RLQSTotals{"d": {Streams: 3, Buckets: 3, Limits: 1, LimitRate: 300, AssignedRate: 300, DemandRate: 1000}}
+	m, err := NewRLQS(reg, func() map[string]RLQSTotals { return totals })
 	if err != nil {
 		t.Fatal(err)
 	}
