@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -18,6 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -60,21 +63,6 @@ func xdsRules(rpu uint32) *rlsconf.RateLimitConfig {
 		&rlsconf.RateLimitDescriptor{Key: "free", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}})
 }
 
-// httpGet returns the status and body of url.
-func httpGet(t testing.TB, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 func TestXDSRules(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -86,7 +74,7 @@ func TestXDSRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startRedis(t)
+			r := redistest.StartServer(t)
 			env := map[string]string{
 				"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
 				"CONFIG_GRPC_XDS_NODE_ID":            xdsNodeID,
@@ -97,7 +85,7 @@ func TestXDSRules(t *testing.T) {
 			}
 			var cfg *tls.Config
 			if tc.mtls {
-				certs := xdstest.NewCerts(t)
+				certs := certtest.NewFiles(t, xdstest.ServerName)
 				cfg = certs.ServerTLS(true)
 				env["CONFIG_GRPC_XDS_SERVER_USE_TLS"] = "true"
 				env["CONFIG_GRPC_XDS_CLIENT_TLS_CERT"] = certs.ClientCert
@@ -182,13 +170,13 @@ func TestXDSRules(t *testing.T) {
 				t.Errorf("carol's 7th hit under v2's 10/minute: %v", got)
 			}
 
-			code, body := httpGet(t, "http://"+admin+"/v1/rules")
+			code, body := scrape.Get(t, "http://"+admin+"/v1/rules")
 			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
 				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
 				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
 				t.Errorf("/v1/rules %d:\n%s", code, body)
 			}
-			_, metrics := httpGet(t, "http://"+admin+"/metrics")
+			_, metrics := scrape.Get(t, "http://"+admin+"/metrics")
 			for _, want := range []string{`fastlimit_config_loads_total{result="failure"} 1`, "fastlimit_config_last_reload_successful 0"} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("/metrics lacks %q", want)
@@ -202,7 +190,7 @@ func TestXDSRules(t *testing.T) {
 			if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, func() bool { return strings.Contains(srv.logs.String(), "nothing to reload") })
+			wait.For(t, 5*time.Second, func() bool { return strings.Contains(srv.logs.String(), "nothing to reload") })
 			if lim := call("dave").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 10 {
 				t.Errorf("after SIGHUP: limit %d", lim)
 			}
@@ -223,7 +211,7 @@ func TestXDSWaitsForRules(t *testing.T) {
 		t.Fatalf("listening before the first rules: %d", resp.StatusCode)
 	}
 	set("v1", xdsRules(1))
-	waitFor(t, 15*time.Second, func() bool {
+	wait.For(t, 15*time.Second, func() bool {
 		resp, err := http.Get("http://" + srv.HTTP + "/healthcheck")
 		if err != nil {
 			return false

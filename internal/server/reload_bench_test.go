@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // Figures of TestReloadLatency, the 10,000-rule reload measurement.
@@ -43,7 +44,7 @@ func TestReloadLatency(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for f := range benchFiles {
-		writeFile(t, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
+		files.Write(t, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
 	}
 	s := testServerOn(t, dir, zap.NewNop())
 	if n := len(s.rules.Current().Set.Limits()); n != benchFiles*benchRulesPer {
@@ -73,7 +74,7 @@ func TestReloadLatency(t *testing.T) {
 				// 10,000 rules.
 				prev := s.rules.Current()
 				start := time.Now()
-				writeFile(t, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
+				files.Write(t, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
 				for s.rules.Current() == prev {
 					time.Sleep(time.Millisecond)
 				}

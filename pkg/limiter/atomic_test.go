@@ -23,9 +23,6 @@ var atomicNow = time.UnixMilli(1_750_000_000_000 + 30*60_000)
 // (the same rules, decided descriptor by descriptor).
 func atomicRules(t testing.TB) *descriptors.Set {
 	t.Helper()
-	hour := func(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
-		return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
-	}
 	rules := []descriptors.Descriptor{
 		{Key: "a", Limit: hour(5, descriptors.FixedWindow)},
 		{Key: "one", Limit: hour(1, descriptors.FixedWindow)},
@@ -39,14 +36,13 @@ func atomicRules(t testing.TB) *descriptors.Set {
 		{Key: "big", Limit: hour(100, descriptors.FixedWindow)},
 		{Key: "small", Limit: hour(50, descriptors.TokenBucket)},
 	}
-	s, err := descriptors.NewSet([]descriptors.DomainConfig{
-		{Name: "all", Atomic: true, Descriptors: rules},
-		{Name: "plain", Descriptors: rules},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return mustSet(t, descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules},
+		descriptors.DomainConfig{Name: "plain", Descriptors: rules})
+}
+
+// hour is a limit of rpu an hour with alg.
+func hour(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
+	return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
 }
 
 // newAtomicLimiter returns a limiter with atomicRules on a fresh memory

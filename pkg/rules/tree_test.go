@@ -2,38 +2,15 @@ package rules_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
-
-// tree writes files (path relative to the returned directory -> content)
-// and symlinks (a value starting with "-> " is the link's target).
-func tree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if target, ok := strings.CutPrefix(body, "-> "); ok {
-			if err := os.Symlink(target, path); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 func domainFile(domain string) string {
 	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
@@ -44,7 +21,7 @@ func domainFile(domain string) string {
 // files but not symlinked directories, dot files by option, a ConfigMap's
 // ".." entries never.
 func TestLoadTree(t *testing.T) {
-	dir := tree(t, map[string]string{
+	dir := files.Dir(t, map[string]string{
 		"config/a.yaml":               domainFile("a"),
 		"config/b.conf":               domainFile("b"),
 		"config/nested/deeper/c":      domainFile("c"),
@@ -93,7 +70,7 @@ func TestLoadTree(t *testing.T) {
 	if want := filepath.Join(dir, "config", "nested/deeper/c"); !slices.Contains(r.Files, want) {
 		t.Errorf("Files = %v, want %s among them", r.Files, want)
 	}
-	bad := tree(t, map[string]string{"sub/bad.txt": "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
+	bad := files.Dir(t, map[string]string{"sub/bad.txt": "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
 	_, err = rules.LoadWith(bad, rules.Options{Tree: true})
 	var ce *rules.Error
 	if !errors.As(err, &ce) || ce.File != filepath.Join(bad, "sub/bad.txt") || ce.Line != 4 {
@@ -107,7 +84,7 @@ func TestLoadTree(t *testing.T) {
 // TestMergeDomains follows MERGE_DOMAIN_CONFIG: files of one domain add
 // their top-level descriptors to it; a repeated descriptor is an error.
 func TestMergeDomains(t *testing.T) {
-	dir := tree(t, map[string]string{
+	dir := files.Dir(t, map[string]string{
 		"a.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shared\ntenant_key: plan\ndescriptors:\n  - key: two\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
 	})
@@ -126,7 +103,7 @@ func TestMergeDomains(t *testing.T) {
 		t.Errorf("merged tenant_key = %q, want plan", d.TenantKey)
 	}
 
-	dup := tree(t, map[string]string{
+	dup := files.Dir(t, map[string]string{
 		"a.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"b.yaml": "domain: shared\ndescriptors:\n  - key: one\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
 	})
@@ -136,7 +113,7 @@ func TestMergeDomains(t *testing.T) {
 		t.Errorf("repeated descriptor: %v, want a duplicate at b.yaml:3", err)
 	}
 
-	tenants := tree(t, map[string]string{
+	tenants := files.Dir(t, map[string]string{
 		"a.yaml": "domain: shared\ntenant_key: plan\n",
 		"b.yaml": "domain: shared\ntenant_key: tier\n",
 	})

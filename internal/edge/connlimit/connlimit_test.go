@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // patience bounds every wait for something that must happen.
@@ -83,17 +84,11 @@ func accepted(t *testing.T, conns <-chan net.Conn) net.Conn {
 
 func waitStats(t *testing.T, l *connlimit.Listener, ok func(connlimit.Stats) bool) connlimit.Stats {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		st := l.Stats()
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st connlimit.Stats
+	if !wait.True(patience, func() bool { st = l.Stats(); return ok(st) }) {
+		t.Fatalf("stats %+v", st)
 	}
+	return st
 }
 
 // TestCapRefusesAndRecovers opens connections up to a cap of 3: the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // patience bounds every wait for something that must happen.
@@ -108,10 +109,7 @@ func TestHeaderLimit(t *testing.T) {
 func TestMaxConns(t *testing.T) {
 	s := serve(t, httpserver.Options{MaxConns: 2})
 	held := []net.Conn{dial(t, s), dial(t, s)}
-	deadline := time.Now().Add(patience)
-	for s.Stats().Open < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.True(patience, func() bool { return s.Stats().Open >= 2 })
 	extra, err := net.DialTimeout("tcp", s.Addr().String(), patience)
 	if err == nil {
 		defer extra.Close()

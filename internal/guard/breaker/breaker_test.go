@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -342,12 +343,8 @@ func TestBreakerProbeNeverBlocksACaller(t *testing.T) {
 	h.once(errReset)
 	h.clock.awaitWait(t)
 	h.clock.Advance(time.Second)
-	deadline := time.Now().Add(patience)
-	for h.g.pings.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no probe")
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.True(patience, func() bool { return h.g.pings.Load() > 0 }) {
+		t.Fatal("no probe")
 	}
 	if h.b.State() != breaker.HalfOpen {
 		t.Fatalf("state %v during a probe", h.b.State())

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // within is the bound from a change to its reload, for the
@@ -104,7 +105,7 @@ func TestPathSymlinkSwap(t *testing.T) {
 	base := t.TempDir()
 	for _, rev := range []string{"r1", "r2"} {
 		mkdir(t, filepath.Join(base, ".worktrees", rev))
-		write(t, filepath.Join(base, ".worktrees", rev, "rules.yaml"), rev)
+		files.Write(t, filepath.Join(base, ".worktrees", rev, "rules.yaml"), rev)
 	}
 	link := filepath.Join(base, "link")
 	if err := os.Symlink(".worktrees/r1", link); err != nil {
@@ -112,21 +113,21 @@ func TestPathSymlinkSwap(t *testing.T) {
 	}
 	sights := watchFile(t, link, "rules.yaml", reload.Options{Loaded: rulesOnly})
 
-	write(t, filepath.Join(base, "unrelated"), "x") // beside the path
+	files.Write(t, filepath.Join(base, "unrelated"), "x") // beside the path
 	expectNoSight(t, sights)
 
 	start := time.Now()
 	swapLink(t, ".worktrees/r2", link)
 	expectContent(t, sights, "r2", start, within)
 
-	write(t, filepath.Join(base, ".worktrees", "r1", "rules.yaml"), "old checkout")
+	files.Write(t, filepath.Join(base, ".worktrees", "r1", "rules.yaml"), "old checkout")
 	if err := os.RemoveAll(filepath.Join(base, ".worktrees", "r1")); err != nil {
 		t.Fatal(err)
 	}
 	expectNoSight(t, sights)
 
 	start = time.Now()
-	replace(t, filepath.Join(base, ".worktrees", "r2", "rules.yaml"), "r2 edited")
+	files.Replace(t, filepath.Join(base, ".worktrees", "r2", "rules.yaml"), "r2 edited")
 	expectContent(t, sights, "r2 edited", start, within)
 }
 
@@ -138,16 +139,16 @@ func TestDirectoryRemovedAndCreated(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		pause time.Duration // between the steps
-		put   func(t *testing.T, path, body string)
+		put   func(t testing.TB, path, body string)
 	}{
-		{"at once, written in place", 0, write},
-		{"at once, renamed into place", 0, replace},
-		{"paced, written in place", 700 * time.Millisecond, write},
+		{"at once, written in place", 0, files.Write[string]},
+		{"at once, renamed into place", 0, files.Replace},
+		{"paced, written in place", 700 * time.Millisecond, files.Write[string]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "rules")
 			mkdir(t, dir)
-			write(t, filepath.Join(dir, "a.yaml"), "v1")
+			files.Write(t, filepath.Join(dir, "a.yaml"), "v1")
 			sights := watchFile(t, dir, "a.yaml", reload.Options{Loaded: rulesOnly})
 
 			if err := os.RemoveAll(dir); err != nil {
@@ -174,7 +175,7 @@ func TestContentCheckFindsASwapAbove(t *testing.T) {
 	base := t.TempDir()
 	for _, v := range []string{"v1", "v2"} {
 		mkdir(t, filepath.Join(base, v, "rules"))
-		write(t, filepath.Join(base, v, "rules", "a.yaml"), v)
+		files.Write(t, filepath.Join(base, v, "rules", "a.yaml"), v)
 	}
 	current := filepath.Join(base, "current")
 	if err := os.Symlink("v1", current); err != nil {
@@ -191,7 +192,7 @@ func TestContentCheckFindsASwapAbove(t *testing.T) {
 		t.Errorf("reloaded by %q, want %q", s.cause, reload.CauseCheck)
 	}
 	start = time.Now()
-	replace(t, filepath.Join(base, "v2", "rules", "a.yaml"), "v2 edited")
+	files.Replace(t, filepath.Join(base, "v2", "rules", "a.yaml"), "v2 edited")
 	if s := expectContent(t, sights, "v2 edited", start, within); s.cause != reload.CauseChange {
 		t.Errorf("the new directory's edit reloaded by %q, want %q: not watched", s.cause, reload.CauseChange)
 	}

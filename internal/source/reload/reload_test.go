@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 const (
@@ -68,49 +69,31 @@ func expectNone(t *testing.T, causes <-chan string) {
 	}
 }
 
-// replace writes path atomically: a temporary dotfile beside it, renamed
-// into place.
-func replace(t *testing.T, path, body string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	write(t, tmp, body)
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func write(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestChanges(t *testing.T) {
 	cases := []struct {
 		name   string
 		setup  func(t *testing.T, dir string)
 		change func(t *testing.T, dir string)
 	}{
-		{"create", nil, func(t *testing.T, dir string) { write(t, filepath.Join(dir, "a.yaml"), "x") }},
-		{"write", func(t *testing.T, dir string) { write(t, filepath.Join(dir, "a.yaml"), "x") },
-			func(t *testing.T, dir string) { write(t, filepath.Join(dir, "a.yaml"), "y") }},
-		{"remove", func(t *testing.T, dir string) { write(t, filepath.Join(dir, "a.yaml"), "x") },
+		{"create", nil, func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, "a.yaml"), "x") }},
+		{"write", func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, "a.yaml"), "x") },
+			func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, "a.yaml"), "y") }},
+		{"remove", func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, "a.yaml"), "x") },
 			func(t *testing.T, dir string) {
 				if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{"rename into place", func(t *testing.T, dir string) { write(t, filepath.Join(dir, "a.yaml"), "x") },
+		{"rename into place", func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, "a.yaml"), "x") },
 			func(t *testing.T, dir string) {
-				write(t, filepath.Join(dir, ".a.yaml.tmp"), "y")
+				files.Write(t, filepath.Join(dir, ".a.yaml.tmp"), "y")
 				if err := os.Rename(filepath.Join(dir, ".a.yaml.tmp"), filepath.Join(dir, "a.yaml")); err != nil {
 					t.Fatal(err)
 				}
 			}},
 		{"rename in from outside", nil, func(t *testing.T, dir string) {
 			src := filepath.Join(t.TempDir(), "b.yaml")
-			write(t, src, "x")
+			files.Write(t, src, "x")
 			if err := os.Rename(src, filepath.Join(dir, "b.yaml")); err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +116,7 @@ func TestChanges(t *testing.T) {
 func TestChmodAloneDoesNotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
-	write(t, path, "x")
+	files.Write(t, path, "x")
 	_, causes := watch(t, dir, reload.Options{})
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
@@ -145,7 +128,7 @@ func TestBurstMakesOneReload(t *testing.T) {
 	dir := t.TempDir()
 	_, causes := watch(t, dir, reload.Options{Debounce: 100 * time.Millisecond})
 	for i := range 20 {
-		write(t, filepath.Join(dir, "a.yaml"), string(rune('a'+i)))
+		files.Write(t, filepath.Join(dir, "a.yaml"), string(rune('a'+i)))
 		time.Sleep(2 * time.Millisecond)
 	}
 	expect(t, causes, reload.CauseChange)
@@ -160,7 +143,7 @@ func TestMaxDelayBoundsAStream(t *testing.T) {
 	stop := time.Now().Add(time.Second)
 	reloaded := false
 	for i := 0; time.Now().Before(stop) && !reloaded; i++ {
-		replace(t, filepath.Join(dir, fmt.Sprintf("a%d.yaml", i)), time.Now().String())
+		files.Replace(t, filepath.Join(dir, fmt.Sprintf("a%d.yaml", i)), time.Now().String())
 		select {
 		case <-causes:
 			reloaded = true
@@ -177,39 +160,16 @@ func TestMaxDelayBoundsAStream(t *testing.T) {
 // symlink to it, renamed over "..data", and the old directory removed.
 func TestConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
-	configMap(t, dir, "..2026_01_01_00_00_00.1", "v1")
-	if err := os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("..data/rules.yaml", filepath.Join(dir, "rules.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	files.Volume(t, dir, map[string]string{"rules.yaml": "v1"})
 	_, causes := watch(t, dir, reload.Options{})
 
-	configMap(t, dir, "..2026_01_01_00_01_00.2", "v2")
-	if err := os.Symlink("..2026_01_01_00_01_00.2", filepath.Join(dir, "..data_tmp")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, "..2026_01_01_00_00_00.1")); err != nil {
-		t.Fatal(err)
-	}
+	files.Volume(t, dir, map[string]string{"rules.yaml": "v2"})
 	expect(t, causes, reload.CauseChange)
 	expectNone(t, causes)
 	got, err := os.ReadFile(filepath.Join(dir, "rules.yaml"))
 	if err != nil || string(got) != "v2" {
 		t.Fatalf("rules.yaml reads %q, %v; want v2", got, err)
 	}
-}
-
-func configMap(t *testing.T, dir, version, body string) {
-	t.Helper()
-	if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(dir, version, "rules.yaml"), body)
 }
 
 func TestTrigger(t *testing.T) {
@@ -268,7 +228,7 @@ func TestDirectoryComesBack(t *testing.T) {
 	}
 	expect(t, causes, reload.CauseRewatch)
 	// The new directory is watched.
-	write(t, filepath.Join(dir, "a.yaml"), "x")
+	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
 	expect(t, causes, reload.CauseChange)
 }
 
@@ -306,7 +266,7 @@ func rulesOnly(name string) bool { return !strings.HasPrefix(name, ".") }
 func TestInPlaceWritesSettle(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
-	write(t, path, "old")
+	files.Write(t, path, "old")
 	seen := make(chan string, 10)
 	w := reload.New(dir, func(ctx context.Context, cause string) {
 		b, _ := os.ReadFile(path)
@@ -352,8 +312,8 @@ func TestAtomicReplacementsSkipSettle(t *testing.T) {
 		name   string
 		change func(t *testing.T, dir string)
 	}{
-		{"create", func(t *testing.T, dir string) { replace(t, filepath.Join(dir, "b.yaml"), "x") }},
-		{"rename into place", func(t *testing.T, dir string) { replace(t, filepath.Join(dir, "a.yaml"), "y") }},
+		{"create", func(t *testing.T, dir string) { files.Replace(t, filepath.Join(dir, "b.yaml"), "x") }},
+		{"rename into place", func(t *testing.T, dir string) { files.Replace(t, filepath.Join(dir, "a.yaml"), "y") }},
 		{"remove", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 				t.Fatal(err)
@@ -363,7 +323,7 @@ func TestAtomicReplacementsSkipSettle(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			write(t, filepath.Join(dir, "a.yaml"), "x")
+			files.Write(t, filepath.Join(dir, "a.yaml"), "x")
 			_, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
 			tc.change(t, dir)
 			expect(t, causes, reload.CauseChange)
@@ -376,9 +336,9 @@ func TestAtomicReplacementsSkipSettle(t *testing.T) {
 // Settle; Trigger still does.
 func TestInPlaceWriteWaitsForSettle(t *testing.T) {
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "a.yaml"), "x")
+	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
 	w, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
-	write(t, filepath.Join(dir, "a.yaml"), "y")
+	files.Write(t, filepath.Join(dir, "a.yaml"), "y")
 	expectNone(t, causes)
 	w.Trigger()
 	expect(t, causes, reload.CauseTrigger)
@@ -390,14 +350,14 @@ func TestInPlaceWriteWaitsForSettle(t *testing.T) {
 // reloads only once two fingerprints Settle apart agree.
 func TestSettleComparesFingerprints(t *testing.T) {
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "a.yaml"), "x")
+	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
 	var calls atomic.Int32
 	// No content check: it would take fingerprints of its own.
 	_, causes := watch(t, dir, reload.Options{Settle: 50 * time.Millisecond, Check: -1, Fingerprint: func() (string, error) {
 		n := calls.Add(1)
 		return fmt.Sprint(min(n, 4)), nil // changes three times, then holds
 	}})
-	write(t, filepath.Join(dir, "a.yaml"), "y")
+	files.Write(t, filepath.Join(dir, "a.yaml"), "y")
 	expect(t, causes, reload.CauseChange)
 	if n := calls.Load(); n != 5 {
 		t.Fatalf("reloaded after %d fingerprints, want 5 (4 then 4 again)", n)
@@ -416,7 +376,7 @@ func TestRecursive(t *testing.T) {
 	}
 	_, causes := watch(t, dir, reload.Options{Recursive: true})
 
-	write(t, filepath.Join(nested, "r.yaml"), "x")
+	files.Write(t, filepath.Join(nested, "r.yaml"), "x")
 	expect(t, causes, reload.CauseChange)
 
 	fresh := filepath.Join(dir, "c", "d")
@@ -424,7 +384,7 @@ func TestRecursive(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, causes, reload.CauseChange) // the directories appearing
-	write(t, filepath.Join(fresh, "r.yaml"), "y")
+	files.Write(t, filepath.Join(fresh, "r.yaml"), "y")
 	expect(t, causes, reload.CauseChange)
 
 	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
@@ -443,7 +403,7 @@ func TestNotRecursive(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, causes := watch(t, dir, reload.Options{})
-	write(t, filepath.Join(sub, "r.yaml"), "x")
+	files.Write(t, filepath.Join(sub, "r.yaml"), "x")
 	expectNone(t, causes)
 }
 
@@ -463,7 +423,7 @@ func TestRootSwap(t *testing.T) {
 	}
 	_, causes := watch(t, filepath.Join(root, "app", "config"), reload.Options{Recursive: true, Root: root})
 
-	write(t, filepath.Join(base, "unrelated"), "x")
+	files.Write(t, filepath.Join(base, "unrelated"), "x")
 	expectNone(t, causes)
 
 	tmp := filepath.Join(base, "current.tmp")
@@ -477,8 +437,8 @@ func TestRootSwap(t *testing.T) {
 	expectNone(t, causes)
 
 	// The new target is watched, its nested directories too; the old is not.
-	write(t, filepath.Join(base, "v1", "app", "config", "nested", "r.yaml"), "old")
+	files.Write(t, filepath.Join(base, "v1", "app", "config", "nested", "r.yaml"), "old")
 	expectNone(t, causes)
-	write(t, filepath.Join(base, "v2", "app", "config", "nested", "r.yaml"), "new")
+	files.Write(t, filepath.Join(base, "v2", "app", "config", "nested", "r.yaml"), "new")
 	expect(t, causes, reload.CauseChange)
 }

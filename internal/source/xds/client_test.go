@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -256,7 +257,7 @@ func TestServerNotUpYet(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	certs := xdstest.NewCerts(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	cases := []struct {
 		name    string
 		mtls    bool
@@ -299,7 +300,7 @@ func TestTLS(t *testing.T) {
 }
 
 func TestTLSConfigErrors(t *testing.T) {
-	certs := xdstest.NewCerts(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	cases := []struct {
 		name string
 		tls  xds.TLS

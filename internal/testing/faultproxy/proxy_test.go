@@ -14,6 +14,7 @@ import (
 
 	fp "github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // TestForward: without faults the proxy is transparent, over RESP2 and
@@ -234,7 +235,7 @@ func TestHoldReplies(t *testing.T) {
 		c := dialRaw(t, p.Addr())
 		c.send(cmd("INCR", k))
 		got := c.readAsync()
-		eventually(t, "Redis to run the INCR", func() bool { return counter(t, rdb, k) == 1 })
+		wait.For(t, ioTimeout, func() bool { return counter(t, rdb, k) == 1 })
 		select {
 		case r := <-got:
 			t.Fatalf("frozen reply delivered: %v, %v", r.v, r.err)
@@ -254,7 +255,7 @@ func TestHoldReplies(t *testing.T) {
 		c := dialRaw(t, p.Addr())
 		c.send(cmd("INCR", k), cmd("INCR", k))
 		got := c.readAsync()
-		eventually(t, "the proxy to hold the INCR", func() bool { return rule.Applied() == 1 })
+		wait.For(t, ioTimeout, func() bool { return rule.Applied() == 1 })
 		if n := counter(t, rdb, k); n != 0 {
 			t.Fatalf("Redis ran a frozen command: %d", n)
 		}
@@ -450,7 +451,7 @@ func TestCutAll(t *testing.T) {
 	}
 	t.Run("refuse for a while", func(t *testing.T) {
 		p.CutAll(200 * time.Millisecond)
-		eventually(t, "the refusal to end", func() bool { return c.Ping(ctx(t)).Err() == nil })
+		wait.For(t, ioTimeout, func() bool { return c.Ping(ctx(t)).Err() == nil })
 	})
 	t.Run("Refuse", func(t *testing.T) {
 		p.Refuse()

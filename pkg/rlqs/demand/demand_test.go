@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -194,7 +194,7 @@ func TestRedisDemandExpiresKey(t *testing.T) {
 
 // TestRedisDemandDown: an exchange with Redis gone fails as unavailable.
 func TestRedisDemandDown(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
+	rdb := redis.NewClient(&redis.Options{Addr: loopback.Addr(t),
 		MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	_, err := demand.NewRedis(rdb).Exchange(context.Background(),
@@ -259,7 +259,7 @@ func BenchmarkRedisDemand(b *testing.B) {
 			for i := range items {
 				items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "0", 10, op)
 			}
-			cpu0 := redisCPU(b, rdb)
+			cpu0 := redistest.CPU(b, rdb.Options().Addr)
 			b.ResetTimer()
 			for range b.N {
 				if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
@@ -267,21 +267,9 @@ func BenchmarkRedisDemand(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*len(items))*1e6, "redis-µs/item")
+			b.ReportMetric((redistest.CPU(b, rdb.Options().Addr)-cpu0).Seconds()/float64(b.N*len(items))*1e6, "redis-µs/item")
 		})
 	}
-}
-
-func redisCPU(b *testing.B, rdb *redis.Client) float64 {
-	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := benchproc.ParseInfo(info)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st.CPU.Seconds()
 }
 
 // TestRedisDemandDeletesExpired: an expired value a read meets is left out
