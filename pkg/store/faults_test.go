@@ -339,12 +339,7 @@ var faultScenarios = []struct {
 	}},
 	{"ErrorReplies", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
-		for _, e := range []string{
-			"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-			"OOM command not allowed when used memory > 'maxmemory'.",
-			"READONLY You can't write against a read only replica.",
-			"LOADING Redis is loading the dataset in memory",
-		} {
+		for _, e := range []string{faultproxy.BusyError, faultproxy.OOMError, faultproxy.ReadOnlyError, faultproxy.LoadingError} {
 			rule := fp.fx.Add(&faultproxy.ErrorReply{Match: faultproxy.Match{Commands: []string{"EVALSHA"}, Times: 3}, Err: e})
 			l := runLoad(t, fp, st, 8, 500*time.Millisecond, time.Second, 0, nil)
 			t.Logf("%s: %v", strings.Fields(e)[0], l)

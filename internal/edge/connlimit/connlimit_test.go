@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -44,16 +45,6 @@ func listen(t *testing.T, n int) *connlimit.Listener {
 		t.Fatal(err)
 	}
 	return connlimit.New(inner, n)
-}
-
-func dial(t *testing.T, l net.Listener) net.Conn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", l.Addr().String(), patience)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // refused dials l and reports whether the server closed the connection:
@@ -99,7 +90,7 @@ func TestCapRefusesAndRecovers(t *testing.T) {
 	conns := serve(t, l)
 	var held []net.Conn
 	for range 3 {
-		dial(t, l)
+		loopback.Dial(t, l.Addr().String())
 		held = append(held, accepted(t, conns))
 	}
 	for i := range 2 {
@@ -118,7 +109,7 @@ func TestCapRefusesAndRecovers(t *testing.T) {
 	if err := held[0].Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Fatal(err) // a second Close frees nothing more
 	}
-	dial(t, l)
+	loopback.Dial(t, l.Addr().String())
 	held[0] = accepted(t, conns)
 	if st := l.Stats(); st.Open != 3 || st.Accepted != 4 || st.Refused != 2 {
 		t.Fatalf("after one closed and another came: %+v", st)
@@ -140,7 +131,7 @@ func TestAcceptNeverWaits(t *testing.T) {
 	conns := serve(t, l)
 	var held []net.Conn
 	for range n {
-		dial(t, l)
+		loopback.Dial(t, l.Addr().String())
 		held = append(held, accepted(t, conns))
 	}
 	var wg sync.WaitGroup

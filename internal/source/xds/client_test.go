@@ -71,6 +71,18 @@ func (s *sink) current() ([]string, int) {
 	return s.domains, s.applied
 }
 
+// servingAlpha starts a server whose v1 holds domain alpha and a client
+// of it, and waits until alpha is in force.
+func servingAlpha(t *testing.T) (*xdstest.Server, *sink) {
+	t.Helper()
+	srv := xdstest.Start(t, nil)
+	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
+	s := newSink()
+	open(t, fast(srv.Addr), s)
+	s.waitFor(t, "alpha")
+	return srv, s
+}
+
 // waitFor waits until the domains in force are want.
 func (s *sink) waitFor(t *testing.T, want ...string) {
 	t.Helper()
@@ -164,11 +176,7 @@ func TestSnapshotsApplied(t *testing.T) {
 }
 
 func TestBadSnapshotNACKed(t *testing.T) {
-	srv := xdstest.Start(t, nil)
-	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
-	s := newSink()
-	open(t, fast(srv.Addr), s)
-	s.waitFor(t, "alpha")
+	srv, s := servingAlpha(t)
 	if _, err := srv.WaitACK(wait, "v1"); err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +227,7 @@ func TestBadSnapshotNACKed(t *testing.T) {
 }
 
 func TestReconnectAfterServerRestart(t *testing.T) {
-	srv := xdstest.Start(t, nil)
-	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
-	s := newSink()
-	open(t, fast(srv.Addr), s)
-	s.waitFor(t, "alpha")
+	srv, s := servingAlpha(t)
 
 	srv.Stop()
 	srv.Set(t, node, "v2", xdstest.Config("b", "beta"))

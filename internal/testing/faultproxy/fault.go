@@ -151,9 +151,18 @@ type SplitReplies struct {
 	Seed     uint64
 }
 
-// ErrorReply answers matching commands with the error reply Err ("BUSY
-// Redis is busy running a script...", "OOM ...", "READONLY ...",
-// "LOADING ...", "NOSCRIPT ...") instead of forwarding them: Redis never
+// Error replies of Redis, worded as Redis words them, for ErrorReply.
+const (
+	BusyError     = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+	OOMError      = "OOM command not allowed when used memory > 'maxmemory'."
+	ReadOnlyError = "READONLY You can't write against a read only replica."
+	LoadingError  = "LOADING Redis is loading the dataset in memory"
+	NoScriptError = "NOSCRIPT No matching script. Please use EVAL."
+)
+
+// ErrorReply answers matching commands with the error reply Err (such as
+// BusyError, OOMError, ReadOnlyError, LoadingError or NoScriptError)
+// instead of forwarding them: Redis never
 // sees them. Rule.Applied counts the fakes. A fake goes out in command
 // order, except on a RESP2 connection that has subscribed, where replies
 // no longer pair with commands and it goes out at once.

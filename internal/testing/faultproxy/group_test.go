@@ -75,8 +75,8 @@ func TestGroupCluster(t *testing.T) {
 		err    string
 		failed int
 	}{
-		{"OOM command not allowed when used memory > 'maxmemory'.", 1},
-		{"READONLY You can't write against a read only replica.", 0},
+		{fp.OOMError, 1},
+		{fp.ReadOnlyError, 0},
 	} {
 		t.Run("fault on any node, "+strings.Fields(tc.err)[0], func(t *testing.T) {
 			before := g.Stats()

@@ -352,13 +352,7 @@ func TestSplitReplies(t *testing.T) {
 // commands they answer.
 func TestErrorReply(t *testing.T) {
 	addr := redistest.Addr(t)
-	for _, msg := range []string{
-		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
-		"OOM command not allowed when used memory > 'maxmemory'.",
-		"READONLY You can't write against a read only replica.",
-		"LOADING Redis is loading the dataset in memory",
-		"NOSCRIPT No matching script. Please use EVAL.",
-	} {
+	for _, msg := range []string{fp.BusyError, fp.OOMError, fp.ReadOnlyError, fp.LoadingError, fp.NoScriptError} {
 		t.Run(strings.Fields(msg)[0], func(t *testing.T) {
 			p := fp.New(t, addr)
 			rule := p.Add(&fp.ErrorReply{Match: fp.Match{Commands: []string{"INCR"}, Times: 2}, Err: msg})
@@ -393,7 +387,7 @@ func TestErrorReply(t *testing.T) {
 	})
 	t.Run("NOSCRIPT makes go-redis fall back to EVAL", func(t *testing.T) {
 		p := fp.New(t, addr)
-		p.Add(&fp.ErrorReply{Match: fp.Nth(1, "EVALSHA"), Err: "NOSCRIPT No matching script. Please use EVAL."})
+		p.Add(&fp.ErrorReply{Match: fp.Nth(1, "EVALSHA"), Err: fp.NoScriptError})
 		c := viaProxy(t, p.Addr())
 		s := redis.NewScript("return redis.call('INCR', KEYS[1])")
 		k := key(t)

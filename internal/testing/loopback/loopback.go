@@ -1,6 +1,6 @@
 // Package loopback hands tests and their harnesses ports on 127.0.0.1 that
-// were free a moment ago: nothing listens on them, but another process may
-// take one before the caller binds it.
+// were free a moment ago (nothing listens on them, but another process may
+// take one before the caller binds it), and connections to listeners.
 package loopback
 
 import (
@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // FreePort returns a loopback port nothing listened on a moment ago.
@@ -34,4 +35,16 @@ func Port(t testing.TB) int {
 func Addr(t testing.TB) string {
 	t.Helper()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(Port(t)))
+}
+
+// Dial connects to addr within 10 s, or fails t; the connection closes
+// when t ends.
+func Dial(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -140,20 +140,27 @@ func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
 // reads every key back in its place.
 func TestDemandManyKeys(t *testing.T) {
 	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
-		items := make([]quota.Item, 300)
-		for i := range items {
-			items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "s", float64(i), quota.Write|quota.Read)
-		}
-		got, err := d.Exchange(context.Background(), items, time.Minute, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range items {
-			if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
-				t.Fatalf("key %d read %v", i, got[i])
-			}
-		}
+		readsEveryKey(t, context.Background(), d, prefix, 300)
 	})
+}
+
+// readsEveryKey writes n keys, key i at rate i, in one exchange that reads
+// them back, and checks that each reads its own rate.
+func readsEveryKey(t *testing.T, ctx context.Context, d demandStore, prefix string, n int) {
+	t.Helper()
+	items := make([]quota.Item, n)
+	for i := range items {
+		items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "s", float64(i), quota.Write|quota.Read)
+	}
+	got, err := d.Exchange(ctx, items, time.Minute, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
+			t.Fatalf("key %d read %v", i, got[i])
+		}
+	}
 }
 
 func TestDemandBadItems(t *testing.T) {
@@ -216,22 +223,9 @@ func TestRedisDemandCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	d := demand.NewRedis(client)
-	items := make([]quota.Item, 200)
-	for i := range items {
-		items[i] = item(fmt.Sprintf("dc:{d/n=%d}:default:rlqs", i), "r", "s", float64(i), quota.Write|quota.Read)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got, err := d.Exchange(ctx, items, time.Minute, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range items {
-		if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
-			t.Fatalf("key %d read %v", i, got[i])
-		}
-	}
+	readsEveryKey(t, ctx, demand.NewRedis(client), "dc", 200)
 }
 
 // BenchmarkRedisDemand measures exchanges of 1,000 buckets with the test
