@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,26 +40,15 @@ type failoverLoad struct {
 	redistest.Outage
 }
 
-// run sends requests from workers goroutines until stop closes.
-func (l *failoverLoad) run(workers int, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				resp, err := l.servers[i%len(l.servers)].Client.ShouldRateLimit(ctx, domainRequest("deploy", l.id, "load"))
-				cancel()
-				l.record(resp, err)
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
-	}
-	return &wg
+// run sends requests from workers goroutines until the returned stop is
+// called.
+func (l *failoverLoad) run(workers int) (stop func()) {
+	return loop(workers, 5*time.Millisecond, func(w, n int) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := l.servers[(w+n)%len(l.servers)].Client.ShouldRateLimit(ctx, domainRequest("deploy", l.id, "load"))
+		l.record(resp, err)
+	})
 }
 
 func (l *failoverLoad) record(resp *rls.RateLimitResponse, err error) {
@@ -80,11 +68,10 @@ func (l *failoverLoad) record(resp *rls.RateLimitResponse, err error) {
 // twice.
 func failover(t *testing.T, what string, servers []*fastlimit, ids map[string]string, kill func(), bound time.Duration) {
 	loads := map[string]*failoverLoad{}
-	stop := make(chan struct{})
-	var wgs []*sync.WaitGroup
+	var stops []func()
 	for label, id := range ids {
 		loads[label] = &failoverLoad{servers: servers, id: id}
-		wgs = append(wgs, loads[label].run(6/len(ids), stop))
+		stops = append(stops, loads[label].run(6/len(ids)))
 	}
 	time.Sleep(time.Second)
 	killAt := time.Now()
@@ -97,9 +84,8 @@ func failover(t *testing.T, what string, servers []*fastlimit, ids map[string]st
 	for _, l := range loads {
 		recovered = recovered && l.WaitRecovered(30*time.Second, time.Second)
 	}
-	close(stop)
-	for _, wg := range wgs {
-		wg.Wait()
+	for _, stop := range stops {
+		stop()
 	}
 	for label, l := range loads {
 		if !recovered {

@@ -149,12 +149,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	}
 
 	// A bad snapshot is NACKed with its error; the last good rules decide.
-	set("v3", egRules(10), xdstest.Config("bad", "eg-bad",
-		&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
-	nack, err := cp.WaitNACK(15 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nack := setBad(t, set, cp, egRules(10), "bad", "eg-bad")
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "resource 'bad'") {
 		t.Errorf("NACK says %q, want the bad resource named", msg)
 	}

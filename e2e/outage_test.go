@@ -58,38 +58,26 @@ type outageLoad struct {
 	start   time.Time
 	mu      sync.Mutex
 	answers []answer
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	stop    func()
 }
 
 func startOutageLoad(srv *fastlimit, req *rls.RateLimitRequest, classify func(*rls.RateLimitResponse, error) string) *outageLoad {
-	l := &outageLoad{start: time.Now(), stop: make(chan struct{})}
-	for range outageWorkers {
-		l.wg.Go(func() {
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				begin := time.Now()
-				resp, err := srv.Client.ShouldRateLimit(ctx, req)
-				took := time.Since(begin)
-				cancel()
-				l.mu.Lock()
-				l.answers = append(l.answers, answer{at: begin.Sub(l.start), took: took, kind: classify(resp, err)})
-				l.mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-			}
-		})
-	}
+	l := &outageLoad{start: time.Now()}
+	l.stop = loop(outageWorkers, 2*time.Millisecond, func(int, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		begin := time.Now()
+		resp, err := srv.Client.ShouldRateLimit(ctx, req)
+		took := time.Since(begin)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.answers = append(l.answers, answer{at: begin.Sub(l.start), took: took, kind: classify(resp, err)})
+	})
 	return l
 }
 
 func (l *outageLoad) Stop() []answer {
-	close(l.stop)
-	l.wg.Wait()
+	l.stop()
 	return l.answers
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,50 +28,29 @@ const inEffectWithin = time.Second
 type load struct {
 	calls, failures atomic.Int64
 	firstErr        atomic.Value // string
-	stop            chan struct{}
-	wg              sync.WaitGroup
+	// Stop stops the load and waits for it (idempotent).
+	Stop func()
 }
 
 func startLoad(t *testing.T, client rls.RateLimitServiceClient, workers int) *load {
 	t.Helper()
-	l := &load{stop: make(chan struct{})}
-	for w := range workers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			req := &rls.RateLimitRequest{Domain: "reload", Descriptors: []*common.RateLimitDescriptor{desc("k", fmt.Sprint("worker-", w))}}
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				resp, err := client.ShouldRateLimit(ctx, req)
-				cancel()
-				l.calls.Add(1)
-				if err == nil && resp.GetStatuses()[0].GetCurrentLimit() == nil {
-					err = fmt.Errorf("no current_limit in %v", resp)
-				}
-				if err != nil {
-					l.failures.Add(1)
-					l.firstErr.CompareAndSwap(nil, err.Error())
-				}
-			}
-		}()
-	}
+	l := &load{}
+	l.Stop = loop(workers, 0, func(w, _ int) {
+		req := &rls.RateLimitRequest{Domain: "reload", Descriptors: []*common.RateLimitDescriptor{desc("k", fmt.Sprint("worker-", w))}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, req)
+		l.calls.Add(1)
+		if err == nil && resp.GetStatuses()[0].GetCurrentLimit() == nil {
+			err = fmt.Errorf("no current_limit in %v", resp)
+		}
+		if err != nil {
+			l.failures.Add(1)
+			l.firstErr.CompareAndSwap(nil, err.Error())
+		}
+	})
 	t.Cleanup(l.Stop)
 	return l
-}
-
-// Stop stops the load and waits for it (idempotent).
-func (l *load) Stop() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
 }
 
 // currentLimit returns the requests_per_unit the server answers with now.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -54,6 +55,21 @@ func startEnv(t testing.TB, env map[string]string, wantHealthy bool) (*fastlimit
 	}
 	f := start(t, l)
 	return f, f.Admin
+}
+
+// setBad sets version v3: good and a resource name of domain whose rule
+// is unlimited and has a unit, which the server refuses; it returns the
+// NACK.
+func setBad(t *testing.T, set func(string, ...*rlsconf.RateLimitConfig), cp *xdstest.Server,
+	good *rlsconf.RateLimitConfig, name, domain string) *discovery.DiscoveryRequest {
+	t.Helper()
+	set("v3", good, xdstest.Config(name, domain,
+		&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
+	nack, err := cp.WaitNACK(15 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nack
 }
 
 // xdsRules are the rules of snapshot i: user is limited to rpu a minute.
@@ -147,12 +163,7 @@ func TestXDSRules(t *testing.T) {
 			}
 
 			// A bad snapshot is NACKed with the error; v2 keeps deciding.
-			set("v3", xdsRules(10), xdstest.Config("bad-rules", "other",
-				&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
-			nack, err := cp.WaitNACK(15 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nack := setBad(t, set, cp, xdsRules(10), "bad-rules", "other")
 			if msg, want := nack.GetErrorDetail().GetMessage(),
 				"resource 'bad-rules' descriptor other.k (descriptors[0]): should not specify rate limit unit when unlimited"; msg != want {
 				t.Errorf("NACK %q, want %q", msg, want)
