@@ -186,16 +186,12 @@ func benchRules(f int, rpu uint32) string {
 func BenchmarkReload10k(b *testing.B) {
 	dir := b.TempDir()
 	for f := range benchFiles {
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), []byte(benchRules(f, 1_000_000)), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		files.Write(b, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
 	}
 	r, _, _, _ := newTestRules(b, dir)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := os.WriteFile(filepath.Join(dir, "bench0.yaml"), []byte(benchRules(0, uint32(2_000_000+i))), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		files.Write(b, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
 		if changed, err := r.load(); err != nil || !changed {
 			b.Fatalf("reload: %v, %v", changed, err)
 		}

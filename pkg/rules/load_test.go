@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
@@ -377,9 +378,7 @@ func TestLoadDirectory(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("domain: "+domain+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		files.Write(t, filepath.Join(dir, name), "domain: "+domain+"\n")
 	}
 	link := func(target, name string) {
 		t.Helper()
@@ -455,9 +454,7 @@ func TestHash(t *testing.T) {
 	}
 	// Load hashes names relative to the directory, as Parse sees them.
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), a, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, filepath.Join(dir, "a.yaml"), a)
 	r, err := rules.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -471,16 +468,12 @@ func TestHash(t *testing.T) {
 		t.Errorf("Fingerprint = %s, %v; want Load's hash %s", fp, err, base)
 	}
 	for name, body := range map[string]string{".a.yaml.tmp": "x", "notes.txt": "x"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		files.Write(t, filepath.Join(dir, name), body)
 	}
 	if fp, err := rules.Fingerprint(dir); err != nil || fp != base {
 		t.Errorf("Fingerprint with other files = %s, %v; want %s", fp, err, base)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: [\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, filepath.Join(dir, "a.yaml"), "domain: [\n")
 	if fp, err := rules.Fingerprint(dir); err != nil || fp == base {
 		t.Errorf("Fingerprint of a changed, unparsable file = %s, %v", fp, err)
 	}

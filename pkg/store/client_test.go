@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -91,9 +91,7 @@ func TestNewClientOverridesURLCredentials(t *testing.T) {
 func TestNewClientErrors(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, notPEM, "not a certificate")
 	for _, tc := range []struct {
 		name string
 		o    store.ClientOptions
