@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/refrules"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
@@ -49,7 +50,7 @@ func TestRulesLoadOnReference(t *testing.T) {
 		t.Fatalf("rules under ../config: %v %v", shipped, err)
 	}
 	for _, p := range shipped {
-		if err := refrules.Check(readFile(t, p)); err != nil {
+		if err := refrules.Check(files.Read(t, p)); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -59,7 +60,7 @@ func TestRulesLoadOnReference(t *testing.T) {
 		}
 	}
 	for _, p := range extensionRules {
-		b := readFile(t, p)
+		b := files.Read(t, p)
 		if p == "istio/rules-configmap.yaml" {
 			for name, r := range istioRuleFiles(t) {
 				if refrules.Check(r) == nil {
@@ -237,7 +238,7 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 // checks that each of its queries parses and names FastLimit's series.
 // That a running server serves every one of them is e2e's test.
 func TestDashboard(t *testing.T) {
-	chart, example := readFile(t, chartDashboard), readFile(t, exampleDashboard)
+	chart, example := files.Read(t, chartDashboard), files.Read(t, exampleDashboard)
 	if !bytes.Equal(chart, example) {
 		t.Fatalf("%s differs from %s: copy the chart's file (its one source)", exampleDashboard, chartDashboard)
 	}
@@ -274,7 +275,7 @@ func TestChartRules(t *testing.T) {
 			Files map[string]string `yaml:"files"`
 		} `yaml:"rules"`
 	}
-	if err := yaml.Unmarshal(readFile(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
+	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{}

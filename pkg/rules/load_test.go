@@ -82,7 +82,7 @@ func TestErrors(t *testing.T) {
 			if !ok {
 				t.Fatalf("fixture %s has no case", name)
 			}
-			r, err := rules.Parse(map[string][]byte{name: readFile(t, path)})
+			r, err := rules.Parse(map[string][]byte{name: files.Read(t, path)})
 			if err == nil || r != nil {
 				t.Fatalf("Parse = %v, %v; want error %q", r, err, want)
 			}
@@ -103,7 +103,7 @@ func TestErrorsOnePerProblem(t *testing.T) {
 		if name == "many_errors.yaml" {
 			continue
 		}
-		_, err := rules.Parse(map[string][]byte{name: readFile(t, "testdata/errors/"+name)})
+		_, err := rules.Parse(map[string][]byte{name: files.Read(t, "testdata/errors/"+name)})
 		if errs := unjoin(err); len(errs) != 1 {
 			t.Errorf("%s: %d errors, want 1:\n%v", name, len(errs), err)
 		}
@@ -112,8 +112,8 @@ func TestErrorsOnePerProblem(t *testing.T) {
 
 func TestAllErrorsReported(t *testing.T) {
 	_, err := rules.Parse(map[string][]byte{
-		"many.yaml":  readFile(t, "testdata/errors/many_errors.yaml"),
-		"alias.yaml": readFile(t, "testdata/errors/alias_cycle.yaml"),
+		"many.yaml":  files.Read(t, "testdata/errors/many_errors.yaml"),
+		"alias.yaml": files.Read(t, "testdata/errors/alias_cycle.yaml"),
 	})
 	want := []string{
 		"alias.yaml: invalid YAML: anchor 'loop' value contains itself",
@@ -489,15 +489,6 @@ func TestIsRulesName(t *testing.T) {
 			t.Errorf("IsRulesName(%q) = %v", name, got)
 		}
 	}
-}
-
-func readFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func unjoin(err error) []error {

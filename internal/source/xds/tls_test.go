@@ -2,7 +2,6 @@ package xds_test
 
 import (
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ func TestClientCertRotationRefused(t *testing.T) {
 		{"not valid yet", func(*certtest.Files) []byte { return early.CertPEM }, func(*certtest.Files) []byte { return early.KeyPEM }, certs.ErrNotYetValid},
 		{"key of another certificate", nil, func(c *certtest.Files) []byte {
 			_, key := c.Issue(t, "client2", certtest.Options{Client: true})
-			return read(t, key)
+			return files.Read(t, key)
 		}, certs.ErrKeyMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,7 +51,7 @@ func TestClientCertRotationRefused(t *testing.T) {
 			s := newSink()
 			open(t, opts, s)
 			s.waitFor(t, "alpha")
-			good, goodKey := read(t, cs.ClientCert), read(t, cs.ClientKey)
+			good, goodKey := files.Read(t, cs.ClientCert), files.Read(t, cs.ClientKey)
 
 			if tc.cert != nil {
 				files.Write(t, cs.ClientCert, tc.cert(cs))
@@ -91,13 +90,4 @@ func TestClientCertRefusedWithoutLastGood(t *testing.T) {
 	if !errors.Is(err, certs.ErrKeyMismatch) {
 		t.Fatalf("Config with another certificate's key: %v, want ErrKeyMismatch", err)
 	}
-}
-
-func read(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -1,6 +1,6 @@
 // Package files lays out files for tests: one file, a tree of them, an
 // atomic replacement, and a Kubernetes volume swapped as the kubelet
-// swaps ConfigMaps and Secrets.
+// swaps ConfigMaps and Secrets; and reads one back.
 package files
 
 import (
@@ -19,6 +19,16 @@ func Write[T string | []byte](t testing.TB, path string, data T) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Read returns the content of path, or fails t.
+func Read(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // Tree writes files (a path relative to dir -> its content) into dir and
