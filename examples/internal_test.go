@@ -278,6 +278,10 @@ type k8sObject struct {
 
 type deployment struct {
 	Spec struct {
+		Replicas int `yaml:"replicas"`
+		Strategy struct {
+			Type string `yaml:"type"`
+		} `yaml:"strategy"`
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
@@ -299,10 +303,11 @@ type deployment struct {
 }
 
 type container struct {
-	Name  string   `yaml:"name"`
-	Image string   `yaml:"image"`
-	Args  []string `yaml:"args"`
-	Env   []struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Env     []struct {
 		Name      string `yaml:"name"`
 		Value     string `yaml:"value"`
 		ValueFrom *struct {

@@ -126,40 +126,7 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 		return nil
 	}
 
-	var dep struct {
-		Spec struct {
-			Replicas int `yaml:"replicas"`
-			Strategy struct {
-				Type string `yaml:"type"`
-			} `yaml:"strategy"`
-			Template struct {
-				Spec struct {
-					Containers []struct {
-						Name    string   `yaml:"name"`
-						Image   string   `yaml:"image"`
-						Command []string `yaml:"command"`
-						Env     []struct {
-							Name  string `yaml:"name"`
-							Value string `yaml:"value"`
-						} `yaml:"env"`
-						Ports []struct {
-							ContainerPort int `yaml:"containerPort"`
-						} `yaml:"ports"`
-						VolumeMounts []struct {
-							Name      string `yaml:"name"`
-							MountPath string `yaml:"mountPath"`
-						} `yaml:"volumeMounts"`
-					} `yaml:"containers"`
-					Volumes []struct {
-						Name      string `yaml:"name"`
-						ConfigMap struct {
-							Name string `yaml:"name"`
-						} `yaml:"configMap"`
-					} `yaml:"volumes"`
-				} `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
-	}
+	var dep deployment
 	decodeNode(t, find("Deployment", "ratelimit"), &dep)
 	if dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != "Recreate" || len(dep.Spec.Template.Spec.Containers) != 1 {
 		t.Fatalf("Deployment ratelimit: %+v", dep.Spec)
@@ -204,7 +171,8 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != mount || c.VolumeMounts[0].Name != "config-volume" {
 		t.Errorf("volume mounts %+v, want config-volume at %s", c.VolumeMounts, mount)
 	}
-	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Name != "config-volume" || v[0].ConfigMap.Name != "ratelimit-config" {
+	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Name != "config-volume" || v[0].ConfigMap == nil ||
+		v[0].ConfigMap.Name != "ratelimit-config" {
 		t.Errorf("volumes %+v, want config-volume from ConfigMap ratelimit-config", v)
 	}
 
