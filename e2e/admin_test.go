@@ -4,81 +4,43 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
-const adminRules = `
-domain: adm
-descriptors:
-  - key: win
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 10}
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 100}
-`
-
-func get(t *testing.T, url string) (int, string) {
+// wantSeries checks the value of each series on a Prometheus text page; a
+// series that does not appear reads 0.
+func wantSeries(t *testing.T, page string, want map[string]float64) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
-func httpStatus(t *testing.T, url string) int {
-	t.Helper()
-	code, _ := get(t, url)
-	return code
-}
-
-// scrape returns the admin listener's /metrics text.
-func scrape(t *testing.T, admin string) string {
-	t.Helper()
-	code, body := get(t, "http://"+admin+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d %s", code, body)
-	}
-	return body
-}
-
-// metricValue returns the value of one series, as `name{labels}` appears
-// in the text exposition, or 0 when it does not appear.
-func metricValue(t *testing.T, body, series string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
+	got := scrape.Series(t, page)
+	for series, v := range want {
+		if got[series] != v {
+			t.Errorf("%s = %v, want %v", series, got[series], v)
 		}
 	}
-	return 0
 }
 
-func admRequest(kv ...string) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "adm", Descriptors: []*common.RateLimitDescriptor{desc(kv...)}}
+// metricsPage returns the text of http://addr/metrics.
+func metricsPage(t *testing.T, addr string) string {
+	t.Helper()
+	code, body := scrape.Get(t, "http://"+addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("%s/metrics: %d %s", addr, code, body)
+	}
+	return body
 }
 
 // TestAdminSurface checks the admin listener of the real binary: metrics
@@ -86,24 +48,24 @@ func admRequest(kv ...string) *rls.RateLimitRequest {
 // usage peeks that consume nothing, on both stores.
 func TestAdminSurface(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true, append(extra, "--admin-addr", admin)...)
+		admin := loopback.Addr(t)
+		srv := startServer(t, files.Dir(t, map[string]string{"adm.yaml": adminRules}), true, append(extra, "--admin-addr", admin)...)
 		ctx := ctxTimeout(t, 30*time.Second)
 		id := fmt.Sprint(time.Now().UnixNano())
 		for _, req := range []*rls.RateLimitRequest{
-			admRequest("win", id), admRequest("win", id), admRequest("bucket", id), admRequest("user", "alice"),
+			domainRequest("adm", id, "win"), domainRequest("adm", id, "win"), domainRequest("adm", id, "bucket"), domainRequest("adm", "alice", "user"),
 		} {
 			if _, err := srv.Client.ShouldRateLimit(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for range 6 { // 5 allowed, the 6th over
-			if _, err := srv.Client.ShouldRateLimit(ctx, admRequest("win", id+"-over")); err != nil {
+			if _, err := srv.Client.ShouldRateLimit(ctx, domainRequest("adm", id+"-over", "win")); err != nil {
 				t.Fatal(err)
 			}
 		}
 
-		body := scrape(t, admin)
+		body := metricsPage(t, admin)
 		problems, err := promlint.New(strings.NewReader(body)).Lint()
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +73,7 @@ func TestAdminSurface(t *testing.T) {
 		for _, p := range problems {
 			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 		}
-		for series, want := range map[string]float64{
+		wantSeries(t, body, map[string]float64{
 			`fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`:    8,
 			`fastlimit_rule_within_limit_total{domain="adm",rule="adm.win"}`:  7,
 			`fastlimit_rule_over_limit_total{domain="adm",rule="adm.win"}`:    1,
@@ -126,28 +88,24 @@ func TestAdminSurface(t *testing.T) {
 			`fastlimit_store_errors_total`:                                    0,
 			`fastlimit_config_loads_total{result="failure"}`:                  0,
 			`fastlimit_rule_shadow_mode_total{domain="adm",rule="adm.win"}`:   0,
-		} {
-			if got := metricValue(t, body, series); got != want {
-				t.Errorf("%s = %v, want %v", series, got, want)
-			}
-		}
+		})
 		// detailed_metric labels the rule with the request's values when the
 		// observer is given them, and with the rule's path otherwise.
-		if got := metricValue(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user"}`) +
-			metricValue(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user_alice"}`); got != 1 {
+		if got := scrape.Value(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user"}`) +
+			scrape.Value(t, body, `fastlimit_rule_total_hits_total{domain="adm",rule="adm.user_alice"}`); got != 1 {
 			t.Errorf("detailed_metric rule hits = %v, want 1", got)
 		}
 		if !strings.Contains(body, `fastlimit_config_info{hash="`) || !strings.Contains(body, "process_start_time_seconds") {
 			t.Errorf("/metrics lacks config_info or process metrics:\n%s", body)
 		}
 
-		code, dump := get(t, "http://"+admin+"/v1/rules")
+		code, dump := scrape.Get(t, "http://"+admin+"/v1/rules")
 		if code != http.StatusOK || !strings.Contains(dump, "adm.win: algorithm=fixed_window unit=HOUR requests_per_unit=5 ") ||
 			!strings.Contains(dump, "adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 ") {
 			t.Errorf("/v1/rules: %d\n%s", code, dump)
 		}
 		// The reference's layout at /rlconfig.
-		code, dump = get(t, "http://"+admin+"/rlconfig")
+		code, dump = scrape.Get(t, "http://"+admin+"/rlconfig")
 		if code != http.StatusOK || !strings.Contains(dump, "adm.win: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false\n") ||
 			strings.Contains(dump, "algorithm=") || strings.Contains(dump, "#") {
 			t.Errorf("/rlconfig: %d\n%s", code, dump)
@@ -164,7 +122,7 @@ func TestAdminSurface(t *testing.T) {
 			usage := func(desc string) {
 				t.Helper()
 				u.Remaining, u.Tokens, u.ResetMs = nil, nil, nil
-				code, body := get(t, "http://"+admin+"/v1/usage?domain=adm&descriptor="+desc)
+				code, body := scrape.Get(t, "http://"+admin+"/v1/usage?domain=adm&descriptor="+desc)
 				if code != http.StatusOK {
 					t.Fatalf("usage %s: %d %s", desc, code, body)
 				}
@@ -187,22 +145,22 @@ func TestAdminSurface(t *testing.T) {
 		}
 		// Without --pprof, /debug/pprof/ is no profile: like any path not
 		// served, it gets the index, as the reference's debug listener.
-		if code, body := get(t, "http://"+admin+"/debug/pprof/"); code != http.StatusOK ||
+		if code, body := scrape.Get(t, "http://"+admin+"/debug/pprof/"); code != http.StatusOK ||
 			strings.Contains(body, "goroutine") || !strings.Contains(body, "/rlconfig: print out the currently loaded configuration for debugging\n") {
 			t.Errorf("/debug/pprof/ without --pprof: %d\n%s", code, body)
 		}
 		// Peeks are not requests: the counters did not move.
-		if got := metricValue(t, scrape(t, admin), `fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`); got != 8 {
+		if got := scrape.Value(t, metricsPage(t, admin), `fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"}`); got != 8 {
 			t.Errorf("total_hits after peeks = %v, want 8", got)
 		}
 	})
 }
 
 func TestAdminPprof(t *testing.T) {
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true, "--admin-addr", admin, "--pprof")
+	admin := loopback.Addr(t)
+	startServer(t, files.Dir(t, map[string]string{"adm.yaml": adminRules}), true, "--admin-addr", admin, "--pprof")
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
-		if code := httpStatus(t, "http://"+admin+path); code != http.StatusOK {
+		if code := httpCode(admin + path); code != http.StatusOK {
 			t.Errorf("%s: %d", path, code)
 		}
 	}
@@ -211,20 +169,20 @@ func TestAdminPprof(t *testing.T) {
 // TestAdminDrainThenStop: SIGTERM fails readiness at once, keeps answering
 // gRPC for the drain period, then exits cleanly.
 func TestAdminDrainThenStop(t *testing.T) {
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true,
+	admin := loopback.Addr(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"adm.yaml": adminRules}), true,
 		"--admin-addr", admin, "--drain", "1s")
 	cmd := srv.cmd
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 500*time.Millisecond, func() bool { return httpStatus(t, "http://"+srv.HTTP+"/ready") == http.StatusServiceUnavailable })
+	wait.For(t, 500*time.Millisecond, func() bool { return httpCode(srv.HTTP+"/ready") == http.StatusServiceUnavailable })
 	ctx := ctxTimeout(t, 5*time.Second)
-	if _, err := srv.Client.ShouldRateLimit(ctx, admRequest("win", "drain")); err != nil {
+	if _, err := srv.Client.ShouldRateLimit(ctx, domainRequest("adm", "drain", "win")); err != nil {
 		t.Fatalf("gRPC during drain: %v", err)
 	}
-	if code := httpStatus(t, "http://"+admin+"/metrics"); code != http.StatusOK {
+	if code := httpCode(admin + "/metrics"); code != http.StatusOK {
 		t.Fatalf("admin during drain: %d", code)
 	}
 	err := waitExit(t, cmd, 10*time.Second)
@@ -240,14 +198,14 @@ func TestAdminDrainThenStop(t *testing.T) {
 // TestAdminSecondSignalExitsAtOnce: a second SIGTERM during the drain ends the
 // process without waiting.
 func TestAdminSecondSignalExitsAtOnce(t *testing.T) {
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := startServer(t, writeRules(t, map[string]string{"adm.yaml": adminRules}), true,
+	admin := loopback.Addr(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"adm.yaml": adminRules}), true,
 		"--admin-addr", admin, "--drain", "30s")
 	cmd := srv.cmd
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, func() bool { return httpStatus(t, "http://"+srv.HTTP+"/ready") == http.StatusServiceUnavailable })
+	wait.For(t, 2*time.Second, func() bool { return httpCode(srv.HTTP+"/ready") == http.StatusServiceUnavailable })
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

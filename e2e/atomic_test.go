@@ -14,40 +14,6 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
-// atomicRules has one all-or-nothing domain and one plain domain with the
-// same rules.
-const atomicRules = `
-domain: %s
-%s
-descriptors:
-  - key: a
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: sw
-    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_window}
-  - key: tb
-    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: token_bucket}
-  - key: one
-    rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: free
-    rate_limit: {unlimited: true}
-`
-
-func atomicRuleFiles() map[string]string {
-	return map[string]string{
-		"all.yaml":   fmt.Sprintf(atomicRules, "all", "atomic: true"),
-		"plain.yaml": fmt.Sprintf(atomicRules, "plain", ""),
-	}
-}
-
-// domainRequest builds a request of one descriptor {key: id} per key.
-func domainRequest(domain, id string, keys ...string) *rls.RateLimitRequest {
-	r := &rls.RateLimitRequest{Domain: domain}
-	for _, k := range keys {
-		r.Descriptors = append(r.Descriptors, desc(k, id))
-	}
-	return r
-}
-
 // remaining peeks at one descriptor (hits_addend 0) and returns its
 // limit_remaining and code.
 func remaining(t *testing.T, c rls.RateLimitServiceClient, domain, id, key string) (uint32, rls.RateLimitResponse_Code) {
@@ -83,7 +49,7 @@ func TestAtomicDomain(t *testing.T) {
 				name, args = "--atomic", append(append([]string{}, extra...), "--atomic")
 			}
 			t.Run(name, func(t *testing.T) {
-				srv := startServer(t, writeRules(t, atomicRuleFiles()), true, args...)
+				srv := startServer(t, "testdata/atomic", true, args...)
 				ctx := ctxTimeout(t, 30*time.Second)
 				id := fmt.Sprint(time.Now().UnixNano())
 				for _, domain := range []string{"all", "plain"} {
@@ -128,8 +94,8 @@ func TestAtomicDomain(t *testing.T) {
 // TestAtomicRedisKeys: an atomic domain's keys carry the domain as their
 // hash tag, and the rejected request's fixed-window hit is not in Redis.
 func TestAtomicRedisKeys(t *testing.T) {
-	r := startRedis(t)
-	srv := startServer(t, writeRules(t, atomicRuleFiles()), true, "--redis-url", "redis://"+r.Addr+"/0")
+	r := redistest.StartServer(t)
+	srv := startServer(t, "testdata/atomic", true, "--redis-url", "redis://"+r.Addr+"/0")
 	ctx := ctxTimeout(t, 30*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())
 	for range 2 {
@@ -165,7 +131,7 @@ func TestAtomicCluster(t *testing.T) {
 		t.Skip("starts a six-node Redis Cluster")
 	}
 	c := redistest.StartCluster(t)
-	srv := startServer(t, writeRules(t, atomicRuleFiles()), true, "--redis-type", "cluster", "--redis-url", c.Seeds())
+	srv := startServer(t, "testdata/atomic", true, "--redis-type", "cluster", "--redis-url", c.Seeds())
 	ctx := ctxTimeout(t, 30*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())
 	keys := []string{"a", "sw", "tb", "one", "free"}

@@ -10,19 +10,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/rawh2"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // The bounds tests are issue 19's attacks on the real binary: a flood of
 // idle connections, and 100,000 calls on one connection that never send
 // their request. Both run on the embedded store: the attacks are on the
 // gRPC listener, not on Redis.
-
-const boundsRules = `domain: bounds
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-`
 
 // shouldRateLimit is the full gRPC name of ShouldRateLimit.
 const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -45,13 +43,13 @@ func openFDs(t *testing.T, pid int) int {
 // a new client is refused cleanly (Unavailable) or decides. Once the
 // flood leaves, a client decides without a restart.
 func TestIdleConnectionFlood(t *testing.T) {
-	const files, wantCap, extra = 1024, 1024 - 3*64 - 64, 100
-	admin := loopback(t)
-	srv := start(t, launch{rules: writeRules(t, map[string]string{"b.yaml": boundsRules}), nofile: files,
+	const nofile, wantCap, extra = 1024, 1024 - 3*64 - 64, 100
+	admin := loopback.Addr(t)
+	srv := start(t, launch{rules: files.Dir(t, map[string]string{"b.yaml": boundsRules}), nofile: nofile,
 		flags: []string{"--admin-addr", admin}})
 	pid := srv.cmd.Process.Pid
-	if got := metricValue(t, scrape(t, admin), "fastlimit_grpc_connections_max"); got != wantCap {
-		t.Fatalf("fastlimit_grpc_connections_max = %v under a limit of %d files, want %d", got, files, wantCap)
+	if got := scrape.Value(t, metricsPage(t, admin), "fastlimit_grpc_connections_max"); got != wantCap {
+		t.Fatalf("fastlimit_grpc_connections_max = %v under a limit of %d files, want %d", got, nofile, wantCap)
 	}
 
 	var flood []*rawh2.Conn
@@ -67,15 +65,15 @@ func TestIdleConnectionFlood(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	waitFor(t, 30*time.Second, func() bool {
-		m := scrape(t, admin)
-		return metricValue(t, m, "fastlimit_grpc_connections") == wantCap &&
-			metricValue(t, m, "fastlimit_grpc_connections_refused_total") >= extra
+	wait.For(t, 30*time.Second, func() bool {
+		m := metricsPage(t, admin)
+		return scrape.Value(t, m, "fastlimit_grpc_connections") == wantCap &&
+			scrape.Value(t, m, "fastlimit_grpc_connections_refused_total") >= extra
 	})
 	fds := openFDs(t, pid)
-	t.Logf("at the cap: %d connections held, %d descriptors open of %d", wantCap, fds, files)
-	if fds > files-32 {
-		t.Errorf("%d descriptors open at the cap, of a limit of %d", fds, files)
+	t.Logf("at the cap: %d connections held, %d descriptors open of %d", wantCap, fds, nofile)
+	if fds > nofile-32 {
+		t.Errorf("%d descriptors open at the cap, of a limit of %d", fds, nofile)
 	}
 	for range 5 {
 		if code := httpCode(srv.HTTP + "/healthcheck"); code != http.StatusOK {
@@ -92,11 +90,11 @@ func TestIdleConnectionFlood(t *testing.T) {
 		_ = c.Close()
 	}
 	flood = nil
-	waitFor(t, 30*time.Second, func() bool {
+	wait.For(t, 30*time.Second, func() bool {
 		_, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("bounds", "after", "k"))
 		return err == nil
 	})
-	if n := metricValue(t, scrape(t, admin), "fastlimit_grpc_connections"); n > 2 {
+	if n := scrape.Value(t, metricsPage(t, admin), "fastlimit_grpc_connections"); n > 2 {
 		t.Errorf("%v gRPC connections open after the flood left", n)
 	}
 }
@@ -118,14 +116,14 @@ const (
 // and a call whose request stops half-way is dropped at its deadline.
 func TestManyStreamsOneConnection(t *testing.T) {
 	const calls, timeout = 100_000, 3 * time.Second
-	admin := loopback(t)
-	srv := start(t, launch{rules: writeRules(t, map[string]string{"b.yaml": boundsRules}),
+	admin := loopback.Addr(t)
+	srv := start(t, launch{rules: files.Dir(t, map[string]string{"b.yaml": boundsRules}),
 		flags: []string{"--admin-addr", admin, "--grpc-request-timeout", timeout.String()}})
 	pid := srv.cmd.Process.Pid
 	if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 10*time.Second), domainRequest("bounds", "warm", "k")); err != nil {
 		t.Fatal(err)
 	}
-	baseG, baseRSS := metricValue(t, scrape(t, admin), "go_goroutines"), rssKiB(t, pid)
+	baseG, baseRSS := scrape.Value(t, metricsPage(t, admin), "go_goroutines"), rssKiB(t, pid)
 
 	half, err := rawh2.Dial(srv.GRPC, 10*time.Second)
 	if err != nil {
@@ -148,7 +146,7 @@ func TestManyStreamsOneConnection(t *testing.T) {
 	defer c.Close()
 	peakG, peakRSS := baseG, baseRSS
 	sample := func() {
-		peakG = max(peakG, metricValue(t, scrape(t, admin), "go_goroutines"))
+		peakG = max(peakG, scrape.Value(t, metricsPage(t, admin), "go_goroutines"))
 		peakRSS = max(peakRSS, rssKiB(t, pid))
 	}
 	for i := range calls {
@@ -159,7 +157,7 @@ func TestManyStreamsOneConnection(t *testing.T) {
 			sample()
 		}
 	}
-	waitFor(t, 60*time.Second, func() bool { sample(); return len(c.Ends()) == calls })
+	wait.For(t, 60*time.Second, func() bool { sample(); return len(c.Ends()) == calls })
 	// A call is refused by FastLimit's count (ResourceExhausted), or,
 	// rarely, by gRPC's own check of the advertised limit while admitted
 	// calls are still being closed (a reset), or admitted and dropped at
@@ -179,13 +177,13 @@ func TestManyStreamsOneConnection(t *testing.T) {
 			other++
 		}
 	}
-	m := scrape(t, admin)
+	m := metricsPage(t, admin)
 	t.Logf("%d calls: %d refused, %d reset, %d dropped at the timeout; goroutines %v -> peak %v; RSS %d -> peak %d KiB",
 		calls, refused, reset, dropped, baseG, peakG, baseRSS, peakRSS)
 	if other != 0 || dropped == 0 || refused < calls/2 {
 		t.Errorf("%d refused, %d reset, %d dropped, %d otherwise of %d calls without a request", refused, reset, dropped, other, calls)
 	}
-	if got := metricValue(t, m, "fastlimit_grpc_streams_refused_total"); got != float64(refused) {
+	if got := scrape.Value(t, m, "fastlimit_grpc_streams_refused_total"); got != float64(refused) {
 		t.Errorf("fastlimit_grpc_streams_refused_total = %v, %d refusals seen", got, refused)
 	}
 	if peakG > baseG+streamsGoroutines {
@@ -195,7 +193,7 @@ func TestManyStreamsOneConnection(t *testing.T) {
 		t.Errorf("RSS peaked at %d KiB from %d, want at most +%d", peakRSS, baseRSS, streamsRSSKiB)
 	}
 
-	waitFor(t, 30*time.Second, func() bool { _, ok := half.Ends()[unfinished]; return ok })
+	wait.For(t, 30*time.Second, func() bool { _, ok := half.Ends()[unfinished]; return ok })
 	e := half.Ends()[unfinished]
 	took := e.At.Sub(sentAt)
 	t.Logf("the unfinished request ended (%v) %v after it was sent", e, took.Round(time.Millisecond))
@@ -205,7 +203,7 @@ func TestManyStreamsOneConnection(t *testing.T) {
 	if took < timeout-500*time.Millisecond {
 		t.Errorf("the unfinished request was dropped after %v, before its %v deadline", took, timeout)
 	}
-	if got := metricValue(t, scrape(t, admin), "fastlimit_grpc_requests_timed_out_total"); got < float64(dropped+1) {
+	if got := scrape.Value(t, metricsPage(t, admin), "fastlimit_grpc_requests_timed_out_total"); got < float64(dropped+1) {
 		t.Errorf("fastlimit_grpc_requests_timed_out_total = %v, want %d", got, dropped+1)
 	}
 	if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 10*time.Second), domainRequest("bounds", "after", "k")); err != nil {

@@ -1,21 +1,22 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-)
+	"github.com/redis/go-redis/v9"
 
-const breakerRules = `
-domain: brk
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 100}
-`
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
+)
 
 // TestBreakerRecoversWithoutTraffic kills Redis until the circuit breaker
 // opens, brings it back and sends nothing for 2 s: the breaker's own
@@ -24,14 +25,14 @@ descriptors:
 func TestBreakerRecoversWithoutTraffic(t *testing.T) {
 	for _, policy := range []string{"allow", "deny", "error"} {
 		t.Run(policy, func(t *testing.T) {
-			r := startRedis(t)
-			admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			srv := startServer(t, writeRules(t, map[string]string{"brk.yaml": breakerRules}), true,
+			r := redistest.StartServer(t)
+			admin := loopback.Addr(t)
+			srv := startServer(t, files.Dir(t, map[string]string{"brk.yaml": breakerRules}), true,
 				// A generous timeout: on a loaded machine no call of the burst
 				// may fall to the policy.
 				"--redis-url", "redis://"+r.Addr+"/0", "--store-timeout", "1s",
 				"--on-store-error", policy, "--admin-addr", admin)
-			state := func() float64 { return metricValue(t, scrape(t, admin), "fastlimit_store_breaker_state") }
+			state := func() float64 { return scrape.Value(t, metricsPage(t, admin), "fastlimit_store_breaker_state") }
 			id := fmt.Sprint(time.Now().UnixNano())
 			if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("brk", "warm", "k")); err != nil {
 				t.Fatal(err)
@@ -39,7 +40,7 @@ func TestBreakerRecoversWithoutTraffic(t *testing.T) {
 
 			r.Stop()
 			// One call after another: independent failures open it.
-			waitFor(t, 10*time.Second, func() bool {
+			wait.For(t, 10*time.Second, func() bool {
 				_, _ = srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("brk", "down", "k"))
 				return state() != 0
 			})
@@ -49,30 +50,85 @@ func TestBreakerRecoversWithoutTraffic(t *testing.T) {
 				t.Fatalf("breaker state %v 2 s after Redis came back", s)
 			}
 
-			var ok, over, failed atomic.Int32
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for range 300 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 10*time.Second), domainRequest("brk", id, "k"))
-					switch {
-					case err != nil:
-						failed.Add(1)
-					case resp.OverallCode == rls.RateLimitResponse_OK:
-						ok.Add(1)
-					default:
-						over.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if ok.Load() != 100 || over.Load() != 200 {
-				t.Fatalf("burst of 300 on a limit of 100: %d OK, %d OVER_LIMIT, %d errors", ok.Load(), over.Load(), failed.Load())
+			got := burst([]*fastlimit{srv}, 300, 10*time.Second, domainRequest("brk", id, "k"))
+			if got.ok != 100 || got.over != 200 {
+				t.Fatalf("burst of 300 on a limit of 100: %v", got)
 			}
 		})
+	}
+}
+
+// TestRedisOutOfMemory: a Redis at maxmemory 1 with noeviction answers
+// PING but fails every script call (OOM). Under load, every answer follows
+// --on-store-error (deny: OVER_LIMIT), and the breaker opens once and
+// stays open: its probes are script calls, not PINGs, so it does not flap
+// open and closed each cooldown (issue 19: twice a second before). Once
+// Redis has memory again, the breaker closes within a few cooldowns and
+// requests are decided again.
+func TestRedisOutOfMemory(t *testing.T) {
+	r := redistest.StartServer(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
+	admin := loopback.Addr(t)
+	rules := oneRule("e2e", "big", "day", 1_000_000_000)
+	srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": rules}), true,
+		"--redis-url", "redis://"+r.Addr, "--on-store-error", "deny", "--breaker-cooldown", "200ms",
+		"--store-timeout", "500ms", "--admin-addr", admin)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	// load sends requests from 4 callers for d and returns the answers'
+	// codes, counted.
+	load := func(d time.Duration) map[string]int {
+		var mu sync.Mutex
+		codes := map[string]int{}
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					resp, err := srv.Client.ShouldRateLimit(ctx, request(desc("big", "oom")))
+					cancel()
+					code := resp.GetOverallCode().String()
+					if err != nil {
+						code = err.Error()
+					}
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		return codes
+	}
+	changes := func() (opened, closed int) {
+		logs := srv.logs.String()
+		return strings.Count(logs, `"to": "open"`), strings.Count(logs, `"to": "closed"`)
+	}
+
+	codes := load(3 * time.Second)
+	t.Logf("out of memory: %v", codes)
+	if n := codes[rls.RateLimitResponse_OVER_LIMIT.String()]; n == 0 || len(codes) != 1 {
+		t.Errorf("answers with Redis out of memory and --on-store-error deny: %v, want OVER_LIMIT only", codes)
+	}
+	if opened, closed := changes(); opened != 1 || closed != 0 {
+		t.Errorf("breaker opened %d and closed %d times over 3 s of a Redis that fails every script, want open once", opened, closed)
+	}
+
+	if err := rdb.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() bool {
+		_, closed := changes()
+		return closed == 1
+	})
+	codes = load(time.Second)
+	t.Logf("memory again: %v", codes)
+	if n := codes[rls.RateLimitResponse_OK.String()]; n == 0 || len(codes) != 1 {
+		t.Errorf("answers once Redis has memory again: %v, want OK only", codes)
+	}
+	if opened, closed := changes(); opened != 1 || closed != 1 {
+		t.Errorf("breaker opened %d and closed %d times, want once each", opened, closed)
 	}
 }

@@ -10,27 +10,19 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-const cacheRules = `
-domain: cache
-descriptors:
-  - key: fixed
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: sliding
-    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
-  - key: second
-    rate_limit: {unit: second, requests_per_unit: 2}
-`
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+)
 
 func cacheRequest(key, value string, override uint32) *rls.RateLimitRequest {
 	d := &common.RateLimitDescriptor{Entries: []*common.RateLimitDescriptor_Entry{{Key: key, Value: value}}}
 	if override > 0 {
 		d.Limit = &common.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: override, Unit: typev3.RateLimitUnit_MINUTE}
 	}
-	return &rls.RateLimitRequest{Domain: "cache", Descriptors: []*common.RateLimitDescriptor{d}}
+	return requestIn("cache", d)
 }
 
 // TestLocalCache runs the server with --over-limit-cache-bytes: once
@@ -38,9 +30,9 @@ func cacheRequest(key, value string, override uint32) *rls.RateLimitRequest {
 // Redis said it could pass; a request's limit override still goes to
 // Redis; known-over keys stay denied while Redis is down.
 func TestLocalCache(t *testing.T) {
-	redis := startRedis(t)
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := startServer(t, writeRules(t, map[string]string{"cache.yaml": cacheRules}), true,
+	redis := redistest.StartServer(t)
+	admin := loopback.Addr(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"cache.yaml": cacheRules}), true,
 		"--redis-url", "redis://"+redis.Addr, "--over-limit-cache-bytes", "1048576", "--admin-addr", admin,
 		"--breaker-failures", "1000")
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -69,14 +61,14 @@ func TestLocalCache(t *testing.T) {
 			}
 		}
 		hits += 4
-		if got := metricValue(t, scrape(t, admin), "fastlimit_local_cache_hits_total"); got != hits {
+		if got := scrape.Value(t, metricsPage(t, admin), "fastlimit_local_cache_hits_total"); got != hits {
 			t.Errorf("after %s: cache hits = %v, want %v", key, got, hits)
 		}
 		// An override of the limit is Redis' to decide, not the cache's.
 		if st := decide(cacheRequest(key, id, 100)); st.Code != rls.RateLimitResponse_OK {
 			t.Errorf("%s with a limit override of 100/min = %v, want OK from Redis", key, st)
 		}
-		if got := metricValue(t, scrape(t, admin), "fastlimit_local_cache_hits_total"); got != hits {
+		if got := scrape.Value(t, metricsPage(t, admin), "fastlimit_local_cache_hits_total"); got != hits {
 			t.Errorf("%s: the override was answered by the cache (hits %v, want %v)", key, got, hits)
 		}
 	}
@@ -108,7 +100,7 @@ func TestLocalCache(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("new key with Redis down = %v, want Unavailable", err)
 	}
-	if got := metricValue(t, scrape(t, admin), "fastlimit_local_cache_entries"); got < 1 {
+	if got := scrape.Value(t, metricsPage(t, admin), "fastlimit_local_cache_entries"); got < 1 {
 		t.Errorf("cache entries = %v, want at least 1", got)
 	}
 }

@@ -16,63 +16,24 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
-
-const coreRules = `
-domain: e2e
-tenant_key: plan
-descriptors:
-  - key: fixed
-    rate_limit: {unit: day, requests_per_unit: 100}
-  - key: sliding
-    rate_limit: {unit: day, requests_per_unit: 100, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: day, requests_per_unit: 100, algorithm: token_bucket}
-  - key: small
-    rate_limit: {unit: minute, requests_per_unit: 3, name: small}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: special
-    rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: small}]}
-  - key: half
-    rate_limit: {unit: minute, requests_per_unit: 2, cost: 0.5}
-  - key: user
-    descriptors:
-      - key: plan
-        value: premium
-        rate_limit: {unit: minute, requests_per_unit: 5}
-`
-
-func desc(kv ...string) *common.RateLimitDescriptor {
-	d := &common.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func request(ds ...*common.RateLimitDescriptor) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "e2e", Descriptors: ds}
-}
 
 // stores runs f against the embedded store and against a real Redis.
 func stores(t *testing.T, f func(t *testing.T, extra ...string)) {
 	t.Run("memory", func(t *testing.T) { f(t) })
 	t.Run("redis", func(t *testing.T) {
-		r := startRedis(t)
+		r := redistest.StartServer(t)
 		f(t, "--redis-url", "redis://"+r.Addr+"/0")
 	})
 }
 
 func TestDecisions(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true, extra...)
+		srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true, extra...)
 		ctx := ctxTimeout(t, 30*time.Second)
 		call := func(req *rls.RateLimitRequest) *rls.RateLimitResponse {
 			t.Helper()
@@ -218,7 +179,7 @@ func TestDecisions(t *testing.T) {
 }
 
 func TestInvalidArgument(t *testing.T) {
-	srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true)
+	srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true)
 	ctx := ctxTimeout(t, 10*time.Second)
 	unknownUnit := desc("fixed", "x")
 	unknownUnit.Limit = &common.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}
@@ -246,7 +207,7 @@ func TestInvalidArgument(t *testing.T) {
 // and the request's other descriptors stay enforced.
 func TestDescriptorWithoutEntries(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true, extra...)
+		srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true, extra...)
 		ctx := ctxTimeout(t, 30*time.Second)
 		id := fmt.Sprint("noentries-", time.Now().UnixNano())
 		req := request(&common.RateLimitDescriptor{}, desc("small", id))
@@ -274,8 +235,8 @@ func TestDescriptorWithoutEntries(t *testing.T) {
 }
 
 func TestRedisDownAnswersUnavailableFast(t *testing.T) {
-	r := startRedis(t)
-	srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true,
+	r := redistest.StartServer(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true,
 		"--redis-url", "redis://"+r.Addr+"/0", "--store-timeout", "50ms")
 	ctx := ctxTimeout(t, 30*time.Second)
 	if _, err := srv.Client.ShouldRateLimit(ctx, request(desc("fixed", "down"))); err != nil {
@@ -293,7 +254,7 @@ func TestRedisDownAnswersUnavailableFast(t *testing.T) {
 		}
 	}
 	r.Restart(t)
-	waitFor(t, 10*time.Second, func() bool {
+	wait.For(t, 10*time.Second, func() bool {
 		_, err := srv.Client.ShouldRateLimit(ctx, request(desc("fixed", "down")))
 		return err == nil
 	})
@@ -303,40 +264,68 @@ func TestRedisDownAnswersUnavailableFast(t *testing.T) {
 // one Redis admit exactly the limit, for each algorithm.
 func TestExactness(t *testing.T) {
 	waitOutDayBoundary(t)
-	r := startRedis(t)
-	dir := writeRules(t, map[string]string{"e2e.yaml": coreRules})
+	r := redistest.StartServer(t)
+	dir := files.Dir(t, map[string]string{"e2e.yaml": coreRules})
 	var servers []*fastlimit
 	for range 3 {
 		servers = append(servers, startServer(t, dir, true, "--redis-url", "redis://"+r.Addr+"/0", "--store-timeout", "5s"))
 	}
+	checkExactness(t, servers, 500, "e2e")
+}
+
+// tally counts the answers of a burst.
+type tally struct {
+	ok, over, failed int64
+	firstErr         error
+}
+
+func (c tally) String() string {
+	return fmt.Sprintf("%d OK, %d OVER_LIMIT, %d failed (first error %v)", c.ok, c.over, c.failed, c.firstErr)
+}
+
+// burst sends n calls of req at once, the ith through servers[i %
+// len(servers)] with a timeout of d, and counts the answers.
+func burst(servers []*fastlimit, n int, d time.Duration, req *rls.RateLimitRequest) tally {
+	var ok, over, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			resp, err := servers[i%len(servers)].Client.ShouldRateLimit(ctx, req)
+			switch {
+			case err != nil:
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+			case resp.OverallCode == rls.RateLimitResponse_OK:
+				ok.Add(1)
+			default:
+				over.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	c := tally{ok: ok.Load(), over: over.Load(), failed: failed.Load()}
+	c.firstErr, _ = firstErr.Load().(error)
+	return c
+}
+
+// checkExactness: callers concurrent callers spread over the servers admit
+// exactly the limit of 100 a day of domain's keys fixed, sliding and
+// bucket.
+func checkExactness(t *testing.T, servers []*fastlimit, callers int, domain string) {
+	t.Helper()
+	const limit = 100
 	for _, alg := range []string{"fixed", "sliding", "bucket"} {
 		t.Run(alg, func(t *testing.T) {
 			id := fmt.Sprintf("exact-%d", time.Now().UnixNano())
-			var ok, over, failed atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range 500 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					resp, err := servers[i%3].Client.ShouldRateLimit(ctx, request(desc(alg, id)))
-					switch {
-					case err != nil:
-						failed.Add(1)
-					case resp.OverallCode == rls.RateLimitResponse_OK:
-						ok.Add(1)
-					default:
-						over.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if failed.Load() != 0 || ok.Load() != 100 || over.Load() != 400 {
-				t.Fatalf("%s: %d OK, %d OVER_LIMIT, %d failed; want exactly 100 OK, 400 OVER_LIMIT", alg, ok.Load(), over.Load(), failed.Load())
+			got := burst(servers, callers, 20*time.Second, domainRequest(domain, id, alg))
+			if got.failed != 0 || got.ok != limit || got.over != int64(callers-limit) {
+				t.Fatalf("%s: %v; want exactly %d OK, %d OVER_LIMIT", alg, got, limit, callers-limit)
 			}
 		})
 	}
@@ -352,11 +341,11 @@ func waitOutDayBoundary(t *testing.T) {
 }
 
 func TestCheckCommand(t *testing.T) {
-	good := writeRules(t, map[string]string{"e2e.yaml": coreRules})
+	good := files.Dir(t, map[string]string{"e2e.yaml": coreRules})
 	if out, err := runToExit(nil, "check", "--config", good); err != nil {
 		t.Fatalf("check of good rules: %v\n%s", err, out)
 	}
-	bad := writeRules(t, map[string]string{"bad.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"})
+	bad := files.Dir(t, map[string]string{"bad.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"})
 	out, err := runToExit(nil, "check", "--config", bad)
 	if err == nil {
 		t.Fatalf("check of bad rules passed:\n%s", out)
@@ -367,7 +356,7 @@ func TestCheckCommand(t *testing.T) {
 }
 
 func TestRefusesToStartOnBadRules(t *testing.T) {
-	bad := writeRules(t, map[string]string{"bad.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n"})
+	bad := files.Dir(t, map[string]string{"bad.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n"})
 	out, err := runToExit(nil, "--config", bad, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
 	if err == nil {
 		t.Fatalf("server started on bad rules:\n%s", out)
@@ -391,7 +380,7 @@ func TestShippedRules(t *testing.T) {
 }
 
 func TestGRPCHealth(t *testing.T) {
-	srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true)
+	srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true)
 	resp, err := healthpb.NewHealthClient(srv.conn).Check(ctxTimeout(t, 5*time.Second), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc.health.v1 Check: %v %v", resp, err)

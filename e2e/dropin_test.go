@@ -13,32 +13,17 @@ import (
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
-
-// dropinRules: a per-key limit of 5 beside rules for long and odd values,
-// a per-second limit, a shadowed one and a near-limit one.
-const dropinRules = `domain: dropin
-descriptors:
-  - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: path
-    rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: per_second
-    rate_limit: {unit: second, requests_per_unit: 1000}
-  - key: shadowed
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
-`
-
-func dropinReq(ds ...*common.RateLimitDescriptor) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "dropin", Descriptors: ds}
-}
 
 // TestLongAndOddValuesDecided: a request with a 64 KiB value, and one with
 // bytes that are not UTF-8, each beside a per-key descriptor of limit 5,
@@ -47,7 +32,7 @@ func dropinReq(ds ...*common.RateLimitDescriptor) *rls.RateLimitRequest {
 // (and Envoy's failure_mode_deny: false would drop every limit).
 func TestLongAndOddValuesDecided(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		srv := startServer(t, writeRules(t, map[string]string{"dropin.yaml": dropinRules}), true, extra...)
+		srv := startServer(t, files.Dir(t, map[string]string{"dropin.yaml": dropinRules}), true, extra...)
 		ctx := ctxTimeout(t, 30*time.Second)
 		id := fmt.Sprint(time.Now().UnixNano())
 		long := strings.Repeat("/segment", 64<<10/8)
@@ -56,7 +41,7 @@ func TestLongAndOddValuesDecided(t *testing.T) {
 			if i == 5 {
 				want = rls.RateLimitResponse_OVER_LIMIT
 			}
-			resp, err := srv.Client.ShouldRateLimit(ctx, dropinReq(desc("path", long+id), desc("api_key", "long-"+id)))
+			resp, err := srv.Client.ShouldRateLimit(ctx, requestIn("dropin", desc("path", long+id), desc("api_key", "long-"+id)))
 			if err != nil || resp.GetOverallCode() != want || resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 100 {
 				t.Fatalf("64 KiB value, hit %d: %v, %v; want %v", i+1, resp, err, want)
 			}
@@ -79,12 +64,12 @@ func TestLongAndOddValuesDecided(t *testing.T) {
 // over the limit is OK and carries the rate-limit headers but no
 // Retry-After, which Envoy would pass to a client on a 200.
 func TestResetWholeSecondsNoRetryAfterOnOK(t *testing.T) {
-	srv := startServer(t, writeRules(t, map[string]string{"dropin.yaml": dropinRules}), true,
+	srv := startServer(t, files.Dir(t, map[string]string{"dropin.yaml": dropinRules}), true,
 		"--response-headers", "ietf", "--shadow-mode")
 	ctx := ctxTimeout(t, 30*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())
 	for range 20 {
-		resp, err := srv.Client.ShouldRateLimit(ctx, dropinReq(desc("per_second", id)))
+		resp, err := srv.Client.ShouldRateLimit(ctx, requestIn("dropin", desc("per_second", id)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +79,7 @@ func TestResetWholeSecondsNoRetryAfterOnOK(t *testing.T) {
 	}
 	var over *rls.RateLimitResponse
 	for range 7 { // api_key allows 5: the 6th and 7th are over, and shadowed globally
-		resp, err := srv.Client.ShouldRateLimit(ctx, dropinReq(desc("api_key", "global-"+id)))
+		resp, err := srv.Client.ShouldRateLimit(ctx, requestIn("dropin", desc("api_key", "global-"+id)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,8 +101,8 @@ func TestResetWholeSecondsNoRetryAfterOnOK(t *testing.T) {
 // @timestamp (RFC 3339 with nanoseconds), @message and level in logrus'
 // words, so that a pipeline keyed on them reads every line.
 func TestReferenceJSONLogs(t *testing.T) {
-	root := writeTree(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
-	env := refEnv(t, root, startRedis(t).Addr)
+	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
+	env := refEnv(t, root, redistest.StartServer(t).Addr)
 	env["LOG_FORMAT"], env["LOG_LEVEL"] = "json", "info"
 	env["MEMCACHE_HOST_PORT"] = "m:11211" // a warning line
 	srv := startRef(t, env)
@@ -210,13 +195,13 @@ func (s *statsdServer) matching(re *regexp.Regexp) []string {
 // whole-milliseconds line a call), its counters and its runtime gauges.
 func TestStatsdDefaultAndTimer(t *testing.T) {
 	sd := startStatsd(t)
-	root := writeTree(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
-	env := refEnv(t, root, startRedis(t).Addr)
+	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
+	env := refEnv(t, root, redistest.StartServer(t).Addr)
 	host, port, _ := net.SplitHostPort(sd.lis.Addr().String())
 	env["STATSD_HOST"], env["STATSD_PORT"], env["STATS_FLUSH_INTERVAL"] = host, port, "200ms"
 	srv := startRef(t, env)
 	for range 3 {
-		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), dropinReq(desc("api_key", "statsd"))); err != nil {
+		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "statsd"))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,7 +210,7 @@ func TestStatsdDefaultAndTimer(t *testing.T) {
 	gauge := regexp.MustCompile(`^ratelimit\.go\.numGoroutine:\d+\|g$`)
 	pool := regexp.MustCompile(`^ratelimit\.redis_pool\.cx_active:\d+\|g$`)
 	hits := regexp.MustCompile(`^ratelimit\.service\.rate_limit\.dropin\.api_key\.total_hits:\d+\|c$`)
-	waitFor(t, 10*time.Second, func() bool {
+	wait.For(t, 10*time.Second, func() bool {
 		return len(sd.matching(timer)) == 3 && len(sd.matching(total)) > 0 && len(sd.matching(gauge)) > 0 &&
 			len(sd.matching(pool)) > 0 && len(sd.matching(hits)) > 0
 	})
@@ -238,18 +223,18 @@ func TestStatsdDefaultAndTimer(t *testing.T) {
 // reference's Go runtime, Redis pool and local cache series are there,
 // and the response time is in seconds (upstream's mapping since #1104).
 func TestReferencePrometheusRuntimeSeries(t *testing.T) {
-	root := writeTree(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
-	env := refEnv(t, root, startRedis(t).Addr)
-	prom := freePort(t)
+	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
+	env := refEnv(t, root, redistest.StartServer(t).Addr)
+	prom := loopback.Port(t)
 	env["USE_STATSD"], env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"] = "false", "true", fmt.Sprintf("127.0.0.1:%d", prom)
 	env["LOCAL_CACHE_SIZE_IN_BYTES"] = "1048576"
 	srv := startRef(t, env)
 	for range 7 { // api_key allows 5: over-limit keys land in the local cache
-		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), dropinReq(desc("api_key", "prom"))); err != nil {
+		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "prom"))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	series := scrapeSeries(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", prom))
+	series := scrape.Series(t, metricsPage(t, fmt.Sprintf("127.0.0.1:%d", prom)))
 	for _, name := range []string{"ratelimit_go_alloc", "ratelimit_go_heapInuse", "ratelimit_go_numGoroutine", "ratelimit_go_totalAlloc",
 		"ratelimit_go_mallocs", "ratelimit_redis_pool_cx_active", "ratelimit_redis_pool_cx_total",
 		"ratelimit_localcache_entryCount", "ratelimit_localcache_hitCount"} {
@@ -275,7 +260,7 @@ func TestRedisURLUnsetWarns(t *testing.T) {
 	if _, err := os.Stat("/var/run/nutcracker/ratelimit.sock"); err == nil {
 		t.Skip("this machine has the reference's default socket")
 	}
-	root := writeTree(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
+	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
 	env := refEnv(t, root, "")
 	delete(env, "REDIS_URL")
 	delete(env, "REDIS_SOCKET_TYPE")
@@ -305,15 +290,15 @@ func TestDashboardSeries(t *testing.T) {
 	if err != nil || len(names) == 0 {
 		t.Fatalf("dashboard series %v: %v", names, err)
 	}
-	dir := writeRules(t, map[string]string{"dropin.yaml": dropinRules})
-	r := startRedis(t)
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dir := files.Dir(t, map[string]string{"dropin.yaml": dropinRules})
+	r := redistest.StartServer(t)
+	admin := loopback.Addr(t)
 	srv := startServer(t, dir, true, "--redis-url", "redis://"+r.Addr+"/0", "--over-limit-cache-bytes", "1048576",
 		"--admin-addr", admin)
 	ctx := ctxTimeout(t, 30*time.Second)
 	for _, req := range []*rls.RateLimitRequest{
-		dropinReq(desc("api_key", "dash"), desc("shadowed", "dash"), desc("nothing", "matches")),
-		dropinReq(desc("api_key", "dash"), desc("shadowed", "dash")),
+		requestIn("dropin", desc("api_key", "dash"), desc("shadowed", "dash"), desc("nothing", "matches")),
+		requestIn("dropin", desc("api_key", "dash"), desc("shadowed", "dash")),
 	} {
 		for range 4 {
 			if _, err := srv.Client.ShouldRateLimit(ctx, req); err != nil {
@@ -322,13 +307,11 @@ func TestDashboardSeries(t *testing.T) {
 		}
 	}
 	// A reload, so that the loads counter has moved too.
-	if err := os.WriteFile(filepath.Join(dir, "dropin.yaml"), []byte(strings.Replace(dropinRules, "requests_per_unit: 5}", "requests_per_unit: 6}", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, func() bool {
-		return metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="success"}`) >= 2
+	files.Write(t, filepath.Join(dir, "dropin.yaml"), strings.Replace(dropinRules, "requests_per_unit: 5}", "requests_per_unit: 6}", 1))
+	wait.For(t, 10*time.Second, func() bool {
+		return scrape.Value(t, metricsPage(t, admin), `fastlimit_config_loads_total{result="success"}`) >= 2
 	})
-	body := scrape(t, admin)
+	body := metricsPage(t, admin)
 	for _, n := range names {
 		if !hasFamily(body, n) {
 			t.Errorf("the dashboard queries %s, which the server does not serve", n)

@@ -19,6 +19,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -28,10 +33,10 @@ import (
 // beside others), rules over xDS from go-control-plane's own server over
 // mTLS, gRPC served over mTLS, the reference's metrics on PROMETHEUS_ADDR.
 func TestEnvoyGatewayEnvironment(t *testing.T) {
-	r := startRedis(t)
-	certs := xdstest.NewCerts(t)
+	r := redistest.StartServer(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	xdsAddr, set, cp := startControlPlane(t, certs.ServerTLS(true))
-	port, grpcPort, debugPort, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	port, grpcPort, debugPort, promPort := loopback.Port(t), loopback.Port(t), loopback.Port(t), loopback.Port(t)
 	env := map[string]string{
 		// Envoy Gateway's environment for its rate-limit container.
 		"RUNTIME_ROOT":                       "/data",
@@ -70,7 +75,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 
 	// Envoy Gateway's startup, readiness and liveness probe.
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port)
-	if !waitUntil(15*time.Second, func() bool { return httpCode(health[len("http://"):]) == http.StatusOK }) {
+	if !wait.True(15*time.Second, func() bool { return httpCode(health[len("http://"):]) == http.StatusOK }) {
 		t.Fatalf("GET %s never answered 200", health)
 	}
 
@@ -144,12 +149,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	}
 
 	// A bad snapshot is NACKed with its error; the last good rules decide.
-	set("v3", egRules(10), xdstest.Config("bad", "eg-bad",
-		&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
-	nack, err := cp.WaitNACK(15 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nack := setBad(t, set, cp, egRules(10), "bad", "eg-bad")
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "resource 'bad'") {
 		t.Errorf("NACK says %q, want the bad resource named", msg)
 	}
@@ -160,7 +160,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	checkEveryUnit(t, set, cp, envoy)
 
 	// The reference's series, on PROMETHEUS_ADDR.
-	series := scrapeSeries(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", promPort))
+	series := scrape.Series(t, metricsPage(t, fmt.Sprintf("127.0.0.1:%d", promPort)))
 	key := `ratelimit_service_rate_limit_over_limit{domain="eg",key1="user"}`
 	t.Logf("%s = %v; v2 in effect after %v; NACK %q", key, series[key], time.Since(start), nack.GetErrorDetail().GetMessage())
 	if series[key] < 1 {
@@ -224,7 +224,7 @@ func checkEveryUnit(t *testing.T, set func(string, ...*rlsconf.RateLimitConfig),
 		var resp *rls.RateLimitResponse
 		// The snapshot is ACKed before it is in force everywhere: wait for
 		// the domain to be known.
-		waitFor(t, 5*time.Second, func() bool {
+		wait.For(t, 5*time.Second, func() bool {
 			var err error
 			resp, err = envoy.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "units", Descriptors: ds})
 			return err == nil && resp.GetStatuses()[0].GetCurrentLimit() != nil

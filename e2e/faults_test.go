@@ -4,18 +4,19 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
 // The network fault tests run the real binary with its default flags
@@ -26,11 +27,6 @@ import (
 // not open on a burst, and the server comes back by itself.
 
 const (
-	faultRules = `domain: faults
-descriptors:
-  - key: caller
-    rate_limit: {unit: year, requests_per_unit: 4000000000}
-`
 	faultLimit = 4_000_000_000
 	faultSpan  = 10_000_000 // requests: caller c's counter starts at c x span
 )
@@ -47,11 +43,11 @@ type faultServer struct {
 
 func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	t.Helper()
-	r := startRedis(t)
+	r := redistest.StartServer(t)
 	p := faultproxy.New(t, r.Addr)
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	admin := loopback.Addr(t)
 	args := append([]string{"--redis-url", "redis://" + p.Addr() + "/1", "--store-timeout", "50ms", "--admin-addr", admin}, extra...)
-	f := &faultServer{fastlimit: startServer(t, writeRules(t, map[string]string{"faults.yaml": faultRules}), true, args...),
+	f := &faultServer{fastlimit: startServer(t, files.Dir(t, map[string]string{"faults.yaml": faultRules}), true, args...),
 		admin: admin, proxy: p, rdb: redis.NewClient(&redis.Options{Addr: r.Addr, DB: 1})}
 	t.Cleanup(func() { _ = f.rdb.Close() })
 	// One hit per caller creates its counter; then each starts at c x span.
@@ -61,7 +57,7 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 		// the proxy, which may take past --store-timeout on a busy box.
 		var err error
 		for try := 0; try < 20; try++ {
-			if _, err = f.Client.ShouldRateLimit(ctx, faultRequest(c)); status.Code(err) != codes.Unavailable {
+			if _, err = f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller")); status.Code(err) != codes.Unavailable {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -81,67 +77,20 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	return f
 }
 
-func faultRequest(c int) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "faults", Descriptors: []*common.RateLimitDescriptor{
-		{Entries: []*common.RateLimitDescriptor_Entry{{Key: "caller", Value: fmt.Sprintf("c%d", c)}}}}}
-}
-
-// faultRun is what the callers saw.
-type faultRun struct {
-	ok, failed, wrong atomic.Int64
-	firstWrong        atomic.Value
-	mu                sync.Mutex
-	errs              map[string]int // failures by message
-}
-
-func (r *faultRun) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return fmt.Sprintf("%d ok, %d failed, %d wrong; errors %v", r.ok.Load(), r.failed.Load(), r.wrong.Load(), r.errs)
-}
-
 // run sends each caller's hits back to back (or one every pace) for d,
 // with Envoy's 1 s timeout, while during runs.
-func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func()) *faultRun {
+func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func()) *faultproxy.Load {
 	t.Helper()
-	res := &faultRun{errs: map[string]int{}}
-	end := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for c := range f.keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			last := int64(c) * faultSpan
-			for next := time.Now(); time.Now().Before(end); next = next.Add(pace) {
-				if pace > 0 {
-					time.Sleep(time.Until(next))
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				resp, err := f.Client.ShouldRateLimit(ctx, faultRequest(c))
-				cancel()
-				if err != nil {
-					res.failed.Add(1)
-					res.mu.Lock()
-					res.errs[status.Convert(err).Message()]++
-					res.mu.Unlock()
-					continue
-				}
-				count := faultLimit - int64(resp.GetStatuses()[0].GetLimitRemaining())
-				if resp.GetOverallCode() != rls.RateLimitResponse_OK || count <= last || count >= int64(c+1)*faultSpan {
-					res.wrong.Add(1)
-					res.firstWrong.CompareAndSwap(nil, fmt.Sprintf("caller %d: count %d after %d", c, count, last))
-				} else {
-					last = count
-				}
-				res.ok.Add(1)
-			}
-		}()
-	}
-	if during != nil {
-		during()
-	}
-	wg.Wait()
-	return res
+	return faultproxy.RunLoad(len(f.keys), d, pace, faultSpan, func(c int) (int64, bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller"))
+		if err != nil {
+			return 0, false, err
+		}
+		count := faultLimit - int64(resp.GetStatuses()[0].GetLimitRemaining())
+		return count, resp.GetOverallCode() == rls.RateLimitResponse_OK, nil
+	}, func(err error) string { return status.Convert(err).Message() }, during)
 }
 
 // counted returns the hits Redis counted since the counters were set.
@@ -160,12 +109,12 @@ func (f *faultServer) counted(t *testing.T) int64 {
 
 // check fails t if an answer carried another caller's count, or Redis
 // counted fewer hits than OK answers or more than maxLost beyond them.
-func (f *faultServer) check(t *testing.T, res *faultRun, maxLost int64) {
+func (f *faultServer) check(t *testing.T, res *faultproxy.Load, maxLost int64) {
 	t.Helper()
-	if w := res.wrong.Load(); w != 0 {
-		t.Errorf("%d answers carried a count that is not their caller's: %v", w, res.firstWrong.Load())
+	if w := res.Wrong.Load(); w != 0 {
+		t.Errorf("%d answers carried a count that is not their caller's: %v", w, res.FirstWrong())
 	}
-	counted, ok := f.counted(t), res.ok.Load()
+	counted, ok := f.counted(t), res.OK.Load()
 	if counted < ok || counted-ok > maxLost {
 		t.Errorf("Redis counted %d hits for %d OK answers; want between %d and %d", counted, ok, ok, ok+maxLost)
 	}
@@ -205,15 +154,15 @@ func TestNetworkFaults(t *testing.T) {
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
-				if total := res.ok.Load() + res.failed.Load(); res.failed.Load()*50 > total {
-					t.Errorf("%d of %d calls failed over 5 drops, want at most 2 %%", res.failed.Load(), total)
+				if total := res.OK.Load() + res.Failed.Load(); res.Failed.Load()*50 > total {
+					t.Errorf("%d of %d calls failed over 5 drops, want at most 2 %%", res.Failed.Load(), total)
 				}
 				if n := f.breakerOpenings(); n != 0 {
 					t.Errorf("the breaker opened %d times on single connection drops", n)
 				}
-				f.check(t, res, res.failed.Load())
+				f.check(t, res, res.Failed.Load())
 				// 32 callers at once share script calls.
-				m := scrapeSeries(t, "http://"+f.admin+"/metrics")
+				m := scrape.Series(t, metricsPage(t, f.admin))
 				batches, ops := m["fastlimit_redis_batches_total"], m["fastlimit_redis_batched_ops_total"]
 				t.Logf("%.0f decisions in %.0f batches (%.1f a batch)", ops, batches, ops/batches)
 				if batches == 0 || ops < 2*batches {
@@ -231,7 +180,7 @@ func TestNetworkFaults(t *testing.T) {
 							Reply: faultproxy.Ints(1, 0, 7_000_000_000)}).Done()
 					})
 					t.Logf("before the reply %t: %v", before, res)
-					f.check(t, res, res.failed.Load())
+					f.check(t, res, res.Failed.Load())
 					f.resetCounters(t)
 				}
 			})
@@ -246,7 +195,7 @@ func TestNetworkFaults(t *testing.T) {
 					rule.Release()
 				})
 				t.Logf("%v; counted %d", res, f.counted(t))
-				f.check(t, res, res.failed.Load()/50)
+				f.check(t, res, res.Failed.Load()/50)
 			})
 			t.Run("slow handshake", func(t *testing.T) {
 				// SELECT db 1 answered 80 ms late on every new connection,
@@ -256,7 +205,7 @@ func TestNetworkFaults(t *testing.T) {
 				f.proxy.CutAll(0)
 				res := f.run(t, 3*time.Second, 0, nil)
 				t.Logf("%v", res)
-				if ok, total := res.ok.Load(), res.ok.Load()+res.failed.Load(); ok*10 < total*9 {
+				if ok, total := res.OK.Load(), res.OK.Load()+res.Failed.Load(); ok*10 < total*9 {
 					t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
 				}
 				// A call that waited for the slow connection is not written
@@ -266,7 +215,7 @@ func TestNetworkFaults(t *testing.T) {
 				// more: a call written just before its callers' deadline
 				// whose reply comes after it, on a busy box.
 				t.Logf("counted %d", f.counted(t))
-				f.check(t, res, res.failed.Load()/50+2)
+				f.check(t, res, res.Failed.Load()/50+2)
 			})
 			t.Run("stalls", func(t *testing.T) {
 				// Five 80 ms stalls of Redis at 500 requests a second fail
@@ -284,11 +233,11 @@ func TestNetworkFaults(t *testing.T) {
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
-				if failed, inFlight := res.failed.Load(), int64(5*130*500/1000); failed > inFlight {
+				if failed, inFlight := res.Failed.Load(), int64(5*130*500/1000); failed > inFlight {
 					t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most the %d in flight during them",
-						failed, res.ok.Load()+failed, inFlight)
+						failed, res.OK.Load()+failed, inFlight)
 				}
-				f.check(t, res, res.failed.Load())
+				f.check(t, res, res.Failed.Load())
 			})
 		})
 	}

@@ -21,31 +21,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
-
-// hardRules: the same rules in a plain domain and an atomic one.
-const hardRules = `
-domain: %s
-%s
-descriptors:
-  - key: fixed
-    rate_limit: {unit: day, requests_per_unit: 100}
-  - key: sliding
-    rate_limit: {unit: day, requests_per_unit: 100, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: day, requests_per_unit: 100, algorithm: token_bucket}
-  - key: special
-    rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: fixed5
-    rate_limit: {unit: day, requests_per_unit: 5}
-`
-
-func hardRuleFiles() map[string]string {
-	return map[string]string{
-		"hard.yaml":    fmt.Sprintf(hardRules, "hard", ""),
-		"hardall.yaml": fmt.Sprintf(hardRules, "hardall", "atomic: true"),
-	}
-}
 
 // rssKiB reads a process's resident set size.
 func rssKiB(t *testing.T, pid int) int {
@@ -78,8 +56,8 @@ func wantCode(t *testing.T, what string, err error, want codes.Code, msg string)
 // checks each answer, the keys in Redis and that the server's memory stays
 // bounded.
 func TestHardening(t *testing.T) {
-	r := startRedis(t)
-	srv := startServer(t, writeRules(t, hardRuleFiles()), true, "--redis-url", "redis://"+r.Addr+"/0")
+	r := redistest.StartServer(t)
+	srv := startServer(t, "testdata/hard", true, "--redis-url", "redis://"+r.Addr+"/0")
 	pid := srv.cmd.Process.Pid
 	ctx := ctxTimeout(t, 2*time.Minute)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
@@ -281,8 +259,8 @@ func rawRequest(domain string, descs ...[][2]string) []byte {
 // 10,000 descriptors, one of 1,000 entries and a 1 MiB value are decided,
 // and keys stay short.
 func TestHardeningRaisedLimits(t *testing.T) {
-	r := startRedis(t)
-	srv := startServer(t, writeRules(t, hardRuleFiles()), true, "--redis-url", "redis://"+r.Addr+"/0",
+	r := redistest.StartServer(t)
+	srv := startServer(t, "testdata/hard", true, "--redis-url", "redis://"+r.Addr+"/0",
 		"--max-descriptors", "20000", "--max-entries", "2000", "--max-entry-bytes", "2000000", "--store-timeout", "10s")
 	ctx := ctxTimeout(t, 2*time.Minute)
 	id := fmt.Sprint(time.Now().UnixNano())

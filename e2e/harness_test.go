@@ -1,12 +1,9 @@
 package e2e_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +16,10 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // binary is the server built once for the whole package.
@@ -42,106 +43,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// redisServer is a redis-server process owned by one test.
-type redisServer struct {
-	Addr string
-	cmd  *exec.Cmd
-	dir  string
-	port int
-}
-
-// startRedis starts redis-server on a free loopback port; it stops when
-// the test ends. Tests fail (not skip) when redis-server is missing and
-// FASTLIMIT_REQUIRE_REDIS is set.
-func startRedis(t testing.TB, extra ...string) *redisServer {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("FASTLIMIT_REQUIRE_REDIS") != "" {
-			t.Fatal("redis-server not found on PATH")
-		}
-		t.Skip("redis-server not found on PATH")
-	}
-	r := &redisServer{dir: t.TempDir(), port: freePort(t)}
-	r.Addr = fmt.Sprintf("127.0.0.1:%d", r.port)
-	r.start(t, path, extra...)
-	t.Cleanup(r.Stop)
-	return r
-}
-
-func (r *redisServer) start(t testing.TB, path string, extra ...string) {
-	t.Helper()
-	args := append([]string{"--port", fmt.Sprint(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.dir}, extra...)
-	r.cmd = exec.Command(path, args...)
-	r.cmd.SysProcAttr = sysProcAttr()
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", r.Addr, 100*time.Millisecond)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_, _ = c.Write([]byte("PING\r\n"))
-		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		return strings.HasPrefix(line, "+PONG")
-	})
-}
-
-// Stop kills the server (idempotent).
-func (r *redisServer) Stop() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
-}
-
-// Restart starts the server again on the same port.
-func (r *redisServer) Restart(t testing.TB) {
-	path, _ := exec.LookPath("redis-server")
-	r.start(t, path)
-}
-
 // fastlimit is one server process.
 type fastlimit struct {
 	GRPC, HTTP string
 	Admin      string // the admin listener's address, when known
 	cmd        *exec.Cmd
-	logs       *syncBuffer
+	logs       *child.Output
 	conn       *grpc.ClientConn
 	Client     rls.RateLimitServiceClient
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // launch says how to start the binary.
@@ -181,13 +90,13 @@ const (
 // server through it.
 func start(t testing.TB, l launch) *fastlimit {
 	t.Helper()
-	f := &fastlimit{logs: &syncBuffer{}}
+	f := &fastlimit{logs: &child.Output{}}
 	var args []string
 	env := map[string]string{}
 	if l.envOnly {
 		f.envAddresses(t, l.env, env)
 	} else {
-		f.GRPC, f.HTTP = loopback(t), loopback(t)
+		f.GRPC, f.HTTP = loopback.Addr(t), loopback.Addr(t)
 		args = append([]string{"--config", l.rules, "--grpc-addr", f.GRPC, "--http-addr", f.HTTP,
 			"--log-format", "console", "--log-level", "info", "--admin-addr", "127.0.0.1:0",
 			// Correctness tests must not fail on a loaded machine: a test
@@ -210,7 +119,7 @@ func start(t testing.TB, l launch) *fastlimit {
 	for k, v := range env {
 		f.cmd.Env = append(f.cmd.Env, k+"="+v)
 	}
-	f.cmd.SysProcAttr = sysProcAttr()
+	f.cmd.SysProcAttr = child.Attr()
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +129,7 @@ func start(t testing.TB, l launch) *fastlimit {
 			t.Logf("server %s logs:\n%s", f.GRPC, f.logs.String())
 		}
 	})
-	if l.wait != waitNone && !waitUntil(15*time.Second, func() bool {
+	if l.wait != waitNone && !wait.True(15*time.Second, func() bool {
 		code := httpCode(f.HTTP + "/healthcheck")
 		return code == http.StatusOK || l.wait == waitUp && code != 0
 	}) {
@@ -250,9 +159,9 @@ func (f *fastlimit) envAddresses(t testing.TB, given, env map[string]string) {
 		env[addr] = def
 		return def
 	}
-	f.HTTP = pick("HTTP_ADDR", "PORT", loopback(t))
-	f.GRPC = pick("GRPC_ADDR", "GRPC_PORT", loopback(t))
-	f.Admin = pick("ADMIN_ADDR", "DEBUG_PORT", loopback(t))
+	f.HTTP = pick("HTTP_ADDR", "PORT", loopback.Addr(t))
+	f.GRPC = pick("GRPC_ADDR", "GRPC_PORT", loopback.Addr(t))
+	f.Admin = pick("ADMIN_ADDR", "DEBUG_PORT", loopback.Addr(t))
 }
 
 // envMap reads "NAME=value" pairs.
@@ -265,9 +174,6 @@ func envMap(pairs ...string) map[string]string {
 	return m
 }
 
-// loopback is a loopback address whose port was free a moment ago.
-func loopback(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-
 // runToExit runs the binary with args and env (besides PATH) to its exit,
 // killing it after 15 s, and returns its output: for commands (check) and
 // starts that must fail.
@@ -277,8 +183,8 @@ func runToExit(env map[string]string, args ...string) (string, error) {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = sysProcAttr()
-	var out syncBuffer
+	cmd.SysProcAttr = child.Attr()
+	var out child.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return "", err
@@ -307,9 +213,10 @@ func startServer(t testing.TB, rulesDir string, wantHealthy bool, extra ...strin
 	return start(t, l)
 }
 
-// httpCode is the status of GET http://addrPath, 0 when it fails.
+// httpCode is the status of GET http://addrPath, 0 when it fails or takes
+// over 10 s.
 func httpCode(addrPath string) int {
-	c := http.Client{Timeout: 2 * time.Second}
+	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get("http://" + addrPath)
 	if err != nil {
 		return 0
@@ -338,38 +245,34 @@ func (f *fastlimit) Stop() {
 	}
 }
 
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	if !waitUntil(d, cond) {
-		t.Fatalf("condition not met within %s", d)
-	}
-}
-
-// writeRules writes name→YAML files into a fresh directory.
-func writeRules(t testing.TB, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// loop calls call(worker, n) from workers goroutines, each call after the
+// worker's last (n counts them) and pause, until stop is called. stop
+// waits for the workers; it is idempotent.
+func loop(workers int, pause time.Duration, call func(worker, n int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				call(w, n)
+				time.Sleep(pause)
+			}
+		})
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
 }

@@ -9,6 +9,9 @@ import (
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 func postJSON(t *testing.T, srv *fastlimit, body string) (int, string) {
@@ -23,8 +26,8 @@ func postJSON(t *testing.T, srv *fastlimit, body string) (int, string) {
 }
 
 func TestJSONEndpoint(t *testing.T) {
-	r := startRedis(t)
-	srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true, "--redis-url", "redis://"+r.Addr+"/0")
+	r := redistest.StartServer(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true, "--redis-url", "redis://"+r.Addr+"/0")
 	req := `{"domain":"e2e","descriptors":[{"entries":[{"key":"small","value":"json"}]}]}`
 	for i := 1; i <= 3; i++ {
 		code, body := postJSON(t, srv, req)
@@ -64,7 +67,7 @@ func headerMap(resp *rls.RateLimitResponse) map[string]string {
 }
 
 func TestResponseHeaders(t *testing.T) {
-	rules := writeRules(t, map[string]string{"e2e.yaml": coreRules + `
+	rules := files.Dir(t, map[string]string{"e2e.yaml": coreRules + `
   - key: bucket5
     rate_limit: {unit: minute, requests_per_unit: 60, burst: 5, algorithm: token_bucket, name: b5}
   - key: five_min

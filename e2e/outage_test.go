@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,16 +18,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-const outageRules = `
-domain: outage
-descriptors:
-  - key: high
-    rate_limit: {unit: hour, requests_per_unit: 4000000000}
-  - key: one
-    rate_limit: {unit: hour, requests_per_unit: 1}
-`
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
+)
 
 // Outage test settings.
 const (
@@ -63,38 +58,26 @@ type outageLoad struct {
 	start   time.Time
 	mu      sync.Mutex
 	answers []answer
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	stop    func()
 }
 
 func startOutageLoad(srv *fastlimit, req *rls.RateLimitRequest, classify func(*rls.RateLimitResponse, error) string) *outageLoad {
-	l := &outageLoad{start: time.Now(), stop: make(chan struct{})}
-	for range outageWorkers {
-		l.wg.Go(func() {
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				begin := time.Now()
-				resp, err := srv.Client.ShouldRateLimit(ctx, req)
-				took := time.Since(begin)
-				cancel()
-				l.mu.Lock()
-				l.answers = append(l.answers, answer{at: begin.Sub(l.start), took: took, kind: classify(resp, err)})
-				l.mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-			}
-		})
-	}
+	l := &outageLoad{start: time.Now()}
+	l.stop = loop(outageWorkers, 2*time.Millisecond, func(int, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		begin := time.Now()
+		resp, err := srv.Client.ShouldRateLimit(ctx, req)
+		took := time.Since(begin)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.answers = append(l.answers, answer{at: begin.Sub(l.start), took: took, kind: classify(resp, err)})
+	})
 	return l
 }
 
 func (l *outageLoad) Stop() []answer {
-	close(l.stop)
-	l.wg.Wait()
+	l.stop()
 	return l.answers
 }
 
@@ -195,9 +178,9 @@ func TestOutage(t *testing.T) {
 }
 
 func testOutage(t *testing.T, policy string, freeze bool) {
-	r := startRedis(t)
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := startServer(t, writeRules(t, map[string]string{"outage.yaml": outageRules}), true,
+	r := redistest.StartServer(t)
+	admin := loopback.Addr(t)
+	srv := startServer(t, files.Dir(t, map[string]string{"outage.yaml": outageRules}), true,
 		"--redis-url", "redis://"+r.Addr+"/0", "--store-timeout", outageStoreTimeout.String(),
 		"--on-store-error", policy, "--redis-pool-size", fmt.Sprint(outagePool), "--admin-addr", admin)
 	pid := srv.cmd.Process.Pid
@@ -232,11 +215,11 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	load := startOutageLoad(srv, req, classify)
 	time.Sleep(2 * time.Second)
 	loadedGoroutines := goroutineFloor(t, admin)
-	baseConns, baseClients := serverRedisConns(t, pid, r.port), redisClients(t, r.Addr)
+	baseConns, baseClients := serverRedisConns(t, pid, r.Port), redisClients(t, r.Addr)
 
 	downAt := load.since()
 	if freeze {
-		if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := r.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	} else {
@@ -245,7 +228,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	time.Sleep(outageDuration)
 	upAt := load.since()
 	if freeze {
-		if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := r.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 	} else {
@@ -253,13 +236,13 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	}
 	readyAt := load.since() // Redis answers PING
 	time.Sleep(outageRecovery + time.Second)
-	afterConns, afterClients := serverRedisConns(t, pid, r.port), redisClients(t, r.Addr)
+	afterConns, afterClients := serverRedisConns(t, pid, r.Port), redisClients(t, r.Addr)
 	afterLoaded := goroutineFloor(t, admin)
 	answers := load.Stop()
 	endAt := answers[len(answers)-1].at
 
 	var idleAfter float64
-	waitUntil(5*time.Second, func() bool {
+	wait.True(5*time.Second, func() bool {
 		idleAfter = goroutines(t, admin)
 		return idleAfter <= idleGoroutines
 	})
@@ -376,17 +359,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 // connection holds a server goroutine).
 func goroutines(t *testing.T, admin string) float64 {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricValue(t, string(body), "go_goroutines")
+	return scrape.Value(t, metricsPage(t, admin), "go_goroutines")
 }
 
 // goroutineFloor is the fewest goroutines of 5 scrapes 100 ms apart under

@@ -4,53 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
-
-// refRules are rules files laid out as a deployment of envoyproxy/ratelimit
-// has them: under $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config, one of them in
-// a nested directory.
-var refRules = map[string]string{
-	"ratelimit/config/ref.yaml": `
-domain: ref
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 3}
-`,
-	"ratelimit/config/teams/nested.yaml": `
-domain: nested
-descriptors:
-  - key: team
-    rate_limit: {unit: day, requests_per_unit: 1}
-`,
-}
-
-// writeTree writes path→content files under a fresh directory.
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // refServer is the binary started with envoyproxy/ratelimit's
 // environment only: no flag at all.
@@ -66,9 +36,9 @@ func refEnv(t *testing.T, root, redisAddr string) map[string]string {
 	return map[string]string{
 		"RUNTIME_ROOT":         root,
 		"RUNTIME_SUBDIRECTORY": "ratelimit",
-		"PORT":                 fmt.Sprint(freePort(t)),
-		"GRPC_PORT":            fmt.Sprint(freePort(t)),
-		"DEBUG_PORT":           fmt.Sprint(freePort(t)),
+		"PORT":                 fmt.Sprint(loopback.Port(t)),
+		"GRPC_PORT":            fmt.Sprint(loopback.Port(t)),
+		"DEBUG_PORT":           fmt.Sprint(loopback.Port(t)),
 		"REDIS_SOCKET_TYPE":    "tcp",
 		"REDIS_URL":            redisAddr,
 		"LOG_FORMAT":           "text",
@@ -83,17 +53,12 @@ func startRef(t *testing.T, env map[string]string) *refServer {
 	return &refServer{fastlimit: f, debug: f.Admin}
 }
 
-// domainRequest1 is a request of one descriptor of one entry in domain.
-func domainRequest1(domain, key, value string) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{desc(key, value)}}
-}
-
 // decideN sends n requests of one descriptor and returns their codes.
 func decideN(t *testing.T, c rls.RateLimitServiceClient, domain, key, value string, n int) []rls.RateLimitResponse_Code {
 	t.Helper()
 	var codes []rls.RateLimitResponse_Code
 	for range n {
-		resp, err := c.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest1(domain, key, value))
+		resp, err := c.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest(domain, value, key))
 		if err != nil {
 			t.Fatalf("%s %s=%s: %v", domain, key, value, err)
 		}
@@ -110,8 +75,8 @@ func decideN(t *testing.T, c rls.RateLimitServiceClient, domain, key, value stri
 // honour in its startup warning, and reloads a nested file.
 func TestReferenceEnvironment(t *testing.T) {
 	waitOutDayBoundary(t)
-	r := startRedis(t)
-	root := writeTree(t, refRules)
+	r := redistest.StartServer(t)
+	root := files.Dir(t, refRules)
 	env := refEnv(t, root, r.Addr)
 	env["MEMCACHE_HOST_PORT"] = "memcache:11211"
 	srv := startRef(t, env)
@@ -147,11 +112,9 @@ func TestReferenceEnvironment(t *testing.T) {
 
 	// A change to the nested file reloads.
 	nested := filepath.Join(root, "ratelimit/config/teams/nested.yaml")
-	if err := os.WriteFile(nested, []byte(strings.Replace(refRules["ratelimit/config/teams/nested.yaml"], "requests_per_unit: 1", "requests_per_unit: 7", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, func() bool {
-		_, body := get(t, "http://"+srv.debug+"/rlconfig")
+	files.Write(t, nested, oneRule("nested", "team", "day", 7))
+	wait.For(t, 5*time.Second, func() bool {
+		_, body := scrape.Get(t, "http://"+srv.debug+"/rlconfig")
 		return strings.Contains(body, "requests_per_unit=7,")
 	})
 }
@@ -159,7 +122,7 @@ func TestReferenceEnvironment(t *testing.T) {
 // TestReferenceEnvironmentRefused: a value FastLimit cannot honour stops
 // the start, and the message names the variable.
 func TestReferenceEnvironmentRefused(t *testing.T) {
-	root := writeTree(t, refRules)
+	root := files.Dir(t, refRules)
 	for _, tc := range []struct{ name, value string }{
 		{"BACKEND_TYPE", "memcache"},
 		{"PORT", "http"},
@@ -188,8 +151,8 @@ func TestReferenceEnvironmentRefused(t *testing.T) {
 func TestHealthcheckWithRedisDown(t *testing.T) {
 	for _, active := range []bool{false, true} {
 		t.Run(fmt.Sprintf("active=%v", active), func(t *testing.T) {
-			r := startRedis(t)
-			env := refEnv(t, writeTree(t, refRules), r.Addr)
+			r := redistest.StartServer(t)
+			env := refEnv(t, files.Dir(t, refRules), r.Addr)
 			if active {
 				env["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"] = "true"
 			}
@@ -197,14 +160,14 @@ func TestHealthcheckWithRedisDown(t *testing.T) {
 			health := srv.HTTP + "/healthcheck"
 			r.Stop()
 			// Redis is down: a decision fails (--on-store-error error).
-			waitFor(t, 5*time.Second, func() bool {
-				_, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest1("ref", "user", "down"))
+			wait.For(t, 5*time.Second, func() bool {
+				_, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("ref", "down", "user"))
 				return status.Code(err) == codes.Unavailable
 			})
 			if active {
-				waitFor(t, 5*time.Second, func() bool { return httpCode(health) == http.StatusServiceUnavailable })
+				wait.For(t, 5*time.Second, func() bool { return httpCode(health) == http.StatusServiceUnavailable })
 				r.Restart(t)
-				waitFor(t, 10*time.Second, func() bool { return httpCode(health) == http.StatusOK })
+				wait.For(t, 10*time.Second, func() bool { return httpCode(health) == http.StatusOK })
 				return
 			}
 			for range 10 {
@@ -225,8 +188,8 @@ func TestHealthcheckWithRedisDown(t *testing.T) {
 func TestReferenceEnvironmentUnixSocket(t *testing.T) {
 	waitOutDayBoundary(t)
 	sock := filepath.Join(t.TempDir(), "redis.sock")
-	r := startRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
-	env := refEnv(t, writeTree(t, refRules), sock)
+	r := redistest.StartServer(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	env := refEnv(t, files.Dir(t, refRules), sock)
 	env["REDIS_SOCKET_TYPE"] = "unix"
 	srv := startRef(t, env)
 	if got := decideN(t, srv.Client, "ref", "user", "unix", 4); got[2] != rls.RateLimitResponse_OK || got[3] != rls.RateLimitResponse_OVER_LIMIT {

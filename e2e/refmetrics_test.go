@@ -1,11 +1,7 @@
 package e2e_test
 
 import (
-	"bufio"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,17 +10,12 @@ import (
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-)
 
-const refStatsRules = `domain: rl
-descriptors:
-  - key: generic_key
-    value: slowpath
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-`
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+)
 
 // startRefWithEnv starts the binary on the rules in dir and Redis with
 // flags, plus env, and waits for /healthcheck.
@@ -63,50 +54,18 @@ func refDrive(t *testing.T, f *fastlimit) {
 	}
 }
 
-var sampleRE = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$`)
-
-// scrapeSeries reads a Prometheus text page into "name{labels}" -> value,
-// labels as the page writes them.
-func scrapeSeries(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := sampleRE.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[3], 64)
-		if err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		out[m[1]+m[2]] = v
-	}
-	return out
-}
-
 // TestRefMetricsPrometheus starts the binary with USE_PROMETHEUS=true
 // and PROMETHEUS_ADDR from the environment on a real Redis, drives a rule
 // over its limit and reads the reference's series, and FastLimit's own,
 // on PROMETHEUS_ADDR.
 func TestRefMetricsPrometheus(t *testing.T) {
-	r := startRedis(t)
-	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
+	r := redistest.StartServer(t)
+	promAddr := loopback.Addr(t)
+	f := startRefWithEnv(t, files.Dir(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr)
 	refDrive(t, f)
-	got := scrapeSeries(t, "http://"+promAddr+"/metrics")
-	for series, want := range map[string]float64{
+	page := metricsPage(t, promAddr)
+	wantSeries(t, page, map[string]float64{
 		`ratelimit_service_rate_limit_over_limit{domain="rl",key1="generic_key_slowpath"}`:   2,
 		`ratelimit_service_rate_limit_total_hits{domain="rl",key1="generic_key_slowpath"}`:   4,
 		`ratelimit_service_rate_limit_within_limit{domain="rl",key1="generic_key_slowpath"}`: 2,
@@ -117,14 +76,10 @@ func TestRefMetricsPrometheus(t *testing.T) {
 		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`:                    6,
 		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"}`:       6,
 		`fastlimit_requests_total{code="OVER_LIMIT"}`:                                        2,
-	} {
-		if v, ok := got[series]; !ok || v != want {
-			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
-		}
-	}
+	})
 	if t.Failed() {
 		var names []string
-		for k := range got {
+		for k := range scrape.Series(t, page) {
 			if strings.HasPrefix(k, "ratelimit_") {
 				names = append(names, k)
 			}
@@ -137,7 +92,7 @@ func TestRefMetricsPrometheus(t *testing.T) {
 // a listener of the test and reads the reference's stat names from the
 // datagrams.
 func TestRefMetricsStatsd(t *testing.T) {
-	r := startRedis(t)
+	r := redistest.StartServer(t)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +112,7 @@ func TestRefMetricsStatsd(t *testing.T) {
 		}
 	}()
 	port := pc.LocalAddr().(*net.UDPAddr).Port
-	f := startRefWithEnv(t, writeRules(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
+	f := startRefWithEnv(t, files.Dir(t, map[string]string{"rl.yaml": refStatsRules}), r.Addr,
 		"USE_STATSD=true", "STATSD_PROTOCOL=udp", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(port),
 		"STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:e2e")
 	refDrive(t, f)

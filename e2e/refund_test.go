@@ -9,6 +9,9 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 )
 
 // TestRefunds: a descriptor with is_negative_hits (field 4 of Envoy's
@@ -19,8 +22,8 @@ import (
 // from those charged. /json takes is_negative_hits too.
 func TestRefunds(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		admin := loopback(t)
-		srv := startServer(t, writeRules(t, map[string]string{"e2e.yaml": coreRules}), true, append(extra, "--admin-addr", admin)...)
+		admin := loopback.Addr(t)
+		srv := startServer(t, files.Dir(t, map[string]string{"e2e.yaml": coreRules}), true, append(extra, "--admin-addr", admin)...)
 		ctx := ctxTimeout(t, 30*time.Second)
 		id := fmt.Sprint(time.Now().UnixNano())
 		call := func(key string, hits uint64, refund bool) *rls.RateLimitResponse_DescriptorStatus {
@@ -88,8 +91,8 @@ func TestRefunds(t *testing.T) {
 			}
 		})
 		t.Run("metrics count refunds apart", func(t *testing.T) {
-			body := scrape(t, admin)
-			for series, want := range map[string]float64{
+			body := metricsPage(t, admin)
+			wantSeries(t, body, map[string]float64{
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.fixed"}`:   1008,
 				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.fixed"}`:      120,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.bucket"}`:  1004,
@@ -97,11 +100,7 @@ func TestRefunds(t *testing.T) {
 				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.small"}`:      5,
 				`fastlimit_rule_over_limit_total{domain="e2e",rule="e2e.small"}`:      1,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.sliding"}`: 1004,
-			} {
-				if got := metricValue(t, body, series); got != want {
-					t.Errorf("%s = %v, want %v", series, got, want)
-				}
-			}
+			})
 		})
 	})
 }

@@ -7,23 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
-
-// reloadRules is a domain whose one limit is rpu per hour: high enough
-// that load never reaches it, and visible in every answer's current_limit.
-func reloadRules(rpu int) string {
-	return fmt.Sprintf("domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", rpu)
-}
-
-// badReloadRules fails validation at line 4.
-const badReloadRules = "domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
 
 // inEffectWithin bounds how long an edit may take to show in answers.
 const inEffectWithin = time.Second
@@ -33,50 +28,29 @@ const inEffectWithin = time.Second
 type load struct {
 	calls, failures atomic.Int64
 	firstErr        atomic.Value // string
-	stop            chan struct{}
-	wg              sync.WaitGroup
+	// Stop stops the load and waits for it (idempotent).
+	Stop func()
 }
 
 func startLoad(t *testing.T, client rls.RateLimitServiceClient, workers int) *load {
 	t.Helper()
-	l := &load{stop: make(chan struct{})}
-	for w := range workers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			req := &rls.RateLimitRequest{Domain: "reload", Descriptors: []*common.RateLimitDescriptor{desc("k", fmt.Sprint("worker-", w))}}
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				resp, err := client.ShouldRateLimit(ctx, req)
-				cancel()
-				l.calls.Add(1)
-				if err == nil && resp.GetStatuses()[0].GetCurrentLimit() == nil {
-					err = fmt.Errorf("no current_limit in %v", resp)
-				}
-				if err != nil {
-					l.failures.Add(1)
-					l.firstErr.CompareAndSwap(nil, err.Error())
-				}
-			}
-		}()
-	}
+	l := &load{}
+	l.Stop = loop(workers, 0, func(w, _ int) {
+		req := &rls.RateLimitRequest{Domain: "reload", Descriptors: []*common.RateLimitDescriptor{desc("k", fmt.Sprint("worker-", w))}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, req)
+		l.calls.Add(1)
+		if err == nil && resp.GetStatuses()[0].GetCurrentLimit() == nil {
+			err = fmt.Errorf("no current_limit in %v", resp)
+		}
+		if err != nil {
+			l.failures.Add(1)
+			l.firstErr.CompareAndSwap(nil, err.Error())
+		}
+	})
 	t.Cleanup(l.Stop)
 	return l
-}
-
-// Stop stops the load and waits for it (idempotent).
-func (l *load) Stop() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
 }
 
 // currentLimit returns the requests_per_unit the server answers with now.
@@ -118,9 +92,9 @@ func timeToEffect(t *testing.T, client rls.RateLimitServiceClient, want uint32, 
 // with the error logged with file and line and counted.
 func TestReloadUnderLoad(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
-		dir := writeRules(t, map[string]string{"reload.yaml": reloadRules(1_000_000)})
+		dir := files.Dir(t, map[string]string{"reload.yaml": reloadRules(1_000_000)})
 		path := filepath.Join(dir, "reload.yaml")
-		admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		admin := loopback.Addr(t)
 		srv := startServer(t, dir, true, append(extra, "--admin-addr", admin)...)
 		if got := currentLimit(t, srv.Client); got != 1_000_000 {
 			t.Fatalf("initial limit %d", got)
@@ -128,27 +102,27 @@ func TestReloadUnderLoad(t *testing.T) {
 		l := startLoad(t, srv.Client, 4)
 		time.Sleep(200 * time.Millisecond) // load running before the first edit
 
-		took1 := timeToEffect(t, srv.Client, 2_000_000, func() { replaceFileT(t, path, reloadRules(2_000_000)) })
+		took1 := timeToEffect(t, srv.Client, 2_000_000, func() { files.Replace(t, path, reloadRules(2_000_000)) })
 
-		failuresBefore := metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`)
-		replaceFileT(t, path, badReloadRules)
-		waitFor(t, 5*time.Second, func() bool {
-			return metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`) > failuresBefore
+		failuresBefore := scrape.Value(t, metricsPage(t, admin), `fastlimit_config_loads_total{result="failure"}`)
+		files.Replace(t, path, badReloadRules)
+		wait.For(t, 5*time.Second, func() bool {
+			return scrape.Value(t, metricsPage(t, admin), `fastlimit_config_loads_total{result="failure"}`) > failuresBefore
 		})
 		if got := currentLimit(t, srv.Client); got != 2_000_000 {
 			t.Fatalf("limit %d after a bad edit, want the old 2000000", got)
 		}
-		if code := httpStatus(t, "http://"+srv.HTTP+"/ready"); code != http.StatusOK {
+		if code := httpCode(srv.HTTP + "/ready"); code != http.StatusOK {
 			t.Fatalf("/ready %d after a bad edit", code)
 		}
-		if v := metricValue(t, scrape(t, admin), "fastlimit_config_last_reload_successful"); v != 0 {
+		if v := scrape.Value(t, metricsPage(t, admin), "fastlimit_config_last_reload_successful"); v != 0 {
 			t.Fatalf("last_reload_successful %v after a bad edit", v)
 		}
 		if logs := srv.logs.String(); !strings.Contains(logs, "rules reload failed") || !strings.Contains(logs, path+":4:") {
 			t.Fatalf("bad edit not logged with file and line:\n%s", logs)
 		}
 
-		took2 := timeToEffect(t, srv.Client, 3_000_000, func() { replaceFileT(t, path, reloadRules(3_000_000)) })
+		took2 := timeToEffect(t, srv.Client, 3_000_000, func() { files.Replace(t, path, reloadRules(3_000_000)) })
 
 		time.Sleep(200 * time.Millisecond) // load running after the last edit
 		l.Stop()
@@ -158,7 +132,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if l.calls.Load() < 100 {
 			t.Fatalf("only %d requests: the load did not run", l.calls.Load())
 		}
-		if v := metricValue(t, scrape(t, admin), "fastlimit_config_last_reload_successful"); v != 1 {
+		if v := scrape.Value(t, metricsPage(t, admin), "fastlimit_config_last_reload_successful"); v != 1 {
 			t.Fatalf("last_reload_successful %v after the good edit", v)
 		}
 		t.Logf("%d requests, 0 failed; good edits in effect after %s and %s", l.calls.Load(), took1, took2)
@@ -171,9 +145,9 @@ func TestReloadUnderLoad(t *testing.T) {
 // symlink renamed over "..data", the old directory removed.
 func TestReloadConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
-	swap := configMapVolume(t, dir, "reload.yaml")
+	swap := func(body string) { files.Volume(t, dir, map[string]string{"reload.yaml": body}) }
 	swap(reloadRules(1_000))
-	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	admin := loopback.Addr(t)
 	srv := startServer(t, dir, true, "--admin-addr", admin)
 	if got := currentLimit(t, srv.Client); got != 1_000 {
 		t.Fatalf("initial limit %d", got)
@@ -182,10 +156,10 @@ func TestReloadConfigMapSwap(t *testing.T) {
 
 	took := timeToEffect(t, srv.Client, 2_000, func() { swap(reloadRules(2_000)) })
 
-	failures := metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`)
+	failures := scrape.Value(t, metricsPage(t, admin), `fastlimit_config_loads_total{result="failure"}`)
 	swap(badReloadRules)
-	waitFor(t, 5*time.Second, func() bool {
-		return metricValue(t, scrape(t, admin), `fastlimit_config_loads_total{result="failure"}`) > failures
+	wait.For(t, 5*time.Second, func() bool {
+		return scrape.Value(t, metricsPage(t, admin), `fastlimit_config_loads_total{result="failure"}`) > failures
 	})
 	if got := currentLimit(t, srv.Client); got != 2_000 {
 		t.Fatalf("limit %d after a bad ConfigMap, want the old 2000", got)
@@ -202,54 +176,150 @@ func TestReloadConfigMapSwap(t *testing.T) {
 	t.Logf("%d requests, 0 failed; swaps in effect after %s and %s", l.calls.Load(), took, took2)
 }
 
-// configMapVolume makes dir a ConfigMap-style volume holding one file,
-// name, and returns a function that atomically swaps in new content.
-func configMapVolume(t *testing.T, dir, name string) func(body string) {
+// The follow tests change the rules the way deployments do and the issue
+// found unseen: a git-sync symlink swap of --config, the directory
+// removed and created again, a rules file far too large.
+
+// followWithin is the issue's bound from a change to the new rules
+// answering.
+const followWithin = 2 * time.Second
+
+// limitOf returns the requests_per_unit the server answers domain's key
+// with, 0 when no rule matches or the call fails.
+func limitOf(t *testing.T, srv *fastlimit, domain string) uint32 {
 	t.Helper()
-	version := 0
-	return func(body string) {
-		t.Helper()
-		version++
-		ts := fmt.Sprintf("..2026_01_01_00_00_%02d.%d", version, version)
-		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
-			t.Fatal(err)
+	resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest(domain, "probe", "k"))
+	if err != nil {
+		return 0
+	}
+	return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+// inEffect measures how long after since the server answers domain with
+// rpu, failing past followWithin (and giving up after 10 s).
+func inEffect(t *testing.T, srv *fastlimit, domain string, rpu uint32, since time.Time, what string) {
+	t.Helper()
+	for limitOf(t, srv, domain) != rpu {
+		if time.Since(since) > 10*time.Second {
+			t.Fatalf("%s: %s not answering %d after 10 s", what, domain, rpu)
 		}
-		writeFileT(t, filepath.Join(dir, ts, name), body)
-		old, _ := os.Readlink(filepath.Join(dir, "..data"))
-		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-		if version == 1 {
-			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if old != "" {
-			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(since)
+	t.Logf("%s: in effect after %v", what, took.Round(time.Millisecond))
+	if took > followWithin {
+		t.Errorf("%s: in effect after %v, want within %v", what, took, followWithin)
 	}
 }
 
-// replaceFileT replaces path atomically, the way docs/operations.md advises: a
-// temporary dotfile beside it, renamed into place. (A write in place
-// reloads only after 1 s of quiet.)
-func replaceFileT(t *testing.T, path, body string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	writeFileT(t, tmp, body)
-	if err := os.Rename(tmp, path); err != nil {
+// TestReloadGitSyncSwap runs with --config a symlink to a checkout, as
+// git-sync lays it out, and swaps the symlink to a new checkout that
+// changes one domain and drops another: the new rules answer within 2 s,
+// the dropped domain is warned of and counted, and the old checkout's
+// removal changes nothing.
+func TestReloadGitSyncSwap(t *testing.T) {
+	base := t.TempDir()
+	files.Tree(t, filepath.Join(base, ".worktrees", "r1"), map[string]string{
+		"swap.yaml": oneRule("swap", "k", "hour", 10), "gone.yaml": oneRule("gone", "k", "hour", 5)})
+	files.Tree(t, filepath.Join(base, ".worktrees", "r2"), map[string]string{"swap.yaml": oneRule("swap", "k", "hour", 20)})
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(".worktrees/r1", link); err != nil {
 		t.Fatal(err)
+	}
+	admin := loopback.Addr(t)
+	srv := start(t, launch{rules: link, flags: []string{"--admin-addr", admin}})
+	if got := limitOf(t, srv, "gone"); got != 5 {
+		t.Fatalf("domain gone answers %d before the swap", got)
+	}
+
+	tmp := filepath.Join(base, "link.tmp")
+	if err := os.Symlink(".worktrees/r2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	swapped := time.Now()
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+	inEffect(t, srv, "swap", 20, swapped, "git-sync swap")
+	if got := limitOf(t, srv, "gone"); got != 0 {
+		t.Errorf("the dropped domain still answers with a limit of %d", got)
+	}
+	wait.For(t, 10*time.Second, func() bool {
+		return strings.Contains(srv.logs.String(), "domain removed from the rules")
+	})
+	if logs := srv.logs.String(); !strings.Contains(logs, `"domain": "gone"`) {
+		t.Errorf("the removed domain is not named in the warning:\n%s", logs)
+	}
+	if n := scrape.Value(t, metricsPage(t, admin), "fastlimit_config_domains_removed_total"); n != 1 {
+		t.Errorf("fastlimit_config_domains_removed_total = %v, want 1", n)
+	}
+	if err := os.RemoveAll(filepath.Join(base, ".worktrees", "r1")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := limitOf(t, srv, "swap"); got != 20 {
+		t.Errorf("after the old checkout's removal, swap answers %d", got)
 	}
 }
 
-func writeFileT(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+// TestReloadDirectoryRecreated removes the rules directory and creates it
+// again with new rules (rm -rf, mkdir, a file written in place), at once
+// and at a human's pace: the new rules answer within 2 s of the write.
+func TestReloadDirectoryRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules")
+	files.Tree(t, dir, map[string]string{"swap.yaml": oneRule("swap", "k", "hour", 10)})
+	srv := start(t, launch{rules: dir})
+	for i, pause := range []time.Duration{0, 700 * time.Millisecond} {
+		rpu := 30 + 10*i
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		written := time.Now()
+		files.Write(t, filepath.Join(dir, "swap.yaml"), oneRule("swap", "k", "hour", int64(rpu)))
+		inEffect(t, srv, "swap", uint32(rpu), written, fmt.Sprintf("re-created, pause %v", pause))
+	}
+}
+
+// TestRulesFileOverLimit adds a 50 MB rules file (sparse: written in no
+// time) beside good rules: the reload is refused at once, naming the file
+// and the limit, the failure shows in the metrics, and the last good
+// rules keep deciding; removing it loads again.
+func TestRulesFileOverLimit(t *testing.T) {
+	dir := files.Dir(t, map[string]string{"swap.yaml": oneRule("swap", "k", "hour", 10)})
+	admin := loopback.Addr(t)
+	srv := start(t, launch{rules: dir, flags: []string{"--admin-addr", admin}})
+	big := filepath.Join(dir, "big.yaml")
+	f, err := os.Create(big)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := f.Truncate(50 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failure := `fastlimit_config_loads_total{result="failure"}`
+	wait.For(t, 10*time.Second, func() bool { return scrape.Value(t, metricsPage(t, admin), failure) >= 1 })
+	m := metricsPage(t, admin)
+	if v := scrape.Value(t, m, "fastlimit_config_last_reload_successful"); v != 0 {
+		t.Errorf("fastlimit_config_last_reload_successful = %v after the refusal", v)
+	}
+	if logs := srv.logs.String(); !strings.Contains(logs, big) || !strings.Contains(logs, "over the limit of 8388608 bytes") {
+		t.Errorf("the refusal does not name the file and the limit:\n%s", logs)
+	}
+	if got := limitOf(t, srv, "swap"); got != 10 {
+		t.Errorf("the last good rules answer %d, want 10", got)
+	}
+	if err := os.Remove(big); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() bool {
+		return scrape.Value(t, metricsPage(t, admin), "fastlimit_config_last_reload_successful") == 1
+	})
 }

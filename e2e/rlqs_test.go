@@ -13,22 +13,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 // The Rate Limit Quota Service, end to end: two replicas of the binary on
 // one real Redis, simulated Envoys (internal/testing/envoysim) on the wall clock.
-
-const rlqsRules = `
-domain: d
-descriptors:
-  - key: name
-    value: a
-    rate_limit: {unit: second, requests_per_unit: 300}
-  - key: name
-    value: idle
-    rate_limit: {unit: second, requests_per_unit: 300}
-`
 
 var rlqsBucket = map[string]string{"name": "a"}
 
@@ -36,16 +27,16 @@ var rlqsBucket = map[string]string{"name": "a"}
 // period.
 func quotaReplicas(t *testing.T, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
-	return quotaReplicasOn(t, []string{"--redis-url", "redis://" + startRedis(t).Addr}, n, period, extra...)
+	return quotaReplicasOn(t, []string{"--redis-url", "redis://" + redistest.StartServer(t).Addr}, n, period, extra...)
 }
 
 // quotaReplicasOn is quotaReplicas on the Redis that redisFlags name.
 func quotaReplicasOn(t *testing.T, redisFlags []string, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
-	dir := writeRules(t, map[string]string{"rules.yaml": rlqsRules})
+	dir := files.Dir(t, map[string]string{"rules.yaml": rlqsRules})
 	var fs []*fastlimit
 	for i := range n {
-		admin := loopback(t)
+		admin := loopback.Addr(t)
 		flags := append(slices.Clone(redisFlags), "--rlqs-report-period", period.String(),
 			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin)
 		flags = append(flags, extra...)
@@ -257,7 +248,7 @@ func TestRLQSRedisDown(t *testing.T) {
 		{"deny", []float64{0, 0, 0}},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			redis := startRedis(t)
+			redis := redistest.StartServer(t)
 			fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + redis.Addr}, 2, period, "--rlqs-on-store-error", tc.policy, "--rlqs-store-grace", "1m")
 			q := newQuotaFleet(t, period, fs)
 			var ts []*envoysim.Traffic

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,19 +17,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
-
-const tlsRules = `domain: tls
-descriptors:
-  - key: client
-    rate_limit: {unit: minute, requests_per_unit: 2}
-`
-
-func tlsRequest(client string) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "tls", Descriptors: []*common.RateLimitDescriptor{
-		{Entries: []*common.RateLimitDescriptor_Entry{{Key: "client", Value: client}}},
-	}}
-}
 
 // TestMTLS runs the binary as Envoy Gateway does, with gRPC mTLS from the
 // reference's variables only, for both ways certificates reach a pod:
@@ -40,7 +32,7 @@ func tlsRequest(client string) *rls.RateLimitRequest {
 // server certificate is served to new connections within 2 s while an
 // established connection keeps working.
 func TestMTLS(t *testing.T) {
-	r := startRedis(t)
+	r := redistest.StartServer(t)
 	for i, layout := range []string{"files rewritten in place", "Kubernetes Secret ..data swap"} {
 		t.Run(layout, func(t *testing.T) {
 			// Both layouts share Redis: each counts its own clients.
@@ -49,18 +41,18 @@ func TestMTLS(t *testing.T) {
 			first, second := ca.Issue(t, certtest.Server()), ca.Issue(t, certtest.Server())
 			dir := filepath.Join(t.TempDir(), "certs")
 			put := func(l *certtest.Leaf) {
-				files := map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM, "ca.crt": ca.PEM}
+				pems := map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM, "ca.crt": ca.PEM}
 				if secret {
-					certtest.Secret(t, dir, files)
+					files.Volume(t, dir, pems)
 					return
 				}
 				for _, name := range []string{"tls.key", "tls.crt", "ca.crt"} { // the key first: a rewrite is not atomic
-					certtest.Write(t, filepath.Join(dir, name), files[name])
+					files.Write(t, filepath.Join(dir, name), pems[name])
 				}
 			}
 			put(first)
-			certtest.Write(t, filepath.Join(t.TempDir(), "other-ca.crt"), other.PEM)
-			srv := start(t, launch{rules: writeRules(t, map[string]string{"tls.yaml": tlsRules}), noDial: true,
+			files.Write(t, filepath.Join(t.TempDir(), "other-ca.crt"), other.PEM)
+			srv := start(t, launch{rules: files.Dir(t, map[string]string{"tls.yaml": tlsRules}), noDial: true,
 				flags: []string{"--redis-url", "redis://" + r.Addr + "/0"}, env: envMap(
 					"GRPC_SERVER_USE_TLS=true",
 					"GRPC_SERVER_TLS_CERT="+filepath.Join(dir, "tls.crt"),
@@ -87,7 +79,7 @@ func TestMTLS(t *testing.T) {
 			// server certificate serial and local address.
 			decide := func(c rls.RateLimitServiceClient, client string) (rls.RateLimitResponse_Code, *big.Int, string, error) {
 				var p peer.Peer
-				resp, err := c.ShouldRateLimit(ctxTimeout(t, 10*time.Second), tlsRequest(fmt.Sprint(i, client)), grpc.Peer(&p))
+				resp, err := c.ShouldRateLimit(ctxTimeout(t, 10*time.Second), domainRequest("tls", fmt.Sprint(i, client), "client"), grpc.Peer(&p))
 				if err != nil {
 					return 0, nil, "", err
 				}
@@ -123,7 +115,7 @@ func TestMTLS(t *testing.T) {
 			put(second)
 			rotated := time.Now()
 			var servedIn time.Duration
-			ok := waitUntil(10*time.Second, func() bool {
+			ok := wait.True(10*time.Second, func() bool {
 				start := time.Now()
 				c, err := tls.Dial("tcp", srv.GRPC, &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost",
 					Certificates: []tls.Certificate{envoy}, NextProtos: []string{"h2"}})
@@ -167,9 +159,9 @@ func TestTLSStartErrors(t *testing.T) {
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, "ca")
 	l := ca.Issue(t, certtest.Server())
-	certtest.Write(t, filepath.Join(dir, "tls.crt"), l.CertPEM)
-	certtest.Write(t, filepath.Join(dir, "tls.key"), l.KeyPEM)
-	rules := writeRules(t, map[string]string{"tls.yaml": tlsRules})
+	files.Write(t, filepath.Join(dir, "tls.crt"), l.CertPEM)
+	files.Write(t, filepath.Join(dir, "tls.key"), l.KeyPEM)
+	rules := files.Dir(t, map[string]string{"tls.yaml": tlsRules})
 	for _, tc := range []struct {
 		env  []string
 		want string
@@ -188,5 +180,76 @@ func TestTLSStartErrors(t *testing.T) {
 		if !strings.Contains(out, tc.want) {
 			t.Errorf("%v: output %q lacks %q", tc.env, out, tc.want)
 		}
+	}
+}
+
+// TestTLSRotationRefused rotates the gRPC server's certificate (as a
+// Kubernetes Secret, so that each rotation is one atomic change) to one
+// that has expired, one not valid yet, and one whose key is another's:
+// each is refused when it is written, without waiting for a handshake
+// (warned, counted in fastlimit_tls_certificates_refused_total), and new
+// connections keep getting the certificate in force. A good rotation
+// after them is served.
+func TestTLSRotationRefused(t *testing.T) {
+	ca := certtest.NewCA(t, "ca")
+	now := time.Now()
+	validity := func(from, to time.Time) certtest.Options {
+		o := certtest.Server()
+		o.NotBefore, o.NotAfter = from, to
+		return o
+	}
+	first, good := ca.Issue(t, certtest.Server()), ca.Issue(t, certtest.Server())
+	expired := ca.Issue(t, validity(now.Add(-48*time.Hour), now.Add(-time.Minute)))
+	early := ca.Issue(t, validity(now.Add(time.Hour), now.Add(48*time.Hour)))
+	other := ca.Issue(t, certtest.Server())
+
+	dir := filepath.Join(t.TempDir(), "certs")
+	put := func(cert, key []byte) {
+		files.Volume(t, dir, map[string][]byte{"tls.crt": cert, "tls.key": key})
+	}
+	put(first.CertPEM, first.KeyPEM)
+	admin := loopback.Addr(t)
+	srv := start(t, launch{rules: files.Dir(t, map[string]string{"tls.yaml": tlsRules}), noDial: true,
+		flags: []string{"--admin-addr", admin, "--grpc-tls", "--grpc-tls-cert", filepath.Join(dir, "tls.crt"),
+			"--grpc-tls-key", filepath.Join(dir, "tls.key")}})
+	served := func() *big.Int {
+		t.Helper()
+		c, err := tls.Dial("tcp", srv.GRPC, &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost", NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	if s := served(); s.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatalf("serving %x, want %x", s, first.Cert.SerialNumber)
+	}
+
+	refused := `fastlimit_tls_certificates_refused_total{use="grpc_server"}`
+	for i, bad := range []struct {
+		name      string
+		cert, key []byte
+		log       string
+	}{
+		{"expired", expired.CertPEM, expired.KeyPEM, "certificate has expired"},
+		{"not valid yet", early.CertPEM, early.KeyPEM, "certificate is not valid yet"},
+		{"another's key", first.CertPEM, other.KeyPEM, "private key does not match the certificate"},
+	} {
+		put(bad.cert, bad.key)
+		wait.For(t, 10*time.Second, func() bool { return scrape.Value(t, metricsPage(t, admin), refused) == float64(i+1) })
+		if !strings.Contains(srv.logs.String(), bad.log) {
+			t.Errorf("%s: refusal not logged with %q", bad.name, bad.log)
+		}
+		if s := served(); s.Cmp(first.Cert.SerialNumber) != 0 {
+			t.Fatalf("after a rotation to a certificate %s, serving %x, want the old %x", bad.name, s, first.Cert.SerialNumber)
+		}
+	}
+
+	put(good.CertPEM, good.KeyPEM)
+	rotated := time.Now()
+	wait.For(t, 10*time.Second, func() bool { return served().Cmp(good.Cert.SerialNumber) == 0 })
+	t.Logf("a good rotation after three refused served in %v", time.Since(rotated).Round(time.Millisecond))
+	if n := scrape.Value(t, metricsPage(t, admin), refused); n != 3 {
+		t.Errorf("%s = %v after a good rotation, want 3", refused, n)
 	}
 }

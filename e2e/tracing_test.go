@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -24,6 +23,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // collector is an OTLP trace receiver, over gRPC or HTTP, that keeps
@@ -136,18 +139,6 @@ func randomHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
-const traceRules = `domain: trace
-descriptors:
-  - key: user_id
-    rate_limit: {unit: minute, requests_per_unit: 100}
-`
-
-func traceRequest(user string) *rls.RateLimitRequest {
-	return &rls.RateLimitRequest{Domain: "trace", Descriptors: []*common.RateLimitDescriptor{
-		{Entries: []*common.RateLimitDescriptor_Entry{{Key: "user_id", Value: user}}},
-	}}
-}
-
 // caller is one traced request: the trace context Envoy sends.
 type caller struct {
 	traceID, spanID string
@@ -161,11 +152,11 @@ type caller struct {
 // caller's span, with one child span of the store call; a caller that
 // did not sample gives none.
 func TestTracing(t *testing.T) {
-	r := startRedis(t)
+	r := redistest.StartServer(t)
 	for i, protocol := range []string{"grpc", "http"} {
 		t.Run(protocol, func(t *testing.T) {
 			col, endpoint := startCollector(t, protocol)
-			srv := start(t, launch{rules: writeRules(t, map[string]string{"trace.yaml": traceRules}), noDial: true,
+			srv := start(t, launch{rules: files.Dir(t, map[string]string{"trace.yaml": traceRules}), noDial: true,
 				flags: []string{"--redis-url", "redis://" + r.Addr + "/0"}, env: envMap(
 					"TRACING_ENABLED=true",
 					"TRACING_EXPORTER_PROTOCOL="+protocol,
@@ -204,7 +195,7 @@ func TestTracing(t *testing.T) {
 			for j, c := range calls {
 				ctx := metadata.NewOutgoingContext(ctxTimeout(t, 10*time.Second), c.md)
 				user := fmt.Sprintf("trace-user-%d-%d", i, j)
-				resp, err := client.ShouldRateLimit(ctx, traceRequest(user))
+				resp, err := client.ShouldRateLimit(ctx, domainRequest("trace", user, "user_id"))
 				if err != nil || resp.GetOverallCode() != rls.RateLimitResponse_OK {
 					t.Fatalf("call %d: %v, %v", j, resp.GetOverallCode(), err)
 				}
@@ -218,7 +209,7 @@ func TestTracing(t *testing.T) {
 				}
 				return m
 			}
-			ok := waitUntil(15*time.Second, func() bool {
+			ok := wait.True(15*time.Second, func() bool {
 				m := byTrace()
 				for _, c := range callers {
 					if len(m[c.traceID]) < 2 {

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -13,11 +12,16 @@ import (
 	"time"
 
 	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -53,26 +57,26 @@ func startEnv(t testing.TB, env map[string]string, wantHealthy bool) (*fastlimit
 	return f, f.Admin
 }
 
+// setBad sets version v3: good and a resource name of domain whose rule
+// is unlimited and has a unit, which the server refuses; it returns the
+// NACK.
+func setBad(t *testing.T, set func(string, ...*rlsconf.RateLimitConfig), cp *xdstest.Server,
+	good *rlsconf.RateLimitConfig, name, domain string) *discovery.DiscoveryRequest {
+	t.Helper()
+	set("v3", good, xdstest.Config(name, domain,
+		&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
+	nack, err := cp.WaitNACK(15 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nack
+}
+
 // xdsRules are the rules of snapshot i: user is limited to rpu a minute.
 func xdsRules(rpu uint32) *rlsconf.RateLimitConfig {
 	return xdstest.Config("xds-rules", "xds",
 		xdstest.Limit("user", "", rlsconf.RateLimitUnit_MINUTE, rpu),
 		&rlsconf.RateLimitDescriptor{Key: "free", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}})
-}
-
-// httpGet returns the status and body of url.
-func httpGet(t testing.TB, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
 }
 
 func TestXDSRules(t *testing.T) {
@@ -86,7 +90,7 @@ func TestXDSRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startRedis(t)
+			r := redistest.StartServer(t)
 			env := map[string]string{
 				"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
 				"CONFIG_GRPC_XDS_NODE_ID":            xdsNodeID,
@@ -97,7 +101,7 @@ func TestXDSRules(t *testing.T) {
 			}
 			var cfg *tls.Config
 			if tc.mtls {
-				certs := xdstest.NewCerts(t)
+				certs := certtest.NewFiles(t, xdstest.ServerName)
 				cfg = certs.ServerTLS(true)
 				env["CONFIG_GRPC_XDS_SERVER_USE_TLS"] = "true"
 				env["CONFIG_GRPC_XDS_CLIENT_TLS_CERT"] = certs.ClientCert
@@ -159,12 +163,7 @@ func TestXDSRules(t *testing.T) {
 			}
 
 			// A bad snapshot is NACKed with the error; v2 keeps deciding.
-			set("v3", xdsRules(10), xdstest.Config("bad-rules", "other",
-				&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}))
-			nack, err := cp.WaitNACK(15 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nack := setBad(t, set, cp, xdsRules(10), "bad-rules", "other")
 			if msg, want := nack.GetErrorDetail().GetMessage(),
 				"resource 'bad-rules' descriptor other.k (descriptors[0]): should not specify rate limit unit when unlimited"; msg != want {
 				t.Errorf("NACK %q, want %q", msg, want)
@@ -182,13 +181,13 @@ func TestXDSRules(t *testing.T) {
 				t.Errorf("carol's 7th hit under v2's 10/minute: %v", got)
 			}
 
-			code, body := httpGet(t, "http://"+admin+"/v1/rules")
+			code, body := scrape.Get(t, "http://"+admin+"/v1/rules")
 			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
 				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
 				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
 				t.Errorf("/v1/rules %d:\n%s", code, body)
 			}
-			_, metrics := httpGet(t, "http://"+admin+"/metrics")
+			_, metrics := scrape.Get(t, "http://"+admin+"/metrics")
 			for _, want := range []string{`fastlimit_config_loads_total{result="failure"} 1`, "fastlimit_config_last_reload_successful 0"} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("/metrics lacks %q", want)
@@ -202,7 +201,7 @@ func TestXDSRules(t *testing.T) {
 			if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, func() bool { return strings.Contains(srv.logs.String(), "nothing to reload") })
+			wait.For(t, 5*time.Second, func() bool { return strings.Contains(srv.logs.String(), "nothing to reload") })
 			if lim := call("dave").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 10 {
 				t.Errorf("after SIGHUP: limit %d", lim)
 			}
@@ -223,7 +222,7 @@ func TestXDSWaitsForRules(t *testing.T) {
 		t.Fatalf("listening before the first rules: %d", resp.StatusCode)
 	}
 	set("v1", xdsRules(1))
-	waitFor(t, 15*time.Second, func() bool {
+	wait.For(t, 15*time.Second, func() bool {
 		resp, err := http.Get("http://" + srv.HTTP + "/healthcheck")
 		if err != nil {
 			return false

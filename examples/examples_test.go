@@ -19,6 +19,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
@@ -153,8 +154,8 @@ func checkHTTP2(t *testing.T, c *clusterv3.Cluster) {
 // directory whole, each file alone, and the rules in the Istio ConfigMap.
 func TestRulesLoad(t *testing.T) {
 	for _, dir := range []string{"../config", "../config/examples", envoyRules, fastlimitOnly} {
-		files := rulesFiles(t, dir)
-		if len(files) == 0 {
+		found := rulesFiles(t, dir)
+		if len(found) == 0 {
 			if dir == envoyRules {
 				t.Fatalf("%s holds no rules files", dir)
 			}
@@ -165,7 +166,7 @@ func TestRulesLoad(t *testing.T) {
 			if _, err := rules.Load(dir); err != nil {
 				t.Errorf("rules.Load(%s): %v", dir, err)
 			}
-			for name, b := range files {
+			for name, b := range found {
 				if _, err := rules.Parse(map[string][]byte{name: b}); err != nil {
 					t.Errorf("rules.Parse(%s): %v", filepath.Join(dir, name), err)
 				}
@@ -573,7 +574,7 @@ func TestDockerCompose(t *testing.T) {
 	var cf struct {
 		Services map[string]composeService `yaml:"services"`
 	}
-	if err := yaml.Unmarshal(readFile(t, composeFile), &cf); err != nil {
+	if err := yaml.Unmarshal(files.Read(t, composeFile), &cf); err != nil {
 		t.Fatalf("%s: %v", composeFile, err)
 	}
 	svc := func(name string) composeService {
@@ -659,7 +660,7 @@ func TestDockerCompose(t *testing.T) {
 // TestDockerfile reads the Dockerfile as text: a multi-stage, static build
 // of ./cmd/server into a non-root final image.
 func TestDockerfile(t *testing.T) {
-	stages := parseDockerfile(t, readFile(t, dockerfile))
+	stages := parseDockerfile(t, files.Read(t, dockerfile))
 	if len(stages) < 2 {
 		t.Fatalf("Dockerfile has %d stages, want a multi-stage build", len(stages))
 	}

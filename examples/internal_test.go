@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 
 	// Every @type in the examples must resolve: these register the typed
@@ -224,15 +225,15 @@ func rulesFiles(t *testing.T, dir string) map[string][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{}
+	found := map[string][]byte{}
 	for _, e := range entries {
 		ext := filepath.Ext(e.Name())
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
 			continue
 		}
-		files[e.Name()] = readFile(t, filepath.Join(dir, e.Name()))
+		found[e.Name()] = files.Read(t, filepath.Join(dir, e.Name()))
 	}
-	return files
+	return found
 }
 
 // istioRuleFiles returns the ConfigMap fastlimit-rules' data as the files
@@ -277,6 +278,10 @@ type k8sObject struct {
 
 type deployment struct {
 	Spec struct {
+		Replicas int `yaml:"replicas"`
+		Strategy struct {
+			Type string `yaml:"type"`
+		} `yaml:"strategy"`
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
@@ -298,10 +303,11 @@ type deployment struct {
 }
 
 type container struct {
-	Name  string   `yaml:"name"`
-	Image string   `yaml:"image"`
-	Args  []string `yaml:"args"`
-	Env   []struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Env     []struct {
 		Name      string `yaml:"name"`
 		Value     string `yaml:"value"`
 		ValueFrom *struct {
@@ -396,7 +402,7 @@ func loadManifestsIn(t *testing.T, dir string) []*k8sObject {
 	}
 	var objs []*k8sObject
 	for _, p := range paths {
-		dec := yaml.NewDecoder(bytes.NewReader(readFile(t, p)))
+		dec := yaml.NewDecoder(bytes.NewReader(files.Read(t, p)))
 		for {
 			var n yaml.Node
 			err := dec.Decode(&n)
@@ -747,20 +753,11 @@ func dockerIgnored(t *testing.T) func(string) bool {
 
 // --- Files ---
 
-func readFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // readYAML decodes a YAML file into plain maps and slices, ready for JSON.
 func readYAML(t *testing.T, path string) any {
 	t.Helper()
 	var v any
-	if err := yaml.Unmarshal(readFile(t, path), &v); err != nil {
+	if err := yaml.Unmarshal(files.Read(t, path), &v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return v

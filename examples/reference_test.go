@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/refrules"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
@@ -49,7 +50,7 @@ func TestRulesLoadOnReference(t *testing.T) {
 		t.Fatalf("rules under ../config: %v %v", shipped, err)
 	}
 	for _, p := range shipped {
-		if err := refrules.Check(readFile(t, p)); err != nil {
+		if err := refrules.Check(files.Read(t, p)); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -59,7 +60,7 @@ func TestRulesLoadOnReference(t *testing.T) {
 		}
 	}
 	for _, p := range extensionRules {
-		b := readFile(t, p)
+		b := files.Read(t, p)
 		if p == "istio/rules-configmap.yaml" {
 			for name, r := range istioRuleFiles(t) {
 				if refrules.Check(r) == nil {
@@ -125,40 +126,7 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 		return nil
 	}
 
-	var dep struct {
-		Spec struct {
-			Replicas int `yaml:"replicas"`
-			Strategy struct {
-				Type string `yaml:"type"`
-			} `yaml:"strategy"`
-			Template struct {
-				Spec struct {
-					Containers []struct {
-						Name    string   `yaml:"name"`
-						Image   string   `yaml:"image"`
-						Command []string `yaml:"command"`
-						Env     []struct {
-							Name  string `yaml:"name"`
-							Value string `yaml:"value"`
-						} `yaml:"env"`
-						Ports []struct {
-							ContainerPort int `yaml:"containerPort"`
-						} `yaml:"ports"`
-						VolumeMounts []struct {
-							Name      string `yaml:"name"`
-							MountPath string `yaml:"mountPath"`
-						} `yaml:"volumeMounts"`
-					} `yaml:"containers"`
-					Volumes []struct {
-						Name      string `yaml:"name"`
-						ConfigMap struct {
-							Name string `yaml:"name"`
-						} `yaml:"configMap"`
-					} `yaml:"volumes"`
-				} `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
-	}
+	var dep deployment
 	decodeNode(t, find("Deployment", "ratelimit"), &dep)
 	if dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != "Recreate" || len(dep.Spec.Template.Spec.Containers) != 1 {
 		t.Fatalf("Deployment ratelimit: %+v", dep.Spec)
@@ -203,7 +171,8 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != mount || c.VolumeMounts[0].Name != "config-volume" {
 		t.Errorf("volume mounts %+v, want config-volume at %s", c.VolumeMounts, mount)
 	}
-	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Name != "config-volume" || v[0].ConfigMap.Name != "ratelimit-config" {
+	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Name != "config-volume" || v[0].ConfigMap == nil ||
+		v[0].ConfigMap.Name != "ratelimit-config" {
 		t.Errorf("volumes %+v, want config-volume from ConfigMap ratelimit-config", v)
 	}
 
@@ -237,7 +206,7 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 // checks that each of its queries parses and names FastLimit's series.
 // That a running server serves every one of them is e2e's test.
 func TestDashboard(t *testing.T) {
-	chart, example := readFile(t, chartDashboard), readFile(t, exampleDashboard)
+	chart, example := files.Read(t, chartDashboard), files.Read(t, exampleDashboard)
 	if !bytes.Equal(chart, example) {
 		t.Fatalf("%s differs from %s: copy the chart's file (its one source)", exampleDashboard, chartDashboard)
 	}
@@ -274,7 +243,7 @@ func TestChartRules(t *testing.T) {
 			Files map[string]string `yaml:"files"`
 		} `yaml:"rules"`
 	}
-	if err := yaml.Unmarshal(readFile(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
+	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{}

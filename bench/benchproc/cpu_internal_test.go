@@ -44,16 +44,23 @@ func TestParseProcStat(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseProcStat([]byte(tt.line), tt.hz)
-			if tt.err {
-				if !errors.Is(err, ErrParse) {
-					t.Fatalf("got %v, %v; want an ErrParse", got, err)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
-			}
+			wantParsed(t, got, err, tt.err, tt.want)
 		})
+	}
+}
+
+// wantParsed checks what a parser returned: an ErrParse when the case
+// wants an error, want otherwise.
+func wantParsed[T comparable](t *testing.T, got T, err error, wantErr bool, want T) {
+	t.Helper()
+	if wantErr {
+		if !errors.Is(err, ErrParse) {
+			t.Fatalf("got %+v, %v; want an ErrParse", got, err)
+		}
+		return
+	}
+	if err != nil || got != want {
+		t.Fatalf("got %+v, %v; want %+v", got, err, want)
 	}
 }
 
@@ -119,15 +126,7 @@ func TestParseInfo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseInfo(tt.text)
-			if tt.err {
-				if !errors.Is(err, ErrParse) {
-					t.Fatalf("got %+v, %v; want an ErrParse", got, err)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("got %+v, %v; want %+v", got, err, tt.want)
-			}
+			wantParsed(t, got, err, tt.err, tt.want)
 		})
 	}
 }

@@ -1,13 +1,11 @@
 package benchproc
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"sync"
-	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 )
 
 // Ports hands out free loopback ports, each at most once per run: a port
@@ -26,38 +24,16 @@ func (pp *Ports) Free() (int, error) {
 		pp.used = map[int]bool{}
 	}
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := loopback.FreePort()
 		if err != nil {
-			return 0, fmt.Errorf("find a free loopback port: %w", err)
+			return 0, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
 		if !pp.used[port] {
 			pp.used[port] = true
 			return port, nil
 		}
 	}
 	return 0, errors.New("find a free loopback port: every port offered was handed out already")
-}
-
-// WaitUntil polls cond every 50 ms until it returns nil, d passes or ctx
-// is done, and returns cond's last error then.
-func WaitUntil(ctx context.Context, d time.Duration, cond func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v: %w", d, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // ChildEnv is the environment of every server: PATH, HOME and the Go

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // env is the processes a run measures: one redis-server and one FastLimit
@@ -107,7 +108,7 @@ func (e *env) startRedis(ctx context.Context) error {
 	if err := e.redis.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	return benchproc.WaitUntil(ctx, 5*time.Second, func() error {
+	return wait.Until(ctx, 5*time.Second, func() error {
 		_, err := redisCmd(e.redisAddr, "PING")
 		return err
 	})
@@ -133,7 +134,7 @@ func (e *env) startServer(ctx context.Context, bin, rules string) error {
 	if err := e.server.Start(); err != nil {
 		return err
 	}
-	return benchproc.WaitUntil(ctx, 15*time.Second, func() error {
+	return wait.Until(ctx, 15*time.Second, func() error {
 		resp, err := http.Get("http://" + e.httpAddr + "/healthcheck")
 		if err != nil {
 			return err

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // These tests run bench/rls for real: FastLimit built from this tree,
@@ -155,9 +157,7 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	out, raw := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "results.json")
 	const head, tail = "# Benchmarks\n\nHand-written.\n\n", "\n\n## Later\n\nAlso hand-written.\n"
-	if err := os.WriteFile(out, []byte(head+beginMarker+"\nold\n"+endMarker+tail), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, out, head+beginMarker+"\nold\n"+endMarker+tail)
 	res, md := quick(t, "--duration", "400ms", "--warmup", "50ms", "--out", out, "--raw", raw)
 
 	specs := plan(&options{scenarios: strings.Split(defaultScenarios, ","), callers: 64, sweep: []int{1, 4, 16, 64, 256}})

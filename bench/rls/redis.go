@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // Timeouts of Redis' start and of one redis-cli call: generous, for a
@@ -105,7 +106,7 @@ func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *benchproc.Po
 		return nil, "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	err = benchproc.WaitUntil(ctx, redisStartTimeout, func() error {
+	err = wait.Until(ctx, redisStartTimeout, func() error {
 		if !p.alive() {
 			return errors.New("exited")
 		}
@@ -132,7 +133,7 @@ func (d *redisDeploy) createCluster(ctx context.Context) error {
 	if out, err := exec.CommandContext(cctx, d.tools.cli, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
 	}
-	return benchproc.WaitUntil(ctx, redisStartTimeout, func() error {
+	return wait.Until(ctx, redisStartTimeout, func() error {
 		for _, addr := range d.addrs {
 			out, err := redisCLI(ctx, d.tools.cli, addr, "CLUSTER", "INFO")
 			if err != nil {

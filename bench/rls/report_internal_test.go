@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/load"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 func TestReplaceSection(t *testing.T) {
@@ -79,9 +80,7 @@ func TestWriteSection(t *testing.T) {
 	}
 	// Text around the markers survives; the mode is kept.
 	doc := "intro\n" + beginMarker + "\nx\n" + endMarker + "\noutro\n"
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, path, doc)
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +96,7 @@ func TestWriteSection(t *testing.T) {
 	}
 	// Broken markers leave the file as it was.
 	broken := "intro\n" + beginMarker + "\n"
-	if err := os.WriteFile(path, []byte(broken), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, path, broken)
 	if err := writeSection(path, "third"); !errors.Is(err, ErrMarkers) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("got %v, want an ErrMarkers naming the file", err)
 	}

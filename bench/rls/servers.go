@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // fastlimitModule is FastLimit's module path, as a binary's build
@@ -204,7 +205,7 @@ func referenceEnv(rulesDir, redisType, redisURL string, grpcPort, httpPort, debu
 // waitHealthy polls url until it answers 200, p exits, or healthTimeout.
 func waitHealthy(ctx context.Context, p *proc, url string) error {
 	client := &http.Client{Timeout: time.Second}
-	return benchproc.WaitUntil(ctx, healthTimeout, func() error {
+	return wait.Until(ctx, healthTimeout, func() error {
 		if !p.alive() {
 			return errors.New("exited")
 		}

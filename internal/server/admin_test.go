@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,30 +18,24 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
 // testServer opens a server on loopback ports chosen by the kernel, with
 // the memory store and rules from files, and closes it when the test ends.
-func testServer(t *testing.T, files map[string]string, args ...string) (*Server, string) {
+func testServer(t *testing.T, rules map[string]string, args ...string) (*Server, string) {
 	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		writeFile(t, filepath.Join(dir, name), body)
-	}
+	dir := files.Dir(t, rules)
 	return testServerOn(t, dir, zaptest.NewLogger(t), args...), dir
 }
 
 func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *Server {
 	t.Helper()
-	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
-	o := parseSettings(t, args, func(string) string { return "" })
-	s, err := New(o, log, prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, log, loopbackArgs(dir, args...)...)
 	if err := s.Open(context.Background()); err != nil {
 		_ = s.Close(context.Background())
 		t.Fatal(err)
@@ -55,6 +48,23 @@ func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *Se
 	return s
 }
 
+// newServer makes a server of args and no environment, not opened.
+func newServer(t *testing.T, log *zap.Logger, args ...string) *Server {
+	t.Helper()
+	s, err := New(parseSettings(t, args, func(string) string { return "" }), log, prometheus.NewRegistry(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// loopbackArgs are the arguments of a server on the rules in dir, on
+// loopback ports chosen by the kernel, without a drain, then args.
+func loopbackArgs(dir string, args ...string) []string {
+	return append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
+}
+
 // rlsRequest is a request of one descriptor of key=value pairs.
 func rlsRequest(domain string, kv ...string) *rlspb.RateLimitRequest {
 	d := &common.RateLimitDescriptor{}
@@ -62,28 +72,6 @@ func rlsRequest(domain string, kv ...string) *rlspb.RateLimitRequest {
 		d.Entries = append(d.Entries, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{d}}
-}
-
-func writeFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// get fetches url and returns the status code and body.
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 const adminRules = `
@@ -134,7 +122,7 @@ func TestUsage(t *testing.T) {
 		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{"win", "x"}}}},
 	}
 	for _, tc := range cases {
-		code, body := get(t, base+tc.query)
+		code, body := scrape.Get(t, base+tc.query)
 		if code != http.StatusOK {
 			t.Errorf("%s: %d %s", tc.query, code, body)
 			continue
@@ -156,7 +144,7 @@ func TestUsage(t *testing.T) {
 		}
 	}
 	// Peeking consumed nothing.
-	code, body := get(t, base+"domain=adm&descriptor=win=x")
+	code, body := scrape.Get(t, base+"domain=adm&descriptor=win=x")
 	if code != http.StatusOK || !strings.Contains(body, `"remaining":3`) {
 		t.Fatalf("after peeks: %d %s", code, body)
 	}
@@ -173,19 +161,19 @@ func TestUsageBadRequests(t *testing.T) {
 		"domain=adm&descriptor=win=x&descriptor=win=y",
 		"domain=adm&domain=adm&descriptor=win=x",
 	} {
-		if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
+		if code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/usage?"+q); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
 		}
 	}
 	// A long key is no bad request: requests are bounded by bytes, not by
 	// an entry's length.
-	if code, body := get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusOK ||
+	if code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusOK ||
 		!strings.Contains(body, `"matched":false`) {
 		t.Errorf("a 5000-byte key: %d", code)
 	}
 	// With --max-entry-bytes, it is.
 	capped, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--max-entry-bytes", "4096")
-	if code, _ := get(t, "http://"+capped.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusBadRequest {
+	if code, _ := scrape.Get(t, "http://"+capped.AdminAddr()+"/v1/usage?domain=adm&descriptor="+strings.Repeat("k", 5000)+"=v"); code != http.StatusBadRequest {
 		t.Errorf("a 5000-byte key under --max-entry-bytes 4096: %d, want 400", code)
 	}
 }
@@ -195,7 +183,7 @@ func TestUsageBadRequests(t *testing.T) {
 func TestRLQSUsage(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
 	base := "http://" + s.AdminAddr() + "/v1/quota?"
-	code, body := get(t, base+"domain=adm&bucket=win=x")
+	code, body := scrape.Get(t, base+"domain=adm&bucket=win=x")
 	var u rlqs.Usage
 	if err := json.Unmarshal([]byte(body), &u); err != nil || code != http.StatusOK {
 		t.Fatalf("%d %s (%v)", code, body, err)
@@ -206,17 +194,17 @@ func TestRLQSUsage(t *testing.T) {
 	if !reflect.DeepEqual(u, want) || !strings.Contains(body, `"clients":[]`) {
 		t.Errorf("got %s, want %+v", body, want)
 	}
-	if code, body := get(t, base+"domain=adm&bucket=nope=1"); code != http.StatusOK || !strings.Contains(body, `"assignment":"allow_all"`) {
+	if code, body := scrape.Get(t, base+"domain=adm&bucket=nope=1"); code != http.StatusOK || !strings.Contains(body, `"assignment":"allow_all"`) {
 		t.Errorf("unmatched: %d %s", code, body)
 	}
 	for _, q := range []string{"domain=adm", "bucket=win=x", "domain=adm&bucket=win",
 		"domain=adm&bucket=win=x&bucket=win=y", "domain=adm&domain=adm&bucket=win=x"} {
-		if code, body := get(t, base+q); code != http.StatusBadRequest {
+		if code, body := scrape.Get(t, base+q); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
 		}
 	}
 	off, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--rlqs=false")
-	if code, _ := get(t, "http://"+off.AdminAddr()+"/v1/quota?domain=adm&bucket=win=x"); code != http.StatusNotFound {
+	if code, _ := scrape.Get(t, "http://"+off.AdminAddr()+"/v1/quota?domain=adm&bucket=win=x"); code != http.StatusNotFound {
 		t.Errorf("with --rlqs=false: %d, want 404", code)
 	}
 }
@@ -260,7 +248,7 @@ func TestParseQuery(t *testing.T) {
 // TestRLConfig: /rlconfig is the reference's layout, one line per limit.
 func TestRLConfig(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig")
+	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/rlconfig")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -286,7 +274,7 @@ func TestAdminIndex(t *testing.T) {
 /v1/usage: peek at a descriptor's counter without charging it
 `
 	for _, path := range []string{"/", "/nothing/here"} {
-		code, body := get(t, "http://"+s.AdminAddr()+path)
+		code, body := scrape.Get(t, "http://"+s.AdminAddr()+path)
 		if code != http.StatusOK || body != want {
 			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
 		}
@@ -297,7 +285,7 @@ func TestAdminIndex(t *testing.T) {
 // does, "cmdline: [...]" and "memstats: {...}".
 func TestAdminStats(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	code, body := get(t, "http://"+s.AdminAddr()+"/stats")
+	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/stats")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -322,7 +310,7 @@ func TestAdminStats(t *testing.T) {
 // TestRules: /v1/rules lists the rules with FastLimit's fields.
 func TestRules(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"adm.yaml": adminRules})
-	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
+	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -342,7 +330,7 @@ func TestAdminMetrics(t *testing.T) {
 	if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x")); err != nil {
 		t.Fatal(err)
 	}
-	code, body := get(t, "http://"+s.AdminAddr()+"/metrics")
+	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -367,15 +355,15 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	off, _ := testServer(t, rules)
 	// Without --pprof the path is not served: it gets the index, as any
 	// other path the admin listener does not serve.
-	if code, body := get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusOK ||
+	if code, body := scrape.Get(t, "http://"+off.AdminAddr()+"/debug/pprof/"); code != http.StatusOK ||
 		strings.Contains(body, "goroutine") || !strings.HasPrefix(body, "/metrics: ") {
 		t.Fatalf("pprof without --pprof: %d\n%s", code, body)
 	}
 	on, _ := testServer(t, rules, "--pprof")
-	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/"); code != http.StatusOK {
+	if code, _ := scrape.Get(t, "http://"+on.AdminAddr()+"/debug/pprof/"); code != http.StatusOK {
 		t.Fatalf("pprof with --pprof: %d", code)
 	}
-	if code, _ := get(t, "http://"+on.AdminAddr()+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+	if code, _ := scrape.Get(t, "http://"+on.AdminAddr()+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
 		t.Fatalf("goroutine profile: %d", code)
 	}
 }
@@ -389,15 +377,9 @@ func TestAdminDisabled(t *testing.T) {
 
 func TestAdminAddrInUse(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
-	o := parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", s.AdminAddr()}, func(string) string { return "" })
-	s2, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s2.Open(context.Background())
+	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
+	s2 := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir, "--admin-addr", s.AdminAddr())...)
+	err := s2.Open(context.Background())
 	_ = s2.Close(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "listen admin") {
 		t.Fatalf("Open on a taken admin address: %v", err)
@@ -413,25 +395,19 @@ func TestAdminAddrInUse(t *testing.T) {
 func TestReadyFollowsDraining(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
 	ready := "http://" + s.HTTPAddr() + "/ready"
-	if code, body := get(t, ready); code != http.StatusOK {
+	if code, body := scrape.Get(t, ready); code != http.StatusOK {
 		t.Fatalf("/ready %d %s", code, body)
 	}
 	s.draining.Store(true)
 	defer s.draining.Store(false)
-	if code, _ := get(t, ready); code != http.StatusServiceUnavailable {
+	if code, _ := scrape.Get(t, ready); code != http.StatusServiceUnavailable {
 		t.Fatalf("/ready while draining: %d", code)
 	}
 }
 
 func TestCloseBoundsAndOrder(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
-	o := parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0", "--drain", "200ms"}, func(string) string { return "" })
-	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
+	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir, "--drain", "200ms")...)
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -440,8 +416,8 @@ func TestCloseBoundsAndOrder(t *testing.T) {
 	start := time.Now()
 	go func() { done <- s.Close(context.Background()) }()
 	// While draining: readiness fails, metrics still answer.
-	waitTrue(t, time.Second, func() bool { c, _ := get(t, ready); return c == http.StatusServiceUnavailable })
-	if c, _ := get(t, admin); c != http.StatusOK {
+	wait.For(t, time.Second, func() bool { c, _ := scrape.Get(t, ready); return c == http.StatusServiceUnavailable })
+	if c, _ := scrape.Get(t, admin); c != http.StatusOK {
 		t.Fatalf("admin during drain: %d", c)
 	}
 	if err := <-done; err != nil {
@@ -452,17 +428,6 @@ func TestCloseBoundsAndOrder(t *testing.T) {
 	}
 	if _, err := http.Get(admin); err == nil {
 		t.Fatal("admin still answers after Close")
-	}
-}
-
-func waitTrue(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

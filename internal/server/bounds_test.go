@@ -13,6 +13,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fastlimit/fastlimit/internal/testing/rawh2"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 )
 
@@ -56,7 +58,7 @@ func TestStreamsPerConnection(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	waitTrue(t, patience, func() bool { return len(c.Ends()) == len(ids) })
+	wait.For(t, patience, func() bool { return len(c.Ends()) == len(ids) })
 	refused, dropped := 0, 0
 	for id, e := range c.Ends() {
 		switch {
@@ -71,7 +73,7 @@ func TestStreamsPerConnection(t *testing.T) {
 	if refused != 7 || dropped != 3 {
 		t.Fatalf("%d refused and %d dropped, want 7 and 3", refused, dropped)
 	}
-	waitTrue(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_requests_timed_out_total") == 3 })
+	wait.For(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_requests_timed_out_total") == 3 })
 	if got := gathered(t, s, "fastlimit_grpc_streams_refused_total"); got != 7 {
 		t.Errorf("fastlimit_grpc_streams_refused_total = %v, want 7", got)
 	}
@@ -81,7 +83,7 @@ func TestStreamsPerConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, patience, func() bool { _, ok := c.Ends()[again]; return ok })
+	wait.For(t, patience, func() bool { _, ok := c.Ends()[again]; return ok })
 	if e := c.Ends()[again]; e.Status == int(codes.ResourceExhausted) {
 		t.Fatalf("a call after the others ended was refused: %v", e)
 	}
@@ -100,7 +102,7 @@ func TestUnfinishedRequestDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	waitTrue(t, patience, func() bool { _, ok := c.Ends()[id]; return ok })
+	wait.For(t, patience, func() bool { _, ok := c.Ends()[id]; return ok })
 	e := c.Ends()[id]
 	if e.Status != int(codes.DeadlineExceeded) && e.Status >= 0 {
 		t.Fatalf("the unfinished call ended with %v, want DeadlineExceeded or a reset", e)
@@ -108,7 +110,7 @@ func TestUnfinishedRequestDropped(t *testing.T) {
 	if took := e.At.Sub(sent); took < 400*time.Millisecond {
 		t.Fatalf("dropped after %v, before the 500ms timeout", took)
 	}
-	waitTrue(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_requests_timed_out_total") == 1 })
+	wait.For(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_requests_timed_out_total") == 1 })
 }
 
 // TestServerStreamsOutliveRequestTimeout: health's Watch, a server
@@ -140,7 +142,7 @@ func TestConnectionCap(t *testing.T) {
 	for range 3 {
 		held = append(held, rawConn(t, s.GRPCAddr()))
 	}
-	waitTrue(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_connections") == 3 })
+	wait.For(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_connections") == 3 })
 	extra, err := net.DialTimeout("tcp", s.GRPCAddr(), patience)
 	if err == nil {
 		_ = extra.SetReadDeadline(time.Now().Add(patience))
@@ -150,8 +152,8 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatal("a connection past the cap was held")
 		}
 	}
-	waitTrue(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_connections_refused_total") == 1 })
-	if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != 200 {
+	wait.For(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_connections_refused_total") == 1 })
+	if code, _ := scrape.Get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != 200 {
 		t.Fatalf("/healthcheck %d at the gRPC cap", code)
 	}
 	for _, c := range held {
@@ -170,6 +172,6 @@ func TestConnectionCap(t *testing.T) {
 func TestIdleConnectionClosed(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--grpc-max-connection-idle", "300ms")
 	c := rawConn(t, s.GRPCAddr())
-	waitTrue(t, patience, func() bool { closed, _ := c.Closed(); return closed })
-	waitTrue(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_idle_connections_closed_total") == 1 })
+	wait.For(t, patience, func() bool { closed, _ := c.Closed(); return closed })
+	wait.For(t, patience, func() bool { return gathered(t, s, "fastlimit_grpc_idle_connections_closed_total") == 1 })
 }

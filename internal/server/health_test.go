@@ -19,19 +19,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
-)
 
-// deadRedis is a loopback address where nothing listens.
-func deadRedis(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
+)
 
 func dial(t *testing.T, target string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
@@ -59,7 +52,7 @@ func grpcHealth(t *testing.T, conn *grpc.ClientConn, service string) healthpb.He
 // answer once; --health-requires-redis makes them all
 // follow Redis.
 func TestHealthWithoutRedis(t *testing.T) {
-	redis := deadRedis(t)
+	redis := loopback.Addr(t)
 	for _, tc := range []struct {
 		name          string
 		args          []string
@@ -74,15 +67,15 @@ func TestHealthWithoutRedis(t *testing.T) {
 			args := append([]string{"--redis-url", redis, "--redis-dial-timeout", "100ms", "--store-timeout", "100ms"}, tc.args...)
 			s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, args...)
 			base := "http://" + s.HTTPAddr()
-			if code, body := get(t, base+"/healthcheck"); code != tc.health {
+			if code, body := scrape.Get(t, base+"/healthcheck"); code != tc.health {
 				t.Errorf("/healthcheck %d %q, want %d", code, body, tc.health)
 			}
-			if code, body := get(t, base+"/ready"); code != tc.ready {
+			if code, body := scrape.Get(t, base+"/ready"); code != tc.ready {
 				t.Errorf("/ready %d %q, want %d", code, body, tc.ready)
 			}
 			conn := dial(t, s.grpcLis.Addr().String())
 			for _, svc := range healthServices {
-				waitTrue(t, 3*probeInterval, func() bool { return grpcHealth(t, conn, svc) == tc.grpc })
+				wait.For(t, 3*probeInterval, func() bool { return grpcHealth(t, conn, svc) == tc.grpc })
 			}
 		})
 	}
@@ -94,7 +87,7 @@ func TestHealthMemoryStore(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--health-requires-rules")
 	base := "http://" + s.HTTPAddr()
 	for _, path := range []string{"/healthcheck", "/ready"} {
-		if code, body := get(t, base+path); code != http.StatusOK || body != "OK\n" {
+		if code, body := scrape.Get(t, base+path); code != http.StatusOK || body != "OK\n" {
 			t.Errorf("%s: %d %q", path, code, body)
 		}
 	}
@@ -107,7 +100,7 @@ func TestHealthMemoryStore(t *testing.T) {
 	s.draining.Store(true)
 	defer s.draining.Store(false)
 	for _, path := range []string{"/healthcheck", "/ready"} {
-		if code, _ := get(t, base+path); code != http.StatusServiceUnavailable {
+		if code, _ := scrape.Get(t, base+path); code != http.StatusServiceUnavailable {
 			t.Errorf("%s while draining: %d", path, code)
 		}
 	}
@@ -164,7 +157,7 @@ func TestGRPCMaxConnectionAge(t *testing.T) {
 		}
 	}
 	call()
-	waitTrue(t, 5*time.Second, func() bool { call(); return dials.Load() >= 2 })
+	wait.For(t, 5*time.Second, func() bool { call(); return dials.Load() >= 2 })
 }
 
 // TestGRPCUnixSocket serves gRPC on a unix socket (GRPC_UDS).
@@ -192,7 +185,7 @@ func TestAdminOff(t *testing.T) {
 func TestUnmatchedLogged(t *testing.T) {
 	core, logs := zapobserver.New(zapcore.DebugLevel)
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
+	files.Write(t, filepath.Join(dir, "adm.yaml"), adminRules)
 	s := testServerOn(t, dir, zap.New(core))
 	conn := dial(t, s.grpcLis.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

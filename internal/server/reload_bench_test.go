@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // Figures of TestReloadLatency, the 10,000-rule reload measurement.
@@ -43,7 +44,7 @@ func TestReloadLatency(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for f := range benchFiles {
-		writeFile(t, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
+		files.Write(t, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
 	}
 	s := testServerOn(t, dir, zap.NewNop())
 	if n := len(s.rules.Current().Set.Limits()); n != benchFiles*benchRulesPer {
@@ -73,7 +74,7 @@ func TestReloadLatency(t *testing.T) {
 				// 10,000 rules.
 				prev := s.rules.Current()
 				start := time.Now()
-				writeFile(t, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
+				files.Write(t, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
 				for s.rules.Current() == prev {
 					time.Sleep(time.Millisecond)
 				}
@@ -185,16 +186,12 @@ func benchRules(f int, rpu uint32) string {
 func BenchmarkReload10k(b *testing.B) {
 	dir := b.TempDir()
 	for f := range benchFiles {
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), []byte(benchRules(f, 1_000_000)), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		files.Write(b, filepath.Join(dir, fmt.Sprintf("bench%d.yaml", f)), benchRules(f, 1_000_000))
 	}
 	r, _, _, _ := newTestRules(b, dir)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := os.WriteFile(filepath.Join(dir, "bench0.yaml"), []byte(benchRules(0, uint32(2_000_000+i))), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		files.Write(b, filepath.Join(dir, "bench0.yaml"), benchRules(0, uint32(2_000_000+i)))
 		if changed, err := r.load(); err != nil || !changed {
 			b.Fatalf("reload: %v, %v", changed, err)
 		}

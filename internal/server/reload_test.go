@@ -19,6 +19,9 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -46,7 +49,7 @@ func newTestRules(t testing.TB, dir string) (*ruleSource, *limiter.Limiter, *pro
 func TestRulesLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.yaml")
-	writeFile(t, path, rulesYAML(1))
+	files.Write(t, path, rulesYAML(1))
 	r, l, reg, logs := newTestRules(t, dir)
 	ctx := context.Background()
 
@@ -63,7 +66,7 @@ func TestRulesLoad(t *testing.T) {
 	}
 
 	// A bad edit keeps the rules, logs once with file and line, counts.
-	writeFile(t, path, badYAML)
+	files.Write(t, path, badYAML)
 	r.reload(ctx, "test")
 	if l.Rules() != first || r.Current().Hash != hash {
 		t.Fatal("a bad edit replaced the rules")
@@ -84,7 +87,7 @@ func TestRulesLoad(t *testing.T) {
 	}
 
 	// A good edit swaps, logs once and exports the new hash.
-	writeFile(t, path, rulesYAML(2))
+	files.Write(t, path, rulesYAML(2))
 	r.reload(ctx, "test")
 	if l.Rules() == first {
 		t.Fatal("a good edit did not swap the rules")
@@ -111,7 +114,7 @@ func TestRulesLoad(t *testing.T) {
 
 func TestRulesFirstLoadFails(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "r.yaml"), badYAML)
+	files.Write(t, filepath.Join(dir, "r.yaml"), badYAML)
 	r, l, _, _ := newTestRules(t, dir)
 	if _, err := r.load(); err == nil {
 		t.Fatal("bad rules loaded")
@@ -128,7 +131,7 @@ func TestServerReloads(t *testing.T) {
 	// r.yaml links to a file elsewhere: edits to the target are invisible
 	// to the watcher, so only SIGHUP can pick them up.
 	target := filepath.Join(t.TempDir(), "linked.yaml")
-	writeFile(t, target, rulesYAML(100))
+	files.Write(t, target, rulesYAML(100))
 	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)})
 	path := filepath.Join(dir, "r.yaml")
 	limit := func() uint32 {
@@ -138,11 +141,11 @@ func TestServerReloads(t *testing.T) {
 		}
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
-	writeFile(t, path, rulesYAML(20))
-	waitTrue(t, 5*time.Second, func() bool { return limit() == 20 })
+	files.Write(t, path, rulesYAML(20))
+	wait.For(t, 5*time.Second, func() bool { return limit() == 20 })
 
-	writeFile(t, path, badYAML)
-	waitTrue(t, 5*time.Second, func() bool { return metricValue(t, s.registry, "fastlimit_config_last_reload_successful") == 0 })
+	files.Write(t, path, badYAML)
+	wait.For(t, 5*time.Second, func() bool { return metricValue(t, s.registry, "fastlimit_config_last_reload_successful") == 0 })
 	if got := limit(); got != 20 {
 		t.Fatalf("limit %d after a bad edit", got)
 	}
@@ -156,8 +159,8 @@ func TestServerReloads(t *testing.T) {
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 5*time.Second, func() bool { return limit() == 100 })
-	writeFile(t, target, rulesYAML(30))
+	wait.For(t, 5*time.Second, func() bool { return limit() == 100 })
+	files.Write(t, target, rulesYAML(30))
 	time.Sleep(300 * time.Millisecond)
 	if got := limit(); got != 100 {
 		t.Fatalf("limit %d: the watcher saw an edit outside the directory", got)
@@ -165,7 +168,7 @@ func TestServerReloads(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 5*time.Second, func() bool { return limit() == 30 })
+	wait.For(t, 5*time.Second, func() bool { return limit() == 30 })
 }
 
 // TestRulesFileWrittenInTwoPieces writes a rules file in place in two
@@ -238,22 +241,16 @@ func TestEmptyRulesDirectory(t *testing.T) {
 			if oneConfig {
 				wantHealth = http.StatusServiceUnavailable
 			}
-			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != wantHealth {
+			if code, _ := scrape.Get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != wantHealth {
 				t.Errorf("/healthcheck %d, want %d", code, wantHealth)
 			}
-			writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			files.Write(t, filepath.Join(dir, "adm.yaml"), adminRules)
+			// The rules file that appeared is loaded.
+			wait.For(t, 10*time.Second, func() bool {
 				r, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x"))
-				if err == nil && r.GetStatuses()[0].GetCurrentLimit() != nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the rules file that appeared was not loaded in 10 s")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if code, _ := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
+				return err == nil && r.GetStatuses()[0].GetCurrentLimit() != nil
+			})
+			if code, _ := scrape.Get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
 				t.Errorf("/healthcheck %d with rules, want 200", code)
 			}
 		})
@@ -266,7 +263,7 @@ func TestEmptyRulesDirectory(t *testing.T) {
 func TestRemovedDomainsWarned(t *testing.T) {
 	dir := t.TempDir()
 	for _, d := range []string{"a", "b", "c"} {
-		writeFile(t, filepath.Join(dir, d+".yaml"), strings.Replace(rulesYAML(1), "domain: r", "domain: "+d, 1))
+		files.Write(t, filepath.Join(dir, d+".yaml"), strings.Replace(rulesYAML(1), "domain: r", "domain: "+d, 1))
 	}
 	r, _, _, logs := newTestRules(t, dir)
 	var told []string
@@ -274,7 +271,7 @@ func TestRemovedDomainsWarned(t *testing.T) {
 	if _, err := r.load(); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(dir, "a.yaml"), strings.Replace(rulesYAML(2), "domain: r", "domain: a", 1))
+	files.Write(t, filepath.Join(dir, "a.yaml"), strings.Replace(rulesYAML(2), "domain: r", "domain: a", 1))
 	r.reload(context.Background(), "test")
 	if len(told) != 0 || logs.FilterMessageSnippet("domain removed").Len() != 0 {
 		t.Fatalf("a reload that kept every domain warned: %v", told)

@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // TestStalledRequestIsCut: a client that sends headers and part of a body,
@@ -22,14 +22,8 @@ import (
 // and on the admin listener.
 func TestStalledRequestIsCut(t *testing.T) {
 	const readTimeout = 300 * time.Millisecond
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
-	o := parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, func(string) string { return "" })
-	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
+	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir)...)
 	if d := s.httpOpts; d.Read <= 0 || d.Write <= 0 || d.Idle <= 0 || d.MaxHeaderBytes <= 0 || d.MaxConns <= 0 ||
 		s.adminOpts.Write < time.Minute {
 		t.Fatalf("default bounds %+v, admin %+v", s.httpOpts, s.adminOpts)
@@ -120,14 +114,8 @@ func TestDrainDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "adm.yaml"), adminRules)
-	o = parseSettings(t, []string{"--config", dir, "--grpc-addr", "127.0.0.1:0",
-		"--http-addr", "127.0.0.1:0", "--admin-addr", taken.Addr().String()}, func(string) string { return "" })
-	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
+	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir, "--admin-addr", taken.Addr().String())...)
 	if err := s.Open(context.Background()); err == nil {
 		t.Fatal("Open on a taken admin address succeeded")
 	}

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // tlsFiles writes a CA, a server certificate of 127.0.0.1 and the CA
@@ -26,9 +27,9 @@ func tlsFiles(t *testing.T) (string, *certtest.CA) {
 	ca := certtest.NewCA(t, "ca")
 	srv := ca.Issue(t, certtest.Server())
 	dir := t.TempDir()
-	certtest.Write(t, filepath.Join(dir, "tls.crt"), srv.CertPEM)
-	certtest.Write(t, filepath.Join(dir, "tls.key"), srv.KeyPEM)
-	certtest.Write(t, filepath.Join(dir, "ca.crt"), ca.PEM)
+	files.Write(t, filepath.Join(dir, "tls.crt"), srv.CertPEM)
+	files.Write(t, filepath.Join(dir, "tls.key"), srv.KeyPEM)
+	files.Write(t, filepath.Join(dir, "ca.crt"), ca.PEM)
 	return dir, ca
 }
 
@@ -70,7 +71,7 @@ func TestGRPCTLSErrors(t *testing.T) {
 func TestGRPCOverMTLS(t *testing.T) {
 	dir, ca := tlsFiles(t)
 	rules := t.TempDir()
-	writeFile(t, filepath.Join(rules, "d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	files.Write(t, filepath.Join(rules, "d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	s := testServerOn(t, rules, zaptest.NewLogger(t), "--grpc-tls",
 		"--grpc-tls-cert", filepath.Join(dir, "tls.crt"), "--grpc-tls-key", filepath.Join(dir, "tls.key"),
 		"--grpc-tls-client-ca", filepath.Join(dir, "ca.crt"), "--grpc-tls-client-san", "envoy.example")

@@ -11,7 +11,6 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -22,6 +21,9 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -33,11 +35,7 @@ func xdsServer(t *testing.T, srv *xdstest.Server, log *zap.Logger, args ...strin
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--config-type", "GRPC_XDS_SOTW", "--xds-server", srv.Addr, "--xds-node-id", xdsNode,
 		"--xds-backoff-initial", "20ms", "--xds-connect-retry-interval", "50ms"}, args...)
-	o := parseSettings(t, args, func(string) string { return "" })
-	s, err := New(o, log, prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, log, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	opened := make(chan error, 1)
 	go func() { opened <- s.Open(ctx) }()
@@ -74,15 +72,16 @@ func decideCode(t *testing.T, s *Server, d, key, value string) (rlspb.RateLimitR
 // differentFrom, and returns it.
 func waitHash(t *testing.T, s *Server, differentFrom string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cur := s.rules.Current(); cur != nil && cur.Hash != differentFrom {
-			return cur.Hash
+	var hash string
+	wait.For(t, 10*time.Second, func() bool {
+		cur := s.rules.Current()
+		if cur == nil || cur.Hash == differentFrom {
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the rules did not change")
-	return ""
+		hash = cur.Hash
+		return true
+	})
+	return hash
 }
 
 func TestXDSRulesServed(t *testing.T) {
@@ -100,7 +99,7 @@ func TestXDSRulesServed(t *testing.T) {
 			t.Fatalf("hit %d: %v %v, want %v", i, code, err, want)
 		}
 	}
-	code, body := get(t, "http://"+s.AdminAddr()+"/v1/rules")
+	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
 	if code != http.StatusOK || !strings.Contains(body, "# 1 xds resources") || !strings.Contains(body, "# xds resource rl-x\n") ||
 		!strings.Contains(body, "x.k: algorithm=fixed_window unit=MINUTE requests_per_unit=2") {
 		t.Errorf("/rlconfig %d:\n%s", code, body)
@@ -182,15 +181,11 @@ func TestXDSWaitsForFirstRules(t *testing.T) {
 
 func TestXDSWaitEndsWithContext(t *testing.T) {
 	srv := xdstest.Start(t, nil)
-	o := parseSettings(t, []string{"--config-type", "grpc_xds_sotw", "--xds-server", srv.Addr,
-		"--admin-addr", ""}, func(string) string { return "" })
-	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, zaptest.NewLogger(t), "--config-type", "grpc_xds_sotw", "--xds-server", srv.Addr,
+		"--admin-addr", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = s.Open(ctx)
+	err := s.Open(ctx)
 	if err == nil || !strings.Contains(err.Error(), "wait for the first rules from the xDS server") {
 		t.Errorf("Open: %v", err)
 	}
@@ -215,13 +210,13 @@ func TestXDSForceStart(t *testing.T) {
 	if got := metricValue(t, s.registry, "fastlimit_store_errors_total"); got != 0 {
 		t.Errorf("store errors %v", got)
 	}
-	if code, body := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
+	if code, body := scrape.Get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
 		t.Errorf("/healthcheck %d %s before the first rules of a forced start", code, body)
 	}
-	if code, _ := get(t, "http://"+s.AdminAddr()+"/v1/rules"); code != http.StatusServiceUnavailable {
+	if code, _ := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules"); code != http.StatusServiceUnavailable {
 		t.Errorf("/v1/rules %d before rules", code)
 	}
-	if code, body := get(t, "http://"+s.AdminAddr()+"/rlconfig"); code != http.StatusOK || body != "" {
+	if code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/rlconfig"); code != http.StatusOK || body != "" {
 		t.Errorf("/rlconfig %d %q before rules, want 200 and nothing, as the reference", code, body)
 	}
 	resp, err := http.Post("http://"+s.HTTPAddr()+"/json", "application/json",
@@ -248,7 +243,7 @@ func TestXDSForceStart(t *testing.T) {
 // TestXDSClientOptions: the reference's xDS variables give the xDS
 // client's options.
 func TestXDSClientOptions(t *testing.T) {
-	certs := xdstest.NewCerts(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	env := map[string]string{
 		"CONFIG_TYPE": "grpc_xds_sotw", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_NODE_METADATA": "a=1,b=x=y,junk",
@@ -291,11 +286,7 @@ func TestXDSClientOptions(t *testing.T) {
 const xdsNode = "fastlimit-test"
 
 func TestApplyXDSBadResource(t *testing.T) {
-	o := parseSettings(t, []string{"--config-type", "GRPC_XDS_SOTW"}, func(string) string { return "" })
-	s, err := New(o, zaptest.NewLogger(t), prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, zaptest.NewLogger(t), "--config-type", "GRPC_XDS_SOTW")
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	good, err := anypb.New(xdstest.Config("r", "d", xdstest.Limit("k", "", rlsconf.RateLimitUnit_SECOND, 1)))
 	if err != nil {

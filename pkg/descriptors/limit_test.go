@@ -8,12 +8,25 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
+// parsed is a case of a parser of names: in, and what it parses to.
+type parsed[T comparable] struct {
+	in   string
+	want T
+	ok   bool
+}
+
+// checkParser runs parse, named name, on every case.
+func checkParser[T comparable](t *testing.T, name string, parse func(string) (T, bool), cases []parsed[T]) {
+	t.Helper()
+	for _, c := range cases {
+		if got, ok := parse(c.in); got != c.want || ok != c.ok {
+			t.Errorf("%s(%q) = %v, %v; want %v, %v", name, c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
 func TestParseUnit(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want descriptors.Unit
-		ok   bool
-	}{
+	checkParser(t, "ParseUnit", descriptors.ParseUnit, []parsed[descriptors.Unit]{
 		{"second", descriptors.Second, true},
 		{"MINUTE", descriptors.Minute, true},
 		{"Hour", descriptors.Hour, true},
@@ -24,32 +37,20 @@ func TestParseUnit(t *testing.T) {
 		{"unknown", descriptors.UnitUnknown, false},
 		{"", descriptors.UnitUnknown, false},
 		{"seconds", descriptors.UnitUnknown, false},
-	} {
-		if got, ok := descriptors.ParseUnit(c.in); got != c.want || ok != c.ok {
-			t.Errorf("ParseUnit(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
+	})
 	if s := descriptors.Week.Seconds(); s != 7*86400 {
 		t.Errorf("Week.Seconds() = %d", s)
 	}
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want descriptors.Algorithm
-		ok   bool
-	}{
+	checkParser(t, "ParseAlgorithm", descriptors.ParseAlgorithm, []parsed[descriptors.Algorithm]{
 		{"", descriptors.FixedWindow, true},
 		{"fixed_window", descriptors.FixedWindow, true},
 		{"Sliding_Window", descriptors.SlidingWindow, true},
 		{"TOKEN_BUCKET", descriptors.TokenBucket, true},
 		{"leaky_bucket", 0, false},
-	} {
-		if got, ok := descriptors.ParseAlgorithm(c.in); got != c.want || ok != c.ok {
-			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
+	})
 	if s := descriptors.TokenBucket.String(); s != "token_bucket" {
 		t.Errorf("TokenBucket.String() = %q", s)
 	}

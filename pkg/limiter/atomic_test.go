@@ -23,9 +23,6 @@ var atomicNow = time.UnixMilli(1_750_000_000_000 + 30*60_000)
 // (the same rules, decided descriptor by descriptor).
 func atomicRules(t testing.TB) *descriptors.Set {
 	t.Helper()
-	hour := func(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
-		return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
-	}
 	rules := []descriptors.Descriptor{
 		{Key: "a", Limit: hour(5, descriptors.FixedWindow)},
 		{Key: "one", Limit: hour(1, descriptors.FixedWindow)},
@@ -39,14 +36,13 @@ func atomicRules(t testing.TB) *descriptors.Set {
 		{Key: "big", Limit: hour(100, descriptors.FixedWindow)},
 		{Key: "small", Limit: hour(50, descriptors.TokenBucket)},
 	}
-	s, err := descriptors.NewSet([]descriptors.DomainConfig{
-		{Name: "all", Atomic: true, Descriptors: rules},
-		{Name: "plain", Descriptors: rules},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return mustSet(t, descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules},
+		descriptors.DomainConfig{Name: "plain", Descriptors: rules})
+}
+
+// hour is a limit of rpu an hour with alg.
+func hour(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
+	return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
 }
 
 // newAtomicLimiter returns a limiter with atomicRules on a fresh memory
@@ -182,30 +178,30 @@ func TestAtomicShadowAndQuota(t *testing.T) {
 			t.Errorf("a: %d left, want 3: both requests answered OK", got)
 		}
 	})
-	t.Run("one quota over", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
-		check(t, l, req("all", "q1"))
-		wantCodes(t, "q1 over, q2 not", check(t, l, req("all", "a", "q1", "q2")), ok, ok, over, ok)
-		if a, q2 := peek(t, l, "all", "a"), peek(t, l, "all", "q2"); a.Remaining != 4 || q2.Remaining != 0 {
-			t.Errorf("after an OK request: a %d left, q2 %d left; want 4 and 0", a.Remaining, q2.Remaining)
-		}
-	})
-	t.Run("every quota over", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
-		check(t, l, req("all", "q1", "q2"))
-		wantCodes(t, "both over", check(t, l, req("all", "a", "q1", "q2")), over, ok, over, over)
-		if got := peek(t, l, "all", "a").Remaining; got != 5 {
-			t.Errorf("a: %d left, want 5: the request answered OVER_LIMIT", got)
-		}
-	})
-	t.Run("unlimited quota", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
-		check(t, l, req("all", "q1"))
-		wantCodes(t, "q1 over, qfree unlimited", check(t, l, req("all", "a", "q1", "qfree")), ok, ok, over, ok)
-		if got := peek(t, l, "all", "a").Remaining; got != 4 {
-			t.Errorf("a: %d left, want 4: the request answered OK", got)
-		}
-	})
+	for _, tc := range []struct {
+		name          string
+		first, second []string // the keys of the two requests
+		want          []limiter.Code
+		left          map[string]uint32 // remaining after the second
+	}{
+		{"one quota over", []string{"q1"}, []string{"a", "q1", "q2"}, []limiter.Code{ok, ok, over, ok},
+			map[string]uint32{"a": 4, "q2": 0}}, // answered OK
+		{"every quota over", []string{"q1", "q2"}, []string{"a", "q1", "q2"}, []limiter.Code{over, ok, over, over},
+			map[string]uint32{"a": 5}}, // answered OVER_LIMIT
+		{"unlimited quota", []string{"q1"}, []string{"a", "q1", "qfree"}, []limiter.Code{ok, ok, over, ok},
+			map[string]uint32{"a": 4}}, // answered OK
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newAtomicLimiter(t, limiter.Options{})
+			check(t, l, req("all", tc.first...))
+			wantCodes(t, "second", check(t, l, req("all", tc.second...)), tc.want[0], tc.want[1:]...)
+			for key, want := range tc.left {
+				if got := peek(t, l, "all", key).Remaining; got != want {
+					t.Errorf("%s: %d left, want %d", key, got, want)
+				}
+			}
+		})
+	}
 }
 
 // TestAtomicUnlimitedAndUnmatched: descriptors without a store decision

@@ -118,9 +118,6 @@ var fuzzKeys = []string{"a", "one", "sw", "tb", "free", "shadow", "q1", "q2", "q
 // "plain" and "tenants".
 func fuzzRules(t testing.TB) *descriptors.Set {
 	t.Helper()
-	hour := func(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
-		return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
-	}
 	rules := []descriptors.Descriptor{
 		{Key: "a", Limit: hour(5, descriptors.FixedWindow)},
 		{Key: "one", Limit: hour(1, descriptors.FixedWindow)},
@@ -138,15 +135,9 @@ func fuzzRules(t testing.TB) *descriptors.Set {
 		{Key: "user", Limit: &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 3, Name: "named"},
 			Descriptors: []descriptors.Descriptor{{Key: "plan", Limit: hour(4, descriptors.TokenBucket)}}},
 	}
-	s, err := descriptors.NewSet([]descriptors.DomainConfig{
-		{Name: "all", Atomic: true, Descriptors: rules},
-		{Name: "plain", Descriptors: rules},
-		{Name: "tenants", TenantKey: "plan", Atomic: true, Descriptors: rules},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return mustSet(t, descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules},
+		descriptors.DomainConfig{Name: "plain", Descriptors: rules},
+		descriptors.DomainConfig{Name: "tenants", TenantKey: "plan", Atomic: true, Descriptors: rules})
 }
 
 // fuzzInput reads a request from fuzz bytes; reads past the end give 0.

@@ -8,9 +8,10 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-func mustSet(t testing.TB, dc descriptors.DomainConfig) *descriptors.Set {
+// mustSet is the rules of the domains dcs.
+func mustSet(t testing.TB, dcs ...descriptors.DomainConfig) *descriptors.Set {
 	t.Helper()
-	s, err := descriptors.NewSet([]descriptors.DomainConfig{dc})
+	s, err := descriptors.NewSet(dcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +100,17 @@ func TestAppendKeyLongIdentifierIsDigested(t *testing.T) {
 	}
 }
 
-func TestAppendKeyDoesNotAllocate(t *testing.T) {
+// appendKeyCase is one key to append: alice's under a rule of one a
+// minute.
+func appendKeyCase(t testing.TB) (*descriptors.Limit, []descriptors.Entry) {
 	lim := &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 1}
 	s := mustSet(t, descriptors.DomainConfig{Name: "d", Descriptors: []descriptors.Descriptor{{Key: "k", Limit: lim}}})
 	entries := []descriptors.Entry{{Key: "k", Value: "alice"}}
-	l := descriptors.Match(s.Domain("d"), entries)
+	return descriptors.Match(s.Domain("d"), entries), entries
+}
+
+func TestAppendKeyDoesNotAllocate(t *testing.T) {
+	l, entries := appendKeyCase(t)
 	buf := make([]byte, 0, 256)
 	allocs := testing.AllocsPerRun(100, func() {
 		buf = limiter.AppendKey(buf[:0], "ratelimit", "d", l, entries, "default")
@@ -114,10 +121,7 @@ func TestAppendKeyDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkAppendKey(b *testing.B) {
-	lim := &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 1}
-	s := mustSet(b, descriptors.DomainConfig{Name: "d", Descriptors: []descriptors.Descriptor{{Key: "k", Limit: lim}}})
-	entries := []descriptors.Entry{{Key: "k", Value: "alice"}}
-	l := descriptors.Match(s.Domain("d"), entries)
+	l, entries := appendKeyCase(b)
 	buf := make([]byte, 0, 256)
 	b.ReportAllocs()
 	for b.Loop() {

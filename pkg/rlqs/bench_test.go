@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -76,7 +75,10 @@ func benchReports(b *testing.B, envoys, buckets int, useRedis bool) {
 			b.Fatal(err)
 		}
 	}
-	cpu0 := redisCPU(b, rdb)
+	var cpu0 time.Duration
+	if rdb != nil {
+		cpu0 = redistest.CPU(b, rdb.Options().Addr)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -103,7 +105,7 @@ func benchReports(b *testing.B, envoys, buckets int, useRedis bool) {
 	n := float64(per * envoys * buckets)
 	b.ReportMetric(n/took.Seconds(), "bucket-reports/s")
 	if rdb != nil {
-		b.ReportMetric((redisCPU(b, rdb)-cpu0)/n*1e6, "redis-µs/bucket-report")
+		b.ReportMetric((redistest.CPU(b, rdb.Options().Addr)-cpu0).Seconds()/n*1e6, "redis-µs/bucket-report")
 	}
 }
 
@@ -130,20 +132,4 @@ func benchReport(buckets int) *rlqspb.RateLimitQuotaUsageReports {
 		})
 	}
 	return r
-}
-
-// redisCPU is the Redis server's user + system CPU seconds, 0 without one.
-func redisCPU(b *testing.B, rdb *redis.Client) float64 {
-	if rdb == nil {
-		return 0
-	}
-	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := benchproc.ParseInfo(info)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st.CPU.Seconds()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
@@ -25,17 +26,11 @@ func sizedRules(t testing.TB, d string, n int) []byte {
 }
 
 // writeSized writes files (path under dir -> size) of sized rules.
-func writeSized(t testing.TB, dir string, files map[string]int) {
+func writeSized(t testing.TB, dir string, sizes map[string]int) {
 	t.Helper()
-	for name, n := range files {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	for name, n := range sizes {
 		d := strings.NewReplacer("/", "_", ".", "_").Replace(name)
-		if err := os.WriteFile(path, sizedRules(t, d, n), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		files.Write(t, filepath.Join(dir, filepath.FromSlash(name)), sizedRules(t, d, n))
 	}
 }
 
@@ -179,9 +174,7 @@ func FuzzSizeLimits(f *testing.F) {
 		}
 		dir := t.TempDir()
 		for i, s := range sizes {
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), make([]byte, int(s)*7), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			files.Write(t, filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), make([]byte, int(s)*7))
 		}
 		o := rules.Options{MaxFileBytes: int64(maxFile), MaxTotalBytes: int64(maxTotal)}
 		_, err := rules.FingerprintWith(dir, o)

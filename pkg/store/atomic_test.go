@@ -23,73 +23,6 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// randomCalls cuts randomOps into all-or-nothing calls of 1 to 5 ops,
-// each at one time and with random vetoes.
-func randomCalls(rng *rand.Rand, prefix string, n int, now *int64) [][]limiter.Op {
-	ops := randomOps(rng, prefix, n, now)
-	var calls [][]limiter.Op
-	for len(ops) > 0 {
-		k := min(1+rng.IntN(5), len(ops))
-		call := ops[:k:k]
-		ops = ops[k:]
-		for i := range call {
-			call[i].Now = call[len(call)-1].Now
-			call[i].Veto = limiter.Veto(rng.IntN(3))
-		}
-		calls = append(calls, call)
-	}
-	return calls
-}
-
-// TestAtomicRedisMatchesMemory sends the same random all-or-nothing calls
-// to both stores and compares every result and every key's expiry.
-func TestAtomicRedisMatchesMemory(t *testing.T) {
-	const prefix = "atomic-differential:"
-	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
-		atomicMatchesMemory(t, prefix, r, rdb)
-	})
-}
-
-func atomicMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
-	ins := inspected{r, rdb}
-	m := newMemory(t, store.MemoryOptions{})
-	rng := rand.New(rand.NewPCG(23, 29))
-	now := farBase
-	ctx := context.Background()
-	commits, rejects := 0, 0
-	for round := range 5 {
-		roundPrefix := fmt.Sprintf("%sr%d", prefix, round)
-		mismatches := 0
-		for c, call := range randomCalls(rng, roundPrefix, 1500, &now) {
-			got := make([]limiter.Result, len(call))
-			want := make([]limiter.Result, len(call))
-			if err := r.TakeAll(ctx, call, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.TakeAll(ctx, call, want); err != nil {
-				t.Fatal(err)
-			}
-			if limiter.Rejects(call, want) {
-				rejects++
-			} else {
-				commits++
-			}
-			for i := range call {
-				if got[i] != want[i] {
-					if mismatches++; mismatches <= 5 {
-						t.Errorf("round %d call %d op %d %+v: redis %+v, memory %+v", round, c, i, call[i], got[i], want[i])
-					}
-				}
-			}
-		}
-		sameExpiries(t, ins, m, roundPrefix, now)
-	}
-	t.Logf("%d calls committed, %d rejected", commits, rejects)
-	if commits < 100 || rejects < 100 {
-		t.Errorf("%d commits, %d rejects: the test needs more of both", commits, rejects)
-	}
-}
-
 func TestAtomicInvalidOps(t *testing.T) {
 	r, _ := newRedis(t, dbSuite, "atomic-invalid:")
 	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r} {
@@ -349,21 +282,5 @@ func TestAtomicClusterDoesNotResend(t *testing.T) {
 // nothing in one script call.
 func BenchmarkRedisTakeAll(b *testing.B) {
 	r, _ := newRedis(b, dbSuite, "bench:")
-	ctx := context.Background()
-	for _, n := range []int{1, 10, 100} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			ops := make([]limiter.Op, n)
-			for i := range ops {
-				ops[i] = limiter.Op{Key: fmt.Sprintf("bench:{d}/k%d:", i), Algorithm: descriptors.FixedWindow,
-					Limit: 1 << 40, Window: 60_000, Cost: 1000}
-			}
-			res := make([]limiter.Result, n)
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := r.TakeAll(ctx, ops, res); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchmarkTake(b, "bench:{d}/k%d:", r.TakeAll)
 }

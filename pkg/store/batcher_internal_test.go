@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -330,34 +331,15 @@ func TestBatcherClose(t *testing.T) {
 
 func waitQueued(t *testing.T, b *batcher, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
-		if q >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", q, n)
-		}
-		time.Sleep(time.Millisecond)
+	var q int
+	if !wait.True(5*time.Second, func() bool { b.mu.Lock(); q = len(b.queue); b.mu.Unlock(); return q >= n }) {
+		t.Fatalf("%d calls queued, want %d", q, n)
 	}
 }
 
 func waitIdle(t *testing.T, b *batcher) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b.mu.Lock()
-		busy := b.busy
-		b.mu.Unlock()
-		if busy == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batcher still busy")
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.True(5*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.busy == 0 }) {
+		t.Fatalf("batcher still busy")
 	}
 }

@@ -2,15 +2,7 @@ package store_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -96,9 +91,7 @@ func TestNewClientOverridesURLCredentials(t *testing.T) {
 func TestNewClientErrors(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, notPEM, "not a certificate")
 	for _, tc := range []struct {
 		name string
 		o    store.ClientOptions
@@ -152,7 +145,7 @@ func TestClientOptionsString(t *testing.T) {
 // TestClientACL: a user and password reach the server; a wrong password
 // fails without showing itself.
 func TestClientACL(t *testing.T) {
-	addr := redistest.StartServer(t, "--user", "alice", "on", ">"+secret, "~*", "+@all")
+	addr := redistest.StartServer(t, "--user", "alice", "on", ">"+secret, "~*", "+@all").Addr
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
@@ -194,94 +187,36 @@ func TestClientACL(t *testing.T) {
 // NewClient), closed when t ends.
 func newKind(t *testing.T, kind string, o store.ClientOptions) redisStore {
 	t.Helper()
-	var r redisStore
-	switch kind {
-	case "go-redis":
-		c, err := store.NewClient(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
-	default:
+	if kind != "go-redis" {
 		t.Fatalf("unknown store kind %q", kind)
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return clientStore(t, o)
 }
 
-// tlsFiles are PEM files of a CA, a server certificate for 127.0.0.1 and
-// localhost, and a client certificate, all signed by the CA.
-type tlsFiles struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func writeTLSFiles(t *testing.T) tlsFiles {
+// clientStore returns a Redis store over a client that store.NewClient
+// made for o, closed when t ends.
+func clientStore(t testing.TB, o store.ClientOptions) *store.Redis {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	now := time.Now()
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fastlimit test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	c, err := store.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP, names []string) ([]byte, []byte) {
-		k := newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, DNSNames: names}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, keyDER(k)
-	}
-	srvDER, srvKey := issue(2, "redis", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
-	cliDER, cliKey := issue(3, "fastlimit", x509.ExtKeyUsageClientAuth, nil, nil)
-	return tlsFiles{
-		ca:         write("ca.pem", "CERTIFICATE", caDER),
-		serverCert: write("server.pem", "CERTIFICATE", srvDER),
-		serverKey:  write("server-key.pem", "PRIVATE KEY", srvKey),
-		clientCert: write("client.pem", "CERTIFICATE", cliDER),
-		clientKey:  write("client-key.pem", "PRIVATE KEY", cliKey),
-	}
+	r := store.NewRedis(c, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }
 
 // TestClientTLS runs against redis-server's TLS port with a CA made here,
 // requiring client certificates.
 func TestClientTLS(t *testing.T) {
-	f := writeTLSFiles(t)
-	tlsPort := redistest.FreePort(t)
-	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", f.serverCert,
-		"--tls-key-file", f.serverKey, "--tls-ca-cert-file", f.ca, "--tls-auth-clients", "yes")
+	f := certtest.NewFiles(t)
+	tlsPort := loopback.Port(t)
+	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", f.ServerCert,
+		"--tls-key-file", f.ServerKey, "--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "yes")
 	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	mutual := store.TLSOptions{Enabled: true, CAFile: f.ca, CertFile: f.clientCert, KeyFile: f.clientKey}
+	mutual := store.TLSOptions{Enabled: true, CAFile: f.CAFile, CertFile: f.ClientCert, KeyFile: f.ClientKey}
 	with := func(change func(*store.TLSOptions)) store.TLSOptions {
 		o := mutual
 		change(&o)

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -68,7 +67,7 @@ func BenchmarkClients(b *testing.B) {
 			if err := st.Take(ctx, ops[:1], make([]limiter.Result, 1)); err != nil {
 				b.Fatal(err)
 			}
-			before, redisBefore, s0 := cpuTime(), redisCPU(b, addr), stats()
+			before, redisBefore, s0 := cpuTime(), redistest.CPU(b, addr), stats()
 			b.ReportAllocs()
 			b.SetParallelism(64 / max(1, runtimeProcs()))
 			b.ResetTimer()
@@ -86,7 +85,7 @@ func BenchmarkClients(b *testing.B) {
 			b.StopTimer()
 			n := float64(b.N)
 			b.ReportMetric(float64(cpuTime()-before)/n/1e3, "cpu-us/op")
-			b.ReportMetric((redisCPU(b, addr)-redisBefore)*1e6/n, "redis-us/op")
+			b.ReportMetric((redistest.CPU(b, addr)-redisBefore).Seconds()*1e6/n, "redis-us/op")
 			s1 := stats()
 			if calls := s1.Sends - s0.Sends; calls > 0 {
 				b.ReportMetric(float64(s1.Ops-s0.Ops)/float64(calls), "ops/call")
@@ -147,21 +146,6 @@ func cpuTime() int64 {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// redisCPU reads used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
-func redisCPU(b *testing.B, addr string) float64 {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := benchproc.ParseInfo(info)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st.CPU.Seconds()
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

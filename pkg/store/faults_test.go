@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -106,22 +105,20 @@ const (
 	faultWindow = 3_600_000
 )
 
-// faultLoad is what a run of callers saw.
+// faultLoad is what a run of callers saw, and their counters.
 type faultLoad struct {
-	ok, failed, notSent, wrong atomic.Int64
-	firstWrong                 atomic.Value // string
-	mu                         sync.Mutex
-	errs                       map[string]int
-	keys                       []string // each caller's counter
+	*faultproxy.Load
+	keys []string // each caller's counter
 }
 
-func (l *faultLoad) total() int64 { return l.ok.Load() + l.failed.Load() }
+func (l *faultLoad) total() int64 { return l.OK.Load() + l.Failed.Load() }
+
+// notSent counts the failed calls that were never sent.
+func (l *faultLoad) notSent() int64 { return int64(l.Errors()["not sent"]) }
 
 func (l *faultLoad) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return fmt.Sprintf("%d ok, %d failed (%d not sent), %d wrong; errors %v", l.ok.Load(), l.failed.Load(),
-		l.notSent.Load(), l.wrong.Load(), l.errs)
+	return fmt.Sprintf("%d ok, %d failed (%d not sent), %d wrong; errors %v", l.OK.Load(), l.Failed.Load(),
+		l.notSent(), l.Wrong.Load(), l.Errors())
 }
 
 // counted returns how many hits Redis counted on the callers' keys.
@@ -147,7 +144,7 @@ func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, time
 	run := fmt.Sprintf("faults:%d", time.Now().UnixNano())
 	now := farBase
 	ws := now - now%faultWindow
-	l := &faultLoad{errs: map[string]int{}}
+	l := &faultLoad{}
 	ops := make([]limiter.Op, callers)
 	for c := range callers {
 		base := fmt.Sprintf("%s:{c%d}:", run, c)
@@ -159,46 +156,19 @@ func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, time
 		ops[c] = limiter.Op{Key: base, Algorithm: descriptors.FixedWindow, Limit: faultLimit, Window: faultWindow,
 			Cost: 1000, Now: now}
 	}
-	end := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for c := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := make([]limiter.Result, 1)
-			last := int64(c) * faultSpan
-			for next := time.Now(); time.Now().Before(end); next = next.Add(pace) {
-				if pace > 0 {
-					time.Sleep(time.Until(next))
-				}
-				cctx, cancel := context.WithTimeout(ctx, timeout)
-				err := st.Take(cctx, ops[c:c+1], res)
-				cancel()
-				if err != nil {
-					l.failed.Add(1)
-					if errors.Is(err, store.ErrNotSent) {
-						l.notSent.Add(1)
-					}
-					l.mu.Lock()
-					l.errs[errKind(err)]++
-					l.mu.Unlock()
-					continue
-				}
-				count := faultLimit - res[0].Remaining
-				if !res[0].Allowed || count <= last || count >= int64(c+1)*faultSpan {
-					l.wrong.Add(1)
-					l.firstWrong.CompareAndSwap(nil, fmt.Sprintf("caller %d: count %d after %d", c, count, last))
-				} else {
-					last = count
-				}
-				l.ok.Add(1)
-			}
-		}()
+	results := make([][]limiter.Result, callers)
+	for c := range results {
+		results[c] = make([]limiter.Result, 1)
 	}
-	if during != nil {
-		during()
-	}
-	wg.Wait()
+	l.Load = faultproxy.RunLoad(callers, d, pace, faultSpan, func(c int) (int64, bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		res := results[c]
+		if err := st.Take(cctx, ops[c:c+1], res); err != nil {
+			return 0, false, err
+		}
+		return faultLimit - res[0].Remaining, res[0].Allowed, nil
+	}, errKind, during)
 	return l
 }
 
@@ -224,19 +194,19 @@ func errKind(err error) string {
 // the failed calls whose ops may have run (at most maxLost).
 func checkCounts(t *testing.T, fp *faultPath, l *faultLoad, maxLost int64) {
 	t.Helper()
-	if w := l.wrong.Load(); w != 0 {
-		t.Errorf("%d answers carried a count that is not their caller's: %v", w, l.firstWrong.Load())
+	if w := l.Wrong.Load(); w != 0 {
+		t.Errorf("%d answers carried a count that is not their caller's: %v", w, l.FirstWrong())
 	}
-	counted, ok := l.counted(t, fp.admin), l.ok.Load()
+	counted, ok := l.counted(t, fp.admin), l.OK.Load()
 	if counted < ok {
 		t.Errorf("Redis counted %d hits for %d OK answers", counted, ok)
 	}
 	if lost := counted - ok; lost > maxLost {
 		t.Errorf("Redis counted %d hits beyond the %d OK answers, want at most %d", lost, ok, maxLost)
 	}
-	if counted-ok > l.failed.Load()-l.notSent.Load() {
+	if counted-ok > l.Failed.Load()-l.notSent() {
 		t.Errorf("Redis counted %d hits beyond the OK answers, but only %d failed calls were sent", counted-ok,
-			l.failed.Load()-l.notSent.Load())
+			l.Failed.Load()-l.notSent())
 	}
 }
 
@@ -277,7 +247,7 @@ var faultScenarios = []struct {
 				<-fp.fx.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Reply: extra, Before: before}).Done()
 			})
 			t.Logf("before=%t: %v", before, l)
-			checkCounts(t, fp, l, l.failed.Load())
+			checkCounts(t, fp, l, l.Failed.Load())
 			checkRecovers(t, fp, st)
 		}
 	}},
@@ -298,7 +268,7 @@ var faultScenarios = []struct {
 		// server's breaker, a failed send (go-redis' own timeouts) frees
 		// its place for another, hence 10 % here; e2e checks the issue's
 		// 2 % with the default flags.
-		checkCounts(t, fp, l, l.failed.Load()/10)
+		checkCounts(t, fp, l, l.Failed.Load()/10)
 		checkRecovers(t, fp, st)
 	}},
 	{"SlowHandshake", func(t *testing.T, fp *faultPath) {
@@ -311,12 +281,12 @@ var faultScenarios = []struct {
 		fp.fx.CutAll(0)
 		l := runLoad(t, fp, st, 32, 3*time.Second, 50*time.Millisecond, 0, nil)
 		t.Logf("%v", l)
-		if ok, total := l.ok.Load(), l.total(); ok*10 < total*9 {
+		if ok, total := l.OK.Load(), l.total(); ok*10 < total*9 {
 			t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
 		}
 		// A script call written in time whose reply is late ran: it may
 		// be counted, though its caller was answered Unavailable.
-		checkCounts(t, fp, l, l.failed.Load())
+		checkCounts(t, fp, l, l.Failed.Load())
 	}},
 	{"DialWait", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
@@ -362,25 +332,20 @@ var faultScenarios = []struct {
 		fp.fx.Add(&faultproxy.SplitReplies{MaxChunk: 3, Seed: 1})
 		l := runLoad(t, fp, st, 16, time.Second, 2*time.Second, 0, nil)
 		t.Logf("%v", l)
-		if l.failed.Load() != 0 {
-			t.Errorf("%d calls failed on split replies", l.failed.Load())
+		if l.Failed.Load() != 0 {
+			t.Errorf("%d calls failed on split replies", l.Failed.Load())
 		}
 		checkCounts(t, fp, l, 0)
 	}},
 	{"ErrorReplies", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
-		for _, e := range []string{
-			"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-			"OOM command not allowed when used memory > 'maxmemory'.",
-			"READONLY You can't write against a read only replica.",
-			"LOADING Redis is loading the dataset in memory",
-		} {
+		for _, e := range []string{faultproxy.BusyError, faultproxy.OOMError, faultproxy.ReadOnlyError, faultproxy.LoadingError} {
 			rule := fp.fx.Add(&faultproxy.ErrorReply{Match: faultproxy.Match{Commands: []string{"EVALSHA"}, Times: 3}, Err: e})
 			l := runLoad(t, fp, st, 8, 500*time.Millisecond, time.Second, 0, nil)
 			t.Logf("%s: %v", strings.Fields(e)[0], l)
-			if rule.Applied() != 3 || l.failed.Load() < 1 {
+			if rule.Applied() != 3 || l.Failed.Load() < 1 {
 				t.Errorf("%s: %d faked, %d failed calls; want 3 faked and their calls failed", strings.Fields(e)[0],
-					rule.Applied(), l.failed.Load())
+					rule.Applied(), l.Failed.Load())
 			}
 			// A faked error means Redis never ran the call.
 			checkCounts(t, fp, l, 0)
@@ -393,7 +358,7 @@ var faultScenarios = []struct {
 		// The same load for 1 s without stalls: what a busy machine fails
 		// on its own (50 ms is short beside a busy CPU), allowed on top.
 		control := runLoad(t, fp, st, 25, time.Second, 50*time.Millisecond, 50*time.Millisecond, nil)
-		checkCounts(t, fp, control, control.failed.Load())
+		checkCounts(t, fp, control, control.Failed.Load())
 		// 500 calls a second; five 80 ms stalls of Redis.
 		l := runLoad(t, fp, st, 25, 5*time.Second, 50*time.Millisecond, 50*time.Millisecond, func() {
 			for range 5 {
@@ -409,11 +374,11 @@ var faultScenarios = []struct {
 		// of 500 calls a second, five times; plus, over 5 s, five times
 		// what the control second failed without stalls. (e2e checks the
 		// server's default path.)
-		if failed, bound := l.failed.Load(), 5*130*500/1000+5*control.failed.Load(); failed > bound {
+		if failed, bound := l.Failed.Load(), 5*130*500/1000+5*control.Failed.Load(); failed > bound {
 			t.Errorf("%d of %d calls failed over five 80 ms stalls, want at most the %d in flight during them and %d more as without stalls",
-				failed, l.total(), 5*130*500/1000, 5*control.failed.Load())
+				failed, l.total(), 5*130*500/1000, 5*control.Failed.Load())
 		}
-		checkCounts(t, fp, l, l.failed.Load())
+		checkCounts(t, fp, l, l.Failed.Load())
 	}},
 }
 
@@ -429,10 +394,10 @@ func dropFive(t *testing.T, fp *faultPath, fault func() faultproxy.Fault) {
 		}
 	})
 	t.Logf("%v", l)
-	if failed, total := l.failed.Load(), l.total(); failed*50 > total {
+	if failed, total := l.Failed.Load(), l.total(); failed*50 > total {
 		t.Errorf("%d of %d calls failed over 5 connection drops, want at most 2 %%", failed, total)
 	}
-	checkCounts(t, fp, l, l.failed.Load())
+	checkCounts(t, fp, l, l.Failed.Load())
 	checkRecovers(t, fp, st)
 }
 
@@ -440,22 +405,16 @@ func dropFive(t *testing.T, fp *faultPath, fault func() faultproxy.Fault) {
 // checks that 20 calls in a row succeed.
 func checkRecovers(t *testing.T, fp *faultPath, st limiter.Store) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	op := []limiter.Op{{Key: "faults:recover:{r}:", Algorithm: descriptors.FixedWindow, Limit: faultLimit,
 		Window: faultWindow, Cost: 1000}}
 	res := make([]limiter.Result, 1)
-	var err error
-	for time.Now().Before(deadline) {
+	err := wait.Until(context.Background(), 5*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = st.Take(ctx, op, res)
-		cancel()
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer cancel()
+		return st.Take(ctx, op, res)
+	})
 	if err != nil {
-		t.Fatalf("store did not recover within 5 s: %v", err)
+		t.Fatalf("store did not recover: %v", err)
 	}
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/limiter/limitertest"
@@ -114,12 +115,8 @@ func TestMemoryJanitor(t *testing.T) {
 	}
 	fill(t, m, "a")
 	clock.Add(time.Hour.Milliseconds())
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("janitor left %d entries", m.Len())
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.True(5*time.Second, func() bool { return m.Len() == 0 }) {
+		t.Fatalf("janitor left %d entries", m.Len())
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)

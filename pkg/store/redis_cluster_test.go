@@ -17,10 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -32,17 +32,13 @@ import (
 // for c, and a plain client to look at the cluster with.
 func newClusterStore(t testing.TB, c *redistest.Cluster) (*store.Redis, *redis.ClusterClient) {
 	t.Helper()
-	client, err := store.NewClient(store.ClientOptions{Type: "CLUSTER", URL: c.Seeds(),
+	r := clientStore(t, store.ClientOptions{Type: "CLUSTER", URL: c.Seeds(),
 		Conn: store.ConnOptions{PoolSize: 8, DialTimeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
+	if _, ok := r.Client().(*redis.ClusterClient); !ok {
+		t.Fatalf("NewClient(cluster) = %T, want *redis.ClusterClient", r.Client())
 	}
-	if _, ok := client.(*redis.ClusterClient); !ok {
-		t.Fatalf("NewClient(cluster) = %T, want *redis.ClusterClient", client)
-	}
-	r := store.NewRedis(client, zaptest.NewLogger(t), store.RedisOptions{CloseClient: true})
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	t.Cleanup(func() { _ = r.Close(); _ = rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	return r, rdb
 }
 
@@ -252,20 +248,19 @@ func TestRedisClusterDoesNotResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	viaProxy := net.JoinHostPort("127.0.0.1", strconv.Itoa(proxy.port()))
-	deadline := time.Now().Add(20 * time.Second)
-	for _, addr := range c.Addrs() {
-		for {
+	announced := wait.Until(ctx, 20*time.Second, func() error {
+		for _, addr := range c.Addrs() {
 			node := redis.NewClient(&redis.Options{Addr: addr})
 			slots, err := node.ClusterSlots(ctx).Result()
 			node.Close()
-			if err == nil && servedBy(slots, viaProxy) {
-				break
+			if err != nil || !servedBy(slots, viaProxy) {
+				return fmt.Errorf("node %s does not announce the proxy %s: %v %v", addr, viaProxy, slots, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s does not announce the proxy %s: %v %v", addr, viaProxy, slots, err)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		return nil
+	})
+	if announced != nil {
+		t.Fatal(announced)
 	}
 
 	op := limiter.Op{Key: key, Algorithm: descriptors.FixedWindow, Limit: 1 << 40, Window: 3_600_000, Cost: 1000, Now: farBase}
@@ -369,19 +364,11 @@ func servedBy(slots []redis.ClusterSlot, addr string) bool {
 // several workers, each reply telling the counter's value after its op,
 // and records what happened around a failover.
 type failoverLoad struct {
-	st     *store.Redis
-	op     limiter.Op
-	killAt time.Time
-
-	mu        sync.Mutex
-	ok        int64
-	notRun    int64   // failures of ops that cannot have run: refused, redis error replies
-	ambiguous int64   // failures of ops that may have run: timeouts, broken connections
-	counts    []int64 // counter values after each OK op, in requests
-	firstFail time.Time
-	lastFail  time.Time
-	lastOK    time.Time
-	errSample []string
+	st *store.Redis
+	op limiter.Op
+	redistest.Outage
+	notRun    atomic.Int64 // failures of ops that cannot have run: refused, redis error replies
+	ambiguous atomic.Int64 // failures of ops that may have run: timeouts, broken connections
 }
 
 const loadLimit = int64(1) << 40
@@ -422,95 +409,72 @@ func (l *failoverLoad) run(workers int, stop <-chan struct{}) *sync.WaitGroup {
 }
 
 func (l *failoverLoad) record(err error, res limiter.Result) {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err == nil {
-		l.ok++
-		l.counts = append(l.counts, (loadLimit-res.Remaining)/1000)
-		l.lastOK = now
-		return
-	}
 	var rerr redis.Error
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &rerr) {
-		l.notRun++
-	} else {
-		l.ambiguous++
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &rerr):
+		l.notRun.Add(1)
+	default:
+		l.ambiguous.Add(1)
 	}
-	if !l.killAt.IsZero() {
-		if l.firstFail.IsZero() {
-			l.firstFail = now
-		}
-		l.lastFail = now
-	}
-	if len(l.errSample) < 5 {
-		l.errSample = append(l.errSample, err.Error())
-	}
-}
-
-// kill marks the moment of the kill and runs it.
-func (l *failoverLoad) kill(kill func()) {
-	l.mu.Lock()
-	l.killAt = time.Now()
-	l.mu.Unlock()
-	kill()
-}
-
-// waitRecovered waits until ops have succeeded for quiet with no failure,
-// at most d after the kill, and reports whether they did.
-func (l *failoverLoad) waitRecovered(d, quiet time.Duration) bool {
-	for time.Since(l.killAt) < d {
-		l.mu.Lock()
-		ok := !l.lastOK.IsZero() && l.lastOK.After(l.lastFail) && time.Since(l.lastFail) > quiet &&
-			time.Since(l.killAt) > quiet
-		l.mu.Unlock()
-		if ok {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
+	l.Record((loadLimit-res.Remaining)/1000, err)
 }
 
 // report checks the figures against final, the counter's value on the new
 // master after the load, and logs them.
 func (l *failoverLoad) report(t *testing.T, what string, final int64, bound time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	outage := time.Duration(0)
-	if !l.firstFail.IsZero() {
-		outage = l.lastFail.Sub(l.killAt)
-	}
-	seen := map[int64]int{}
-	lo, hi := int64(1)<<62, int64(0)
-	for _, c := range l.counts {
-		seen[c]++
-		lo, hi = min(lo, c), max(hi, c)
-	}
-	// A value two OK replies share is a hit acknowledged by the old master
-	// and lost with it (replication is asynchronous). A value no reply
-	// shows between the lowest and highest is an op that ran without its
-	// reply arriving: an ambiguous failure, or a re-send.
-	lost := int64(len(l.counts) - len(seen))
-	gaps := hi - lo + 1 - int64(len(seen))
+	f := l.Figures()
+	notRun, ambiguous := l.notRun.Load(), l.ambiguous.Load()
+	// Lost: hits acknowledged by the old master and lost with it. Gaps:
+	// ops that ran without their reply arriving: an ambiguous failure, or
+	// a re-send.
 	t.Logf("%s failover: decisions failed from %v to %v after the kill (%d failed: %d could not have run, %d may have run; %d OK); "+
 		"counter %d; %d acknowledged hits lost with the old master; %d ops ran without their reply; errors: %q",
-		what, l.firstFail.Sub(l.killAt).Round(time.Millisecond), outage.Round(time.Millisecond),
-		l.notRun+l.ambiguous, l.notRun, l.ambiguous, l.ok, final, lost, gaps, l.errSample)
-	if outage > bound {
-		t.Errorf("decisions failed for %v after the kill, want under %v", outage, bound)
+		what, f.FirstFail.Round(time.Millisecond), f.LastFail.Round(time.Millisecond),
+		f.Failed, notRun, ambiguous, f.OK, final, f.Lost, f.Gaps, f.Errors)
+	if f.LastFail > bound {
+		t.Errorf("decisions failed for %v after the kill, want under %v", f.LastFail, bound)
 	}
 	// Every op runs at most once: the ops that ran are the OK ones plus
 	// some of the ambiguous failures, and none is re-sent.
-	if gaps > l.ambiguous {
-		t.Errorf("%d ops ran without a reply but only %d failures were ambiguous: some op ran twice", gaps, l.ambiguous)
+	if f.Gaps > ambiguous {
+		t.Errorf("%d ops ran without a reply but only %d failures were ambiguous: some op ran twice", f.Gaps, ambiguous)
 	}
-	if final+lost > l.ok+l.ambiguous {
-		t.Errorf("counter %d + %d lost > %d OK + %d ambiguous: some op ran twice", final, lost, l.ok, l.ambiguous)
+	if final+f.Lost > f.OK+ambiguous {
+		t.Errorf("counter %d + %d lost > %d OK + %d ambiguous: some op ran twice", final, f.Lost, f.OK, ambiguous)
 	}
 	if final < 1 {
 		t.Errorf("counter %d after the load", final)
 	}
+}
+
+// checkFailover runs a load on key through r, kills the master old with
+// kill, which returns the new master once Redis has failed over, and
+// checks that decisions flow again within 15 s and that no op counted
+// twice; rdb reads the counter.
+func checkFailover(t *testing.T, what string, r *store.Redis, rdb redis.Cmdable, key, old string, kill func() string) {
+	t.Helper()
+	load := newFailoverLoad(r, key)
+	stop := make(chan struct{})
+	wg := load.run(4, stop)
+	time.Sleep(time.Second)
+	killAt := time.Now()
+	load.Kill(killAt)
+	newMaster := kill()
+	t.Logf("%s: %s took over from %s %v after the kill", what, newMaster, old, time.Since(killAt).Round(time.Millisecond))
+	recovered := load.WaitRecovered(30*time.Second, time.Second)
+	close(stop)
+	wg.Wait()
+	if !recovered {
+		t.Fatalf("decisions did not flow again within 30 s of the kill")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	final, err := rdb.Get(ctx, load.counterKey()).Int64()
+	if err != nil {
+		t.Fatalf("read counter: %v", err)
+	}
+	load.report(t, what, final/1000, 15*time.Second)
 }
 
 // TestRedisClusterFailover kills the master of a key under load: decisions
@@ -518,27 +482,13 @@ func (l *failoverLoad) report(t *testing.T, what string, final int64, bound time
 // again, and no op is counted twice.
 func TestRedisClusterFailover(t *testing.T) {
 	c := redistest.StartCluster(t)
-	r, rdb, ctx := openClusterStore(t, c, 60*time.Second)
+	r, rdb, _ := openClusterStore(t, c, 60*time.Second)
 	const key = "failover:{a}:"
-	load := newFailoverLoad(r, key)
 	old := c.MasterOf(t, key)
-	stop := make(chan struct{})
-	wg := load.run(4, stop)
-	time.Sleep(time.Second)
-	load.kill(func() { c.Kill(t, old) })
-	newMaster := c.WaitFailover(t, key, old)
-	t.Logf("cluster: %s took over from %s %v after the kill", newMaster, old, time.Since(load.killAt).Round(time.Millisecond))
-	recovered := load.waitRecovered(30*time.Second, time.Second)
-	close(stop)
-	wg.Wait()
-	if !recovered {
-		t.Fatalf("decisions did not flow again within 30 s of the kill")
-	}
-	final, err := rdb.Get(ctx, load.counterKey()).Int64()
-	if err != nil {
-		t.Fatalf("read counter: %v", err)
-	}
-	load.report(t, "cluster", final/1000, 15*time.Second)
+	checkFailover(t, "cluster", r, rdb, key, old, func() string {
+		c.Kill(t, old)
+		return c.WaitFailover(t, key, old)
+	})
 }
 
 // evalshaStats returns the EVALSHA calls a node ran and refused since its

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -186,42 +186,101 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// TestRedisMatchesMemory sends the same random ops to both stores and
-// compares every result and every key's expiry.
+// TestRedisMatchesMemory sends the same random ops to both stores, with
+// Take and as all-or-nothing calls with TakeAll, and compares every result
+// and every key's expiry.
 func TestRedisMatchesMemory(t *testing.T) {
-	const prefix = "differential:"
-	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
-		redisMatchesMemory(t, prefix, r, rdb)
-	})
+	for _, tc := range []differential{
+		{name: "take", prefix: "differential:", seed: [2]uint64{3, 5}, rounds: 10, ops: 2000},
+		{name: "take all", prefix: "atomic-differential:", seed: [2]uint64{23, 29}, rounds: 5, ops: 1500, atomic: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachRedis(t, dbSuite, tc.prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
+				tc.run(t, r, rdb)
+			})
+		})
+	}
 }
 
-func redisMatchesMemory(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
+// differential is a run of TestRedisMatchesMemory: rounds of ops random
+// from seed, in one Take a round or, atomic, in TakeAll calls of 1 to 5.
+type differential struct {
+	name, prefix string
+	seed         [2]uint64
+	rounds, ops  int
+	atomic       bool
+}
+
+func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	ins := inspected{r, rdb}
 	m := newMemory(t, store.MemoryOptions{})
-	rng := rand.New(rand.NewPCG(3, 5))
+	rng := rand.New(rand.NewPCG(tc.seed[0], tc.seed[1]))
 	now := farBase
 	ctx := context.Background()
-	for round := range 10 {
-		ops := randomOps(rng, fmt.Sprintf("%sr%d", prefix, round), 2000, &now)
-		got := make([]limiter.Result, len(ops))
-		want := make([]limiter.Result, len(ops))
-		if err := r.Take(ctx, ops, got); err != nil {
-			t.Fatal(err)
+	take := func(st limiter.AtomicStore, ops []limiter.Op, res []limiter.Result) error {
+		if tc.atomic {
+			return st.TakeAll(ctx, ops, res)
 		}
-		if err := m.Take(ctx, ops, want); err != nil {
-			t.Fatal(err)
+		return st.Take(ctx, ops, res)
+	}
+	commits, rejects := 0, 0
+	for round := range tc.rounds {
+		roundPrefix := fmt.Sprintf("%sr%d", tc.prefix, round)
+		var calls [][]limiter.Op
+		if tc.atomic {
+			calls = randomCalls(rng, roundPrefix, tc.ops, &now)
+		} else {
+			calls = [][]limiter.Op{randomOps(rng, roundPrefix, tc.ops, &now)}
 		}
 		mismatches := 0
-		for i := range ops {
-			if got[i] != want[i] {
-				if mismatches++; mismatches <= 5 {
-					t.Errorf("round %d op %d %+v: redis %+v, memory %+v", round, i, ops[i], got[i], want[i])
+		for c, call := range calls {
+			got := make([]limiter.Result, len(call))
+			want := make([]limiter.Result, len(call))
+			if err := take(r, call, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := take(m, call, want); err != nil {
+				t.Fatal(err)
+			}
+			if limiter.Rejects(call, want) {
+				rejects++
+			} else {
+				commits++
+			}
+			for i := range call {
+				if got[i] != want[i] {
+					if mismatches++; mismatches <= 5 {
+						t.Errorf("round %d call %d op %d %+v: redis %+v, memory %+v", round, c, i, call[i], got[i], want[i])
+					}
 				}
 			}
 		}
-		roundPrefix := fmt.Sprintf("%sr%d", prefix, round)
 		sameExpiries(t, ins, m, roundPrefix, now)
 	}
+	if tc.atomic {
+		t.Logf("%d calls committed, %d rejected", commits, rejects)
+		if commits < 100 || rejects < 100 {
+			t.Errorf("%d commits, %d rejects: the test needs more of both", commits, rejects)
+		}
+	}
+}
+
+// randomCalls cuts randomOps into all-or-nothing calls of 1 to 5 ops,
+// each at one time and with random vetoes.
+func randomCalls(rng *rand.Rand, prefix string, n int, now *int64) [][]limiter.Op {
+	ops := randomOps(rng, prefix, n, now)
+	var calls [][]limiter.Op
+	for len(ops) > 0 {
+		k := min(1+rng.IntN(5), len(ops))
+		call := ops[:k:k]
+		ops = ops[k:]
+		for i := range call {
+			call[i].Now = call[len(call)-1].Now
+			call[i].Veto = limiter.Veto(rng.IntN(3))
+		}
+		calls = append(calls, call)
+	}
+	return calls
 }
 
 // TestRedisCountersAreIntegers checks that the scripts write integers
@@ -446,23 +505,12 @@ func keysExpire(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // TestRedisUnavailable: a server that is down fails fast with
 // ErrUnavailable, and neither errors nor logs show the password.
 func TestRedisUnavailable(t *testing.T) {
 	const password = "s3cr3t-Pa55"
 	core, logs := observer.New(zapcore.DebugLevel)
-	url := fmt.Sprintf("redis://app:%s@%s/0", password, closedAddr(t))
+	url := fmt.Sprintf("redis://app:%s@%s/0", password, loopback.Addr(t))
 	goRedis, err := store.NewRedisFromURL(url, store.ConnOptions{DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, zap.New(core))
 	if err != nil {
@@ -607,23 +655,24 @@ func TestScriptHeaders(t *testing.T) {
 
 func BenchmarkRedisTake(b *testing.B) {
 	r, _ := newRedis(b, dbSuite, "bench:")
-	benchmarkTake(b, r)
+	benchmarkTake(b, "bench:{k%d}:", r.Take)
 }
 
-// benchmarkTake times sequential Takes of 1, 10 and 100 ops.
-func benchmarkTake(b *testing.B, r limiter.Store) {
+// benchmarkTake times sequential calls of take on 1, 10 and 100 ops, on
+// the keys fmt.Sprintf(key, i).
+func benchmarkTake(b *testing.B, key string, take func(context.Context, []limiter.Op, []limiter.Result) error) {
 	ctx := context.Background()
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			ops := make([]limiter.Op, n)
 			for i := range ops {
-				ops[i] = limiter.Op{Key: fmt.Sprintf("bench:{k%d}:", i), Algorithm: descriptors.FixedWindow,
+				ops[i] = limiter.Op{Key: fmt.Sprintf(key, i), Algorithm: descriptors.FixedWindow,
 					Limit: 1 << 40, Window: 60_000, Cost: 1000}
 			}
 			res := make([]limiter.Result, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := r.Take(ctx, ops, res); err != nil {
+				if err := take(ctx, ops, res); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // Names the tests give the files, as cmd/server does.
@@ -49,11 +50,29 @@ func opts(dir string, ca bool) certs.Options {
 	return o
 }
 
+// clocked returns opts(dir, ca) on a clock of its own.
+func clocked(dir string, ca bool) (certs.Options, *clock) {
+	clk := newClock()
+	o := opts(dir, ca)
+	o.Now = clk.Now
+	return o, clk
+}
+
+// mustNew is certs.New, failing t on an error.
+func mustNew(t *testing.T, o certs.Options, log *zap.Logger) *certs.Reloader {
+	t.Helper()
+	r, err := certs.New(o, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // writePair writes leaf's certificate and key into dir.
 func writePair(t *testing.T, dir string, leaf *certtest.Leaf) {
 	t.Helper()
-	certtest.Write(t, filepath.Join(dir, "tls.crt"), leaf.CertPEM)
-	certtest.Write(t, filepath.Join(dir, "tls.key"), leaf.KeyPEM)
+	files.Write(t, filepath.Join(dir, "tls.crt"), leaf.CertPEM)
+	files.Write(t, filepath.Join(dir, "tls.key"), leaf.KeyPEM)
 }
 
 func TestNewErrors(t *testing.T) {
@@ -90,7 +109,7 @@ func TestNewErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, data := range tc.files {
-				certtest.Write(t, filepath.Join(dir, name), data)
+				files.Write(t, filepath.Join(dir, name), data)
 			}
 			o := opts(dir, tc.ca)
 			o.ClientSAN = tc.san
@@ -153,7 +172,7 @@ func TestClientAuth(t *testing.T) {
 	ca, other := certtest.NewCA(t, "ca"), certtest.NewCA(t, "other")
 	dir := t.TempDir()
 	writePair(t, dir, ca.Issue(t, certtest.Server()))
-	certtest.Write(t, filepath.Join(dir, "ca.crt"), ca.PEM)
+	files.Write(t, filepath.Join(dir, "ca.crt"), ca.PEM)
 	client := func(issuer *certtest.CA, o certtest.Options) []tls.Certificate {
 		o.Client = true
 		return []tls.Certificate{issuer.Issue(t, o).TLS(t)}
@@ -188,10 +207,7 @@ func TestClientAuth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := opts(dir, tc.ca)
 			o.ClientSAN = tc.san
-			r, err := certs.New(o, zap.NewNop())
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := mustNew(t, o, zap.NewNop())
 			conf := &tls.Config{RootCAs: certtest.Pool(ca), ServerName: "localhost", Certificates: tc.certs, NextProtos: []string{"h2"}}
 			serr, st := handshake(t, r.ServerConfig(), conf)
 			if ok := serr == nil; ok != tc.wantOK {
@@ -257,11 +273,11 @@ func TestReload(t *testing.T) {
 	}
 	secret := func(l *certtest.Leaf) func(*testing.T, string) {
 		return func(t *testing.T, dir string) {
-			certtest.Secret(t, dir, map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM})
+			files.Volume(t, dir, map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM})
 		}
 	}
 	write := func(name string, data []byte) func(*testing.T, string) {
-		return func(t *testing.T, dir string) { certtest.Write(t, filepath.Join(dir, name), data) }
+		return func(t *testing.T, dir string) { files.Write(t, filepath.Join(dir, name), data) }
 	}
 	remove := func(name string) func(*testing.T, string) {
 		return func(t *testing.T, dir string) {
@@ -317,14 +333,9 @@ func TestReload(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tc.start(t, dir)
-			clk := newClock()
 			core, logs := observer.New(zapcore.InfoLevel)
-			o := opts(dir, false)
-			o.Now = clk.Now
-			r, err := certs.New(o, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
+			o, clk := clocked(dir, false)
+			r := mustNew(t, o, zap.New(core))
 			if got := r.Leaf().SerialNumber; got.Cmp(a.Cert.SerialNumber) != 0 {
 				t.Fatalf("start: serial %x, want %x", got, a.Cert.SerialNumber)
 			}
@@ -355,14 +366,9 @@ func TestServedOnHandshake(t *testing.T) {
 	client1 := []tls.Certificate{ca1.Issue(t, certtest.Options{Client: true}).TLS(t)}
 	client2 := []tls.Certificate{ca2.Issue(t, certtest.Options{Client: true}).TLS(t)}
 	dir := t.TempDir()
-	certtest.Secret(t, dir, map[string][]byte{"tls.crt": a.CertPEM, "tls.key": a.KeyPEM, "ca.crt": ca1.PEM})
-	clk := newClock()
-	o := opts(dir, true)
-	o.Now = clk.Now
-	r, err := certs.New(o, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	files.Volume(t, dir, map[string][]byte{"tls.crt": a.CertPEM, "tls.key": a.KeyPEM, "ca.crt": ca1.PEM})
+	o, clk := clocked(dir, true)
+	r := mustNew(t, o, zap.NewNop())
 	server := r.ServerConfig()
 	dial := func(certs []tls.Certificate) (error, *tls.ConnectionState) {
 		return handshake(t, server, &tls.Config{RootCAs: certtest.Pool(ca1), ServerName: "localhost", Certificates: certs})
@@ -373,7 +379,7 @@ func TestServedOnHandshake(t *testing.T) {
 	if err, _ := dial(client2); err == nil {
 		t.Fatal("client of ca2 accepted before the CA rotated")
 	}
-	certtest.Secret(t, dir, map[string][]byte{"tls.crt": b.CertPEM, "tls.key": b.KeyPEM, "ca.crt": ca2.PEM})
+	files.Volume(t, dir, map[string][]byte{"tls.crt": b.CertPEM, "tls.key": b.KeyPEM, "ca.crt": ca2.PEM})
 	clk.Add(certs.DefaultInterval)
 	err, st := dial(client2)
 	if err != nil {
@@ -393,14 +399,9 @@ func TestConcurrent(t *testing.T) {
 	ca := certtest.NewCA(t, "ca")
 	leaves := []*certtest.Leaf{ca.Issue(t, certtest.Server()), ca.Issue(t, certtest.Server())}
 	dir := t.TempDir()
-	certtest.Secret(t, dir, map[string][]byte{"tls.crt": leaves[0].CertPEM, "tls.key": leaves[0].KeyPEM})
-	clk := newClock()
-	o := opts(dir, false)
-	o.Now = clk.Now
-	r, err := certs.New(o, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	files.Volume(t, dir, map[string][]byte{"tls.crt": leaves[0].CertPEM, "tls.key": leaves[0].KeyPEM})
+	o, clk := clocked(dir, false)
+	r := mustNew(t, o, zap.NewNop())
 	get := r.ServerConfig().GetConfigForClient
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -423,7 +424,7 @@ func TestConcurrent(t *testing.T) {
 	}
 	for i := range 20 {
 		l := leaves[i%2]
-		certtest.Secret(t, dir, map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM})
+		files.Volume(t, dir, map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM})
 		time.Sleep(time.Millisecond)
 	}
 	close(stop)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // unservable returns certificates of ca that cannot be served now, and
@@ -94,23 +95,18 @@ func TestRotationRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writePair(t, dir, a)
-			clk := newClock()
 			core, logs := observer.New(zapcore.InfoLevel)
 			var mu sync.Mutex
 			var refusals []error
-			o := opts(dir, false)
-			o.Now = clk.Now
+			o, clk := clocked(dir, false)
 			o.OnRefused = func(err error) {
 				mu.Lock()
 				defer mu.Unlock()
 				refusals = append(refusals, err)
 			}
-			r, err := certs.New(o, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
-			certtest.Write(t, filepath.Join(dir, "tls.crt"), tc.cert)
-			certtest.Write(t, filepath.Join(dir, "tls.key"), tc.key)
+			r := mustNew(t, o, zap.New(core))
+			files.Write(t, filepath.Join(dir, "tls.crt"), tc.cert)
+			files.Write(t, filepath.Join(dir, "tls.key"), tc.key)
 			for range 3 {
 				clk.Add(certs.DefaultInterval)
 				if got := r.Leaf().SerialNumber; got.Cmp(a.Cert.SerialNumber) != 0 {
@@ -150,13 +146,8 @@ func TestNotYetValidTakenInOnceValid(t *testing.T) {
 	early := ca.Issue(t, o)
 	dir := t.TempDir()
 	writePair(t, dir, a)
-	clk := newClock()
-	opt := opts(dir, false)
-	opt.Now = clk.Now
-	r, err := certs.New(opt, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	opt, clk := clocked(dir, false)
+	r := mustNew(t, opt, zaptest.NewLogger(t))
 	writePair(t, dir, early)
 	clk.Add(certs.DefaultInterval)
 	if got := r.Leaf().SerialNumber; got.Cmp(a.Cert.SerialNumber) != 0 {
@@ -178,8 +169,8 @@ func TestNewRefusesUnservable(t *testing.T) {
 	for _, tc := range unservable(t, ca) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			certtest.Write(t, filepath.Join(dir, "tls.crt"), tc.cert)
-			certtest.Write(t, filepath.Join(dir, "tls.key"), tc.key)
+			files.Write(t, filepath.Join(dir, "tls.crt"), tc.cert)
+			files.Write(t, filepath.Join(dir, "tls.key"), tc.key)
 			_, err := certs.New(opts(dir, false), zaptest.NewLogger(t))
 			var ce *certs.Error
 			if !errors.Is(err, tc.want) || !errors.As(err, &ce) || ce.File.Name != tc.wantFile {
@@ -200,17 +191,14 @@ func TestOpenRefusesWithoutHandshakes(t *testing.T) {
 	o := opts(dir, false)
 	o.Interval = 20 * time.Millisecond
 	o.OnRefused = func(err error) { refused <- err }
-	r, err := certs.New(o, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := mustNew(t, o, zaptest.NewLogger(t))
 	if err := r.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Open(context.Background()); err == nil {
 		t.Error("a second Open succeeded")
 	}
-	certtest.Write(t, filepath.Join(dir, "tls.key"), b.KeyPEM)
+	files.Write(t, filepath.Join(dir, "tls.key"), b.KeyPEM)
 	select {
 	case err := <-refused:
 		if !errors.Is(err, certs.ErrKeyMismatch) {
@@ -231,14 +219,9 @@ func TestInForceExpiry(t *testing.T) {
 	ca := certtest.NewCA(t, "ca")
 	dir := t.TempDir()
 	writePair(t, dir, ca.Issue(t, certtest.Server()))
-	clk := newClock()
 	core, logs := observer.New(zapcore.InfoLevel)
-	o := opts(dir, false)
-	o.Now = clk.Now
-	r, err := certs.New(o, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, clk := clocked(dir, false)
+	r := mustNew(t, o, zap.New(core))
 	for range 3 {
 		clk.Add(25 * time.Hour)
 		r.Leaf()

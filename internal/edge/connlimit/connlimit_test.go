@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // patience bounds every wait for something that must happen.
@@ -45,16 +47,6 @@ func listen(t *testing.T, n int) *connlimit.Listener {
 	return connlimit.New(inner, n)
 }
 
-func dial(t *testing.T, l net.Listener) net.Conn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", l.Addr().String(), patience)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // refused dials l and reports whether the server closed the connection:
 // the dial is reset, or a read ends with EOF or a reset, not a timeout,
 // within patience.
@@ -83,17 +75,11 @@ func accepted(t *testing.T, conns <-chan net.Conn) net.Conn {
 
 func waitStats(t *testing.T, l *connlimit.Listener, ok func(connlimit.Stats) bool) connlimit.Stats {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		st := l.Stats()
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st connlimit.Stats
+	if !wait.True(patience, func() bool { st = l.Stats(); return ok(st) }) {
+		t.Fatalf("stats %+v", st)
 	}
+	return st
 }
 
 // TestCapRefusesAndRecovers opens connections up to a cap of 3: the
@@ -104,7 +90,7 @@ func TestCapRefusesAndRecovers(t *testing.T) {
 	conns := serve(t, l)
 	var held []net.Conn
 	for range 3 {
-		dial(t, l)
+		loopback.Dial(t, l.Addr().String())
 		held = append(held, accepted(t, conns))
 	}
 	for i := range 2 {
@@ -123,7 +109,7 @@ func TestCapRefusesAndRecovers(t *testing.T) {
 	if err := held[0].Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Fatal(err) // a second Close frees nothing more
 	}
-	dial(t, l)
+	loopback.Dial(t, l.Addr().String())
 	held[0] = accepted(t, conns)
 	if st := l.Stats(); st.Open != 3 || st.Accepted != 4 || st.Refused != 2 {
 		t.Fatalf("after one closed and another came: %+v", st)
@@ -145,7 +131,7 @@ func TestAcceptNeverWaits(t *testing.T) {
 	conns := serve(t, l)
 	var held []net.Conn
 	for range n {
-		dial(t, l)
+		loopback.Dial(t, l.Addr().String())
 		held = append(held, accepted(t, conns))
 	}
 	var wg sync.WaitGroup

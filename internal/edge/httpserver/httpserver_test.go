@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // patience bounds every wait for something that must happen.
@@ -40,16 +42,6 @@ func serve(t *testing.T, o httpserver.Options) *httpserver.Server {
 	return s
 }
 
-func dial(t *testing.T, s *httpserver.Server) net.Conn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", s.Addr().String(), patience)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // closedByServer waits (patience at most) for the server to close c.
 func closedByServer(t *testing.T, c net.Conn, what string) {
 	t.Helper()
@@ -65,15 +57,8 @@ func closedByServer(t *testing.T, c net.Conn, what string) {
 // closed after Idle.
 func TestIdleConnectionClosed(t *testing.T) {
 	s := serve(t, httpserver.Options{Idle: 100 * time.Millisecond})
-	c := dial(t, s)
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("first request: %v %v", resp, err)
-	}
-	_ = resp.Body.Close()
+	c := loopback.Dial(t, s.Addr().String())
+	getOK(t, c, "first request")
 	closedByServer(t, c, "idle keep-alive")
 }
 
@@ -81,7 +66,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 // ReadHeader.
 func TestSlowHeadersClosed(t *testing.T) {
 	s := serve(t, httpserver.Options{ReadHeader: 100 * time.Millisecond})
-	c := dial(t, s)
+	c := loopback.Dial(t, s.Addr().String())
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: "); err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +92,8 @@ func TestHeaderLimit(t *testing.T) {
 // the ones held are served.
 func TestMaxConns(t *testing.T) {
 	s := serve(t, httpserver.Options{MaxConns: 2})
-	held := []net.Conn{dial(t, s), dial(t, s)}
-	deadline := time.Now().Add(patience)
-	for s.Stats().Open < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	held := []net.Conn{loopback.Dial(t, s.Addr().String()), loopback.Dial(t, s.Addr().String())}
+	wait.True(patience, func() bool { return s.Stats().Open >= 2 })
 	extra, err := net.DialTimeout("tcp", s.Addr().String(), patience)
 	if err == nil {
 		defer extra.Close()
@@ -122,13 +104,19 @@ func TestMaxConns(t *testing.T) {
 	}
 	for _, c := range held {
 		_ = c.SetDeadline(time.Now().Add(patience))
-		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("a held connection: %v %v", resp, err)
-		}
-		_ = resp.Body.Close()
+		getOK(t, c, "a held connection")
 	}
+}
+
+// getOK sends GET / on c and fails t unless it answers 200.
+func getOK(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %v %v", what, resp, err)
+	}
+	_ = resp.Body.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -303,14 +304,7 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 			// again, with its next timer set, or the circuit closing),
 			// whether or not its ping is already counted.
 			if s.want == breaker.Closed {
-				select {
-				case got := <-h.changes:
-					if got != "open>closed" {
-						t.Fatalf("step %d: change %q", i, got)
-					}
-				case <-time.After(patience):
-					t.Fatalf("step %d: the circuit did not close", i)
-				}
+				awaitChange(t, h.changes, "open>closed", fmt.Sprintf("step %d: the circuit closing", i))
 			} else {
 				h.clock.awaitWait(t) // the prober waits again
 			}
@@ -342,12 +336,8 @@ func TestBreakerProbeNeverBlocksACaller(t *testing.T) {
 	h.once(errReset)
 	h.clock.awaitWait(t)
 	h.clock.Advance(time.Second)
-	deadline := time.Now().Add(patience)
-	for h.g.pings.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no probe")
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.True(patience, func() bool { return h.g.pings.Load() > 0 }) {
+		t.Fatal("no probe")
 	}
 	if h.b.State() != breaker.HalfOpen {
 		t.Fatalf("state %v during a probe", h.b.State())
@@ -360,13 +350,20 @@ func TestBreakerProbeNeverBlocksACaller(t *testing.T) {
 	if got := <-h.changes; got != "closed>open" {
 		t.Fatalf("change %q", got)
 	}
+	awaitChange(t, h.changes, "open>closed", "the probe closing the circuit")
+}
+
+// awaitChange waits (patience at most) for the next state change on
+// changes, and fails t unless it is want.
+func awaitChange(t *testing.T, changes <-chan string, want, what string) {
+	t.Helper()
 	select {
-	case got := <-h.changes:
-		if got != "open>closed" {
-			t.Fatalf("change %q", got)
+	case got := <-changes:
+		if got != want {
+			t.Fatalf("%s: change %q, want %q", what, got, want)
 		}
 	case <-time.After(patience):
-		t.Fatal("the probe did not close the circuit")
+		t.Fatalf("%s: no change within %v", what, patience)
 	}
 }
 

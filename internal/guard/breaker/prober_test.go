@@ -63,14 +63,7 @@ func TestBreakerProbesWithProbe(t *testing.T) {
 	}
 	st.ready.Store(true)
 	clock.Advance(time.Second)
-	select {
-	case got := <-changes:
-		if got != "open>closed" {
-			t.Fatalf("change %q", got)
-		}
-	case <-time.After(patience):
-		t.Fatal("a good probe did not close the circuit")
-	}
+	awaitChange(t, changes, "open>closed", "a good probe closing the circuit")
 }
 
 // TestBreakerOneChangePerCooldown: a circuit that closed less than a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
@@ -24,7 +25,7 @@ import (
 // again, it closes within a few Cooldowns. No two changes come within one
 // Cooldown.
 func TestBreakerRedisOutOfMemory(t *testing.T) {
-	addr := redistest.StartServer(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
+	addr := redistest.StartServer(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction").Addr
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
 	ctx := context.Background()
@@ -119,12 +120,8 @@ func TestBreakerRedisOutOfMemory(t *testing.T) {
 	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(patience)
-	for b.State() != breaker.Closed {
-		if time.Now().After(deadline) {
-			t.Fatal("the circuit did not close once Redis had memory again")
-		}
-		time.Sleep(cooldown / 4)
+	if !wait.True(patience, func() bool { return b.State() == breaker.Closed }) {
+		t.Fatal("the circuit did not close once Redis had memory again")
 	}
 	if err := b.Take(ctx, op, res); err != nil {
 		t.Fatalf("Take once closed: %v", err)

@@ -2,7 +2,6 @@ package logging_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/observe/logging"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
@@ -21,12 +21,7 @@ func TestSetRedisLogger(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	logging.SetRedisLogger(zap.New(core))
 	defer logging.SetRedisLogger(zap.NewNop())
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedAddr := l.Addr().String()
-	_ = l.Close()
+	closedAddr := loopback.Addr(t)
 	c, err := store.NewClient(store.ClientOptions{URL: closedAddr, Password: secret,
 		Conn: store.ConnOptions{DialTimeout: 100 * time.Millisecond}})
 	if err != nil {

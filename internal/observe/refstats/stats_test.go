@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/internal/observe/statsmap"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rls"
@@ -504,9 +504,7 @@ func TestRefCustomMapper(t *testing.T) {
 func TestNewRefMetricsErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("mappings:\n  - match: a\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, bad, "mappings:\n  - match: a\n")
 	for _, tc := range []struct {
 		name string
 		o    Options

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fastlimit/fastlimit/internal/observe/statsd"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 )
 
 // udpServer is a statsd server on a loopback UDP port: it collects the
@@ -238,12 +239,7 @@ func TestTCPDogStatsDWithMogrifier(t *testing.T) {
 // TestFailedFlushKeepsCounts checks that counts a flush could not send
 // go with the next flush, once the server is back.
 func TestFailedFlushKeepsCounts(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens: the first flush fails
+	addr := loopback.Addr(t) // nothing listens: the first flush fails
 	st := statsd.NewStore()
 	c, err := statsd.NewClient(st, statsd.Options{Network: "tcp", Addr: addr, Timeout: time.Second}, zaptest.NewLogger(t))
 	if err != nil {
@@ -254,7 +250,7 @@ func TestFailedFlushKeepsCounts(t *testing.T) {
 	if err := c.Flush(context.Background()); err == nil {
 		t.Fatal("flush to a closed port succeeded")
 	}
-	lis, err = net.Listen("tcp", addr)
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)
 	}

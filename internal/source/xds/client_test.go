@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -68,6 +69,18 @@ func (s *sink) current() ([]string, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.domains, s.applied
+}
+
+// servingAlpha starts a server whose v1 holds domain alpha and a client
+// of it, and waits until alpha is in force.
+func servingAlpha(t *testing.T) (*xdstest.Server, *sink) {
+	t.Helper()
+	srv := xdstest.Start(t, nil)
+	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
+	s := newSink()
+	open(t, fast(srv.Addr), s)
+	s.waitFor(t, "alpha")
+	return srv, s
 }
 
 // waitFor waits until the domains in force are want.
@@ -163,11 +176,7 @@ func TestSnapshotsApplied(t *testing.T) {
 }
 
 func TestBadSnapshotNACKed(t *testing.T) {
-	srv := xdstest.Start(t, nil)
-	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
-	s := newSink()
-	open(t, fast(srv.Addr), s)
-	s.waitFor(t, "alpha")
+	srv, s := servingAlpha(t)
 	if _, err := srv.WaitACK(wait, "v1"); err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +227,7 @@ func TestBadSnapshotNACKed(t *testing.T) {
 }
 
 func TestReconnectAfterServerRestart(t *testing.T) {
-	srv := xdstest.Start(t, nil)
-	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
-	s := newSink()
-	open(t, fast(srv.Addr), s)
-	s.waitFor(t, "alpha")
+	srv, s := servingAlpha(t)
 
 	srv.Stop()
 	srv.Set(t, node, "v2", xdstest.Config("b", "beta"))
@@ -256,7 +261,7 @@ func TestServerNotUpYet(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	certs := xdstest.NewCerts(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	cases := []struct {
 		name    string
 		mtls    bool
@@ -299,7 +304,7 @@ func TestTLS(t *testing.T) {
 }
 
 func TestTLSConfigErrors(t *testing.T) {
-	certs := xdstest.NewCerts(t)
+	certs := certtest.NewFiles(t, xdstest.ServerName)
 	cases := []struct {
 		name string
 		tls  xds.TLS

@@ -1,9 +1,7 @@
 package xds_test
 
 import (
-	"crypto/x509"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/source/xds"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -26,18 +25,18 @@ func TestClientCertRotationRefused(t *testing.T) {
 	expired, early := other.Issue(t, expiredOpts), other.Issue(t, earlyOpts)
 	for _, tc := range []struct {
 		name      string
-		cert, key func(c *xdstest.Certs) []byte
+		cert, key func(c *certtest.Files) []byte
 		want      error
 	}{
-		{"expired", func(*xdstest.Certs) []byte { return expired.CertPEM }, func(*xdstest.Certs) []byte { return expired.KeyPEM }, certs.ErrExpired},
-		{"not valid yet", func(*xdstest.Certs) []byte { return early.CertPEM }, func(*xdstest.Certs) []byte { return early.KeyPEM }, certs.ErrNotYetValid},
-		{"key of another certificate", nil, func(c *xdstest.Certs) []byte {
-			_, key := c.Issue(t, "client2", x509.ExtKeyUsageClientAuth)
-			return read(t, key)
+		{"expired", func(*certtest.Files) []byte { return expired.CertPEM }, func(*certtest.Files) []byte { return expired.KeyPEM }, certs.ErrExpired},
+		{"not valid yet", func(*certtest.Files) []byte { return early.CertPEM }, func(*certtest.Files) []byte { return early.KeyPEM }, certs.ErrNotYetValid},
+		{"key of another certificate", nil, func(c *certtest.Files) []byte {
+			_, key := c.Issue(t, "client2", certtest.Options{Client: true})
+			return files.Read(t, key)
 		}, certs.ErrKeyMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := xdstest.NewCerts(t)
+			cs := certtest.NewFiles(t, xdstest.ServerName)
 			srv := xdstest.Start(t, cs.ServerTLS(true))
 			srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 			var mu sync.Mutex
@@ -52,12 +51,12 @@ func TestClientCertRotationRefused(t *testing.T) {
 			s := newSink()
 			open(t, opts, s)
 			s.waitFor(t, "alpha")
-			good, goodKey := read(t, cs.ClientCert), read(t, cs.ClientKey)
+			good, goodKey := files.Read(t, cs.ClientCert), files.Read(t, cs.ClientKey)
 
 			if tc.cert != nil {
-				writeFile(t, cs.ClientCert, tc.cert(cs))
+				files.Write(t, cs.ClientCert, tc.cert(cs))
 			}
-			writeFile(t, cs.ClientKey, tc.key(cs))
+			files.Write(t, cs.ClientKey, tc.key(cs))
 			for i, domain := range []string{"beta", "gamma"} { // two reconnects
 				srv.Stop()
 				srv.Set(t, node, xdstest.Version(i+2), xdstest.Config("a", domain))
@@ -72,8 +71,8 @@ func TestClientCertRotationRefused(t *testing.T) {
 			}
 
 			// A good rotation is used: the server accepts the new pair.
-			writeFile(t, cs.ClientCert, good)
-			writeFile(t, cs.ClientKey, goodKey)
+			files.Write(t, cs.ClientCert, good)
+			files.Write(t, cs.ClientKey, goodKey)
 			srv.Stop()
 			srv.Set(t, node, "v9", xdstest.Config("a", "delta"))
 			srv.Resume(t)
@@ -85,26 +84,10 @@ func TestClientCertRotationRefused(t *testing.T) {
 // TestClientCertRefusedWithoutLastGood: with no good certificate read
 // before, a bad one is an error: nothing connects.
 func TestClientCertRefusedWithoutLastGood(t *testing.T) {
-	cs := xdstest.NewCerts(t)
-	_, otherKey := cs.Issue(t, "client2", x509.ExtKeyUsageClientAuth)
+	cs := certtest.NewFiles(t, xdstest.ServerName)
+	_, otherKey := cs.Issue(t, "client2", certtest.Options{Client: true})
 	_, err := (&xds.TLS{CAFile: cs.CAFile, CertFile: cs.ClientCert, KeyFile: otherKey}).Config()
 	if !errors.Is(err, certs.ErrKeyMismatch) {
 		t.Fatalf("Config with another certificate's key: %v, want ErrKeyMismatch", err)
-	}
-}
-
-func read(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func writeFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
 	}
 }

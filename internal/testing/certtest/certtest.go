@@ -1,5 +1,5 @@
 // Package certtest makes X.509 certificates for tests: a CA and the
-// server and client certificates it signs, as PEM, nothing on disk.
+// server and client certificates it signs, as PEM in memory or as files.
 package certtest
 
 import (
@@ -14,10 +14,11 @@ import (
 	"math/big"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
 // CA is a self-signed certificate authority.
@@ -136,6 +137,60 @@ func (l *Leaf) TLS(t testing.TB) tls.Certificate {
 	return c
 }
 
+// Files are a CA and a server and a client certificate it signed, with
+// their keys, as PEM files in a test's temporary directory.
+type Files struct {
+	CA                    *CA
+	CAFile                string
+	ServerCert, ServerKey string
+	ClientCert, ClientKey string
+	Server                tls.Certificate // the server certificate and key
+	dir                   string
+}
+
+// NewFiles makes a CA, a server certificate for localhost, 127.0.0.1 and
+// dns, and a client certificate, and writes them as ca.pem, server.pem,
+// server-key.pem, client.pem and client-key.pem.
+func NewFiles(t testing.TB, dns ...string) *Files {
+	t.Helper()
+	f := &Files{CA: NewCA(t, "certtest CA"), dir: t.TempDir()}
+	f.CAFile = filepath.Join(f.dir, "ca.pem")
+	files.Write(t, f.CAFile, f.CA.PEM)
+	server := Server()
+	server.DNS = append(server.DNS, dns...)
+	f.ServerCert, f.ServerKey = f.Issue(t, "server", server)
+	f.ClientCert, f.ClientKey = f.Issue(t, "client", Options{Client: true})
+	var err error
+	if f.Server, err = tls.LoadX509KeyPair(f.ServerCert, f.ServerKey); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Issue signs a leaf certificate for o (named name unless o names it)
+// with f's CA, and writes it and its key as name.pem and name-key.pem.
+func (f *Files) Issue(t testing.TB, name string, o Options) (certFile, keyFile string) {
+	t.Helper()
+	if o.CommonName == "" {
+		o.CommonName = name
+	}
+	l := f.CA.Issue(t, o)
+	certFile, keyFile = filepath.Join(f.dir, name+".pem"), filepath.Join(f.dir, name+"-key.pem")
+	files.Write(t, certFile, l.CertPEM)
+	files.Write(t, keyFile, l.KeyPEM)
+	return certFile, keyFile
+}
+
+// ServerTLS is the server side: its certificate and, with mtls, a demand
+// for a client certificate signed by the CA.
+func (f *Files) ServerTLS(mtls bool) *tls.Config {
+	cfg := &tls.Config{Certificates: []tls.Certificate{f.Server}, MinVersion: tls.VersionTLS12}
+	if mtls {
+		cfg.ClientCAs, cfg.ClientAuth = Pool(f.CA), tls.RequireAndVerifyClientCert
+	}
+	return cfg
+}
+
 // Pool returns a pool of the given CAs.
 func Pool(cas ...*CA) *x509.CertPool {
 	p := x509.NewCertPool()
@@ -143,56 +198,6 @@ func Pool(cas ...*CA) *x509.CertPool {
 		p.AddCert(ca.Cert)
 	}
 	return p
-}
-
-// Write writes data to path, creating its directory.
-func Write(t testing.TB, path string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// Secret lays files out as Kubernetes mounts a Secret: the files in a
-// timestamped directory, a "..data" symlink to it and, for each file, a
-// symlink name -> ..data/name. Called again on the same dir, it swaps
-// "..data" atomically to a new directory, as the kubelet does on
-// rotation, and removes the old one.
-func Secret(t testing.TB, dir string, files map[string][]byte) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, _ := os.Readlink(filepath.Join(dir, "..data"))
-	ts, err := os.MkdirTemp(dir, "..ts_")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range files {
-		Write(t, filepath.Join(ts, name), data)
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func newKey(t testing.TB) crypto.Signer {

@@ -2,19 +2,10 @@ package faultproxy_test
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,8 +15,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	fp "github.com/fastlimit/fastlimit/internal/testing/faultproxy"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // TestScopes: a fault applies to a chosen connection, the next new ones,
@@ -226,7 +220,7 @@ func TestMalformed(t *testing.T) {
 				t.Fatalf("read = %v, %v; want EOF", v, err)
 			}
 		}
-		eventually(t, "no open connection", func() bool { return p.Stats().Open == 0 })
+		wait.For(t, ioTimeout, func() bool { return p.Stats().Open == 0 })
 	})
 	t.Run("request", func(t *testing.T) {
 		p := fp.New(t, redistest.Addr(t))
@@ -266,8 +260,8 @@ func TestClose(t *testing.T) {
 	wantValue(t, conns[3].mustRead(), fp.Simple("PONG"))
 	p.Add(&fp.SlowHandshake{AcceptDelay: time.Hour})
 	conns = append(conns, dialRaw(t, p.Addr()))
-	eventually(t, "5 connections", func() bool { return p.Stats().Accepted == 5 })
-	eventually(t, "the faults to hold", func() bool { return p.Stats().Faults["Freeze"] == 2 })
+	wait.For(t, ioTimeout, func() bool { return p.Stats().Accepted == 5 })
+	wait.For(t, ioTimeout, func() bool { return p.Stats().Faults["Freeze"] == 2 })
 	closed := make(chan struct{})
 	go func() {
 		_ = p.Close()
@@ -289,21 +283,20 @@ func TestClose(t *testing.T) {
 		_ = c.Close()
 		t.Error("the proxy still listens after Close")
 	}
-	eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	wait.For(t, ioTimeout, func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // TestTLS: the proxy terminates TLS from clients and dials a TLS Redis,
 // reading the plain RESP between.
 func TestTLS(t *testing.T) {
-	cert, certFile, keyFile := selfSigned(t)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert.Leaf)
-	port := redistest.FreePort(t)
-	redistest.StartServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
-		"--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
+	f := certtest.NewFiles(t)
+	pool := certtest.Pool(f.CA)
+	port := loopback.Port(t)
+	redistest.StartServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", f.ServerCert,
+		"--tls-key-file", f.ServerKey, "--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "no")
 	p := fp.NewWith(t, fp.Options{
 		Upstream:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}},
+		TLS:         &tls.Config{Certificates: []tls.Certificate{f.Server}},
 		UpstreamTLS: &tls.Config{RootCAs: pool},
 	})
 	c := viaProxy(t, p.Addr(), func(o *redis.Options) { o.TLSConfig = &tls.Config{RootCAs: pool} })
@@ -317,42 +310,4 @@ func TestTLS(t *testing.T) {
 	if p.Forwarded("SET") != 1 || p.Forwarded("GET") != 1 {
 		t.Errorf("commands %v: the proxy did not read them", p.Stats().Commands)
 	}
-}
-
-// selfSigned makes a certificate for 127.0.0.1 that is its own CA, and
-// writes it and its key as PEM files.
-func selfSigned(t testing.TB) (cert tls.Certificate, certFile, keyFile string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "faultproxy test"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		t.Fatal(err)
-	}
-	return cert, certFile, keyFile
 }

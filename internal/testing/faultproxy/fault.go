@@ -126,9 +126,18 @@ type SplitReplies struct {
 	Seed     uint64
 }
 
-// ErrorReply answers matching commands with the error Err ("BUSY ...",
-// "OOM ...", "READONLY ...") instead of forwarding them, in command order
-// (at once on a RESP2 connection that subscribed).
+// Error replies of Redis, worded as Redis words them, for ErrorReply.
+const (
+	BusyError     = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+	OOMError      = "OOM command not allowed when used memory > 'maxmemory'."
+	ReadOnlyError = "READONLY You can't write against a read only replica."
+	LoadingError  = "LOADING Redis is loading the dataset in memory"
+	NoScriptError = "NOSCRIPT No matching script. Please use EVAL."
+)
+
+// ErrorReply answers matching commands with the error Err (BusyError,
+// OOMError, ...) instead of forwarding them, in command order (at once on a
+// RESP2 connection that subscribed).
 type ErrorReply struct {
 	Match
 	Err string

@@ -12,6 +12,7 @@ import (
 
 	fp "github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // TestGroupCluster: a cluster client that starts from proxies reaches
@@ -74,8 +75,8 @@ func TestGroupCluster(t *testing.T) {
 		err    string
 		failed int
 	}{
-		{"OOM command not allowed when used memory > 'maxmemory'.", 1},
-		{"READONLY You can't write against a read only replica.", 0},
+		{fp.OOMError, 1},
+		{fp.ReadOnlyError, 0},
 	} {
 		t.Run("fault on any node, "+strings.Fields(tc.err)[0], func(t *testing.T) {
 			before := g.Stats()
@@ -102,7 +103,7 @@ func TestGroupCluster(t *testing.T) {
 	}
 	t.Run("CutAll", func(t *testing.T) {
 		g.CutAll(0)
-		eventually(t, "the client to reconnect", func() bool {
+		wait.For(t, ioTimeout, func() bool {
 			return client.Get(ctx(t), keys[1]).Err() == nil
 		})
 		for i, k := range keys {
@@ -139,15 +140,13 @@ func TestGroupSentinel(t *testing.T) {
 
 	s.Kill(t, master)
 	promoted := s.WaitFailover(t, master)
-	deadline := time.Now().Add(3 * ioTimeout)
 	ok := 0
-	for time.Now().Before(deadline) && ok < 5 {
+	if !wait.True(3*ioTimeout, func() bool {
 		if client.Set(ctx(t), k, "2", 0).Err() == nil {
 			ok++
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if ok < 5 {
+		return ok >= 5
+	}) {
 		t.Fatalf("the client did not follow the failover to %s", promoted)
 	}
 	if g.Upstreams()[promoted] == "" {

@@ -152,15 +152,3 @@ func counter(t testing.TB, rdb *redis.Client, k string) int64 {
 	}
 	return n
 }
-
-// eventually polls cond until it holds or ioTimeout passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

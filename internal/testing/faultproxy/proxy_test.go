@@ -14,6 +14,7 @@ import (
 
 	fp "github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // TestForward: without faults the proxy is transparent, over RESP2 and
@@ -234,7 +235,7 @@ func TestHoldReplies(t *testing.T) {
 		c := dialRaw(t, p.Addr())
 		c.send(cmd("INCR", k))
 		got := c.readAsync()
-		eventually(t, "Redis to run the INCR", func() bool { return counter(t, rdb, k) == 1 })
+		wait.For(t, ioTimeout, func() bool { return counter(t, rdb, k) == 1 })
 		select {
 		case r := <-got:
 			t.Fatalf("frozen reply delivered: %v, %v", r.v, r.err)
@@ -254,7 +255,7 @@ func TestHoldReplies(t *testing.T) {
 		c := dialRaw(t, p.Addr())
 		c.send(cmd("INCR", k), cmd("INCR", k))
 		got := c.readAsync()
-		eventually(t, "the proxy to hold the INCR", func() bool { return rule.Applied() == 1 })
+		wait.For(t, ioTimeout, func() bool { return rule.Applied() == 1 })
 		if n := counter(t, rdb, k); n != 0 {
 			t.Fatalf("Redis ran a frozen command: %d", n)
 		}
@@ -351,13 +352,7 @@ func TestSplitReplies(t *testing.T) {
 // commands they answer.
 func TestErrorReply(t *testing.T) {
 	addr := redistest.Addr(t)
-	for _, msg := range []string{
-		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
-		"OOM command not allowed when used memory > 'maxmemory'.",
-		"READONLY You can't write against a read only replica.",
-		"LOADING Redis is loading the dataset in memory",
-		"NOSCRIPT No matching script. Please use EVAL.",
-	} {
+	for _, msg := range []string{fp.BusyError, fp.OOMError, fp.ReadOnlyError, fp.LoadingError, fp.NoScriptError} {
 		t.Run(strings.Fields(msg)[0], func(t *testing.T) {
 			p := fp.New(t, addr)
 			rule := p.Add(&fp.ErrorReply{Match: fp.Match{Commands: []string{"INCR"}, Times: 2}, Err: msg})
@@ -392,7 +387,7 @@ func TestErrorReply(t *testing.T) {
 	})
 	t.Run("NOSCRIPT makes go-redis fall back to EVAL", func(t *testing.T) {
 		p := fp.New(t, addr)
-		p.Add(&fp.ErrorReply{Match: fp.Nth(1, "EVALSHA"), Err: "NOSCRIPT No matching script. Please use EVAL."})
+		p.Add(&fp.ErrorReply{Match: fp.Nth(1, "EVALSHA"), Err: fp.NoScriptError})
 		c := viaProxy(t, p.Addr())
 		s := redis.NewScript("return redis.call('INCR', KEYS[1])")
 		k := key(t)
@@ -450,7 +445,7 @@ func TestCutAll(t *testing.T) {
 	}
 	t.Run("refuse for a while", func(t *testing.T) {
 		p.CutAll(200 * time.Millisecond)
-		eventually(t, "the refusal to end", func() bool { return c.Ping(ctx(t)).Err() == nil })
+		wait.For(t, ioTimeout, func() bool { return c.Ping(ctx(t)).Err() == nil })
 	})
 	t.Run("Refuse", func(t *testing.T) {
 		p.Refuse()

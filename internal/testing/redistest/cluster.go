@@ -12,6 +12,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // clusterSize is the number of masters of a Cluster; each has one replica.
@@ -36,17 +40,9 @@ func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	server := lookPath(t, "redis-server")
 	cli := lookPath(t, "redis-cli")
-	dir, err := os.MkdirTemp("", "redistest-cluster-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Cluster{dir: dir}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("redis cluster logs:\n%s", c.Logs())
-		}
-		c.Stop()
-	})
+	c := &Cluster{}
+	c.dir = setupDir(t, "cluster", c.Logs, c.Stop)
+	dir := c.dir
 	start := time.Now()
 	// Start the nodes in parallel: each takes a few hundred ms.
 	c.nodes = make([]*proc, 2*clusterSize)
@@ -70,11 +66,11 @@ func StartCluster(t testing.TB) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	create := exec.CommandContext(ctx, cli, args...)
-	create.SysProcAttr = sysProcAttr()
+	create.SysProcAttr = child.Attr()
 	if out, err := create.CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	if err := waitUntil(waitTimeout, func() error { return c.ready(true) }); err != nil {
+	if err := wait.Until(context.Background(), waitTimeout, func() error { return c.ready(true) }); err != nil {
 		t.Fatalf("redis cluster not ready: %v", err)
 	}
 	t.Logf("redis cluster of %d nodes ready in %v: %s", len(c.nodes), time.Since(start).Round(time.Millisecond), c.Seeds())
@@ -84,7 +80,7 @@ func StartCluster(t testing.TB) *Cluster {
 func clusterNodeArgs(port int, dir string) ([]string, error) {
 	// The bus port defaults to port+10000, which may be taken or past
 	// 65535: choose a free one.
-	bus, err := freePort()
+	bus, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +265,7 @@ func (c *Cluster) Kill(t testing.TB, addr string) {
 func (c *Cluster) WaitFailover(t testing.TB, key, old string) string {
 	t.Helper()
 	var addr string
-	err := waitUntil(waitTimeout, func() error {
+	err := wait.Until(context.Background(), waitTimeout, func() error {
 		a, err := c.masterOf(key)
 		if err != nil {
 			return err

@@ -7,13 +7,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 )
 
 // waitTimeout bounds the waits for a Cluster or a Sentinel setup to form
@@ -50,6 +52,23 @@ func lookPath(t testing.TB, name string) string {
 	return path
 }
 
+// setupDir makes the directory of a setup's processes and arranges for
+// t's end: the setup's logs if t failed, then stop.
+func setupDir(t testing.TB, what string, logs func() string, stop func()) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "redistest-"+what+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("redis %s logs:\n%s", what, logs())
+		}
+		stop()
+	})
+	return dir
+}
+
 // proc is one redis-server process (a node or a sentinel) of a Cluster or
 // a Sentinel setup. Like Addr's server, it dies with the test binary.
 type proc struct {
@@ -68,7 +87,7 @@ func startProc(name, path, parent string, args func(port int, dir string) ([]str
 		if err != nil {
 			return nil, err
 		}
-		port, err := freePort()
+		port, err := loopback.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -76,21 +95,9 @@ func startProc(name, path, parent string, args func(port int, dir string) ([]str
 		if err != nil {
 			return nil, err
 		}
-		s := &server{
-			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			dir:    dir,
-			exited: make(chan struct{}),
-			out:    &syncBuffer{},
-		}
-		s.cmd = exec.Command(path, argv...)
-		s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-		s.cmd.SysProcAttr = sysProcAttr()
-		if err := run(s.cmd, s.exited); err != nil {
-			return nil, err
-		}
-		if err := s.waitReady(); err != nil {
-			s.stop()
-			errs = append(errs, fmt.Errorf("%s, attempt %d, port %d: %w; output:\n%s", name, attempt+1, port, err, s.out.String()))
+		s, err := launch(path, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir, argv)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s, attempt %d, port %d: %w", name, attempt+1, port, err))
 			continue
 		}
 		return &proc{name: name, server: s}, nil
@@ -98,21 +105,21 @@ func startProc(name, path, parent string, args func(port int, dir string) ([]str
 	return nil, errors.Join(errs...)
 }
 
-// run starts cmd on a goroutine locked to its thread, which waits for it
-// and then closes exited: the parent-death signal follows the thread that
-// started the process, so that thread must live as long as the process.
-func run(cmd *exec.Cmd, exited chan struct{}) error {
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err == nil {
-			_ = cmd.Wait()
-		}
-		close(exited)
-	}()
-	return <-started
+// launch runs path with argv in dir and waits until it answers PING at
+// addr. On failure it has stopped the process and removed dir, and the
+// error holds the process' output.
+func launch(path, addr, dir string, argv []string) (*server, error) {
+	s := &server{addr: addr, dir: dir, exited: make(chan struct{}), out: &child.Output{}}
+	s.cmd = exec.Command(path, argv...)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := child.Run(s.cmd, s.exited); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("%w; output:\n%s", err, s.out.String())
+	}
+	return s, nil
 }
 
 // kill ends the process at once (SIGKILL) and waits for it, keeping its
@@ -153,22 +160,6 @@ func logs(procs []*proc, n int) string {
 		fmt.Fprintf(&b, "--- %s %s (%s), last %d lines:\n%s\n", p.name, p.addr, state, n, p.tail(n))
 	}
 	return b.String()
-}
-
-// waitUntil polls cond every 50 ms until it returns nil or d passes, and
-// returns cond's last error then.
-func waitUntil(d time.Duration, cond func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v: %w", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // do sends one command to the server at addr on a connection of its own,
@@ -216,43 +207,4 @@ func infoField(text, field string) string {
 		}
 	}
 	return ""
-}
-
-// StartServer starts a redis-server of t's own on a free loopback port,
-// without persistence, with extra arguments (TLS, ACL users, ...), and
-// returns its plain address. It stops when t ends, and on Linux it also
-// dies with the test binary. It skips t when redis-server is missing, or
-// fails it with FASTLIMIT_REQUIRE_REDIS=1.
-func StartServer(t testing.TB, extra ...string) string {
-	t.Helper()
-	path := lookPath(t, "redis-server")
-	dir, err := os.MkdirTemp("", "redistest-server-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := startProc("server", path, dir, func(port int, dir string) ([]string, error) {
-		return append(nodeArgs(port, dir), extra...), nil
-	})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("redis-server logs:\n%s", logs([]*proc{p}, 40))
-		}
-		p.kill()
-		_ = os.RemoveAll(dir)
-	})
-	return p.addr
-}
-
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
 }

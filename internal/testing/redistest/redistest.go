@@ -3,7 +3,6 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // Environment variables.
@@ -26,8 +28,9 @@ const (
 	EnvRequire = "FASTLIMIT_REQUIRE_REDIS"
 )
 
-// readyTimeout bounds the wait for a started server to answer PING.
-const readyTimeout = 5 * time.Second
+// readyTimeout bounds the wait for a started server to answer PING:
+// generous, for a loaded machine.
+const readyTimeout = 10 * time.Second
 
 var (
 	once   sync.Once
@@ -45,13 +48,7 @@ func Addr(t testing.TB) string {
 	if addr := os.Getenv(EnvAddr); addr != "" {
 		return addr
 	}
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv(EnvRequire) == "1" {
-			t.Fatalf("redis-server not found and %s=1: %v", EnvRequire, err)
-		}
-		t.Skip("redis-server not found")
-	}
+	path := lookPath(t, "redis-server")
 	once.Do(func() { srv, srvErr = start(path) })
 	if srvErr != nil {
 		t.Fatalf("start redis-server: %v", srvErr)
@@ -82,7 +79,7 @@ type server struct {
 	dir    string
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has exited
-	out    *syncBuffer
+	out    *child.Output
 }
 
 // start starts the shared server: a plain node, as the Cluster and
@@ -97,24 +94,21 @@ func start(path string) (*server, error) {
 	return p.server, nil
 }
 
+// errExited is why waitReady stops when the process exits first.
+var errExited = errors.New("exited before answering PING")
+
 // waitReady waits until the server answers PING.
 func (s *server) waitReady() error {
-	deadline := time.Now().Add(readyTimeout)
-	for {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
 		select {
 		case <-s.exited:
-			return errors.New("exited before answering PING")
-		default:
+			cancel(errExited)
+		case <-ctx.Done():
 		}
-		err := ping(s.addr)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", readyTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	return wait.Until(ctx, readyTimeout, func() error { return ping(s.addr) })
 }
 
 func (s *server) stop() {
@@ -126,6 +120,12 @@ func (s *server) stop() {
 }
 
 func ping(addr string) error {
+	// Dial first: go-redis logs every dial that fails.
+	c, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
 	v, err := doTimeout(addr, 250*time.Millisecond, "PING")
 	if err != nil {
 		return err
@@ -134,33 +134,6 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %v", v)
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// syncBuffer collects the server's output for error messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // DeleteKeys deletes every key of rdb that starts with prefix.

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // MasterName is the name the sentinels of a Sentinel monitor.
@@ -35,17 +38,9 @@ type Sentinel struct {
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	server := lookPath(t, "redis-server")
-	dir, err := os.MkdirTemp("", "redistest-sentinel-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Sentinel{dir: dir}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("redis sentinel logs:\n%s", s.Logs())
-		}
-		s.Stop()
-	})
+	s := &Sentinel{}
+	s.dir = setupDir(t, "sentinel", s.Logs, s.Stop)
+	dir := s.dir
 	start := time.Now()
 	master, err := startProc("master", server, dir, func(port int, dir string) ([]string, error) {
 		return nodeArgs(port, dir), nil
@@ -65,7 +60,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		}
 		s.nodes = append(s.nodes, r)
 	}
-	if err := waitUntil(waitTimeout, s.replicasInSync); err != nil {
+	if err := wait.Until(context.Background(), waitTimeout, s.replicasInSync); err != nil {
 		t.Fatalf("replicas not in sync: %v\n%s", err, s.Logs())
 	}
 	for i := range 3 {
@@ -77,7 +72,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		}
 		s.sentinels = append(s.sentinels, p)
 	}
-	if err := waitUntil(waitTimeout, s.sentinelsReady); err != nil {
+	if err := wait.Until(context.Background(), waitTimeout, s.sentinelsReady); err != nil {
 		t.Fatalf("sentinels not ready: %v\n%s", err, s.Logs())
 	}
 	t.Logf("redis sentinel setup ready in %v: %s", time.Since(start).Round(time.Millisecond), s.URL())
@@ -204,7 +199,7 @@ func (s *Sentinel) Kill(t testing.TB, addr string) {
 func (s *Sentinel) WaitFailover(t testing.TB, old string) string {
 	t.Helper()
 	var addr string
-	err := waitUntil(waitTimeout, func() error {
+	err := wait.Until(context.Background(), waitTimeout, func() error {
 		a, err := s.master()
 		if err != nil {
 			return err

@@ -28,6 +28,10 @@ import (
 // TypeURL is the type of the resources served.
 const TypeURL = resource.RateLimitConfigType
 
+// ServerName is the DNS name a TLS server's certificate is made for,
+// besides localhost: certtest.NewFiles(t, ServerName).
+const ServerName = "xds.test"
+
 // Server is an ADS server over a snapshot cache keyed by node id. Start
 // makes one per test; it stops when the test ends.
 type Server struct {

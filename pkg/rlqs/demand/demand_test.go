@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -140,20 +140,27 @@ func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
 // reads every key back in its place.
 func TestDemandManyKeys(t *testing.T) {
 	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
-		items := make([]quota.Item, 300)
-		for i := range items {
-			items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "s", float64(i), quota.Write|quota.Read)
-		}
-		got, err := d.Exchange(context.Background(), items, time.Minute, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range items {
-			if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
-				t.Fatalf("key %d read %v", i, got[i])
-			}
-		}
+		readsEveryKey(t, context.Background(), d, prefix, 300)
 	})
+}
+
+// readsEveryKey writes n keys, key i at rate i, in one exchange that reads
+// them back, and checks that each reads its own rate.
+func readsEveryKey(t *testing.T, ctx context.Context, d demandStore, prefix string, n int) {
+	t.Helper()
+	items := make([]quota.Item, n)
+	for i := range items {
+		items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "s", float64(i), quota.Write|quota.Read)
+	}
+	got, err := d.Exchange(ctx, items, time.Minute, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
+			t.Fatalf("key %d read %v", i, got[i])
+		}
+	}
 }
 
 func TestDemandBadItems(t *testing.T) {
@@ -194,7 +201,7 @@ func TestRedisDemandExpiresKey(t *testing.T) {
 
 // TestRedisDemandDown: an exchange with Redis gone fails as unavailable.
 func TestRedisDemandDown(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
+	rdb := redis.NewClient(&redis.Options{Addr: loopback.Addr(t),
 		MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	_, err := demand.NewRedis(rdb).Exchange(context.Background(),
@@ -216,22 +223,9 @@ func TestRedisDemandCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	d := demand.NewRedis(client)
-	items := make([]quota.Item, 200)
-	for i := range items {
-		items[i] = item(fmt.Sprintf("dc:{d/n=%d}:default:rlqs", i), "r", "s", float64(i), quota.Write|quota.Read)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got, err := d.Exchange(ctx, items, time.Minute, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range items {
-		if len(got[i]) != 1 || got[i][0].Rate != float64(i) {
-			t.Fatalf("key %d read %v", i, got[i])
-		}
-	}
+	readsEveryKey(t, ctx, demand.NewRedis(client), "dc", 200)
 }
 
 // BenchmarkRedisDemand measures exchanges of 1,000 buckets with the test
@@ -259,7 +253,7 @@ func BenchmarkRedisDemand(b *testing.B) {
 			for i := range items {
 				items[i] = item(fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i), "r", "0", 10, op)
 			}
-			cpu0 := redisCPU(b, rdb)
+			cpu0 := redistest.CPU(b, rdb.Options().Addr)
 			b.ResetTimer()
 			for range b.N {
 				if _, err := d.Exchange(ctx, items, time.Minute, time.Time{}); err != nil {
@@ -267,21 +261,9 @@ func BenchmarkRedisDemand(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*len(items))*1e6, "redis-µs/item")
+			b.ReportMetric((redistest.CPU(b, rdb.Options().Addr)-cpu0).Seconds()/float64(b.N*len(items))*1e6, "redis-µs/item")
 		})
 	}
-}
-
-func redisCPU(b *testing.B, rdb *redis.Client) float64 {
-	info, err := rdb.Info(context.Background(), "cpu", "stats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := benchproc.ParseInfo(info)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st.CPU.Seconds()
 }
 
 // TestRedisDemandDeletesExpired: an expired value a read meets is left out
