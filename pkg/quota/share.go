@@ -11,9 +11,11 @@ type Bucket struct {
 	Limit Limit
 
 	clients  map[string]*Client
-	remote   []Demand // other replicas' clients
+	remote   []Demand // other replicas' clients (not Left)
 	replicas int      // other replicas seen in remote
 	remoteAt time.Time
+	// remoteHeld is what other replicas' Envoys may hold, Left ones included.
+	remoteHeld float64
 
 	wants, shares []float64 // scratch
 	order         []int
@@ -52,7 +54,8 @@ func (b *Bucket) Clients(f func(*Client)) {
 }
 
 // SetRemote records the demand of other replicas than self, read at now, and
-// reports whether it changes the division (clients, or a demand moved).
+// reports whether it changes the division (clients, a demand moved, or
+// what the other replicas' Envoys hold).
 func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	old := make(map[[2]string]float64, len(b.remote))
 	for _, d := range b.remote {
@@ -60,9 +63,16 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	}
 	b.remote = b.remote[:0]
 	seen := map[string]bool{}
-	changed := false
+	held := 0.0
 	for _, d := range all {
-		if d.Replica == self {
+		if d.Replica != self {
+			held += d.Assigned
+		}
+	}
+	changed := moved(b.remoteHeld, held)
+	b.remoteHeld = held
+	for _, d := range all {
+		if d.Replica == self || d.Rate == Left {
 			continue
 		}
 		b.remote = append(b.remote, d)
@@ -88,6 +98,27 @@ func moved(was, is float64) bool {
 // Remote returns the other replicas' demand last read, and when (zero: never).
 func (b *Bucket) Remote() ([]Demand, time.Time) { return b.remote, b.remoteAt }
 
+// RemoteHeld is what the other replicas' Envoys may hold, as last read.
+func (b *Bucket) RemoteHeld() float64 { return b.remoteHeld }
+
+// Count is the number of clients a division in mode counts: the local
+// ones, and in Global mode the other replicas' too.
+func (b *Bucket) Count(mode Mode) int {
+	if mode == Global {
+		return len(b.clients) + len(b.remote)
+	}
+	return len(b.clients)
+}
+
+// Capacity is what a division in mode divides: the limit, or in Split
+// mode this replica's part of it.
+func (b *Bucket) Capacity(mode Mode) float64 {
+	if mode == Split {
+		return b.Limit.Rate / float64(b.Replicas())
+	}
+	return b.Limit.Rate
+}
+
 // Replicas is the number of replicas serving the bucket as last read, this one included.
 func (b *Bucket) Replicas() int { return b.replicas + 1 }
 
@@ -103,13 +134,8 @@ const (
 // Shares divides the limit among the wants (docs/rlqs.md) and calls f with
 // each local client's share, requests per second.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
-	capacity := b.Limit.Rate
-	n := len(b.clients)
-	if mode == Global {
-		n += len(b.remote)
-	} else {
-		capacity /= float64(b.Replicas())
-	}
+	capacity := b.Capacity(mode)
+	n := b.Count(mode)
 	if n == 0 {
 		return
 	}
@@ -147,6 +173,11 @@ func Settle(assigned, share float64, cfg *Config) float64 {
 	}
 	return assigned
 }
+
+// Slack is how far settled shares may add up above their capacity,
+// as a fraction: Lower/(1-Lower), a share being kept up to that much
+// above its due.
+func (c *Config) Slack() float64 { return c.Lower / (1 - c.Lower) }
 
 // BurstOf is a share's token-bucket capacity: the burst in proportion, at least 1.
 func (l Limit) BurstOf(share float64) float64 {

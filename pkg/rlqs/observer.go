@@ -26,6 +26,14 @@ type Observer interface {
 	Abandoned(domain string)
 	// EmptyBucketID is called for a bucket usage with an empty bucket id.
 	EmptyBucketID(domain string)
+	// Unmatched is called for a bucket an Envoy subscribed that matches
+	// no rule (and for one a change of rules leaves without).
+	Unmatched(domain string)
+	// Silent is called when a stream that sent no report for three
+	// report periods is ended.
+	Silent(domain string)
+	// ReportRefused is called for a usage report refused for its size.
+	ReportRefused(domain string)
 	// StoreFailed is called when a demand store exchange fails.
 	StoreFailed()
 	// Exchanged is called after each exchange, failed or not.
@@ -41,6 +49,9 @@ func (nopObserver) ActionsSent(string, int)         {}
 func (nopObserver) Pushed(string)                   {}
 func (nopObserver) Abandoned(string)                {}
 func (nopObserver) EmptyBucketID(string)            {}
+func (nopObserver) Unmatched(string)                {}
+func (nopObserver) Silent(string)                   {}
+func (nopObserver) ReportRefused(string)            {}
 func (nopObserver) StoreFailed()                    {}
 func (nopObserver) Exchanged(time.Duration, int)    {}
 

@@ -28,6 +28,12 @@ type DemandStore interface {
 	Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error)
 }
 
+// DefaultTTLPeriods is an assignment's life in report periods unless
+// Options say otherwise: long enough for an Envoy to leave a black-holed
+// replica by HTTP/2 keepalive and reconnect first (docs/rlqs.md,
+// "A replica lost").
+const DefaultTTLPeriods = 6
+
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
 
@@ -115,7 +121,8 @@ type Options struct {
 	KeyPrefix string
 	// ReportPeriod is the Envoys' report period (default 5s, Envoy's).
 	ReportPeriod time.Duration
-	// TTLPeriods is an assignment's life in report periods (default 3).
+	// TTLPeriods is an assignment's life in report periods (default
+	// DefaultTTLPeriods).
 	TTLPeriods float64
 	// IdleAfter abandons an Envoy's bucket idle this long (default 10m;
 	// negative: never).
@@ -131,6 +138,10 @@ type Options struct {
 	// Refresh is when other replicas' demand is read again (default
 	// ReportPeriod).
 	Refresh time.Duration
+	// MaxReportBytes, if positive, refuses larger usage reports, ending
+	// their stream with ResourceExhausted (the gRPC server's receive
+	// limit refuses those above it before they reach the service).
+	MaxReportBytes int
 	// Division tunes the division; its Period is ReportPeriod.
 	Division quota.Config
 	// Observer is told of the service's events; nil tells none.
@@ -169,7 +180,7 @@ func (o *Options) fill() error {
 		o.ReportPeriod = 5 * time.Second
 	}
 	if o.TTLPeriods <= 0 {
-		o.TTLPeriods = 3
+		o.TTLPeriods = DefaultTTLPeriods
 	}
 	if o.TTLPeriods < 2 {
 		return fmt.Errorf("rlqs: an assignment must live at least 2 report periods, not %v", o.TTLPeriods)

@@ -27,11 +27,23 @@ type stream struct {
 	domain string
 	cancel func(error)
 
-	mu      sync.Mutex
-	buckets map[string]*envoyBucket // by canonical id
-	pending map[string]*action
-	order   []string
-	wake    chan struct{} // signalled when actions are queued
+	mu         sync.Mutex
+	buckets    map[string]*envoyBucket // by canonical id
+	pending    map[string]pending
+	order      []string
+	wake       chan struct{} // signalled when actions are queued
+	lastReport time.Time     // of the last report handled (Options.Now)
+	swept      time.Time     // when the buckets were last checked for staleness
+}
+
+// pending is an action waiting to be sent; a share's tells its division
+// what the Envoy holds once it is sent.
+type pending struct {
+	a      *action
+	b      *envoyBucket
+	share  float64
+	seq    uint64
+	ledger bool // a share, or a blanket rule of a limited bucket (0)
 }
 
 // envoyBucket is one bucket an Envoy holds, as its stream's state.
@@ -46,20 +58,25 @@ type envoyBucket struct {
 	res        *resolution
 	div        *division // nil unless res is limited
 	lastActive time.Time
-	last       sent // the action last sent
-}
+	lastNamed  time.Time
 
-// sent is an action in comparable form.
-type sent struct {
-	kind kind
-	tb   [3]int64 // max tokens, tokens per fill, fill seconds
+	// Guarded by div.mu: its part of the division's ledger.
+	target      float64 // the share the division gives it, settled
+	cutTo       float64 // the cut on its way, while cutting
+	cutting     bool
+	raiseDue    bool      // a report named it since its last settle
+	unpublished bool      // the store holds a higher rate than its Assigned
+	maxTokens   float64   // the burst of its last assignment
+	adoptLeft   float64   // what it holds of its old stream's, to adopt (moved)
+	movedAt     time.Time // when its Envoy came from another stream
+	seq         uint64    // of its last action queued
 }
 
 func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *stream {
 	return &stream{
 		svc: s, id: id, srv: srv, cancel: cancel,
 		buckets: map[string]*envoyBucket{},
-		pending: map[string]*action{},
+		pending: map[string]pending{},
 		wake:    make(chan struct{}, 1),
 	}
 }
@@ -74,21 +91,24 @@ func clientID(stream, text string) string {
 
 // queue queues an action for a bucket the Envoy holds, replacing any, and
 // wakes the handler; false (nothing queued) if it no longer holds it.
-func (st *stream) queue(text string, a *action) bool {
+func (st *stream) queue(text string, p pending) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.buckets[text] == nil {
 		return false
 	}
-	st.queueLocked(text, a)
+	st.queueLocked(text, p)
 	return true
 }
 
-func (st *stream) queueLocked(text string, a *action) {
-	if _, ok := st.pending[text]; !ok {
+func (st *stream) queueLocked(text string, p pending) {
+	old, ok := st.pending[text]
+	if !ok {
 		st.order = append(st.order, text)
+	} else if old.ledger && p.ledger && old.seq > p.seq {
+		return // a later action of the division's is waiting
 	}
-	st.pending[text] = a
+	st.pending[text] = p
 	select {
 	case st.wake <- struct{}{}:
 	default:
@@ -99,7 +119,7 @@ func (st *stream) queueLocked(text string, a *action) {
 func (st *stream) abandon(b *envoyBucket) {
 	st.mu.Lock()
 	delete(st.buckets, b.text)
-	st.queueLocked(b.text, abandonAction(b.id))
+	st.queueLocked(b.text, pending{a: abandonAction(b.id)})
 	st.mu.Unlock()
 }
 
@@ -110,7 +130,9 @@ func (st *stream) add(b *envoyBucket) {
 	st.mu.Unlock()
 }
 
-// flush sends the queued actions in one response, never an empty one.
+// flush sends the queued actions in one response, never an empty one;
+// once sent, each division learns what its Envoy now holds, and those
+// where a cut freed a rate settle again.
 func (st *stream) flush() error {
 	st.mu.Lock()
 	if len(st.order) == 0 {
@@ -118,14 +140,41 @@ func (st *stream) flush() error {
 		return nil
 	}
 	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*action, 0, len(st.order))}
+	var ledger []pending
 	for _, text := range st.order {
-		resp.BucketAction = append(resp.BucketAction, st.pending[text])
+		p := st.pending[text]
+		resp.BucketAction = append(resp.BucketAction, p.a)
+		if p.ledger {
+			ledger = append(ledger, p)
+		}
 	}
 	clear(st.pending)
 	st.order = st.order[:0]
 	st.mu.Unlock()
-	st.svc.obs.ActionsSent(st.svc.label(st.domain), len(resp.BucketAction))
-	return st.srv.Send(resp)
+	s := st.svc
+	s.obs.ActionsSent(s.label(st.domain), len(resp.BucketAction))
+	if err := st.srv.Send(resp); err != nil {
+		return err
+	}
+	var freed []*division
+	for _, p := range ledger {
+		if dv := p.b.div; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) && !containsDiv(freed, dv) {
+			freed = append(freed, dv)
+		}
+	}
+	if len(freed) > 0 {
+		s.settle(st.srv.Context(), freed, nil, nil)
+	}
+	return nil
+}
+
+func containsDiv(dvs []*division, dv *division) bool {
+	for _, x := range dvs {
+		if x == dv {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshot returns the stream's buckets.
@@ -137,4 +186,18 @@ func (st *stream) snapshot() []*envoyBucket {
 		out = append(out, b)
 	}
 	return out
+}
+
+// reported records the time of a report, for the staleness checks.
+func (st *stream) reported(now time.Time) {
+	st.mu.Lock()
+	st.lastReport = now
+	st.mu.Unlock()
+}
+
+// silentSince is the time of the stream's last report (zero: none yet).
+func (st *stream) silentSince() time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lastReport
 }

@@ -1,0 +1,229 @@
+package rlqs
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/fastlimit/fastlimit/pkg/quota"
+)
+
+// settlement is one division's part of a settle: the cuts to send at
+// once, and the raises granted, or asked of the store with the lowered
+// rates it must learn first.
+type settlement struct {
+	dv      *division
+	items   []quota.Item   // for the store
+	of      []*envoyBucket // each item's client
+	kinds   []itemKind
+	cuts    []held
+	granted []held
+}
+
+// itemKind is what an item of a settlement asks of the store.
+type itemKind uint8
+
+const (
+	publish itemKind = iota // a lowered rate
+	adopt                   // what a moved client holds, adopted
+	ask                     // a raise (adopting too, for a moved client)
+)
+
+// settle brings the divisions' ledgers to their targets (docs/rlqs.md,
+// "The ledger"): every cut is queued at once, and a raise is granted only
+// from what no Envoy may hold, a cut counting at its old rate until it
+// has been sent; with a demand store, the store grants it against every
+// replica's ledger. modes gives each division's mode (nil: the last);
+// from is the stream whose report asked, whose actions are no pushes.
+func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from *stream) {
+	if p := s.opts.OnStoreError; s.storeDown.Load() && (p == StoreAllow || p == StoreDeny) {
+		return // blanket rules answer every report meanwhile
+	}
+	for len(dvs) > 0 {
+		useStore := s.opts.Store != nil && !s.storeDown.Load()
+		now := s.opts.Now()
+		var parts []*settlement
+		for _, dv := range dvs {
+			if p := s.plan(dv, modes, useStore, now); p != nil {
+				parts = append(parts, p)
+			}
+		}
+		for _, p := range parts {
+			for _, h := range p.cuts {
+				s.queueHeld(h, from)
+			}
+		}
+		s.reserve(ctx, parts)
+		var again []*division
+		for _, p := range parts {
+			for _, h := range p.granted {
+				s.queueHeld(h, from)
+			}
+			if p.dv.done() {
+				again = append(again, p.dv)
+			}
+		}
+		dvs, modes = again, nil
+	}
+}
+
+// plan takes a division's settle on: nil if another goroutine runs one,
+// which is asked to run again.
+func (s *Service) plan(dv *division, modes map[*division]quota.Mode, useStore bool, now time.Time) *settlement {
+	cfg := &s.opts.Division
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.settling {
+		dv.again = true
+		return nil
+	}
+	dv.settling = true
+	mode, ok := modes[dv]
+	if !ok {
+		mode = dv.mode
+	}
+	dv.targetsLocked(mode, cfg)
+	p := &settlement{dv: dv}
+	capacity := dv.capLocked(mode, cfg)
+	store := useStore && mode == quota.Global
+	var raises []raise
+	for _, b := range dv.buckets {
+		c := dv.q.Client(b.client)
+		if b.adoptLeft > 0 && (!store || now.Sub(b.movedAt) > s.valueTTL()) {
+			b.adoptLeft = 0 // its old value has expired, or is not in a store
+		}
+		raising := false
+		switch {
+		case b.target < c.Assigned && (!b.cutting || b.target < b.cutTo):
+			// A cut never becomes shallower on its way: one already sent
+			// would then be undercounted.
+			b.cutting, b.cutTo = true, b.target
+			p.cuts = append(p.cuts, dv.heldLocked(b))
+		case !b.cutting && b.target > c.Assigned && (b.raiseDue || c.Wants()):
+			raises = append(raises, raise{b: b, want: b.target})
+			raising = true
+		}
+		b.raiseDue = false
+		switch {
+		case !store:
+		case b.unpublished:
+			p.add(dv, b, c, c.Assigned, capacity, publish)
+		case b.adoptLeft > 0 && !raising:
+			p.add(dv, b, c, c.Assigned, capacity, adopt)
+		}
+	}
+	if len(raises) == 0 {
+		return p
+	}
+	sortRaises(raises, dv)
+	if store {
+		for _, r := range raises {
+			p.add(dv, r.b, dv.q.Client(r.b.client), r.want, capacity, ask)
+		}
+		return p
+	}
+	free := capacity - dv.localHeldLocked(now)
+	if mode == quota.Global {
+		free -= dv.q.RemoteHeld()
+	}
+	for _, r := range raises {
+		c := dv.q.Client(r.b.client)
+		to := c.Assigned + min(r.want-c.Assigned, free)
+		if to <= c.Assigned || (to < r.want && to < c.Assigned*(1+cfg.Raise)) {
+			continue // nothing, or too little to be worth a new bucket
+		}
+		free -= to - c.Assigned
+		c.Assigned = to
+		p.granted = append(p.granted, dv.heldLocked(r.b))
+	}
+	return p
+}
+
+// add adds an item asking the store to hold rate for b's client.
+func (p *settlement) add(dv *division, b *envoyBucket, c *quota.Client, rate, capacity float64, k itemKind) {
+	d := quota.Demand{Replica: b.st.svc.opts.Replica, Client: b.client, Rate: -1, Assigned: rate}
+	if c.Known {
+		d.Rate = c.Demand
+	}
+	it := quota.Item{Key: dv.key, Demand: d, Op: quota.Reserve, Cap: capacity}
+	if k != publish {
+		it.Adopt, it.Fresh = b.adoptLeft, b.st.svc.adoptAfter()
+	}
+	p.items = append(p.items, it)
+	p.of = append(p.of, b)
+	p.kinds = append(p.kinds, k)
+}
+
+// reserve asks the store for the parts' items, in one exchange, and
+// grants the raises it granted; after an error nothing is granted, and
+// the lowered rates wait for the next settle.
+func (s *Service) reserve(ctx context.Context, parts []*settlement) {
+	var items []quota.Item
+	for _, p := range parts {
+		items = append(items, p.items...)
+	}
+	if len(items) == 0 {
+		return
+	}
+	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.reserve")
+	defer span.End()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StoreTimeout)
+	defer cancel()
+	start := time.Now()
+	got, err := s.opts.Store.Exchange(ctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+	s.obs.Exchanged(time.Since(start), len(items))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		s.noteStoreFailed(err)
+		return
+	}
+	i := 0
+	for _, p := range parts {
+		p.apply(got[i : i+len(p.items)])
+		i += len(p.items)
+	}
+}
+
+// apply takes the store's answers to the part's items.
+func (p *settlement) apply(got [][]quota.Demand) {
+	dv := p.dv
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	for j, it := range p.items {
+		b := p.of[j]
+		c := dv.q.Client(b.client)
+		if c == nil || dv.buckets[b.client] != b || len(got[j]) != 1 {
+			continue
+		}
+		if p.kinds[j] == publish {
+			b.unpublished = c.Assigned < it.Demand.Assigned
+			continue
+		}
+		b.adoptLeft = max(0, b.adoptLeft-got[j][0].Adopted)
+		if g := got[j][0].Assigned; p.kinds[j] == ask && g > c.Assigned && !b.cutting {
+			c.Assigned = g
+			p.granted = append(p.granted, dv.heldLocked(b))
+		}
+	}
+}
+
+// done ends the division's settle and reports whether to run it again.
+func (dv *division) done() bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	dv.settling = false
+	if dv.again {
+		dv.again = false
+		return true
+	}
+	return false
+}
+
+// queueHeld queues what an Envoy holds, or is to hold, on its stream.
+func (s *Service) queueHeld(h held, from *stream) {
+	b := h.b
+	if b.st.queue(b.text, pending{a: s.assignment(b.id, strategyOf(h)), b: b, share: h.share, seq: h.seq, ledger: true}) && b.st != from {
+		s.obs.Pushed(s.label(b.st.domain))
+	}
+}
