@@ -88,7 +88,7 @@ func TestNothingToAnswer(t *testing.T) {
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil, 3, 0)}})
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucketA, 1, 0)}})
 	r := <-got
-	if len(r.GetBucketAction()) != 1 || envoysim.Key(r.GetBucketAction()[0].GetBucketId().GetBucket()) != "name=a" {
+	if len(r.GetBucketAction()) != 1 || envoysim.Key(r.GetBucketAction()[0].GetBucketId().GetBucket()) != envoysim.Key(bucketA) {
 		t.Fatalf("first response = %v, want the action for name=a", r)
 	}
 }

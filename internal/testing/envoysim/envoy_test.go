@@ -98,6 +98,7 @@ type harness struct {
 	env   *envoysim.Envoy
 	clock *envoysim.ManualClock
 	srv   *scripted
+	dial  envoysim.Dialer // to srv
 }
 
 func newHarness(t *testing.T, cfg envoysim.Config) *harness {
@@ -117,7 +118,8 @@ func newHarness(t *testing.T, cfg envoysim.Config) *harness {
 	if cfg.Domain == "" {
 		cfg.Domain = "d"
 	}
-	env, err := envoysim.New(cfg, clock, envoysim.GRPCDialer(cc))
+	dial := envoysim.GRPCDialer(cc)
+	env, err := envoysim.New(cfg, clock, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func newHarness(t *testing.T, cfg envoysim.Config) *harness {
 		_ = cc.Close()
 		gs.Stop()
 	})
-	return &harness{env: env, clock: clock, srv: srv}
+	return &harness{env: env, clock: clock, srv: srv, dial: dial}
 }
 
 // advance moves time in 10ms steps, running the Envoy's timers.
@@ -375,11 +377,13 @@ func TestTTLNotAboveReport(t *testing.T) {
 
 // TestKeptAndReplacedBuckets: an assignment equal in max_tokens,
 // tokens_per_fill and fill_interval's nanos keeps the bucket (a change of
-// seconds alone is a violation); another replaces it, starting at the same
-// ratio of remaining tokens, or full with FullOnReplace.
+// seconds alone is a violation); another replaces it, starting full by
+// default (the count, not 0, as a bool), at the same ratio of remaining
+// tokens with ReplacePartial.
 func TestKeptAndReplacedBuckets(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		h := newHarness(t, envoysim.Config{FullOnReplace: full})
+	for _, mode := range []envoysim.Replace{envoysim.ReplacePartial, envoysim.ReplaceFullOrEmpty} {
+		full := mode == envoysim.ReplaceFullOrEmpty
+		h := newHarness(t, envoysim.Config{Replace: mode})
 		h.env.Request(idA)
 		h.srv.next(t)
 		h.respond(t, tokenBucket(100, 1, time.Hour, 30*time.Second, idA))
@@ -398,7 +402,7 @@ func TestKeptAndReplacedBuckets(t *testing.T) {
 			want = 50
 		}
 		if got := h.env.State(idA).Tokens; got < want-0.1 || got > want+0.1 {
-			t.Errorf("FullOnReplace %v: replaced bucket holds %v, want %v", full, got, want)
+			t.Errorf("replace %v: replaced bucket holds %v, want %v", mode, got, want)
 		}
 		if st := h.env.Stats(); st.KeptBuckets != 2 || st.ReplacedBuckets != 1 {
 			t.Errorf("stats = %+v", st)

@@ -15,6 +15,7 @@ func (e *Envoy) Step() {
 	defer e.mu.Unlock()
 	now := e.clock.Now()
 	e.expire(now)
+	e.keepalive(now)
 	for {
 		select {
 		case m := <-e.inbox:
@@ -106,6 +107,7 @@ func (e *Envoy) handle(m message, now time.Time) {
 		e.expect = 0
 		return
 	}
+	e.ka.frame(now)
 	if e.expect > 0 {
 		e.expect--
 	}
@@ -221,7 +223,7 @@ func (e *Envoy) newTokenBucket(tb *typev3.TokenBucket, old *tokenBucket, now tim
 	initial := max
 	if old != nil {
 		initial = toUint64(float64(max) * (old.remaining(sec) / old.max))
-		if e.cfg.FullOnReplace && initial != 0 {
+		if e.cfg.Replace == ReplaceFullOrEmpty && initial != 0 {
 			initial = max
 		}
 	}
@@ -241,7 +243,7 @@ func (e *Envoy) expire(now time.Time) {
 			continue
 		}
 		e.stats.Expired++
-		fb := e.cfg.Expired
+		fb := b.expired
 		if fb == nil || fb.Strategy == nil {
 			b.action, b.tb, b.expires = nil, nil, time.Time{}
 			continue
