@@ -89,7 +89,7 @@ type Envoy struct {
 	v          Violations
 	stats      Stats
 	counts     map[BucketKey]*Counts // over the Envoy's life
-	expect     int                // reports sent that the server has not answered yet
+	expect     int                   // reports sent that the server has not answered yet
 	closed     bool
 }
 
@@ -131,14 +131,14 @@ type bucket struct {
 	id           map[string]string
 	noAssignment *typev3.RateLimitStrategy // its settings' no_assignment_behavior
 	expired      *Fallback                 // its settings' expired_assignment_behavior
-	allowed    uint64
-	denied     uint64
-	lastReport time.Time
-	action     *rlqspb.RateLimitQuotaResponse_BucketAction // cached_action; nil: default
-	tb         *tokenBucket
-	expires    time.Time // of action; zero: none pending
-	fallback   bool      // action is the expired fallback
-	assigned   bool      // the server has assigned it at least once
+	allowed      uint64
+	denied       uint64
+	lastReport   time.Time
+	action       *rlqspb.RateLimitQuotaResponse_BucketAction // cached_action; nil: default
+	tb           *tokenBucket
+	expires      time.Time // of action; zero: none pending
+	fallback     bool      // action is the expired fallback
+	assigned     bool      // the server has assigned it at least once
 }
 
 // New returns an Envoy that reaches the server through dial, from its first request.
