@@ -122,6 +122,22 @@ func (dv *division) published(client string) quota.Demand {
 	return d
 }
 
+// wants reports whether a local client wants more than it holds.
+func (dv *division) wants() bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	wants := false
+	dv.q.Clients(func(c *quota.Client) { wants = wants || c.Wants() })
+	return wants
+}
+
+// shared reports whether other replicas serve the division too.
+func (dv *division) shared() bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	return dv.q.Replicas() > 1
+}
+
 // claimRead reports whether the other replicas' demand is refresh old,
 // and claims the read, so that the reports meanwhile do not read it too.
 func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {

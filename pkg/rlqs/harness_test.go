@@ -68,6 +68,25 @@ func (f *failing) Exchange(ctx context.Context, items []quota.Item, ttl time.Dur
 	return f.DemandStore.Exchange(ctx, items, ttl, now)
 }
 
+var _ rlqs.Notifier = (*failing)(nil)
+
+// Notify notifies through the store it wraps, unless down.
+func (f *failing) Notify(ctx context.Context, from string, keys []string) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.DemandStore.(rlqs.Notifier).Notify(ctx, from, keys)
+}
+
+// Watch watches the store it wraps, hearing nothing while down.
+func (f *failing) Watch(ctx context.Context, fn func(from, key string)) error {
+	return f.DemandStore.(rlqs.Notifier).Watch(ctx, func(from, key string) {
+		if !f.down.Load() {
+			fn(from, key)
+		}
+	})
+}
+
 // replica is one FastLimit replica in process: the service on a gRPC
 // server over an in-memory listener.
 type replica struct {

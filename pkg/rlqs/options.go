@@ -34,6 +34,16 @@ type DemandStore interface {
 // "A replica lost").
 const DefaultTTLPeriods = 6
 
+// Notifier is a DemandStore that carries word of rates freed: a replica
+// that lowered what its clients hold in a bucket shared with other
+// replicas tells them, so that they grant it at once rather than at their
+// next read (demand.Redis and demand.Memory implement it). Notify may
+// lose words; Watch calls f, from one goroutine, until ctx ends.
+type Notifier interface {
+	Notify(ctx context.Context, from string, keys []string) error
+	Watch(ctx context.Context, f func(from, key string)) error
+}
+
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
 

@@ -253,6 +253,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 		return
 	}
 	s.noteStoreUp()
+	s.notify(itemKeys(r.gone))
 	for i, dv := range readers {
 		if dv != nil {
 			dv.setRemote(s.opts.Replica, got[i], r.now)

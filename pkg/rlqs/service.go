@@ -45,6 +45,10 @@ type Service struct {
 	streams   map[*stream]struct{}
 	closing   bool
 
+	watching sync.Once          // the Notifier's Watch started
+	unwatch  context.CancelFunc // stops it; guarded by mu
+	watchers sync.WaitGroup
+
 	seq       atomic.Uint64
 	storeDown atomic.Bool  // the last exchange failed
 	swept     atomic.Int64 // Unix ns of the last staleness sweep
@@ -164,6 +168,7 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	if s.closing {
 		return nil, status.Error(codes.Unavailable, ErrClosed.Error())
 	}
+	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
 	st.lastReport = s.opts.Now()
 	s.streams[st] = struct{}{}
@@ -252,7 +257,22 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	if _, err := s.opts.Store.Exchange(ctx, items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
+		return
 	}
+	s.notify(itemKeys(items))
+}
+
+// itemKeys are the keys of items, once each.
+func itemKeys(items []quota.Item) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		if !seen[it.Key] {
+			seen[it.Key] = true
+			keys = append(keys, it.Key)
+		}
+	}
+	return keys
 }
 
 // sweep ends, at most every quarter period, the streams that sent no
@@ -319,10 +339,14 @@ func (s *Service) Close(ctx context.Context) error {
 	for st := range s.streams {
 		st.cancel(ErrClosed)
 	}
+	if s.unwatch != nil {
+		s.unwatch()
+	}
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		s.handlers.Wait()
+		s.watchers.Wait()
 		close(done)
 	}()
 	select {
@@ -356,4 +380,60 @@ func (o *onceSet) add(key string) bool {
 	}
 	o.seen[key] = struct{}{}
 	return true
+}
+
+// watch starts, once, the Notifier's Watch, if the store has one; s.mu
+// is held.
+func (s *Service) watch() {
+	n, ok := s.opts.Store.(Notifier)
+	if !ok {
+		return
+	}
+	s.watching.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.unwatch = cancel
+		s.watchers.Go(func() {
+			if err := n.Watch(ctx, s.freed); err != nil {
+				s.log.Debug("watching freed rates stopped", zap.Error(err))
+			}
+		})
+	})
+}
+
+// freed is told that another replica freed rates in a bucket: a division
+// with a local client that wants more reads the bucket again and settles.
+func (s *Service) freed(from, key string) {
+	if from == s.opts.Replica {
+		return
+	}
+	s.mu.Lock()
+	dv := s.divisions[key]
+	s.mu.Unlock()
+	if dv == nil || !dv.wants() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Now()))
+	if err != nil {
+		s.noteStoreFailed(err)
+		return
+	}
+	dv.setRemote(s.opts.Replica, got[0], s.opts.Now())
+	s.settle(ctx, []*division{dv}, nil, nil)
+}
+
+// notify tells the other replicas serving the divisions of keys that
+// rates were freed there.
+func (s *Service) notify(keys []string) {
+	n, ok := s.opts.Store.(Notifier)
+	if !ok || len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	if err := n.Notify(ctx, s.opts.Replica, keys); err != nil {
+		s.log.Debug("notifying freed rates failed", zap.Error(err))
+	}
 }

@@ -179,10 +179,25 @@ func (s *Service) reserve(ctx context.Context, parts []*settlement) {
 		return
 	}
 	i := 0
+	var freed []string
 	for _, p := range parts {
 		p.apply(got[i : i+len(p.items)])
 		i += len(p.items)
+		if p.publishes() && p.dv.shared() {
+			freed = append(freed, p.dv.key)
+		}
 	}
+	s.notify(freed)
+}
+
+// publishes reports whether the part lowers what the store holds.
+func (p *settlement) publishes() bool {
+	for _, k := range p.kinds {
+		if k == publish {
+			return true
+		}
+	}
+	return false
 }
 
 // apply takes the store's answers to the part's items.

@@ -44,6 +44,11 @@ type Fleet struct {
 	// report (default 5s); Unanswered counts the answers that did not come.
 	Await      time.Duration
 	Unanswered int
+	// Quiet is, after a round in which the server was sent or sent
+	// something, how long in real time no message must arrive before the
+	// clock moves on (default 5ms, at most a second in all), so that the
+	// server's pushes land at the time they were sent.
+	Quiet time.Duration
 
 	envoys  []*Envoy
 	traffic []*Traffic
@@ -93,10 +98,40 @@ func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 	}
 	for done := time.Duration(0); done < d; done += step {
 		clock.Advance(step)
+		before := f.traffic0()
 		f.round(step)
 		for _, e := range f.envoys {
 			if !e.Settle(await) {
 				f.Unanswered++
+			}
+		}
+		if f.traffic0() != before {
+			f.quiesce()
+		}
+	}
+}
+
+// traffic0 counts the messages the Envoys sent and received.
+func (f *Fleet) traffic0() int {
+	n := 0
+	for _, e := range f.envoys {
+		n += e.messages()
+	}
+	return n
+}
+
+// quiesce applies the messages that arrive until none has for Quiet.
+func (f *Fleet) quiesce() {
+	quiet := f.Quiet
+	if quiet <= 0 {
+		quiet = 5 * time.Millisecond
+	}
+	start, last := time.Now(), time.Now()
+	for time.Since(last) < quiet && time.Since(start) < time.Second {
+		time.Sleep(quiet / 10)
+		for _, e := range f.envoys {
+			if e.drain() > 0 {
+				last = time.Now()
 			}
 		}
 	}

@@ -50,6 +50,30 @@ func (e *Envoy) Settle(timeout time.Duration) bool {
 	}
 }
 
+// drain applies the messages waiting, at the clock's time, and returns
+// how many there were.
+func (e *Envoy) drain() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for {
+		select {
+		case m := <-e.inbox:
+			e.handle(m, e.clock.Now())
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+// messages counts what the Envoy sent and what it received.
+func (e *Envoy) messages() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats.Subscriptions + e.stats.Reports + e.stats.Responses + e.stats.StreamsClosed
+}
+
 // Await waits up to timeout (real time) for one message from the server
 // and applies it at the clock's time. It reports whether one came.
 func (e *Envoy) Await(timeout time.Duration) bool {

@@ -19,9 +19,10 @@ const memDemandSweep = 1024
 type Memory struct {
 	now func() time.Time
 
-	mu      sync.Mutex
-	buckets map[string]*memBucket
-	calls   int
+	mu       sync.Mutex
+	buckets  map[string]*memBucket
+	calls    int
+	watchers map[chan [2]string]struct{}
 }
 
 type memBucket struct {
@@ -169,6 +170,46 @@ func (b *memBucket) reserve(field string, it *quota.Item, ttl time.Duration, now
 		others, adopted = others-take, adopted+take
 	}
 	return capacity - others, adopted
+}
+
+// Notify is rlqs.Notifier's: every Watch hears of every key (a watcher
+// too slow to keep up misses some, as a Redis subscriber may).
+func (m *Memory) Notify(_ context.Context, from string, keys []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.watchers {
+		for _, k := range keys {
+			select {
+			case ch <- [2]string{from, k}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// Watch is rlqs.Notifier's.
+func (m *Memory) Watch(ctx context.Context, f func(from, key string)) error {
+	ch := make(chan [2]string, 256)
+	m.mu.Lock()
+	if m.watchers == nil {
+		m.watchers = map[chan [2]string]struct{}{}
+	}
+	m.watchers[ch] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.watchers, ch)
+		m.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-ch:
+			f(n[0], n[1])
+		}
+	}
 }
 
 // sweep drops the buckets whose time is over.

@@ -260,3 +260,40 @@ func fromRate(m int64) float64 {
 	}
 	return float64(m) / 1000
 }
+
+// freedChannel is the Redis channel on which replicas announce rates
+// they freed, "<replica>\x00<key>" a message.
+const freedChannel = "fastlimit:rlqs:freed"
+
+// Notify is rlqs.Notifier's: a PUBLISH a key, in one pipeline.
+func (d *Redis) Notify(ctx context.Context, from string, keys []string) error {
+	pipe := d.client.Pipeline()
+	for _, k := range keys {
+		pipe.Publish(ctx, freedChannel, from+"\x00"+k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis demand notify: %w: %w", limiter.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Watch is rlqs.Notifier's: it subscribes to the channel, resubscribing
+// after a lost connection as go-redis does, until ctx ends.
+func (d *Redis) Watch(ctx context.Context, f func(from, key string)) error {
+	ps := d.client.Subscribe(ctx, freedChannel)
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if from, key, ok := strings.Cut(m.Payload, "\x00"); ok {
+				f(from, key)
+			}
+		}
+	}
+}
