@@ -94,6 +94,7 @@ type replica struct {
 	store *failing
 	gs    *grpc.Server
 	cc    *grpc.ClientConn
+	sw    *envoysim.Switch // the Envoys' way to it
 	dead  bool
 }
 
@@ -114,6 +115,7 @@ type clusterOptions struct {
 	store    rlqs.DemandStore // nil: a MemoryDemand on the clock
 	opts     func(*rlqs.Options)
 	rules    func() *descriptors.Set // nil: testRules
+	server   []grpc.ServerOption
 }
 
 func newCluster(t *testing.T, co clusterOptions) *cluster {
@@ -141,17 +143,18 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 			Now:          c.clock.Now,
 			Replica:      "r" + string(rune('0'+i)),
 			ReportPeriod: co.period,
+			SilenceCheck: time.Millisecond,
 		}
 		if co.opts != nil {
 			co.opts(&opts)
 		}
-		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}))
+		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
 	t.Cleanup(c.stop)
 	return c
 }
 
-func (c *cluster) startReplica(opts rlqs.Options, st *failing) *replica {
+func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.ServerOption) *replica {
 	c.t.Helper()
 	opts.Store = st
 	svc, err := rlqs.New(opts)
@@ -159,7 +162,7 @@ func (c *cluster) startReplica(opts rlqs.Options, st *failing) *replica {
 		c.t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(server...)
 	svc.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := grpc.NewClient("passthrough:///"+opts.Replica,
@@ -168,7 +171,7 @@ func (c *cluster) startReplica(opts rlqs.Options, st *failing) *replica {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return &replica{svc: svc, store: st, gs: gs, cc: cc}
+	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(envoysim.GRPCDialer(cc))}
 }
 
 // envoy adds a simulated Envoy whose streams go to replica first (then to
@@ -181,11 +184,11 @@ func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
 	if cfg.ReportPeriod == 0 {
 		cfg.ReportPeriod = c.period
 	}
-	conns := make([]grpc.ClientConnInterface, len(c.replicas))
+	dialers := make([]envoysim.Dialer, len(c.replicas))
 	for i, r := range c.replicas {
-		conns[i] = r.cc
+		dialers[i] = r.sw.Dial
 	}
-	e, err := envoysim.New(cfg, c.clock, envoysim.FailoverDialer(first, conns...))
+	e, err := envoysim.New(cfg, c.clock, envoysim.Failover(first, dialers...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -205,6 +208,14 @@ func (c *cluster) kill(i int) {
 	r.gs.Stop()
 	_ = r.cc.Close()
 	r.dead = true
+}
+
+// blackHole makes a replica lost without a reset: cut off from the
+// store, and from its Envoys, whose streams stay open and silent.
+func (c *cluster) blackHole(i int) {
+	r := c.replicas[i]
+	r.store.down.Store(true)
+	r.sw.BlackHole()
 }
 
 func (c *cluster) stop() {

@@ -148,6 +148,10 @@ type Options struct {
 	// Refresh is when other replicas' demand is read again (default
 	// ReportPeriod).
 	Refresh time.Duration
+	// SilenceCheck is how often, on the wall clock, an open stream checks
+	// on Now's clock whether it went silent (default Division.Stale; a
+	// test driving Now sets it short).
+	SilenceCheck time.Duration
 	// MaxReportBytes, if positive, refuses larger usage reports, ending
 	// their stream with ResourceExhausted (the gRPC server's receive
 	// limit refuses those above it before they reach the service).
@@ -209,5 +213,8 @@ func (o *Options) fill() error {
 	}
 	o.Division.Period = o.ReportPeriod
 	o.Division = o.Division.WithDefaults()
+	if o.SilenceCheck <= 0 || o.SilenceCheck > o.Division.Stale {
+		o.SilenceCheck = o.Division.Stale
+	}
 	return nil
 }

@@ -88,15 +88,13 @@ func (st *stream) answerEarly(r *report) bool {
 
 // settleReport settles the divisions the report named.
 func (st *stream) settleReport(ctx context.Context, r *report) {
-	var dvs []*division
-	seen := map[*division]bool{}
+	var dvs divisions
 	for _, b := range r.all {
-		if dv := b.div; dv != nil && !seen[dv] {
-			seen[dv] = true
-			dvs = append(dvs, dv)
+		if b.div != nil {
+			dvs.add(b.div)
 		}
 	}
-	st.svc.settle(ctx, dvs, r.modes, st)
+	st.svc.settle(ctx, dvs.list, r.modes, st)
 }
 
 // bind binds the stream to the domain of its first report.

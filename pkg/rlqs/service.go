@@ -113,8 +113,8 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			}
 		}
 	}()
-	stale := s.opts.Division.Stale
-	silence := time.NewTimer(stale)
+	stale, check := s.opts.Division.Stale, s.opts.SilenceCheck
+	silence := time.NewTimer(check)
 	defer silence.Stop()
 	for {
 		select {
@@ -133,10 +133,10 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 				cancel(err)
 				return err
 			}
-			silence.Reset(stale)
+			silence.Reset(check)
 		case <-silence.C:
 			if quiet := s.opts.Now().Sub(st.silentSince()); quiet < stale {
-				silence.Reset(stale - quiet)
+				silence.Reset(min(check, stale-quiet))
 				continue
 			}
 			cancel(errSilent)
@@ -198,17 +198,15 @@ func (s *Service) closeStream(st *stream, cause error) {
 		until = now
 	}
 	var items []quota.Item
-	var dvs []*division
+	var dvs divisions
 	for _, b := range st.snapshot() {
 		if dv := b.div; dv != nil {
 			items = append(items, s.leave(b, now, until, !silent))
-			if !containsDiv(dvs, dv) {
-				dvs = append(dvs, dv)
-			}
+			dvs.add(dv)
 		}
 	}
 	s.deleteDemand(items)
-	s.settle(context.Background(), dvs, nil, nil)
+	s.settle(context.Background(), dvs.list, nil, nil)
 }
 
 // leftFor is how long the Envoy of a stream that ended may still hold

@@ -130,20 +130,34 @@ func (st *stream) add(b *envoyBucket) {
 	st.mu.Unlock()
 }
 
-// flush sends the queued actions in one response, never an empty one;
-// once sent, each division learns what its Envoy now holds, and those
-// where a cut freed a rate settle again.
+// maxResponseBytes is about the most one response carries: more actions
+// go in further responses, each well under gRPC's 4 MiB default receive
+// limit (Envoy's google_grpc client has it).
+const maxResponseBytes = 1 << 20
+
+// flush sends the queued actions, in responses of up to about
+// maxResponseBytes, never an empty one; once they are sent, each
+// division learns what its Envoy now holds, and those where a cut freed
+// a rate settle again.
 func (st *stream) flush() error {
 	st.mu.Lock()
 	if len(st.order) == 0 {
 		st.mu.Unlock()
 		return nil
 	}
-	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*action, 0, len(st.order))}
+	var resps []*rlqspb.RateLimitQuotaResponse
 	var ledger []pending
+	size := maxResponseBytes
 	for _, text := range st.order {
 		p := st.pending[text]
-		resp.BucketAction = append(resp.BucketAction, p.a)
+		n := len(text) + 48 // an action's bytes, about
+		if size+n > maxResponseBytes {
+			resps = append(resps, &rlqspb.RateLimitQuotaResponse{})
+			size = 0
+		}
+		size += n
+		r := resps[len(resps)-1]
+		r.BucketAction = append(r.BucketAction, p.a)
 		if p.ledger {
 			ledger = append(ledger, p)
 		}
@@ -152,29 +166,38 @@ func (st *stream) flush() error {
 	st.order = st.order[:0]
 	st.mu.Unlock()
 	s := st.svc
-	s.obs.ActionsSent(s.label(st.domain), len(resp.BucketAction))
-	if err := st.srv.Send(resp); err != nil {
-		return err
-	}
-	var freed []*division
-	for _, p := range ledger {
-		if dv := p.b.div; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) && !containsDiv(freed, dv) {
-			freed = append(freed, dv)
+	for _, resp := range resps {
+		s.obs.ActionsSent(s.label(st.domain), len(resp.BucketAction))
+		if err := st.srv.Send(resp); err != nil {
+			return err
 		}
 	}
-	if len(freed) > 0 {
-		s.settle(st.srv.Context(), freed, nil, nil)
+	var freed divisions
+	for _, p := range ledger {
+		if dv := p.b.div; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) {
+			freed.add(dv)
+		}
+	}
+	if len(freed.list) > 0 {
+		s.settle(st.srv.Context(), freed.list, nil, nil)
 	}
 	return nil
 }
 
-func containsDiv(dvs []*division, dv *division) bool {
-	for _, x := range dvs {
-		if x == dv {
-			return true
-		}
+// divisions is a list of divisions, each once.
+type divisions struct {
+	list []*division
+	seen map[*division]bool
+}
+
+func (d *divisions) add(dv *division) {
+	if d.seen == nil {
+		d.seen = map[*division]bool{}
 	}
-	return false
+	if !d.seen[dv] {
+		d.seen[dv] = true
+		d.list = append(d.list, dv)
+	}
 }
 
 // snapshot returns the stream's buckets.

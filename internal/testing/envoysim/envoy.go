@@ -317,14 +317,25 @@ func (e *Envoy) usage(b *bucket, now time.Time) *rlqspb.RateLimitQuotaUsageRepor
 	return u
 }
 
-// send is sendUsageReportImpl; it reports whether the report left.
+// send is sendUsageReportImpl; it reports whether the report left for a
+// server that can answer it (not into a black hole: see Silent).
 func (e *Envoy) send(r *rlqspb.RateLimitQuotaUsageReports) bool {
 	if e.stream == nil {
 		e.stats.DroppedReports++
 		return false
 	}
 	// A failed send leaves the stream to its reader, which sees it end.
-	return e.stream.Send(r) == nil
+	if e.stream.Send(r) != nil {
+		return false
+	}
+	s, ok := e.stream.(Silent)
+	return !ok || !s.Silent()
+}
+
+// Silent is a Stream that knows it leads nowhere (a Switch's, black-holed),
+// so that the simulation waits for no answer: Envoy itself waits for none.
+type Silent interface {
+	Silent() bool
 }
 
 // startStream is startStreamImpl. It reports whether a stream is open.

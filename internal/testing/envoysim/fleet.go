@@ -59,9 +59,15 @@ func (f *Fleet) Add(e ...*Envoy) { f.envoys = append(f.envoys, e...) }
 
 // Remove takes an Envoy out of the fleet, with its traffic, and closes it.
 func (f *Fleet) Remove(e *Envoy) {
+	f.Pause(e)
+	e.Close()
+}
+
+// Pause takes an Envoy out of the fleet, with its traffic, and leaves its
+// stream open: an Envoy that hangs, silent.
+func (f *Fleet) Pause(e *Envoy) {
 	f.envoys = deleteFunc(f.envoys, func(x *Envoy) bool { return x == e })
 	f.traffic = deleteFunc(f.traffic, func(t *Traffic) bool { return t.Envoy == e })
-	e.Close()
 }
 
 func deleteFunc[T any](s []T, del func(T) bool) []T {
@@ -193,6 +199,12 @@ func FailoverDialer(first int, conns ...grpc.ClientConnInterface) Dialer {
 	for i, cc := range conns {
 		dialers[i] = GRPCDialer(cc)
 	}
+	return Failover(first, dialers...)
+}
+
+// Failover opens streams with the first of dialers, from first on, that
+// opens one.
+func Failover(first int, dialers ...Dialer) Dialer {
 	return func(ctx context.Context) (Stream, error) {
 		var err error
 		for i := range dialers {

@@ -124,6 +124,9 @@ func (st *switched) Recv() (*rlqspb.RateLimitQuotaResponse, error) {
 
 func (st *switched) CloseSend() error { return st.in.CloseSend() }
 
+// Silent reports whether the stream is black-holed.
+func (st *switched) Silent() bool { return st.sw.holed() }
+
 // Ping is answered at once, or never through a black hole.
 func (st *switched) Ping() <-chan struct{} {
 	ch := make(chan struct{})
