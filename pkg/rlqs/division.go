@@ -257,6 +257,9 @@ func (dv *division) moved(b *envoyBucket, rate float64, now time.Time) {
 	c.Assigned = rate
 	b.adoptLeft, b.movedAt = rate, now
 	b.adoptLeft -= dv.adoptLocked(rate, now)
+	// The bucket it holds is no bigger than its share's: a bigger one
+	// could start full.
+	b.maxTokens = dv.q.Limit.BurstOf(rate)
 }
 
 // adoptLocked takes up to rate from the rates held by clients gone and

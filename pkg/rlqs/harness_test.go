@@ -150,6 +150,14 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		}
 		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
+	c.fleet.Idle = func() bool {
+		for _, r := range c.replicas {
+			if !r.dead && !r.svc.Idle() {
+				return false
+			}
+		}
+		return true
+	}
 	t.Cleanup(c.stop)
 	return c
 }

@@ -37,6 +37,8 @@ type report struct {
 // report of another domain returns an error.
 func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
 	s := st.svc
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	if err := st.bind(m.GetDomain()); err != nil {
 		return err
 	}

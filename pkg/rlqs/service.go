@@ -50,6 +50,7 @@ type Service struct {
 	watchers sync.WaitGroup
 
 	seq       atomic.Uint64
+	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
 	storeDown atomic.Bool  // the last exchange failed
 	swept     atomic.Int64 // Unix ns of the last staleness sweep
 	refusedAt atomic.Int64 // Unix ns of the last refused report logged
@@ -75,6 +76,25 @@ func New(opts Options) (*Service, error) {
 		streams:   map[*stream]struct{}{},
 	}
 	return s, nil
+}
+
+// Idle reports whether the service has nothing in hand: no report being
+// handled, no division settling, no action waiting to be sent, no silent
+// stream left to end. A test that steps a clock waits for it before the
+// next step.
+func (s *Service) Idle() bool {
+	if s.inHand.Load() != 0 {
+		return false
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		if now.Sub(st.silentSince()) >= s.opts.Division.Stale {
+			return false
+		}
+	}
+	return true
 }
 
 // Register registers the service on a gRPC server.

@@ -40,6 +40,8 @@ func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*divisi
 	if p := s.opts.OnStoreError; s.storeDown.Load() && (p == StoreAllow || p == StoreDeny) {
 		return // blanket rules answer every report meanwhile
 	}
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	for len(dvs) > 0 {
 		useStore := s.opts.Store != nil && !s.storeDown.Load()
 		now := s.opts.Now()

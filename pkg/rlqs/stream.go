@@ -105,6 +105,7 @@ func (st *stream) queueLocked(text string, p pending) {
 	old, ok := st.pending[text]
 	if !ok {
 		st.order = append(st.order, text)
+		st.svc.inHand.Add(1)
 	} else if old.ledger && p.ledger && old.seq > p.seq {
 		return // a later action of the division's is waiting
 	}
@@ -163,9 +164,11 @@ func (st *stream) flush() error {
 		}
 	}
 	clear(st.pending)
+	queued := len(st.order)
 	st.order = st.order[:0]
 	st.mu.Unlock()
 	s := st.svc
+	defer s.inHand.Add(-int64(queued)) // once sent, and what it freed settled
 	for _, resp := range resps {
 		s.obs.ActionsSent(s.label(st.domain), len(resp.BucketAction))
 		if err := st.srv.Send(resp); err != nil {

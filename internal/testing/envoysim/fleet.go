@@ -47,8 +47,10 @@ type Fleet struct {
 	// Quiet is, after a round in which the server was sent or sent
 	// something, how long in real time no message must arrive before the
 	// clock moves on (default 5ms, at most a second in all), so that the
-	// server's pushes land at the time they were sent.
+	// server's pushes land at the time they were sent; and Idle, if set,
+	// must report the servers idle too (rlqs.Service.Idle).
 	Quiet time.Duration
+	Idle  func() bool
 
 	envoys  []*Envoy
 	traffic []*Traffic
@@ -111,7 +113,7 @@ func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 				f.Unanswered++
 			}
 		}
-		if f.traffic0() != before {
+		if f.traffic0() != before || f.Idle != nil && !f.Idle() {
 			f.quiesce()
 		}
 	}
@@ -132,13 +134,22 @@ func (f *Fleet) quiesce() {
 	if quiet <= 0 {
 		quiet = 5 * time.Millisecond
 	}
+	if f.Idle != nil {
+		quiet = time.Millisecond
+	}
 	start, last := time.Now(), time.Now()
-	for time.Since(last) < quiet && time.Since(start) < time.Second {
+	for time.Since(start) < time.Second {
 		time.Sleep(quiet / 10)
 		for _, e := range f.envoys {
 			if e.drain() > 0 {
 				last = time.Now()
 			}
+		}
+		if f.Idle != nil && !f.Idle() {
+			last = time.Now()
+		}
+		if time.Since(last) >= quiet {
+			return
 		}
 	}
 }
