@@ -37,7 +37,7 @@ func quotaReplicasOn(t *testing.T, redisFlags []string, n int, period time.Durat
 	var fs []*fastlimit
 	for i := range n {
 		admin := loopback.Addr(t)
-		flags := append(slices.Clone(redisFlags), "--rlqs-report-period", period.String(),
+		flags := append(slices.Clone(redisFlags), "--rlqs", "--rlqs-report-period", period.String(),
 			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin)
 		flags = append(flags, extra...)
 		f := start(t, launch{rules: dir, flags: flags})
