@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -76,7 +76,7 @@ func TestRLQSExample(t *testing.T) {
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = c
 	}
-	cfg := rlqsConfig(t, bs)
+	cfg := rlqsConfig(t)
 	name := cfg.GetRlqsServer().GetEnvoyGrpc().GetClusterName()
 	c, ok := clusters[name]
 	if !ok {
@@ -115,7 +115,7 @@ func TestRLQSExample(t *testing.T) {
 // example's rules: requests without the tenant header, at 1000/s, are
 // held to the 300/s of {name: api}.
 func TestRLQSExampleLimits(t *testing.T) {
-	cfg := rlqsConfig(t, loadRLQSBootstrap(t))
+	cfg := rlqsConfig(t)
 	m, err := envoysim.NewMatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -225,35 +225,17 @@ func checkRLQSCluster(t *testing.T, c *clusterv3.Cluster) {
 }
 
 // rlqsConfig returns the quota filter's config; it must come before the
-// router.
-func rlqsConfig(t *testing.T, bs *bootstrapv3.Bootstrap) *rlqsv3.RateLimitQuotaFilterConfig {
+// router, the last filter.
+func rlqsConfig(t *testing.T) *rlqsv3.RateLimitQuotaFilterConfig {
 	t.Helper()
-	for _, l := range bs.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if f.GetName() != hcmFilter || f.GetTypedConfig().UnmarshalTo(&hcm) != nil {
-					continue
-				}
-				filters := hcm.GetHttpFilters()
-				for j, hf := range filters {
-					if hf.GetName() != rlqsFilter {
-						continue
-					}
-					if j == len(filters)-1 || filters[len(filters)-1].GetName() != routerFilter {
-						t.Errorf("%s must come before the router, the last filter", rlqsFilter)
-					}
-					var cfg rlqsv3.RateLimitQuotaFilterConfig
-					if err := hf.GetTypedConfig().UnmarshalTo(&cfg); err != nil {
-						t.Fatal(err)
-					}
-					return &cfg
-				}
-			}
-		}
+	cfg, filters, err := envoysim.FilterConfig(files.Read(t, rlqsYAML))
+	if err != nil {
+		t.Fatalf("%s: %v", rlqsYAML, err)
 	}
-	t.Fatalf("%s has no %s filter", rlqsYAML, rlqsFilter)
-	return nil
+	if i := slices.Index(filters, rlqsFilter); i < 0 || i == len(filters)-1 || filters[len(filters)-1] != routerFilter {
+		t.Errorf("%s filters %v: %s must come before the router, the last filter", rlqsYAML, filters, rlqsFilter)
+	}
+	return cfg
 }
 
 // checkBucketSettings checks the settings Envoy reads in its own way.
@@ -385,7 +367,7 @@ func TestRLQSCompose(t *testing.T) {
 		if len(svcs) == 0 {
 			t.Errorf("cluster %s points at %s, which is no compose service or alias", c.GetName(), host)
 		}
-		if c.GetName() != rlqsConfig(t, bs).GetRlqsServer().GetEnvoyGrpc().GetClusterName() {
+		if c.GetName() != rlqsConfig(t).GetRlqsServer().GetEnvoyGrpc().GetClusterName() {
 			continue
 		}
 		if len(svcs) != 2 {

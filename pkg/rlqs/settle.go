@@ -116,6 +116,10 @@ func (s *Service) plan(dv *division, modes map[*division]quota.Mode, useStore bo
 		}
 	}
 	if len(raises) == 0 {
+		if len(p.cuts) == 0 && len(p.items) == 0 {
+			dv.settling = false // nothing to do
+			return nil
+		}
 		return p
 	}
 	sortRaises(raises, dv)

@@ -2,31 +2,12 @@ package rlqs_test
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
-
-// heldRate is the rate an Envoy holds in a bucket, requests per second:
-// its token bucket's, 0 under DENY_ALL, +Inf under ALLOW_ALL (the server's
-// or no_assignment_behavior's, once the bucket has had an assignment).
-func heldRate(e *envoysim.Envoy, id map[string]string) float64 {
-	st := e.State(id)
-	s := st.Strategy
-	switch {
-	case !st.Cached:
-		return 0
-	case s.GetTokenBucket() != nil:
-		tb := s.GetTokenBucket()
-		return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
-	case s == nil, s.GetBlanketRule().String() == "ALLOW_ALL":
-		return math.Inf(1)
-	}
-	return 0
-}
 
 // shiftRun is a run of demand shifts on the simulated fleet, sampled
 // every step: what the Envoys hold in all, and what they admit.
@@ -49,7 +30,7 @@ func (r *shiftRun) run(d time.Duration) {
 		held, n := 0.0, 0.0
 		for _, tr := range r.ts {
 			if st := tr.Envoy.State(tr.Bucket); st.Strategy != nil || st.Fallback {
-				held += heldRate(tr.Envoy, tr.Bucket)
+				held += tr.Envoy.Held(tr.Bucket)
 			}
 			a := tr.Envoy.Counts(tr.Bucket).Allowed
 			n += float64(a - r.last[tr])

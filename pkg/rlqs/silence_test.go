@@ -37,12 +37,12 @@ func TestSilentEnvoy(t *testing.T) {
 			c.fleet.Pause(silent)
 			lastReport := 3*c.period + 10*time.Millisecond
 			elapsed := 3*c.period + 20*time.Millisecond
-			for heldRate(busy, bucketA) < 0.98*300 && elapsed < 8*c.period {
+			for busy.Held(bucketA) < 0.98*300 && elapsed < 8*c.period {
 				c.run(10 * time.Millisecond)
 				elapsed += 10 * time.Millisecond
 			}
 			took := elapsed - lastReport
-			t.Logf("the busy Envoy holds %.1f/s %v after the silent one's last report", heldRate(busy, bucketA), took)
+			t.Logf("the busy Envoy holds %.1f/s %v after the silent one's last report", busy.Held(bucketA), took)
 			if took > 3*c.period+time.Second {
 				t.Errorf("the silent Envoy's share came back after %v, more than 3 periods", took)
 			}

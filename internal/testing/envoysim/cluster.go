@@ -23,6 +23,7 @@ type HealthCheck struct {
 // ClusterConfig configures a Cluster.
 type ClusterConfig struct {
 	Hosts          []string      // host:port of each endpoint
+	First          int           // the host of the first stream (round robin from there)
 	ConnectTimeout time.Duration // connect_timeout: a stream not open by then fails (default 1s)
 	HealthCheck    HealthCheck
 	Keepalive      Keepalive // its Timeout bounds a ping (a Check on the stream's connection)
@@ -60,7 +61,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		cfg.ConnectTimeout = time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{cfg: cfg, stop: cancel}
+	c := &Cluster{cfg: cfg, stop: cancel, next: cfg.First - 1}
 	for _, addr := range cfg.Hosts {
 		c.hosts = append(c.hosts, &host{addr: addr, healthy: true})
 	}

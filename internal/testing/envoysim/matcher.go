@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -8,9 +9,17 @@ import (
 	"strings"
 
 	xdsmatcher "github.com/cncf/xds/go/xds/type/matcher/v3"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+
+	// The typed configs of a bootstrap's usual filters, for Any.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
 // Matcher is a rate_limit_quota filter's bucket_matchers as Envoy runs
@@ -299,4 +308,46 @@ func headerInput(a *anypb.Any) (string, error) {
 		return "", fmt.Errorf("input %s is not simulated (only HttpRequestHeaderMatchInput): %w", a.GetTypeUrl(), err)
 	}
 	return strings.ToLower(in.GetHeaderName()), nil
+}
+
+// FilterConfig is the rate_limit_quota filter's config in an Envoy
+// bootstrap (YAML, as envoy -c reads it), from the first listener's HTTP
+// connection manager that has one, and the names of that manager's HTTP
+// filters in order.
+func FilterConfig(bootstrapYAML []byte) (*rlqsv3.RateLimitQuotaFilterConfig, []string, error) {
+	var doc any
+	if err := yaml.Unmarshal(bootstrapYAML, &doc); err != nil {
+		return nil, nil, err
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var bs bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &bs); err != nil {
+		return nil, nil, fmt.Errorf("envoysim: bootstrap: %w", err)
+	}
+	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if f.GetTypedConfig().UnmarshalTo(&hcm) != nil {
+					continue
+				}
+				var names []string
+				var cfg *rlqsv3.RateLimitQuotaFilterConfig
+				for _, hf := range hcm.GetHttpFilters() {
+					names = append(names, hf.GetName())
+					var c rlqsv3.RateLimitQuotaFilterConfig
+					if cfg == nil && hf.GetTypedConfig().UnmarshalTo(&c) == nil {
+						cfg = &c
+					}
+				}
+				if cfg != nil {
+					return cfg, names, nil
+				}
+			}
+		}
+	}
+	return nil, nil, errors.New("envoysim: no rate_limit_quota filter in the bootstrap")
 }
