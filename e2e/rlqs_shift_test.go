@@ -296,12 +296,12 @@ func (q *quotaFleet) exampleEnvoy() *envoysim.Envoy {
 // and the stream lives.
 func TestRLQSLargeEnvoy(t *testing.T) {
 	fs := quotaReplicas(t, 2, envoyPeriod)
-	cc, err := grpc.NewClient(fs[0].GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)))
+	large := grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20))
+	cc, err := grpc.NewClient(fs[0].GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()), large)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() { _ = cc.Close() })
 	s, err := rlqspb.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(t.Context())
 	if err != nil {
 		t.Fatal(err)

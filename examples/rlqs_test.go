@@ -18,9 +18,6 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/settings"
@@ -127,23 +124,12 @@ func TestRLQSExampleLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	svc.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///fastlimit",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = svc.Close(ctx)
-		g.Stop()
-		_ = cc.Close()
+		_ = svc.Close(ctx) // before the server's stop (cleanups run last first)
 	})
+	cc, _ := envoysim.InProcess(t, svc.Register)
 	e, err := envoysim.New(envoysim.Config{Domain: cfg.GetDomain(), Matcher: m}, clock, envoysim.GRPCDialer(cc))
 	if err != nil {
 		t.Fatal(err)
@@ -178,10 +164,7 @@ func TestRLQSExampleLimits(t *testing.T) {
 
 func loadRLQSBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
-	var bs bootstrapv3.Bootstrap
-	decodeStrict(t, rlqsYAML, readYAML(t, rlqsYAML), &bs)
-	validateTree(t, rlqsYAML, &bs)
-	return &bs
+	return loadBootstrapFile(t, rlqsYAML)
 }
 
 // checkRLQSCluster checks that the RLQS cluster's HTTP/2 keepalive is

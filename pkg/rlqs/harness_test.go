@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +10,6 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -169,16 +166,7 @@ func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.Se
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(server...)
-	svc.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///"+opts.Replica,
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	cc, gs := envoysim.InProcess(c.t, svc.Register, server...)
 	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(envoysim.GRPCDialer(cc))}
 }
 

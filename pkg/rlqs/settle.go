@@ -97,6 +97,9 @@ func (s *Service) plan(dv *division, modes map[*division]quota.Mode, useStore bo
 		}
 		raising := false
 		switch {
+		case b.adoptLeft > 0 && b.target < c.Assigned:
+			// A moved client is not cut while what it held on its old
+			// stream may still count twice (its old value's demand too).
 		case b.target < c.Assigned && (!b.cutting || b.target < b.cutTo):
 			// A cut never becomes shallower on its way: one already sent
 			// would then be undercounted.

@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
@@ -134,18 +131,7 @@ func TestReportTooLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lis := bufconn.Listen(1 << 20)
-			gs := grpc.NewServer(tc.server...)
-			svc.Register(gs)
-			go func() { _ = gs.Serve(lis) }()
-			t.Cleanup(gs.Stop)
-			cc, err := grpc.NewClient("passthrough:///x",
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cc.Close() })
+			cc, _ := envoysim.InProcess(t, svc.Register, tc.server...)
 			s, err := rlqspb.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(t.Context())
 			if err != nil {
 				t.Fatal(err)

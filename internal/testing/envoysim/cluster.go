@@ -90,40 +90,46 @@ func (c *Cluster) Healthy(i int) bool {
 	return h.healthy
 }
 
+// check health-checks h every Interval until ctx ends.
 func (c *Cluster) check(ctx context.Context, h *host) {
 	hc := c.cfg.HealthCheck
-	t := time.NewTicker(hc.Interval)
-	defer t.Stop()
-	for {
+	for wait := time.NewTimer(hc.Interval); ; wait.Reset(hc.Interval) {
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			return
-		case <-t.C:
+		case <-wait.C:
+			h.checked(h.probe(ctx, hc.Timeout), hc)
 		}
-		cc, err := h.conn()
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, hc.Timeout)
-			var r *healthpb.HealthCheckResponse
-			r, err = healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
-			cancel()
-			if err == nil && r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-				err = errors.New("not serving")
-			}
-		}
-		h.mu.Lock()
-		if err != nil {
-			h.fails, h.oks = h.fails+1, 0
-			if h.fails >= max(hc.Unhealthy, 1) {
-				h.healthy = false
-			}
-		} else {
-			h.oks, h.fails = h.oks+1, 0
-			if h.oks >= max(hc.Healthy, 1) {
-				h.healthy = true
-			}
-		}
-		h.mu.Unlock()
 	}
+}
+
+// probe is one health check of h: nil if it answers SERVING in time.
+func (h *host) probe(ctx context.Context, timeout time.Duration) error {
+	cc, err := h.conn()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil && r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		err = errors.New("not serving")
+	}
+	return err
+}
+
+// checked counts a health check's outcome towards h's health.
+func (h *host) checked(err error, hc HealthCheck) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.fails, h.oks = h.fails+1, 0
+		h.healthy = h.healthy && h.fails < max(hc.Unhealthy, 1)
+		return
+	}
+	h.oks, h.fails = h.oks+1, 0
+	h.healthy = h.healthy || h.oks >= max(hc.Healthy, 1)
 }
 
 func (h *host) conn() (*grpc.ClientConn, error) {
@@ -142,11 +148,10 @@ func (h *host) conn() (*grpc.ClientConn, error) {
 // reset closes the host's connection; the next use dials another.
 func (h *host) reset() {
 	h.mu.Lock()
-	cc := h.cc
-	h.cc = nil
-	h.mu.Unlock()
-	if cc != nil {
-		_ = cc.Close()
+	defer h.mu.Unlock()
+	if h.cc != nil {
+		_ = h.cc.Close()
+		h.cc = nil
 	}
 }
 

@@ -2,7 +2,6 @@ package envoysim_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,9 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -103,17 +100,8 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg envoysim.Config) *harness {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
 	srv := &scripted{reports: make(chan *rlqspb.RateLimitQuotaUsageReports, 100), kill: make(chan struct{})}
-	gs := grpc.NewServer()
-	rlqspb.RegisterRateLimitQuotaServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc, _ := envoysim.InProcess(t, func(gs *grpc.Server) { rlqspb.RegisterRateLimitQuotaServiceServer(gs, srv) })
 	clock := envoysim.NewManualClock(time.Unix(1_000_000, 0))
 	if cfg.Domain == "" {
 		cfg.Domain = "d"
@@ -123,11 +111,7 @@ func newHarness(t *testing.T, cfg envoysim.Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		env.Close()
-		_ = cc.Close()
-		gs.Stop()
-	})
+	t.Cleanup(env.Close)
 	return &harness{env: env, clock: clock, srv: srv, dial: dial}
 }
 

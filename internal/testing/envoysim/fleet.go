@@ -3,11 +3,15 @@ package envoysim
 import (
 	"context"
 	"math"
+	"net"
 	"sync"
+	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // Traffic is requests at a rate from one Envoy into one bucket, spread evenly.
@@ -226,4 +230,26 @@ func Failover(first int, dialers ...Dialer) Dialer {
 		}
 		return nil, err
 	}
+}
+
+// InProcess serves the services register registers on an in-memory
+// listener, and returns a connection to them and the server; both close
+// when the test ends.
+func InProcess(t testing.TB, register func(*grpc.Server), opts ...grpc.ServerOption) (*grpc.ClientConn, *grpc.Server) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(opts...)
+	register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///in-process",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		gs.Stop()
+	})
+	return cc, gs
 }

@@ -46,6 +46,22 @@ func item(key, replica, client string, rate float64, op quota.Op) quota.Item {
 	return quota.Item{Key: key, Demand: quota.Demand{Replica: replica, Client: client, Rate: rate}, Op: op}
 }
 
+// redisKey returns a client of the test Redis and a demand key of its
+// own under prefix, deleted (and the client closed) at the end.
+func redisKey(t *testing.T, prefix string) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+	key := fmt.Sprintf("%s%d:{d/a=1}:default:rlqs", prefix, time.Now().UnixNano())
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), key)
+		_ = rdb.Close()
+	})
+	return rdb, key
+}
+
+// bucketKey is the demand key of bucket {name: name} under prefix.
+func bucketKey(prefix, name string) string { return prefix + ":{d/name=" + name + "}:default:rlqs" }
+
 func sorted(ds []quota.Demand) []quota.Demand {
 	out := slices.Clone(ds)
 	slices.SortFunc(out, func(a, b quota.Demand) int {
@@ -143,9 +159,7 @@ func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
 // an older replica (no held part) holds 0.
 func TestDemandLedger(t *testing.T) {
 	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
-		ctx := context.Background()
-		key := prefix + ":{d/name=l}:default:rlqs"
-		t0 := time.Unix(1_900_000_000, 0)
+		ctx, key, t0 := t.Context(), bucketKey(prefix, "l"), time.Unix(1_900_000_000, 0)
 		ttl := 3 * time.Second
 		held := func(replica, client string, rate, assigned float64) quota.Item {
 			it := item(key, replica, client, rate, quota.Write)
@@ -200,9 +214,7 @@ func TestDemandLedger(t *testing.T) {
 // Left; a read with Fresh reads those not written for it as Left.
 func TestDemandAdopt(t *testing.T) {
 	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
-		ctx := context.Background()
-		key := prefix + ":{d/name=m}:default:rlqs"
-		t0 := time.Unix(1_900_000_000, 0)
+		ctx, key, t0 := t.Context(), bucketKey(prefix, "m"), time.Unix(1_900_000_000, 0)
 		ttl := 10 * time.Second
 		write := func(at time.Duration, client string, rate, held float64) {
 			t.Helper()
@@ -240,12 +252,8 @@ func TestDemandAdopt(t *testing.T) {
 // TestDemandLegacyValue: a value written by an older replica, without a
 // held part, reads as holding 0.
 func TestDemandLegacyValue(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
-	defer rdb.Close()
-	ctx := context.Background()
-	key := fmt.Sprintf("demandold%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
-	defer rdb.Del(ctx, key)
-	t0 := time.Unix(1_900_000_000, 0)
+	rdb, key := redisKey(t, "demandold")
+	ctx, t0 := t.Context(), time.Unix(1_900_000_000, 0)
 	if err := rdb.HSet(ctx, key, "old/s", fmt.Sprintf("%d:5000", t0.Add(time.Minute).UnixMilli())).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,11 +320,8 @@ func TestDemandBadItems(t *testing.T) {
 // TestRedisDemandExpiresKey: a bucket's hash expires with its last write,
 // and a flushed script is loaded again.
 func TestRedisDemandExpiresKey(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
-	defer rdb.Close()
+	rdb, key := redisKey(t, "demandttl")
 	ctx := context.Background()
-	key := fmt.Sprintf("demandttl%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
-	defer rdb.Del(ctx, key)
 	d := demand.NewRedis(rdb)
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -400,11 +405,8 @@ func BenchmarkRedisDemand(b *testing.B) {
 // TestRedisDemandDeletesExpired: an expired value a read meets is left out
 // of the answer and deleted by the next exchange.
 func TestRedisDemandDeletesExpired(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
-	defer rdb.Close()
+	rdb, key := redisKey(t, "demandexp")
 	ctx := context.Background()
-	key := fmt.Sprintf("demandexp%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
-	defer rdb.Del(ctx, key)
 	d := demand.NewRedis(rdb)
 	t0 := time.Unix(1_900_000_000, 0)
 	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "old", 1, quota.Write)}, time.Second, t0); err != nil {
