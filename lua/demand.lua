@@ -43,13 +43,14 @@ ARGV[3 + 7(i-1) ...] per key i: op, field, rate, held, cap, adopt, fresh
                  within ttl - fresh (written fresh ago or earlier, at this
                  ttl: its replica no longer writes it), can be adopted
 Returns  {now, r_1, ..., r_n}: now in Unix ms; r_i is {granted, adopted}
-         (milli-requests per second) if op i has bit 16, else 0 unless it
-         has bit 4, then the key's
-         HGETALL, {field, value, ...}, expired values included: the caller
-         drops them, and deletes them with a later call, by bit 8 (parsing
-         them here would cost Redis more than the read).
+         (milli-requests per second) if op i has bit 16; the key's HGETALL,
+         {field, value, ...}, if it has bit 4, expired values included (the
+         caller drops them, and deletes them with a later call, by bit 8:
+         parsing them here would cost Redis more than the read); else 0.
 
-Writes are idempotent: a call sent again writes the same values.
+Writes are idempotent: a call sent again writes the same values. A
+reserve that adopts is not, and is sent again only when the script was not
+loaded (NOSCRIPT), when nothing of the call ran.
 ]]
 local now = tonumber(ARGV[1])
 if now == 0 then

@@ -57,6 +57,10 @@ func (b *Bucket) Clients(f func(*Client)) {
 // reports whether it changes the division (clients, a demand moved, or
 // what the other replicas' Envoys hold).
 func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
+	if len(b.remote) == 0 && b.remoteHeld == 0 && onlySelf(self, all) {
+		b.replicas, b.remoteAt = 0, now // the common case: no other replica
+		return false
+	}
 	old := make(map[[2]string]float64, len(b.remote))
 	for _, d := range b.remote {
 		old[[2]string{d.Replica, d.Client}] = d.Rate
@@ -82,6 +86,16 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	}
 	b.replicas, b.remoteAt = len(seen), now
 	return changed || len(old) != len(b.remote)
+}
+
+// onlySelf reports whether every demand is self's.
+func onlySelf(self string, all []Demand) bool {
+	for _, d := range all {
+		if d.Replica != self {
+			return false
+		}
+	}
+	return true
 }
 
 // changeTolerance is the relative change of a demand worth a new division.

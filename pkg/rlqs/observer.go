@@ -20,7 +20,8 @@ type Observer interface {
 	Requests(domain string, allowed, denied uint64)
 	// ActionsSent is called when n bucket actions are sent to an Envoy.
 	ActionsSent(domain string, n int)
-	// Pushed is called when another Envoy's report pushes an assignment.
+	// Pushed is called for an assignment sent to an Envoy unasked: a cut,
+	// or a raise that another's report or cut freed.
 	Pushed(domain string)
 	// Abandoned is called when a bucket is abandoned for being idle.
 	Abandoned(domain string)

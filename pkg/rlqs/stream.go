@@ -33,7 +33,7 @@ type stream struct {
 	order      []string
 	wake       chan struct{} // signalled when actions are queued
 	lastReport time.Time     // of the last report handled (Options.Now)
-	swept      time.Time     // when the buckets were last checked for staleness
+	swept      time.Time     // the buckets' last staleness check; the handler's
 }
 
 // pending is an action waiting to be sent; a share's tells its division
