@@ -11,11 +11,9 @@ const (
 	Delete                       // remove the item's client
 	Read                         // return every live demand of the bucket
 	DeleteExpired                // Delete, if its value has expired (not written again)
-	// Reserve writes the item's demand and sets its Assigned, which the
-	// store grants in full if it is no more than before, else only as far
-	// as Cap less every other live client's Assigned allows (never below
-	// before), after adopting (Item.Adopt); the exchange returns the item's
-	// demand as granted, with what it adopted.
+	// Reserve writes the item's demand and Assigned: granted in full if no
+	// more than before, else up to Cap less what every other live client
+	// holds; the answer is the item's demand as granted.
 	Reserve
 )
 
@@ -24,18 +22,13 @@ type Item struct {
 	Key    string // the bucket's store key
 	Demand Demand // the client to write (with its rate) or delete
 	Op     Op
-	// Cap is, for Reserve, the most the bucket's clients may hold together.
-	Cap float64
-	// Adopt is, for Reserve, what the client takes over from values that
-	// can be adopted: those of clients that left, and those not written for
-	// Fresh (their replica no longer serves them), each lowered by what it
-	// gives and marked Left (its Envoy taken to be this client's). A client
-	// of an Envoy that moved from another stream adopts what it reports
-	// having admitted there, which it holds already.
+	Cap    float64 // Reserve: the most the bucket's clients may hold together
+	// Adopt is, for Reserve, what the client takes over from clients that
+	// left or whose value is Fresh old (their replica is gone), lowering
+	// and marking them Left: a moved Envoy's old share.
 	Adopt float64
-	// Fresh, if positive, is for Reserve the age past which a value can
-	// be adopted; for Read, the age past which a value reads as Left (its
-	// demand no longer counts; what it holds does). Ages are at the
-	// exchange's ttl (a value's expiry less ttl is its write).
+	// Fresh is, for Reserve, the age of a value that can be adopted; for
+	// Read, the age past which a value reads as Left. Ages are at the
+	// exchange's ttl.
 	Fresh time.Duration
 }

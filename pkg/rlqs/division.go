@@ -150,14 +150,6 @@ func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 	return true
 }
 
-// neverRead reports whether the other replicas' demand was never read.
-func (dv *division) neverRead() bool {
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	_, at := dv.q.Remote()
-	return at.IsZero()
-}
-
 // setRemote records every client's demand as read at now.
 func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
 	dv.mu.Lock()

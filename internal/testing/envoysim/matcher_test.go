@@ -168,3 +168,31 @@ func TestKeepaliveBlackHole(t *testing.T) {
 		t.Fatalf("no new stream once restored: %+v", env.Stats())
 	}
 }
+
+// TestSwitchRefused: a refused way ends the open stream at once (Envoy
+// sees the reset) and refuses new ones until restored.
+func TestSwitchRefused(t *testing.T) {
+	h := newHarness(t, envoysim.Config{})
+	sw := envoysim.NewSwitch(h.dial)
+	env, err := envoysim.New(envoysim.Config{Domain: "d"}, h.clock, sw.Dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	h.env = env
+	env.Request(idA)
+	h.srv.next(t)
+	sw.Refuse()
+	for env.Connected() {
+		env.Await(5 * time.Second)
+	}
+	h.advance(5 * time.Second)
+	if env.Connected() || env.Stats().DroppedReports != 1 {
+		t.Fatalf("a stream opened through a refused way: %+v", env.Stats())
+	}
+	sw.Restore()
+	h.advance(5 * time.Second)
+	if !env.Connected() || env.Stats().StreamsOpened != 2 {
+		t.Fatalf("no new stream once restored: %+v", env.Stats())
+	}
+}
