@@ -36,9 +36,11 @@ ARGV[3 + 7(i-1) ...] per key i: op, field, rate, held, cap, adopt, fresh
                  (never below the field's own)
          adopt   bit 16: milli-requests per second the field takes over
                  from values that can be adopted (its Envoy's old stream's
-                 may be one, which that Envoy holds until it is answered):
-                 each such value's held is lowered by what it gives, and
-                 its rate set to -2 (its Envoy is taken to be the field's)
+                 may be one, which that Envoy holds until it is answered),
+                 those that left first, then those whose rate is nearest
+                 the field's: each such value's held is lowered by what it
+                 gives, and its rate set to -2 (its Envoy is taken to be
+                 the field's)
          fresh   bit 16, ms: a value that left (rate -2), or that expires
                  within ttl - fresh (written fresh ago or earlier, at this
                  ttl: its replica no longer writes it), can be adopted
@@ -92,7 +94,7 @@ local function write(key, field, rate, held)
 end
 
 -- reserve grants field a held of want, as the header says.
-local function reserve(key, field, want, cap, adopt, fresh)
+local function reserve(key, field, rate, want, cap, adopt, fresh)
   local stale_before = now + ttl - fresh
   local own = live_held(key, field)
   if want <= own and adopt <= 0 then
@@ -103,15 +105,21 @@ local function reserve(key, field, want, cap, adopt, fresh)
   local all = redis.call('HGETALL', key)
   for j = 1, #all, 2 do
     if all[j] ~= field then
-      local expires, held, rate = parse(all[j + 1])
+      local expires, held, v_rate = parse(all[j + 1])
       if expires and expires >= now then
         others = others + held
-        if held > 0 and (rate == '-2' or expires <= stale_before) then
-          adoptable[#adoptable + 1] = {all[j], all[j + 1], held}
+        local r = tonumber(v_rate)
+        if held > 0 and (r == -2 or expires <= stale_before) then
+          local far = 0 -- a value that left is taken first
+          if r ~= -2 then
+            far = 1 + math.abs(r - rate)
+          end
+          adoptable[#adoptable + 1] = {all[j], all[j + 1], held, far}
         end
       end
     end
   end
+  table.sort(adoptable, function(x, y) return x[4] < y[4] end)
   local adopted = 0
   for _, v in ipairs(adoptable) do
     if adopted >= adopt then
@@ -136,8 +144,8 @@ for i = 1, #KEYS do
   local field = ARGV[a + 1]
   local result = 0
   if op >= 16 then
-    local granted, adopted = reserve(key, field, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+    local granted, adopted = reserve(key, field, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
     write(key, field, ARGV[a + 2], granted)
     result = {granted, adopted}
   elseif op % 2 == 1 then

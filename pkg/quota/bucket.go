@@ -85,6 +85,10 @@ type Client struct {
 	// Assigned is the rate the client's Envoy may hold: raised before a
 	// raise is sent, lowered once a cut has been sent.
 	Assigned float64
+	// Hold leaves the client out of the division, keeping what it holds:
+	// an Envoy that moved from another stream, whose old value stands for
+	// it until the client adopts it.
+	Hold bool
 
 	carry uint64 // requests of reports too close to measure yet
 }

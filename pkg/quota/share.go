@@ -146,10 +146,16 @@ const (
 )
 
 // Shares divides the limit among the wants (docs/rlqs.md) and calls f with
-// each local client's share, requests per second.
+// each local client's share, requests per second; clients on Hold are
+// left out.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
 	capacity := b.Capacity(mode)
 	n := b.Count(mode)
+	for _, c := range b.clients {
+		if c.Hold {
+			n--
+		}
+	}
 	if n == 0 {
 		return
 	}
@@ -157,8 +163,10 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 	b.wants = b.wants[:0]
 	b.local = b.local[:0]
 	for _, c := range b.clients {
-		b.local = append(b.local, c)
-		b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+		if !c.Hold {
+			b.local = append(b.local, c)
+			b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+		}
 	}
 	if mode == Global {
 		for _, d := range b.remote {

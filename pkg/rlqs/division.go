@@ -249,9 +249,18 @@ func (dv *division) moved(b *envoyBucket, rate float64, now time.Time) {
 	c.Assigned = rate
 	b.adoptLeft, b.movedAt = rate, now
 	b.adoptLeft -= dv.adoptLocked(rate, now)
+	dv.holdLocked(b, c)
 	// The bucket it holds is no bigger than its share's: a bigger one
 	// could start full.
 	b.maxTokens = dv.q.Limit.BurstOf(rate)
+}
+
+// holdLocked holds b's client out of the division while it has some to
+// adopt: its old value stands for it meanwhile; dv.mu is held.
+func (dv *division) holdLocked(b *envoyBucket, c *quota.Client) {
+	if hold := b.adoptLeft > 0; hold != c.Hold {
+		c.Hold, dv.dirty = hold, true
+	}
 }
 
 // adoptLocked takes up to rate from the rates held by clients gone and

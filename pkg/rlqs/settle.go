@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -56,13 +57,14 @@ func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*divisi
 				s.queueHeld(h, from)
 			}
 		}
-		s.reserve(ctx, parts)
+		adopted := s.reserve(ctx, parts)
+		s.reread(ctx, adopted)
 		var again []*division
 		for _, p := range parts {
 			for _, h := range p.granted {
 				s.queueHeld(h, from)
 			}
-			if p.dv.done() {
+			if p.dv.done() || slices.Contains(adopted, p.dv) {
 				again = append(again, p.dv)
 			}
 		}
@@ -92,14 +94,15 @@ func (s *Service) plan(dv *division, modes map[*division]quota.Mode, useStore bo
 	var raises []raise
 	for _, b := range dv.buckets {
 		c := dv.q.Client(b.client)
-		if b.adoptLeft > 0 && (!store || now.Sub(b.movedAt) > s.valueTTL()) {
-			b.adoptLeft = 0 // its old value has expired, or is not in a store
+		if b.adoptLeft > 0 && (!store || now.Sub(b.movedAt) > cfg.Stale) {
+			b.adoptLeft = 0 // nothing of its old value came to be adopted
+			dv.holdLocked(b, c)
 		}
 		raising := false
 		switch {
-		case b.adoptLeft > 0 && b.target < c.Assigned:
-			// A moved client is not cut while what it held on its old
-			// stream may still count twice (its old value's demand too).
+		case c.Hold:
+			// A moved client keeps what it held on its old stream, whose
+			// value stands for it in the division until adopted.
 		case b.target < c.Assigned && (!b.cutting || b.target < b.cutTo):
 			// A cut never becomes shallower on its way: one already sent
 			// would then be undercounted.
@@ -166,14 +169,15 @@ func (p *settlement) add(dv *division, b *envoyBucket, c *quota.Client, rate, ca
 
 // reserve asks the store for the parts' items, in one exchange, and
 // grants the raises it granted; after an error nothing is granted, and
-// the lowered rates wait for the next settle.
-func (s *Service) reserve(ctx context.Context, parts []*settlement) {
+// the lowered rates wait for the next settle. It returns the divisions
+// where a client adopted: their view of the others is out of date.
+func (s *Service) reserve(ctx context.Context, parts []*settlement) []*division {
 	var items []quota.Item
 	for _, p := range parts {
 		items = append(items, p.items...)
 	}
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.reserve")
 	defer span.End()
@@ -185,18 +189,45 @@ func (s *Service) reserve(ctx context.Context, parts []*settlement) {
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		s.noteStoreFailed(err)
-		return
+		return nil
 	}
 	i := 0
 	var freed []string
+	var adopted []*division
 	for _, p := range parts {
-		p.apply(got[i : i+len(p.items)])
+		if p.apply(got[i : i+len(p.items)]) {
+			adopted = append(adopted, p.dv)
+		}
 		i += len(p.items)
 		if p.publishes() && p.dv.shared() {
 			freed = append(freed, p.dv.key)
 		}
 	}
 	s.notify(freed)
+	return adopted
+}
+
+// reread reads the divisions' buckets again, for their view of the other
+// replicas' clients.
+func (s *Service) reread(ctx context.Context, dvs []*division) {
+	if len(dvs) == 0 {
+		return
+	}
+	items := make([]quota.Item, len(dvs))
+	for i, dv := range dvs {
+		items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StoreTimeout)
+	defer cancel()
+	got, err := s.opts.Store.Exchange(ctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+	if err != nil {
+		s.noteStoreFailed(err)
+		return
+	}
+	now := s.opts.Now()
+	for i, dv := range dvs {
+		dv.setRemote(s.opts.Replica, got[i], now)
+	}
 }
 
 // publishes reports whether the part lowers what the store holds.
@@ -209,11 +240,13 @@ func (p *settlement) publishes() bool {
 	return false
 }
 
-// apply takes the store's answers to the part's items.
-func (p *settlement) apply(got [][]quota.Demand) {
+// apply takes the store's answers to the part's items, and reports
+// whether a client adopted.
+func (p *settlement) apply(got [][]quota.Demand) bool {
 	dv := p.dv
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
+	adopted := false
 	for j, it := range p.items {
 		b := p.of[j]
 		c := dv.q.Client(b.client)
@@ -225,11 +258,14 @@ func (p *settlement) apply(got [][]quota.Demand) {
 			continue
 		}
 		b.adoptLeft = max(0, b.adoptLeft-got[j][0].Adopted)
+		dv.holdLocked(b, c)
+		adopted = adopted || got[j][0].Adopted > 0
 		if g := got[j][0].Assigned; p.kinds[j] == ask && g > c.Assigned && !b.cutting {
 			c.Assigned = g
 			p.granted = append(p.granted, dv.heldLocked(b))
 		}
 	}
+	return adopted
 }
 
 // done ends the division's settle and reports whether to run it again.

@@ -210,8 +210,9 @@ func TestDemandLedger(t *testing.T) {
 }
 
 // TestDemandAdopt: a reserve adopts what it may from values not written
-// for Fresh and from those that left, lowering them and marking them
-// Left; a read with Fresh reads those not written for it as Left.
+// for Fresh and from those that left, those that left first, then the
+// nearest in rate, lowering them and marking them Left; a read with Fresh
+// reads those not written for it as Left.
 func TestDemandAdopt(t *testing.T) {
 	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
 		ctx, key, t0 := t.Context(), bucketKey(prefix, "m"), time.Unix(1_900_000_000, 0)
@@ -224,25 +225,27 @@ func TestDemandAdopt(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		write(0, "dead", 50, 20)
-		write(0, "gone", quota.Left, 25)
+		write(0, "far", 500, 20)
+		write(0, "near", 40, 20)
+		write(0, "gone", quota.Left, 10)
 		write(5*time.Second, "live", 40, 40)
 		res := item(key, "r", "moved", 50, quota.Reserve)
-		res.Demand.Assigned, res.Cap, res.Adopt, res.Fresh = 50, 100, 30, 3*time.Second
+		res.Demand.Assigned, res.Cap, res.Adopt, res.Fresh = 50, 100, 25, 3*time.Second
 		read := item(key, "", "", 0, quota.Read)
 		read.Fresh = 3 * time.Second
 		got, err := d.Exchange(ctx, []quota.Item{res, read}, ttl, t0.Add(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 15 free, 30 adopted from "dead" (20) and "gone" (10 of 25).
-		if got[0][0].Assigned != 45 || got[0][0].Adopted != 30 {
-			t.Fatalf("granted %v, want 45, 30 of it adopted", got[0])
+		// 10 free, 25 adopted from "gone" (10) and "near" (15 of 20).
+		if got[0][0].Assigned != 35 || got[0][0].Adopted != 25 {
+			t.Fatalf("granted %v, want 35, 25 of it adopted", got[0])
 		}
-		want := []quota.Demand{{Replica: "r", Client: "dead", Rate: quota.Left, Assigned: 0}, // adopted
-			{Replica: "r", Client: "gone", Rate: quota.Left, Assigned: 15},
+		want := []quota.Demand{{Replica: "r", Client: "far", Rate: quota.Left, Assigned: 20}, // stale: read as Left
+			{Replica: "r", Client: "gone", Rate: quota.Left, Assigned: 0},
 			{Replica: "r", Client: "live", Rate: 40, Assigned: 40},
-			{Replica: "r", Client: "moved", Rate: 50, Assigned: 45}}
+			{Replica: "r", Client: "moved", Rate: 50, Assigned: 35},
+			{Replica: "r", Client: "near", Rate: quota.Left, Assigned: 5}}
 		if !slices.Equal(sorted(got[1]), want) {
 			t.Fatalf("read = %v, want %v", got[1], want)
 		}

@@ -1,7 +1,9 @@
 package demand
 
 import (
+	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -155,7 +157,16 @@ func (b *memBucket) reserve(field string, it *quota.Item, ttl time.Duration, now
 			adoptable = append(adoptable, f)
 		}
 	}
-	slices.Sort(adoptable) // a fixed order, as Redis has for one hash
+	// Those that left first, then by the distance of their rate to the
+	// client's, as demand.lua.
+	far := func(f string) float64 {
+		if r := b.fields[f].d.Rate; r != quota.Left {
+			return 1 + math.Abs(r-it.Demand.Rate)
+		}
+		return 0
+	}
+	slices.Sort(adoptable)
+	slices.SortStableFunc(adoptable, func(x, y string) int { return cmp.Compare(far(x), far(y)) })
 	capacity := float64(heldMilli(it.Cap)) / 1000
 	adopt, adopted := float64(heldMilli(it.Adopt))/1000, 0.0
 	for _, f := range adoptable {
