@@ -137,17 +137,8 @@ func TestServe(t *testing.T) {
 // stream is aborted Timeout later; while the way is cut, ticks cannot
 // open another, and once it is back the next one does.
 func TestKeepaliveBlackHole(t *testing.T) {
-	h := newHarness(t, envoysim.Config{})
-	sw := envoysim.NewSwitch(h.dial)
-	env, err := envoysim.New(envoysim.Config{Domain: "d", Keepalive: envoysim.Keepalive{Interval: 12 * time.Second, Timeout: 3 * time.Second}},
-		h.clock, sw.Dial)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Close)
-	h.env = env
-	env.Request(idA)
-	h.srv.next(t)
+	h, sw := switchedHarness(t, envoysim.Config{Keepalive: envoysim.Keepalive{Interval: 12 * time.Second, Timeout: 3 * time.Second}})
+	env := h.env
 	h.respond(t, assignment(idA, time.Minute, blanket(typev3.RateLimitStrategy_ALLOW_ALL)))
 	sw.BlackHole()
 	h.advance(16 * time.Second) // the ping at 13.8s awaits its answer
@@ -172,16 +163,8 @@ func TestKeepaliveBlackHole(t *testing.T) {
 // TestSwitchRefused: a refused way ends the open stream at once (Envoy
 // sees the reset) and refuses new ones until restored.
 func TestSwitchRefused(t *testing.T) {
-	h := newHarness(t, envoysim.Config{})
-	sw := envoysim.NewSwitch(h.dial)
-	env, err := envoysim.New(envoysim.Config{Domain: "d"}, h.clock, sw.Dial)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Close)
-	h.env = env
-	env.Request(idA)
-	h.srv.next(t)
+	h, sw := switchedHarness(t, envoysim.Config{})
+	env := h.env
 	sw.Refuse()
 	for env.Connected() {
 		env.Await(5 * time.Second)
@@ -195,4 +178,22 @@ func TestSwitchRefused(t *testing.T) {
 	if !env.Connected() || env.Stats().StreamsOpened != 2 {
 		t.Fatalf("no new stream once restored: %+v", env.Stats())
 	}
+}
+
+// switchedHarness is a harness whose Envoy reaches the server through a
+// Switch, its first bucket subscribed.
+func switchedHarness(t *testing.T, cfg envoysim.Config) (*harness, *envoysim.Switch) {
+	t.Helper()
+	h := newHarness(t, envoysim.Config{})
+	sw := envoysim.NewSwitch(h.dial)
+	cfg.Domain = "d"
+	env, err := envoysim.New(cfg, h.clock, sw.Dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	h.env = env
+	env.Request(idA)
+	h.srv.next(t)
+	return h, sw
 }
