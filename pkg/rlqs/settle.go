@@ -87,17 +87,19 @@ func (s *Service) plan(dv *division, modes map[*division]quota.Mode, useStore bo
 	if !ok {
 		mode = dv.mode
 	}
+	store := useStore && mode == quota.Global
+	for _, b := range dv.buckets {
+		if b.adoptLeft > 0 && (!store || now.Sub(b.movedAt) > cfg.Stale) {
+			b.adoptLeft = 0 // nothing of its old value came to be adopted
+			dv.holdLocked(b, dv.q.Client(b.client))
+		}
+	}
 	dv.targetsLocked(mode, cfg)
 	p := &settlement{dv: dv}
 	capacity := dv.capLocked(mode, cfg)
-	store := useStore && mode == quota.Global
 	var raises []raise
 	for _, b := range dv.buckets {
 		c := dv.q.Client(b.client)
-		if b.adoptLeft > 0 && (!store || now.Sub(b.movedAt) > cfg.Stale) {
-			b.adoptLeft = 0 // nothing of its old value came to be adopted
-			dv.holdLocked(b, c)
-		}
 		raising := false
 		switch {
 		case c.Hold:
