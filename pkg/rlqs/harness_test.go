@@ -109,7 +109,8 @@ type cluster struct {
 type clusterOptions struct {
 	replicas int
 	period   time.Duration
-	store    rlqs.DemandStore // nil: a MemoryDemand on the clock
+	store    rlqs.DemandStore                        // nil: a MemoryDemand on the clock
+	wrap     func(rlqs.DemandStore) rlqs.DemandStore // if set, wraps the store
 	opts     func(*rlqs.Options)
 	rules    func() *descriptors.Set // nil: testRules
 	server   []grpc.ServerOption
@@ -127,6 +128,9 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	shared := co.store
 	if shared == nil {
 		shared = demand.NewMemory(c.clock.Now)
+	}
+	if co.wrap != nil {
+		shared = co.wrap(shared)
 	}
 	rules := co.rules
 	if rules == nil {

@@ -143,7 +143,8 @@ type Options struct {
 	OnStoreError StorePolicy
 	// StoreGrace bounds StoreKeep (default: one assignment TTL).
 	StoreGrace time.Duration
-	// StoreTimeout bounds one exchange with the store (default 1s).
+	// StoreTimeout bounds one exchange with the store, of at most 8192
+	// items; a larger one is sent as several (default 1s).
 	StoreTimeout time.Duration
 	// Refresh is when other replicas' demand is read again (default
 	// ReportPeriod).

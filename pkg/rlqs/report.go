@@ -242,10 +242,8 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.exchange")
 	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
 	start := time.Now()
-	got, err := s.opts.Store.Exchange(ctx, items, s.valueTTL(), s.storeNow(r.now))
+	got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
 	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

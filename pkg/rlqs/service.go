@@ -270,14 +270,34 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
-	defer cancel()
-	if _, err := s.opts.Store.Exchange(ctx, items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 		return
 	}
 	s.notify(itemKeys(items))
+}
+
+// exchangeBatch bounds the items of one store exchange: a larger one is
+// sent as several in turn, each within its own StoreTimeout, so that an
+// Envoy with many buckets does not make an exchange time out because it
+// is long (docs/rlqs.md, "Large Envoys").
+const exchangeBatch = 8192
+
+// exchangeItems exchanges items with the store in batches of
+// exchangeBatch; on an error, the batches before it were done.
+func (s *Service) exchangeItems(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	out := make([][]quota.Demand, 0, len(items))
+	for i := 0; i < len(items); i += exchangeBatch {
+		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+		got, err := s.opts.Store.Exchange(bctx, items[i:min(i+exchangeBatch, len(items))], ttl, now)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
 }
 
 // itemKeys are the keys of items, once each.

@@ -169,40 +169,48 @@ func (p *settlement) add(dv *division, b *envoyBucket, c *quota.Client, rate, ca
 	p.kinds = append(p.kinds, k)
 }
 
-// reserve asks the store for the parts' items, in one exchange, and
-// grants the raises it granted; after an error nothing is granted, and
-// the lowered rates wait for the next settle. It returns the divisions
-// where a client adopted: their view of the others is out of date.
+// reserve asks the store for the parts' items, whole parts in a batch of
+// about exchangeBatch items, and grants the raises it granted; after an
+// error nothing more is granted, and the lowered rates wait for the next
+// settle. It returns the divisions where a client adopted: their view of
+// the others is out of date.
 func (s *Service) reserve(ctx context.Context, parts []*settlement) []*division {
-	var items []quota.Item
-	for _, p := range parts {
-		items = append(items, p.items...)
-	}
-	if len(items) == 0 {
-		return nil
-	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.reserve")
 	defer span.End()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StoreTimeout)
-	defer cancel()
-	start := time.Now()
-	got, err := s.opts.Store.Exchange(ctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
-	s.obs.Exchanged(time.Since(start), len(items))
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-		s.noteStoreFailed(err)
-		return nil
-	}
-	i := 0
+	ctx = context.WithoutCancel(ctx)
 	var freed []string
 	var adopted []*division
-	for _, p := range parts {
-		if p.apply(got[i : i+len(p.items)]) {
-			adopted = append(adopted, p.dv)
+	for len(parts) > 0 {
+		var items []quota.Item
+		n := 0
+		for n < len(parts) && (n == 0 || len(items)+len(parts[n].items) <= exchangeBatch) {
+			items = append(items, parts[n].items...)
+			n++
 		}
-		i += len(p.items)
-		if p.publishes() && p.dv.shared() {
-			freed = append(freed, p.dv.key)
+		batch := parts[:n]
+		parts = parts[n:]
+		if len(items) == 0 {
+			continue
+		}
+		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+		start := time.Now()
+		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+		cancel()
+		s.obs.Exchanged(time.Since(start), len(items))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			s.noteStoreFailed(err)
+			break
+		}
+		i := 0
+		for _, p := range batch {
+			if p.apply(got[i : i+len(p.items)]) {
+				adopted = append(adopted, p.dv)
+			}
+			i += len(p.items)
+			if p.publishes() && p.dv.shared() {
+				freed = append(freed, p.dv.key)
+			}
 		}
 	}
 	s.notify(freed)
@@ -219,9 +227,7 @@ func (s *Service) reread(ctx context.Context, dvs []*division) {
 	for i, dv := range dvs {
 		items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StoreTimeout)
-	defer cancel()
-	got, err := s.opts.Store.Exchange(ctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
 		return

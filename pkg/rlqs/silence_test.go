@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -172,7 +174,11 @@ func TestLargeReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var largest atomic.Int64
 	c := newCluster(t, clusterOptions{rules: func() *descriptors.Set { return set },
+		wrap: func(st rlqs.DemandStore) rlqs.DemandStore {
+			return &batched{notifying: st.(notifying), largest: &largest}
+		},
 		server: []grpc.ServerOption{grpc.MaxRecvMsgSize(16 << 20)}})
 	s := openRaw(t, c)
 	n := 100_000
@@ -209,4 +215,25 @@ func TestLargeReport(t *testing.T) {
 			t.Errorf("a response of %d bytes", largest)
 		}
 	}
+	if l := largest.Load(); l > 8192 {
+		t.Errorf("an exchange of %d items", l)
+	}
+}
+
+// batched records the largest exchange it is asked for: the service
+// sends at most 8192 items in one, so that a long one does not time out.
+type batched struct {
+	notifying
+	largest *atomic.Int64
+}
+
+type notifying interface {
+	rlqs.DemandStore
+	rlqs.Notifier
+}
+
+func (b *batched) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	for l := b.largest.Load(); int64(len(items)) > l && !b.largest.CompareAndSwap(l, int64(len(items))); l = b.largest.Load() {
+	}
+	return b.notifying.Exchange(ctx, items, ttl, now)
 }
