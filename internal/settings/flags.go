@@ -154,10 +154,10 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&o.RemainingHeader, "limit-remaining-header", "RateLimit-Remaining", "legacy mode: name of the remaining header")
 	fs.StringVar(&o.ResetHeader, "limit-reset-header", "RateLimit-Reset", "legacy mode: name of the reset header")
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
-		"answer with dynamic_metadata built from the metadata of the descriptors that passed")
+		"answer with dynamic_metadata as envoyproxy/ratelimit's main builds it (every descriptor, the merged metadata of those that passed) and FastLimit's fastlimit.overLimit, the descriptors over their limit")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false,
-		"global quota mode: every descriptor but an unlimited one is a quota descriptor, listed in the dynamic metadata's quotaModeViolations when over its limit; the request is OVER_LIMIT only when all of them are (envoyproxy/ratelimit#1059)")
+		"global quota mode: every descriptor but an unlimited one is a quota descriptor; the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059)")
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",

@@ -3,13 +3,9 @@ package rls
 import (
 	"fmt"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -41,16 +37,16 @@ func (o *HeaderOptions) Validate() error {
 	return fmt.Errorf("%q is not off, ietf or legacy", o.Mode)
 }
 
-// decorate adds headers and dynamic metadata to out, descs one per status;
+// decorate adds headers and dynamic metadata to out, the answer to req;
 // Retry-After only when out's code, after shadow and quota modes, is over.
-func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
+func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, res *limiter.Response) {
 	if o.Mode != HeadersOff {
 		if st := mostRestrictive(res.Statuses); st != nil {
 			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(res, domain, descs)
+		out.DynamicMetadata = dynamicMetadata(req, res)
 	}
 }
 
@@ -177,52 +173,3 @@ func appendSFString(dst []byte, s string) []byte {
 }
 
 func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
-
-// dynamicMetadata is the domain, each descriptor that passed under a rule
-// (entries as "key=value", the rule's metadata), and in
-// quotaModeViolations the indexes of quota descriptors over their limit.
-func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
-	var passed, violations []any
-	for i := range res.Statuses {
-		st := &res.Statuses[i]
-		if st.Quota && st.Code == limiter.OverLimit {
-			violations = append(violations, float64(i))
-		}
-		if st.Limit == nil || st.Code == limiter.OverLimit {
-			continue
-		}
-		d := map[string]any{"entries": entryStrings(descs[i].GetEntries())}
-		if len(st.Limit.Metadata) > 0 {
-			d["metadata"] = st.Limit.Metadata
-		}
-		passed = append(passed, d)
-	}
-	m := map[string]any{"domain": validUTF8(domain), "descriptors": passed}
-	if violations != nil {
-		m["quotaModeViolations"] = violations
-	}
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		// Rule metadata always converts; keep the answer rather than fail.
-		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(validUTF8(domain))}}
-	}
-	return s
-}
-
-// entryStrings are the entries as "key=value", made UTF-8: Struct strings
-// must be, and a request may carry bytes that are not (see Codec).
-func entryStrings(es []entry) []any {
-	out := make([]any, len(es))
-	for i, e := range es {
-		out[i] = validUTF8(e.GetKey() + "=" + e.GetValue())
-	}
-	return out
-}
-
-// validUTF8 replaces what is not UTF-8 in s with U+FFFD.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
