@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -41,7 +42,11 @@ func (o *HeaderOptions) Validate() error {
 // Retry-After only when out's code, after shadow and quota modes, is over.
 func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, res *limiter.Response) {
 	if o.Mode != HeadersOff {
-		if st := mostRestrictive(res.Statuses); st != nil {
+		pick := mostRestrictive
+		if o.Mode == HeadersLegacy {
+			pick = referenceChoice
+		}
+		if st := pick(res.Statuses); st != nil {
 			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 	}
@@ -61,6 +66,25 @@ func mostRestrictive(sts []limiter.Status) *limiter.Status {
 		}
 		if best == nil || restrictier(st, best) {
 			best = st
+		}
+	}
+	return best
+}
+
+// referenceChoice is the status envoyproxy/ratelimit's headers describe:
+// the last one over its limit outside quota mode, else the first with the
+// least remaining.
+func referenceChoice(sts []limiter.Status) *limiter.Status {
+	var best *limiter.Status
+	least := uint32(math.MaxUint32)
+	for i := range sts {
+		st := &sts[i]
+		switch {
+		case st.Limit == nil || st.Limit.Unlimited:
+		case st.Code == limiter.OverLimit && !st.Quota:
+			best, least = st, 0
+		case st.Remaining < least:
+			best, least = st, st.Remaining
 		}
 	}
 	return best

@@ -65,6 +65,17 @@ type Options struct {
 	Env map[string]string
 }
 
+// Settings are the reference's settings Start gives besides addresses,
+// Redis and the rules directory: statsd off, dynamic metadata and the
+// rate-limit headers on, the rules read once from the app directory with
+// dot files skipped. A test gives FastLimit the same.
+func Settings() map[string]string {
+	return map[string]string{
+		"USE_STATSD": "false", "RESPONSE_DYNAMIC_METADATA": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+		"RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+	}
+}
+
 // Server is one running reference.
 type Server struct {
 	GRPC, HTTP, Debug string
@@ -74,10 +85,9 @@ type Server struct {
 	logs              *child.Output
 }
 
-// Start starts the reference (Bin) as its README runs it: rules under
-// RUNTIME_ROOT/ratelimit/config, Redis over TCP, statsd off, every
-// listener on loopback, dynamic metadata and the rate-limit headers on,
-// logs at info. It returns once gRPC serves, which the reference does only
+// Start starts the reference (Bin) as its README runs it, with Settings:
+// rules under RUNTIME_ROOT/ratelimit/config, Redis over TCP, every
+// listener on loopback, logs at info. It returns once gRPC serves, which the reference does only
 // after its first rules load, good or bad (LoadError says which); it stops
 // when t ends, its logs printed if t failed.
 func Start(t testing.TB, o Options) *Server {
@@ -91,11 +101,13 @@ func Start(t testing.TB, o Options) *Server {
 		files.Write(t, filepath.Join(root, "ratelimit", "config", name), body)
 	}
 	port := func() string { return strconv.Itoa(loopback.Port(t)) }
-	env := map[string]string{
-		"USE_STATSD": "false", "LOG_LEVEL": "info", "RESPONSE_DYNAMIC_METADATA": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SINGLE", "REDIS_URL": o.Redis,
-		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+	env := Settings()
+	for k, v := range map[string]string{
+		"LOG_LEVEL": "info", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SINGLE", "REDIS_URL": o.Redis,
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",
 		"HOST": "127.0.0.1", "PORT": port(), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": port(), "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": port(),
+	} {
+		env[k] = v
 	}
 	for k, v := range o.Env {
 		env[k] = v
