@@ -440,7 +440,6 @@ func chartRules(t *testing.T) map[string]string {
 	return values.Rules.Files
 }
 
-
 // TestDynamicMetadataTable decides refserver's dynamic metadata table
 // (what envoyproxy/ratelimit's main sends, read from its code: the pinned
 // reference refuses rules with metadata) with the binary, in the
