@@ -208,14 +208,15 @@ func pinnedQuota(fl *rls.RateLimitResponse, quota []int, shadow bool) *rls.RateL
 	return out
 }
 
-// sameStatus compares two statuses, their durations within a second.
+// sameStatus compares two statuses, their durations within a second and
+// in whole seconds both.
 func sameStatus(a, b *rls.RateLimitResponse_DescriptorStatus) string {
 	if a.GetCode() != b.GetCode() || !proto.Equal(a.GetCurrentLimit(), b.GetCurrentLimit()) ||
 		a.GetLimitRemaining() != b.GetLimitRemaining() {
 		return fmt.Sprintf("FastLimit %v, reference %v", a, b)
 	}
 	da, db := a.GetDurationUntilReset(), b.GetDurationUntilReset()
-	if (da == nil) != (db == nil) || (da.AsDuration()-db.AsDuration()).Abs() > time.Second {
+	if (da == nil) != (db == nil) || (da.AsDuration()-db.AsDuration()).Abs() > time.Second || da.GetNanos() != db.GetNanos() {
 		return fmt.Sprintf("duration_until_reset: FastLimit %v, reference %v", da.AsDuration(), db.AsDuration())
 	}
 	return ""

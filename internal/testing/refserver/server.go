@@ -79,6 +79,7 @@ func Settings() map[string]string {
 // Server is one running reference.
 type Server struct {
 	GRPC, HTTP, Debug string
+	Conn              *grpc.ClientConn // for calls Client cannot make (raw bytes)
 	Client            rlspb.RateLimitServiceClient
 	cmd               *exec.Cmd
 	exited            chan struct{}
@@ -136,7 +137,7 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	s.Client = rlspb.NewRateLimitServiceClient(conn)
+	s.Conn, s.Client = conn, rlspb.NewRateLimitServiceClient(conn)
 	return s
 }
 
