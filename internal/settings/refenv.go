@@ -45,7 +45,8 @@ type refVar struct {
 
 // Reference versions the rows were checked against.
 const (
-	// refPin is the version DEVELOPERS.md pins and e2e compares with.
+	// refPin is the version the test command installs and e2e compares
+	// with (internal/testing/refserver.Version).
 	refPin = "v1.4.1-0.20260122083618-3fb702589d36"
 	// refMain is upstream main after the pin, where a variable appeared
 	// later.
