@@ -1,6 +1,3 @@
-// Package refserver runs envoyproxy/ratelimit, the reference server, for
-// differential tests, and holds what its main branch answers where the
-// pinned binary cannot (MetadataCases).
 package refserver
 
 import (
@@ -8,11 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,33 +24,8 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
-const (
-	// EnvBin names the variable that holds the reference binary's path;
-	// scripts/test.sh installs the binary and sets it.
-	EnvBin = "FASTLIMIT_REFERENCE_BIN"
-	// Version is the pinned reference: go install
-	// github.com/envoyproxy/ratelimit/src/service_cmd@Version.
-	Version = "v1.4.1-0.20260122083618-3fb702589d36"
-	// startTimeout bounds a start: generous, for a loaded machine.
-	startTimeout = 30 * time.Second
-)
-
-// Bin returns the reference binary named by EnvBin. Without it t is
-// skipped, or fails with FASTLIMIT_REQUIRE_REDIS=1 (as CI runs).
-func Bin(t testing.TB) string {
-	t.Helper()
-	path := os.Getenv(EnvBin)
-	if path == "" {
-		if os.Getenv(redistest.EnvRequire) == "1" {
-			t.Fatalf("%s is not set and %s=1: run scripts/test.sh, which installs envoyproxy/ratelimit %s", EnvBin, redistest.EnvRequire, Version)
-		}
-		t.Skipf("%s is not set: scripts/test.sh installs envoyproxy/ratelimit %s", EnvBin, Version)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s: %v", EnvBin, err)
-	}
-	return path
-}
+// startTimeout bounds a start: generous, for a loaded machine.
+const startTimeout = 30 * time.Second
 
 // Options say how to start the reference.
 type Options struct {
@@ -193,7 +165,7 @@ func (s *Server) Logs() string { return s.logs.String() }
 
 // stop ends the reference with SIGTERM, then SIGKILL after 10 s.
 func (s *Server) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):
