@@ -25,6 +25,8 @@ type HeaderOptions struct {
 	LimitHeader     string // legacy names, as the reference server's settings
 	RemainingHeader string
 	ResetHeader     string
+	// DynamicMetadata answers with dynamic_metadata in envoyproxy/ratelimit
+	// main's shape, and fastlimit.overLimit (docs/envoy.md#dynamic-metadata).
 	DynamicMetadata bool
 	ShadowMode      bool // global: overall OK whatever the statuses say
 }
