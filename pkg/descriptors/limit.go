@@ -14,6 +14,10 @@ const Milli = 1000
 // and Redis' Lua numbers hold every integer below it exactly.
 const MaxExact = 1 << 53
 
+// MaxAmount (2^50) bounds a limit's Capacity and Burst, in milli-requests,
+// so that any cost the stores take (up to 2^52) added stays below MaxExact.
+const MaxAmount = 1 << 50
+
 // Algorithm selects how a limit is enforced.
 type Algorithm uint8
 
@@ -77,6 +81,15 @@ type Limit struct {
 	Path string
 	// Levels are the rule's path, one per entry it matches; nil for an override.
 	Levels []Level
+	// Group is every limit of a rule with several (rate_limits), in file
+	// order, this one at Group[Index]; nil for a rule's only limit. A
+	// request passes such a rule only if each of them allows it, and is
+	// charged to none of them if one does not.
+	Group []*Limit
+	Index int
+
+	label         string // Label, for one of a Group
+	groupReplaces bool   // a limit of the Group replaces others
 
 	// shared[i] stands for the request's value at depth i in keys
 	// (share_threshold), or "" for the request's own value.
@@ -174,6 +187,9 @@ func (l *Limit) Validate() error {
 			return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
 				l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
 		}
+	}
+	if l.Burst > MaxAmount {
+		return fmt.Errorf("burst %s is larger than %s", milli(l.Burst), milli(MaxAmount))
 	}
 	return nil
 }
