@@ -197,6 +197,16 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 	if err := m.room(ops); err != nil {
 		return fmt.Errorf("memory take: %w", err)
 	}
+	if hasJoint(ops) {
+		m.takeJoints(ops, results)
+		return nil
+	}
+	m.take(ops, results)
+	return nil
+}
+
+// take decides ops one by one, joints aside.
+func (m *Memory) take(ops []limiter.Op, results []limiter.Result) {
 	var clock int64 // the store's time, for ops that carry their own
 	for i := range ops {
 		op := &ops[i]
@@ -222,7 +232,6 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 		}
 		s.mu.Unlock()
 	}
-	return nil
 }
 
 // count returns the counter k at now, 0 if it is missing or expired.
