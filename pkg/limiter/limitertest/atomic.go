@@ -28,6 +28,7 @@ func testAllOrNothing(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	t.Run("OneInstant", func(t *testing.T) { testOneInstant(t, atomicStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) { testMatchesTake(t, atomicStore(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testAllOrNothingConcurrent(t, atomicStore(t)) })
+	t.Run("Refunds", func(t *testing.T) { testAtomicRefunds(t, atomicStore(t)) })
 }
 
 // atomicKeys returns n fresh base keys sharing one hash tag, in the scheme
