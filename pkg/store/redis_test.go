@@ -209,6 +209,7 @@ type differential struct {
 	seed         [2]uint64
 	rounds, ops  int
 	atomic       bool
+	gen          func(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op // default randomOps
 }
 
 func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
@@ -226,11 +227,15 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	commits, rejects := 0, 0
 	for round := range tc.rounds {
 		roundPrefix := fmt.Sprintf("%sr%d", tc.prefix, round)
+		gen := tc.gen
+		if gen == nil {
+			gen = randomOps
+		}
 		var calls [][]limiter.Op
 		if tc.atomic {
-			calls = randomCalls(rng, roundPrefix, tc.ops, &now)
+			calls = randomCalls(rng, gen(rng, roundPrefix, tc.ops, &now))
 		} else {
-			calls = [][]limiter.Op{randomOps(rng, roundPrefix, tc.ops, &now)}
+			calls = [][]limiter.Op{gen(rng, roundPrefix, tc.ops, &now)}
 		}
 		mismatches := 0
 		for c, call := range calls {
@@ -265,10 +270,9 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	}
 }
 
-// randomCalls cuts randomOps into all-or-nothing calls of 1 to 5 ops,
-// each at one time and with random vetoes.
-func randomCalls(rng *rand.Rand, prefix string, n int, now *int64) [][]limiter.Op {
-	ops := randomOps(rng, prefix, n, now)
+// randomCalls cuts ops into all-or-nothing calls of 1 to 5 ops, each at
+// one time and with random vetoes.
+func randomCalls(rng *rand.Rand, ops []limiter.Op) [][]limiter.Op {
 	var calls [][]limiter.Op
 	for len(ops) > 0 {
 		k := min(1+rng.IntN(5), len(ops))

@@ -9,7 +9,7 @@ import (
 
 // largeTables are steps at the largest limits the rules accept
 // (requests_per_unit up to 2^32-1, windows up to 1,000 years, a burst up
-// to descriptors.MaxAmount with an exact refill), where a product of two
+// to descriptors.MaxAmount that fills exactly), where a product of two
 // of their numbers passes 2^53 (and int64): the sliding window's share
 // of the previous window and a token bucket's refill and fill times.
 // The results were computed exactly, with big integers.
@@ -19,8 +19,8 @@ func largeTables() []table {
 		year    = 365 * day
 		millenn = 1000 * year // unit: year, unit_multiplier: 1000
 	)
-	largest := limiter.Op{Algorithm: descriptors.TokenBucket, Limit: milli, Window: 7 * second,
-		Burst: descriptors.MaxAmount, RateNum: 1, RateDen: 7}
+	largest := limiter.Op{Algorithm: descriptors.TokenBucket, Limit: milli, Window: 6 * second,
+		Burst: descriptors.MaxAmount, RateNum: 1, RateDen: 6}
 	return []table{{
 		name: "FixedWindowLargestLimit",
 		op:   limiter.Op{Algorithm: descriptors.FixedWindow, Limit: rpuMax, Window: day},
@@ -69,38 +69,38 @@ func largeTables() []table {
 		expiries: map[string]int64{"0": 2*millenn - base, windowSuffix(millenn - base): 3*millenn - base},
 	}, {
 		// The largest burst, 2^50 milli-tokens, at the slowest rate that
-		// keeps (burst + num) * den below 2^53: 1 request per 7 s, 1/7
-		// milli-token a ms. Filling it takes 7 * 2^50 ms.
+		// fills it exactly (descriptors.Limit.Validate): 1 request per 6 s,
+		// 1/6 milli-token a ms. Filling it takes 6 * 2^50 ms.
 		name: "TokenBucketLargestBurst",
 		op:   largest,
 		steps: []step{
-			{0, descriptors.MaxAmount - milli, allow(milli, 7*(descriptors.MaxAmount-milli))},
-			{7, 2 * milli, deny(1001, 6993, 7*(descriptors.MaxAmount-1001))},
-			{7000, 2 * milli, allow(0, 7*descriptors.MaxAmount)},
+			{0, descriptors.MaxAmount - milli, allow(milli, 6*(descriptors.MaxAmount-milli))},
+			{6, 2 * milli, deny(1001, 5994, 6*(descriptors.MaxAmount-1001))},
+			{6000, 2 * milli, allow(0, 6*descriptors.MaxAmount)},
 		},
-		expiryAfter: 7000,
-		expiries:    map[string]int64{"tokens": 7000 + 7*descriptors.MaxAmount},
+		expiryAfter: 6000,
+		expiries:    map[string]int64{"tokens": 6000 + 6*descriptors.MaxAmount},
 	}, {
 		name: "TokenBucketLargestBurstRefund",
 		op:   largest,
 		steps: []step{
-			{0, descriptors.MaxAmount, allow(0, 7*descriptors.MaxAmount)},
+			{0, descriptors.MaxAmount, allow(0, 6*descriptors.MaxAmount)},
 			{1, -descriptors.MaxAmount, allow(descriptors.MaxAmount, 0)}, // full: deleted
 		},
 		expiries: map[string]int64{},
 	}, {
 		// The slowest rate, 1 request per 1,000 years (1/31,536,000,000
-		// milli-token a ms), with the largest burst it computes exactly,
-		// 285.615 requests: (285,615 + 1) * 31,536,000,000 < 2^53.
+		// milli-token a ms), with the largest burst it fills exactly,
+		// 249.914 requests: 249,914 * 31,536,000,000 < 2^53 - 2^50.
 		name: "TokenBucketSlowestRate",
 		op: limiter.Op{Algorithm: descriptors.TokenBucket, Limit: milli, Window: millenn,
-			Burst: 285_615, RateNum: 1, RateDen: 31_536_000_000},
+			Burst: 249_914, RateNum: 1, RateDen: 31_536_000_000},
 		steps: []step{
-			{0, 285_000, allow(615, 285_000*31_536_000_000)},
-			{year, milli, deny(616, 384*31_536_000_000, 284_999*31_536_000_000)}, // a year refills 1 milli-token
-			{year + 1, 0, allow(616, 284_999*31_536_000_000-1)},
+			{0, 249_000, allow(914, 249_000*31_536_000_000)},
+			{year, milli, deny(915, 85*31_536_000_000, 248_999*31_536_000_000)}, // a year refills 1 milli-token
+			{year + 1, 0, allow(915, 248_999*31_536_000_000-1)},
 		},
 		expiryAfter: year,
-		expiries:    map[string]int64{"tokens": 285_000 * 31_536_000_000},
+		expiries:    map[string]int64{"tokens": 249_000 * 31_536_000_000},
 	}}
 }
