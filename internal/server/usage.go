@@ -13,7 +13,8 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// usage is the answer of /v1/usage.
+// usage is the answer of /v1/usage: the descriptor's limit (of a rule
+// with several, the one that decides) and, for such a rule, each in Limits.
 type usage struct {
 	Domain     string       `json:"domain"`
 	Descriptor []usageEntry `json:"descriptor"`
@@ -31,6 +32,22 @@ type usage struct {
 	FullInMs   *int64       `json:"full_in_ms,omitempty"`
 	ShadowMode bool         `json:"shadow_mode,omitempty"`
 	QuotaMode  bool         `json:"quota_mode,omitempty"`
+	Limits     []usageLimit `json:"limits,omitempty"`
+}
+
+// usageLimit is one limit's state in /v1/usage.
+type usageLimit struct {
+	Rule      string   `json:"rule,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	Algorithm string   `json:"algorithm,omitempty"`
+	Unit      string   `json:"unit,omitempty"`
+	Unlimited bool     `json:"unlimited,omitempty"`
+	Limit     *uint32  `json:"limit,omitempty"`
+	Remaining *uint32  `json:"remaining,omitempty"`
+	ResetMs   *int64   `json:"reset_ms,omitempty"`
+	Tokens    *uint32  `json:"tokens,omitempty"`
+	Burst     *float64 `json:"burst,omitempty"`
+	FullInMs  *int64   `json:"full_in_ms,omitempty"`
 }
 
 type usageEntry struct {
@@ -103,8 +120,20 @@ func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usa
 	if lim == nil {
 		return u
 	}
-	u.Matched, u.Rule, u.Name = true, lim.Path, lim.Name
+	l := toUsageLimit(st)
+	u.Matched, u.Rule, u.Name, u.Algorithm, u.Unit, u.Unlimited = true, l.Rule, l.Name, l.Algorithm, l.Unit, l.Unlimited
+	u.Limit, u.Remaining, u.ResetMs, u.Tokens, u.Burst, u.FullInMs = l.Limit, l.Remaining, l.ResetMs, l.Tokens, l.Burst, l.FullInMs
 	u.ShadowMode, u.QuotaMode = lim.ShadowMode, lim.QuotaMode
+	for i := range st.Parts {
+		u.Limits = append(u.Limits, toUsageLimit(&st.Parts[i]))
+	}
+	return u
+}
+
+// toUsageLimit is the state of st's limit; its rule is the limit's Label.
+func toUsageLimit(st *limiter.Status) usageLimit {
+	lim := st.Limit
+	u := usageLimit{Rule: lim.Label(), Name: lim.Name}
 	if lim.Unlimited {
 		u.Unlimited = true
 		return u

@@ -122,22 +122,29 @@ func (m *Metrics) cacheSeries(set *descriptors.Set) {
 		if l.DetailedMetric || l.ValueToMetric {
 			continue
 		}
-		all[i].rule = l.Path
+		all[i].rule = l.Label()
 		series[l] = &all[i]
 	}
 	m.series.Store(&series)
 }
 
-// ruleLabel is the rule label of a status's limit: the limit's path, with
-// the values of req's descriptor i for rules that ask for them, as
-// envoyproxy/ratelimit names their stats. detailed_metric puts every
-// entry of the request in ("domain.key_value.key2_value2");
+// ruleLabel is the rule label of a status's limit: the limit's Label (its
+// path), with the values of req's descriptor i for rules that ask for
+// them, as envoyproxy/ratelimit names their stats. detailed_metric puts
+// every entry of the request in ("domain.key_value.key2_value2");
 // value_to_metric replaces the matched level's configured value (a
-// wildcard, or none) with the request's. Without entries it is the path.
+// wildcard, or none) with the request's; one of several limits of a rule
+// keeps its Label's "#" part after either. Without entries it is the Label.
 func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	if !(lim.DetailedMetric || lim.ValueToMetric) || req == nil || i >= req.Len() || req.Entries(i) == 0 {
-		return lim.Path
+		return lim.Label()
 	}
+	member := lim.Label()[len(lim.Path):] // "#daily" of one of several limits
+	return ruleValues(lim, domain, req, i) + member
+}
+
+// ruleValues is ruleLabel's path with the request's values.
+func ruleValues(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	var b strings.Builder
 	n := req.Entries(i)
 	if lim.DetailedMetric {
