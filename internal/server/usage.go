@@ -19,17 +19,7 @@ type usage struct {
 	Domain     string       `json:"domain"`
 	Descriptor []usageEntry `json:"descriptor"`
 	Matched    bool         `json:"matched"`
-	Rule       string       `json:"rule,omitempty"`
-	Name       string       `json:"name,omitempty"`
-	Algorithm  string       `json:"algorithm,omitempty"`
-	Unit       string       `json:"unit,omitempty"`
-	Unlimited  bool         `json:"unlimited,omitempty"`
-	Limit      *uint32      `json:"limit,omitempty"`
-	Remaining  *uint32      `json:"remaining,omitempty"`
-	ResetMs    *int64       `json:"reset_ms,omitempty"`
-	Tokens     *uint32      `json:"tokens,omitempty"`
-	Burst      *float64     `json:"burst,omitempty"`
-	FullInMs   *int64       `json:"full_in_ms,omitempty"`
+	usageLimit
 	ShadowMode bool         `json:"shadow_mode,omitempty"`
 	QuotaMode  bool         `json:"quota_mode,omitempty"`
 	Limits     []usageLimit `json:"limits,omitempty"`
@@ -120,9 +110,7 @@ func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usa
 	if lim == nil {
 		return u
 	}
-	l := toUsageLimit(st)
-	u.Matched, u.Rule, u.Name, u.Algorithm, u.Unit, u.Unlimited = true, l.Rule, l.Name, l.Algorithm, l.Unit, l.Unlimited
-	u.Limit, u.Remaining, u.ResetMs, u.Tokens, u.Burst, u.FullInMs = l.Limit, l.Remaining, l.ResetMs, l.Tokens, l.Burst, l.FullInMs
+	u.Matched, u.usageLimit = true, toUsageLimit(st)
 	u.ShadowMode, u.QuotaMode = lim.ShadowMode, lim.QuotaMode
 	for i := range st.Parts {
 		u.Limits = append(u.Limits, toUsageLimit(&st.Parts[i]))

@@ -1,12 +1,12 @@
 package limiter_test
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
@@ -14,50 +14,57 @@ import (
 // tests.
 const groupDay = 1_750_032_000_000
 
-func limits(ls ...*descriptors.Limit) []*descriptors.Limit { return ls }
-
-func per(unit descriptors.Unit, rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
-	return &descriptors.Limit{Unit: unit, RequestsPerUnit: rpu, Algorithm: alg}
-}
-
-func named(name string, l *descriptors.Limit) *descriptors.Limit {
-	l.Name = name
-	return l
-}
-
 // groupRules are the rules of domain "plain" and its twin "all" (atomic).
-func groupRules(t testing.TB) *descriptors.Set {
+const groupRules = `
+descriptors:
+  - {key: plan, rate_limits: [{unit: second, requests_per_unit: 10}, {unit: day, requests_per_unit: 1000}]}
+  - key: mixed
+    rate_limits:
+      - {name: burst, unit: second, requests_per_unit: 5, algorithm: token_bucket}
+      - {name: hourly, unit: hour, requests_per_unit: 20, algorithm: sliding_window}
+  - {key: share, rate_limits: [{unit: hour, requests_per_unit: 10}, {unit: day, requests_per_unit: 100, algorithm: sliding_window}]}
+  - key: named
+    rate_limits: [{name: burst, unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 3}]
+  - {key: premium, rate_limit: {unit: day, requests_per_unit: 100, replaces: [{name: daily}]}}
+  - {key: all_named, rate_limit: {unit: day, requests_per_unit: 100, replaces: [{name: daily}, {name: burst}]}}
+  - {key: shadow, shadow_mode: true, rate_limits: [{unit: hour, requests_per_unit: 2}, {unit: day, requests_per_unit: 3}]}
+  - {key: qa, quota_mode: true, rate_limits: [{unit: hour, requests_per_unit: 1}, {unit: day, requests_per_unit: 5}]}
+  - {key: qb, quota_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: single, rate_limit: {unit: hour, requests_per_unit: 5}}
+  - key: stretch
+    rate_limits: [{unit: second, unit_multiplier: 10, requests_per_unit: 3}, {unit: minute, requests_per_unit: 100}]
+`
+
+func groupSet(t testing.TB) *descriptors.Set {
 	t.Helper()
-	fw, sw, tb := descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket
-	rules := []descriptors.Descriptor{
-		{Key: "plan", Limits: limits(per(descriptors.Second, 10, fw), per(descriptors.Day, 1000, fw))},
-		{Key: "mixed", Limits: limits(named("burst", per(descriptors.Second, 5, tb)), named("hourly", per(descriptors.Hour, 20, sw)))},
-		{Key: "share", Limits: limits(per(descriptors.Hour, 10, fw), per(descriptors.Day, 100, sw))},
-		{Key: "named", Limits: limits(named("burst", per(descriptors.Second, 10, fw)), named("daily", per(descriptors.Day, 3, fw)))},
-		{Key: "premium", Limit: &descriptors.Limit{Unit: descriptors.Day, RequestsPerUnit: 100, Replaces: []string{"daily"}}},
-		{Key: "all_named", Limit: &descriptors.Limit{Unit: descriptors.Day, RequestsPerUnit: 100, Replaces: []string{"daily", "burst"}}},
-		{Key: "shadow", ShadowMode: true, Limits: limits(per(descriptors.Hour, 2, fw), per(descriptors.Day, 3, fw))},
-		{Key: "qa", QuotaMode: true, Limits: limits(per(descriptors.Hour, 1, fw), per(descriptors.Day, 5, fw))},
-		{Key: "qb", QuotaMode: true, Limit: per(descriptors.Hour, 1, fw)},
-		{Key: "single", Limit: per(descriptors.Hour, 5, fw)},
-		{Key: "stretch", Limits: limits(&descriptors.Limit{Unit: descriptors.Second, UnitMultiplier: 10, RequestsPerUnit: 3},
-			per(descriptors.Minute, 100, fw))},
+	r, err := rules.Parse(map[string][]byte{
+		"plain.yaml": []byte("domain: plain" + groupRules),
+		"all.yaml":   []byte("domain: all\natomic: true" + groupRules),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return mustSet(t, descriptors.DomainConfig{Name: "plain", Descriptors: rules},
-		descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules})
+	return r.Set
 }
 
 // newGroupLimiter returns a limiter with groupRules on a fresh memory
 // store, and the store's clock (ms after groupDay).
-func newGroupLimiter(t testing.TB) (*limiter.Limiter, *atomic.Int64) {
+func newGroupLimiter(t testing.TB) (*limiter.Limiter, *groupClock) {
 	t.Helper()
-	var clock atomic.Int64
-	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return time.UnixMilli(groupDay + clock.Load()) }})
+	clock := new(groupClock)
+	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return time.UnixMilli(groupDay + clock.ms) }})
 	t.Cleanup(func() { _ = m.Close() })
 	l := limiter.New(m, limiter.Options{})
-	l.SetRules(groupRules(t))
-	return l, &clock
+	l.SetRules(groupSet(t))
+	return l, clock
 }
+
+// groupClock is the store's clock, ms after groupDay; the tests read and
+// set it from one goroutine.
+type groupClock struct{ ms int64 }
+
+func (c *groupClock) Store(ms int64) { c.ms = ms }
+func (c *groupClock) Add(ms int64)   { c.ms += ms }
 
 // parts lists the remaining of each part of st.
 func parts(st limiter.Status) []uint32 {
@@ -271,7 +278,7 @@ func TestGroupUnitMultiplier(t *testing.T) {
 // TestGroupKeys: the limits of a group count on keys of their own, the
 // first on the key a rule's only limit would have; all share its hash tag.
 func TestGroupKeys(t *testing.T) {
-	set := groupRules(t)
+	set := groupSet(t)
 	for _, domain := range []string{"plain", "all"} {
 		l := descriptors.Match(set.Domain(domain), []descriptors.Entry{{Key: "plan", Value: "v"}})
 		entries := []descriptors.Entry{{Key: "plan", Value: "v"}}

@@ -222,16 +222,20 @@ func (m *Memory) take(ops []limiter.Op, results []limiter.Result) {
 		}
 		s := &m.shards[maphash.String(m.seed, op.Key)%memShards]
 		s.mu.Lock()
-		switch op.Algorithm {
-		case descriptors.FixedWindow:
-			results[i] = s.fixedWindow(op, now, at)
-		case descriptors.SlidingWindow:
-			results[i] = s.slidingWindow(op, now, at)
-		case descriptors.TokenBucket:
-			results[i] = s.tokenBucket(op, now)
-		}
+		results[i] = s.decide(op, now, at)
 		s.mu.Unlock()
 	}
+}
+
+// decide decides op on s at now, the store's time being at.
+func (s *memShard) decide(op *limiter.Op, now, at int64) limiter.Result {
+	switch op.Algorithm {
+	case descriptors.FixedWindow:
+		return s.fixedWindow(op, now, at)
+	case descriptors.SlidingWindow:
+		return s.slidingWindow(op, now, at)
+	}
+	return s.tokenBucket(op, now)
 }
 
 // count returns the counter k at now, 0 if it is missing or expired.

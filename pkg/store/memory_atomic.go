@@ -84,14 +84,7 @@ func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at i
 			undo = stage.save(ops[i:j], now)
 		}
 		for k := i; k < j; k++ {
-			switch op := &ops[k]; op.Algorithm {
-			case descriptors.FixedWindow:
-				results[k] = stage.fixedWindow(op, now, at)
-			case descriptors.SlidingWindow:
-				results[k] = stage.slidingWindow(op, now, at)
-			case descriptors.TokenBucket:
-				results[k] = stage.tokenBucket(op, now)
-			}
+			results[k] = stage.decide(&ops[k], now, at)
 		}
 		if j > i+1 && denied(results[i:j]) {
 			stage.restore(undo)

@@ -16,18 +16,9 @@ import (
 // denied is within the second's limit, though neither was charged.
 func TestRuleCountersOfGroups(t *testing.T) {
 	m, _ := newTestMetrics(t)
-	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte(`domain: d
-descriptors:
-  - key: account
-    rate_limits:
-      - {unit: second, requests_per_unit: 10}
-      - {name: daily, unit: day, requests_per_unit: 1000}
-  - key: user
-    value_to_metric: true
-    rate_limits:
-      - {unit: second, requests_per_unit: 10}
-      - {name: daily, unit: day, requests_per_unit: 1000}
-`)})
+	plan := "    rate_limits: [{unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 1000}]\n"
+	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: account\n" + plan +
+		"  - key: user\n    value_to_metric: true\n" + plan)})
 	if err != nil {
 		t.Fatal(err)
 	}

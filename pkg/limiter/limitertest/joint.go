@@ -128,17 +128,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 	const slots, calls = 6, 150
 	windows := []int64{second, minute, hour}
 	costs := []int64{0, 500, 1000, 1000, 1000, 1500, 3000}
-	tmpl := make([]limiter.Op, slots)
-	for i := range tmpl {
-		w := windows[rng.IntN(len(windows))]
-		requests := 1 + rng.Int64N(4)
-		switch alg := descriptors.Algorithm(rng.IntN(3)); alg {
-		case descriptors.TokenBucket:
-			tmpl[i] = tokenOp(requests, w, 1+rng.Int64N(2*requests))
-		default:
-			tmpl[i] = limiter.Op{Algorithm: alg, Limit: requests*milli + 500*rng.Int64N(2), Window: w}
-		}
-	}
+	tmpl := randomTemplates(rng, slots, windows)
 	keys := atomicKeys(t, slots)
 	o := &oracle{t: t, st: st, slots: slots}
 	var stats struct{ written, undone, commits, rejects int }
@@ -214,11 +204,35 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 	}
 
 	_, fresh := o.replay(nil)
+	sameKeys(t, st, keys, fresh, tmpl, now)
+}
+
+// randomTemplates returns n ops of random algorithms, windows and small
+// limits, for random calls.
+func randomTemplates(rng *rand.Rand, n int, windows []int64) []limiter.Op {
+	tmpl := make([]limiter.Op, n)
+	for i := range tmpl {
+		w := windows[rng.IntN(len(windows))]
+		requests := 1 + rng.Int64N(4)
+		switch alg := descriptors.Algorithm(rng.IntN(3)); alg {
+		case descriptors.TokenBucket:
+			tmpl[i] = tokenOp(requests, w, 1+rng.Int64N(2*requests))
+		default:
+			tmpl[i] = limiter.Op{Algorithm: alg, Limit: requests*milli + 500*rng.Int64N(2), Window: w}
+		}
+	}
+	return tmpl
+}
+
+// sameKeys checks, if st is an Inspector, that the keys of each slot (of
+// template tmpl[s]) live after now as long as the oracle's fresh ones.
+func sameKeys(t *testing.T, st limiter.Store, keys, fresh []string, tmpl []limiter.Op, now int64) {
+	t.Helper()
 	in, ok := st.(Inspector)
 	if !ok {
 		return
 	}
-	for s := range slots {
+	for s := range keys {
 		got, err := in.Expiries(context.Background(), keys[s], now)
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +242,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 			t.Fatal(err)
 		}
 		if g, w := trimKeys(got, keys[s]), trimKeys(want, fresh[s]); fmt.Sprint(g) != fmt.Sprint(w) {
-			t.Errorf("slot %d (%s): left %v, Take %v", s, tmpl[s].Algorithm, g, w)
+			t.Errorf("slot %d (%s): left %v, Take's %v", s, tmpl[s].Algorithm, g, w)
 		}
 	}
 }
