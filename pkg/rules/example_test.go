@@ -58,7 +58,7 @@ func ExampleParse_errors() {
 		fmt.Println(e)
 	}
 	// Output:
-	// api.yaml:3: invalid rate limit unit 'fortnight'
+	// api.yaml:3: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)
 	// api.yaml:4: unknown key 'rate_limt'
 	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1)
 }
