@@ -82,5 +82,5 @@ func ExampleFromXDS() {
 	fmt.Println(l)
 	// Output:
 	// [api-rules]
-	// api.api_key: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
+	// api.api_key: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 }
