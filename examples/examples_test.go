@@ -841,3 +841,55 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestGitignoreCoversBuilds: what the docs tell you to build is ignored:
+// `go build ./DIR` of each main package (a binary named after the folder,
+// in the root), every `go build -o PATH` of the README, docs/, Makefile
+// and BENCHMARKS.md inside the repository, and GOBIN=$PWD/... installs.
+func TestGitignoreCoversBuilds(t *testing.T) {
+	ignored := map[string]bool{}
+	for _, l := range strings.Split(string(files.Read(t, "../.gitignore")), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			ignored[strings.TrimSuffix(l, "/")] = true
+		}
+	}
+	mainPackage := regexp.MustCompile(`(?m)^package main$`)
+	var mains []string
+	covered := func(path string) bool {
+		first, _, _ := strings.Cut(strings.TrimPrefix(filepath.ToSlash(path), "./"), "/")
+		return ignored["/"+first]
+	}
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if n := d.Name(); p != ".." && (strings.HasPrefix(n, ".") || n == "testdata") {
+			return filepath.SkipDir
+		}
+		gos, _ := filepath.Glob(filepath.Join(p, "*.go"))
+		for _, g := range gos {
+			if !strings.HasSuffix(g, "_test.go") && mainPackage.Match(files.Read(t, g)) {
+				mains = append(mains, filepath.Base(p))
+				if !covered(filepath.Base(p)) {
+					t.Errorf("go build ./%s writes %s, which .gitignore does not cover", strings.TrimPrefix(p, "../"), filepath.Base(p))
+				}
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil || !slices.Contains(mains, "server") {
+		t.Fatalf("main packages %q: %v", mains, err)
+	}
+	docs, _ := filepath.Glob("../docs/*.md")
+	out := regexp.MustCompile(`go build [^\n]*?-o ([^ \n]+)`)
+	gobin := regexp.MustCompile(`GOBIN=\$PWD/([^ \n]+)`)
+	for _, f := range append(docs, "../README.md", "../Makefile", "../BENCHMARKS.md") {
+		text := string(files.Read(t, f))
+		for _, m := range append(out.FindAllStringSubmatch(text, -1), gobin.FindAllStringSubmatch(text, -1)...) {
+			if p := m[1]; !filepath.IsAbs(p) && !covered(p) {
+				t.Errorf("%s builds %s, which .gitignore does not cover", f, p)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package charttest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,8 +13,12 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,13 +41,29 @@ type objects struct {
 	secrets         map[string]*corev1.Secret
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+	serviceAccounts map[string]*corev1.ServiceAccount
+	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
+	jobs            map[string]*batchv1.Job
+	pods            map[string]*corev1.Pod
+	prometheusRules map[string]*monitoringv1.PrometheusRule
 	kinds           []string // "Kind/name" of every object, in order
 }
 
+// testImage is the image the tests name: the chart requires one.
+const testImage = "registry.example.com/fastlimit"
+
 // render renders the chart with vals as `helm template` does (a client-only
-// dry-run install) and returns the manifest.
+// dry-run install) and returns the manifest, hooks included. Without an
+// image in vals, it names testImage.
 func render(t *testing.T, vals map[string]any) (string, error) {
 	t.Helper()
+	if _, ok := vals["image"]; !ok {
+		vals = maps.Clone(vals)
+		if vals == nil {
+			vals = map[string]any{}
+		}
+		vals["image"] = map[string]any{"repository": testImage}
+	}
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -72,6 +93,8 @@ func decode(manifest string) (*objects, error) {
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+		serviceAccounts: map[string]*corev1.ServiceAccount{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		jobs: map[string]*batchv1.Job{}, pods: map[string]*corev1.Pod{}, prometheusRules: map[string]*monitoringv1.PrometheusRule{},
 	}
 	docs := releaseutil.SplitManifests(manifest)
 	keys := make([]string, 0, len(docs))
@@ -105,6 +128,16 @@ func decode(manifest string) (*objects, error) {
 			err = decodeInto(doc, o.pdbs, tm.Metadata.Name)
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			err = decodeInto(doc, o.serviceMonitors, tm.Metadata.Name)
+		case "v1 ServiceAccount":
+			err = decodeInto(doc, o.serviceAccounts, tm.Metadata.Name)
+		case "autoscaling/v2 HorizontalPodAutoscaler":
+			err = decodeInto(doc, o.hpas, tm.Metadata.Name)
+		case "batch/v1 Job":
+			err = decodeInto(doc, o.jobs, tm.Metadata.Name)
+		case "v1 Pod":
+			err = decodeInto(doc, o.pods, tm.Metadata.Name)
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			err = decodeInto(doc, o.prometheusRules, tm.Metadata.Name)
 		default:
 			err = fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
 		}
@@ -140,7 +173,8 @@ func mustRender(t *testing.T, vals map[string]any) *objects {
 		t.Fatalf("decode: %v\n%s", err, m)
 	}
 	for _, list := range [][]metav1.Object{metas(o.deployments), metas(o.services), metas(o.configMaps),
-		metas(o.secrets), metas(o.pdbs), metas(o.serviceMonitors)} {
+		metas(o.secrets), metas(o.pdbs), metas(o.serviceMonitors), metas(o.serviceAccounts), metas(o.hpas),
+		metas(o.jobs), metas(o.pods), metas(o.prometheusRules)} {
 		for _, obj := range list {
 			if obj.GetNamespace() != namespace {
 				t.Errorf("%s: namespace %q, want %q", obj.GetName(), obj.GetNamespace(), namespace)
@@ -197,6 +231,27 @@ func only[T any](t *testing.T, m map[string]*T, name string) *T {
 		t.Fatalf("no object %q (have %d of its kind)", name, len(m))
 	}
 	return v
+}
+
+// unmarshalFile decodes a YAML or JSON file into v.
+func unmarshalFile(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := yaml.Unmarshal(readFile(t, path), v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// lintChart runs Helm's linter with vals and returns its messages of
+// warnings and errors.
+func lintChart(t *testing.T, vals map[string]any) []string {
+	t.Helper()
+	var out []string
+	for _, m := range lint.All(chartDir, vals, namespace, true).Messages {
+		if m.Severity >= support.WarningSev {
+			out = append(out, m.Error())
+		}
+	}
+	return out
 }
 
 func equalBytes(a, b []byte) bool { return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b)) }
