@@ -114,32 +114,10 @@ func decode(manifest string) (*objects, error) {
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
-		var err error
-		switch tm.APIVersion + " " + tm.Kind {
-		case "apps/v1 Deployment":
-			err = decodeInto(doc, o.deployments, tm.Metadata.Name)
-		case "v1 Service":
-			err = decodeInto(doc, o.services, tm.Metadata.Name)
-		case "v1 ConfigMap":
-			err = decodeInto(doc, o.configMaps, tm.Metadata.Name)
-		case "v1 Secret":
-			err = decodeInto(doc, o.secrets, tm.Metadata.Name)
-		case "policy/v1 PodDisruptionBudget":
-			err = decodeInto(doc, o.pdbs, tm.Metadata.Name)
-		case "monitoring.coreos.com/v1 ServiceMonitor":
-			err = decodeInto(doc, o.serviceMonitors, tm.Metadata.Name)
-		case "v1 ServiceAccount":
-			err = decodeInto(doc, o.serviceAccounts, tm.Metadata.Name)
-		case "autoscaling/v2 HorizontalPodAutoscaler":
-			err = decodeInto(doc, o.hpas, tm.Metadata.Name)
-		case "batch/v1 Job":
-			err = decodeInto(doc, o.jobs, tm.Metadata.Name)
-		case "v1 Pod":
-			err = decodeInto(doc, o.pods, tm.Metadata.Name)
-		case "monitoring.coreos.com/v1 PrometheusRule":
-			err = decodeInto(doc, o.prometheusRules, tm.Metadata.Name)
-		default:
-			err = fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
+		into, ok := o.decoders()[tm.APIVersion+" "+tm.Kind]
+		err := fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
+		if ok {
+			err = into(doc, tm.Metadata.Name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
@@ -147,6 +125,28 @@ func decode(manifest string) (*objects, error) {
 		o.kinds = append(o.kinds, tm.Kind+"/"+tm.Metadata.Name)
 	}
 	return o, nil
+}
+
+// decoders decode a document of each kind the chart makes into o, by
+// "apiVersion kind".
+func (o *objects) decoders() map[string]func(doc, name string) error {
+	return map[string]func(doc, name string) error{
+		"apps/v1 Deployment":            into(o.deployments),
+		"v1 Service":                    into(o.services),
+		"v1 ConfigMap":                  into(o.configMaps),
+		"v1 Secret":                     into(o.secrets),
+		"policy/v1 PodDisruptionBudget": into(o.pdbs),
+		"monitoring.coreos.com/v1 ServiceMonitor": into(o.serviceMonitors),
+		"v1 ServiceAccount":                       into(o.serviceAccounts),
+		"autoscaling/v2 HorizontalPodAutoscaler":  into(o.hpas),
+		"batch/v1 Job":                            into(o.jobs),
+		"v1 Pod":                                  into(o.pods),
+		"monitoring.coreos.com/v1 PrometheusRule": into(o.prometheusRules),
+	}
+}
+
+func into[T any](m map[string]*T) func(doc, name string) error {
+	return func(doc, name string) error { return decodeInto(doc, m, name) }
 }
 
 func decodeInto[T any](doc string, into map[string]*T, name string) error {

@@ -9,13 +9,8 @@ import (
 )
 
 func TestVersionOf(t *testing.T) {
-	vcs := func(kv ...string) []debug.BuildSetting {
-		var s []debug.BuildSetting
-		for i := 0; i+1 < len(kv); i += 2 {
-			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
-		}
-		return s
-	}
+	rev := debug.BuildSetting{Key: "vcs.revision", Value: "abc123"}
+	clean, modified := debug.BuildSetting{Key: "vcs.modified", Value: "false"}, debug.BuildSetting{Key: "vcs.modified", Value: "true"}
 	for _, tc := range []struct {
 		stamped string
 		bi      *debug.BuildInfo
@@ -23,8 +18,8 @@ func TestVersionOf(t *testing.T) {
 	}{
 		{"v1.2.0", &debug.BuildInfo{Main: debug.Module{Version: "v0.9.0"}}, "v1.2.0"},
 		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "v1.3.0"}}, "v1.3.0"},
-		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("vcs.revision", "abc123", "vcs.modified", "false")}, "abc123"},
-		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("vcs.revision", "abc123", "vcs.modified", "true")}, "abc123-dirty"},
+		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{rev, clean}}, "abc123"},
+		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{rev, modified}}, "abc123-dirty"},
 		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
 		{"dev", nil, "dev"},
 	} {

@@ -398,11 +398,8 @@ descriptors:
 	}
 }
 
-// TestRuleCountersNamed: loaded rules with a name count under it, two
-// rules of one name in one series.
-func TestRuleCountersNamed(t *testing.T) {
-	m, _ := newTestMetrics(t)
-	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte(`domain: d
+// namedRules name two rules alike and leave one unnamed.
+const namedRules = `domain: d
 descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 5, name: per_key}
@@ -410,7 +407,13 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 9, name: per_key}
   - key: plain
     rate_limit: {unit: hour, requests_per_unit: 9}
-`)})
+`
+
+// TestRuleCountersNamed: loaded rules with a name count under it, two
+// rules of one name in one series.
+func TestRuleCountersNamed(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte(namedRules)})
 	if err != nil {
 		t.Fatal(err)
 	}
