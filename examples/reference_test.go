@@ -245,11 +245,11 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestChartRules loads the Helm chart's default rules (values.yaml's
-// rules.files) with FastLimit's loader and with envoyproxy/ratelimit.
+// rules.defaultFiles) with FastLimit's loader and with envoyproxy/ratelimit.
 func TestChartRules(t *testing.T) {
 	var values struct {
 		Rules struct {
-			Files map[string]string `yaml:"files"`
+			Files map[string]string `yaml:"defaultFiles"`
 		} `yaml:"rules"`
 	}
 	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil {

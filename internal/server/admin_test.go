@@ -315,10 +315,10 @@ func TestRules(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	want := "# hash " + s.rules.Current().Hash + "\n# 1 files, 1 domains, 4 limits\n# file " + filepath.Join(dir, "adm.yaml") + "\n" +
-		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 burst=5 cost=1 shadow_mode=false quota_mode=false
+		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
 adm.free: unlimited=true shadow_mode=false quota_mode=false
-adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 unit_multiplier=1 burst=7 cost=1 shadow_mode=true quota_mode=false
+adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 unit_multiplier=1 cost=1 shadow_mode=true quota_mode=false
 `
 	if body != want {
 		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)

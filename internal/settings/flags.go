@@ -72,7 +72,7 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
-	fs.Var(checked{&s.LogLevel, parseLogLevel}, "log-level", "log level: trace (as debug), debug, info, warn, error, in any case")
+	fs.Var(checked{&s.LogLevel, parseLogLevel}, "log-level", "log level: trace (as debug), debug, info, warn (or warning), error, panic, fatal, in any case")
 	fs.Var(checked{&s.LogFormat, parseLogFormat}, "log-format", "log format: json, text, or console (text in colour)")
 }
 

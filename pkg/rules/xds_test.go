@@ -286,7 +286,8 @@ func TestFromXDSErrors(t *testing.T) {
 		{"duplicate descriptor nested", []*rlsconf.RateLimitConfig{one("r", "d",
 			&rlsconf.RateLimitDescriptor{Key: "a", Descriptors: []*rlsconf.RateLimitDescriptor{
 				{Key: "b", Value: "1", RateLimit: lim}, {Key: "b", Value: "1", RateLimit: lim}}})},
-			[]string{"resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[1]): duplicate descriptor 'd.a.b_1'"}},
+			[]string{"resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[1]): duplicate descriptor 'd.a.b_1' " +
+				"(first at resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[0]))"}},
 		{"empty replaces", []*rlsconf.RateLimitConfig{one("r", "d",
 			&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1,
 				Replaces: []*rlsconf.RateLimitReplace{{}}}})},

@@ -171,7 +171,7 @@ func (m *Metrics) Decided(domain string, req limiter.View, res *limiter.Response
 			continue
 		}
 		rule := ruleLabel(st.Limit, domain, req, i)
-		if rule != st.Limit.Path {
+		if rule != baseLabel(st.Limit) {
 			rule = m.detailed.label(domain, rule, st.Limit.Path)
 		}
 		m.rule(domain, rule, st)
