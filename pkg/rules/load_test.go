@@ -49,7 +49,7 @@ var errorCases = map[string]string{
 	"missing_requests_per_unit.yaml":        "missing_requests_per_unit.yaml:5: rate_limit has no requests_per_unit, so every request would be over the limit: set requests_per_unit (0 to refuse every request), or unlimited: true",
 	"missing_unit.yaml":                     "missing_unit.yaml:3: missing rate limit unit",
 	"multiple_documents.yaml":               "multiple_documents.yaml:2: a rules file holds one YAML document",
-	"non_string_key.yaml":                   "non_string_key.yaml:1: key 0.25 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key",
+	"non_string_key.yaml":                   "non_string_key.yaml:1: key 1.5 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key",
 	"not_a_mapping.yaml":                    "not_a_mapping.yaml:1: rules file: expected a mapping, got a list",
 	"rate_limit_list.yaml":                  "rate_limit_list.yaml:5: rate_limit: expected a mapping, got a list",
 	"replaces_empty.yaml":                   "replaces_empty.yaml:3: should not have an empty replaces entry",

@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/refserver"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // referenceCases are envoyproxy/ratelimit's config tests
-// (test/config/config_test.go at the pinned version), whose fixtures
-// testdata/reference holds as the reference ships them: the files each
-// test loads together, whether it merges domains, and whether the
-// reference accepts them. FastLimit's messages differ; the verdicts agree.
+// (test/config/config_test.go at the pinned version), read from its module
+// in the Go module cache (refserver.Fixtures): the files each test loads
+// together, whether it merges domains, and whether the reference accepts
+// them. FastLimit's messages differ; the verdicts agree.
 var referenceCases = []struct {
 	name   string
 	files  []string
@@ -45,12 +46,13 @@ var referenceCases = []struct {
 // do and checks that FastLimit accepts and refuses the same ones, each
 // refusal naming a file of the test.
 func TestReferenceFixtures(t *testing.T) {
+	fixtures := refserver.Fixtures(t)
 	for _, c := range referenceCases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for i, f := range c.files {
 				// A file loaded twice is two files of one directory.
-				files.Write(t, filepath.Join(dir, strings.Repeat("again_", i)+f), files.Read(t, "testdata/reference/"+f))
+				files.Write(t, filepath.Join(dir, strings.Repeat("again_", i)+f), files.Read(t, filepath.Join(fixtures, f)))
 			}
 			_, err := rules.LoadWith(dir, rules.Options{MergeDomains: c.merge})
 			switch {
