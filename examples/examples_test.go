@@ -326,8 +326,11 @@ func TestIstioActionsMatchRules(t *testing.T) {
 	}
 	rl := rateLimitConfig(t, []*hcmv3.HttpFilter{&hf, {Name: routerFilter}})
 	checkRateLimitFilter(t, rl)
-	if got := rl.GetEnableXRatelimitHeaders(); got != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
-		t.Errorf("enable_x_ratelimit_headers = %v, want DRAFT_VERSION_03", got)
+	// The rules have token buckets and a unit_multiplier: draft-03 would
+	// state the wrong windows (TestEnvoyHeaderWindows), so FastLimit's IETF
+	// headers answer instead (TestIstioManifests checks RESPONSE_HEADERS).
+	if got := rl.GetEnableXRatelimitHeaders(); got == ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		t.Errorf("enable_x_ratelimit_headers = %v: its windows would be wrong for these rules", got)
 	}
 	if raw, _ := filter.Patch.Value["typed_config"].(map[string]any); raw == nil || raw["failure_mode_deny"] != false {
 		t.Error("EnvoyFilter: failure_mode_deny should be set explicitly to false")
@@ -557,6 +560,17 @@ func TestKubernetesManifests(t *testing.T) {
 		if port := resolvePort(p.probe.HTTPGet.Port, ports); port != 8080 {
 			t.Errorf("container %s: %s port = %v (%d), want the HTTP port 8080", c.Name, p.name, p.probe.HTTPGet.Port, port)
 		}
+	}
+
+	// Headers that state each rule's window: FastLimit's IETF ones.
+	headers := ""
+	for _, e := range c.Env {
+		if e.Name == "RESPONSE_HEADERS" {
+			headers = e.Value
+		}
+	}
+	if headers != rls.HeadersIETF {
+		t.Errorf("container %s: RESPONSE_HEADERS=%q, want %s (the EnvoyFilter sends no draft-03 headers)", c.Name, headers, rls.HeadersIETF)
 	}
 
 	// Liveness must not follow Redis: an outage would restart every pod.

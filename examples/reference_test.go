@@ -145,8 +145,8 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 	if c.Name != "ratelimit" || !reflect.DeepEqual(c.Command, []string{"/bin/ratelimit"}) {
 		t.Errorf("container %s command %q, want ratelimit running /bin/ratelimit", c.Name, c.Command)
 	}
-	if !strings.HasPrefix(c.Image, "ghcr.io/fastlimit/fastlimit:") {
-		t.Errorf("image %s is not FastLimit's", c.Image)
+	if !strings.HasPrefix(c.Image, "registry.example.com/fastlimit:") {
+		t.Errorf("image %s is not the README's FastLimit image (built and pushed by the user)", c.Image)
 	}
 	env := map[string]string{}
 	var order []string
