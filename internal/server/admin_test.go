@@ -269,8 +269,14 @@ func TestAdminIndex(t *testing.T) {
 	want := `/metrics: FastLimit's Prometheus metrics
 /rlconfig: print out the currently loaded configuration for debugging
 /stats: print out stats
+/v1/counters/refund: POST: {domain, descriptors, hits}: give hits back, as is_negative_hits does (authorized, audited)
+/v1/counters/reset: POST: {domain, descriptors} or {domain, rule, values}: clear the descriptor's counters (authorized, audited)
+/v1/explain: POST: a RateLimitRequest as /json takes it, or {domain, bucket}: each descriptor's rule, keys and state, charging nothing
 /v1/quota: how a quota bucket's limit is divided among Envoys (rate limit quota service)
 /v1/rules: the rules in force with FastLimit's fields, their hash and files
+/v1/status: the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS
+/v1/status/rules: the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]
+/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?domain=D[&rule=R][&by=over_limit|hits][&n=N]
 /v1/usage: peek at a descriptor's counter without charging it
 `
 	for _, path := range []string{"/", "/nothing/here"} {

@@ -95,10 +95,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usage {
-	u := usage{Domain: domain, Descriptor: make([]usageEntry, len(entries))}
-	for i, e := range entries {
-		u.Descriptor[i] = usageEntry(e)
-	}
+	u := usage{Domain: domain, Descriptor: toEntries(entries)}
 	lim := st.Limit
 	if lim == nil {
 		return u

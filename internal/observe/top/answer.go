@@ -233,3 +233,31 @@ func mergeRule(rks []*Ranking, n int) Ranking {
 	m.Unlisted = round(m.Unlisted)
 	return m
 }
+
+// Limited returns the rules that have over-limit identifiers, up to n
+// identifiers each, the rules with the largest first count first, at most
+// max rules.
+func (t *Tracker) Limited(n, maxRules int) []Ranking {
+	tk := t.clock.Load()
+	t.mu.Lock()
+	rs := make([]*rule, 0, len(t.byPath))
+	for _, r := range t.byPath {
+		if r.over.Load() != nil {
+			rs = append(rs, r)
+		}
+	}
+	t.mu.Unlock()
+	out := []Ranking{}
+	for _, r := range rs {
+		if rk := t.ranking(r, ByOverLimit, n, tk); len(rk.Entries) > 0 && rk.Entries[0].Count > 0 {
+			out = append(out, rk)
+		}
+	}
+	slices.SortFunc(out, func(a, b Ranking) int {
+		return cmp.Or(cmp.Compare(b.Entries[0].Count, a.Entries[0].Count), cmp.Compare(a.Rule, b.Rule))
+	})
+	if len(out) > maxRules {
+		out = out[:maxRules]
+	}
+	return out
+}

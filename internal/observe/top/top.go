@@ -184,17 +184,25 @@ func (t *Tracker) Loaded(r *rules.Loaded, changed bool) {
 func (t *Tracker) LoadFailed() {}
 
 func newRule(l *descriptors.Limit) *rule {
-	r := &rule{path: l.Path, source: l.Source, levels: l.Levels, shadow: l.ShadowMode, vars: make([]bool, len(l.Levels))}
-	suffix := 0 // the path is the domain, then ".key" or ".key_value" per level
+	r := &rule{domain: DomainOf(l), path: l.Path, source: l.Source, levels: l.Levels, shadow: l.ShadowMode,
+		vars: make([]bool, len(l.Levels))}
 	for j, lv := range l.Levels {
-		suffix += 1 + len(lv.Key)
-		if lv.Value != "" {
-			suffix += 1 + len(lv.Value)
-		}
 		r.vars[j] = lv.Value == "" || descriptors.IsWildcard(lv.Value)
 	}
-	r.domain = l.Path[:max(len(l.Path)-suffix, 0)]
 	return r
+}
+
+// DomainOf returns the domain of a configured limit: its path less its
+// levels, ".key" or ".key_value" each.
+func DomainOf(l *descriptors.Limit) string {
+	n := 0
+	for _, lv := range l.Levels {
+		n += 1 + len(lv.Key)
+		if lv.Value != "" {
+			n += 1 + len(lv.Value)
+		}
+	}
+	return l.Path[:max(len(l.Path)-n, 0)]
 }
 
 // Open calls Sync every second until ctx ends or Close. Opening an open
