@@ -44,8 +44,10 @@ type countersChange struct {
 	After  explained `json:"after"`
 }
 
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request)  { s.writeCounters(w, r, "reset") }
-func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) { s.writeCounters(w, r, "refund") }
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) { s.writeCounters(w, r, "reset") }
+func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
+	s.writeCounters(w, r, "refund")
+}
 
 // writeCounters authorizes, applies and audits a counters write: a
 // reset clears every descriptor's state on the store (limiter.Reset), a

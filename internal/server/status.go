@@ -212,4 +212,3 @@ type countsCache struct {
 	at time.Time
 	m  map[string]ruleCount
 }
-

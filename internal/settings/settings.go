@@ -96,7 +96,7 @@ type Admin struct {
 	// TokenFile holds the bearer tokens of admin writes, and TLSCert,
 	// TLSKey and TLSClientCA serve the admin listener over TLS, a client
 	// certificate verified against TLSClientCA authorizing writes.
-	TokenFile                   string
+	TokenFile                    string
 	TLSCert, TLSKey, TLSClientCA string
 }
 
