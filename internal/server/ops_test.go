@@ -240,7 +240,9 @@ func TestCounters(t *testing.T) {
 	files.Write(t, tokens, "ci:tok\n")
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--admin-token-file", tokens)
 	base := "http://" + s.AdminAddr() + "/v1/counters/"
-	post := func(what, body string) (int, string) { return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok") }
+	post := func(what, body string) (int, string) {
+		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok")
+	}
 	for range 9 {
 		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "plan", "gold", "user", "cy")); err != nil {
 			t.Fatal(err)
