@@ -100,8 +100,11 @@ func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action st
 		what = append(what, entriesString(c.Before.Entries))
 		before, after = append(before, stateString(&c.Before)), append(after, stateString(&c.After))
 	}
-	audit.Info("admin write", zap.String("who", who), zap.String(logDomain, req.Domain), zap.Strings("descriptors", what),
-		zap.Uint64("hits", body.Hits), zap.Strings("before", before), zap.Strings("after", after))
+	fields := []zap.Field{zap.String("who", who), zap.String(logDomain, req.Domain), zap.Strings("descriptors", what)}
+	if action == "refund" {
+		fields = append(fields, zap.Uint64("hits", body.Hits))
+	}
+	audit.Info("admin write", append(fields, zap.Strings("before", before), zap.Strings("after", after))...)
 	writeJSON(w, out)
 }
 
