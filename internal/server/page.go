@@ -44,7 +44,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"reload": func(r *reloadStatus) string {
 		switch {
 		case r == nil:
-			return "no reload yet"
+			return "ok (no reload since the start)"
 		case r.Failing:
 			return "last reload failed at " + r.ErrorAt.Format(time.TimeOnly) + ": " + strings.Join(r.Errors, "; ")
 		case !r.ErrorAt.IsZero():

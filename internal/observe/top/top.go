@@ -265,7 +265,7 @@ func (t *Tracker) Sync() {
 			named[i] = e.String()
 		}
 		t.o.Log.Info("top over-limit identifiers", zap.String("domain", r.domain), zap.String("rule", r.path),
-			zap.Strings("top", named), zap.Duration("window", t.o.Window))
+			zap.Strings("top", named), zap.String("window", t.o.Window.String()))
 	}
 }
 
