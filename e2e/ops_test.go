@@ -277,4 +277,3 @@ func TestOpsWarnLines(t *testing.T) {
 		})
 	}
 }
-
