@@ -7,18 +7,11 @@ import (
 	"io"
 	"net/http"
 	"text/tabwriter"
+
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 )
 
-// countersAnswer is what reset and refund print of a replica's answer.
-type countersAnswer struct {
-	Action      string `json:"action"`
-	Who         string `json:"who"`
-	Domain      string `json:"domain"`
-	Descriptors []struct {
-		Before explained `json:"before"`
-		After  explained `json:"after"`
-	} `json:"descriptors"`
-}
+type countersAnswer = adminapi.CountersAnswer
 
 // valueList is a repeatable string flag.
 type valueList []string
@@ -78,7 +71,7 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 }
 
 // countersBody builds the body of a counters write from the flags.
-func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (map[string]any, error) {
+func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (*adminapi.CountersBody, error) {
 	switch {
 	case domain == "":
 		return nil, fmt.Errorf("%w: --domain is required", errUsage)
@@ -89,21 +82,9 @@ func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, valu
 	case fs.Lookup("hits") != nil && hits == 0:
 		return nil, fmt.Errorf("%w: --hits is required", errUsage)
 	}
-	body := map[string]any{"domain": domain}
-	if rule != "" {
-		body["rule"], body["values"] = rule, append([]string{}, values...)
-	} else {
-		type desc struct {
-			Entries []entry `json:"entries"`
-		}
-		var list []desc
-		for _, d := range ds {
-			list = append(list, desc{Entries: d})
-		}
-		body["descriptors"] = list
-	}
-	if hits > 0 {
-		body["hits"] = hits
+	body := &adminapi.CountersBody{Domain: domain, Rule: rule, Values: values, Hits: hits}
+	for _, d := range ds {
+		body.Descriptors = append(body.Descriptors, adminapi.Descriptor{Entries: d})
 	}
 	return body, nil
 }

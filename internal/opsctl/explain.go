@@ -10,46 +10,16 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 )
 
-// explanation is what explain prints of /v1/explain's answer.
-type explanation struct {
-	Domain      string      `json:"domain"`
-	Code        string      `json:"code"`
-	Store       string      `json:"store"`
-	Descriptors []explained `json:"descriptors"`
-}
-
-type explained struct {
-	Entries   []entry   `json:"entries"`
-	Code      string    `json:"code"`
-	Matched   bool      `json:"matched"`
-	Replaced  bool      `json:"replaced"`
-	Rule      *ruleInfo `json:"rule"`
-	Keys      []string  `json:"keys"`
-	Hits      uint64    `json:"hits"`
-	Quota     bool      `json:"quota"`
-	Shadowed  bool      `json:"shadowed"`
-	Count     *int64    `json:"count"`
-	Remaining *uint32   `json:"remaining"`
-	Tokens    *uint32   `json:"tokens"`
-	ResetMs   *int64    `json:"reset_ms"`
-}
-
-type ruleInfo struct {
-	Path            string   `json:"path"`
-	Source          string   `json:"source"`
-	Name            string   `json:"name"`
-	Unlimited       bool     `json:"unlimited"`
-	Algorithm       string   `json:"algorithm"`
-	Unit            string   `json:"unit"`
-	RequestsPerUnit uint32   `json:"requests_per_unit"`
-	UnitMultiplier  uint32   `json:"unit_multiplier"`
-	Burst           *float64 `json:"burst"`
-	ShadowMode      bool     `json:"shadow_mode"`
-	QuotaMode       bool     `json:"quota_mode"`
-	Replaces        []string `json:"replaces"`
-}
+// The admin API's types of explain.
+type (
+	explanation = adminapi.Explanation
+	explained   = adminapi.Explained
+	ruleInfo    = adminapi.Rule
+)
 
 // replicaAnswer is one replica's raw answer, for --json.
 type replicaAnswer struct {
@@ -156,16 +126,14 @@ func explainBody(domain, file, bucket string, ds descriptorList, hits uint) (any
 	case len(ds) == 0:
 		return nil, fmt.Errorf("%w: give at least one --descriptor", errUsage)
 	}
-	type desc struct {
-		Entries []entry `json:"entries"`
-	}
+	// A RateLimitRequest as protojson reads it.
 	req := struct {
-		Domain      string `json:"domain"`
-		Descriptors []desc `json:"descriptors"`
-		HitsAddend  uint   `json:"hits_addend,omitempty"`
+		Domain      string                `json:"domain"`
+		Descriptors []adminapi.Descriptor `json:"descriptors"`
+		HitsAddend  uint                  `json:"hits_addend,omitempty"`
 	}{Domain: domain, HitsAddend: hits}
 	for _, d := range ds {
-		req.Descriptors = append(req.Descriptors, desc{Entries: d})
+		req.Descriptors = append(req.Descriptors, adminapi.Descriptor{Entries: d})
 	}
 	return req, nil
 }

@@ -18,6 +18,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 )
 
 // Exit codes of the commands.
@@ -237,10 +239,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // entry is a descriptor entry as the admin API takes it.
-type entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
+type entry = adminapi.Entry
 
 // descriptorList is a repeatable flag of descriptors, each
 // "key=value,key2=value2", keys and values percent-decoded after

@@ -10,22 +10,9 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
-
-// usage is what the command prints of /v1/usage's answer.
-type usage struct {
-	Matched   bool    `json:"matched"`
-	Rule      string  `json:"rule"`
-	Algorithm string  `json:"algorithm"`
-	Unit      string  `json:"unit"`
-	Unlimited bool    `json:"unlimited"`
-	Limit     *uint32 `json:"limit"`
-	Remaining *uint32 `json:"remaining"`
-	Tokens    *uint32 `json:"tokens"`
-	ResetMs   *int64  `json:"reset_ms"`
-	FullInMs  *int64  `json:"full_in_ms"`
-}
 
 // runUsage is "fastlimit usage": a descriptor's state on every replica
 // (one line each: they agree on a shared Redis), or an RLQS bucket's
@@ -55,8 +42,8 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 		return quotaUsage(cl, domain, es, stdout, stderr)
 	}
 	path := "/v1/usage?domain=" + url.QueryEscape(domain) + "&descriptor=" + query(es)
-	us, bases, err := each(cl, func(ctx context.Context, base string) (usage, error) {
-		var u usage
+	us, bases, err := each(cl, func(ctx context.Context, base string) (adminapi.Usage, error) {
+		var u adminapi.Usage
 		return u, cl.do(ctx, base, http.MethodGet, path, nil, &u)
 	})
 	if c.json {

@@ -12,37 +12,18 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// countersBody is the body of POST /v1/counters/reset and /refund: a
-// domain's descriptors, or one rule's path and the values of its key-only
-// and wildcard levels, in order; and for a refund the hits to give back.
-type countersBody struct {
-	Domain      string `json:"domain"`
-	Descriptors []struct {
-		Entries []usageEntry `json:"entries"`
-	} `json:"descriptors"`
-	Rule   string   `json:"rule"`
-	Values []string `json:"values"`
-	Hits   uint64   `json:"hits"`
-}
-
-// countersAnswer is the answer of a counters write.
-type countersAnswer struct {
-	Action      string           `json:"action"`
-	Who         string           `json:"who"`
-	Domain      string           `json:"domain"`
-	Descriptors []countersChange `json:"descriptors"`
-}
-
-// countersChange is one descriptor's state before and after a write.
-type countersChange struct {
-	Before explained `json:"before"`
-	After  explained `json:"after"`
-}
+// The admin API's types of counters writes, by their names here.
+type (
+	countersBody   = adminapi.CountersBody
+	countersAnswer = adminapi.CountersAnswer
+	countersChange = adminapi.CountersChange
+)
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) { s.writeCounters(w, r, "reset") }
 func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {

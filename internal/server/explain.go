@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 )
 
@@ -22,68 +22,13 @@ const maxAdminBody = 4 << 20
 // operators are not Envoy's 20 ms deadline.
 const adminStoreTimeout = 2 * time.Second
 
-// explanation is the answer of POST /v1/explain for a RateLimitRequest.
-type explanation struct {
-	Domain string `json:"domain"`
-	// Code is the overall code the request would get now.
-	Code        string      `json:"code"`
-	Store       string      `json:"store"`
-	Descriptors []explained `json:"descriptors"`
-}
-
-// explained is one descriptor of an explanation.
-type explained struct {
-	Entries  []usageEntry `json:"entries"`
-	Code     string       `json:"code"`
-	Matched  bool         `json:"matched"`
-	Replaced bool         `json:"replaced,omitempty"`
-	Rule     *ruleInfo    `json:"rule,omitempty"`
-	// Keys are the store keys its limit reads, window starts by this
-	// server's clock.
-	Keys     []string `json:"keys,omitempty"`
-	Hits     uint64   `json:"hits"`
-	Refund   bool     `json:"refund,omitempty"`
-	Quota    bool     `json:"quota,omitempty"`
-	Shadowed bool     `json:"shadowed,omitempty"`
-	// Count and Remaining are whole requests of a window, Tokens a
-	// bucket's, before the charge.
-	Count        *int64  `json:"count,omitempty"`
-	Remaining    *uint32 `json:"remaining,omitempty"`
-	Tokens       *uint32 `json:"tokens,omitempty"`
-	ResetMs      *int64  `json:"reset_ms,omitempty"`
-	RetryAfterMs *int64  `json:"retry_after_ms,omitempty"`
-}
-
-// ruleInfo describes a rule (a limit) and where it comes from.
-type ruleInfo struct {
-	Domain string       `json:"domain"`
-	Path   string       `json:"path"`
-	Levels []usageEntry `json:"levels"`
-	// Source is "file:line", the xDS resource and descriptor, or
-	// "request" for a limit override; From says which: file, xds, request.
-	Source          string   `json:"source"`
-	From            string   `json:"from"`
-	Name            string   `json:"name,omitempty"`
-	Unlimited       bool     `json:"unlimited,omitempty"`
-	Algorithm       string   `json:"algorithm,omitempty"`
-	Unit            string   `json:"unit,omitempty"`
-	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
-	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
-	Burst           *float64 `json:"burst,omitempty"`
-	Cost            float64  `json:"cost,omitempty"`
-	ShadowMode      bool     `json:"shadow_mode"`
-	QuotaMode       bool     `json:"quota_mode"`
-	Replaces        []string `json:"replaces,omitempty"`
-}
-
-// bucketExplanation is the answer of POST /v1/explain for an RLQS bucket.
-type bucketExplanation struct {
-	Domain string            `json:"domain"`
-	Bucket map[string]string `json:"bucket"`
-	Rule   *ruleInfo         `json:"rule,omitempty"`
-	// Division is how the bucket's limit is divided among Envoys now.
-	Division rlqs.Usage `json:"division"`
-}
+// The admin API's types of explain, by their names here.
+type (
+	explanation       = adminapi.Explanation
+	explained         = adminapi.Explained
+	ruleInfo          = adminapi.Rule
+	bucketExplanation = adminapi.BucketExplanation
+)
 
 // handleExplain answers POST /v1/explain: for a RateLimitRequest as POST
 // /json takes it, what each descriptor matched and the code the request

@@ -143,7 +143,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("descriptor 0: %+v %+v", d[0], r)
 	}
 	if r := d[1].Rule; d[1].Code != "OK" || r.Source != file+":8" || r.Algorithm != "sliding_window" || r.Name != "gold" ||
-		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (usageEntry{"plan", "gold"}) {
+		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (usageEntry{Key: "plan", Value: "gold"}) {
 		t.Errorf("descriptor 1: %+v %+v", d[1], r)
 	}
 	if r := d[2].Rule; d[2].Code != "OK" || !d[2].Shadowed || !r.ShadowMode || *r.Burst != 3 || d[2].Hits != 5 || d[2].Keys[0] != d[2].Keys[0][:len(d[2].Keys[0])-6]+"tokens" {
