@@ -1,14 +1,12 @@
 package e2e_test
 
 import (
+	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,18 +21,11 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
-const opsRules = `domain: ops
-descriptors:
-  - key: customer
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: route
-    value: /api/*
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}
-  - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
-`
+// opsRules are the operators' tests' rules: a fixed window, a sliding
+// one under a wildcard and a bucket.
+//
+//go:embed testdata/ops.yaml
+var opsRules string
 
 // startOps starts a server on opsRules with its admin listener on a known
 // address, and returns it and that address.
@@ -49,11 +40,10 @@ func startOps(t *testing.T, dir string, extra ...string) (*fastlimit, string) {
 func command(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	out, err := runToExit(nil, args...)
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
+	if err == nil {
 		return 0, out
-	case errors.As(err, &exit):
+	}
+	if exit, ok := err.(interface{ ExitCode() int }); ok { // an *exec.ExitError
 		return exit.ExitCode(), out
 	}
 	t.Fatalf("%v: %v\n%s", args, err, out)
@@ -79,10 +69,9 @@ func TestOpsTopAcrossReplicas(t *testing.T) {
 	// 100,000 customers hit once, 100 descriptors a request, and the hot
 	// one 3,000 times: 5 allowed, 2,995 over its limit. With 3 % of the
 	// hits (over 1/--top-keys) it is sure to rank first by hits too.
-	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
-		wg.Go(func() {
+		go func() {
 			for i := w; i < 1000; i += 8 {
 				req := requestIn("ops")
 				for j := range 100 {
@@ -98,12 +87,13 @@ func TestOpsTopAcrossReplicas(t *testing.T) {
 					return
 				}
 			}
-		})
+			errs <- nil
+		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, by := range []string{"over_limit", "hits"} {
 		code, out := command(t, "top", "--admin", strings.Join(admins, ","), "--domain", "ops", "--by", by, "-n", "5", "--json")

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/fastlimit/fastlimit/internal/testing/child"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
@@ -74,7 +72,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		}
 	}
 	if resp, err := srv.Client.ShouldRateLimit(ctx, requestIn("ops", desc("customer", who))); err != nil ||
-		resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+		resp.GetOverallCode().String() != "OVER_LIMIT" {
 		t.Fatalf("the customer is not limited: %v, %v", resp, err)
 	}
 	url := "http://" + admin + "/"

@@ -36,8 +36,8 @@ type Explanation struct {
 	Domain string `json:"domain"`
 	// Code is the overall code the request would get now.
 	Code        string      `json:"code"`
-	Store       string      `json:"store"`
 	Descriptors []Explained `json:"descriptors"`
+	Store       string      `json:"store"` // memory or redis
 }
 
 // Explained is one descriptor of an Explanation, or its state before or
@@ -48,13 +48,13 @@ type Explained struct {
 	Matched  bool    `json:"matched"`
 	Replaced bool    `json:"replaced,omitempty"`
 	Rule     *Rule   `json:"rule,omitempty"`
+	Hits     uint64  `json:"hits"`
+	Refund   bool    `json:"refund,omitempty"`
+	Quota    bool    `json:"quota,omitempty"`
+	Shadowed bool    `json:"shadowed,omitempty"`
 	// Keys are the store keys its limit reads, window starts by the
 	// server's clock.
-	Keys     []string `json:"keys,omitempty"`
-	Hits     uint64   `json:"hits"`
-	Refund   bool     `json:"refund,omitempty"`
-	Quota    bool     `json:"quota,omitempty"`
-	Shadowed bool     `json:"shadowed,omitempty"`
+	Keys []string `json:"keys,omitempty"`
 	// Count and Remaining are whole requests of a window, Tokens a
 	// bucket's, before the charge.
 	Count        *int64  `json:"count,omitempty"`

@@ -115,13 +115,9 @@ func newClient(c common) (*client, error) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	https := c.ca != "" || c.cert != ""
 	if c.ca != "" {
-		pem, err := os.ReadFile(c.ca)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate", c.ca)
+		var err error
+		if conf.RootCAs, err = caPool(c.ca); err != nil {
+			return nil, err
 		}
 	}
 	if c.cert != "" || c.key != "" {
@@ -160,6 +156,19 @@ func newClient(c common) (*client, error) {
 		}
 	}
 	return cl, nil
+}
+
+// caPool reads --tls-ca's PEM certificates.
+func caPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	pool := x509.NewCertPool()
+	if err == nil && !pool.AppendCertsFromPEM(pem) {
+		err = errors.New("no PEM certificate")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca %s: %w", path, err)
+	}
+	return pool, nil
 }
 
 // statusError is an admin listener's refusal.

@@ -2,6 +2,7 @@ package opsctl_test
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -20,16 +21,10 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
-const rules = `domain: edge
-descriptors:
-  - key: ip
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: plan
-    value: gold
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 5, algorithm: token_bucket}
-`
+// rules are a window per ip and a bucket per gold user.
+//
+//go:embed testdata/edge.yaml
+var rules string
 
 // replica is a server on the embedded store, its admin address and its
 // HTTP address.

@@ -16,30 +16,32 @@ import (
 // runTop is "fastlimit top": every replica's top identifiers, merged
 // (top.Merge): each is asked for all it keeps, the merge keeps -n.
 func runTop(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	var c common
-	var domain, rule, by string
-	var n int
-	fs := newFlags("top", "--domain D [--rule R] [--by over_limit|hits] [-n N] [--admin A,B,...] [--json]", &c, getenv, stderr)
-	fs.StringVar(&domain, "domain", "", "domain whose rules to rank (required)")
-	fs.StringVar(&rule, "rule", "", "only the rule of this path, e.g. edge.remote_address")
-	fs.StringVar(&by, "by", "over_limit", "rank by over_limit hits or by hits")
-	fs.IntVar(&n, "n", 10, "identifiers per rule (0: all kept)")
+	o := struct {
+		common
+		domain, rule, by string
+		n                int
+	}{}
+	fs := newFlags("top", "--domain D [--rule R] [--by over_limit|hits] [-n N] [--admin A,B,...] [--json]", &o.common, getenv, stderr)
+	fs.StringVar(&o.domain, "domain", "", "domain whose rules to rank (required)")
+	fs.StringVar(&o.rule, "rule", "", "only the rule of this path, e.g. edge.remote_address")
+	fs.StringVar(&o.by, "by", "over_limit", "rank by over_limit hits or by hits")
+	fs.IntVar(&o.n, "n", 10, "identifiers per rule (0: all kept)")
 	if err := parse(fs, args); err != nil {
 		return exit(err, stderr)
 	}
-	if domain == "" {
+	if o.domain == "" {
 		return exit(fmt.Errorf("%w: --domain is required", errUsage), stderr)
 	}
-	if _, err := top.ParseBy(by); err != nil {
+	if _, err := top.ParseBy(o.by); err != nil {
 		return exit(fmt.Errorf("%w: --by: %w", errUsage, err), stderr)
 	}
-	cl, err := newClient(c)
+	cl, err := newClient(o.common)
 	if err != nil {
 		return exit(err, stderr)
 	}
-	q := url.Values{"domain": {domain}, "by": {by}, "n": {"0"}}
-	if rule != "" {
-		q.Set("rule", rule)
+	q := url.Values{"domain": {o.domain}, "by": {o.by}, "n": {"0"}}
+	if o.rule != "" {
+		q.Set("rule", o.rule)
 	}
 	answers, _, err := each(cl, func(ctx context.Context, base string) (top.Answer, error) {
 		var a top.Answer
@@ -48,8 +50,8 @@ func runTop(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	if len(answers) == 0 {
 		return exit(err, stderr)
 	}
-	m := top.Merge(answers, n)
-	if c.json {
+	m := top.Merge(answers, o.n)
+	if o.json {
 		_ = printJSON(stdout, m)
 	} else {
 		printTop(stdout, m)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/observe/top"
@@ -25,19 +25,11 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-const opsRules = `domain: ops
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: plan
-    value: gold
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 9, algorithm: sliding_window, name: gold, replaces: [{name: other}]}
-  - key: tokens
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: token_bucket, burst: 3}
-`
+// opsRules are a window, a named sliding window that replaces another,
+// and a shadowed bucket.
+//
+//go:embed testdata/ops.yaml
+var opsRules string
 
 // call sends method to the admin listener's path with body and the
 // headers given as name, value pairs, and returns the status and body.
@@ -54,13 +46,13 @@ func call(t *testing.T, c *http.Client, method, url, body string, headers ...str
 		c = &http.Client{Timeout: 30 * time.Second}
 	}
 	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	return resp.StatusCode, string(b)
 }
@@ -190,7 +182,7 @@ func TestCountersAuthorization(t *testing.T) {
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	files.Write(t, tokens, "# operators\nalice:s3cret-alice\nbob: s3cret-bob\n")
-	core, logs := observer.New(zapcore.InfoLevel)
+	core, logs := observer.New(zap.InfoLevel)
 	s := testServerOn(t, files.Dir(t, rules), zap.New(core), "--admin-token-file", tokens)
 	url := "http://" + s.AdminAddr() + "/v1/counters/reset"
 	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice"}} {
@@ -374,7 +366,7 @@ func TestPage(t *testing.T) {
 // TestStoreFailureWarns: failures of one cause write one warn line a
 // second with their reason, the next naming how many were left out.
 func TestStoreFailureWarns(t *testing.T) {
-	core, logs := observer.New(zapcore.WarnLevel)
+	core, logs := observer.New(zap.WarnLevel)
 	f := newFailureLog(zap.New(core), "error")
 	now := time.Unix(1000, 0)
 	f.now = func() time.Time { return now }
@@ -408,7 +400,7 @@ func TestStoreFailureWarns(t *testing.T) {
 // TestReloadStatus: after a failed reload /v1/rules names the error and
 // when; a good reload after it logs that good rules are back.
 func TestReloadStatus(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
+	core, logs := observer.New(zap.InfoLevel)
 	dir := files.Dir(t, map[string]string{"ops.yaml": opsRules})
 	s := testServerOn(t, dir, zap.New(core))
 	path := filepath.Join(dir, "ops.yaml")

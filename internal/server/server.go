@@ -57,6 +57,7 @@ type Server struct {
 	admin    *admin             // nil without --admin-addr
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 	top      *top.Tracker       // nil with --top-keys 0
+	stopTop  func()             // ends the top tracker's Run
 	failures *failureLog        // logs store failures
 	auth     adminAuth          // authorizes admin writes
 	// adminCerts serves the admin listener's TLS, nil without --admin-tls-cert.

@@ -9,28 +9,31 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
+// peekCases are requests of atomicRules' keys, each descriptor of hits
+// (0: 1).
+var peekCases = map[string]struct {
+	keys []string
+	hits uint64
+}{
+	"fixed":          {[]string{"a"}, 0},
+	"fixed 2 a hit":  {[]string{"a"}, 2},
+	"two":            {[]string{"a", "one"}, 0},
+	"sliding":        {[]string{"sw"}, 0},
+	"bucket":         {[]string{"tb"}, 0},
+	"shadow":         {[]string{"shadow", "a"}, 0},
+	"quota":          {[]string{"q1", "q2"}, 0},
+	"quota and free": {[]string{"q1", "qfree"}, 0},
+	"unlimited":      {[]string{"free", "one"}, 0},
+	"unmatched":      {[]string{"nope"}, 0},
+}
+
 // TestPeek: before every Check of a sequence, Peek foretells its overall
 // code and each descriptor's code, charging nothing: a Peek twice in a row
 // answers the same, on plain and all-or-nothing domains alike.
 func TestPeek(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		keys []string
-		hits uint64 // per descriptor; 0: 1
-	}{
-		{"fixed", []string{"a"}, 0},
-		{"fixed 2 a hit", []string{"a"}, 2},
-		{"two", []string{"a", "one"}, 0},
-		{"sliding", []string{"sw"}, 0},
-		{"bucket", []string{"tb"}, 0},
-		{"shadow", []string{"shadow", "a"}, 0},
-		{"quota", []string{"q1", "q2"}, 0},
-		{"quota and free", []string{"q1", "qfree"}, 0},
-		{"unlimited", []string{"free", "one"}, 0},
-		{"unmatched", []string{"nope"}, 0},
-	} {
+	for name, tc := range peekCases {
 		for _, domain := range []string{"plain", "all"} {
-			t.Run(tc.name+"/"+domain, func(t *testing.T) {
+			t.Run(name+"/"+domain, func(t *testing.T) {
 				l, _ := newAtomicLimiter(t, limiter.Options{})
 				mk := func() *limiter.Request[descriptors.Entry] {
 					r := req(domain, tc.keys...)

@@ -10,30 +10,20 @@ import (
 )
 
 // By says which ranking: by over-limit hits or by hits.
-type By uint8
+type By string
 
 // Rankings.
 const (
-	ByOverLimit By = iota
-	ByHits
+	ByOverLimit By = "over_limit"
+	ByHits      By = "hits"
 )
-
-func (b By) String() string {
-	if b == ByHits {
-		return "hits"
-	}
-	return "over_limit"
-}
 
 // ParseBy parses "over_limit" (the default, for "") or "hits".
 func ParseBy(s string) (By, error) {
-	switch s {
-	case "", "over_limit":
-		return ByOverLimit, nil
-	case "hits":
-		return ByHits, nil
+	if b := By(cmp.Or(s, string(ByOverLimit))); b == ByOverLimit || b == ByHits {
+		return b, nil
 	}
-	return 0, fmt.Errorf("by %q: give over_limit or hits", s)
+	return "", fmt.Errorf("by %q: give over_limit or hits", s)
 }
 
 // Answer is a Top answer, or several replicas' merged by Merge.
@@ -114,7 +104,7 @@ func (t *Tracker) Top(domain, path string, by By, n int) Answer {
 
 // ranking returns up to n of r's identifiers by by, counts decayed to tk.
 func (t *Tracker) ranking(r *rule, by By, n int, tk *tick) Ranking {
-	rk := Ranking{Domain: r.domain, Rule: r.path, Source: r.source, By: by.String(), Shadow: r.shadow, Entries: []Entry{}}
+	rk := Ranking{Domain: r.domain, Rule: r.path, Source: r.source, By: string(by), Shadow: r.shadow, Entries: []Entry{}}
 	s := r.hits.Load()
 	if by == ByOverLimit {
 		s = r.over.Load()

@@ -5,8 +5,8 @@
 package top
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -59,10 +59,8 @@ type Tracker struct {
 	rules atomic.Pointer[map[*descriptors.Limit]*rule]
 	clock atomic.Pointer[tick]
 
-	mu     sync.Mutex       // serialises loads, syncs and Open/Close
+	mu     sync.Mutex       // serialises loads and syncs
 	byPath map[string]*rule // the rules in force, by domain and path
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // tick is the decay's clock, read once a second by Sync: hits at now
@@ -86,12 +84,7 @@ type rule struct {
 
 // New returns a Tracker with no rules; it starts no goroutine.
 func New(o Options) *Tracker {
-	if o.Keys <= 0 {
-		o.Keys = DefaultKeys
-	}
-	if o.Window <= 0 {
-		o.Window = DefaultWindow
-	}
+	o.Keys, o.Window = cmp.Or(max(o.Keys, 0), DefaultKeys), cmp.Or(max(o.Window, 0), DefaultWindow)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -205,43 +198,17 @@ func DomainOf(l *descriptors.Limit) string {
 	return l.Path[:max(len(l.Path)-n, 0)]
 }
 
-// Open calls Sync every second until ctx ends or Close. Opening an open
-// Tracker is an error.
-func (t *Tracker) Open(ctx context.Context) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return errors.New("top tracker is already open")
-	}
-	ctx, t.cancel = context.WithCancel(ctx)
-	t.done = make(chan struct{})
-	go func(done chan<- struct{}) {
-		defer close(done)
-		tk := time.NewTicker(time.Second)
-		defer tk.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-				t.Sync()
-			}
+// Run calls Sync every second until ctx ends.
+func (t *Tracker) Run(ctx context.Context) {
+	tk := time.NewTicker(time.Second)
+	defer tk.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tk.C:
+			t.Sync()
 		}
-	}(t.done)
-	return nil
-}
-
-// Close stops what Open started and waits for it. It is idempotent.
-func (t *Tracker) Close() error {
-	t.mu.Lock()
-	cancel, done := t.cancel, t.done
-	t.cancel, t.done = nil, nil
-	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
 	}
-	return nil
 }
 
 // Sync reads the clock, which weighs the hits decided until the next Sync,

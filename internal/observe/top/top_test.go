@@ -1,12 +1,12 @@
 package top_test
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,22 +19,11 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
-const testRules = `domain: d
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: path
-    value: /api/*
-    descriptors:
-      - key: ip
-        rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: fixed
-    value: one
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 5}
-`
+// testRules are a key-only rule, a nested one under a wildcard, one of a
+// fixed value and a shadowed one.
+//
+//go:embed testdata/rules.yaml
+var testRules string
 
 // view is a request's descriptors as limiter.View shows them.
 type view [][]descriptors.Entry
@@ -46,17 +35,13 @@ func (v view) Entry(i, j int) (string, string) {
 	return v[i][j].Key, v[i][j].Value
 }
 
-// clock is a settable time.
-type clock struct{ ns atomic.Int64 }
+// clock is a settable time; Add must not race with Now.
+type clock struct{ t time.Time }
 
-func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *clock) Now() time.Time      { return c.t }
+func (c *clock) Add(d time.Duration) { c.t = c.t.Add(d) }
 
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 
 // fixture is a Tracker on testRules and the limits to decide with.
 type fixture struct {
