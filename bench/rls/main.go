@@ -115,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.raw, "raw", "", `file for every measurement as JSON; "-" for none (default .tmp/bench/results.json of the repository)`)
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 s runs, 200 ms warmup, 1 round, figures to stdout only, unless those flags are given")
 	fs.BoolVar(&o.install, "install", true, "install redis-server and redis-tools with apt-get when missing")
+	top := fs.Bool("top", true, "FastLimit servers keep the top identifiers (their default); false adds --top-keys 0, to measure what keeping them costs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -138,6 +139,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.serverFlags = strings.Fields(serverFlags)
+	if !*top {
+		o.serverFlags = append(o.serverFlags, "--top-keys", "0")
+	}
 	var err error
 	if o.scenarios, err = parseScenarios(scen); err != nil {
 		return nil, err

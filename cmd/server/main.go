@@ -3,8 +3,9 @@
 // from YAML rules, on Redis or an embedded in-memory store.
 //
 // main only reads the settings, builds the logger and runs the server
-// (package server); "check" validates a rules directory, "version"
-// prints the version.
+// (package server); "check" validates a rules directory, "version" prints
+// the version, and top, explain, reset, refund and usage ask running
+// servers (package opsctl).
 package main
 
 import (
@@ -30,8 +31,10 @@ func main() {
 
 // run is main without the process: it returns the exit code.
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "check" {
-		return runCheck(args[1:], getenv, stdout, stderr)
+	if len(args) > 0 {
+		if cmd, ok := commands()[args[0]]; ok {
+			return cmd(args[1:], getenv, stdout, stderr)
+		}
 	}
 	if len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
 		return runVersion(stdout)

@@ -77,6 +77,8 @@ type Limit struct {
 	Path string
 	// Levels are the rule's path, one per entry it matches; nil for an override.
 	Levels []Level
+	// Source locates the rule, as its Descriptor's Source ("" for an override).
+	Source string
 
 	// shared[i] stands for the request's value at depth i in keys
 	// (share_threshold), or "" for the request's own value.

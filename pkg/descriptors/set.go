@@ -202,6 +202,7 @@ func (s *Set) limit(d *Descriptor, path string, shared []string, levels []Level)
 	l.Metadata = d.Metadata
 	l.Path = path
 	l.Levels = levels
+	l.Source = d.Source
 	for _, p := range shared {
 		if p != "" {
 			l.hasShared = true
