@@ -13,7 +13,7 @@
 //	go run ./bench/callgrind                          # every shape, a markdown table
 //	go run ./bench/callgrind -ops 1 -algs fixed -keys new
 //
-// Needs redis-server, redis-cli, valgrind and callgrind_annotate (Debian:
+// Needs redis-server, redis-cli, valgrind (Debian:
 // redis-server, redis-tools, valgrind).
 package main
 

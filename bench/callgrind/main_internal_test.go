@@ -3,37 +3,52 @@ package main
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 )
 
-// TestInclusive reads the functions' inclusive counts from
-// callgrind_annotate's list, the first line of each (a recursive
-// function's later lines are its cycles).
-func TestInclusive(t *testing.T) {
-	const text = `--------------------------------------------------------------------------------
-Ir                   file:function
---------------------------------------------------------------------------------
-67,250,217 (100.0%)  PROGRAM TOTALS
-35,545,457 (52.86%)  ???:evalShaCommand [/usr/bin/redis-check-rdb]
- 4,141,353 ( 6.16%)  ???:scriptCall [/usr/bin/redis-check-rdb]
- 8,889,053 (13.22%)  ???:0x000000000015b860'2 [/usr/bin/redis-check-rdb]
- 1,000 ( 0.01%)  ???:scriptCall'2 [/usr/bin/redis-check-rdb]
+// TestParseProfile reads the total and the inclusive costs of the calls
+// into each function from a callgrind profile, names given once and then
+// referred to by number, a function's calls to itself left out.
+func TestParseProfile(t *testing.T) {
+	const text = `positions: line
+events: Ir
+summary: 1000
+fn=(1) call
+0 10
+cfn=(2) evalShaCommand
+calls=2 0
+0 600
+fn=(2)
+0 50
+cfn=(3) scriptCall
+calls=3 0
+0 300
+fn=(3)
+cfn=(1)
+calls=3 0
+0 200
+fn=(1)
+cfn=(1)
+calls=1 0
+0 99
+totals: 1000
 `
-	got := inclusive(text)
-	want := map[string]int64{"evalShaCommand": 35545457, "scriptCall": 4141353}
-	if len(got) != len(want) {
-		t.Errorf("inclusive = %v, want %v", got, want)
+	total, incl, err := parseProfile(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"evalShaCommand": 600, "scriptCall": 300, "call": 200}
+	if total != 1000 || len(incl) != len(want) {
+		t.Errorf("total %d, inclusive %v; want 1000, %v", total, incl, want)
 	}
 	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %d, want %d", k, got[k], v)
+		if incl[k] != v {
+			t.Errorf("%s = %d, want %d", k, incl[k], v)
 		}
 	}
-	if n, err := collected("==1== Events    : Ir\n==1== Collected : 45223632\n"); err != nil || n != 45223632 {
-		t.Errorf("collected = %d, %v", n, err)
-	}
-	if _, err := collected("nothing"); err == nil {
-		t.Error("collected found a count in a log without one")
+	if _, _, err := parseProfile(strings.NewReader("events: Ir\n")); err == nil {
+		t.Error("a profile without a total parsed")
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -121,17 +120,18 @@ func profile(ctx context.Context, o *options, stream []byte, keep string) (cost,
 	if err != nil {
 		return cost{}, fmt.Errorf("%w\n%s", err, log.String())
 	}
-	c := cost{command: -1, inner: -1}
-	if c.total, err = collected(log.String()); err != nil {
+	f, err := os.Open(out)
+	if err != nil {
 		return cost{}, err
 	}
-	ann, err := exec.CommandContext(ctx, "callgrind_annotate", "--inclusive=yes", "--threshold=100", out).Output()
+	defer f.Close()
+	total, incl, err := parseProfile(f)
 	if err != nil {
-		return cost{}, fmt.Errorf("callgrind_annotate: %w", err)
+		return cost{}, fmt.Errorf("%s: %w", out, err)
 	}
-	incl := inclusive(string(ann))
-	for _, f := range commandFuncs {
-		if v, ok := incl[f]; ok {
+	c := cost{total: total, command: -1, inner: -1}
+	for _, name := range commandFuncs {
+		if v, ok := incl[name]; ok {
 			c.command = max(c.command, 0) + v
 		}
 	}
@@ -141,37 +141,63 @@ func profile(ctx context.Context, o *options, stream []byte, keep string) (cost,
 	return c, nil
 }
 
-// collected reads the instructions callgrind counted from its log.
-func collected(log string) (int64, error) {
-	m := regexp.MustCompile(`Collected : (\d+)`).FindStringSubmatch(log)
-	if m == nil {
-		return 0, fmt.Errorf("no instruction count in valgrind's output:\n%s", log)
+// parseProfile reads a callgrind profile (one event, Ir; positions by
+// line): its total, and the inclusive cost of each named function, summed
+// over the calls into it from other functions. (callgrind_annotate's
+// inclusive figures count some cycles twice.)
+func parseProfile(r io.Reader) (total int64, incl map[string]int64, err error) {
+	names := map[string]string{} // "(id)" -> name
+	name := func(ref string) string {
+		id, rest, _ := strings.Cut(ref, " ")
+		if rest != "" {
+			names[id] = rest
+			return rest
+		}
+		return names[id]
 	}
-	return strconv.ParseInt(m[1], 10, 64)
-}
-
-// annotateLine is a line of callgrind_annotate's function list:
-// "35,545,457 (52.86%)  ???:evalShaCommand [/usr/bin/redis-server]".
-var annotateLine = regexp.MustCompile(`^\s*([\d,]+) \([^)]*\)\s+\S*?:([A-Za-z_][A-Za-z0-9_]*)(?:'\d+)? `)
-
-// inclusive returns each named function's inclusive instructions from
-// callgrind_annotate --inclusive=yes output (the first line of each).
-func inclusive(text string) map[string]int64 {
-	out := map[string]int64{}
-	sc := bufio.NewScanner(strings.NewReader(text))
+	incl = map[string]int64{}
+	var fn, callee string
+	afterCalls := false
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		m := annotateLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		if _, seen := out[m[2]]; seen {
-			continue
-		}
-		v, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
-		if err == nil {
-			out[m[2]] = v
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "fn="):
+			fn = name(line[3:])
+		case strings.HasPrefix(line, "cfn="):
+			callee = name(line[4:])
+		case strings.HasPrefix(line, "calls="):
+			afterCalls = true
+		case afterCalls:
+			afterCalls = false
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				return 0, nil, fmt.Errorf("%w: call cost %q", errProfile, line)
+			}
+			v, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w: call cost %q", errProfile, line)
+			}
+			if callee != fn {
+				incl[callee] += v
+			}
+		case strings.HasPrefix(line, "totals:"), strings.HasPrefix(line, "summary:"):
+			v, err := strconv.ParseInt(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), 10, 64)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w: %q", errProfile, line)
+			}
+			total = v
 		}
 	}
-	return out
+	if err := sc.Err(); err != nil {
+		return 0, nil, err
+	}
+	if total == 0 {
+		return 0, nil, fmt.Errorf("%w: no total", errProfile)
+	}
+	return total, incl, nil
 }
+
+// errProfile marks a callgrind profile that does not parse.
+var errProfile = errors.New("callgrind profile")
