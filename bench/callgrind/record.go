@@ -33,7 +33,8 @@ const window = 3_600_000
 // costs what base plus measured costs less what base alone does.
 type streams struct {
 	base, measured []byte
-	hour           int64 // when recorded, Unix hours: a replay in another is void
+	funcs          []string // the functions of the row's commands
+	hour           int64    // when recorded, Unix hours: a replay in another is void
 }
 
 // algorithms are the ops of -algs: limits of 4e9 requests an hour that
@@ -94,7 +95,7 @@ func (r *recorder) take(ctx context.Context, alg string, n int, existing bool) (
 	s := store.NewRedis(r.client, nil, store.RedisOptions{})
 	defer s.Close()
 	calls := r.draw(n)
-	st := &streams{hour: time.Now().Unix() / 3600}
+	st := &streams{funcs: scriptFuncs, hour: time.Now().Unix() / 3600}
 	r.hook.start()
 	if err := s.Load(ctx); err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func (r *recorder) plain(existing bool) *streams {
 	sum := sha1.Sum([]byte(plainScript))
 	sha := hex.EncodeToString(sum[:])
 	start := time.Now().UnixMilli() / window * window
-	return r.generate(existing, func(b *bytes.Buffer) {
+	return r.generate(existing, scriptFuncs, func(b *bytes.Buffer) {
 		writeCommand(b, "SCRIPT", "LOAD", plainScript)
 	}, func(b *bytes.Buffer, id int) {
 		writeCommand(b, "EVALSHA", sha, 1, key(id)+strconv.FormatInt(start/1000, 10), 1000, start+window)
@@ -154,7 +155,7 @@ func (r *recorder) plain(existing bool) *streams {
 // layout), as it pipelines them for one request.
 func (r *recorder) reference(existing bool) *streams {
 	start := time.Now().Unix() / (window / 1000) * (window / 1000)
-	return r.generate(existing, func(*bytes.Buffer) {}, func(b *bytes.Buffer, id int) {
+	return r.generate(existing, referenceFuncs, func(*bytes.Buffer) {}, func(b *bytes.Buffer, id int) {
 		k := "bench_user_user-" + strconv.Itoa(id) + "_" + strconv.FormatInt(start, 10)
 		writeCommand(b, "INCRBY", k, 1)
 		writeCommand(b, "EXPIRE", k, window/1000)
@@ -163,8 +164,8 @@ func (r *recorder) reference(existing bool) *streams {
 
 // generate returns the streams of setup, then one decision a call on the
 // keys of take's one-decision rows (twice when existing).
-func (r *recorder) generate(existing bool, setup func(*bytes.Buffer), decide func(b *bytes.Buffer, id int)) *streams {
-	st := &streams{hour: time.Now().Unix() / 3600}
+func (r *recorder) generate(existing bool, funcs []string, setup func(*bytes.Buffer), decide func(b *bytes.Buffer, id int)) *streams {
+	st := &streams{funcs: funcs, hour: time.Now().Unix() / 3600}
 	var b bytes.Buffer
 	setup(&b)
 	calls := r.draw(1)

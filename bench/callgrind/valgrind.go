@@ -27,17 +27,18 @@ type cost struct {
 	command, inner, total int64
 }
 
-// commandFuncs are the redis-server functions that run the rows' commands;
-// scriptFunc runs a script's redis.call.
+// The redis-server functions that run the rows' commands (a script's
+// redis.calls run in them, and in scriptFunc).
 var (
-	commandFuncs = []string{"evalShaCommand", "evalCommand", "incrbyCommand", "expireCommand"}
-	scriptFunc   = "scriptCall"
+	scriptFuncs    = []string{"evalShaCommand", "evalCommand"}
+	referenceFuncs = []string{"incrbyCommand", "expireCommand"}
+	scriptFunc     = "scriptCall"
 )
 
 // count profiles base and base followed by measured, and returns the
 // difference over o.calls calls.
 func count(ctx context.Context, o *options, s *streams, name string) (cost, error) {
-	base, err := profile(ctx, o, s.base, "")
+	base, err := profile(ctx, o, s.base, s.funcs, "")
 	if err != nil {
 		return cost{}, err
 	}
@@ -45,7 +46,7 @@ func count(ctx context.Context, o *options, s *streams, name string) (cost, erro
 	if o.keep != "" {
 		keep = filepath.Join(o.keep, name+".callgrind")
 	}
-	all, err := profile(ctx, o, append(bytes.Clone(s.base), s.measured...), keep)
+	all, err := profile(ctx, o, append(bytes.Clone(s.base), s.measured...), s.funcs, keep)
 	if err != nil {
 		return cost{}, err
 	}
@@ -64,9 +65,9 @@ func count(ctx context.Context, o *options, s *streams, name string) (cost, erro
 }
 
 // profile feeds stream to a redis-server under callgrind and returns its
-// instructions, whole and in the command functions; keep, if set, is where
-// the profile goes.
-func profile(ctx context.Context, o *options, stream []byte, keep string) (cost, error) {
+// instructions, whole and in funcs; keep, if set, is where the profile
+// goes.
+func profile(ctx context.Context, o *options, stream []byte, funcs []string, keep string) (cost, error) {
 	dir, err := os.MkdirTemp("", "callgrind-")
 	if err != nil {
 		return cost{}, err
@@ -130,7 +131,7 @@ func profile(ctx context.Context, o *options, stream []byte, keep string) (cost,
 		return cost{}, fmt.Errorf("%s: %w", out, err)
 	}
 	c := cost{total: total, command: -1, inner: -1}
-	for _, name := range commandFuncs {
+	for _, name := range funcs {
 		if v, ok := incl[name]; ok {
 			c.command = max(c.command, 0) + v
 		}
