@@ -52,31 +52,29 @@ if now == '0' then
   end
 end
 
-if n == 1 then
-  local k = K[1]
-  local v = call('INCRBY', k, cs)
-  if v == cost then
-    call('PEXPIREAT', k, x)
-  elseif v > MAX then
-    v = MAX
-    call('SET', k, '4503599627370496', 'KEEPTTL')
-  end
-  if v >= 1e14 then -- past what Lua writes without an exponent
-    v = string.format('%d', v)
-  end
-  return tag .. ' ' .. s .. ' ' .. us .. ' ' .. v
+-- One op's reply is a string: a table reply costs Redis more than a
+-- string built (docs/design.md, "The scripts").
+local out, v
+if n > 1 then
+  out = {tag, s, us, unpack(K)} -- as long as the reply
 end
-
-local out = {tag, s, us, unpack(K)} -- as long as the reply
 for i = 1, n do
   local k = K[i]
-  local v = call('INCRBY', k, cs)
+  v = call('INCRBY', k, cs)
   if v == cost then
     call('PEXPIREAT', k, x)
   elseif v > MAX then
     v = MAX
     call('SET', k, '4503599627370496', 'KEEPTTL')
   end
-  out[i + 3] = v
+  if out then
+    out[i + 3] = v
+  end
 end
-return out
+if out then
+  return out
+end
+if v >= 1e14 then -- past what Lua writes without an exponent
+  v = string.format('%d', v)
+end
+return tag .. ' ' .. s .. ' ' .. us .. ' ' .. v

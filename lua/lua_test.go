@@ -31,7 +31,7 @@ func TestInclude(t *testing.T) {
 // and fixed.lua saturates where they do.
 func TestMaxString(t *testing.T) {
 	if !strings.Contains(arith, "local MAX = 4503599627370496 ") || !strings.Contains(takeSrc, "local MAXS = '4503599627370496'") ||
-		!strings.Contains(fixedSrc, "local MAX = 4503599627370496 ") || strings.Count(fixedSrc, "'4503599627370496'") != 2 ||
+		!strings.Contains(fixedSrc, "local MAX = 4503599627370496 ") || !strings.Contains(fixedSrc, "'4503599627370496'") ||
 		1<<52 != 4503599627370496 {
 		t.Error("MAX and MAXS disagree, or are no longer 2^52")
 	}

@@ -18,21 +18,28 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "callgrind:", err)
+		os.Exit(2)
+	}
+	if err := measure(o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "callgrind:", err)
+		os.Exit(1)
+	}
 }
 
 // options are the command line's settings.
@@ -47,24 +54,6 @@ type options struct {
 	args   []string
 	server string // redis-server
 	cli    string // redis-cli
-}
-
-func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "callgrind:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := measure(ctx, o, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "callgrind:", err)
-		return 1
-	}
-	return 0
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -127,78 +116,6 @@ func ints(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// row is one line of the table: a shape and what it cost.
-type row struct {
-	what      string
-	decisions int // a call
-	cost      cost
-}
-
-// measure counts every row and prints the table.
-func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
-	rec, err := startRecorder(ctx, o)
-	if err != nil {
-		return err
-	}
-	defer rec.stop()
-	var rows []row
-	add := func(what string, decisions int, s *streams) error {
-		fmt.Fprintf(stderr, "callgrind: %s\n", what)
-		c, err := count(ctx, o, s, strings.NewReplacer(" ", "-", ",", "").Replace(what))
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		rows = append(rows, row{what: what, decisions: decisions, cost: c})
-		return nil
-	}
-	start := time.Now()
-	for _, alg := range o.algs {
-		for _, keys := range o.keys {
-			for _, n := range o.ops {
-				s, err := rec.take(ctx, alg, n, keys == "existing")
-				if err != nil {
-					return err
-				}
-				if err := add(fmt.Sprintf("take, %s, %s a call, %s keys", alg, plural(n, "decision"), keys), n, s); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if o.refs {
-		for _, keys := range o.keys {
-			existing := keys == "existing"
-			if err := add("plain script (TIME, INCRBY, PEXPIREAT when new), "+keys+" keys", 1, rec.plain(existing)); err != nil {
-				return err
-			}
-			if err := add("reference (INCRBY, EXPIRE), "+keys+" keys", 1, rec.reference(existing)); err != nil {
-				return err
-			}
-		}
-	}
-	printTable(stdout, o, rows, time.Since(start))
-	return nil
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
-// printTable writes the rows as markdown.
-func printTable(w io.Writer, o *options, rows []row, took time.Duration) {
-	fmt.Fprintf(w, "`go run ./bench/callgrind%s`: %d calls a row, keys drawn from %d identifiers, windows of an hour, limits that never deny, %s.\n\n",
-		quoteArgs(o.args), o.calls, o.ids, took.Round(time.Second))
-	fmt.Fprintln(w, "| call | command, a call | of which redis.call | server, a call | server, a decision |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
-	for _, r := range rows {
-		c := r.cost
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.what, thousands(c.command), thousands(c.inner), thousands(c.total), thousands(c.total/int64(r.decisions)))
-	}
 }
 
 // quoteArgs joins args, each after a space.
