@@ -110,7 +110,7 @@ func rueidisSend(c rueidis.Client) sendFunc {
 		calls := splitChunks(ops, chunks[:0])
 		cmds := make(rueidis.Commands, len(calls))
 		args := make([]strArgs, len(calls))
-		scripts := make([]script, len(calls))
+		scripts := make([]*script, len(calls))
 		for i := range calls {
 			ch := &calls[i]
 			ch.tag = nextTag()

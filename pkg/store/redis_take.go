@@ -166,7 +166,7 @@ func (r *Redis) sendBySlot(ctx context.Context, c redis.Cmdable, ops []limiter.O
 // sendCalls sends calls of s as one pipeline, then those answered NOSCRIPT
 // again with EVAL, and those a Cluster node did not run through the
 // Cluster client, slot by slot.
-func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
+func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s *script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
 	missing, moved, err := r.sendChunks(ctx, c, s, true, ops, results, calls)
 	if err == nil && len(missing) > 0 { // they did not run
 		r.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
@@ -189,7 +189,7 @@ func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []
 // sendChunks sends calls as one pipeline, by digest or source, and decodes
 // the replies. It returns the calls answered NOSCRIPT, and those (or ops) a
 // Cluster node did not run.
-func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA bool,
+func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s *script, bySHA bool,
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
 	cmds := make([]takeCall, len(calls))
 	var notHere []int
@@ -242,20 +242,20 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 // that answers it.
 type takeCall struct {
 	cmd    redis.Cmder
-	script script
+	script *script
 }
 
 // takeCmd builds the script call of ops, to s (take.lua or its cross-slot
 // variant) or to fixed.lua when it decides them (takeEncoder.plan).
-func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter.Op) takeCall {
+func takeCmd(ctx context.Context, s *script, bySHA bool, tag int64, ops []limiter.Op) takeCall {
 	enc := encoders.Get().(*takeEncoder)
 	defer encoders.Put(enc)
 	args := make(anyArgs, 0, 2+enc.plan(ops, s))
 	s = enc.script
 	if bySHA {
-		args = append(args, "evalsha", s.sha)
+		args = append(args, "evalsha", s.args[0])
 	} else {
-		args = append(args, "eval", s.src)
+		args = append(args, "eval", s.args[1])
 	}
 	enc.write(&args, tag, ops)
 	if s == fixedScript && len(ops) == 1 {

@@ -26,14 +26,16 @@ var ErrReplyMismatch = errors.New("reply does not match its call")
 // script is a Lua script and the digest EVALSHA names it by.
 type script struct {
 	name, src, sha string
+	args           [2]any // "evalsha", sha and "eval", src, boxed once
 }
 
 // spread reports whether s is take.lua's cross-slot variant (keys in ARGV).
-func (s script) spread() bool { return s.sha == takeCrossScript.sha }
+func (s *script) spread() bool { return s == takeCrossScript }
 
-func newScript(name, src string) script {
+func newScript(name, src string) *script {
 	sum := sha1.Sum([]byte(src))
-	return script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+	sha := hex.EncodeToString(sum[:])
+	return &script{name: name, src: src, sha: sha, args: [2]any{sha, src}}
 }
 
 // The scripts the Redis stores run.
@@ -117,13 +119,24 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 // takeEncoder writes take.lua and fixed.lua calls, reusing its buffers; it
 // is not safe for concurrent use.
 type takeEncoder struct {
-	script script   // the call's: plan's choice
+	script *script  // the call's: plan's choice
 	sets   []int    // the first op of each parameter set
 	starts []string // each set's window start S, end E and expiry X (fixed windows)
 	mapb   []byte   // each op's set, 1-based
 	runs   []byte   // ops per group: a run of ops with one key
 	first  []int    // the first op of each group
 	clock  int64    // this process' clock, Unix ms, read once a call
+	// windows keeps the strings of the last windows written, which the
+	// calls that follow share (until their window ends).
+	windows [4]windowStrings
+	next    int // the entry of windows to replace
+}
+
+// windowStrings are a fixed window's start, end and expiry as take.lua and
+// fixed.lua take them.
+type windowStrings struct {
+	window, start int64 // ms
+	s, e, x       string
 }
 
 // bucketTail is take.lua's BUCKET, a token bucket's key suffix.
@@ -139,7 +152,7 @@ const leanRepeats = 10
 // after name and digest. The call goes to e.script: s, or fixed.lua when
 // the ops are fixed-window charges it decides (its keys declared: in
 // cross-slot mode, a call of one op).
-func (e *takeEncoder) plan(ops []limiter.Op, s script) int {
+func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 	e.sets, e.starts, e.mapb, e.runs, e.first = e.sets[:0], e.starts[:0], e.mapb[:0], e.runs[:0], e.first[:0]
 	e.clock = 0
 	n := 4 // numkeys, tag, map, groups
@@ -161,8 +174,8 @@ func (e *takeEncoder) plan(ops []limiter.Op, s script) int {
 				e.starts = append(e.starts, "", "", "")
 				n += 7
 			case descriptors.FixedWindow:
-				start, end := e.window(&ops[i])
-				e.starts = append(e.starts, start, end, end+"000")
+				w := e.window(&ops[i])
+				e.starts = append(e.starts, w.s, w.e, w.x)
 				n += 6
 			default:
 				e.starts = append(e.starts, "", "", "")
@@ -188,9 +201,10 @@ func (e *takeEncoder) lean(ops []limiter.Op, spread bool) bool {
 		len(ops)-len(e.runs) <= leanRepeats && (!spread || len(ops) == 1)
 }
 
-// window returns the start S and end E (Unix seconds) of op's fixed window
-// by its Now, or by this process' clock: take.lua's and fixed.lua's guess.
-func (e *takeEncoder) window(op *limiter.Op) (start, end string) {
+// window returns the strings of op's fixed window by its Now, or by this
+// process' clock (take.lua's and fixed.lua's guess): its start S and end E,
+// Unix seconds, and E in ms.
+func (e *takeEncoder) window(op *limiter.Op) *windowStrings {
 	now := op.Now
 	if now == 0 {
 		if e.clock == 0 {
@@ -198,8 +212,18 @@ func (e *takeEncoder) window(op *limiter.Op) (start, end string) {
 		}
 		now = e.clock
 	}
-	s := (now - now%op.Window) / 1000
-	return strconv.FormatInt(s, 10), strconv.FormatInt(s+op.Window/1000, 10)
+	start := now - now%op.Window
+	for i := range e.windows {
+		if w := &e.windows[i]; w.window == op.Window && w.start == start && w.s != "" {
+			return w
+		}
+	}
+	w := &e.windows[e.next]
+	e.next = (e.next + 1) % len(e.windows)
+	end := start + op.Window
+	*w = windowStrings{window: op.Window, start: start, s: strconv.FormatInt(start/1000, 10),
+		e: strconv.FormatInt(end/1000, 10), x: strconv.FormatInt(end, 10)}
+	return w
 }
 
 // guessClock is the clock of window's guess, Unix ms; tests set it wrong.
@@ -318,7 +342,7 @@ func parseFixedOne(s string, into *[4]int64) ([]int64, error) {
 // decodeReply fills results from the reply v of a call to s. Ops left
 // undecided go to moved (take.lua's cross-slot mode); in a call that
 // declared its keys, they are ErrReplyMismatch.
-func decodeReply(s script, v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
+func decodeReply(s *script, v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
 	switch {
 	case s == fixedScript:
 		return decodeFixed(v, tag, ops, results)

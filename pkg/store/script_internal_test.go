@@ -90,7 +90,7 @@ func TestLeanCalls(t *testing.T) {
 		name   string
 		ops    []limiter.Op
 		spread bool
-		want   script
+		want   *script
 	}{
 		{"one charge", []limiter.Op{fw}, false, fixedScript},
 		{"at an explicit time", []limiter.Op{with(fw, func(o *limiter.Op) { o.Now = 123_456 })}, false, fixedScript},
