@@ -187,7 +187,11 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 	e.script = s
 	if e.lean(ops, s.spread()) {
 		e.script = fixedScript
-		return 1 + len(ops) + 6 // numkeys, a key an op, tag, now, cost, S, E, X
+		n = 1 + len(ops) + 5 // numkeys, a key an op, tag, cost, S, E, X
+		if ops[0].Now != 0 {
+			n++ // now
+		}
+		return n
 	}
 	return n
 }
@@ -252,11 +256,13 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 			w.String(ops[i].Key + e.starts[0])
 		}
 		w.Int(tag)
-		w.Int(op.Now)
 		w.Int(scriptCost(op))
 		w.String(e.starts[0])
 		w.String(e.starts[1])
 		w.String(e.starts[2])
+		if op.Now != 0 {
+			w.Int(op.Now)
+		}
 		return
 	}
 	spread := e.script.spread()
