@@ -287,11 +287,14 @@ func kubernetesRules(t *testing.T) map[string]string {
 	}
 }
 
-// chartRules are the Helm chart's default rules (values.yaml's rules.files).
+// chartRules are the Helm chart's default rules (values.yaml's
+// rules.defaultFiles, rendered when rules.files is empty).
 func chartRules(t *testing.T) map[string]string {
 	t.Helper()
 	var values struct {
-		Rules struct{ Files map[string]string }
+		Rules struct {
+			Files map[string]string `yaml:"defaultFiles"`
+		}
 	}
 	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil || len(values.Rules.Files) == 0 {
 		t.Fatalf("the chart's rules: %v %v", values.Rules.Files, err)

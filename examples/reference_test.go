@@ -146,8 +146,8 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 	if c.Name != "ratelimit" || !reflect.DeepEqual(c.Command, []string{"/bin/ratelimit"}) {
 		t.Errorf("container %s command %q, want ratelimit running /bin/ratelimit", c.Name, c.Command)
 	}
-	if !strings.HasPrefix(c.Image, "ghcr.io/fastlimit/fastlimit:") {
-		t.Errorf("image %s is not FastLimit's", c.Image)
+	if !strings.HasPrefix(c.Image, "registry.example.com/fastlimit:") {
+		t.Errorf("image %s is not the README's FastLimit image (built and pushed by the user)", c.Image)
 	}
 	env := map[string]string{}
 	var order []string
@@ -246,11 +246,11 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestChartRules loads the Helm chart's default rules (values.yaml's
-// rules.files) with FastLimit's loader and with envoyproxy/ratelimit.
+// rules.defaultFiles) with FastLimit's loader and with envoyproxy/ratelimit.
 func TestChartRules(t *testing.T) {
 	var values struct {
 		Rules struct {
-			Files map[string]string `yaml:"files"`
+			Files map[string]string `yaml:"defaultFiles"`
 		} `yaml:"rules"`
 	}
 	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil {

@@ -39,6 +39,18 @@ need_reference() {
 }
 need_reference
 
+# The admin page's browser test (e2e/page_test.go) drives headless Chromium.
+need_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  echo "==> installing chromium (Debian package, for the admin page's browser test)"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq chromium >/dev/null
+}
+need_chromium
+
 echo "==> gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

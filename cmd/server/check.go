@@ -14,9 +14,10 @@ import (
 
 // runCheck validates a rules directory, printing every error with file and
 // line: "fastlimit check --config DIR" for CI pipelines that lint rules.
-// It reads the same settings as the server (RUNTIME_ROOT and the rest).
+// It reads only the rules settings (settings.ParseRules), so the server's
+// environment, RUNTIME_ROOT and the rest, finds the same files.
 func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	s, err := settings.Parse("fastlimit check", args, getenv, stderr)
+	layout, warnings, err := settings.ParseRules("fastlimit check", args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -24,13 +25,9 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if w := s.Warnings(); len(w) > 0 {
-		fmt.Fprintln(stderr, "warning: "+settings.RefWarningMsg+": "+strings.Join(w, "; "))
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning: "+w)
 	}
-	for _, d := range s.Deprecated() {
-		fmt.Fprintln(stderr, "warning: "+d)
-	}
-	layout := s.Rules()
 	r, err := rules.LoadWith(layout.Dir, layout.Load)
 	if err != nil {
 		for _, e := range rules.Flatten(err) {

@@ -64,28 +64,30 @@ func (v refVar) checkedAgainst() string {
 type refOK struct {
 	match func(string) bool
 	doc   string // the values, for docs/migrating.md
+	// except: doc names the values refused, not those accepted.
+	except bool
 }
 
 var (
-	okFalse = refOK{isFalse, "false"}
-	okZero  = refOK{isZero, "0"}
+	okFalse = refOK{match: isFalse, doc: "false"}
+	okZero  = refOK{match: isZero, doc: "0"}
 )
 
 // okFold accepts want in any case.
 func okFold(want string) refOK {
-	return refOK{func(v string) bool { return strings.EqualFold(v, want) }, "`" + want + "`"}
+	return refOK{match: func(v string) bool { return strings.EqualFold(v, want) }, doc: "`" + want + "`"}
 }
 
 // okNotIn accepts any value but those listed, in any case.
 func okNotIn(refused ...string) refOK {
-	return refOK{func(v string) bool {
+	return refOK{match: func(v string) bool {
 		for _, r := range refused {
 			if strings.EqualFold(v, r) {
 				return false
 			}
 		}
 		return true
-	}, "any but " + strings.Join(refused, ", ")}
+	}, doc: "`" + strings.Join(refused, "` or `") + "` (in any case)", except: true}
 }
 
 // The reference's defaults that FastLimit applies when it maps a setting.
@@ -110,7 +112,7 @@ const (
 var refVars = []refVar{
 	{name: "HOST", how: refMapped, flag: "http-addr", note: "with PORT, the HTTP address `HOST:PORT` (default: all interfaces)"},
 	{name: "PORT", how: refMapped, flag: "http-addr", note: "with HOST, the HTTP address (default 8080)"},
-	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener has no authentication"},
+	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener's reads have no authentication"},
 	{name: "DEBUG_PORT", how: refMapped, flag: "admin-addr", note: "with DEBUG_HOST, the admin address (default 6070)"},
 	{name: "GRPC_UDS", how: refMapped, flag: "grpc-addr", note: "gRPC on this unix socket instead of GRPC_HOST:GRPC_PORT (`--grpc-addr unix:PATH`)"},
 	{name: "GRPC_HOST", how: refMapped, flag: "grpc-addr", note: "with GRPC_PORT, the gRPC address (default: all interfaces)"},
@@ -224,7 +226,7 @@ var refVars = []refVar{
 	{name: "REDIS_STARTUP_INITIAL_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
 	{name: "REDIS_STARTUP_MAX_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
 	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", how: refWarned, checked: refMain, note: noteRedisStartup, fine: okZero},
-	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{isNonNegativeInt, "a number >= 0"},
+	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{match: isNonNegativeInt, doc: "a number >= 0"},
 		note: "FastLimit sends a cluster's script calls to all its masters at once, whatever the value; a negative one is refused, as by the reference"},
 	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", how: refWarned, checked: refMain, note: notePerSecond},
 	// Not in settings.go, but set by deployments of the reference.

@@ -52,9 +52,9 @@ func TestGroup(t *testing.T) {
 	if err := set.Dump(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `api.account#0: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 burst=10 cost=1 shadow_mode=true quota_mode=false
-api.account#daily: name=daily algorithm=sliding_window unit=DAY requests_per_unit=1000 unit_multiplier=1 burst=1000 cost=1 shadow_mode=true quota_mode=false
-api.one: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 burst=5 cost=1 shadow_mode=false quota_mode=false
+	want := `api.account#0: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 cost=1 shadow_mode=true quota_mode=false
+api.account#daily: name=daily algorithm=sliding_window unit=DAY requests_per_unit=1000 unit_multiplier=1 cost=1 shadow_mode=true quota_mode=false
+api.one: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 `
 	if got := b.String(); got != want {
 		t.Errorf("Dump:\n%s\nwant:\n%s", got, want)

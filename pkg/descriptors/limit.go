@@ -81,6 +81,8 @@ type Limit struct {
 	Path string
 	// Levels are the rule's path, one per entry it matches; nil for an override.
 	Levels []Level
+	// Source locates the rule, as its Descriptor's Source ("" for an override).
+	Source string
 	// Group is every limit of a rule with several (rate_limits), in file
 	// order, this one at Group[Index]; nil for a rule's only limit. A
 	// request passes such a rule only if each of them allows it, and is

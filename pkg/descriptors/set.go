@@ -80,7 +80,8 @@ type node struct {
 	wild    map[string][]wildNode // by key, in file order
 	keyOnly map[string]*node
 	limit   *Limit
-	leaf    bool // no nested descriptors
+	leaf    bool   // no nested descriptors
+	source  string // of the descriptor that made it, for duplicates
 }
 
 // Errors reported by NewSet.
@@ -157,7 +158,7 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels [
 	}
 	var errs []error
 	fail := func(err error) { errs = append(errs, &Error{d.Source, err}) }
-	child := &node{}
+	child := &node{source: d.Source}
 	wildcard := IsWildcard(d.Value)
 	childShared := append(shared[:len(shared):len(shared)], "")
 	if d.ShareThreshold {
@@ -228,6 +229,7 @@ func (s *Set) limit(d *Descriptor, dl *Limit, at placement) (*Limit, error) {
 	l.Metadata = d.Metadata
 	l.Path = at.path
 	l.Levels = at.levels
+	l.Source = d.Source
 	for _, p := range at.shared {
 		if p != "" {
 			l.hasShared = true
@@ -238,31 +240,33 @@ func (s *Set) limit(d *Descriptor, dl *Limit, at placement) (*Limit, error) {
 }
 
 func (s *Set) insert(n *node, d *Descriptor, child *node, wildcard bool, path string) error {
-	dup := false
+	var first *node
 	switch {
 	case d.Value == "":
 		if n.keyOnly == nil {
 			n.keyOnly = map[string]*node{}
 		}
-		_, dup = n.keyOnly[d.Key]
+		first = n.keyOnly[d.Key]
 		n.keyOnly[d.Key] = child
 	case wildcard:
 		if n.wild == nil {
 			n.wild = map[string][]wildNode{}
 		}
 		for _, w := range n.wild[d.Key] {
-			dup = dup || strings.Join(w.pat.parts, "*") == d.Value
+			if first == nil && strings.Join(w.pat.parts, "*") == d.Value {
+				first = w.node
+			}
 		}
 		n.wild[d.Key] = append(n.wild[d.Key], wildNode{compilePattern(d.Value), child})
 	default:
 		if n.exact == nil {
 			n.exact = map[kv]*node{}
 		}
-		_, dup = n.exact[kv{d.Key, d.Value}]
+		first = n.exact[kv{d.Key, d.Value}]
 		n.exact[kv{d.Key, d.Value}] = child
 	}
-	if dup {
-		return fmt.Errorf("%w '%s'", ErrDuplicatePath, path)
+	if first != nil {
+		return fmt.Errorf("%w '%s'%s", ErrDuplicatePath, path, firstAt(first.source))
 	}
 	return nil
 }

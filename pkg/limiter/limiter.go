@@ -88,38 +88,11 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 // CheckInto is Check answering in resp, reusing its Statuses, so that a
 // caller may pool responses. After an error resp holds nothing of use.
 func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E], resp *Response) error {
-	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
-		return err
-	}
-	for i := range req.Descriptors {
-		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
-			return err
-		}
-	}
-	resp.Code = OK
-	if n := len(req.Descriptors); cap(resp.Statuses) >= n {
-		resp.Statuses = resp.Statuses[:n]
-		clear(resp.Statuses)
-	} else {
-		resp.Statuses = make([]Status, n)
-	}
-	domain := l.rules.Load().Domain(req.Domain)
-	if domain == nil {
-		return nil // every descriptor unmatched: OK, in quota mode too
-	}
-	resolveLimits(domain, req, resp.Statuses)
-	if l.quota {
-		for i := range resp.Statuses {
-			st := &resp.Statuses[i]
-			st.Quota = st.Limit == nil || !st.Limit.Unlimited
-		}
-	}
 	sc := l.pool.Get().(*scratch)
 	defer l.pool.Put(sc)
-	sc.ops, sc.index, sc.limits = sc.ops[:0], sc.index[:0], sc.limits[:0]
-	atomic := l.atomic || domain.Atomic
-	for i := range req.Descriptors {
-		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
+	atomic, err := prepare(l, req, resp, sc)
+	if err != nil {
+		return err
 	}
 	if len(sc.ops) > 0 {
 		if cap(sc.results) < len(sc.ops) {
@@ -158,6 +131,44 @@ func applyResults(sc *scratch, res []Result, sts []Status) {
 		applyParts(st, sc.limits[j:k], res[j:k])
 		j = k
 	}
+}
+
+// prepare validates req, sets resp's statuses to their limits and queues
+// their store ops in sc (none for a domain without rules: all OK); atomic
+// says whether the domain decides all or nothing.
+func prepare[E descriptors.KV](l *Limiter, req *Request[E], resp *Response, sc *scratch) (atomic bool, err error) {
+	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
+		return false, err
+	}
+	for i := range req.Descriptors {
+		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
+			return false, err
+		}
+	}
+	resp.Code = OK
+	if n := len(req.Descriptors); cap(resp.Statuses) >= n {
+		resp.Statuses = resp.Statuses[:n]
+		clear(resp.Statuses)
+	} else {
+		resp.Statuses = make([]Status, n)
+	}
+	sc.ops, sc.index, sc.limits = sc.ops[:0], sc.index[:0], sc.limits[:0]
+	domain := l.rules.Load().Domain(req.Domain)
+	if domain == nil {
+		return false, nil // every descriptor unmatched: OK, in quota mode too
+	}
+	resolveLimits(domain, req, resp.Statuses)
+	if l.quota {
+		for i := range resp.Statuses {
+			st := &resp.Statuses[i]
+			st.Quota = st.Limit == nil || !st.Limit.Unlimited
+		}
+	}
+	atomic = l.atomic || domain.Atomic
+	for i := range req.Descriptors {
+		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
+	}
+	return atomic, nil
 }
 
 // takeAll decides sc.ops all or nothing, vetoes set to commit exactly when overall is OK.

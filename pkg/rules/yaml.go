@@ -140,16 +140,19 @@ func (d *decoder) rateLimits(n *yaml.Node) []*descriptors.Limit {
 func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	before := len(d.errs)
 	var (
-		l     descriptors.Limit
-		burst *yaml.Node
+		l        descriptors.Limit
+		burst    *yaml.Node
+		rpuGiven bool
 	)
 	d.mapping(n, "rate_limit", fields{
-		"unit":              func(v *yaml.Node) { l.Unit = d.unit(v) },
-		"requests_per_unit": func(v *yaml.Node) { l.RequestsPerUnit = d.uint32(v, "requests_per_unit") },
-		"unlimited":         func(v *yaml.Node) { l.Unlimited = d.boolean(v, "unlimited") },
-		"name":              func(v *yaml.Node) { l.Name = d.str(v, "name") },
-		"replaces":          func(v *yaml.Node) { l.Replaces = d.replaces(v) },
-		"algorithm":         func(v *yaml.Node) { l.Algorithm = d.algorithm(v) },
+		"unit": func(v *yaml.Node) { l.Unit = d.unit(v) },
+		"requests_per_unit": func(v *yaml.Node) {
+			l.RequestsPerUnit, rpuGiven = d.uint32(v, "requests_per_unit"), true
+		},
+		"unlimited": func(v *yaml.Node) { l.Unlimited = d.boolean(v, "unlimited") },
+		"name":      func(v *yaml.Node) { l.Name = d.str(v, "name") },
+		"replaces":  func(v *yaml.Node) { l.Replaces = d.replaces(v) },
+		"algorithm": func(v *yaml.Node) { l.Algorithm = d.algorithm(v) },
 		"unit_multiplier": func(v *yaml.Node) {
 			l.UnitMultiplier = uint32(d.positive(v, "unit_multiplier", math.MaxUint32))
 		},
@@ -158,6 +161,10 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	})
 	if burst != nil && l.Algorithm != descriptors.TokenBucket {
 		d.errorf(burst, "burst needs algorithm: token_bucket")
+	}
+	if !rpuGiven && !l.Unlimited && len(d.errs) == before && n.Kind == yaml.MappingNode {
+		d.errorf(n, "rate_limit has no requests_per_unit, so every request would be over the limit: "+
+			"set requests_per_unit (0 to refuse every request), or unlimited: true")
 	}
 	if len(d.errs) > before {
 		return nil
@@ -174,7 +181,7 @@ func (d *decoder) unit(n *yaml.Node) descriptors.Unit {
 	s := d.str(n, "unit")
 	u, ok := descriptors.ParseUnit(s)
 	if !ok && n.Kind == yaml.ScalarNode {
-		d.errorf(n, "invalid rate limit unit '%s'", s)
+		d.errorf(n, "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", s)
 	}
 	return u
 }

@@ -376,9 +376,22 @@ func TestRedisNoScriptBetweenCalls(t *testing.T) {
 	const prefix = "noscript:"
 	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
 		ctx := context.Background()
-		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
+		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:") // fixed.lua's calls
+		if ok, err := rdb.ScriptExists(ctx, store.FixedSHA).Result(); err != nil || !ok[0] {
+			t.Errorf("fixed.lua not loaded again after the flush: %v %v", ok, err)
+		}
+		// take.lua's: a token bucket.
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops := []limiter.Op{{Key: prefix + "{b}:", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 1,
+			Window: 10_000, Cost: 1000, Now: farBase}}
+		res := make([]limiter.Result, 1)
+		if err := r.Take(ctx, ops, res); err != nil || !res[0].Allowed || res[0].Remaining != 9000 {
+			t.Errorf("bucket after SCRIPT FLUSH: %+v, %v; want allowed, 9000 left", res[0], err)
+		}
 		if ok, err := rdb.ScriptExists(ctx, store.TakeSHA).Result(); err != nil || !ok[0] {
-			t.Errorf("script not loaded again after the flush: %v %v", ok, err)
+			t.Errorf("take.lua not loaded again after the flush: %v %v", ok, err)
 		}
 	})
 }
@@ -654,7 +667,7 @@ func TestRedisWarnsAboutClientRetries(t *testing.T) {
 }
 
 func TestScriptHeaders(t *testing.T) {
-	for name, src := range map[string]string{"take.lua": lua.Take, "atomic.lua": lua.Atomic} {
+	for name, src := range map[string]string{"take.lua": lua.Take, "fixed.lua": lua.Fixed, "atomic.lua": lua.Atomic} {
 		head, _, ok := strings.Cut(src, "]]")
 		if !strings.HasPrefix(src, "--[[") || !ok {
 			t.Errorf("%s: no header comment", name)

@@ -49,7 +49,7 @@ func TestRuleCountersOfGroups(t *testing.T) {
 		hits, within, over float64
 	}{
 		{"d.account#0", 2, 2, 0},
-		{"d.account#daily", 2, 1, 1},
+		{"daily", 2, 1, 1}, // a named limit is labelled by its name
 		{"d.user_alice#0", 1, 0, 1},
 		{"d.user_alice#daily", 1, 1, 0},
 	} {

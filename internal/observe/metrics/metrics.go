@@ -183,8 +183,8 @@ func (m *Metrics) count(series map[*descriptors.Limit]*ruleSeries, domain string
 		return
 	}
 	rule := ruleLabel(st.Limit, domain, req, i)
-	if label := st.Limit.Label(); rule != label {
-		rule = m.detailed.label(domain, rule, label)
+	if rule != baseLabel(st.Limit) {
+		rule = m.detailed.label(domain, rule, st.Limit.Label())
 	}
 	m.rule(domain, rule, st)
 }

@@ -4,7 +4,11 @@
 package refserver
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
@@ -34,4 +38,29 @@ func Bin(t testing.TB) string {
 		t.Fatalf("%s: %v", EnvBin, err)
 	}
 	return path
+}
+
+// Fixtures returns the directory of the reference's own config test
+// fixtures (test/config at Version), from the Go module cache: go mod
+// download fetches the module once, as scripts/test.sh's install does. A
+// test reads them there; none is copied into this repository.
+func Fixtures(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/envoyproxy/ratelimit@"+Version)
+	cmd.Dir = t.TempDir() // outside this module: its go.mod and go.sum stay as they are
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if err == nil {
+		err = json.Unmarshal(out, &mod)
+	}
+	if err == nil && mod.Error != "" {
+		err = errors.New(mod.Error)
+	}
+	if err != nil || mod.Dir == "" {
+		if os.Getenv(redistest.EnvRequire) == "1" {
+			t.Fatalf("the reference's module %s: %v", Version, err)
+		}
+		t.Skipf("the reference's module %s: %v", Version, err)
+	}
+	return filepath.Join(mod.Dir, "test", "config")
 }
