@@ -1,6 +1,8 @@
 package limiter_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -319,5 +321,28 @@ func TestRejectsJoints(t *testing.T) {
 		if got := limiter.Rejects(tc.ops, tc.res); got != tc.reject {
 			t.Errorf("%s: Rejects = %v, want %v", tc.name, got, tc.reject)
 		}
+	}
+}
+
+// TestGroupPeek: Peek foretells a rule of several limits as Check decides
+// it, charging nothing, with the key of the limit that decides.
+func TestGroupPeek(t *testing.T) {
+	l, _ := newGroupLimiter(t)
+	for range 3 {
+		check(t, l, req("plain", "named"))
+	}
+	for range 2 {
+		p, err := limiter.Peek(context.Background(), l, req("plain", "named"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Statuses[0]
+		if p.Code != limiter.OverLimit || st.Limit.Name != "daily" || len(st.Parts) != 2 || !strings.HasSuffix(p.Keys[0], ":#1:") {
+			t.Fatalf("Peek after 3 of 3 a day: %v %+v keys %q", p.Code, st, p.Keys)
+		}
+	}
+	// The second's answer is as if charged: 3 before, this one the 4th.
+	if st := check(t, l, req("plain", "named")).Statuses[0]; st.Code != limiter.OverLimit || parts(st)[0] != 6 {
+		t.Errorf("Check after the peeks: %+v, want OVER_LIMIT with 6 of the second's 10 left", st)
 	}
 }

@@ -23,9 +23,9 @@ type Peeked struct {
 	// Response holds what Check would answer now. Each status's
 	// Remaining and ResetMillis are the state before the charge.
 	Response
-	// Keys are the descriptors' base keys (AppendKey; of a rule with
-	// several limits, its first limit's), "" for those that take no store
-	// op (unmatched, unlimited, replaced).
+	// Keys are the base keys (AppendKey) of the statuses' limits (of a
+	// rule with several, the one that decides), "" for descriptors that
+	// take no store op (unmatched, unlimited, replaced).
 	Keys []string
 }
 
@@ -39,7 +39,6 @@ func Peek[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*
 	if _, err := prepare(l, req, &p.Response, sc); err != nil {
 		return nil, err
 	}
-	p.Keys = firstKeys(sc, len(req.Descriptors))
 	costs := make([]int64, len(sc.ops))
 	for j := range sc.ops {
 		costs[j] = sc.ops[j].Cost
@@ -61,12 +60,19 @@ func Peek[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*
 		}
 	}
 	applyResults(sc, res, p.Statuses)
+	p.Keys = make([]string, len(req.Descriptors))
+	for j := range sc.ops {
+		if i := sc.index[j]; sc.limits[j] == p.Statuses[i].Limit {
+			p.Keys[i] = sc.ops[j].Key
+		}
+	}
 	p.Code = overall(p.Statuses)
 	return p, nil
 }
 
 // firstKeys returns the base key of each of n descriptors' first op in
-// sc (of a rule with several limits, its first limit's), "" without one.
+// sc (of a rule with several limits, its first limit's), "" without one:
+// Reset's answer.
 func firstKeys(sc *scratch, n int) []string {
 	keys := make([]string, n)
 	for j := range sc.ops {
@@ -79,8 +85,8 @@ func firstKeys(sc *scratch, n int) []string {
 
 // Reset clears on r the state of every descriptor of req that takes a
 // store op (each limit of a rule with several), as Check would key it,
-// and returns the descriptors' base keys (Peeked.Keys). Errors are
-// Check's, or r's.
+// and returns the descriptors' base keys (of a rule with several limits,
+// its first's). Errors are Check's, or r's.
 func Reset[E descriptors.KV](ctx context.Context, l *Limiter, r Resetter, req *Request[E]) ([]string, error) {
 	var resp Response
 	sc := new(scratch)

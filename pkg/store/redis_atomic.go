@@ -55,6 +55,17 @@ func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter
 
 // evalAtomic runs lua.Atomic by digest or source as an onceCmd.
 func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+	cmd := atomicCmd(ctx, bySHA, tag, ops)
+	var dropped atomic.Bool
+	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+	if dropped.Load() {
+		cmd.SetErr(ErrNotSent)
+	}
+	return cmd
+}
+
+// atomicCmd is the lua.Atomic call of ops, by digest or source.
+func atomicCmd(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
 	args := make(anyArgs, 0, 6+len(ops)+atomicArgs*len(ops))
 	if bySHA {
 		args = append(args, "evalsha", atomicScript.sha)
@@ -62,11 +73,5 @@ func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []lim
 		args = append(args, "eval", atomicScript.src)
 	}
 	writeAtomic(&args, tag, ops)
-	cmd := redis.NewCmd(ctx, args...)
-	var dropped atomic.Bool
-	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
-	if dropped.Load() {
-		cmd.SetErr(ErrNotSent)
-	}
-	return cmd
+	return redis.NewCmd(ctx, args...)
 }
