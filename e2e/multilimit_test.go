@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
@@ -44,8 +43,7 @@ func TestSeveralLimits(t *testing.T) {
 		ctx := ctxTimeout(t, time.Minute)
 		call := func(key, id string) *rls.RateLimitResponse {
 			t.Helper()
-			resp, err := srv.Client.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "plans",
-				Descriptors: []*common.RateLimitDescriptor{desc(key, id)}})
+			resp, err := srv.Client.ShouldRateLimit(ctx, requestIn("plans", desc(key, id)))
 			if err != nil {
 				t.Fatal(err)
 			}

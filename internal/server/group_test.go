@@ -10,14 +10,8 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
-const groupRules = `
-domain: plan
-descriptors:
-  - key: account
-    rate_limits:
-      - {unit: second, requests_per_unit: 10}
-      - {name: daily, unit: day, requests_per_unit: 1000}
-`
+const groupRules = "domain: plan\ndescriptors:\n  - key: account\n" +
+	"    rate_limits: [{unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 1000}]\n"
 
 // TestGroupListings: /v1/usage shows each limit of a rule with several,
 // the one that decides on top; /v1/rules and /rlconfig have a line for

@@ -10,31 +10,14 @@ import (
 // takeJoints decides a call that holds joints (limiter.Op.Joined) in
 // lua/atomic.lua calls (jointCalls), in order, every op vetoing nothing:
 // each call commits, and each joint writes only if all its ops are
-// allowed. The calls go out in one pipeline, outliving their caller as
-// Take's sends do.
+// allowed. The calls go out in one pipeline, detached as Take's sends.
 func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	all := make([]limiter.Op, len(ops))
 	for i := range ops {
 		all[i] = ops[i]
 		all[i].Veto = limiter.VetoNone
 	}
-	res := make([]limiter.Result, len(ops))
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), r.opts.SendTimeout)
-		defer cancel()
-		done <- r.takeJointCalls(withLive(sctx, func() bool { return ctx.Err() == nil }), all, res)
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return unavailable("take", err)
-		}
-		copy(results, res)
-		return nil
-	case <-ctx.Done():
-		return unavailable("take", ctx.Err())
-	}
+	return r.detached(ctx, "take", all, results, r.takeJointCalls)
 }
 
 // jointCalls cuts ops into atomic.lua calls, never inside a joint: runs at

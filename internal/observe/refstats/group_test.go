@@ -8,18 +8,10 @@ import (
 // own stat key, its Label: the rule's key with "#" and the limit's name
 // or place; a value_to_metric rule's with the request's value before it.
 func TestGroupStats(t *testing.T) {
-	h := newRefHarness(t, `domain: d
-descriptors:
-  - key: account
-    rate_limits:
-      - {unit: minute, requests_per_unit: 2}
-      - {name: daily, unit: day, requests_per_unit: 1000}
-  - key: user
-    value_to_metric: true
-    rate_limits:
-      - {unit: minute, requests_per_unit: 1}
-      - {name: daily, unit: day, requests_per_unit: 1}
-`, 0.8, nil)
+	h := newRefHarness(t, "domain: d\ndescriptors:\n"+
+		"  - {key: account, rate_limits: [{unit: minute, requests_per_unit: 2}, {name: daily, unit: day, requests_per_unit: 1000}]}\n"+
+		"  - {key: user, value_to_metric: true, rate_limits: [{unit: minute, requests_per_unit: 1}, {name: daily, unit: day, requests_per_unit: 1}]}\n",
+		0.8, nil)
 	h.call(3, "d", desc("account", "a"))
 	h.call(2, "d", desc("user", "alice"))
 	got := map[string]uint64{}
