@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
 // Exit codes of the commands.
@@ -67,6 +68,7 @@ func newFlags(name, synopsis string, c *common, getenv func(string) string, stde
 		def = "127.0.0.1:6070"
 	}
 	fs.StringVar(&c.admin, "admin", def, "admin listeners of the replicas, host:port (or https://host:port) comma-separated (env FASTLIMIT_ADMIN)")
+	fs.Lookup("admin").DefValue = settings.MaskCredentials(def) // as -h prints it
 	fs.BoolVar(&c.json, "json", false, "print the (merged) answer as JSON, for scripts")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "longest wait for each replica")
 	fs.StringVar(&c.ca, "tls-ca", "", "CA file (PEM) that verifies admin listeners served over TLS (--admin-tls-cert); implies https")
@@ -81,7 +83,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q (-h lists the flags)", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: unexpected argument %q (-h lists the flags)", errUsage, settings.MaskCredentials(fs.Arg(0)))
 	}
 	return nil
 }
@@ -105,13 +107,14 @@ func exit(err error, stderr io.Writer) int {
 type client struct {
 	c     common
 	http  *http.Client
-	bases []string // each replica's base URL
-	token string   // "" without --token-file
+	bases []string          // each replica's base URL, as printed: passwords masked
+	urls  map[string]string // the base URLs whose passwords bases mask
+	token string            // "" without --token-file
 }
 
 // newClient builds the client of the common flags.
 func newClient(c common) (*client, error) {
-	cl := &client{c: c}
+	cl := &client{c: c, urls: map[string]string{}}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	https := c.ca != "" || c.cert != ""
 	if c.ca != "" {
@@ -138,9 +141,14 @@ func newClient(c common) (*client, error) {
 		}
 		u, err := url.Parse(a)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("%w: --admin %q is not host:port", errUsage, a)
+			return nil, fmt.Errorf("%w: --admin %q is not host:port", errUsage, settings.MaskCredentials(a))
 		}
-		cl.bases = append(cl.bases, strings.TrimSuffix(a, "/"))
+		base := strings.TrimSuffix(a, "/")
+		shown := settings.MaskCredentials(base)
+		if shown != base {
+			cl.urls[shown] = base
+		}
+		cl.bases = append(cl.bases, shown)
 	}
 	if len(cl.bases) == 0 {
 		return nil, fmt.Errorf("%w: --admin names no replica", errUsage)
@@ -193,7 +201,11 @@ func (cl *client) do(ctx context.Context, base, method, path string, body any, o
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	target := base
+	if u := cl.urls[base]; u != "" {
+		target = u
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target+path, rd)
 	if err != nil {
 		return err
 	}

@@ -194,3 +194,17 @@ func TestUsage(t *testing.T) {
 		t.Errorf("usage without a descriptor: exit %d", code)
 	}
 }
+
+// TestAdminPasswordMasked: a password in --admin is printed masked, in
+// tables and in errors, while the requests go to the URL given.
+func TestAdminPasswordMasked(t *testing.T) {
+	r := startReplica(t)
+	code, out, errs := run(t, "usage", "--admin", "http://ops:s3cret@"+r.admin, "--domain", "edge", "--descriptor", "plan=gold,user=x")
+	if code != opsctl.ExitOK || !strings.Contains(out, "http://ops:xxxxx@"+r.admin) || strings.Contains(out+errs, "s3cret") {
+		t.Errorf("usage: %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = run(t, "top", "--admin", "http://ops:s3cret@"+r.admin+"/%zz", "--domain", "edge")
+	if code != opsctl.ExitUsage || !strings.Contains(errs, "ops:xxxxx@") || strings.Contains(out+errs, "s3cret") {
+		t.Errorf("top with a bad --admin: %d\n%s%s", code, out, errs)
+	}
+}

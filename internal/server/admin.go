@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
+	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
 
@@ -68,7 +70,7 @@ func (s *Server) adminHandler() http.Handler {
 	post("/v1/counters/refund", "{domain, descriptors, hits}: give hits back, as is_negative_hits does (authorized, audited)", s.handleRefund)
 	if s.opts.Admin.Pprof {
 		handle(http.MethodGet, "/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index))
-		mux.Handle("/debug/pprof/cmdline", allowOnly(http.MethodGet, http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/cmdline", allowOnly(http.MethodGet, http.HandlerFunc(handleCmdline)))
 		get("/debug/pprof/profile", "CPU profiling endpoint", pprof.Profile)
 		mux.Handle("/debug/pprof/symbol", allowOnly(http.MethodGet, http.HandlerFunc(pprof.Symbol)))
 		get("/debug/pprof/trace", "trace endpoint", pprof.Trace)
@@ -185,13 +187,19 @@ func (s *Server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
 
 // handleStats writes what the reference's /stats writes, its process's
 // published expvars ("cmdline: [...]", "memstats: {...}"), one
-// "<name>: <value>" line each, and, when the reference's stats are on,
-// a "ratelimit: {...}" line of their counters by stat name.
+// "<name>: <value>" line each, the command line's secrets masked
+// (settings.MaskArgs), and, when the reference's stats are on, a
+// "ratelimit: {...}" line of their counters by stat name.
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	var b strings.Builder
 	expvar.Do(func(kv expvar.KeyValue) {
-		b.WriteString(kv.Key + ": " + kv.Value.String() + "\n")
+		v := kv.Value.String()
+		if kv.Key == "cmdline" {
+			j, _ := json.Marshal(settings.MaskArgs(os.Args))
+			v = string(j)
+		}
+		b.WriteString(kv.Key + ": " + v + "\n")
 	})
 	if s.ref != nil {
 		counters := map[string]uint64{}
@@ -203,6 +211,14 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	_, _ = io.WriteString(w, b.String())
+}
+
+// handleCmdline is pprof.Cmdline with the secrets masked
+// (settings.MaskArgs): the arguments separated by NUL bytes.
+func handleCmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(settings.MaskArgs(os.Args), "\x00"))
 }
 
 // handleRules writes the rules in force with FastLimit's fields: a header

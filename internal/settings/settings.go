@@ -207,7 +207,7 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
 	}
 	s.src = map[string]string{}
 	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
