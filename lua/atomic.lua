@@ -30,16 +30,16 @@ Returns  {tag, allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
          give it in this order (so an allowed op of a rejected
          call reports the remaining it would have had).
 
-Commit or reject: the call is rejected when an op with veto 0 is denied, or
-when there are ops with veto 2 and all of them are denied.
-
 A joint is a run of ops, its first marked 4 and the others 8, of one veto:
 the several limits of one descriptor. When one of its ops is denied, what
 the joint staged is undone (the ops after it do not see it, and a
-committed call does not write it), and a veto 2 joint counts as one denied
-op. A committed call
-writes what the per-algorithm scripts would have written, in order, with
-the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
+committed call does not write it), and a veto 2 joint counts as one op,
+denied when one of its ops is.
+
+Commit or reject: the call is rejected when an op with veto 0 is denied, or
+when there are ops (or joints) with veto 2 and all of them are denied. A
+committed call writes what the per-algorithm scripts would have written, in
+order, with the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
 sliding window: the current counter PXAT ws + 2W, allowed charges only;
 token bucket: DEL when full, else SET of the packed state PXAT when full
 again). A rejected call writes nothing, not even a fixed window's denied
