@@ -30,6 +30,7 @@ const (
 // file in the repository does.
 var extensionRules = []string{
 	"fastlimit-only/saas_api.yaml",
+	"fastlimit-only/api_plans.yaml",
 	"envoy/rules/edge.yaml",
 	"istio/rules-configmap.yaml",
 }

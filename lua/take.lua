@@ -521,8 +521,10 @@ if ngroups < nops then -- a group has several ops
       elseif reads[c] then
         -- Decided in order, its count stayed within [0, 2^52]: one INCRBY
         -- sets it, and a counter that did not exist gets its expiry; one
-        -- that a refund emptied is deleted (as if never written).
-        if c[3] + d == 0 then
+        -- that a refund emptied is deleted (as if never written). A
+        -- bucket read (not a window's, c[12]) was only peeked at.
+        if not c[12] then -- nothing to write
+        elseif c[3] + d == 0 then
           if c[2] then
             call('DEL', key)
           end

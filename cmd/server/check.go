@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
@@ -35,5 +37,21 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
 		layout.Dir, len(r.Files), len(r.Set.Domains()), len(r.Set.Limits()))
+	writeGroups(stdout, r.Set.Limits())
 	return 0
+}
+
+// writeGroups lists the rules with several limits (rate_limits), one line
+// each: "  api.account: 2 limits, each must allow: api.account#0, api.account#daily".
+func writeGroups(w io.Writer, limits []*descriptors.Limit) {
+	for _, l := range limits {
+		if l.Group == nil || l.Index != 0 {
+			continue
+		}
+		labels := make([]string, len(l.Group))
+		for i, m := range l.Group {
+			labels[i] = m.Label()
+		}
+		fmt.Fprintf(w, "  %s: %d limits, each must allow: %s\n", l.Path, len(l.Group), strings.Join(labels, ", "))
+	}
 }

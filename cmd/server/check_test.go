@@ -66,3 +66,20 @@ func TestCheckBadRules(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckReportsGroups: a rule with several limits (rate_limits) gets a
+// line naming each of them.
+func TestCheckReportsGroups(t *testing.T) {
+	dir := t.TempDir()
+	rules := "domain: api\ndescriptors:\n  - key: account\n    rate_limits:\n" +
+		"      - {unit: second, requests_per_unit: 10}\n      - {name: daily, unit: day, requests_per_unit: 1000}\n"
+	files.Write(t, filepath.Join(dir, "a.yaml"), rules)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"check", "--config", dir}, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := dir + ": 1 files, 1 domains, 2 limits: OK\n  api.account: 2 limits, each must allow: api.account#0, api.account#daily\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+}

@@ -11,24 +11,33 @@ type Entry struct {
 	Value string `json:"value"`
 }
 
-// Usage is the answer of GET /v1/usage: one descriptor's state.
+// Usage is the answer of GET /v1/usage: one descriptor's state, its
+// limit's (of a rule with several, the one that decides) and, of a rule
+// with several, each limit's in Limits.
 type Usage struct {
-	Domain     string   `json:"domain"`
-	Descriptor []Entry  `json:"descriptor"`
-	Matched    bool     `json:"matched"`
-	Rule       string   `json:"rule,omitempty"`
-	Name       string   `json:"name,omitempty"`
-	Algorithm  string   `json:"algorithm,omitempty"`
-	Unit       string   `json:"unit,omitempty"`
-	Unlimited  bool     `json:"unlimited,omitempty"`
-	Limit      *uint32  `json:"limit,omitempty"`
-	Remaining  *uint32  `json:"remaining,omitempty"`
-	ResetMs    *int64   `json:"reset_ms,omitempty"`
-	Tokens     *uint32  `json:"tokens,omitempty"`
-	Burst      *float64 `json:"burst,omitempty"`
-	FullInMs   *int64   `json:"full_in_ms,omitempty"`
-	ShadowMode bool     `json:"shadow_mode,omitempty"`
-	QuotaMode  bool     `json:"quota_mode,omitempty"`
+	Domain     string  `json:"domain"`
+	Descriptor []Entry `json:"descriptor"`
+	Matched    bool    `json:"matched"`
+	UsageLimit
+	ShadowMode bool         `json:"shadow_mode,omitempty"`
+	QuotaMode  bool         `json:"quota_mode,omitempty"`
+	Limits     []UsageLimit `json:"limits,omitempty"`
+}
+
+// UsageLimit is one limit's state in a Usage; Rule is its label
+// ("domain.key#daily" for one of several).
+type UsageLimit struct {
+	Rule      string   `json:"rule,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	Algorithm string   `json:"algorithm,omitempty"`
+	Unit      string   `json:"unit,omitempty"`
+	Unlimited bool     `json:"unlimited,omitempty"`
+	Limit     *uint32  `json:"limit,omitempty"`
+	Remaining *uint32  `json:"remaining,omitempty"`
+	ResetMs   *int64   `json:"reset_ms,omitempty"`
+	Tokens    *uint32  `json:"tokens,omitempty"`
+	Burst     *float64 `json:"burst,omitempty"`
+	FullInMs  *int64   `json:"full_in_ms,omitempty"`
 }
 
 // Explanation is the answer of POST /v1/explain for a RateLimitRequest.

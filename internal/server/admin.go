@@ -163,8 +163,9 @@ func (s *Server) closeAdmin(ctx context.Context, timeout time.Duration) error {
 //
 //	domain.key_value.key: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false
 //
-// (an unlimited rule reads unit=UNKNOWN requests_per_unit=0), in the
-// rules' order where the reference's follows Go's map order. Before any
+// (an unlimited rule reads unit=UNKNOWN requests_per_unit=0; a rule with
+// several limits has a line for each, by its Label), in the rules' order
+// where the reference's follows Go's map order. Before any
 // rules the body is empty, as the reference's.
 func (s *Server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -179,7 +180,7 @@ func (s *Server) handleRLConfig(w http.ResponseWriter, _ *http.Request) {
 			unit, rpu = descriptors.UnitUnknown.String(), 0
 		}
 		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
-			l.Path, unit, rpu, l.ShadowMode, l.QuotaMode)
+			l.Label(), unit, rpu, l.ShadowMode, l.QuotaMode)
 	}
 	_, _ = io.WriteString(w, b.String())
 }

@@ -109,15 +109,15 @@ func TestUsage(t *testing.T) {
 		want  usage
 	}{
 		{"domain=adm&descriptor=win=x", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "x"}}, Matched: true,
-			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}},
+			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}}},
 		{"domain=adm&descriptor=win=other", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "other"}}, Matched: true,
-			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}},
+			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}}},
 		{"domain=adm&descriptor=bucket=y", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "bucket", Value: "y"}}, Matched: true,
-			Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}},
+			UsageLimit: usageLimit{Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}}},
 		{"domain=adm&descriptor=free=z", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "free", Value: "z"}}, Matched: true,
-			Rule: "adm.free", Unlimited: true}},
+			UsageLimit: usageLimit{Rule: "adm.free", Unlimited: true}}},
 		{"domain=adm&descriptor=odd=a%2Cb%3Dc", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "odd", Value: "a,b=c"}}, Matched: true,
-			Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7), ShadowMode: true}},
+			UsageLimit: usageLimit{Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7)}, ShadowMode: true}},
 		{"domain=adm&descriptor=nope=1", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "nope", Value: "1"}}}},
 		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{Key: "win", Value: "x"}}}},
 	}

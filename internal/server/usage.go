@@ -17,6 +17,7 @@ import (
 // The admin API's types, by their names here.
 type (
 	usage      = adminapi.Usage
+	usageLimit = adminapi.UsageLimit
 	usageEntry = adminapi.Entry
 )
 
@@ -82,8 +83,18 @@ func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usa
 	if lim == nil {
 		return u
 	}
-	u.Matched, u.Rule, u.Name = true, lim.Path, lim.Name
+	u.Matched, u.UsageLimit = true, toUsageLimit(st)
 	u.ShadowMode, u.QuotaMode = lim.ShadowMode, lim.QuotaMode
+	for i := range st.Parts {
+		u.Limits = append(u.Limits, toUsageLimit(&st.Parts[i]))
+	}
+	return u
+}
+
+// toUsageLimit is the state of st's limit; its rule is the limit's Label.
+func toUsageLimit(st *limiter.Status) usageLimit {
+	lim := st.Limit
+	u := usageLimit{Rule: lim.Label(), Name: lim.Name}
 	if lim.Unlimited {
 		u.Unlimited = true
 		return u

@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// String describes the limit on one line for humans: its path, then the
+// String describes the limit on one line for humans: its Label, then the
 // rules files' key=value settings (burst, a token bucket's alone, and cost
 // in requests).
 func (l *Limit) String() string {
 	var b strings.Builder
-	b.WriteString(l.Path)
+	b.WriteString(l.Label())
 	b.WriteString(":")
 	kv := func(k, v string) {
 		b.WriteByte(' ')

@@ -23,7 +23,8 @@ type Peeked struct {
 	// Response holds what Check would answer now. Each status's
 	// Remaining and ResetMillis are the state before the charge.
 	Response
-	// Keys are the descriptors' base keys (AppendKey), "" for those that
+	// Keys are the base keys (AppendKey) of the statuses' limits (of a
+	// rule with several, the one that decides), "" for descriptors that
 	// take no store op (unmatched, unlimited, replaced).
 	Keys []string
 }
@@ -38,10 +39,8 @@ func Peek[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*
 	if _, err := prepare(l, req, &p.Response, sc); err != nil {
 		return nil, err
 	}
-	p.Keys = make([]string, len(req.Descriptors))
 	costs := make([]int64, len(sc.ops))
 	for j := range sc.ops {
-		p.Keys[sc.index[j]] = sc.ops[j].Key
 		costs[j] = sc.ops[j].Cost
 		sc.ops[j].Cost, sc.ops[j].Refund = 0, false
 	}
@@ -51,33 +50,50 @@ func Peek[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*
 			return nil, fmt.Errorf("peek: %w", err)
 		}
 	}
-	for j, r := range res {
-		st := &p.Statuses[sc.index[j]]
+	for j := range res {
+		r := &res[j]
 		// A charge passes when what remains covers it (take.lua's rules
 		// for each algorithm, at cost 0: the remaining before it).
 		r.Allowed = r.Allowed && r.Remaining >= costs[j]
 		if !r.Allowed && r.RetryAfter == 0 {
 			r.RetryAfter = r.Reset
 		}
-		applyResult(st, r)
+	}
+	applyResults(sc, res, p.Statuses)
+	p.Keys = make([]string, len(req.Descriptors))
+	for j := range sc.ops {
+		if i := sc.index[j]; sc.limits[j] == p.Statuses[i].Limit {
+			p.Keys[i] = sc.ops[j].Key
+		}
 	}
 	p.Code = overall(p.Statuses)
 	return p, nil
 }
 
+// firstKeys returns the base key of each of n descriptors' first op in
+// sc (of a rule with several limits, its first limit's), "" without one:
+// Reset's answer.
+func firstKeys(sc *scratch, n int) []string {
+	keys := make([]string, n)
+	for j := range sc.ops {
+		if !sc.ops[j].Joined {
+			keys[sc.index[j]] = sc.ops[j].Key
+		}
+	}
+	return keys
+}
+
 // Reset clears on r the state of every descriptor of req that takes a
-// store op, as Check would key it, and returns the descriptors' base keys
-// (Peeked.Keys). Errors are Check's, or r's.
+// store op (each limit of a rule with several), as Check would key it,
+// and returns the descriptors' base keys (of a rule with several limits,
+// its first's). Errors are Check's, or r's.
 func Reset[E descriptors.KV](ctx context.Context, l *Limiter, r Resetter, req *Request[E]) ([]string, error) {
 	var resp Response
 	sc := new(scratch)
 	if _, err := prepare(l, req, &resp, sc); err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(req.Descriptors))
-	for j := range sc.ops {
-		keys[sc.index[j]] = sc.ops[j].Key
-	}
+	keys := firstKeys(sc, len(req.Descriptors))
 	if len(sc.ops) == 0 {
 		return keys, nil
 	}

@@ -103,6 +103,9 @@ func restrictier(a, b *limiter.Status) bool {
 }
 
 // headers describes st in the mode's headers, with Retry-After if over.
+// A rule with several limits (st.Parts) names each: in RateLimit-Policy
+// and RateLimit, and in the legacy limit header as draft 03's quota
+// policies after st's limit ("10, 10;w=1, 1000;w=86400").
 func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderValue {
 	var scratch [128]byte
 	b := scratch[:0]
@@ -111,12 +114,17 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 	reset := ceilSeconds(st.ResetMillis)
 	if o.Mode == HeadersLegacy {
 		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
+		for i := range st.Parts {
+			quota, window := policy(st.Parts[i].Limit)
+			b = strconv.AppendInt(append(b, ", "...), quota, 10)
+			b = strconv.AppendInt(append(b, ";w="...), window, 10)
+		}
 		h.end(o.LimitHeader, len(b))
 		b = strconv.AppendUint(b, uint64(st.Remaining), 10)
 		h.end(o.RemainingHeader, len(b))
 		b = strconv.AppendInt(b, reset, 10)
 		h.end(o.ResetHeader, len(b))
-	} else {
+	} else if st.Parts == nil {
 		quota, window := policy(lim)
 		b = appendSFString(b, policyName(lim))
 		name := len(b)
@@ -127,12 +135,36 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 		b = strconv.AppendUint(append(b, ";r="...), uint64(st.Remaining), 10)
 		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
 		h.end("RateLimit", len(b))
+	} else {
+		b = appendParts(b, st.Parts, func(b []byte, p *limiter.Status) []byte {
+			quota, window := policy(p.Limit)
+			b = strconv.AppendInt(append(b, ";q="...), quota, 10)
+			return strconv.AppendInt(append(b, ";w="...), window, 10)
+		})
+		h.end("RateLimit-Policy", len(b))
+		b = appendParts(b, st.Parts, func(b []byte, p *limiter.Status) []byte {
+			b = strconv.AppendUint(append(b, ";r="...), uint64(p.Remaining), 10)
+			return strconv.AppendInt(append(b, ";t="...), ceilSeconds(p.ResetMillis), 10)
+		})
+		h.end("RateLimit", len(b))
 	}
 	if over {
 		b = strconv.AppendInt(b, max(ceilSeconds(st.RetryAfterMillis), 1), 10)
 		h.end("Retry-After", len(b))
 	}
 	return h.list(b)
+}
+
+// appendParts appends a structured-field list of one item per part, its
+// policy name with the parameters params appends.
+func appendParts(b []byte, parts []limiter.Status, params func([]byte, *limiter.Status) []byte) []byte {
+	for i := range parts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = params(appendSFString(b, policyName(parts[i].Limit)), &parts[i])
+	}
+	return b
 }
 
 // headerList builds a few headers whose values share one buffer: the
@@ -175,11 +207,12 @@ func policy(l *descriptors.Limit) (quota int64, window int64) {
 	return l.Burst / descriptors.Milli, ceilSeconds((l.Burst*den + num - 1) / num)
 }
 
+// policyName is the limit's name, else its Label.
 func policyName(l *descriptors.Limit) string {
 	if l.Name != "" {
 		return l.Name
 	}
-	return l.Path
+	return l.Label()
 }
 
 // appendSFString appends s as an RFC 8941 string: quoted, '"' and '\'

@@ -21,6 +21,9 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
 	}
+	if hasJoint(ops) {
+		return r.takeJoints(ctx, ops, results)
+	}
 	if r.cluster == nil {
 		return r.single.take(ctx, ops, results)
 	}

@@ -514,8 +514,20 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(op.Burst)
 		w.Int(op.RateNum)
 		w.Int(op.RateDen)
-		w.Int(int64(op.Veto))
+		w.Int(int64(op.Veto) + jointFlag(ops, i))
 	}
+}
+
+// jointFlag is what atomic.lua adds to op i's veto: 4 for the first op of
+// a joint (limiter.Op.Joined), 8 for the others, 0 for an op on its own.
+func jointFlag(ops []limiter.Op, i int) int64 {
+	switch {
+	case ops[i].Joined:
+		return 8
+	case i+1 < len(ops) && ops[i+1].Joined:
+		return 4
+	}
+	return 0
 }
 
 // decodeTagged fills results from atomic.lua's {tag, 4 integers an op}.

@@ -134,11 +134,18 @@ func (m *Metrics) cacheSeries(set *descriptors.Set) {
 // for them, as envoyproxy/ratelimit names their stats. detailed_metric puts every
 // entry of the request in ("domain.key_value.key2_value2");
 // value_to_metric replaces the matched level's configured value (a
-// wildcard, or none) with the request's. Without entries it is the path.
+// wildcard, or none) with the request's; one of several limits of a rule
+// keeps its Label's "#" part after either. Without entries it is baseLabel.
 func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	if !(lim.DetailedMetric || lim.ValueToMetric) || req == nil || i >= req.Len() || req.Entries(i) == 0 {
 		return baseLabel(lim)
 	}
+	member := lim.Label()[len(lim.Path):] // "#daily" of one of several limits
+	return ruleValues(lim, domain, req, i) + member
+}
+
+// ruleValues is ruleLabel's path with the request's values.
+func ruleValues(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	var b strings.Builder
 	n := req.Entries(i)
 	if lim.DetailedMetric {
@@ -156,12 +163,12 @@ func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) s
 }
 
 // baseLabel is the rule label of a limit whose label takes no request
-// values: its name where set, else its path.
+// values: its name where set, else its Label (its path).
 func baseLabel(lim *descriptors.Limit) string {
 	if lim.Name != "" && !(lim.DetailedMetric || lim.ValueToMetric) {
 		return lim.Name
 	}
-	return lim.Path
+	return lim.Label()
 }
 
 // validLabel makes a label value of request bytes UTF-8, as Prometheus

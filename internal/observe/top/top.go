@@ -160,6 +160,10 @@ func (t *Tracker) Loaded(r *rules.Loaded, changed bool) {
 		if l.Unlimited {
 			continue
 		}
+		if l.Group != nil && l.Index > 0 { // one rule of several limits: its first's
+			idx[l] = idx[l.Group[0]]
+			continue
+		}
 		nr := newRule(l)
 		k := nr.domain + "\x00" + nr.path
 		if old := t.byPath[k]; old != nil {
