@@ -15,12 +15,15 @@ import (
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/refserver"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
@@ -58,9 +61,33 @@ func TestLongAndOddValuesDecided(t *testing.T) {
 	})
 }
 
+// TestLongAndOddValuesOnReference: envoyproxy/ratelimit answers the 64
+// KiB value as FastLimit does, request for request, and fails the request
+// whose value is not UTF-8 with Internal, where FastLimit decides it
+// (TestLongAndOddValuesDecided; docs/envoy.md).
+func TestLongAndOddValuesOnReference(t *testing.T) {
+	refserver.Bin(t)
+	p := startPair(t, map[string]string{"dropin.yaml": dropinRules}, nil)
+	long := strings.Repeat("/segment", 64<<10/8)
+	p.run(t, sequence{name: "64 KiB value", unit: 3600, build: func(salt string) []*rls.RateLimitRequest {
+		var reqs []*rls.RateLimitRequest
+		for range 6 {
+			reqs = append(reqs, requestIn("dropin", desc("path", long+salt), desc("api_key", "long-"+salt)))
+		}
+		return reqs
+	}})
+	raw := rawRequest("dropin", [][2]string{{"path", "bad\xff\xfe"}}, [][2]string{{"api_key", "odd"}})
+	var out []byte
+	err := p.ref.Conn.Invoke(ctxTimeout(t, 10*time.Second), rls.RateLimitService_ShouldRateLimit_FullMethodName, raw, &out, forceRaw)
+	if status.Code(err) != codes.Internal {
+		t.Errorf("reference, value not UTF-8: %v, want Internal", err)
+	}
+}
+
 // TestResetWholeSecondsNoRetryAfterOnOK: under a per-second rule
-// duration_until_reset is 1 s, as the reference answers (Envoy's
-// x-ratelimit-reset reads its seconds); with global shadow mode an answer
+// duration_until_reset is 1 s, whole seconds as the reference answers
+// (TestSameAnswersAsReference compares them; Envoy's x-ratelimit-reset
+// reads its seconds); with global shadow mode an answer
 // over the limit is OK and carries the rate-limit headers but no
 // Retry-After, which Envoy would pass to a client on a 200.
 func TestResetWholeSecondsNoRetryAfterOnOK(t *testing.T) {
@@ -97,48 +124,91 @@ func TestResetWholeSecondsNoRetryAfterOnOK(t *testing.T) {
 	}
 }
 
-// TestReferenceJSONLogs: LOG_FORMAT=json writes the reference's keys,
-// @timestamp (RFC 3339 with nanoseconds), @message and level in logrus'
-// words, so that a pipeline keyed on them reads every line.
+// TestReferenceJSONLogs: LOG_FORMAT=json writes every line as JSON with
+// the keys every JSON line of envoyproxy/ratelimit has (@timestamp,
+// @message, level), timestamps in its layout (RFC 3339 with nanoseconds)
+// and levels in its words (logrus'), none of zap's keys, so that a
+// pipeline keyed on the reference's lines reads every line.
 func TestReferenceJSONLogs(t *testing.T) {
+	ref := refserver.Start(t, refserver.Options{Rules: map[string]string{"d.yaml": dropinRules},
+		Env: map[string]string{"LOG_FORMAT": "json", "LOG_LEVEL": "info"}})
+	// The reference writes its first lines before it reads LOG_FORMAT.
+	want := jsonLogShape(t, "envoyproxy/ratelimit", ref.Logs(), true)
 	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
 	env := refEnv(t, root, redistest.StartServer(t).Addr)
 	env["LOG_FORMAT"], env["LOG_LEVEL"] = "json", "info"
 	env["MEMCACHE_HOST_PORT"] = "m:11211" // a warning line
 	srv := startRef(t, env)
 	srv.Stop()
-	var infos, warnings int
-	sc := bufio.NewScanner(strings.NewReader(srv.logs.String()))
+	got := jsonLogShape(t, "FastLimit", srv.logs.String(), false)
+	for k := range want.keys {
+		if !got.keys[k] {
+			t.Errorf("a FastLimit line lacks %q, which every line of the reference has:\n%s", k, srv.logs.String())
+		}
+	}
+	for l, n := range got.levels {
+		if want.levels[l] == 0 {
+			t.Errorf("%d FastLimit lines at level %q, a word the reference does not use (it uses %v)", n, l, want.levels)
+		}
+	}
+	if got.levels["info"] == 0 || got.levels["warning"] == 0 {
+		t.Errorf("levels %v, want info and warning lines:\n%s", got.levels, srv.logs.String())
+	}
+}
+
+// logShape is what JSON log lines have in common: the keys of every line,
+// and how many lines use each level.
+type logShape struct {
+	keys   map[string]bool
+	levels map[string]int
+}
+
+// jsonLogShape reads logs line by line: each must be JSON (but for lines
+// before the first JSON one when skipText), with @timestamp in RFC 3339
+// with nanoseconds and a non-empty @message, and none of zap's keys.
+func jsonLogShape(t *testing.T, who, logs string, skipText bool) logShape {
+	t.Helper()
+	shape := logShape{levels: map[string]int{}}
+	sc := bufio.NewScanner(strings.NewReader(logs))
 	for sc.Scan() {
 		var line map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
+			if skipText && shape.keys == nil {
+				continue
+			}
+			t.Fatalf("%s line %q is not JSON: %v", who, sc.Text(), err)
 		}
 		ts, _ := line["@timestamp"].(string)
 		if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
-			t.Errorf("line %q: @timestamp %q: %v", sc.Text(), ts, err)
+			t.Errorf("%s line %q: @timestamp %q: %v", who, sc.Text(), ts, err)
 		}
 		if msg, _ := line["@message"].(string); msg == "" {
-			t.Errorf("line %q has no @message", sc.Text())
-		}
-		switch line["level"] {
-		case "info":
-			infos++
-		case "warning":
-			warnings++
-		case "debug", "error", "fatal", "panic":
-		default:
-			t.Errorf("line %q: level %v is not one of logrus' words", sc.Text(), line["level"])
+			t.Errorf("%s line %q has no @message", who, sc.Text())
 		}
 		for _, k := range []string{"ts", "msg", "L", "M"} {
 			if _, ok := line[k]; ok {
-				t.Errorf("line %q has zap's key %q", sc.Text(), k)
+				t.Errorf("%s line %q has zap's key %q", who, sc.Text(), k)
 			}
 		}
+		if shape.keys == nil {
+			shape.keys = map[string]bool{}
+			for k := range line {
+				shape.keys[k] = true
+			}
+		}
+		for k := range shape.keys {
+			if _, ok := line[k]; !ok {
+				delete(shape.keys, k)
+			}
+		}
+		if l, ok := line["level"].(string); ok {
+			shape.levels[l]++
+		}
 	}
-	if infos == 0 || warnings == 0 {
-		t.Errorf("%d info and %d warning lines, want both:\n%s", infos, warnings, srv.logs.String())
+	if shape.keys == nil {
+		t.Fatalf("%s wrote no JSON line:\n%s", who, logs)
 	}
+	return shape
 }
 
 // statsdServer is a statsd server on a loopback TCP port (gostats' and
@@ -177,6 +247,19 @@ func startStatsd(t *testing.T) *statsdServer {
 	return s
 }
 
+// names is the set of "name|type" of the stats received.
+func (s *statsdServer) names() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for _, l := range s.lines {
+		name, rest, _ := strings.Cut(l, ":")
+		_, typ, _ := strings.Cut(rest, "|")
+		out[name+"|"+typ] = true
+	}
+	return out
+}
+
 func (s *statsdServer) matching(re *regexp.Regexp) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,58 +273,109 @@ func (s *statsdServer) matching(re *regexp.Regexp) []string {
 }
 
 // TestStatsdDefaultAndTimer: with USE_STATSD unset and STATSD_HOST set,
-// the stats go to statsd as the reference's default says, a line at
-// start says so, and statsd gets the reference's response timer (one
-// whole-milliseconds line a call), its counters and its runtime gauges.
+// the stats go to statsd as the reference's default says, a line at start
+// says so, and statsd gets every stat envoyproxy/ratelimit sends for the
+// same three calls (but refNotSent), the response timer as one
+// whole-milliseconds line a call.
 func TestStatsdDefaultAndTimer(t *testing.T) {
-	sd := startStatsd(t)
+	refserver.Bin(t)
+	sd, refSD := startStatsd(t), startStatsd(t)
 	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
 	env := refEnv(t, root, redistest.StartServer(t).Addr)
 	host, port, _ := net.SplitHostPort(sd.lis.Addr().String())
 	env["STATSD_HOST"], env["STATSD_PORT"], env["STATS_FLUSH_INTERVAL"] = host, port, "200ms"
 	srv := startRef(t, env)
-	for range 3 {
-		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "statsd"))); err != nil {
-			t.Fatal(err)
+	host, port, _ = net.SplitHostPort(refSD.lis.Addr().String())
+	ref := refserver.Start(t, refserver.Options{Rules: map[string]string{"d.yaml": dropinRules},
+		Env: map[string]string{"USE_STATSD": "true", "STATSD_HOST": host, "STATSD_PORT": port, "STATS_FLUSH_INTERVAL": "200ms"}})
+	for _, c := range []rls.RateLimitServiceClient{srv.Client, ref.Client} {
+		for range 3 {
+			if _, err := c.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "statsd"))); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	timer := regexp.MustCompile(`^ratelimit_server\.ShouldRateLimit\.response_time:\d+\|ms$`)
-	total := regexp.MustCompile(`^ratelimit_server\.ShouldRateLimit\.total_requests:\d+\|c$`)
-	gauge := regexp.MustCompile(`^ratelimit\.go\.numGoroutine:\d+\|g$`)
-	pool := regexp.MustCompile(`^ratelimit\.redis_pool\.cx_active:\d+\|g$`)
-	hits := regexp.MustCompile(`^ratelimit\.service\.rate_limit\.dropin\.api_key\.total_hits:\d+\|c$`)
-	wait.For(t, 10*time.Second, func() bool {
-		return len(sd.matching(timer)) == 3 && len(sd.matching(total)) > 0 && len(sd.matching(gauge)) > 0 &&
-			len(sd.matching(pool)) > 0 && len(sd.matching(hits)) > 0
+	missing := func() []string {
+		got := sd.names()
+		var out []string
+		for n := range refSD.names() {
+			if !got[n] && refNotSent[n] == "" {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	wait.True(10*time.Second, func() bool {
+		return len(sd.matching(timer)) == 3 && len(refSD.matching(timer)) == 3 && len(missing()) == 0
 	})
+	time.Sleep(time.Second) // more flushes: stats the reference sends later
+	if n, m := len(sd.matching(timer)), len(refSD.matching(timer)); n != 3 || m != 3 {
+		t.Errorf("response timer lines: FastLimit %d, reference %d, want one a call", n, m)
+	}
+	if m := missing(); len(m) > 0 {
+		t.Errorf("stats the reference sends and FastLimit does not: %v", m)
+	}
 	if !strings.Contains(srv.logs.String(), "USE_STATSD is unset and STATSD_HOST is set: sending envoyproxy/ratelimit's stats to statsd at "+sd.lis.Addr().String()) {
 		t.Errorf("no startup line about USE_STATSD:\n%s", srv.logs.String())
 	}
 }
 
-// TestReferencePrometheusRuntimeSeries: under USE_PROMETHEUS the
-// reference's Go runtime, Redis pool and local cache series are there,
-// and the response time is in seconds (upstream's mapping since #1104).
+// refNotSent are the stats and series envoyproxy/ratelimit sends for
+// these tests' calls that FastLimit does not, and why.
+var refNotSent = map[string]string{
+	"runtime.load_attempts|c":                                                 "goruntime's loader, which FastLimit does not use",
+	"runtime.num_values|g":                                                    "goruntime's loader, which FastLimit does not use",
+	"ratelimit_localcache_averageAccessTime":                                  "freecache's own (docs/metrics.md)",
+	"ratelimit_localcache_evacuateCount":                                      "freecache's own (docs/metrics.md)",
+	"ratelimit_localcache_expiredCount":                                       "freecache's own (docs/metrics.md)",
+	"ratelimit_localcache_lookupCount":                                        "freecache's own (docs/metrics.md)",
+	"ratelimit_localcache_missCount":                                          "freecache's own (docs/metrics.md)",
+	"ratelimit_localcache_overwriteCount":                                     "freecache's own (docs/metrics.md)",
+	"ratelimit_service_rate_limit_dropin_api_key_over_limit_with_local_cache": "hits the local cache denies are counted over_limit alone (docs/migrating.md)",
+}
+
+// TestReferencePrometheusRuntimeSeries: under USE_PROMETHEUS the series
+// envoyproxy/ratelimit serves after the same seven calls (its Go runtime,
+// Redis pool and local cache series among them) are served (but
+// refNotSent), and the response time is in seconds (upstream's main
+// since #1104; the pinned version's are milliseconds).
 func TestReferencePrometheusRuntimeSeries(t *testing.T) {
+	refserver.Bin(t)
 	root := files.Dir(t, map[string]string{"ratelimit/config/d.yaml": dropinRules})
 	env := refEnv(t, root, redistest.StartServer(t).Addr)
-	prom := loopback.Port(t)
-	env["USE_STATSD"], env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"] = "false", "true", fmt.Sprintf("127.0.0.1:%d", prom)
+	prom, refProm := loopback.Addr(t), loopback.Addr(t)
+	env["USE_STATSD"], env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"] = "false", "true", prom
 	env["LOCAL_CACHE_SIZE_IN_BYTES"] = "1048576"
 	srv := startRef(t, env)
-	for range 7 { // api_key allows 5: over-limit keys land in the local cache
-		if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "prom"))); err != nil {
-			t.Fatal(err)
+	ref := refserver.Start(t, refserver.Options{Rules: map[string]string{"d.yaml": dropinRules}, Env: map[string]string{
+		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": refProm, "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "STATS_FLUSH_INTERVAL": "200ms"}})
+	for _, c := range []rls.RateLimitServiceClient{srv.Client, ref.Client} {
+		for range 7 { // api_key allows 5: over-limit keys land in the local cache
+			if _, err := c.ShouldRateLimit(ctxTimeout(t, 5*time.Second), requestIn("dropin", desc("api_key", "prom"))); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	series := scrape.Series(t, metricsPage(t, fmt.Sprintf("127.0.0.1:%d", prom)))
-	for _, name := range []string{"ratelimit_go_alloc", "ratelimit_go_heapInuse", "ratelimit_go_numGoroutine", "ratelimit_go_totalAlloc",
-		"ratelimit_go_mallocs", "ratelimit_redis_pool_cx_active", "ratelimit_redis_pool_cx_total",
-		"ratelimit_localcache_entryCount", "ratelimit_localcache_hitCount"} {
-		if _, ok := series[name]; !ok {
-			t.Errorf("no %s", name)
+	families := func(addr string) map[string]bool {
+		out := map[string]bool{}
+		for k := range scrape.Series(t, metricsPage(t, addr)) {
+			if name, _, _ := strings.Cut(k, "{"); strings.HasPrefix(name, "ratelimit_") {
+				out[name] = true
+			}
+		}
+		return out
+	}
+	// The reference's gauges come with its first flushes.
+	wait.For(t, 10*time.Second, func() bool { return families(refProm)["ratelimit_go_alloc"] })
+	time.Sleep(time.Second)
+	got := families(prom)
+	for name := range families(refProm) {
+		if !got[name] && refNotSent[name] == "" {
+			t.Errorf("the reference serves %s, FastLimit does not", name)
 		}
 	}
+	series := scrape.Series(t, metricsPage(t, prom))
 	if series["ratelimit_go_alloc"] <= 0 || series["ratelimit_redis_pool_cx_active"] < 1 || series["ratelimit_localcache_entryCount"] < 1 {
 		t.Errorf("alloc %v, pool %v, cache entries %v", series["ratelimit_go_alloc"], series["ratelimit_redis_pool_cx_active"],
 			series["ratelimit_localcache_entryCount"])

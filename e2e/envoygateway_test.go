@@ -270,10 +270,10 @@ func checkEveryUnit(t *testing.T, set func(string, ...*rlsconf.RateLimitConfig),
 		t.Errorf("quota, both over: %v, want OVER_LIMIT", got)
 	}
 
-	// Metadata comes back in the dynamic metadata of a passed descriptor.
+	// The metadata of a passed descriptor comes back in the dynamic metadata.
 	resp = call(desc("meta", id))
-	ds := resp.GetDynamicMetadata().GetFields()["descriptors"].GetListValue().GetValues()
-	if len(ds) != 1 || ds[0].GetStructValue().GetFields()["metadata"].GetStructValue().GetFields()["team"].GetStringValue() != "payments" {
+	md := resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue()
+	if md.GetFields()["team"].GetStringValue() != "payments" {
 		t.Errorf("dynamic metadata %v, want the rule's metadata", resp.GetDynamicMetadata())
 	}
 

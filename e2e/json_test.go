@@ -126,13 +126,18 @@ func TestResponseHeaders(t *testing.T) {
 		if resp.OverallCode != rls.RateLimitResponse_OK || resp.Statuses[0].Code != rls.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("global shadow mode: %v", resp)
 		}
+		// Every descriptor is listed; the one over its limit is named.
 		md := resp.DynamicMetadata.AsMap()
-		passed, _ := md["descriptors"].([]any)
-		if md["domain"] != "e2e" || len(passed) != 1 {
+		ds, _ := md["descriptors"].([]any)
+		if md["domain"] != "e2e" || len(ds) != 2 {
 			t.Fatalf("dynamic metadata: %v", md)
 		}
-		if e := passed[0].(map[string]any)["entries"].([]any); e[0] != "fixed=h4" {
+		if e := ds[1].(map[string]any)["entries"].([]any); e[0] != "fixed=h4" {
 			t.Fatalf("dynamic metadata entries: %v", md)
+		}
+		over, _ := md["fastlimit"].(map[string]any)["overLimit"].([]any)
+		if len(over) != 1 || over[0].(map[string]any)["index"] != 0.0 {
+			t.Fatalf("dynamic metadata overLimit: %v", md)
 		}
 	})
 }

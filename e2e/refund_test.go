@@ -96,9 +96,9 @@ func TestRefunds(t *testing.T) {
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.fixed"}`:   1008,
 				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.fixed"}`:      120,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.bucket"}`:  1004,
-				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.small"}`:   2,
-				`fastlimit_rule_total_hits_total{domain="e2e",rule="e2e.small"}`:      5,
-				`fastlimit_rule_over_limit_total{domain="e2e",rule="e2e.small"}`:      1,
+				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="small"}`:       2,
+				`fastlimit_rule_total_hits_total{domain="e2e",rule="small"}`:          5,
+				`fastlimit_rule_over_limit_total{domain="e2e",rule="small"}`:          1,
 				`fastlimit_rule_refunded_hits_total{domain="e2e",rule="e2e.sliding"}`: 1004,
 			})
 		})

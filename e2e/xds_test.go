@@ -184,7 +184,9 @@ func TestXDSRules(t *testing.T) {
 			code, body := scrape.Get(t, "http://"+admin+"/v1/rules")
 			if code != http.StatusOK || !strings.Contains(body, "# xds resource xds-rules\n") ||
 				!strings.Contains(body, "xds.user: algorithm=fixed_window unit=MINUTE requests_per_unit=10") ||
-				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "bad-rules") {
+				!strings.Contains(body, "xds.free: unlimited=true") || strings.Contains(body, "# xds resource bad-rules") ||
+				strings.Contains(body, "\nother.") || !strings.Contains(body, "# last failed reload at ") ||
+				!strings.Contains(body, "#   resource 'bad-rules' descriptor other.k") {
 				t.Errorf("/v1/rules %d:\n%s", code, body)
 			}
 			_, metrics := scrape.Get(t, "http://"+admin+"/metrics")

@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -14,14 +15,19 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"gopkg.in/yaml.v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
+	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
 // Paths, relative to this package's directory (where go test runs).
@@ -122,9 +128,6 @@ func checkRateLimitFilter(t *testing.T, rl *ratelimitv3.RateLimit) {
 	if rl.GetFailureModeDeny() {
 		t.Error("failure_mode_deny = true, want false (fail open)")
 	}
-	if got := rl.GetEnableXRatelimitHeaders(); got != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
-		t.Errorf("enable_x_ratelimit_headers = %v, want DRAFT_VERSION_03", got)
-	}
 	if !rl.GetRateLimitedAsResourceExhausted() {
 		t.Error("rate_limited_as_resource_exhausted = false, want true")
 	}
@@ -218,18 +221,95 @@ func TestEnvoyActionsMatchRules(t *testing.T) {
 	hcm, _ := findHCM(t, bs)
 	rl := rateLimitConfig(t, hcm.GetHttpFilters())
 	rules := loadDir(t, envoyRules)
+	checkActionsMatch(t, rules.Set, rl.GetDomain(), envoyRateLimits(t, hcm))
+}
 
-	var all []*routev3.RateLimit
-	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-		all = append(all, vh.GetRateLimits()...)
-		for _, r := range vh.GetRoutes() {
-			all = append(all, r.GetRoute().GetRateLimits()...)
+// TestEnvoyHeaderWindows: the compose example's rate-limit headers state
+// each rule's real window. Envoy's draft-03 headers
+// (enable_x_ratelimit_headers) take the window from the unit alone, so
+// they may be on only if every rule the actions reach is a window of one
+// whole unit; otherwise FastLimit's --response-headers ietf gives them,
+// its RateLimit-Policy stating unit_multiplier units, or for a token
+// bucket the time it takes to fill from empty.
+func TestEnvoyHeaderWindows(t *testing.T) {
+	bs := loadBootstrap(t)
+	hcm, _ := findHCM(t, bs)
+	rl := rateLimitConfig(t, hcm.GetHttpFilters())
+	set := loadDir(t, envoyRules).Set
+	fl := loadCompose(t)["fastlimit"]
+	mode := flagValue(fl.command(), "response-headers")
+	if mode == "" {
+		mode = fl.env()["RESPONSE_HEADERS"]
+	}
+	draft03 := rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03
+	switch {
+	case draft03 && mode != "" && mode != rls.HeadersOff:
+		t.Errorf("Envoy's draft-03 headers and FastLimit's --response-headers %s: each response would carry two sets", mode)
+	case !draft03 && mode != rls.HeadersIETF:
+		t.Errorf("enable_x_ratelimit_headers %v and --response-headers %q: want FastLimit's ietf headers", rl.GetEnableXRatelimitHeaders(), mode)
+	}
+
+	mem := store.NewMemory(store.MemoryOptions{})
+	if err := mem.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	l := limiter.New(mem, limiter.Options{})
+	l.SetRules(set)
+	svc := rls.New(l, rls.Options{Headers: rls.HeaderOptions{Mode: mode}}, zap.NewNop())
+	policy := regexp.MustCompile(`^"[^"]*";q=(\d+);w=(\d+)$`)
+	checked := map[string]*descriptors.Limit{}
+	for _, entries := range envoyDescriptors(t, hcm) {
+		lim := descriptors.Match(set.Domain(rl.GetDomain()), entries)
+		if lim == nil || lim.Unlimited || checked[lim.Path] != nil {
+			continue
+		}
+		checked[lim.Path] = lim
+		quota, window := ruleWindow(lim)
+		if draft03 {
+			if lim.Algorithm == descriptors.TokenBucket || window != lim.Unit.Seconds() {
+				t.Errorf("rule %s: %d per %ds, which Envoy's draft-03 headers would call %d per %ds",
+					lim.Path, quota, window, lim.RequestsPerUnit, lim.Unit.Seconds())
+			}
+			continue
+		}
+		var es []*common.RateLimitDescriptor_Entry
+		for _, e := range entries {
+			es = append(es, &common.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{
+			Domain: rl.GetDomain(), Descriptors: []*common.RateLimitDescriptor{{Entries: es}}})
+		if err != nil {
+			t.Fatalf("rule %s: %v", lim.Path, err)
+		}
+		var got []string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() == "RateLimit-Policy" {
+				got = policy.FindStringSubmatch(h.GetValue())
+			}
+		}
+		if want := []string{fmt.Sprint(quota), fmt.Sprint(window)}; len(got) != 3 || !slices.Equal(got[1:], want) {
+			t.Errorf("rule %s: RateLimit-Policy %q, want q=%s;w=%s", lim.Path, got, want[0], want[1])
 		}
 	}
-	if len(all) == 0 {
-		t.Fatal("envoy.yaml has no rate_limits")
+	// login_per_ip, 10 per 15 minutes: w=900, where draft-03 said w=60.
+	if login := checked["edge.route_login.remote_address"]; login == nil {
+		t.Error("no rate_limits action reaches login_per_ip (edge.route_login.remote_address)")
+	} else if q, w := ruleWindow(login); q != 10 || w != 900 {
+		t.Errorf("login_per_ip: %d per %ds, want 10 per 900s", q, w)
 	}
-	checkActionsMatch(t, rules.Set, rl.GetDomain(), all)
+}
+
+// ruleWindow is a rule's quota and window in seconds, as a client should
+// read them: requests_per_unit in unit_multiplier units; for a token
+// bucket, its burst and the time to fill it from empty.
+func ruleWindow(l *descriptors.Limit) (quota, seconds int64) {
+	seconds = l.Unit.Seconds() * int64(max(l.UnitMultiplier, 1))
+	if l.Algorithm != descriptors.TokenBucket {
+		return int64(l.RequestsPerUnit), seconds
+	}
+	quota = l.Burst / descriptors.Milli
+	return quota, (quota*seconds + int64(l.RequestsPerUnit) - 1) / int64(l.RequestsPerUnit)
 }
 
 // TestIstioActionsMatchRules does the same for the Istio EnvoyFilters and
@@ -246,6 +326,12 @@ func TestIstioActionsMatchRules(t *testing.T) {
 	}
 	rl := rateLimitConfig(t, []*hcmv3.HttpFilter{&hf, {Name: routerFilter}})
 	checkRateLimitFilter(t, rl)
+	// The rules have token buckets and a unit_multiplier: draft-03 would
+	// state the wrong windows (TestEnvoyHeaderWindows), so FastLimit's IETF
+	// headers answer instead (TestIstioManifests checks RESPONSE_HEADERS).
+	if got := rl.GetEnableXRatelimitHeaders(); got == ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		t.Errorf("enable_x_ratelimit_headers = %v: its windows would be wrong for these rules", got)
+	}
 	if raw, _ := filter.Patch.Value["typed_config"].(map[string]any); raw == nil || raw["failure_mode_deny"] != false {
 		t.Error("EnvoyFilter: failure_mode_deny should be set explicitly to false")
 	}
@@ -476,6 +562,17 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 
+	// Headers that state each rule's window: FastLimit's IETF ones.
+	headers := ""
+	for _, e := range c.Env {
+		if e.Name == "RESPONSE_HEADERS" {
+			headers = e.Value
+		}
+	}
+	if headers != rls.HeadersIETF {
+		t.Errorf("container %s: RESPONSE_HEADERS=%q, want %s (the EnvoyFilter sends no draft-03 headers)", c.Name, headers, rls.HeadersIETF)
+	}
+
 	// Liveness must not follow Redis: an outage would restart every pod.
 	for _, e := range c.Env {
 		if e.Name == "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION" && e.Value != "false" {
@@ -571,15 +668,10 @@ func TestKubernetesManifests(t *testing.T) {
 // TestDockerCompose checks docker-compose.yml against the files it names
 // and against envoy.yaml's clusters.
 func TestDockerCompose(t *testing.T) {
-	var cf struct {
-		Services map[string]composeService `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(files.Read(t, composeFile), &cf); err != nil {
-		t.Fatalf("%s: %v", composeFile, err)
-	}
+	services := loadCompose(t)
 	svc := func(name string) composeService {
 		t.Helper()
-		s, ok := cf.Services[name]
+		s, ok := services[name]
 		if !ok {
 			t.Fatalf("%s: no service %q", composeFile, name)
 		}
@@ -613,7 +705,7 @@ func TestDockerCompose(t *testing.T) {
 		t.Errorf("fastlimit REDIS_URL = %q, want redis://redis:6379/0", u)
 	}
 	if u, err := url.Parse(env["REDIS_URL"]); err == nil {
-		if _, ok := cf.Services[u.Hostname()]; !ok {
+		if _, ok := services[u.Hostname()]; !ok {
 			t.Errorf("REDIS_URL host %q is no compose service", u.Hostname())
 		}
 	}
@@ -651,7 +743,7 @@ func TestDockerCompose(t *testing.T) {
 	bs := loadBootstrap(t)
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		host, port := clusterEndpoint(c)
-		if _, ok := cf.Services[host]; !ok {
+		if _, ok := services[host]; !ok {
 			t.Errorf("envoy.yaml cluster %s points at %s:%d, which is no compose service", c.GetName(), host, port)
 		}
 	}
@@ -760,6 +852,58 @@ func TestDockerfile(t *testing.T) {
 	for _, p := range []string{"go.mod", "go.sum", "cmd/server"} {
 		if ignored(p) {
 			t.Errorf(".dockerignore excludes %s, which the build needs", p)
+		}
+	}
+}
+
+// TestGitignoreCoversBuilds: what the docs tell you to build is ignored:
+// `go build ./DIR` of each main package (a binary named after the folder,
+// in the root), every `go build -o PATH` of the README, docs/, Makefile
+// and BENCHMARKS.md inside the repository, and GOBIN=$PWD/... installs.
+func TestGitignoreCoversBuilds(t *testing.T) {
+	ignored := map[string]bool{}
+	for _, l := range strings.Split(string(files.Read(t, "../.gitignore")), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			ignored[strings.TrimSuffix(l, "/")] = true
+		}
+	}
+	mainPackage := regexp.MustCompile(`(?m)^package main$`)
+	var mains []string
+	covered := func(path string) bool {
+		first, _, _ := strings.Cut(strings.TrimPrefix(filepath.ToSlash(path), "./"), "/")
+		return ignored["/"+first]
+	}
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if n := d.Name(); p != ".." && (strings.HasPrefix(n, ".") || n == "testdata") {
+			return filepath.SkipDir
+		}
+		gos, _ := filepath.Glob(filepath.Join(p, "*.go"))
+		for _, g := range gos {
+			if !strings.HasSuffix(g, "_test.go") && mainPackage.Match(files.Read(t, g)) {
+				mains = append(mains, filepath.Base(p))
+				if !covered(filepath.Base(p)) {
+					t.Errorf("go build ./%s writes %s, which .gitignore does not cover", strings.TrimPrefix(p, "../"), filepath.Base(p))
+				}
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil || !slices.Contains(mains, "server") {
+		t.Fatalf("main packages %q: %v", mains, err)
+	}
+	docs, _ := filepath.Glob("../docs/*.md")
+	out := regexp.MustCompile(`go build [^\n]*?-o ([^ \n]+)`)
+	gobin := regexp.MustCompile(`GOBIN=\$PWD/([^ \n]+)`)
+	for _, f := range append(docs, "../README.md", "../Makefile", "../BENCHMARKS.md") {
+		text := string(files.Read(t, f))
+		for _, m := range append(out.FindAllStringSubmatch(text, -1), gobin.FindAllStringSubmatch(text, -1)...) {
+			if p := m[1]; !filepath.IsAbs(p) && !covered(p) {
+				t.Errorf("%s builds %s, which .gitignore does not cover", f, p)
+			}
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,6 +30,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 
 	// Every @type in the examples must resolve: these register the typed
@@ -211,6 +213,37 @@ func clusterEndpoint(c *clusterv3.Cluster) (string, uint32) {
 }
 
 // --- Rules helpers ---
+
+// envoyRateLimits are the rate_limits of envoy.yaml's virtual hosts and
+// routes.
+func envoyRateLimits(t *testing.T, hcm *hcmv3.HttpConnectionManager) []*routev3.RateLimit {
+	t.Helper()
+	var all []*routev3.RateLimit
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		all = append(all, vh.GetRateLimits()...)
+		for _, r := range vh.GetRoutes() {
+			all = append(all, r.GetRoute().GetRateLimits()...)
+		}
+	}
+	if len(all) == 0 {
+		t.Fatal("envoy.yaml has no rate_limits")
+	}
+	return all
+}
+
+// envoyDescriptors are the descriptors envoy.yaml's rate_limits send.
+func envoyDescriptors(t *testing.T, hcm *hcmv3.HttpConnectionManager) [][]descriptors.Entry {
+	t.Helper()
+	var all [][]descriptors.Entry
+	for i, r := range envoyRateLimits(t, hcm) {
+		descs, err := buildDescriptors(r)
+		if err != nil {
+			t.Fatalf("rate_limits[%d]: %v", i, err)
+		}
+		all = append(all, descs...)
+	}
+	return all
+}
 
 func loadDir(t *testing.T, dir string) *rules.Loaded {
 	t.Helper()
@@ -529,6 +562,18 @@ func flagValue(args []string, name string) string {
 }
 
 // --- Compose helpers ---
+
+// loadCompose returns docker-compose.yml's services by name.
+func loadCompose(t *testing.T) map[string]composeService {
+	t.Helper()
+	var cf struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(files.Read(t, composeFile), &cf); err != nil {
+		t.Fatalf("%s: %v", composeFile, err)
+	}
+	return cf.Services
+}
 
 type composeService struct {
 	Image       string `yaml:"image"`

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/dashboard"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
-	"github.com/fastlimit/fastlimit/internal/testing/refrules"
+	"github.com/fastlimit/fastlimit/internal/testing/refserver"
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
@@ -30,51 +30,62 @@ const (
 // file in the repository does.
 var extensionRules = []string{
 	"fastlimit-only/saas_api.yaml",
+	"fastlimit-only/api_plans.yaml",
 	"envoy/rules/edge.yaml",
 	"istio/rules-configmap.yaml",
 }
 
-// TestRulesLoadOnReference checks that the shipped rules (config/, whole
-// tree, as the reference reads a directory) and the Kubernetes example's
-// rules use only what envoyproxy/ratelimit accepts, and that the files
-// kept apart for FastLimit's extensions indeed do not.
+// TestRulesLoadOnReference starts envoyproxy/ratelimit at the pinned
+// version (refserver) over the shipped rules (config/, whole tree, as the
+// reference reads a directory) and the Kubernetes example's rules, which
+// it must load, and over each file kept apart for FastLimit's extensions,
+// which it must refuse.
 func TestRulesLoadOnReference(t *testing.T) {
-	var shipped []string
+	refserver.Bin(t)
+	shipped := map[string]string{}
 	err := filepath.WalkDir("../config", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
-			shipped = append(shipped, p)
+		if err == nil && !d.IsDir() {
+			shipped[strings.ReplaceAll(strings.TrimPrefix(p, "../config/"), "/", "_")] = string(files.Read(t, p))
 		}
 		return err
 	})
 	if err != nil || len(shipped) == 0 {
 		t.Fatalf("rules under ../config: %v %v", shipped, err)
 	}
-	for _, p := range shipped {
-		if err := refrules.Check(files.Read(t, p)); err != nil {
-			t.Errorf("%s: %v", p, err)
-		}
-	}
+	loadsOnReference(t, "config/", shipped)
+	k8s := map[string]string{}
 	for name, b := range configMapRules(t, kubernetesDir, "ratelimit-config") {
-		if err := refrules.Check(b); err != nil {
-			t.Errorf("%s ConfigMap ratelimit-config %s: %v", kubernetesDir, name, err)
-		}
+		k8s[name] = string(b)
 	}
+	loadsOnReference(t, kubernetesDir+" ConfigMap ratelimit-config", k8s)
 	for _, p := range extensionRules {
 		b := files.Read(t, p)
 		if p == "istio/rules-configmap.yaml" {
 			for name, r := range istioRuleFiles(t) {
-				if refrules.Check(r) == nil {
-					t.Errorf("%s %s loads on the reference: it is no longer FastLimit-only", p, name)
-				}
+				refusedByReference(t, p+" "+name, string(r))
 			}
 			continue
 		}
-		if refrules.Check(b) == nil {
-			t.Errorf("%s loads on the reference: move it with the shipped rules", p)
-		}
+		refusedByReference(t, p, string(b))
 		if !bytes.Contains(b, []byte("FastLimit")) {
 			t.Errorf("%s does not say in its comments that it is FastLimit's format", p)
 		}
+	}
+}
+
+// loadsOnReference fails t unless the reference loads rules.
+func loadsOnReference(t *testing.T, what string, rules map[string]string) {
+	t.Helper()
+	if err := refserver.Start(t, refserver.Options{Rules: rules}).LoadError(); err != nil {
+		t.Errorf("envoyproxy/ratelimit does not load %s: %v", what, err)
+	}
+}
+
+// refusedByReference fails t if the reference loads the rules file body.
+func refusedByReference(t *testing.T, what, body string) {
+	t.Helper()
+	if refserver.Start(t, refserver.Options{Rules: map[string]string{"rules.yaml": body}}).LoadError() == nil {
+		t.Errorf("%s loads on envoyproxy/ratelimit: it is no longer FastLimit-only; move it with the shipped rules", what)
 	}
 }
 
@@ -135,8 +146,8 @@ func TestKubernetesIsIstioSample(t *testing.T) {
 	if c.Name != "ratelimit" || !reflect.DeepEqual(c.Command, []string{"/bin/ratelimit"}) {
 		t.Errorf("container %s command %q, want ratelimit running /bin/ratelimit", c.Name, c.Command)
 	}
-	if !strings.HasPrefix(c.Image, "ghcr.io/fastlimit/fastlimit:") {
-		t.Errorf("image %s is not FastLimit's", c.Image)
+	if !strings.HasPrefix(c.Image, "registry.example.com/fastlimit:") {
+		t.Errorf("image %s is not the README's FastLimit image (built and pushed by the user)", c.Image)
 	}
 	env := map[string]string{}
 	var order []string
@@ -235,29 +246,27 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestChartRules loads the Helm chart's default rules (values.yaml's
-// rules.files) with FastLimit's loader and checks that envoyproxy/ratelimit
-// would load them too.
+// rules.defaultFiles) with FastLimit's loader and with envoyproxy/ratelimit.
 func TestChartRules(t *testing.T) {
 	var values struct {
 		Rules struct {
-			Files map[string]string `yaml:"files"`
+			Files map[string]string `yaml:"defaultFiles"`
 		} `yaml:"rules"`
 	}
 	if err := yaml.Unmarshal(files.Read(t, "../charts/fastlimit/values.yaml"), &values); err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{}
+	in := map[string][]byte{}
 	for name, body := range values.Rules.Files {
-		files[name] = []byte(body)
-		if err := refrules.Check([]byte(body)); err != nil {
-			t.Errorf("chart rules %s: %v", name, err)
-		}
+		in[name] = []byte(body)
 	}
-	loaded, err := rules.Parse(files)
+	loaded, err := rules.Parse(in)
 	if err != nil {
 		t.Fatalf("the chart's rules do not load: %v", err)
 	}
 	if len(loaded.Set.Domains()) == 0 {
 		t.Error("the chart's rules have no domain")
 	}
+	refserver.Bin(t)
+	loadsOnReference(t, "the chart's rules", values.Rules.Files)
 }

@@ -22,17 +22,24 @@ ARGV[3 + 8 * (i - 1)] .. ARGV[10 + 8 * (i - 1)], op i:
          num     refill rate numerator (token bucket)
          den     refill rate denominator (token bucket)
          veto    how a denial weighs: 0 rejects the call, 1 rejects nothing,
-                 2 rejects when every op with veto 2 is denied
+                 2 rejects when every op (or joint) with veto 2 is denied;
+                 plus 4 for the first op of a joint, 8 for the others
          with the ranges of the per-algorithm scripts' headers.
 Returns  {tag, allowed_1, remaining_1, retry_after_1, reset_1, allowed_2, ...}:
          four integers per op, each op's reply exactly as take.lua would
          give it in this order (so an allowed op of a rejected
          call reports the remaining it would have had).
 
+A joint is a run of ops, its first marked 4 and the others 8, of one veto:
+the several limits of one descriptor. When one of its ops is denied, what
+the joint staged is undone (the ops after it do not see it, and a
+committed call does not write it), and a veto 2 joint counts as one op,
+denied when one of its ops is.
+
 Commit or reject: the call is rejected when an op with veto 0 is denied, or
-when there are ops with veto 2 and all of them are denied. A committed call
-writes what the per-algorithm scripts would have written, in order, with
-the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
+when there are ops (or joints) with veto 2 and all of them are denied. A
+committed call writes what the per-algorithm scripts would have written, in
+order, with the same TTLs (fixed window: SET count PXAT ws + W, denied hits included;
 sliding window: the current counter PXAT ws + 2W, allowed charges only;
 token bucket: DEL when full, else SET of the packed state PXAT when full
 again). A rejected call writes nothing, not even a fixed window's denied
@@ -58,9 +65,20 @@ local bucket_decide, bucket_expiry, bucket_fill, ceil_div = bucket_arith()
 local counters = {} -- window counter key -> count
 local buckets = {}  -- bucket key -> {t, ts, c}, or false once deleted
 local writes = {}   -- the commands to run on commit, in order
+local undo          -- while a joint runs: table, key, value before, ...
+local NONE = {}     -- undo's value of a key staged nothing before
 
 local function stage(...)
   writes[#writes + 1] = {...}
+end
+
+-- save records, while a joint runs, what tbl holds at key before a change.
+local function save(tbl, key)
+  local v = tbl[key]
+  if v == nil then
+    v = NONE
+  end
+  undo[#undo + 1], undo[#undo + 2], undo[#undo + 3] = tbl, key, v
 end
 
 local function getcount(key)
@@ -77,6 +95,9 @@ end
 local function give_back(key, count, cost)
   if count > 0 then
     count = math.max(count + cost, 0)
+    if undo then
+      save(counters, key)
+    end
     counters[key] = count
     if count == 0 then
       stage('DEL', key)
@@ -97,6 +118,9 @@ local function fixed(base, limit, window, cost)
   local count = getcount(key)
   if cost > 0 then
     count = math.min(count + cost, MAX)
+    if undo then
+      save(counters, key)
+    end
     counters[key] = count
     stage('SET', key, int(count), 'PXAT', int(ws + window))
   elseif cost < 0 then -- a refund: always allowed
@@ -132,6 +156,9 @@ local function sliding(base, limit, window, cost)
     return 0, math.max(limit - w, 0), retry, reset
   end
   if cost > 0 then
+    if undo then
+      save(counters, cur_key)
+    end
     counters[cur_key] = cur + cost
     stage('SET', cur_key, int(cur + cost), 'PXAT', int(ws + 2 * window))
   end
@@ -155,6 +182,9 @@ local function bucket(base, burst, num, den, window, cost)
   local allowed
   allowed, t, ts, c = bucket_decide(burst, num, den, cost, now, t, ts, c)
   if cost ~= 0 then
+    if undo then
+      save(buckets, key)
+    end
     if t >= burst then
       buckets[key] = false
       stage('DEL', key)
@@ -177,9 +207,28 @@ local function bucket(base, burst, num, den, window, cost)
   return 0, t, retry, reset
 end
 
+-- close ends the joint running: undone if one of its ops was denied.
+local joint_write, joint_denied
+local function close()
+  if joint_denied then
+    for w = #writes, joint_write + 1, -1 do
+      writes[w] = nil
+    end
+    for u = #undo - 2, 1, -3 do
+      local v = undo[u + 2]
+      if v == NONE then
+        v = nil
+      end
+      undo[u][undo[u + 1]] = v
+    end
+  end
+  undo = nil
+end
+
 local out = {tonumber(ARGV[1])}
 local reject = false
 local group, group_denied = 0, 0
+local quota_denied -- the running veto 2 joint has a denied op
 for i = 1, #KEYS do
   local a = 2 + 8 * (i - 1)
   local alg = tonumber(ARGV[a + 1])
@@ -192,6 +241,18 @@ for i = 1, #KEYS do
     cost = -MAX
   end
   local veto = tonumber(ARGV[a + 8])
+  local joined = false -- the op continues a joint
+  if veto >= 8 then
+    veto, joined = veto - 8, true
+  else
+    if undo then
+      close()
+    end
+    if veto >= 4 then -- the first op of a joint
+      veto = veto - 4
+      undo, joint_write, joint_denied = {}, #writes, false
+    end
+  end
   local allowed, remaining, retry, reset
   if alg == 0 then
     allowed, remaining, retry, reset = fixed(KEYS[i], limit, window, cost)
@@ -205,14 +266,22 @@ for i = 1, #KEYS do
   out[#out + 1] = remaining
   out[#out + 1] = retry
   out[#out + 1] = reset
+  if allowed == 0 and undo then
+    joint_denied = true
+  end
   if veto == 2 then
-    group = group + 1
-    if allowed == 0 then
-      group_denied = group_denied + 1
+    if not joined then
+      group, quota_denied = group + 1, false
+    end
+    if allowed == 0 and not quota_denied then
+      group_denied, quota_denied = group_denied + 1, true
     end
   elseif veto == 0 and allowed == 0 then
     reject = true
   end
+end
+if undo then
+  close()
 end
 if group > 0 and group_denied == group then
   reject = true

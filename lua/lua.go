@@ -8,9 +8,11 @@ import (
 )
 
 // Take decides independent ops of any algorithms, each on its own, in one
-// script call; Atomic decides a call's ops all or nothing.
+// script call; Fixed decides fixed-window charges of one window, cost and
+// time as Take does, for less; Atomic decides a call's ops all or nothing.
 var (
 	Take   = include(takeSrc)
+	Fixed  = fixedSrc
 	Atomic = include(atomicSrc)
 )
 
@@ -30,6 +32,8 @@ var (
 	demandSrc string
 	//go:embed take.lua
 	takeSrc string
+	//go:embed fixed.lua
+	fixedSrc string
 	//go:embed atomic.lua
 	atomicSrc string
 	//go:embed arith.lua

@@ -27,9 +27,11 @@ func TestInclude(t *testing.T) {
 	}
 }
 
-// TestMaxString: take.lua's MAXS is arith.lua's MAX, 2^52, as a string.
+// TestMaxString: take.lua's MAXS is arith.lua's MAX, 2^52, as a string,
+// and fixed.lua saturates where they do.
 func TestMaxString(t *testing.T) {
 	if !strings.Contains(arith, "local MAX = 4503599627370496 ") || !strings.Contains(takeSrc, "local MAXS = '4503599627370496'") ||
+		!strings.Contains(fixedSrc, "local MAX = 4503599627370496 ") || !strings.Contains(fixedSrc, "'4503599627370496'") ||
 		1<<52 != 4503599627370496 {
 		t.Error("MAX and MAXS disagree, or are no longer 2^52")
 	}

@@ -11,9 +11,9 @@ free).
 
 KEYS[g]  key of group g: the base key of its ops (ending in ':' and
          holding a {hash tag}), followed by a tail when its first op is a
-         fixed window (the window start the caller expects, see guess) or
-         a token bucket ('tokens'), so that the key of a group of one such
-         op comes whole, without a concatenation. Window counters live at
+         fixed window (S, the window start the caller expects) or a token
+         bucket ('tokens'), so that the key of a group of one such op
+         comes whole, without a concatenation. Window counters live at
          base .. S, S a window start in Unix seconds; a token bucket at
          base .. 'tokens'.
 ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
@@ -21,31 +21,36 @@ ARGV[1]  tag     an integer below 2^53, echoed as the reply's first element
 ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
                  parameters among those that follow, so that the ops of a
                  call that share their parameters (most do: one rule, one
-                 cost) send them once
+                 cost) send them once; empty when every op has set 1
 ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
-                 group's ops first in map, and so on
+                 group's ops first in map, and so on; empty when every
+                 group has one op (never in cross-slot mode, below)
 ARGV[4...] the parameters, one set after another:
-         fixed_window   0, now, limit, window, cost, guess
+         fixed_window   0, now, cost, S, E, X
          sliding_window 1, now, limit, window, cost
          token_bucket   2, now, burst, num, den, window, cost
          now     decision time, Unix ms; 0 means Redis TIME (read once)
          limit   window capacity, milli-requests (0 <= limit <= 2^50)
          window  window length W, ms (windows: a positive multiple of 1000)
-         cost    charge, milli-requests; 0 peeks without writing; below
-                 0, a refund of -cost: always allowed, it gives back to a
-                 window's count (this window's, for a sliding window), not
-                 below 0, or to a bucket, refilled first, not past burst;
-                 it writes only state that exists, keeping its expiry (a
-                 window counter emptied is deleted; a bucket made full is
-                 deleted, one still short expires when full)
+         cost    charge, milli-requests (|cost| <= 2^52); 0 peeks without
+                 writing; below 0, a refund of -cost: always allowed, it
+                 gives back to a window's count (this window's, for a
+                 sliding window), not below 0, or to a bucket, refilled
+                 first, not past burst; it writes only state that exists,
+                 keeping its expiry (a window counter emptied is deleted;
+                 a bucket made full is deleted, one still short expires
+                 when full)
          burst   bucket capacity, milli-tokens (0 <= burst <= 2^50)
          num/den refill rate, milli-tokens per ms, (burst + num) * den < 2^53
-         guess   the window start S (Unix seconds) the caller appended to
-                 the keys of groups whose first op has this set, by its own
-                 clock: a hint. The window is Redis' (TIME); when the hint
-                 is not it, the script takes the base key back from KEYS[g]
-                 and appends its own S.
-Returns  {tag, clock, then for each op in map's order:}
+         S, E, X a fixed window: its start and end, Unix seconds, as many
+                 digits each (E = S + W / 1000), and its end in ms (X =
+                 E * 1000), a new counter's expiry. The caller appended S to
+                 the keys of groups whose first op has this set. With now
+                 0, S is the caller's guess by its own clock: the window
+                 is Redis' (TIME), and when Redis TIME is not in [S, E) the
+                 script takes S back off KEYS[g] and appends its own
+                 window start. With an explicit now, S is that time's.
+Returns  {tag, secs, usec, then for each op in map's order:}
          fixed_window    the count after the op; nothing when the op before
                          it in its group has its parameter set (same key,
                          same window: its count is that op's plus its cost,
@@ -57,10 +62,11 @@ Returns  {tag, clock, then for each op in map's order:}
          token_bucket    t * den + c after the op (t milli-tokens, carry c)
                          when allowed, -(t * den + c) - 2 when denied
          -1 (one integer, whatever the algorithm) for an op left undecided
-         (cross-slot mode, below). clock is the Redis TIME the ops with now
-         0 were decided at (0 if none). The caller derives the rest of each
-         answer from these and the op (pkg/store/script.go): Redis formats
-         one integer a decision rather than four.
+         (cross-slot mode, below). secs and usec are the Redis TIME the
+         ops with now 0 were decided at, as TIME gives them (0 and 0 if
+         none). The caller derives the rest of each answer from these and
+         the op (pkg/store/script.go): Redis formats one integer a decision
+         rather than four.
 
 A call on a Redis Cluster node whose keys span slots declares none
 (numkeys 0: Redis refuses declared keys of several slots with CROSSSLOT
@@ -76,7 +82,7 @@ group shares the base's hash tag, and so its slot.)
 State (every key has a TTL; a missing key is an empty window or a full
 bucket; ws = now - now % W):
 - fixed_window: KEYS[g] .. S, the count (integer string, saturating at
-  2^52), expiring at ws + W.
+  2^52), expiring at ws + W (X).
 - sliding_window: this window's and the previous window's counters,
   integer strings, each expiring at its own ws + 2W.
 - token_bucket: KEYS[g] .. 'tokens', struct.pack('<ddd', t, c, ts): t
@@ -86,23 +92,48 @@ A fixed window counts every charge, denied ones too (as envoyproxy/ratelimit
 does); a sliding window and a token bucket only allowed ones (a denied
 bucket charge still leaves it refilled). Each changed key is written once
 a call, and every number stays below 2^53;
-pkg/store/memory.go mirrors this script step for step, and atomic.lua
-decides the same ops all or nothing on the same state. How a call runs
-and what it costs Redis: docs/design.md, "The scripts".
+pkg/store/memory.go mirrors this script step for step, fixed.lua decides
+fixed-window charges as it does for less, and atomic.lua decides the same
+ops all or nothing on the same state. How a call runs and what it costs
+Redis: docs/design.md, "The scripts".
 ]]
 
 -- #include arith.lua
 
-local call, tonumber, sub = redis.call, tonumber, string.sub
+local call, tonumber, sub, byte = redis.call, tonumber, string.sub, string.byte
 local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a call
 
+-- mb[i] is op i's set (nil: every op's is 1), gb[g] group g's size (nil:
+-- every group has one op).
 local map, runs = ARGV[2], ARGV[3]
 local nops, ngroups = #map, #runs
+local mb, gb
+if nops > 0 then
+  mb = {byte(map, 1, nops)}
+end
+if ngroups > 0 then
+  gb = {byte(runs, 1, ngroups)}
+end
 local K, koff, a, first = KEYS, 0, 4, call
 local cross = #KEYS == 0
 if cross then
   K, koff, a, first = ARGV, 3, 4 + ngroups, redis.pcall
+elseif not gb then
+  ngroups = #KEYS
 end
+if not mb then
+  nops = ngroups
+  if gb then
+    nops = 0
+    for g = 1, ngroups do
+      nops = nops + gb[g]
+    end
+  end
+end
+
+-- Redis TIME, read once if an op has now 0: secs and usec as TIME gives
+-- them, clock in ms once an op needs it as a number.
+local secs, usec, clock = 0, 0, nil
 
 -- The parameter sets, each converted once, the key suffixes and expiries
 -- as the strings Redis takes. P[k] = {alg, now, cost, tail, whole, ...}:
@@ -113,59 +144,71 @@ end
 --   sliding: cost string, suffix, expiry, previous suffix, elapsed, limit,
 --            window, g, wg
 --   bucket:  burst, num, den
-local clock, secs = 0, nil
+-- Costs come within [-2^52, 2^52]; one request's needs no parsing.
 local P = {}
 local steps, sliding_decide, weigh, bucket_decide, bucket_expiry
 local refunds = false -- a window op of the call gives back (cost < 0)
 local nargs = #ARGV
 while a <= nargs do
   local alg, now = ARGV[a], ARGV[a + 1]
-  if now == '0' then
-    if clock == 0 then
-      local t = call('TIME')
-      secs = t[1]
-      local us = tonumber(t[2])
-      clock = tonumber(secs) * 1000 + (us - us % 1000) / 1000
-    end
-    now = clock
-  else
-    now = tonumber(now)
+  local redis_time = now == '0'
+  if redis_time and secs == 0 then
+    local t = call('TIME')
+    secs, usec = t[1], t[2]
   end
-  if alg == '2' then
-    if not bucket_decide then
-      bucket_decide, bucket_expiry = bucket_arith()
+  if alg == '0' then
+    local cs, lo, hi, x = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+    local cost = 1000
+    if cs ~= '1000' then
+      cost = tonumber(cs)
+      refunds = refunds or cost < 0
     end
-    local cost = tonumber(ARGV[a + 6])
-    if cost > MAX then
-      cost = MAX
-    elseif cost < -MAX then
-      cost = -MAX
-    end
-    P[#P + 1] = {2, now, cost, 6, true, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
-    a = a + 7
-  else
-    local window, cs = tonumber(ARGV[a + 3]), ARGV[a + 4]
-    local cost = tonumber(cs)
-    if cost > MAX then
-      cost, cs = MAX, MAXS
-    elseif cost < 0 then
-      refunds = true
-      if cost < -MAX then
-        cost, cs = -MAX, '-' .. MAXS
+    local suffix, whole = lo, true
+    if redis_time and secs ~= lo and not (#secs == #lo and #lo == #hi and lo < secs and secs < hi) then
+      -- The caller's window is not Redis': take Redis'.
+      if not clock then
+        clock = tonumber(secs) * 1000 + (usec - usec % 1000) / 1000
       end
+      local window = (hi - lo) * 1000
+      local ws = clock - clock % window
+      suffix, x, whole = int(ws / 1000), int(ws + window), false
     end
-    local ws = now - now % window
-    local suffix
-    if window == 1000 and now == clock then
-      suffix = secs -- TIME's seconds: the window's start, already a string
+    P[#P + 1] = {0, 0, cost, #lo, whole, cs, suffix, x}
+    a = a + 6
+  else
+    if redis_time then
+      if not clock then
+        clock = tonumber(secs) * 1000 + (usec - usec % 1000) / 1000
+      end
+      now = clock
     else
-      suffix = int(ws / 1000)
+      now = tonumber(now)
     end
-    if alg == '0' then
-      local guess = ARGV[a + 5]
-      P[#P + 1] = {0, now, cost, #guess, suffix == guess, cs, suffix, int(ws + window)}
-      a = a + 6
+    if alg == '2' then
+      if not bucket_decide then
+        bucket_decide, bucket_expiry = bucket_arith()
+      end
+      local cs = ARGV[a + 6]
+      local cost = 1000
+      if cs ~= '1000' then
+        cost = tonumber(cs)
+      end
+      P[#P + 1] = {2, now, cost, 6, true, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
+      a = a + 7
     else
+      local window, cs = tonumber(ARGV[a + 3]), ARGV[a + 4]
+      local cost = 1000
+      if cs ~= '1000' then
+        cost = tonumber(cs)
+        refunds = refunds or cost < 0
+      end
+      local ws = now - now % window
+      local suffix
+      if window == 1000 and redis_time then
+        suffix = secs -- TIME's seconds: the window's start, already a string
+      else
+        suffix = int(ws / 1000)
+      end
       if not steps then
         steps, sliding_decide, weigh = sliding_arith()
       end
@@ -177,22 +220,9 @@ while a <= nargs do
   end
 end
 
--- mb[i] is op i's set, gb[g] group g's size. out is made about as long as
--- the reply will be, so that it seldom grows (the reply ends at its first
--- nil).
-local byte = string.byte
-local mb = {byte(map, 1, nops)}
-local gb = {byte(runs, 1, ngroups)}
-local out = {tonumber(ARGV[1]), clock, byte(map, 1, nops)}
-
--- base returns the base key of group g, whose first op has set p.
-local function base(g, p)
-  local k = K[koff + g]
-  if p[4] > 0 then
-    return sub(k, 1, #k - p[4])
-  end
-  return k
-end
+-- out is made about as long as the reply will be, so that it seldom grows
+-- (the reply ends at its first nil).
+local out = {ARGV[1], secs, usec, unpack(K, koff + 1, koff + ngroups)}
 
 -- Read the state of every group at once (not in cross-slot mode, where
 -- each group reads its own): rk lists the keys, in the order the groups
@@ -203,9 +233,9 @@ local rk, rv, nr = {}, nil, 0
 if (steps or bucket_decide or refunds) and not cross then
   local i = 1
   for g = 1, ngroups do
-    local cnt = gb[g]
+    local cnt = gb and gb[g] or 1
     if cnt == 1 then
-      local p = P[mb[i]]
+      local p = P[mb and mb[i] or 1]
       if p[1] == 1 then
         local k = K[koff + g]
         rk[nr + 1], rk[nr + 2] = k .. p[7], k .. p[9]
@@ -215,9 +245,13 @@ if (steps or bucket_decide or refunds) and not cross then
         rk[nr] = K[koff + g]
       end
     else
-      local b, seen = base(g, P[mb[i]]), {}
+      local b, seen = K[koff + g], {}
+      local tail = P[mb and mb[i] or 1][4]
+      if tail > 0 then
+        b = sub(b, 1, #b - tail)
+      end
       for o = i, i + cnt - 1 do
-        local p = P[mb[o]]
+        local p = P[mb and mb[o] or 1]
         local k1, k2
         if p[1] == 1 then
           k1, k2 = b .. p[7], b .. p[9]
@@ -305,7 +339,7 @@ if ngroups < nops then -- a group has several ops
     local reads = {}
     local prev = 0
     for o = i, j do
-      local s = mb[o]
+      local s = mb and mb[o] or 1
       local p = P[s]
       local alg = p[1]
       if s == prev then -- its cells are named
@@ -364,7 +398,7 @@ if ngroups < nops then -- a group has several ops
     local c, c2, rc -- the cells of the op before, while ops share a set
     prev = 0
     for o = i, j do
-      local s = mb[o]
+      local s = mb and mb[o] or 1
       local p = P[s]
       local alg = p[1]
       if alg == 0 then
@@ -487,8 +521,10 @@ if ngroups < nops then -- a group has several ops
       elseif reads[c] then
         -- Decided in order, its count stayed within [0, 2^52]: one INCRBY
         -- sets it, and a counter that did not exist gets its expiry; one
-        -- that a refund emptied is deleted (as if never written).
-        if c[3] + d == 0 then
+        -- that a refund emptied is deleted (as if never written). A
+        -- bucket read (not a window's, c[12]) was only peeked at.
+        if not c[12] then -- nothing to write
+        elseif c[3] + d == 0 then
           if c[2] then
             call('DEL', key)
           end
@@ -539,12 +575,16 @@ end
 
 -- Decide, group by group. A group of one op needs no table: its state is
 -- at rv[r + 1] (and rv[r + 2]), or read here in cross-slot mode.
-local n, i, r = 2, 1, 0
+local n, i, r = 3, 1, 0
 for g = 1, ngroups do
-  local cnt = gb[g]
-  local p = P[mb[i]]
+  local cnt = gb and gb[g] or 1
+  local p = P[mb and mb[i] or 1]
   if cnt > 1 then
-    n, r = group(base(g, p), i, i + cnt - 1, n, r)
+    local b = K[koff + g]
+    if p[4] > 0 then
+      b = sub(b, 1, #b - p[4])
+    end
+    n, r = group(b, i, i + cnt - 1, n, r)
   elseif p[1] == 0 then
     local key, cost, count = K[koff + g], p[3], -1
     if not p[5] then -- the caller's guess of the window was not Redis'

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every FastLimit test: formatting, vet, unit and store conformance
 # tests against real Redis, end-to-end tests of the real binary, and brief
-# fuzzing. Installs redis-server from Debian's packages when it is missing.
+# fuzzing. Installs redis-server from Debian's packages when it is missing,
+# and envoyproxy/ratelimit (the reference the tests compare with) from the
+# Go module proxy.
 # Every Redis the tests need is started by the tests themselves on free
 # loopback ports, and stopped when they end.
 set -euo pipefail
@@ -18,6 +20,36 @@ need_redis() {
   # The package may start a system-wide instance; the tests do not use it.
 }
 need_redis
+
+# need_reference installs the pinned envoyproxy/ratelimit once into a cache
+# beside Go's build cache (FASTLIMIT_REFERENCE_BIN, when set, wins) and
+# names it to the tests, which run it beside FastLimit. The version is
+# internal/testing/refserver's Version.
+need_reference() {
+  local version=v1.4.1-0.20260122083618-3fb702589d36
+  local dir
+  dir="$(dirname "$(go env GOCACHE)")/fastlimit-reference/$version"
+  local bin="${FASTLIMIT_REFERENCE_BIN:-$dir/service_cmd}"
+  if [ ! -x "$bin" ]; then
+    echo "==> installing envoyproxy/ratelimit $version into $dir (once)"
+    GOBIN="$dir" go install "github.com/envoyproxy/ratelimit/src/service_cmd@$version"
+    bin="$dir/service_cmd"
+  fi
+  export FASTLIMIT_REFERENCE_BIN="$bin"
+}
+need_reference
+
+# The admin page's browser test (e2e/page_test.go) drives headless Chromium.
+need_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  echo "==> installing chromium (Debian package, for the admin page's browser test)"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq chromium >/dev/null
+}
+need_chromium
 
 echo "==> gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

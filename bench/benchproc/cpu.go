@@ -62,6 +62,56 @@ func ParseProcStat(b []byte, ticksPerSecond int64) (time.Duration, error) {
 	return time.Duration(secs)*time.Second + time.Duration(rest)*time.Second/time.Duration(ticksPerSecond), nil
 }
 
+// parseCommandStat reads "calls=400,usec=9000,usec_per_call=22.50,...".
+func parseCommandStat(v string) (CommandTime, error) {
+	calls, rest, _ := strings.Cut(v, ",")
+	usec, _, _ := strings.Cut(rest, ",")
+	var c CommandTime
+	var err1, err2 error
+	c.Calls, err1 = strconv.ParseInt(strings.TrimPrefix(calls, "calls="), 10, 64)
+	c.Usec, err2 = strconv.ParseInt(strings.TrimPrefix(usec, "usec="), 10, 64)
+	if err1 != nil || c.Calls < 0 || !strings.HasPrefix(calls, "calls=") ||
+		err2 != nil || c.Usec < 0 || !strings.HasPrefix(usec, "usec=") {
+		return c, errors.New("not calls=N,usec=N")
+	}
+	return c, nil
+}
+
+// MachineCPU returns the CPU time every processor of the machine has spent
+// busy so far, every process and the kernel's own work included, from
+// /proc/stat (Linux only): what runs beside a measurement shows as this
+// less the measured processes' time.
+func MachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read the machine's CPU time (needs Linux' /proc): %w", err)
+	}
+	return ParseMachineStat(b, ClockTicks())
+}
+
+// ParseMachineStat reads /proc/stat's first line, "cpu user nice system
+// idle iowait irq softirq steal ..." in clock ticks, and returns user +
+// nice + system + irq + softirq + steal.
+func ParseMachineStat(b []byte, ticksPerSecond int64) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" || ticksPerSecond <= 0 {
+		return 0, fmt.Errorf("%w /proc/stat %.80q", ErrParse, line)
+	}
+	var ticks int64
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n/ticksPerSecond > maxSeconds {
+			return 0, fmt.Errorf("%w /proc/stat field %q", ErrParse, v)
+		}
+		if i != 3 && i != 4 { // idle, iowait
+			ticks += n
+		}
+	}
+	secs, rest := ticks/ticksPerSecond, ticks%ticksPerSecond
+	return time.Duration(secs)*time.Second + time.Duration(rest)*time.Second/time.Duration(ticksPerSecond), nil
+}
+
 // ClockTicks returns the kernel's USER_HZ, the unit of /proc/PID/stat's
 // times: getconf CLK_TCK, or 100, its value on every Linux architecture
 // Go supports.
@@ -81,16 +131,45 @@ type RedisStats struct {
 	Sys      time.Duration // used_cpu_sys: the kernel's share of it
 	Commands int64         // total_commands_processed
 	Scripts  int64         // calls of EVALSHA, EVAL and FCALL (INFO commandstats)
+	// Timed holds the calls and time of each of TimedCommands (INFO
+	// commandstats; commands a script runs count there too).
+	Timed [len(TimedCommands)]CommandTime
 }
+
+// CommandTime is what INFO commandstats says of one command.
+type CommandTime struct {
+	Calls int64 // calls
+	Usec  int64 // µs spent running them
+}
+
+// PerCall returns the µs a call, 0 without calls.
+func (c CommandTime) PerCall() float64 {
+	if c.Calls <= 0 {
+		return 0
+	}
+	return float64(c.Usec) / float64(c.Calls)
+}
+
+// TimedCommands are the commands whose time RedisStats keeps: the
+// scripts', and the reference's.
+var TimedCommands = [...]string{"evalsha", "eval", "incrby", "expire"}
 
 // Add returns s + o, field by field.
 func (s RedisStats) Add(o RedisStats) RedisStats {
-	return RedisStats{CPU: s.CPU + o.CPU, Sys: s.Sys + o.Sys, Commands: s.Commands + o.Commands, Scripts: s.Scripts + o.Scripts}
+	r := RedisStats{CPU: s.CPU + o.CPU, Sys: s.Sys + o.Sys, Commands: s.Commands + o.Commands, Scripts: s.Scripts + o.Scripts}
+	for i := range r.Timed {
+		r.Timed[i] = CommandTime{Calls: s.Timed[i].Calls + o.Timed[i].Calls, Usec: s.Timed[i].Usec + o.Timed[i].Usec}
+	}
+	return r
 }
 
 // Sub returns s - o, field by field.
 func (s RedisStats) Sub(o RedisStats) RedisStats {
-	return RedisStats{CPU: s.CPU - o.CPU, Sys: s.Sys - o.Sys, Commands: s.Commands - o.Commands, Scripts: s.Scripts - o.Scripts}
+	r := RedisStats{CPU: s.CPU - o.CPU, Sys: s.Sys - o.Sys, Commands: s.Commands - o.Commands, Scripts: s.Scripts - o.Scripts}
+	for i := range r.Timed {
+		r.Timed[i] = CommandTime{Calls: s.Timed[i].Calls - o.Timed[i].Calls, Usec: s.Timed[i].Usec - o.Timed[i].Usec}
+	}
+	return r
 }
 
 // scriptCommands are the commandstats entries of script calls.
@@ -98,10 +177,10 @@ var scriptCommands = []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall"
 
 // ParseInfo reads used_cpu_sys, used_cpu_user (seconds, microsecond
 // precision) and total_commands_processed from the text of an INFO reply
-// (sections cpu and stats at least), and the calls of script commands
-// from its commandstats section when it has one. The children's CPU
-// (used_cpu_*_children: forks for persistence) is not Redis' own work and
-// is left out.
+// (sections cpu and stats at least), and the calls of script commands and
+// the calls and time of TimedCommands from its commandstats section when
+// it has one. The children's CPU (used_cpu_*_children: forks for
+// persistence) is not Redis' own work and is left out.
 func ParseInfo(text string) (RedisStats, error) {
 	var s RedisStats
 	var seen int
@@ -130,15 +209,21 @@ func ParseInfo(text string) (RedisStats, error) {
 			s.Commands = n
 			seen++
 		default:
-			if !slices.Contains(scriptCommands, k) {
+			name, ok := strings.CutPrefix(k, "cmdstat_")
+			timed := slices.Index(TimedCommands[:], name)
+			if !ok || timed < 0 && !slices.Contains(scriptCommands, k) {
 				continue
 			}
-			calls, _, _ := strings.Cut(v, ",")
-			n, err := strconv.ParseInt(strings.TrimPrefix(calls, "calls="), 10, 64)
-			if err != nil || n < 0 || !strings.HasPrefix(calls, "calls=") {
+			c, err := parseCommandStat(v)
+			if err != nil {
 				return s, fmt.Errorf("%w INFO %s:%q", ErrParse, k, v)
 			}
-			s.Scripts += n
+			if slices.Contains(scriptCommands, k) {
+				s.Scripts += c.Calls
+			}
+			if timed >= 0 {
+				s.Timed[timed] = c
+			}
 		}
 	}
 	if seen != 3 {

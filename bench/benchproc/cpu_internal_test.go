@@ -103,6 +103,7 @@ const info = "# CPU\r\nused_cpu_sys:1.234567\r\nused_cpu_user:2.000001\r\nused_c
 	"# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:4711\r\ninstantaneous_ops_per_sec:0\r\n\r\n" +
 	"# Commandstats\r\ncmdstat_evalsha:calls=400,usec=9000,usec_per_call=22.50,rejected_calls=0,failed_calls=0\r\n" +
 	"cmdstat_eval:calls=2,usec=90,usec_per_call=45.00,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_incrby:calls=30,usec=31,usec_per_call=1.03,rejected_calls=0,failed_calls=0\r\n" +
 	"cmdstat_info:calls=7,usec=70,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n"
 
 func TestParseInfo(t *testing.T) {
@@ -113,10 +114,12 @@ func TestParseInfo(t *testing.T) {
 		err  bool
 	}{
 		{name: "cpu, stats and commandstats", text: info,
-			want: RedisStats{CPU: 3234568 * time.Microsecond, Sys: 1234567 * time.Microsecond, Commands: 4711, Scripts: 402}},
+			want: RedisStats{CPU: 3234568 * time.Microsecond, Sys: 1234567 * time.Microsecond, Commands: 4711, Scripts: 402,
+				Timed: [len(TimedCommands)]CommandTime{{Calls: 400, Usec: 9000}, {Calls: 2, Usec: 90}, {Calls: 30, Usec: 31}, {}}}},
 		{name: "LF only", text: "used_cpu_user:0.5\nused_cpu_sys:0.25\ntotal_commands_processed:0\n",
 			want: RedisStats{CPU: 750 * time.Millisecond, Sys: 250 * time.Millisecond}},
 		{name: "bad script calls", text: "used_cpu_sys:1\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\ncmdstat_evalsha:usec=3\r\n", err: true},
+		{name: "bad time", text: "used_cpu_sys:1\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\ncmdstat_incrby:calls=3,usec=x\r\n", err: true},
 		{name: "no stats section", text: "# CPU\r\nused_cpu_sys:1\r\nused_cpu_user:1\r\n", err: true},
 		{name: "no cpu section", text: "# Stats\r\ntotal_commands_processed:1\r\n", err: true},
 		{name: "bad float", text: "used_cpu_sys:abc\r\nused_cpu_user:1\r\ntotal_commands_processed:1\r\n", err: true},
@@ -134,11 +137,27 @@ func TestParseInfo(t *testing.T) {
 func TestRedisStatsArithmetic(t *testing.T) {
 	a := RedisStats{CPU: 3 * time.Second, Sys: time.Second, Commands: 10, Scripts: 5}
 	b := RedisStats{CPU: time.Second, Sys: time.Millisecond, Commands: 4, Scripts: 2}
+	a.Timed[0], b.Timed[0] = CommandTime{Calls: 5, Usec: 100}, CommandTime{Calls: 2, Usec: 30}
 	if got := a.Add(b).Sub(b); got != a {
 		t.Fatalf("a + b - b = %+v, want %+v", got, a)
 	}
-	if got := a.Sub(b); got != (RedisStats{CPU: 2 * time.Second, Sys: 999 * time.Millisecond, Commands: 6, Scripts: 3}) {
+	want := RedisStats{CPU: 2 * time.Second, Sys: 999 * time.Millisecond, Commands: 6, Scripts: 3}
+	want.Timed[0] = CommandTime{Calls: 3, Usec: 70}
+	if got := a.Sub(b); got != want {
 		t.Fatalf("a - b = %+v", got)
+	}
+	if got := want.Timed[0].PerCall(); got < 23.3 || got > 23.4 {
+		t.Fatalf("µs a call %v, want 70/3", got)
+	}
+}
+
+func TestParseMachineStat(t *testing.T) {
+	const stat = "cpu  100 5 50 9000 20 3 2 1 0 0\ncpu0 50 2 25 4500 10 1 1 0 0 0\n"
+	got, err := ParseMachineStat([]byte(stat), 100)
+	wantParsed(t, got, err, false, 1610*time.Millisecond) // 100+5+50+3+2+1 ticks
+	for _, bad := range []string{"", "cpu 1 2 3", "intr 1 2 3 4 5 6 7 8 9", "cpu 1 2 3 x 5 6 7 8 9"} {
+		_, err := ParseMachineStat([]byte(bad), 100)
+		wantParsed(t, 0, err, true, 0)
 	}
 }
 

@@ -1,105 +1,141 @@
-// Command callgrind writes a stream of rate-limit calls in RESP for
-// redis-cli --pipe: take.lua calls of n decisions of one algorithm on keys
-// drawn from a key space (FastLimit's batched path), or the INCRBY and
-// EXPIRE pairs envoyproxy/ratelimit sends per decision. run.sh feeds it to
-// a redis-server under valgrind's callgrind, which counts the server's
-// instructions: the same for the same input whatever else the machine is
-// doing.
+// Command callgrind counts the instructions a redis-server spends on
+// rate-limit decisions, call shape by call shape, under valgrind's
+// callgrind: counts, not times, the same for the same input whatever else
+// the machine is doing.
+//
+// A row's calls are the ones pkg/store sends for it (Takes of n ops, one
+// at a time, recorded on a redis-server of its own), or the plain script's
+// and the reference's commands. They are replayed into a redis-server
+// under callgrind through redis-cli --pipe, and so is everything but the
+// measured calls (the scripts' loading; for keys that exist, a first pass
+// of the same calls): the difference is the measured calls' cost.
+//
+//	go run ./bench/callgrind                          # every shape, a markdown table
+//	go run ./bench/callgrind -ops 1 -algs fixed -keys new
+//
+// Needs redis-server, redis-cli, valgrind (Debian:
+// redis-server, redis-tools, valgrind).
 package main
 
 import (
-	"bufio"
+	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
+	"io"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 )
 
 func main() {
-	calls := flag.Int("calls", 500, "calls (take) or requests (ref)")
-	n := flag.Int("n", 20, "decisions per call")
-	keys := flag.Int("keys", 100000, "identifiers")
-	sha := flag.String("sha", "", "take.lua's digest (mode take)")
-	mode := flag.String("mode", "take", "take: FastLimit's take.lua; ref: the reference's INCRBY+EXPIRE per decision")
-	alg := flag.String("alg", "fixed", "take.lua's algorithm: fixed, sliding or bucket")
-	window := flag.Int("window", 60, "window (fixed, sliding) or refill period (bucket), seconds")
-	flag.Parse()
-	params, tail, ok := paramSet(*alg, *window)
-	if !ok {
-		fmt.Fprintf(os.Stderr, "callgrind: unknown algorithm %q\n", *alg)
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "callgrind:", err)
 		os.Exit(2)
 	}
-	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
-	rng := rand.New(rand.NewPCG(1, 2))
-	cmd := func(args ...string) {
-		fmt.Fprintf(w, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(w, "$%d\r\n%s\r\n", len(a), a)
-		}
-	}
-	for c := 0; c < *calls; c++ {
-		if *mode == "ref" {
-			for range *n {
-				k := "bench_user_" + strconv.Itoa(rng.IntN(*keys)) + "_1764547200"
-				cmd("INCRBY", k, "1")
-				cmd("EXPIRE", k, strconv.Itoa(*window))
-			}
-			continue
-		}
-		// take.lua: numkeys, one key per group (the ops of a key together,
-		// as the store sends them, with the tail the store appends), the
-		// tag, the map (every decision uses parameter set 1), the groups'
-		// sizes, then set 1 at Redis TIME, cost 1.
-		var order []string
-		runs := map[string]int{}
-		for range *n {
-			k := "ratelimit:{bench/user=" + strconv.Itoa(rng.IntN(*keys)) + "}:default:" + tail
-			if runs[k] == 0 {
-				order = append(order, k)
-			}
-			runs[k]++
-		}
-		args := []string{"EVALSHA", *sha, strconv.Itoa(len(order))}
-		args = append(args, order...)
-		groups := make([]byte, len(order))
-		for i, k := range order {
-			groups[i] = byte(runs[k])
-		}
-		args = append(args, strconv.Itoa(c+1), strings.Repeat("\x01", *n), string(groups))
-		args = append(args, params...)
-		cmd(args...)
+	if err := measure(o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "callgrind:", err)
+		os.Exit(1)
 	}
 }
 
-// paramSet returns take.lua's parameter set for a limit of 4e9 requests a
-// window that never denies, at Redis TIME, cost 1 request, and the tail the
-// store appends to a group's key: a fixed window's start by this clock (the
-// stream is sent within the window but for one that ends meanwhile), or a
-// bucket's suffix.
-func paramSet(alg string, window int) (params []string, tail string, ok bool) {
-	ms := strconv.Itoa(window * 1000)
-	switch alg {
-	case "fixed":
-		now := time.Now().Unix()
-		guess := strconv.FormatInt(now-now%int64(window), 10)
-		return []string{"0", "0", "4000000000000", ms, "1000", guess}, guess, true
-	case "sliding":
-		return []string{"1", "0", "4000000000000", ms, "1000"}, "", true
-	case "bucket":
-		// 4e12 milli-tokens a window: num/den = 4e12 / (window * 1000).
-		num, den := int64(4_000_000_000_000), int64(window*1000)
-		for a, b := num, den; ; {
-			if b == 0 {
-				num, den = num/a, den/a
-				break
-			}
-			a, b = b, a%b
-		}
-		return []string{"2", "0", "4000000000000", strconv.FormatInt(num, 10), strconv.FormatInt(den, 10), ms, "1000"}, "tokens", true
+// options are the command line's settings.
+type options struct {
+	ops    []int
+	algs   []string
+	keys   []string // "new", "existing"
+	ids    int
+	calls  int
+	refs   bool
+	keep   string // directory for the profiles, "" for none
+	args   []string
+	server string // redis-server
+	cli    string // redis-cli
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{args: args}
+	fs := flag.NewFlagSet("callgrind", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ops := fs.String("ops", "1,4,25", "decisions a call, comma-separated")
+	algs := fs.String("algs", "fixed,sliding,bucket", "algorithms: fixed, sliding, bucket")
+	keys := fs.String("keys", "new,existing", "state of the keys the calls hit: new (nothing stored) or existing (a first pass stored them)")
+	fs.IntVar(&o.ids, "ids", 100000, "identifiers the keys are drawn from (1: every decision on one hot key)")
+	fs.IntVar(&o.calls, "calls", 200, "measured calls a row")
+	fs.BoolVar(&o.refs, "refs", true, "add the rows of the plain script and of the reference's INCRBY+EXPIRE")
+	fs.StringVar(&o.keep, "keep", "", "directory to keep each row's callgrind profile in (for callgrind_annotate)")
+	fs.StringVar(&o.server, "redis-server", "redis-server", "redis-server binary")
+	fs.StringVar(&o.cli, "redis-cli", "redis-cli", "redis-cli binary")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	return nil, "", false
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.ops, err = ints(*ops); err != nil {
+		return nil, err
+	}
+	o.algs, o.keys = list(*algs), list(*keys)
+	for _, a := range o.algs {
+		if _, ok := algorithms[a]; !ok {
+			return nil, fmt.Errorf("-algs: unknown algorithm %q", a)
+		}
+	}
+	for _, k := range o.keys {
+		if k != "new" && k != "existing" {
+			return nil, fmt.Errorf("-keys: %q is neither new nor existing", k)
+		}
+	}
+	if o.ids < 1 || o.calls < 1 {
+		return nil, errors.New("-ids and -calls must be at least 1")
+	}
+	return o, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range list(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 255 {
+			return nil, fmt.Errorf("-ops: %q is not a number of decisions from 1 to 255", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// quoteArgs joins args, each after a space.
+func quoteArgs(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString(" " + a)
+	}
+	return b.String()
+}
+
+// thousands prints n with comma separators, "—" for a negative n (not
+// measured).
+func thousands(n int64) string {
+	if n < 0 {
+		return "—"
+	}
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

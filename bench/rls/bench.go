@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/benchproc"
@@ -27,8 +28,22 @@ type sample struct {
 	RedisSysCPU   float64      `json:"redis_sys_cpu_seconds"` // the kernel's share of RedisCPU
 	RedisCommands int64        `json:"redis_commands"`        // total_commands_processed delta, scripts' commands included
 	RedisScripts  int64        `json:"redis_script_calls"`    // EVALSHA, EVAL and FCALL calls
-	Descriptors   int          `json:"descriptors"`           // per decision
-	Load1         float64      `json:"load1_before"`
+	// RedisTimed is INFO commandstats' calls and µs of each of
+	// benchproc.TimedCommands.
+	RedisTimed  [len(benchproc.TimedCommands)]benchproc.CommandTime `json:"redis_commandstats"`
+	NoRedis     bool                                                `json:"no_redis,omitempty"` // the null server
+	Descriptors int                                                 `json:"descriptors"`        // per decision
+	Load1       float64                                             `json:"load1_before"`
+	Load1After  float64                                             `json:"load1_after"`
+	// OtherCPU is the machine's busy CPU time during the measured phase
+	// less that of the server, its Redis and bench/rls: other processes'.
+	OtherCPU float64 `json:"other_cpu_seconds"`
+	Void     bool    `json:"void,omitempty"` // its round started above --max-load
+}
+
+// timed returns the commandstats delta of command name.
+func (s *sample) timed(name string) benchproc.CommandTime {
+	return s.RedisTimed[slices.Index(benchproc.TimedCommands[:], name)]
 }
 
 func (s *sample) decisions() float64 { return float64(s.Report.Decisions()) }
@@ -40,6 +55,15 @@ func (s *sample) perCall() float64 {
 		return 0
 	}
 	return s.decisions() * float64(max(s.Descriptors, 1)) / float64(s.RedisScripts)
+}
+
+// otherCores is the CPU other processes used during the measured phase,
+// in cores.
+func (s *sample) otherCores() float64 {
+	if s.Report == nil || s.Report.Seconds <= 0 {
+		return 0
+	}
+	return s.OtherCPU / s.Report.Seconds
 }
 
 // perDecision returns seconds of CPU per decision in µs.
@@ -55,6 +79,17 @@ func (s *sample) perDecision(seconds float64) float64 {
 type runResult struct {
 	Spec    runSpec     `json:"run"`
 	Samples [][]*sample `json:"samples"`
+	Rounds  []round     `json:"rounds"`
+}
+
+// round is one measurement of a run by every server in turn.
+type round struct {
+	Round      int       `json:"round"` // from 1
+	Started    time.Time `json:"started"`
+	Waited     float64   `json:"waited_seconds,omitempty"` // for the load to fall (--wait-quiet)
+	LoadBefore float64   `json:"load1_before"`
+	LoadAfter  float64   `json:"load1_after"`
+	Void       bool      `json:"void,omitempty"`
 }
 
 // results are what a run measured, for the report and the raw JSON.
@@ -68,20 +103,24 @@ type results struct {
 
 // settings are the run's parameters, as the report states them.
 type settings struct {
-	Command  string  `json:"command"`
-	Rounds   int     `json:"rounds"`
-	Duration string  `json:"duration"`
-	Warmup   string  `json:"warmup"`
-	Callers  int     `json:"callers"`
-	Conns    int     `json:"conns"`
-	Keys     int64   `json:"keys"`
-	Sweep    []int   `json:"sweep,omitempty"`
-	Redis    string  `json:"redis"`
-	Timeout  float64 `json:"call_timeout_seconds"`
+	Command    string  `json:"command"`
+	Rounds     int     `json:"rounds"`
+	MaxLoad    float64 `json:"max_load"`
+	WaitQuiet  string  `json:"wait_quiet"`
+	IgnoreLoad bool    `json:"ignore_load,omitempty"`
+	Duration   string  `json:"duration"`
+	Warmup     string  `json:"warmup"`
+	Callers    int     `json:"callers"`
+	Conns      int     `json:"conns"`
+	Keys       int64   `json:"keys"`
+	Sweep      []int   `json:"sweep,omitempty"`
+	Redis      string  `json:"redis"`
+	Timeout    float64 `json:"call_timeout_seconds"`
 }
 
 type binaryInfo struct {
 	Name    string   `json:"name"`
+	Role    role     `json:"role"`
 	Path    string   `json:"path"`
 	Version string   `json:"version"`
 	Kind    string   `json:"configured_by"`
@@ -149,50 +188,102 @@ func (b *bench) run(ctx context.Context, res *results) error {
 			return err
 		}
 		for _, rr := range group {
-			for round := range b.o.rounds {
+			for r := range b.o.rounds {
+				rd, err := b.startRound(ctx, r)
+				if err != nil {
+					return err
+				}
 				for i, srv := range servers {
 					if !b.bins[i].supports(rr.Spec.Key) {
 						continue
 					}
-					s, err := b.measure(ctx, srv, rr.Spec, round)
+					s, err := b.measure(ctx, srv, rr.Spec, r)
 					if err != nil {
-						return fmt.Errorf("%s, round %d, %s: %w", rr.Spec.title(), round+1, b.bins[i].name, err)
+						return fmt.Errorf("%s, round %d, %s: %w", rr.Spec.title(), r+1, b.bins[i].name, err)
 					}
+					s.Void = rd.Void
 					rr.Samples[i] = append(rr.Samples[i], s)
 					done++
-					b.logf("%d/%d %s round %d %s: %.0f/s p50 %s p99 %s, CPU per decision: server %.0f µs, Redis %.2f µs (kernel %.2f), loadgen %.0f µs; %.1f per script call; errors %d",
-						done, total, rr.Spec.short(), round+1, b.bins[i].name, s.Report.DecisionsPerSec,
+					b.logf("%d/%d %s round %d %s: %.0f/s p50 %s p99 %s, CPU per decision: server %.0f µs, Redis %.2f µs (kernel %.2f), loadgen %.0f µs; %.1f per script call; errors %d; load %.2f, other CPU %.2f cores%s",
+						done, total, rr.Spec.short(), r+1, b.bins[i].name, s.Report.DecisionsPerSec,
 						fmtUS(s.Report.Latency.P50), fmtUS(s.Report.Latency.P99),
 						s.perDecision(s.ServerCPU), s.perDecision(s.RedisCPU), s.perDecision(s.RedisSysCPU),
-						s.perDecision(s.Report.CPUSeconds), s.perCall(), s.Report.Errors)
+						s.perDecision(s.Report.CPUSeconds), s.perCall(), s.Report.Errors, s.Load1, s.otherCores(), voidMark(s.Void))
 				}
+				rd.LoadAfter = loadAverage()
+				rr.Rounds = append(rr.Rounds, rd)
 			}
 		}
 		for _, srv := range servers {
-			b.ps.stop(srv.p)
-			srv.redis.stop(b.ps)
+			srv.stop(b.ps)
 		}
 	}
 	return nil
 }
 
-// startServers starts each binary's Redis (one redis-server, or a Cluster)
-// and then the binary on it.
+// startServers starts each binary's Redis (one redis-server, or a Cluster;
+// none for the null server) and then the binary on it.
 func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, error) {
 	var out []*server
 	for _, bin := range b.bins {
-		rd, err := startRedis(ctx, b.ps, &b.pp, b.tools, bin.name, cluster)
+		var rd *redisDeploy
+		if bin.kind != kindNull {
+			var err error
+			if rd, err = startRedis(ctx, b.ps, &b.pp, b.tools, bin.name, cluster); err != nil {
+				return nil, err
+			}
+		}
+		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules, b.o.profile != "" && bin.kind == kindFastLimit)
 		if err != nil {
 			return nil, err
 		}
-		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules)
-		if err != nil {
-			return nil, err
+		if rd == nil {
+			b.logf("%s (pid %d) on %s", bin.name, srv.p.pid(), srv.grpc)
+		} else {
+			b.logf("%s (pid %d) on %s, with %s on %v", bin.name, srv.p.pid(), srv.grpc, rd.describe(), rd.addrs)
 		}
-		b.logf("%s (pid %d) on %s, with %s on %v", bin.name, srv.p.pid(), srv.grpc, rd.describe(), rd.addrs)
 		out = append(out, srv)
 	}
 	return out, nil
+}
+
+// startRound waits, up to --wait-quiet, for the 1-minute load to fall to
+// --max-load, and returns the round: void if it did not (unless
+// --ignore-load).
+func (b *bench) startRound(ctx context.Context, r int) (round, error) {
+	o := b.o
+	rd := round{Round: r + 1, LoadBefore: loadAverage()}
+	if !o.ignoreLoad && rd.LoadBefore > o.maxLoad && o.waitQuiet > 0 {
+		start := time.Now()
+		b.logf("1-minute load %.2f is above %.2f: waiting up to %v for it to fall", rd.LoadBefore, o.maxLoad, o.waitQuiet)
+		for rd.LoadBefore > o.maxLoad && time.Since(start) < o.waitQuiet {
+			select {
+			case <-ctx.Done():
+				return rd, ctx.Err()
+			case <-time.After(min(loadPoll, o.waitQuiet-time.Since(start))):
+			}
+			rd.LoadBefore = loadAverage()
+		}
+		rd.Waited = time.Since(start).Seconds()
+	}
+	rd.Void = !o.ignoreLoad && rd.LoadBefore > o.maxLoad
+	if rd.Void {
+		b.logf("round %d starts with the 1-minute load at %.2f, above %.2f: void", rd.Round, rd.LoadBefore, o.maxLoad)
+	}
+	rd.Started = time.Now()
+	return rd, nil
+}
+
+// loadPoll is how often a round that waits reads the load (the kernel
+// updates it every 5 s); tests shorten it.
+var loadPoll = 5 * time.Second
+
+// voidMark is the progress lines' mark of a void round.
+func voidMark(void bool) string {
+	if void {
+		return " (void)"
+	}
+	return ""
 }
 
 // measure runs the warmup and then the measured phase of spec against
@@ -216,12 +307,15 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage(), Descriptors: spec.Descriptors}
+	s := &sample{Round: round + 1, Started: time.Now(), Load1: loadAverage(), Descriptors: spec.Descriptors, NoRedis: srv.redis == nil}
 	cpu0, r0, err := srv.usage(ctx)
 	if err != nil {
 		return nil, err
 	}
+	prof := b.startProfile(ctx, srv, spec, round)
+	m0, _ := benchproc.MachineCPU()
 	s.Report = g.Run(ctx, b.o.duration)
+	m1, _ := benchproc.MachineCPU()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,21 +323,31 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	if err != nil {
 		return nil, err
 	}
-	if err := srv.redis.alive(); err != nil {
+	if err := prof(); err != nil {
 		return nil, err
 	}
-	dr := r1.Sub(r0)
+	s.Load1After = loadAverage()
 	s.ServerCPU = (cpu1 - cpu0).Seconds()
-	s.RedisCPU = dr.CPU.Seconds()
-	s.RedisSysCPU = dr.Sys.Seconds()
-	s.RedisScripts = dr.Scripts
-	// The first INFO of each node is in the delta.
-	s.RedisCommands = dr.Commands - int64(len(srv.redis.addrs))
+	if srv.redis != nil {
+		if err := srv.redis.alive(); err != nil {
+			return nil, err
+		}
+		dr := r1.Sub(r0)
+		s.RedisCPU = dr.CPU.Seconds()
+		s.RedisSysCPU = dr.Sys.Seconds()
+		s.RedisScripts = dr.Scripts
+		s.RedisTimed = dr.Timed
+		// The first INFO of each node is in the delta.
+		s.RedisCommands = dr.Commands - int64(len(srv.redis.addrs))
+	}
+	if m0 > 0 && m1 > m0 {
+		s.OtherCPU = max((m1-m0).Seconds()-s.ServerCPU-s.RedisCPU-s.Report.CPUSeconds, 0)
+	}
 	switch {
 	case s.Report.Decisions() == 0:
 		return nil, srv.p.failure(fmt.Errorf("no decision in %v: %d errors (%v), first: %s",
 			b.o.duration, s.Report.Errors, s.Report.ErrorCodes, s.Report.FirstError))
-	case spec.store() && s.RedisCommands <= 0:
+	case spec.store() && srv.redis != nil && s.RedisCommands <= 0:
 		return nil, srv.p.failure(errors.New("decided without sending any command to Redis: are its rules loaded?"))
 	}
 	return s, nil

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // metric is one figure of a sample, and how to print a range of it.
@@ -12,37 +13,55 @@ type metric struct {
 	name   string
 	value  func(*sample) float64
 	format func(lo, hi float64) string
+	redis  bool // a figure of the server's Redis: none for the null server
 }
 
 var (
-	mRate    = metric{"decisions/s", func(s *sample) float64 { return s.Report.DecisionsPerSec }, fmtRate}
-	mP50     = metric{"p50", func(s *sample) float64 { return s.Report.Latency.P50 }, fmtMicros}
-	mP99     = metric{"p99", func(s *sample) float64 { return s.Report.Latency.P99 }, fmtMicros}
-	mServer  = metric{"server CPU per decision", func(s *sample) float64 { return s.perDecision(s.ServerCPU) }, fmtCPU}
-	mRedis   = metric{"Redis CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisCPU) }, fmtCPU}
-	mLoadgen = metric{"loadgen CPU per decision", func(s *sample) float64 { return s.perDecision(s.Report.CPUSeconds) }, fmtCPU}
-	mKernel  = metric{"Redis kernel CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisSysCPU) }, fmtCPU}
-	mPerCall = metric{"decisions per script call", func(s *sample) float64 { return s.perCall() }, fmtPerCall}
-	mErrors  = metric{"errors", func(s *sample) float64 { return float64(s.Report.Errors) }, fmtCount}
-	mLoad    = metric{"load average (1 min) before", func(s *sample) float64 { return s.Load1 }, fmtLoad}
+	mRate    = metric{"decisions/s", func(s *sample) float64 { return s.Report.DecisionsPerSec }, fmtRate, false}
+	mP50     = metric{"p50", func(s *sample) float64 { return s.Report.Latency.P50 }, fmtMicros, false}
+	mP99     = metric{"p99", func(s *sample) float64 { return s.Report.Latency.P99 }, fmtMicros, false}
+	mServer  = metric{"server CPU per decision", func(s *sample) float64 { return s.perDecision(s.ServerCPU) }, fmtCPU, false}
+	mRedis   = metric{"Redis CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisCPU) }, fmtCPU, true}
+	mLoadgen = metric{"loadgen CPU per decision", func(s *sample) float64 { return s.perDecision(s.Report.CPUSeconds) }, fmtCPU, false}
+	mKernel  = metric{"Redis kernel CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisSysCPU) }, fmtCPU, true}
+	mPerCall = metric{"decisions per script call", func(s *sample) float64 { return s.perCall() }, fmtPerCall, true}
+	mErrors  = metric{"errors", func(s *sample) float64 { return float64(s.Report.Errors) }, fmtCount, false}
+	mLoad    = metric{"load average (1 min) before", func(s *sample) float64 { return s.Load1 }, fmtLoad, false}
+	mOther   = metric{"other processes' CPU, cores", func(s *sample) float64 { return s.otherCores() }, fmtLoad, false}
+	// Redis' own time a call of each command (INFO commandstats), µs.
+	mEvalsha = timedMetric("evalsha")
+	mIncrby  = timedMetric("incrby")
+	mExpire  = timedMetric("expire")
 )
 
-// values returns m of each sample.
+// timedMetric is the µs a call of command, from INFO commandstats.
+func timedMetric(command string) metric {
+	return metric{strings.ToUpper(command) + " µs a call", func(s *sample) float64 { return s.timed(command).PerCall() }, fmtCallTime, true}
+}
+
+// counts says whether s counts for m: neither void nor without the Redis
+// m reads.
+func (m metric) counts(s *sample) bool { return !s.Void && !(m.redis && s.NoRedis) }
+
+// values returns m of each sample that counts for it.
 func values(samples []*sample, m metric) []float64 {
 	out := make([]float64, 0, len(samples))
 	for _, s := range samples {
-		out = append(out, m.value(s))
+		if m.counts(s) {
+			out = append(out, m.value(s))
+		}
 	}
 	return out
 }
 
 // ratios returns m of a's samples over m of b's, round by round, for
-// the rounds both have and where b's figure is not zero.
+// the rounds both have, that count for m, and where b's figure is not
+// zero.
 func ratios(a, b []*sample, m metric) []float64 {
 	var out []float64
 	for _, sa := range a {
 		for _, sb := range b {
-			if sa.Round == sb.Round && m.value(sb) != 0 {
+			if sa.Round == sb.Round && m.counts(sa) && m.counts(sb) && m.value(sb) != 0 {
 				out = append(out, m.value(sa)/m.value(sb))
 			}
 		}
@@ -126,6 +145,14 @@ func fmtPerCall(lo, hi float64) string {
 }
 
 func fmtLoad(lo, hi float64) string { return span(lo, hi, 2, "") }
+
+// fmtCallTime prints µs a command call: "7.4–9.1 µs", "" with no call.
+func fmtCallTime(lo, hi float64) string {
+	if hi == 0 {
+		return ""
+	}
+	return span(lo, hi, 1, " µs")
+}
 
 // thousands prints n with comma separators: 100,000.
 func thousands(n int64) string {

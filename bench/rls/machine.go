@@ -85,8 +85,10 @@ func loadAverages() string {
 	return strings.Join(f[:3], " ")
 }
 
-// loadAverage returns the 1-minute load average, or 0.
-func loadAverage() float64 {
+// loadAverage returns the 1-minute load average, or 0; tests replace it.
+var loadAverage = readLoadAverage
+
+func readLoadAverage() float64 {
 	f := strings.Fields(loadAverages())
 	if len(f) == 0 {
 		return 0

@@ -10,8 +10,14 @@
 // between BENCHMARKS.md's bench markers. Everything it starts is stopped
 // when it ends, fails or is interrupted.
 //
+// A round is one measurement of a run by every server in turn. It is void
+// when the machine's 1-minute load is above --max-load as it starts
+// (--wait-quiet waits for it to fall first): void rounds are reported, and
+// left out of every range and ratio.
+//
 //	go run ./bench/rls                                   # FastLimit alone, ~5 min
 //	go run ./bench/rls --compare /path/to/service_cmd    # and envoyproxy/ratelimit, ~10 min
+//	go run ./bench/rls --compare-null --variant 'batches 1=--redis-batches 1'
 //	go run ./bench/rls --quick --out -                   # smoke run, figures to stdout only
 package main
 
@@ -39,8 +45,14 @@ type options struct {
 	compare     string
 	compareName string
 	compareEnv  []string
+	compareNull bool
+	variants    []variant
 	server      string
 	serverFlags []string
+	maxLoad     float64       // a round starting above this 1-minute load is void
+	waitQuiet   time.Duration // how long a round waits for the load to fall
+	ignoreLoad  bool          // no round is void
+	profile     string        // directory for FastLimit servers' CPU profiles, "" for none
 	scenarios   []string
 	rounds      int
 	duration    time.Duration
@@ -101,9 +113,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.compareEnv = append(o.compareEnv, s)
 		return nil
 	})
+	fs.BoolVar(&o.compareNull, "compare-null", false, "also measure bench/nullrls, a RateLimitService that answers OK without deciding (FastLimit's gRPC settings): the protocol's floor")
+	fs.Func("variant", "NAME=FLAGS: another FastLimit server, the same binary with FLAGS after --server-flags, e.g. 'batches 1=--redis-batches 1' (repeatable)", func(s string) error {
+		name, flags, ok := strings.Cut(s, "=")
+		if name = strings.TrimSpace(name); !ok || name == "" || strings.TrimSpace(flags) == "" {
+			return fmt.Errorf("%q is not NAME=FLAGS", s)
+		}
+		o.variants = append(o.variants, variant{name: name, flags: strings.Fields(flags)})
+		return nil
+	})
+	fs.Float64Var(&o.maxLoad, "max-load", 1.0, "a round that starts with the machine's 1-minute load above this is void: reported, left out of ranges and ratios")
+	fs.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each round, wait up to this long for the 1-minute load to fall to --max-load (the runs' own load decays too)")
+	fs.BoolVar(&o.ignoreLoad, "ignore-load", false, "no round is void whatever the load: for smoke runs (--quick sets it)")
+	fs.StringVar(&o.profile, "profile", "", "directory to write a CPU profile of each FastLimit server's measured phase to (pprof, on an admin port)")
 	fs.StringVar(&o.server, "server", "", "FastLimit binary to measure (default: go build ./cmd/server of this tree)")
 	fs.StringVar(&serverFlags, "server-flags", "--store-timeout 1s --drain 0s", "extra flags of every FastLimit server (a generous store timeout: a starved machine shows as latency, not as errors; no drain when a run stops it)")
-	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+"; redis-cost for "+redisCostScenarios+"; or all")
+	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+"; redis-cost for "+redisCostScenarios+"; concurrency for "+concurrencyScenarios+"; or all")
 	fs.IntVar(&o.rounds, "rounds", 3, "measurements of each run per server, interleaved between the servers")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
@@ -115,6 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.raw, "raw", "", `file for every measurement as JSON; "-" for none (default .tmp/bench/results.json of the repository)`)
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 s runs, 200 ms warmup, 1 round, figures to stdout only, unless those flags are given")
 	fs.BoolVar(&o.install, "install", true, "install redis-server and redis-tools with apt-get when missing")
+	top := fs.Bool("top", true, "FastLimit servers keep the top identifiers (their default); false adds --top-keys 0, to measure what keeping them costs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -125,11 +151,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {
 		quick := map[string]func(){
-			"duration": func() { o.duration = time.Second },
-			"warmup":   func() { o.warmup = 200 * time.Millisecond },
-			"rounds":   func() { o.rounds = 1 },
-			"out":      func() { o.out = "-" },
-			"raw":      func() { o.raw = "-" },
+			"duration":    func() { o.duration = time.Second },
+			"warmup":      func() { o.warmup = 200 * time.Millisecond },
+			"rounds":      func() { o.rounds = 1 },
+			"out":         func() { o.out = "-" },
+			"raw":         func() { o.raw = "-" },
+			"ignore-load": func() { o.ignoreLoad = true },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -138,6 +165,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.serverFlags = strings.Fields(serverFlags)
+	if !*top {
+		o.serverFlags = append(o.serverFlags, "--top-keys", "0")
+	}
 	var err error
 	if o.scenarios, err = parseScenarios(scen); err != nil {
 		return nil, err
@@ -159,12 +189,20 @@ func (o *options) validate() error {
 		return errors.New("--warmup must not be negative")
 	case o.callers < 1 || o.conns < 1 || o.keys < 1:
 		return errors.New("--callers, --conns and --keys must be at least 1")
+	case o.maxLoad < 0 || o.waitQuiet < 0:
+		return errors.New("--max-load and --wait-quiet must not be negative")
 	case o.root == "" && o.server == "":
 		return errors.New("not in the FastLimit repository: run it there (go run ./bench/rls), or give --server")
 	case o.root == "" && (o.out == "" || o.raw == ""):
 		return errors.New("not in the FastLimit repository: give --out and --raw (- for none)")
 	}
 	return nil
+}
+
+// variant is a FastLimit server with flags of its own (--variant).
+type variant struct {
+	name  string
+	flags []string
 }
 
 // parseCallers reads a comma-separated list of caller counts.

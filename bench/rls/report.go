@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -20,8 +21,10 @@ var ErrMarkers = errors.New("bad bench markers")
 
 // report renders results as markdown.
 type report struct {
-	res *results
-	b   strings.Builder
+	res  *results
+	b    strings.Builder
+	ref  int // the index of the --compare server, -1 without one
+	null int // the index of the null server, -1 without one
 }
 
 func (r *report) printf(format string, args ...any) { fmt.Fprintf(&r.b, format, args...) }
@@ -43,14 +46,19 @@ func (r *report) header(cells ...string) {
 
 // render returns the generated section, markers excluded.
 func render(res *results) string {
-	r := &report{res: res}
+	r := &report{res: res, ref: res.index(roleCompare), null: res.index(roleNull)}
 	r.intro()
+	r.concurrency()
+	r.concurrencyTargets()
+	r.commandTimes()
+	r.variants()
 	r.summary()
 	r.targets()
 	r.redisCost()
 	r.redisCostTargets()
 	r.sweep()
 	r.runs()
+	r.rounds()
 	return strings.TrimSpace(r.b.String()) + "\n"
 }
 
@@ -63,12 +71,17 @@ func (r *report) names() []string {
 	return out
 }
 
-// compare says whether a second server ran.
-func (r *report) compare() bool { return len(r.res.Binaries) > 1 }
+// compare says whether a --compare server ran.
+func (r *report) compare() bool { return r.ref >= 0 }
 
 // ratioName is the title of ratio columns: "FastLimit/reference".
 func (r *report) ratioName() string {
-	return r.res.Binaries[0].Name + "/" + r.res.Binaries[1].Name
+	return r.res.Binaries[0].Name + "/" + r.res.Binaries[r.ref].Name
+}
+
+// index returns the index of the first server of role, or -1.
+func (res *results) index(ro role) int {
+	return slices.IndexFunc(res.Binaries, func(b binaryInfo) bool { return b.Role == ro })
 }
 
 func (r *report) intro() {
@@ -104,9 +117,8 @@ func (r *report) intro() {
 		times = "once"
 	}
 	turns := ""
-	if r.compare() {
-		n := r.names()
-		turns = fmt.Sprintf(", the servers taking turns (%s, %s, %s, ...) so that a machine that gets busier or quieter affects both alike", n[0], n[1], n[0])
+	if n := r.names(); len(n) > 1 {
+		turns = fmt.Sprintf(", the servers taking turns (%s, %s, ...) so that a machine that gets busier or quieter affects all alike", strings.Join(n, ", "), n[0])
 	}
 	r.printf("Each server has its own Redis on loopback. Every run is measured %s%s: "+
 		"%s of warmup, then %s measured. The load is bench/rls's own load generator (`bench/load`, "+
@@ -122,9 +134,25 @@ func (r *report) intro() {
 		"compare figures of one run, and prefer CPU per decision, which moves less than rates.")
 	if r.compare() {
 		r.printf("\nA ratio is %s's figure over %s's, computed for each round's pair of runs; the range is over rounds.\n",
-			r.names()[0], r.names()[1])
+			r.names()[0], r.names()[r.ref])
 	}
+	r.printf("\nA round (every server measuring a run in turn) that starts with the machine's 1-minute load above %.2f is "+
+		"void%s: the table of rounds marks it, and it counts in no range, ratio or target. "+
+		"Other processes' CPU is the machine's busy time (`/proc/stat`) during a measured phase less that of the server, "+
+		"its Redis and bench/rls.\n", s.MaxLoad, r.loadPolicy())
 	r.line("")
+}
+
+// loadPolicy says how the run treated the load, for the intro.
+func (r *report) loadPolicy() string {
+	s := r.res.Settings
+	switch {
+	case s.IgnoreLoad:
+		return " (this run ignored the load, `--ignore-load`: a smoke run's figures)"
+	case s.WaitQuiet != "" && s.WaitQuiet != "0s":
+		return fmt.Sprintf(" (each round waited up to %s for it to fall)", s.WaitQuiet)
+	}
+	return ""
 }
 
 // figure is one row of the summary: a metric of one run.
@@ -155,6 +183,9 @@ func (r *report) summary() {
 		{"Redis CPU per decision, Redis Cluster, 1 descriptor", runSpec{Key: "fw", Descriptors: 1, Callers: c, Cluster: true}, mRedis},
 		{"Redis CPU per decision, Redis Cluster, 3 descriptors", runSpec{Key: "fw", Descriptors: 3, Callers: c, Cluster: true}, mRedis},
 	}
+	if !slices.ContainsFunc(figures, func(f figure) bool { return r.res.find(f.spec) != nil }) {
+		return
+	}
 	r.printf("### Summary: fixed window unless named, %d callers unless named, %s identifiers\n\n", c, thousands(r.res.Settings.Keys))
 	cols := append([]string{""}, r.names()...)
 	if r.compare() {
@@ -171,7 +202,7 @@ func (r *report) summary() {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], f.metric), f.metric.format)))
 		}
 		if r.compare() {
-			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], f.metric), fmtRatio)))
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[r.ref], f.metric), fmtRatio)))
 		}
 		r.row(cells...)
 	}
@@ -225,7 +256,7 @@ func (r *report) sweepTable(title string, points []*runResult) {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRedis), mRedis.format)))
 		}
 		if r.compare() {
-			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], mRedis), fmtRatio)))
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[r.ref], mRedis), fmtRatio)))
 		}
 		for i := range names {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRate), mRate.format)))
@@ -274,7 +305,7 @@ func (r *report) runs() {
 			}
 			r.row(cells...)
 		}
-		if r.compare() && rr.Samples[1] != nil {
+		if r.compare() && rr.Samples[r.ref] != nil {
 			cells := []string{rr.Spec.title(), r.ratioName()}
 			for _, m := range metrics[:6] {
 				if m.name == mRedis.name && !rr.Spec.store() {
@@ -282,7 +313,7 @@ func (r *report) runs() {
 					cells = append(cells, "")
 					continue
 				}
-				cells = append(cells, fmtRange(ratios(rr.Samples[0], rr.Samples[1], m), fmtRatio))
+				cells = append(cells, fmtRange(ratios(rr.Samples[0], rr.Samples[r.ref], m), fmtRatio))
 			}
 			for range metrics[6:] {
 				cells = append(cells, "")
@@ -425,7 +456,7 @@ func (r *report) redisCost() {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRedis), mRedis.format)))
 		}
 		if r.compare() {
-			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], mRedis), fmtRatio)))
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[r.ref], mRedis), fmtRatio)))
 		}
 		cells = append(cells, orDash(fmtRange(values(rr.Samples[0], mKernel), mKernel.format)),
 			orDash(fmtRange(values(rr.Samples[0], mPerCall), mPerCall.format)))
@@ -433,7 +464,7 @@ func (r *report) redisCost() {
 			cells = append(cells, orDash(fmtRange(values(rr.Samples[i], mRate), mRate.format)))
 		}
 		if r.compare() {
-			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[1], mRate), fmtRatio)))
+			cells = append(cells, orDash(fmtRange(ratios(rr.Samples[0], rr.Samples[r.ref], mRate), fmtRatio)))
 		}
 		r.row(cells...)
 	}

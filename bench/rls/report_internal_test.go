@@ -1,16 +1,35 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/bench/load"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
+
+// reportHas fails t for each of wants that the report md lacks, and logs
+// md at the end of a test that failed.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(md)
+		}
+	})
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
 
 func TestReplaceSection(t *testing.T) {
 	const before = "# Benchmarks\n\nHand-written, kept.\n\n"
@@ -162,7 +181,7 @@ func TestRenderPairsRounds(t *testing.T) {
 	sw := runSpec{Key: "sw", Descriptors: 1, Callers: 64}
 	res := &results{
 		Settings: settings{Command: "go run ./bench/rls --compare x", Rounds: 2, Duration: "1s", Warmup: "0s", Callers: 64, Conns: 4, Keys: 100000, Sweep: []int{1, 64}},
-		Binaries: []binaryInfo{{Name: "FastLimit"}, {Name: "reference"}},
+		Binaries: []binaryInfo{{Name: "FastLimit", Role: roleFastLimit}, {Name: "reference", Role: roleCompare}},
 		Runs: []*runResult{
 			{Spec: unl, Samples: [][]*sample{{fake(1, 20000, 9000, 40, 0), fake(2, 10000, 9000, 40, 0)}, {fake(1, 10000, 9000, 80, 0), fake(2, 10000, 9000, 80, 0)}}},
 			// Round 1: 2x the rate; round 2: 0.5x. The ranges alone would say 0.5–4x.
@@ -172,7 +191,7 @@ func TestRenderPairsRounds(t *testing.T) {
 		},
 	}
 	md := render(res)
-	for _, want := range []string{
+	reportHas(t, md,
 		"| decisions/s, 1 descriptor | 5.0k–20.0k | 10.0k | 0.50–2.00x |",
 		"| **Redis CPU per decision, 1 descriptor** | 7.0–9.0 µs | 21–27 µs | 0.33x |",
 		"| decisions/s, sliding window, 1 descriptor | 9.0k | — | — |",
@@ -186,15 +205,111 @@ func TestRenderPairsRounds(t *testing.T) {
 		"| sliding window, 1 descriptor, 64 callers | FastLimit | 9.0k |",
 		"| fixed window, 1 descriptor, 64 callers | FastLimit/reference | 0.50–2.00x |",
 		"the servers taking turns (FastLimit, reference, FastLimit, ...)",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q", want)
-		}
-	}
+	)
 	if strings.Contains(md, "| sliding window, 1 descriptor, 64 callers | reference |") {
 		t.Error("report has a reference row for a run the reference did not make")
 	}
-	if t.Failed() {
-		t.Log(md)
+}
+
+// TestRenderConcurrency checks issue 24's tables: FastLimit against the
+// reference and the null server along the sweep, the targets, Redis' own
+// time per command, the variants, and the rounds, a void one marked and
+// counted nowhere.
+func TestRenderConcurrency(t *testing.T) {
+	spec := func(c int) runSpec { return runSpec{Key: "fwm", Descriptors: 1, Callers: c} }
+	timed := func(s *sample, evalshaUS float64) *sample {
+		calls := int64(s.decisions())
+		s.RedisTimed[0] = benchproc.CommandTime{Calls: calls, Usec: int64(evalshaUS * float64(calls))}
+		s.RedisScripts = calls
+		return s
+	}
+	null := func(round int, rate, serverUS float64) *sample {
+		s := fake(round, rate, 0, serverUS, 0)
+		s.NoRedis = true
+		return s
+	}
+	void := fake(3, 1000, 1000, 900, 900) // round 3 is void: its figures count nowhere
+	res := &results{
+		Settings: settings{Command: "go run ./bench/rls --compare x --compare-null", Rounds: 3, Duration: "1s", Warmup: "0s", Callers: 64, Conns: 4,
+			Keys: 100000, Sweep: []int{1, 64}, MaxLoad: 1, WaitQuiet: "5m0s"},
+		Binaries: []binaryInfo{{Name: "FastLimit", Role: roleFastLimit}, {Name: "batches 1", Role: roleVariant, Args: []string{"--redis-batches", "1"}},
+			{Name: "reference", Role: roleCompare}, {Name: "null server", Role: roleNull}},
+		Runs: []*runResult{
+			{Spec: spec(1), Samples: [][]*sample{
+				{timed(fake(1, 1000, 2000, 150, 30), 8), timed(fake(2, 1000, 2000, 140, 32), 9), void},
+				{timed(fake(1, 1000, 2000, 160, 30), 8), timed(fake(2, 1000, 2000, 160, 30), 8)},
+				{fake(1, 1000, 1000, 250, 25), fake(2, 1000, 1000, 250, 25), fake(3, 1000, 1000, 100, 100)},
+				{null(1, 2000, 100), null(2, 2000, 100), null(3, 2000, 100)}},
+				Rounds: []round{{Round: 1, LoadBefore: 0.4, LoadAfter: 0.9}, {Round: 2, LoadBefore: 0.8, LoadAfter: 1.2, Waited: 35}, {Round: 3, LoadBefore: 2.5, LoadAfter: 2.7, Void: true}}},
+			{Spec: spec(64), Samples: [][]*sample{
+				{timed(fake(1, 20000, 5000, 50, 4), 40), timed(fake(2, 20000, 5000, 50, 4), 40)},
+				nil,
+				{fake(1, 10000, 5000, 120, 10), fake(2, 10000, 5000, 120, 10)},
+				{null(1, 30000, 40), null(2, 30000, 40)}}},
+		},
+	}
+	for _, ss := range res.Runs[0].Samples {
+		for _, s := range ss {
+			s.Void = s.Round == 3
+		}
+	}
+	md := render(res)
+	reportHas(t, md,
+		"### Against callers: Redis and server CPU per decision (fixed window per minute, 1 descriptor)",
+		"| 1 | 1.20–1.28x (30–32 µs vs 25 µs) | 0.56–0.60x (140–150 µs vs 250 µs) | 1.40–1.50x (140–150 µs vs 100 µs) | 2.50x (250 µs vs 100 µs) |",
+		"| 64 | 0.40x (4.0 µs vs 10 µs) | 0.42x (50 µs vs 120 µs) | 1.25x (50 µs vs 40 µs) | 3.00x (120 µs vs 40 µs) |",
+		"| Redis CPU per decision against reference, fixed window per minute, 1 caller | ≤ 1.1x | 1.20–1.28x | **no** |",
+		"| Redis CPU per decision against reference, fixed window per minute, 64 callers | ≤ 0.45x | 0.40x | yes |",
+		"| FastLimit Redis time of a one-decision script call (EVALSHA, INFO commandstats), fixed window per minute, 1 caller | ≤ 10 µs | 8.0–9.0 µs | yes |",
+		"| server CPU per decision against the null server, fixed window per minute, 1 caller | ≤ 1.4x | 1.40–1.50x | in 1 of 2 rounds |",
+		"| server CPU per decision against the null server, fixed window per minute, 64 callers | ≤ 1.5x | 1.25x | yes |",
+		"| fixed window per minute, 1 descriptor, 1 caller | FastLimit | 8.0–9.0 µs | 1.0 |",
+		"| fixed window per minute, 1 descriptor, 1 caller | batches 1 | 30 µs | 1.20x | 160 µs |",
+		"batches 1: `--redis-batches 1`",
+		"| fixed window per minute, 1 descriptor, 1 caller | 3 | 2.50 | 2.70 |",
+		"| **void** |",
+		"| fixed window per minute, 1 descriptor, 1 caller | 2 | 0.80 | 1.20 | 35 s |",
+		"1 void rounds: they count in no range, ratio or target above.",
+		"void (each round waited up to 5m0s for it to fall)",
+	)
+	if strings.Contains(md, "| null server | — |") && strings.Contains(md, "null server Redis") {
+		t.Error("the null server has Redis figures")
+	}
+}
+
+// TestStartRound: a round that starts above --max-load is void, unless the
+// load falls within --wait-quiet, or --ignore-load.
+func TestStartRound(t *testing.T) {
+	defer func(f func() float64, p time.Duration) { loadAverage, loadPoll = f, p }(loadAverage, loadPoll)
+	loadPoll = time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		loads  []float64 // read in turn, the last one ever after
+		o      options
+		void   bool
+		waited bool
+	}{
+		{"quiet", []float64{0.3}, options{maxLoad: 1}, false, false},
+		{"busy", []float64{2.5}, options{maxLoad: 1}, true, false},
+		{"busy, waits in vain", []float64{2.5}, options{maxLoad: 1, waitQuiet: 20 * time.Millisecond}, true, true},
+		{"busy, then quiet", []float64{2.5, 1.8, 0.9}, options{maxLoad: 1, waitQuiet: time.Minute}, false, true},
+		{"busy, ignored", []float64{2.5}, options{maxLoad: 1, ignoreLoad: true, waitQuiet: time.Minute}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			loadAverage = func() float64 {
+				v := tc.loads[min(n, len(tc.loads)-1)]
+				n++
+				return v
+			}
+			b := &bench{o: &tc.o, log: io.Discard, start: time.Now()}
+			rd, err := b.startRound(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rd.Round != 2 || rd.Void != tc.void || (rd.Waited > 0) != tc.waited || rd.LoadBefore != tc.loads[min(n-1, len(tc.loads)-1)] {
+				t.Errorf("round %+v, want void %v, waited %v", rd, tc.void, tc.waited)
+			}
+		})
 	}
 }

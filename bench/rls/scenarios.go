@@ -117,6 +117,12 @@ var scenarios = []scenario{
 		}
 		return out
 	}},
+	{"fwm1k", "fixed window of a minute, 1 descriptor, on 1,000 identifiers", func(o *options) []runSpec {
+		return []runSpec{{Key: "fwm", Descriptors: 1, Callers: o.callers, Keys: idsFew}}
+	}},
+	{"fwmhot", "fixed window of a minute, 1 descriptor, every caller on one identifier", func(o *options) []runSpec {
+		return []runSpec{{Key: "fwm", Descriptors: 1, Callers: o.callers, Keys: 1}}
+	}},
 	{"cluster", "fixed window, 1 and 3 descriptors, on a Redis Cluster of 3 masters started for each server", func(o *options) []runSpec {
 		return []runSpec{
 			{Key: "fw", Descriptors: 1, Callers: o.callers, Cluster: true},
@@ -139,11 +145,17 @@ func minuteRuns(o *options, keys int64) []runSpec {
 const idsFew = 1000
 
 // defaultScenarios are the runs of issue 12's table; redisCostScenarios
-// those of issue 18's (Redis cost, round 2).
+// those of issue 18's (Redis cost, round 2); concurrencyScenarios those of
+// issue 24's (Redis cost at every concurrency: the fixed window of a
+// minute, the reference has it).
 const (
-	defaultScenarios   = "unlimited,fw,fw3,fwm,sw,tb,sweep"
-	redisCostScenarios = "fw,fwm,fwm3,swm,tbm,ids1k,hot,sweepm"
+	defaultScenarios     = "unlimited,fw,fw3,fwm,sw,tb,sweep"
+	redisCostScenarios   = "fw,fwm,fwm3,swm,tbm,ids1k,hot,sweepm"
+	concurrencyScenarios = "sweepm,fwm3,fwm1k,fwmhot"
 )
+
+// scenarioAliases name lists of scenarios.
+var scenarioAliases = map[string]string{"redis-cost": redisCostScenarios, "concurrency": concurrencyScenarios}
 
 // parseScenarios checks a comma-separated list of scenario names ("all"
 // is every one).
@@ -159,17 +171,17 @@ func parseScenarios(list string) ([]string, error) {
 				names = append(names, s.name)
 			}
 			continue
-		case n == "redis-cost":
-			sub, _ := parseScenarios(redisCostScenarios)
+		case scenarioAliases[n] != "":
+			sub, _ := parseScenarios(scenarioAliases[n])
 			names = append(names, sub...)
 			continue
 		case !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == n }):
-			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, redis-cost, all)", n, scenarioNames())
+			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, redis-cost, concurrency, all)", n, scenarioNames())
 		}
 		names = append(names, n)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, redis-cost, all)", scenarioNames())
+		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, redis-cost, concurrency, all)", scenarioNames())
 	}
 	return names, nil
 }

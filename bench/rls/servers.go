@@ -35,6 +35,19 @@ const (
 	// environment variables, with its rules under
 	// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/.
 	kindReference
+	// kindNull is bench/nullrls: --grpc-addr and --http-addr, no Redis.
+	kindNull
+)
+
+// role is what a server is in the run: what its figures are compared
+// with.
+type role string
+
+const (
+	roleFastLimit role = "fastlimit" // the server measured, first
+	roleVariant   role = "variant"   // FastLimit with flags of its own (--variant)
+	roleCompare   role = "compare"   // --compare
+	roleNull      role = "null"      // --compare-null
 )
 
 // binary is a server under test.
@@ -42,6 +55,7 @@ type binary struct {
 	name    string // column title: "FastLimit", "reference"
 	path    string
 	kind    kind
+	role    role
 	version string   // for the report
 	built   bool     // built from this tree by bench/rls, into a temporary path
 	args    []string // extra flags (FastLimit)
@@ -49,10 +63,10 @@ type binary struct {
 }
 
 // supports says whether b has the algorithm of rule key: the reference
-// has fixed windows only.
+// has fixed windows only; the null server answers anything.
 func (b *binary) supports(key string) bool {
 	r, ok := ruleByKey(key)
-	return b.kind == kindFastLimit || ok && r.algorithm == ""
+	return b.kind != kindReference || ok && r.algorithm == ""
 }
 
 // inspect fills in b's kind and version from its Go build information: a
@@ -107,33 +121,59 @@ func vcsVersion(info *buildinfo.BuildInfo) string {
 // buildFastLimit builds ./cmd/server of the tree at root into dir, with
 // its version stamped as `git describe` says.
 func buildFastLimit(ctx context.Context, root, dir string) (*binary, error) {
-	version := "dev"
-	if out, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
-		version = strings.TrimSpace(string(out))
+	version := treeVersion(ctx, root)
+	path, err := build(ctx, root, "./cmd/server", filepath.Join(dir, "fastlimit"), "-ldflags", "-X main.Version="+version)
+	if err != nil {
+		return nil, err
 	}
-	path := filepath.Join(dir, "fastlimit")
-	// No -trimpath: the build shares Go's cache with go build, go test
-	// and the e2e tests.
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.Version="+version, "-o", path, "./cmd/server")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/server: %w\n%s", err, out)
-	}
-	return &binary{name: "FastLimit", path: path, kind: kindFastLimit, version: version, built: true}, nil
+	return &binary{name: "FastLimit", path: path, kind: kindFastLimit, role: roleFastLimit, version: version, built: true}, nil
 }
 
-// server is one running server under test, with its own Redis.
+// buildNull builds ./bench/nullrls of the tree at root into dir.
+func buildNull(ctx context.Context, root, dir string) (*binary, error) {
+	path, err := build(ctx, root, "./bench/nullrls", filepath.Join(dir, "nullrls"))
+	if err != nil {
+		return nil, err
+	}
+	return &binary{name: "null server", path: path, kind: kindNull, role: roleNull, version: treeVersion(ctx, root), built: true}, nil
+}
+
+// treeVersion is what `git describe` says of the tree at root, or "dev".
+func treeVersion(ctx context.Context, root string) string {
+	if out, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
+		return strings.TrimSpace(string(out))
+	}
+	return "dev"
+}
+
+// build runs go build of pkg in root into path.
+func build(ctx context.Context, root, pkg, path string, flags ...string) (string, error) {
+	// No -trimpath: the build shares Go's cache with go build, go test
+	// and the e2e tests.
+	args := append(append([]string{"build"}, flags...), "-o", path, pkg)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+	}
+	return path, nil
+}
+
+// server is one running server under test, with its own Redis (none for
+// the null server).
 type server struct {
 	bin   *binary
 	p     *proc
 	grpc  string // host:port
+	admin string // host:port of its pprof, "" unless --profile
 	redis *redisDeploy
 }
 
-// startServer starts b on free loopback ports against rd, with the rules
-// written under rulesDir (see writeRules), and waits until its
+// startServer starts b on free loopback ports against rd (nil for the
+// null server), with the rules written under rulesDir (see writeRules)
+// and, with profile, pprof on an admin port, and waits until its
 // /healthcheck answers 200.
-func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary, rd *redisDeploy, rulesDir string) (*server, error) {
+func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary, rd *redisDeploy, rulesDir string, profile bool) (*server, error) {
 	grpcPort, err := pp.Free()
 	if err != nil {
 		return nil, err
@@ -145,6 +185,7 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
 	httpAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
 	var args, env []string
+	adminAddr := ""
 	switch b.kind {
 	case kindFastLimit:
 		url := "redis://" + rd.addrs[0] + "/0"
@@ -152,11 +193,23 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 		if rd.cluster {
 			url, redisType = strings.Join(rd.addrs, ","), "cluster"
 		}
-		args = append([]string{
+		admin := []string{"--admin-addr="}
+		if profile {
+			port, err := pp.Free()
+			if err != nil {
+				return nil, err
+			}
+			adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			admin = []string{"--admin-addr", adminAddr, "--pprof"}
+		}
+		args = append(append([]string{
 			"--config", filepath.Join(rulesDir, fastlimitRulesDir),
-			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--admin-addr=",
+			"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 			"--log-level", "warn", "--redis-type", redisType, "--redis-url", url,
-		}, b.args...)
+		}, admin...), b.args...)
+		env = benchproc.ChildEnv(b.env...)
+	case kindNull:
+		args = []string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr}
 		env = benchproc.ChildEnv(b.env...)
 	case kindReference:
 		debugPort, err := pp.Free()
@@ -173,7 +226,7 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 	if err != nil {
 		return nil, err
 	}
-	s := &server{bin: b, p: p, grpc: grpcAddr, redis: rd}
+	s := &server{bin: b, p: p, grpc: grpcAddr, admin: adminAddr, redis: rd}
 	if err := waitHealthy(ctx, p, "http://"+httpAddr+"/healthcheck"); err != nil {
 		ps.stop(p)
 		return nil, p.failure(err)
@@ -228,11 +281,19 @@ func waitHealthy(ctx context.Context, p *proc, url string) error {
 // usage reads the CPU the server and its Redis have used so far.
 func (s *server) usage(ctx context.Context) (time.Duration, benchproc.RedisStats, error) {
 	cpu, err := s.cpu()
-	if err != nil {
-		return 0, benchproc.RedisStats{}, err
+	if err != nil || s.redis == nil {
+		return cpu, benchproc.RedisStats{}, err
 	}
 	rs, err := s.redis.stats(ctx)
 	return cpu, rs, err
+}
+
+// stop stops the server and its Redis.
+func (s *server) stop(ps *procs) {
+	ps.stop(s.p)
+	if s.redis != nil {
+		s.redis.stop(ps)
+	}
 }
 
 // cpu returns the server process' CPU time so far.

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -54,16 +56,19 @@ func (b *bench) execute(ctx context.Context) (*results, error) {
 		return nil, err
 	}
 	res := &results{Machine: readMachine(ctx, b.tools.server), Settings: settings{
-		Command:  "go run ./bench/rls" + quoteArgs(o.args),
-		Rounds:   o.rounds,
-		Duration: o.duration.String(),
-		Warmup:   o.warmup.String(),
-		Callers:  o.callers,
-		Conns:    o.conns,
-		Keys:     o.keys,
-		Sweep:    o.sweep,
-		Redis:    "one per server, on loopback, without persistence (`--save '' --appendonly no`); for the cluster runs, a Redis Cluster of 3 masters per server",
-		Timeout:  callTimeout.Seconds(),
+		Command:    "go run ./bench/rls" + quoteArgs(o.args),
+		Rounds:     o.rounds,
+		MaxLoad:    o.maxLoad,
+		WaitQuiet:  o.waitQuiet.String(),
+		IgnoreLoad: o.ignoreLoad,
+		Duration:   o.duration.String(),
+		Warmup:     o.warmup.String(),
+		Callers:    o.callers,
+		Conns:      o.conns,
+		Keys:       o.keys,
+		Sweep:      o.sweep,
+		Redis:      "one per server, on loopback, without persistence (`--save '' --appendonly no`); for the cluster runs, a Redis Cluster of 3 masters per server",
+		Timeout:    callTimeout.Seconds(),
 	}}
 	for _, bin := range b.bins {
 		k := "flags"
@@ -74,7 +79,11 @@ func (b *bench) execute(ctx context.Context) (*results, error) {
 		if bin.built {
 			path = "./cmd/server"
 		}
-		res.Binaries = append(res.Binaries, binaryInfo{Name: bin.name, Path: path, Version: bin.version, Kind: k, Args: bin.args, Env: bin.env})
+		if bin.kind == kindNull {
+			k = "flags (`--grpc-addr --http-addr`; no Redis)"
+			path = "./bench/nullrls"
+		}
+		res.Binaries = append(res.Binaries, binaryInfo{Name: bin.name, Role: bin.role, Path: path, Version: bin.version, Kind: k, Args: bin.args, Env: bin.env})
 	}
 	if err := b.run(ctx, res); err != nil {
 		return nil, err
@@ -103,33 +112,52 @@ func (b *bench) binaries(ctx context.Context) error {
 			return err
 		}
 	}
-	fl.args = o.serverFlags
+	fl.args, fl.role = o.serverFlags, roleFastLimit
 	b.bins = []*binary{fl}
-	if o.compare == "" {
-		return nil
+	for _, v := range o.variants {
+		vb := *fl
+		vb.name, vb.role, vb.args = v.name, roleVariant, append(slices.Clip(o.serverFlags), v.flags...)
+		b.bins = append(b.bins, &vb)
 	}
-	path, err := filepath.Abs(o.compare)
-	if err != nil {
-		return err
-	}
-	other := &binary{path: path, env: o.compareEnv}
-	if err := other.inspect(); err != nil {
-		return fmt.Errorf("--compare: %w", err)
-	}
-	other.name = o.compareName
-	if other.name == "" {
-		other.name = "reference"
-		if other.kind == kindFastLimit {
-			other.name = "FastLimit B"
+	if o.compare != "" {
+		path, err := filepath.Abs(o.compare)
+		if err != nil {
+			return err
 		}
+		other := &binary{path: path, env: o.compareEnv, role: roleCompare}
+		if err := other.inspect(); err != nil {
+			return fmt.Errorf("--compare: %w", err)
+		}
+		other.name = o.compareName
+		if other.name == "" {
+			other.name = "reference"
+			if other.kind == kindFastLimit {
+				other.name = "FastLimit B"
+			}
+		}
+		if other.kind == kindFastLimit {
+			other.args = o.serverFlags
+		}
+		b.bins = append(b.bins, other)
 	}
-	if other.kind == kindFastLimit {
-		other.args = o.serverFlags
+	if o.compareNull {
+		if o.root == "" {
+			return errors.New("--compare-null builds ./bench/nullrls: run bench/rls in the FastLimit repository")
+		}
+		b.logf("building ./bench/nullrls")
+		null, err := buildNull(ctx, o.root, b.ps.dir)
+		if err != nil {
+			return err
+		}
+		b.bins = append(b.bins, null)
 	}
-	if other.name == fl.name {
-		return fmt.Errorf("--compare-name %q is the name of the first server", other.name)
+	names := map[string]bool{}
+	for _, bin := range b.bins {
+		if names[bin.name] {
+			return fmt.Errorf("two servers are named %q (--variant, --compare-name)", bin.name)
+		}
+		names[bin.name] = true
 	}
-	b.bins = append(b.bins, other)
 	return nil
 }
 

@@ -25,7 +25,7 @@ func (r *report) targetList() []target {
 		if rr == nil || !r.compare() {
 			return
 		}
-		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[1], m), ok: ok})
+		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[r.ref], m), ok: ok})
 	}
 	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
 	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
@@ -60,7 +60,7 @@ func (r *report) targetTable(title string, list []target) {
 	r.line("### " + title)
 	r.line("")
 	if r.compare() {
-		r.printf("Ratios are %s over %s, per round, unless named.\n\n", r.res.Binaries[0].Name, r.res.Binaries[1].Name)
+		r.printf("Ratios are %s over %s, per round, unless named.\n\n", r.res.Binaries[0].Name, r.res.Binaries[r.ref].Name)
 	}
 	r.header("target", "goal", "measured", "met")
 	for _, t := range list {
@@ -102,7 +102,7 @@ func (r *report) redisCostTargetList() []target {
 		if rr == nil || !r.compare() {
 			return
 		}
-		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[1], m), ok: ok})
+		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[r.ref], m), ok: ok})
 	}
 	pair(fwm, fmt.Sprintf("Redis CPU per decision, %d callers, %s identifiers, windows of a minute, 1 descriptor", c, ids), "≤ 0.4x", mRedis, atMost(0.4))
 	pair(fwm3, fmt.Sprintf("Redis CPU per decision, %d callers, %s identifiers, windows of a minute, 3 descriptors", c, ids), "≤ 0.6x", mRedis, atMost(0.6))

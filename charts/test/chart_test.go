@@ -2,13 +2,14 @@ package charttest
 
 import (
 	"encoding/json"
+	"io"
+	"log"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/lint"
-	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -28,16 +29,16 @@ func production() map[string]any {
 	}
 }
 
-// TestLint runs Helm's linter on the chart with its defaults and with the
-// production values: no errors, no warnings.
+// TestLint runs Helm's linter on the chart with its defaults (the image
+// left unnamed, which `required` lets pass when linting) and with the
+// production values: no errors, no warnings, as `helm lint --strict`.
 func TestLint(t *testing.T) {
+	log.SetOutput(io.Discard) // lint logs the missing image.repository at info
+	defer log.SetOutput(os.Stderr)
 	for name, vals := range map[string]map[string]any{"defaults": nil, "production": production()} {
 		t.Run(name, func(t *testing.T) {
-			l := lint.All(chartDir, vals, namespace, false)
-			for _, m := range l.Messages {
-				if m.Severity >= support.WarningSev {
-					t.Errorf("lint: %s", m)
-				}
+			for _, m := range lintChart(t, vals) {
+				t.Errorf("lint: %s", m)
 			}
 		})
 	}
@@ -45,10 +46,12 @@ func TestLint(t *testing.T) {
 
 // TestDefaults renders the defaults: one replica on the embedded store,
 // rules from the chart's ConfigMap at the reference's path, and the
-// reference's environment contract.
+// reference's environment contract; the hooks check the rules and test
+// the release.
 func TestDefaults(t *testing.T) {
 	o := mustRender(t, nil)
-	want := []string{"ConfigMap/" + fullname + "-rules", "Service/" + fullname, "Deployment/" + fullname}
+	want := []string{"ServiceAccount/" + fullname, "ConfigMap/" + fullname + "-rules", "Service/" + fullname, "Deployment/" + fullname,
+		"ConfigMap/" + fullname + "-rules-check", "Pod/" + fullname + "-test", "Job/" + fullname + "-rules-check"}
 	if !slices.Equal(o.kinds, want) {
 		t.Errorf("objects %q, want %q", o.kinds, want)
 	}
@@ -57,14 +60,16 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("replicas %d", *dep.Spec.Replicas)
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
-	if c.Image != "ghcr.io/fastlimit/fastlimit:latest" || len(c.Command) != 0 || len(c.Args) != 0 {
-		t.Errorf("image %s command %q args %q: want FastLimit's image run on its environment alone", c.Image, c.Command, c.Args)
+	if c.Image != testImage+":latest" || c.ImagePullPolicy != "" || len(c.Command) != 0 || len(c.Args) != 0 {
+		t.Errorf("image %s (%q) command %q args %q: want the image named, Kubernetes' pull policy, run on its environment alone",
+			c.Image, c.ImagePullPolicy, c.Command, c.Args)
 	}
 	wantEnv := map[string]string{
 		"LOG_LEVEL": "info", "LOG_FORMAT": "json", "PORT": "8080", "GRPC_PORT": "8081",
 		"DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "6070",
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
 		"RUNTIME_IGNOREDOTFILES": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "USE_STATSD": "false",
+		"RLQS": "false", "MEMORY_MAX_KEYS": "1000000", "GOMEMLIMIT": "362387865", // 90% of 384Mi
 	}
 	if got := env(c); !reflect.DeepEqual(got, wantEnv) {
 		t.Errorf("env\n got %v\nwant %v", got, wantEnv)
@@ -98,11 +103,17 @@ func TestProduction(t *testing.T) {
 	e := env(c)
 	for k, v := range map[string]string{
 		"REDIS_URL": "secret/" + fullname + "-redis/url", "REDIS_TYPE": "SINGLE", "REDIS_SOCKET_TYPE": "tcp",
-		"REDIS_POOL_SIZE": "10", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9090", "USE_STATSD": "false",
+		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9090", "USE_STATSD": "false",
 		"LOG_FORMAT": "text", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false",
 	} {
 		if e[k] != v {
 			t.Errorf("env %s = %q, want %q", k, e[k], v)
+		}
+	}
+	// FastLimit's own pool default, and no embedded store to bound.
+	for _, k := range []string{"REDIS_POOL_SIZE", "MEMORY_MAX_KEYS"} {
+		if v, ok := e[k]; ok {
+			t.Errorf("env %s = %q, want it unset", k, v)
 		}
 	}
 	sec := only(t, o.secrets, fullname+"-redis")
@@ -166,7 +177,7 @@ func TestExistingObjects(t *testing.T) {
 		"rules":        map[string]any{"existingConfigMap": "my-rules", "runtimeRoot": "/srv/runtime_data/current/", "runtimeSubdirectory": "rl"},
 	})
 	if len(o.secrets) != 0 || len(o.configMaps) != 0 {
-		t.Errorf("objects %q: want no Secret and no ConfigMap", o.kinds)
+		t.Errorf("objects %q: want no Secret and no ConfigMap (the rules check mounts my-rules)", o.kinds)
 	}
 	c := only(t, o.deployments, fullname).Spec.Template.Spec.Containers[0]
 	e := env(c)
@@ -188,7 +199,8 @@ func TestRefusals(t *testing.T) {
 		want string
 	}{
 		{"replicas without redis", map[string]any{"replicaCount": 2}, "each replica counts alone"},
-		{"no rules", map[string]any{"rules": map[string]any{"files": nil}}, "no rules"},
+		{"no rules", map[string]any{"rules": map[string]any{"files": nil, "defaultFiles": nil}}, "no rules"},
+		{"no image", map[string]any{"image": map[string]any{"repository": ""}}, "image.repository is required: FastLimit publishes no image"},
 		{"two stats sinks", map[string]any{"statsd": map[string]any{"enabled": true, "host": "statsd"},
 			"referencePrometheus": map[string]any{"enabled": true}}, "one stats sink"},
 		{"statsd without host", map[string]any{"statsd": map[string]any{"enabled": true}}, "statsd.host"},
@@ -219,7 +231,7 @@ func TestStrictDecoding(t *testing.T) {
 	if _, err := decode(bad); err == nil || !strings.Contains(err.Error(), "selectr") {
 		t.Errorf("decode of a misspelt field: %v", err)
 	}
-	if _, err := decode("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"); err == nil {
+	if _, err := decode("apiVersion: v1\nkind: Namespace\nmetadata: {name: p}\n"); err == nil {
 		t.Error("decode of an unexpected kind: no error")
 	}
 }

@@ -3,6 +3,7 @@ package charttest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,8 +13,12 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,13 +41,29 @@ type objects struct {
 	secrets         map[string]*corev1.Secret
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+	serviceAccounts map[string]*corev1.ServiceAccount
+	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
+	jobs            map[string]*batchv1.Job
+	pods            map[string]*corev1.Pod
+	prometheusRules map[string]*monitoringv1.PrometheusRule
 	kinds           []string // "Kind/name" of every object, in order
 }
 
+// testImage is the image the tests name: the chart requires one.
+const testImage = "registry.example.com/fastlimit"
+
 // render renders the chart with vals as `helm template` does (a client-only
-// dry-run install) and returns the manifest.
+// dry-run install) and returns the manifest, hooks included. Without an
+// image in vals, it names testImage.
 func render(t *testing.T, vals map[string]any) (string, error) {
 	t.Helper()
+	if _, ok := vals["image"]; !ok {
+		vals = maps.Clone(vals)
+		if vals == nil {
+			vals = map[string]any{}
+		}
+		vals["image"] = map[string]any{"repository": testImage}
+	}
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -72,6 +93,8 @@ func decode(manifest string) (*objects, error) {
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+		serviceAccounts: map[string]*corev1.ServiceAccount{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		jobs: map[string]*batchv1.Job{}, pods: map[string]*corev1.Pod{}, prometheusRules: map[string]*monitoringv1.PrometheusRule{},
 	}
 	docs := releaseutil.SplitManifests(manifest)
 	keys := make([]string, 0, len(docs))
@@ -91,22 +114,10 @@ func decode(manifest string) (*objects, error) {
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
-		var err error
-		switch tm.APIVersion + " " + tm.Kind {
-		case "apps/v1 Deployment":
-			err = decodeInto(doc, o.deployments, tm.Metadata.Name)
-		case "v1 Service":
-			err = decodeInto(doc, o.services, tm.Metadata.Name)
-		case "v1 ConfigMap":
-			err = decodeInto(doc, o.configMaps, tm.Metadata.Name)
-		case "v1 Secret":
-			err = decodeInto(doc, o.secrets, tm.Metadata.Name)
-		case "policy/v1 PodDisruptionBudget":
-			err = decodeInto(doc, o.pdbs, tm.Metadata.Name)
-		case "monitoring.coreos.com/v1 ServiceMonitor":
-			err = decodeInto(doc, o.serviceMonitors, tm.Metadata.Name)
-		default:
-			err = fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
+		into, ok := o.decoders()[tm.APIVersion+" "+tm.Kind]
+		err := fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
+		if ok {
+			err = into(doc, tm.Metadata.Name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
@@ -114,6 +125,28 @@ func decode(manifest string) (*objects, error) {
 		o.kinds = append(o.kinds, tm.Kind+"/"+tm.Metadata.Name)
 	}
 	return o, nil
+}
+
+// decoders decode a document of each kind the chart makes into o, by
+// "apiVersion kind".
+func (o *objects) decoders() map[string]func(doc, name string) error {
+	return map[string]func(doc, name string) error{
+		"apps/v1 Deployment":            into(o.deployments),
+		"v1 Service":                    into(o.services),
+		"v1 ConfigMap":                  into(o.configMaps),
+		"v1 Secret":                     into(o.secrets),
+		"policy/v1 PodDisruptionBudget": into(o.pdbs),
+		"monitoring.coreos.com/v1 ServiceMonitor": into(o.serviceMonitors),
+		"v1 ServiceAccount":                       into(o.serviceAccounts),
+		"autoscaling/v2 HorizontalPodAutoscaler":  into(o.hpas),
+		"batch/v1 Job":                            into(o.jobs),
+		"v1 Pod":                                  into(o.pods),
+		"monitoring.coreos.com/v1 PrometheusRule": into(o.prometheusRules),
+	}
+}
+
+func into[T any](m map[string]*T) func(doc, name string) error {
+	return func(doc, name string) error { return decodeInto(doc, m, name) }
 }
 
 func decodeInto[T any](doc string, into map[string]*T, name string) error {
@@ -140,7 +173,8 @@ func mustRender(t *testing.T, vals map[string]any) *objects {
 		t.Fatalf("decode: %v\n%s", err, m)
 	}
 	for _, list := range [][]metav1.Object{metas(o.deployments), metas(o.services), metas(o.configMaps),
-		metas(o.secrets), metas(o.pdbs), metas(o.serviceMonitors)} {
+		metas(o.secrets), metas(o.pdbs), metas(o.serviceMonitors), metas(o.serviceAccounts), metas(o.hpas),
+		metas(o.jobs), metas(o.pods), metas(o.prometheusRules)} {
 		for _, obj := range list {
 			if obj.GetNamespace() != namespace {
 				t.Errorf("%s: namespace %q, want %q", obj.GetName(), obj.GetNamespace(), namespace)
@@ -197,6 +231,27 @@ func only[T any](t *testing.T, m map[string]*T, name string) *T {
 		t.Fatalf("no object %q (have %d of its kind)", name, len(m))
 	}
 	return v
+}
+
+// unmarshalFile decodes a YAML or JSON file into v.
+func unmarshalFile(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := yaml.Unmarshal(readFile(t, path), v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// lintChart runs Helm's linter with vals and returns its messages of
+// warnings and errors.
+func lintChart(t *testing.T, vals map[string]any) []string {
+	t.Helper()
+	var out []string
+	for _, m := range lint.All(chartDir, vals, namespace, true).Messages {
+		if m.Severity >= support.WarningSev {
+			out = append(out, m.Error())
+		}
+	}
+	return out
 }
 
 func equalBytes(a, b []byte) bool { return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b)) }

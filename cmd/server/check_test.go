@@ -2,34 +2,84 @@ package main
 
 import (
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
 
-// TestCheckWarnsDeprecated: a deprecated flag is named, with the flag to
-// use, in one warning; the reference's variable of the same setting is not.
-func TestCheckWarnsDeprecated(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\n"), 0o644); err != nil {
-		t.Fatal(err)
+// TestCheckRulesSettingsOnly: check takes the rules flags alone, lists
+// only them in -h, and reads the server's environment without a word
+// about its serving settings; the reference's RUNTIME_* still find the
+// rules.
+func TestCheckRulesSettingsOnly(t *testing.T) {
+	root := t.TempDir()
+	files.Write(t, filepath.Join(root, "rl", "config", "a.yaml"), "domain: a\n")
+	serving := map[string]string{
+		"REDIS_URL": "/var/run/nutcracker/ratelimit.sock", "REDIS_SOCKET_TYPE": "unix", "USE_PROMETHEUS": "true",
+		"BACKEND_TYPE": "redis", "LOG_LEVEL": "nonsense", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl",
+		"RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
 	}
 	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
+		name       string
+		args       []string
+		env        map[string]string
+		code       int
+		out, noOut string // in stdout and stderr together; not in them
 	}{
-		{[]string{"--use-prometheus"}, nil, "warning: --use-prometheus is deprecated: use --prometheus\n"},
-		{nil, map[string]string{"USE_PROMETHEUS": "true"}, ""},
+		{"help", []string{"-h"}, nil, 0, "-merge-domain-config", "-redis-url"},
+		{"serving flag", []string{"--use-prometheus"}, nil, 2, "flag provided but not defined: -use-prometheus", ""},
+		{"server environment", nil, serving, 0, filepath.Join(root, "rl", "config") + ": 1 files, 1 domains, 0 limits: OK", "warning"},
+		{"--config over RUNTIME_ROOT", []string{"--config", filepath.Join(root, "rl", "config")}, map[string]string{"RUNTIME_ROOT": root},
+			0, "warning: RUNTIME_ROOT: not used, --config gives the setting", "REDIS"},
 	} {
-		var stderr strings.Builder
-		args := append([]string{"check", "--config", dir}, tc.args...)
-		if code := run(args, func(k string) string { return tc.env[k] }, io.Discard, &stderr); code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
-		}
-		if got := stderr.String(); strings.Count(got, "deprecated") != strings.Count(tc.want, "deprecated") || !strings.Contains(got, tc.want) {
-			t.Errorf("%v %v: stderr %q, want %q", tc.args, tc.env, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			code := run(append([]string{"check"}, tc.args...), func(k string) string { return tc.env[k] }, &out, &out)
+			if code != tc.code || !strings.Contains(out.String(), tc.out) || (tc.noOut != "" && strings.Contains(out.String(), tc.noOut)) {
+				t.Errorf("exit %d, output:\n%s\nwant exit %d with %q and without %q", code, out.String(), tc.code, tc.out, tc.noOut)
+			}
+		})
+	}
+}
+
+// TestCheckBadRules: each of these fixtures fails check with its file,
+// line and what to do (DIR is the directory checked).
+func TestCheckBadRules(t *testing.T) {
+	for fixture, want := range map[string]string{
+		"missing_requests_per_unit.yaml": "DIR/missing_requests_per_unit.yaml:5: rate_limit has no requests_per_unit, so every request would be over the limit: " +
+			"set requests_per_unit (0 to refuse every request), or unlimited: true\n",
+		"duplicate_path.yaml": "DIR/duplicate_path.yaml:6: duplicate descriptor 'dup.database_users' (first at DIR/duplicate_path.yaml:3)\n",
+		"bad_unit.yaml":       "DIR/bad_unit.yaml:5: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)\n",
+		"non_string_key.yaml": "DIR/non_string_key.yaml:1: key 1.5 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key\n" +
+			"DIR/non_string_key.yaml:1: config file cannot have empty domain\n",
+	} {
+		t.Run(fixture, func(t *testing.T) {
+			dir := t.TempDir()
+			files.Write(t, filepath.Join(dir, fixture), files.Read(t, "../../pkg/rules/testdata/errors/"+fixture))
+			var stderr strings.Builder
+			code := run([]string{"check", "--config", dir}, func(string) string { return "" }, io.Discard, &stderr)
+			if want = strings.ReplaceAll(want, "DIR", dir); code != 1 || stderr.String() != want {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit 1, stderr:\n%s", code, stderr.String(), want)
+			}
+		})
+	}
+}
+
+// TestCheckReportsGroups: a rule with several limits (rate_limits) gets a
+// line naming each of them.
+func TestCheckReportsGroups(t *testing.T) {
+	dir := t.TempDir()
+	rules := "domain: api\ndescriptors:\n  - key: account\n    rate_limits:\n" +
+		"      - {unit: second, requests_per_unit: 10}\n      - {name: daily, unit: day, requests_per_unit: 1000}\n"
+	files.Write(t, filepath.Join(dir, "a.yaml"), rules)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"check", "--config", dir}, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := dir + ": 1 files, 1 domains, 2 limits: OK\n  api.account: 2 limits, each must allow: api.account#0, api.account#daily\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout %q, want %q", got, want)
 	}
 }

@@ -3,7 +3,9 @@
 // from YAML rules, on Redis or an embedded in-memory store.
 //
 // main only reads the settings, builds the logger and runs the server
-// (package server); "check" validates a rules directory.
+// (package server); "check" validates a rules directory, "version" prints
+// the version, and top, explain, reset, refund and usage ask running
+// servers (package opsctl).
 package main
 
 import (
@@ -23,17 +25,19 @@ import (
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
-// Version is stamped at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
 // run is main without the process: it returns the exit code.
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "check" {
-		return runCheck(args[1:], getenv, stdout, stderr)
+	if len(args) > 0 {
+		if cmd, ok := commands()[args[0]]; ok {
+			return cmd(args[1:], getenv, stdout, stderr)
+		}
+	}
+	if len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
+		return runVersion(stdout)
 	}
 	s, err := settings.Parse("fastlimit", args, getenv, stderr)
 	if err != nil {
@@ -66,7 +70,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 func serve(s *settings.Settings, log *zap.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv, err := server.New(s, log, prometheus.NewRegistry(), Version)
+	srv, err := server.New(s, log, prometheus.NewRegistry(), version())
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1

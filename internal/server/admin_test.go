@@ -108,18 +108,18 @@ func TestUsage(t *testing.T) {
 		query string
 		want  usage
 	}{
-		{"domain=adm&descriptor=win=x", usage{Domain: "adm", Descriptor: []usageEntry{{"win", "x"}}, Matched: true,
-			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}},
-		{"domain=adm&descriptor=win=other", usage{Domain: "adm", Descriptor: []usageEntry{{"win", "other"}}, Matched: true,
-			Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}},
-		{"domain=adm&descriptor=bucket=y", usage{Domain: "adm", Descriptor: []usageEntry{{"bucket", "y"}}, Matched: true,
-			Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}},
-		{"domain=adm&descriptor=free=z", usage{Domain: "adm", Descriptor: []usageEntry{{"free", "z"}}, Matched: true,
-			Rule: "adm.free", Unlimited: true}},
-		{"domain=adm&descriptor=odd=a%2Cb%3Dc", usage{Domain: "adm", Descriptor: []usageEntry{{"odd", "a,b=c"}}, Matched: true,
-			Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7), ShadowMode: true}},
-		{"domain=adm&descriptor=nope=1", usage{Domain: "adm", Descriptor: []usageEntry{{"nope", "1"}}}},
-		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{"win", "x"}}}},
+		{"domain=adm&descriptor=win=x", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "x"}}, Matched: true,
+			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}}},
+		{"domain=adm&descriptor=win=other", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "other"}}, Matched: true,
+			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}}},
+		{"domain=adm&descriptor=bucket=y", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "bucket", Value: "y"}}, Matched: true,
+			UsageLimit: usageLimit{Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}}},
+		{"domain=adm&descriptor=free=z", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "free", Value: "z"}}, Matched: true,
+			UsageLimit: usageLimit{Rule: "adm.free", Unlimited: true}}},
+		{"domain=adm&descriptor=odd=a%2Cb%3Dc", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "odd", Value: "a,b=c"}}, Matched: true,
+			UsageLimit: usageLimit{Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7)}, ShadowMode: true}},
+		{"domain=adm&descriptor=nope=1", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "nope", Value: "1"}}}},
+		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{Key: "win", Value: "x"}}}},
 	}
 	for _, tc := range cases {
 		code, body := scrape.Get(t, base+tc.query)
@@ -269,8 +269,14 @@ func TestAdminIndex(t *testing.T) {
 	want := `/metrics: FastLimit's Prometheus metrics
 /rlconfig: print out the currently loaded configuration for debugging
 /stats: print out stats
+/v1/counters/refund: POST: {domain, descriptors, hits}: give hits back, as is_negative_hits does (authorized, audited)
+/v1/counters/reset: POST: {domain, descriptors} or {domain, rule, values}: clear the descriptor's counters (authorized, audited)
+/v1/explain: POST: a RateLimitRequest as /json takes it, or {domain, bucket}: each descriptor's rule, keys and state, charging nothing
 /v1/quota: how a quota bucket's limit is divided among Envoys (rate limit quota service)
 /v1/rules: the rules in force with FastLimit's fields, their hash and files
+/v1/status: the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS
+/v1/status/rules: the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]
+/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?domain=D[&rule=R][&by=over_limit|hits][&n=N]
 /v1/usage: peek at a descriptor's counter without charging it
 `
 	for _, path := range []string{"/", "/nothing/here"} {
@@ -315,10 +321,10 @@ func TestRules(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	want := "# hash " + s.rules.Current().Hash + "\n# 1 files, 1 domains, 4 limits\n# file " + filepath.Join(dir, "adm.yaml") + "\n" +
-		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 burst=5 cost=1 shadow_mode=false quota_mode=false
+		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
 adm.free: unlimited=true shadow_mode=false quota_mode=false
-adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 unit_multiplier=1 burst=7 cost=1 shadow_mode=true quota_mode=false
+adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 unit_multiplier=1 cost=1 shadow_mode=true quota_mode=false
 `
 	if body != want {
 		t.Fatalf("rlconfig:\n%s\nwant:\n%s", body, want)

@@ -203,7 +203,7 @@ func TestUnmatchedLogged(t *testing.T) {
 // in envoyproxy/ratelimit since #1059: a request is OVER_LIMIT only when
 // all its descriptors (but unlimited ones) are over; one over beside one
 // that passes (here, one no rule matches) answers OK, its status still
-// OVER_LIMIT and listed among the quota violations.
+// OVER_LIMIT and named in the dynamic metadata, in quota mode.
 func TestQuotaMode(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--quota-mode", "--response-dynamic-metadata")
 	client := rlspb.NewRateLimitServiceClient(dial(t, s.grpcLis.Addr().String()))
@@ -226,9 +226,10 @@ func TestQuotaMode(t *testing.T) {
 		}
 		last = resp
 	}
-	v := last.GetDynamicMetadata().GetFields()["quotaModeViolations"].GetListValue().GetValues()
-	if len(v) != 1 || v[0].GetNumberValue() != 0 {
-		t.Errorf("quotaModeViolations %v, want [0]", v)
+	v := last.GetDynamicMetadata().GetFields()["fastlimit"].GetStructValue().GetFields()["overLimit"].GetListValue().GetValues()
+	if len(v) != 1 || v[0].GetStructValue().GetFields()["index"].GetNumberValue() != 0 ||
+		!v[0].GetStructValue().GetFields()["quotaMode"].GetBoolValue() {
+		t.Errorf("fastlimit.overLimit %v, want descriptor 0 in quota mode", v)
 	}
 	// Alone, the over descriptor is every quota descriptor of the request.
 	resp, err := client.ShouldRateLimit(ctx, rlsRequest("adm", "win", "q"))

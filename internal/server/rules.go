@@ -25,6 +25,8 @@ const (
 	logDomains = "domains"
 	logDomain  = "domain"
 	logLimits  = "limits"
+	// logFailedAt is when the failed reload before a good one ran.
+	logFailedAt = "failed_reload_at"
 
 	logResources = "resources"
 )
@@ -46,6 +48,16 @@ type ruleSource struct {
 	mu      sync.Mutex // serialises loads
 	current atomic.Pointer[rules.Loaded]
 	removed []string // the domains the last swap removed, for update to log
+	status  atomic.Pointer[reloadStatus]
+}
+
+// reloadStatus is how the loads of the rules went, for /v1/rules.
+type reloadStatus struct {
+	Failing bool      `json:"failing"` // the last load failed: older rules are in force
+	At      time.Time `json:"at"`      // of the last load
+	// ErrorAt and Errors are the last failed load's, if any.
+	ErrorAt time.Time `json:"error_at,omitzero"`
+	Errors  []string  `json:"errors,omitempty"`
 }
 
 // loadObserver is told of every load of the rules: metrics.Metrics and
@@ -151,6 +163,12 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 	start := time.Now()
 	changed, err := load()
 	took := zap.Duration(logTook, time.Since(start))
+	prev := r.status.Load()
+	if prev == nil {
+		prev = &reloadStatus{}
+	}
+	next := *prev
+	next.At, next.Failing = start, err != nil
 	switch {
 	case err != nil:
 		errs := rules.Flatten(err)
@@ -158,6 +176,7 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 		for i, e := range errs {
 			msgs[i] = e.Error()
 		}
+		next.ErrorAt, next.Errors = start, msgs
 		inForce := ""
 		if cur := r.Current(); cur != nil {
 			inForce = cur.Hash
@@ -166,9 +185,12 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 			zap.Strings(logErrors, msgs), zap.String(logHash, inForce), took)
 	case changed:
 		cur := r.Current()
-		r.log.Info("rules reloaded", zap.String(logCause, cause), zap.String(logHash, cur.Hash),
-			sources(cur), zap.Int(logDomains, len(cur.Set.Domains())),
-			zap.Int(logLimits, len(cur.Set.Limits())), took)
+		fields := []zap.Field{zap.String(logCause, cause), zap.String(logHash, cur.Hash),
+			sources(cur), zap.Int(logDomains, len(cur.Set.Domains())), zap.Int(logLimits, len(cur.Set.Limits())), took}
+		if prev.Failing {
+			fields = append(fields, zap.Time(logFailedAt, prev.ErrorAt))
+		}
+		r.log.Info("rules reloaded", fields...)
 		r.mu.Lock()
 		removed := r.removed
 		r.mu.Unlock()
@@ -176,9 +198,13 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 			r.log.Warn("domain removed from the rules: its requests are no longer limited", zap.String(logDomain, d),
 				zap.String(logCause, cause), zap.String(logHash, cur.Hash))
 		}
+	case prev.Failing:
+		r.log.Info("rules reloaded after a failed reload: the rules in force are good and unchanged",
+			zap.String(logCause, cause), zap.String(logHash, r.Current().Hash), zap.Time(logFailedAt, prev.ErrorAt), took)
 	default:
 		r.log.Debug("rules unchanged", zap.String(logCause, cause), took)
 	}
+	r.status.Store(&next)
 	return err
 }
 

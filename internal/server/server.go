@@ -23,6 +23,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
+	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -55,6 +56,13 @@ type Server struct {
 	tracing  *tracing.Tracing   // nil with tracing off
 	admin    *admin             // nil without --admin-addr
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
+	top      *top.Tracker       // nil with --top-keys 0
+	stopTop  func()             // ends the top tracker's Run
+	failures *failureLog        // logs store failures
+	auth     adminAuth          // authorizes admin writes
+	// adminCerts serves the admin listener's TLS, nil without --admin-tls-cert.
+	adminCerts *certs.Reloader
+	counts     countsCache // the rule counters the admin page shows
 	// httpOpts and adminOpts bound the HTTP and admin listeners.
 	httpOpts, adminOpts httpserver.Options
 	tlsRefused          *prometheus.CounterVec // certificates refused on rotation, by use
@@ -111,6 +119,9 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if err := s.newObservers(); err != nil {
 		return nil, err
 	}
+	if err := s.newAdminAuth(); err != nil {
+		return nil, o.Named(err)
+	}
 	onStoreError, err := limiter.ParseFailurePolicy(o.OnStoreError)
 	if err != nil {
 		return nil, o.Named(settings.Bad("on-store-error", "%w", err))
@@ -162,6 +173,11 @@ func (s *Server) newObservers() error {
 		loads = append(loads, st)
 		addStoreStats(st, s.store)
 	}
+	if a := o.Admin; a.TopKeys > 0 {
+		s.top = top.New(top.Options{Keys: a.TopKeys, Window: a.TopWindow, LogLimited: a.LogTopLimited, Log: s.log.Named("top")})
+		loads = append(loads, s.top)
+	}
+	s.failures = newFailureLog(s.log.Named("store"), o.OnStoreError)
 	s.rules = newRuleSource(o.Rules(), s.limiter, loads, s.log.Named("rules"))
 	s.rules.onRemoved = s.metrics.DomainsRemoved
 	return nil
@@ -169,10 +185,14 @@ func (s *Server) newObservers() error {
 
 // observer is what the RateLimitService adapter tells of each decision.
 func (s *Server) observer() rls.Observer {
+	obs := rls.Observers{s.metrics, s.failures}
 	if st := s.ref.Stats(); st != nil {
-		return rls.Observers{s.metrics, st}
+		obs = append(obs, st)
 	}
-	return s.metrics
+	if s.top != nil {
+		obs = append(obs, s.top)
+	}
+	return obs
 }
 
 // storeWait bounds a request's store call: --store-timeout, or none for
@@ -212,6 +232,9 @@ func (s *Server) Open(ctx context.Context) error {
 		}
 	}
 	if err := s.ref.Open(s.life); err != nil {
+		return err
+	}
+	if err := s.openOps(); err != nil {
 		return err
 	}
 	s.serve()
@@ -320,6 +343,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.certs != nil {
 		_ = s.certs.Close()
 	}
+	s.closeOps()
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}

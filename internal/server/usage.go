@@ -9,34 +9,17 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// usage is the answer of /v1/usage.
-type usage struct {
-	Domain     string       `json:"domain"`
-	Descriptor []usageEntry `json:"descriptor"`
-	Matched    bool         `json:"matched"`
-	Rule       string       `json:"rule,omitempty"`
-	Name       string       `json:"name,omitempty"`
-	Algorithm  string       `json:"algorithm,omitempty"`
-	Unit       string       `json:"unit,omitempty"`
-	Unlimited  bool         `json:"unlimited,omitempty"`
-	Limit      *uint32      `json:"limit,omitempty"`
-	Remaining  *uint32      `json:"remaining,omitempty"`
-	ResetMs    *int64       `json:"reset_ms,omitempty"`
-	Tokens     *uint32      `json:"tokens,omitempty"`
-	Burst      *float64     `json:"burst,omitempty"`
-	FullInMs   *int64       `json:"full_in_ms,omitempty"`
-	ShadowMode bool         `json:"shadow_mode,omitempty"`
-	QuotaMode  bool         `json:"quota_mode,omitempty"`
-}
-
-type usageEntry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
+// The admin API's types, by their names here.
+type (
+	usage      = adminapi.Usage
+	usageLimit = adminapi.UsageLimit
+	usageEntry = adminapi.Entry
+)
 
 // handleUsage answers GET /v1/usage?domain=D&descriptor=k=v,k2=v2 with
 // the state of one descriptor (parseQuery), consuming nothing: the
@@ -95,16 +78,23 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usage {
-	u := usage{Domain: domain, Descriptor: make([]usageEntry, len(entries))}
-	for i, e := range entries {
-		u.Descriptor[i] = usageEntry(e)
-	}
+	u := usage{Domain: domain, Descriptor: toEntries(entries)}
 	lim := st.Limit
 	if lim == nil {
 		return u
 	}
-	u.Matched, u.Rule, u.Name = true, lim.Path, lim.Name
+	u.Matched, u.UsageLimit = true, toUsageLimit(st)
 	u.ShadowMode, u.QuotaMode = lim.ShadowMode, lim.QuotaMode
+	for i := range st.Parts {
+		u.Limits = append(u.Limits, toUsageLimit(&st.Parts[i]))
+	}
+	return u
+}
+
+// toUsageLimit is the state of st's limit; its rule is the limit's Label.
+func toUsageLimit(st *limiter.Status) usageLimit {
+	lim := st.Limit
+	u := usageLimit{Rule: lim.Label(), Name: lim.Name}
 	if lim.Unlimited {
 		u.Unlimited = true
 		return u

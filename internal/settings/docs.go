@@ -56,6 +56,9 @@ func refStatus(v refVar) string {
 		}
 		return "accepted with a warning"
 	default:
+		if v.fine.except {
+			return "refused when " + v.fine.doc
+		}
 		if v.fine.doc != "" {
 			return "refused unless " + v.fine.doc
 		}

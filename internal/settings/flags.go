@@ -7,6 +7,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
+	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/internal/source/xds"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -72,7 +73,7 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
-	fs.Var(checked{&s.LogLevel, parseLogLevel}, "log-level", "log level: trace (as debug), debug, info, warn, error, in any case")
+	fs.Var(checked{&s.LogLevel, parseLogLevel}, "log-level", "log level: trace (as debug), debug, info, warn (or warning), error, panic, fatal, in any case")
 	fs.Var(checked{&s.LogFormat, parseLogFormat}, "log-format", "log format: json, text, or console (text in colour)")
 }
 
@@ -154,19 +155,31 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&o.RemainingHeader, "limit-remaining-header", "RateLimit-Remaining", "legacy mode: name of the remaining header")
 	fs.StringVar(&o.ResetHeader, "limit-reset-header", "RateLimit-Reset", "legacy mode: name of the reset header")
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
-		"answer with dynamic_metadata built from the metadata of the descriptors that passed")
+		"answer with dynamic_metadata as envoyproxy/ratelimit's main builds it (every descriptor, the merged metadata of those that passed) and FastLimit's fastlimit.overLimit, the descriptors over their limit")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false,
-		"global quota mode: every descriptor but an unlimited one is a quota descriptor, listed in the dynamic metadata's quotaModeViolations when over its limit; the request is OVER_LIMIT only when all of them are (envoyproxy/ratelimit#1059)")
+		"global quota mode: every descriptor but an unlimited one is a quota descriptor; the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059)")
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota (and /debug/pprof/ with --pprof), an index at /; empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
 	fs.IntVar(&o.MaxDetailedMetricSeries, "max-detailed-metric-series", metrics.DefaultMaxDetailedSeries,
 		"most rule series labelled with request values (detailed_metric, value_to_metric); past it, hits count under the rule's path and in fastlimit_rule_detailed_series_folded_total (0: no bound)")
+	fs.IntVar(&o.TopKeys, "top-keys", top.DefaultKeys,
+		"identifiers (descriptor values) kept per rule, by hits and by over-limit hits, for /v1/top, fastlimit top and the admin page (0: none kept)")
+	fs.DurationVar(&o.TopWindow, "top-window", top.DefaultWindow,
+		"decay of the top identifiers' counts: a hit counts e^(-age/window), so that at a steady rate a count is the hits of one window")
+	fs.BoolVar(&o.LogTopLimited, "log-top-limited", true,
+		"log a rule's top over-limit identifiers, at most once a minute per rule, while it limits any (needs --top-keys above 0)")
+	fs.StringVar(&o.TokenFile, "admin-token-file", "",
+		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), one name:token per line; re-read when it changes")
+	fs.StringVar(&o.TLSCert, "admin-tls-cert", "", "certificate file (PEM) of the admin listener, which then serves HTTPS only; rotations are taken in")
+	fs.StringVar(&o.TLSKey, "admin-tls-key", "", "private key file (PEM) of --admin-tls-cert")
+	fs.StringVar(&o.TLSClientCA, "admin-tls-client-ca", "",
+		"CA file (PEM) of the client certificates that authorize admin writes; reads need none")
 }
 func addXDSFlags(fs *flag.FlagSet, o *XDS) {
 	fs.StringVar(&o.ConfigType, "config-type", configTypeFile,

@@ -45,7 +45,8 @@ type refVar struct {
 
 // Reference versions the rows were checked against.
 const (
-	// refPin is the version DEVELOPERS.md pins and e2e compares with.
+	// refPin is the version the test command installs and e2e compares
+	// with (internal/testing/refserver.Version).
 	refPin = "v1.4.1-0.20260122083618-3fb702589d36"
 	// refMain is upstream main after the pin, where a variable appeared
 	// later.
@@ -63,28 +64,30 @@ func (v refVar) checkedAgainst() string {
 type refOK struct {
 	match func(string) bool
 	doc   string // the values, for docs/migrating.md
+	// except: doc names the values refused, not those accepted.
+	except bool
 }
 
 var (
-	okFalse = refOK{isFalse, "false"}
-	okZero  = refOK{isZero, "0"}
+	okFalse = refOK{match: isFalse, doc: "false"}
+	okZero  = refOK{match: isZero, doc: "0"}
 )
 
 // okFold accepts want in any case.
 func okFold(want string) refOK {
-	return refOK{func(v string) bool { return strings.EqualFold(v, want) }, "`" + want + "`"}
+	return refOK{match: func(v string) bool { return strings.EqualFold(v, want) }, doc: "`" + want + "`"}
 }
 
 // okNotIn accepts any value but those listed, in any case.
 func okNotIn(refused ...string) refOK {
-	return refOK{func(v string) bool {
+	return refOK{match: func(v string) bool {
 		for _, r := range refused {
 			if strings.EqualFold(v, r) {
 				return false
 			}
 		}
 		return true
-	}, "any but " + strings.Join(refused, ", ")}
+	}, doc: "`" + strings.Join(refused, "` or `") + "` (in any case)", except: true}
 }
 
 // The reference's defaults that FastLimit applies when it maps a setting.
@@ -109,7 +112,7 @@ const (
 var refVars = []refVar{
 	{name: "HOST", how: refMapped, flag: "http-addr", note: "with PORT, the HTTP address `HOST:PORT` (default: all interfaces)"},
 	{name: "PORT", how: refMapped, flag: "http-addr", note: "with HOST, the HTTP address (default 8080)"},
-	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener has no authentication"},
+	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener's reads have no authentication"},
 	{name: "DEBUG_PORT", how: refMapped, flag: "admin-addr", note: "with DEBUG_HOST, the admin address (default 6070)"},
 	{name: "GRPC_UDS", how: refMapped, flag: "grpc-addr", note: "gRPC on this unix socket instead of GRPC_HOST:GRPC_PORT (`--grpc-addr unix:PATH`)"},
 	{name: "GRPC_HOST", how: refMapped, flag: "grpc-addr", note: "with GRPC_PORT, the gRPC address (default: all interfaces)"},
@@ -207,8 +210,9 @@ var refVars = []refVar{
 	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", how: refWarned, note: noteMemcache, fine: okFalse},
 	{name: "SHADOW_MODE", how: refTwin, flag: "shadow-mode"},
 	{name: "QUOTA_MODE", how: refTwin, flag: "quota-mode", checked: refMain,
-		note: "every descriptor with a limit is in quota mode: the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059); over ones keep their OVER_LIMIT status and are listed in the dynamic metadata's `quotaModeViolations`"},
-	{name: "RESPONSE_DYNAMIC_METADATA", how: refTwin, flag: "response-dynamic-metadata"},
+		note: "every descriptor with a limit is in quota mode: the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059); over ones keep their OVER_LIMIT status, and their metadata is left out of the dynamic metadata"},
+	{name: "RESPONSE_DYNAMIC_METADATA", how: refTwin, flag: "response-dynamic-metadata", checked: refMain,
+		note: "main's shape (envoyproxy/ratelimit#1112): every descriptor, the merged `metadata` of those that passed, no `quotaModeEnabled`/`quotaModeViolations`; FastLimit adds `fastlimit.overLimit` (see [envoy.md](envoy.md#dynamic-metadata))"},
 	{name: "MERGE_DOMAIN_CONFIG", how: refTwin, flag: "merge-domain-config", note: "files of one domain add their top-level descriptors to it; a descriptor repeated across them is an error"},
 	{name: "TRACING_ENABLED", how: refTwin, flag: "tracing", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
 	{name: "TRACING_SERVICE_NAME", how: refTwin, flag: "tracing-service-name", note: "OpenTelemetry spans over OTLP (see [tracing.md](tracing.md))"},
@@ -222,7 +226,7 @@ var refVars = []refVar{
 	{name: "REDIS_STARTUP_INITIAL_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
 	{name: "REDIS_STARTUP_MAX_INTERVAL", how: refWarned, checked: refMain, note: noteRedisStartup},
 	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", how: refWarned, checked: refMain, note: noteRedisStartup, fine: okZero},
-	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{isNonNegativeInt, "a number >= 0"},
+	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{match: isNonNegativeInt, doc: "a number >= 0"},
 		note: "FastLimit sends a cluster's script calls to all its masters at once, whatever the value; a negative one is refused, as by the reference"},
 	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", how: refWarned, checked: refMain, note: notePerSecond},
 	// Not in settings.go, but set by deployments of the reference.

@@ -88,10 +88,35 @@ type Admin struct {
 	Pprof                   bool
 	NearLimitRatio          float64
 	MaxDetailedMetricSeries int
+	// TopKeys identifiers are kept per rule for /v1/top (0: none), their
+	// hits decayed over TopWindow; LogTopLimited logs the top over-limit ones.
+	TopKeys       int
+	TopWindow     time.Duration
+	LogTopLimited bool
+	// TokenFile holds the bearer tokens of admin writes, and TLSCert,
+	// TLSKey and TLSClientCA serve the admin listener over TLS, a client
+	// certificate verified against TLSClientCA authorizing writes.
+	TokenFile                    string
+	TLSCert, TLSKey, TLSClientCA string
 }
 
 // Off reports whether the admin listener is turned off.
 func (a *Admin) Off() bool { return a.Addr == "" || strings.EqualFold(a.Addr, "off") }
+
+// validate checks the top-identifiers and authorization settings.
+func (a *Admin) validate() error {
+	switch {
+	case a.TopKeys < 0:
+		return Bad("top-keys", "%d is negative", a.TopKeys)
+	case a.TopWindow <= 0:
+		return Bad("top-window", "must be positive")
+	case (a.TLSCert == "") != (a.TLSKey == ""):
+		return Bad("admin-tls-cert", "give --admin-tls-cert and --admin-tls-key together")
+	case a.TLSClientCA != "" && a.TLSCert == "":
+		return Bad("admin-tls-client-ca", "needs --admin-tls-cert and --admin-tls-key: client certificates are checked on a TLS listener")
+	}
+	return nil
+}
 
 // Health says what the health endpoints check besides the rules.
 type Health struct {
@@ -182,7 +207,7 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the only command is 'check'", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
 	}
 	s.src = map[string]string{}
 	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
@@ -322,6 +347,9 @@ func (s *Settings) Validate() error {
 	}
 	if s.Admin.MaxDetailedMetricSeries < 0 {
 		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailedMetricSeries))
+	}
+	if err := s.Admin.validate(); err != nil {
+		return s.Named(err)
 	}
 	if err := s.Headers.Validate(); err != nil {
 		return s.Named(&Error{Flag: "response-headers", Err: err})

@@ -3,6 +3,7 @@ package settings
 import (
 	"io"
 	"testing"
+	"time"
 )
 
 // TestNearLimitRatioFlag refuses ratios outside (0, 1], and reads the
@@ -24,7 +25,8 @@ func TestNearLimitRatioFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7}) {
+	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7,
+		TopKeys: 100, TopWindow: 5 * time.Minute, LogTopLimited: true}) {
 		t.Fatalf("environment twins: %+v", o.Admin)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
 // Values of --config-type (CONFIG_TYPE), taken in any case.
@@ -52,6 +53,11 @@ func (o *XDS) validate() error {
 	if strings.TrimSpace(o.Server) == "" {
 		return fmt.Errorf("%s is required with GRPC_XDS_SOTW", xdsName("xds-server"))
 	}
+	if masked := store.RedactAddr(o.Server); strings.Contains(o.Server, "@") && masked != o.Server && !isUnixTarget(o.Server) {
+		// gRPC would print them in every connection error.
+		return fmt.Errorf("%s %q: a gRPC target carries no credentials; send them as headers with %s",
+			xdsName("xds-server"), masked, xdsName("xds-headers"))
+	}
 	if _, err := ParseHeaders(o.Headers); err != nil {
 		return fmt.Errorf("%s: %w", xdsName("xds-headers"), err)
 	}
@@ -82,6 +88,12 @@ func (o *XDS) validate() error {
 	return nil
 }
 
+// isUnixTarget reports a gRPC target of a unix socket, whose path may hold
+// a '@'.
+func isUnixTarget(t string) bool {
+	return strings.HasPrefix(t, "unix:") || strings.HasPrefix(t, "unix-abstract:")
+}
+
 // ClientTLS returns the TLS files of the connection to the xDS server, or
 // nil for plaintext.
 func (o *XDS) ClientTLS() *xds.TLS {
@@ -110,17 +122,18 @@ func ParseNodeMetadata(s string) (md map[string]string, ignored []string) {
 }
 
 // ParseHeaders reads name:value,name2:value2, the reference's format; a
-// value may hold ':'. An entry without ':' or without a name is an error.
+// value may hold ':'. An entry without ':' or without a name is an error,
+// which names the entry by its place: its text may be a secret.
 func ParseHeaders(s string) (map[string]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	h := map[string]string{}
-	for _, e := range strings.Split(s, ",") {
+	for i, e := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(e, ":")
 		k = strings.ToLower(strings.TrimSpace(k))
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not name:value", e)
+			return nil, fmt.Errorf("entry %d is not name:value", i+1)
 		}
 		if strings.Trim(k, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" {
 			return nil, fmt.Errorf("%q is not a valid header name", k)

@@ -74,9 +74,13 @@ func TestXDSOptionErrors(t *testing.T) {
 	}{
 		{"unknown config type", map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, []string{"CONFIG_TYPE", "--config-type", "GRPC_XDS_DELTA"}},
 		{"header without colon", xdsOn("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "a:b,nocolon"),
-			[]string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "nocolon"}},
+			[]string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "entry 2 "}},
 		{"header without name", xdsOn("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ":v"), []string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"}},
 		{"header bad name", xdsOn("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "a b:v"), []string{"not a valid header name"}},
+		{"header token without colon", xdsOn("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "Bearer s3cret"), []string{"entry 1 "}},
+		{"server url with credentials", xdsOn("CONFIG_GRPC_XDS_SERVER_URL", "http://u:s3cret@h:1"),
+			[]string{"CONFIG_GRPC_XDS_SERVER_URL", `"http://u:xxxxx@h:1"`, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"}},
+		{"server address with credentials", xdsOn("CONFIG_GRPC_XDS_SERVER_URL", "u:s3cret@h:1"), []string{`"xxxxx@h:1"`}},
 		{"zero backoff", xdsOn("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0s"), []string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"}},
 		{"zero max backoff", xdsOn("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "-1s"), []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL"}},
 		{"zero factor", xdsOn("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0"), []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}},
@@ -101,7 +105,14 @@ func TestXDSOptionErrors(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
 			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q shows the secret", err)
+			}
 		})
+	}
+	// A unix socket's path may hold a '@'.
+	if _, err := xdsEnv(t, xdsOn("CONFIG_GRPC_XDS_SERVER_URL", "unix:/run/app@1/xds.sock")); err != nil {
+		t.Errorf("unix target with '@': %v", err)
 	}
 	// TLS settings are not read when TLS is off, and xDS settings not at
 	// all with FILE.

@@ -6,11 +6,12 @@ import (
 	"strings"
 )
 
-// String describes the limit on one line for humans: its path, then the
-// rules files' key=value settings (burst and cost in requests).
+// String describes the limit on one line for humans: its Label, then the
+// rules files' key=value settings (burst, a token bucket's alone, and cost
+// in requests).
 func (l *Limit) String() string {
 	var b strings.Builder
-	b.WriteString(l.Path)
+	b.WriteString(l.Label())
 	b.WriteString(":")
 	kv := func(k, v string) {
 		b.WriteByte(' ')
@@ -28,7 +29,9 @@ func (l *Limit) String() string {
 		kv("unit", l.Unit.String())
 		kv("requests_per_unit", strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
 		kv("unit_multiplier", strconv.FormatUint(uint64(max(l.UnitMultiplier, 1)), 10))
-		kv("burst", milli(l.Burst))
+		if l.Algorithm == TokenBucket {
+			kv("burst", milli(l.Burst))
+		}
 		kv("cost", milli(l.Cost))
 	}
 	kv("shadow_mode", strconv.FormatBool(l.ShadowMode))

@@ -13,14 +13,17 @@ func TestLimitString(t *testing.T) {
 		want string
 	}{
 		{descriptors.Limit{Path: "d.k", Unit: descriptors.Minute, RequestsPerUnit: 100, UnitMultiplier: 1, Burst: 100000, Cost: 1000},
-			"d.k: algorithm=fixed_window unit=MINUTE requests_per_unit=100 unit_multiplier=1 burst=100 cost=1 shadow_mode=false quota_mode=false"},
+			"d.k: algorithm=fixed_window unit=MINUTE requests_per_unit=100 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false"},
+		// A window has no burst: none is shown.
+		{descriptors.Limit{Path: "d.s", Algorithm: descriptors.SlidingWindow, Unit: descriptors.Minute, RequestsPerUnit: 9, UnitMultiplier: 2, Burst: 9000, Cost: 1000},
+			"d.s: algorithm=sliding_window unit=MINUTE requests_per_unit=9 unit_multiplier=2 cost=1 shadow_mode=false quota_mode=false"},
 		{descriptors.Limit{Path: "d.k_v", Name: "n", Algorithm: descriptors.TokenBucket, Unit: descriptors.Second, RequestsPerUnit: 3,
 			UnitMultiplier: 5, Burst: 7500, Cost: 250, ShadowMode: true, QuotaMode: true, Replaces: []string{"a", "b"}},
 			"d.k_v: name=n algorithm=token_bucket unit=SECOND requests_per_unit=3 unit_multiplier=5 burst=7.5 cost=0.25 shadow_mode=true quota_mode=true replaces=a,b"},
 		{descriptors.Limit{Path: "d.free", Unlimited: true},
 			"d.free: unlimited=true shadow_mode=false quota_mode=false"},
-		{descriptors.Limit{Path: "d.odd", Unit: descriptors.Hour, RequestsPerUnit: 1, Burst: 1001, Cost: 999},
-			"d.odd: algorithm=fixed_window unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=1.001 cost=0.999 shadow_mode=false quota_mode=false"},
+		{descriptors.Limit{Path: "d.odd", Algorithm: descriptors.TokenBucket, Unit: descriptors.Hour, RequestsPerUnit: 1, Burst: 1001, Cost: 999},
+			"d.odd: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=1.001 cost=0.999 shadow_mode=false quota_mode=false"},
 	}
 	for _, tc := range cases {
 		if got := tc.lim.String(); got != tc.want {
@@ -45,8 +48,8 @@ func TestSetDump(t *testing.T) {
 	if err := set.Dump(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `d.a: algorithm=fixed_window unit=SECOND requests_per_unit=2 unit_multiplier=1 burst=2 cost=1 shadow_mode=false quota_mode=false
-d.b_x: algorithm=fixed_window unit=DAY requests_per_unit=1 unit_multiplier=1 burst=1 cost=0.5 shadow_mode=true quota_mode=false
+	want := `d.a: algorithm=fixed_window unit=SECOND requests_per_unit=2 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
+d.b_x: algorithm=fixed_window unit=DAY requests_per_unit=1 unit_multiplier=1 cost=0.5 shadow_mode=true quota_mode=false
 d.c.free: unlimited=true shadow_mode=false quota_mode=false
 `
 	if got := b.String(); got != want {

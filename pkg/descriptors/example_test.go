@@ -34,8 +34,8 @@ func ExampleNewSet() {
 		fmt.Println(err)
 	}
 	// Output:
-	// api.api_key: algorithm=fixed_window unit=MINUTE requests_per_unit=100 unit_multiplier=1 burst=100 cost=1 shadow_mode=false quota_mode=false
-	// api.api_key.path_/upload: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 burst=5 cost=1 shadow_mode=false quota_mode=false
+	// api.api_key: algorithm=fixed_window unit=MINUTE requests_per_unit=100 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
+	// api.api_key.path_/upload: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 	// api.partner_acme-*: algorithm=token_bucket unit=SECOND requests_per_unit=50 unit_multiplier=1 burst=50 cost=1 shadow_mode=false quota_mode=false
 }
 

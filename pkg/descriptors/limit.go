@@ -14,6 +14,10 @@ const Milli = 1000
 // and Redis' Lua numbers hold every integer below it exactly.
 const MaxExact = 1 << 53
 
+// MaxAmount (2^50) bounds a limit's Capacity and Burst, in milli-requests,
+// so that any cost the stores take (up to 2^52) added stays below MaxExact.
+const MaxAmount = 1 << 50
+
 // Algorithm selects how a limit is enforced.
 type Algorithm uint8
 
@@ -77,6 +81,17 @@ type Limit struct {
 	Path string
 	// Levels are the rule's path, one per entry it matches; nil for an override.
 	Levels []Level
+	// Source locates the rule, as its Descriptor's Source ("" for an override).
+	Source string
+	// Group is every limit of a rule with several (rate_limits), in file
+	// order, this one at Group[Index]; nil for a rule's only limit. A
+	// request passes such a rule only if each of them allows it, and is
+	// charged to none of them if one does not.
+	Group []*Limit
+	Index int
+
+	label         string // Label, for one of a Group
+	groupReplaces bool   // a limit of the Group replaces others
 
 	// shared[i] stands for the request's value at depth i in keys
 	// (share_threshold), or "" for the request's own value.
@@ -168,14 +183,31 @@ func (l *Limit) Validate() error {
 	if l.Algorithm == TokenBucket && l.RequestsPerUnit == 0 {
 		return fmt.Errorf("token_bucket needs requests_per_unit above 0 (it is the refill rate)")
 	}
-	if l.Algorithm == TokenBucket {
-		num, den := l.RefillRate()
-		if new(big.Int).Mul(new(big.Int).Add(big.NewInt(l.Burst), big.NewInt(num)), big.NewInt(den)).Cmp(big.NewInt(MaxExact)) >= 0 {
-			return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
-				l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
-		}
+	if l.Algorithm == TokenBucket && !l.exactBucket() {
+		return fmt.Errorf("token bucket %d per %d %s with burst %d cannot be computed exactly; use a rounder rate or a smaller burst",
+			l.RequestsPerUnit, l.UnitMultiplier, strings.ToLower(l.Unit.String()), l.Burst/Milli)
+	}
+	if l.Burst > MaxAmount {
+		return fmt.Errorf("burst %s is larger than %s", milli(l.Burst), milli(MaxAmount))
 	}
 	return nil
+}
+
+// maxNow is the latest decision time the stores take, Unix ms.
+const maxNow = 1 << 50
+
+// exactBucket reports whether a token bucket's numbers stay below MaxExact:
+// (Burst + num) * den, and the time it takes to fill from empty after any
+// time the stores take, when its key expires.
+func (l *Limit) exactBucket() bool {
+	num, den := l.RefillRate()
+	b, n, d := big.NewInt(l.Burst), big.NewInt(num), big.NewInt(den)
+	if new(big.Int).Mul(new(big.Int).Add(b, n), d).Cmp(big.NewInt(MaxExact)) >= 0 {
+		return false
+	}
+	fill := new(big.Int).Mul(b, d) // ceil(Burst * den / num)
+	fill.Add(fill, big.NewInt(num-1)).Quo(fill, n)
+	return fill.Cmp(big.NewInt(MaxExact-maxNow)) < 0
 }
 
 // RefillRate returns the refill rate, num/den milli-tokens per ms, reduced.

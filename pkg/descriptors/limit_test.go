@@ -90,6 +90,21 @@ func TestValidate(t *testing.T) {
 		{"inexact token bucket", func(l *descriptors.Limit) {
 			l.Algorithm, l.Unit, l.RequestsPerUnit, l.Burst = descriptors.TokenBucket, descriptors.Year, 7, 1e12
 		}, "cannot be computed exactly"},
+		{"the slowest rate, the largest burst", func(l *descriptors.Limit) {
+			l.Algorithm, l.Unit, l.RequestsPerUnit, l.UnitMultiplier, l.Burst = descriptors.TokenBucket, descriptors.Year, 1, 1000, 249_914
+		}, ""},
+		{"the slowest rate, a burst its fill time makes inexact", func(l *descriptors.Limit) {
+			l.Algorithm, l.Unit, l.RequestsPerUnit, l.UnitMultiplier, l.Burst = descriptors.TokenBucket, descriptors.Year, 1, 1000, 249_915
+		}, "cannot be computed exactly"},
+		{"the largest burst, one a 6 s", func(l *descriptors.Limit) {
+			l.Algorithm, l.RequestsPerUnit, l.UnitMultiplier, l.Burst = descriptors.TokenBucket, 1, 6, descriptors.MaxAmount
+		}, ""},
+		{"the largest burst, one a 7 s", func(l *descriptors.Limit) {
+			l.Algorithm, l.RequestsPerUnit, l.UnitMultiplier, l.Burst = descriptors.TokenBucket, 1, 7, descriptors.MaxAmount
+		}, "cannot be computed exactly"},
+		{"over the largest burst", func(l *descriptors.Limit) {
+			l.Algorithm, l.Burst = descriptors.TokenBucket, descriptors.MaxAmount+1
+		}, "burst 1125899906842.625 is larger than 1125899906842.624"},
 		{"token bucket burst near overflow", func(l *descriptors.Limit) {
 			l.Algorithm, l.Burst = descriptors.TokenBucket, math.MaxInt64
 		}, "cannot be computed exactly"},

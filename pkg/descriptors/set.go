@@ -28,6 +28,9 @@ type Descriptor struct {
 	Key   string
 	Value string // "" matches any value; '*' is a wildcard
 	Limit *Limit // nil: no limit at this level
+	// Limits are several limits at this level (rules files' rate_limits),
+	// one decision (Limit.Group); a descriptor has Limit or Limits, not both.
+	Limits []*Limit
 	// ShareThreshold: every value matching a wildcard Value shares a counter.
 	ShareThreshold bool
 	ValueToMetric  bool
@@ -77,7 +80,8 @@ type node struct {
 	wild    map[string][]wildNode // by key, in file order
 	keyOnly map[string]*node
 	limit   *Limit
-	leaf    bool // no nested descriptors
+	leaf    bool   // no nested descriptors
+	source  string // of the descriptor that made it, for duplicates
 }
 
 // Errors reported by NewSet.
@@ -85,6 +89,9 @@ var (
 	ErrDuplicateDomain = errors.New("duplicate domain")
 	ErrDuplicatePath   = errors.New("duplicate descriptor")
 )
+
+// MaxGroup is the most limits one descriptor may carry (Descriptor.Limits).
+const MaxGroup = 16
 
 // Error is a rules error located at a source position.
 type Error struct {
@@ -151,7 +158,7 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels [
 	}
 	var errs []error
 	fail := func(err error) { errs = append(errs, &Error{d.Source, err}) }
-	child := &node{}
+	child := &node{source: d.Source}
 	wildcard := IsWildcard(d.Value)
 	childShared := append(shared[:len(shared):len(shared)], "")
 	if d.ShareThreshold {
@@ -171,9 +178,21 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels [
 	if err := s.insert(n, d, child, wildcard, childPath); err != nil {
 		fail(err)
 	}
-	if d.Limit != nil {
-		l, err := s.limit(d, childPath, childShared, childLevels)
+	at := placement{path: childPath, shared: childShared, levels: childLevels}
+	switch {
+	case d.Limit != nil && len(d.Limits) > 0:
+		fail(errors.New("rate_limit and rate_limits on one descriptor; list every limit in rate_limits"))
+	case d.Limit != nil:
+		l, err := s.limit(d, d.Limit, at)
 		if err != nil {
+			fail(err)
+		} else {
+			s.limits = append(s.limits, l)
+		}
+		child.limit = l
+	case len(d.Limits) > 0:
+		l, gerrs := s.group(d, at)
+		for _, err := range gerrs {
 			fail(err)
 		}
 		child.limit = l
@@ -181,9 +200,18 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels [
 	return append(errs, s.build(child, childPath, d.Descriptors, childShared, childLevels)...)
 }
 
-// limit compiles the limit of d, found at path, or returns nil and why not.
-func (s *Set) limit(d *Descriptor, path string, shared []string, levels []Level) (*Limit, error) {
-	l := *d.Limit
+// placement is where a rule's limits sit: its path, share_threshold
+// patterns and levels.
+type placement struct {
+	path   string
+	shared []string
+	levels []Level
+}
+
+// limit compiles dl, a limit of d placed at, or returns nil and why not.
+func (s *Set) limit(d *Descriptor, dl *Limit, at placement) (*Limit, error) {
+	l := *dl
+	l.Group, l.Index, l.label = nil, 0, ""
 	l.fillDefaults()
 	if err := l.Validate(); err != nil {
 		return nil, err
@@ -199,44 +227,46 @@ func (s *Set) limit(d *Descriptor, path string, shared []string, levels []Level)
 	l.ShadowMode, l.QuotaMode = d.ShadowMode, d.QuotaMode
 	l.DetailedMetric, l.ValueToMetric = d.DetailedMetric, d.ValueToMetric
 	l.Metadata = d.Metadata
-	l.Path = path
-	l.Levels = levels
-	for _, p := range shared {
+	l.Path = at.path
+	l.Levels = at.levels
+	l.Source = d.Source
+	for _, p := range at.shared {
 		if p != "" {
 			l.hasShared = true
 		}
 	}
-	l.shared = shared
-	s.limits = append(s.limits, &l)
+	l.shared = at.shared
 	return &l, nil
 }
 
 func (s *Set) insert(n *node, d *Descriptor, child *node, wildcard bool, path string) error {
-	dup := false
+	var first *node
 	switch {
 	case d.Value == "":
 		if n.keyOnly == nil {
 			n.keyOnly = map[string]*node{}
 		}
-		_, dup = n.keyOnly[d.Key]
+		first = n.keyOnly[d.Key]
 		n.keyOnly[d.Key] = child
 	case wildcard:
 		if n.wild == nil {
 			n.wild = map[string][]wildNode{}
 		}
 		for _, w := range n.wild[d.Key] {
-			dup = dup || strings.Join(w.pat.parts, "*") == d.Value
+			if first == nil && strings.Join(w.pat.parts, "*") == d.Value {
+				first = w.node
+			}
 		}
 		n.wild[d.Key] = append(n.wild[d.Key], wildNode{compilePattern(d.Value), child})
 	default:
 		if n.exact == nil {
 			n.exact = map[kv]*node{}
 		}
-		_, dup = n.exact[kv{d.Key, d.Value}]
+		first = n.exact[kv{d.Key, d.Value}]
 		n.exact[kv{d.Key, d.Value}] = child
 	}
-	if dup {
-		return fmt.Errorf("%w '%s'", ErrDuplicatePath, path)
+	if first != nil {
+		return fmt.Errorf("%w '%s'%s", ErrDuplicatePath, path, firstAt(first.source))
 	}
 	return nil
 }

@@ -309,7 +309,7 @@ func TestNewSetReportsEveryError(t *testing.T) {
 	})
 	want := []string{
 		"a:2: descriptor has empty key",
-		"a:4: duplicate descriptor 'a.k'",
+		"a:4: duplicate descriptor 'a.k' (first at a:3)",
 		"b:1: duplicate domain 'a' (first at a:1)",
 		"b:2: share_threshold needs a wildcard value, but 'k' has value 'v'",
 		"c:1: config file cannot have empty domain",

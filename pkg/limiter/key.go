@@ -3,6 +3,7 @@ package limiter
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
@@ -20,8 +21,9 @@ const (
 // AppendKey appends a matched limit's base key to dst,
 // "{prefix}:{<domain>/<key>=<value>...}:{tenant}:", each part
 // percent-escaped so that none can collide or inject, share_threshold
-// values as their pattern, the braces a Redis Cluster hash tag, and an
-// identifier that would pass MaxKeyLen digested (docs/rules.md, "Key scheme").
+// values as their pattern, the braces a Redis Cluster hash tag, then
+// "#<Index>:" for a limit of a Group but its first, and an identifier
+// that would pass MaxKeyLen digested (docs/rules.md, "Key scheme").
 func AppendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
 	return appendKey(dst, prefix, domain, l, entries, tenant, false)
 }
@@ -80,6 +82,10 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 		dst = hex.AppendEncode(dst, sum[:tagDigestBytes])
 	}
 	dst = append(dst, ':')
+	if l.Group != nil && l.Index > 0 { // one of several limits: a key of its own
+		dst = strconv.AppendInt(append(dst, '#'), int64(l.Index), 10)
+		dst = append(dst, ':')
+	}
 	if len(dst)-start+windowSuffixRoom <= MaxKeyLen {
 		return dst
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -66,7 +67,8 @@ func (l *Limiter) KeyPrefix() string { return l.prefix }
 type scratch struct {
 	ops     []Op
 	results []Result
-	index   []int // status index of each op
+	index   []int                // status index of each op
+	limits  []*descriptors.Limit // limit of each op
 	key     []byte
 }
 
@@ -86,38 +88,11 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 // CheckInto is Check answering in resp, reusing its Statuses, so that a
 // caller may pool responses. After an error resp holds nothing of use.
 func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E], resp *Response) error {
-	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
-		return err
-	}
-	for i := range req.Descriptors {
-		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
-			return err
-		}
-	}
-	resp.Code = OK
-	if n := len(req.Descriptors); cap(resp.Statuses) >= n {
-		resp.Statuses = resp.Statuses[:n]
-		clear(resp.Statuses)
-	} else {
-		resp.Statuses = make([]Status, n)
-	}
-	domain := l.rules.Load().Domain(req.Domain)
-	if domain == nil {
-		return nil // every descriptor unmatched: OK, in quota mode too
-	}
-	resolveLimits(domain, req, resp.Statuses)
-	if l.quota {
-		for i := range resp.Statuses {
-			st := &resp.Statuses[i]
-			st.Quota = st.Limit == nil || !st.Limit.Unlimited
-		}
-	}
 	sc := l.pool.Get().(*scratch)
 	defer l.pool.Put(sc)
-	sc.ops, sc.index = sc.ops[:0], sc.index[:0]
-	atomic := l.atomic || domain.Atomic
-	for i := range req.Descriptors {
-		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
+	atomic, err := prepare(l, req, resp, sc)
+	if err != nil {
+		return err
 	}
 	if len(sc.ops) > 0 {
 		if cap(sc.results) < len(sc.ops) {
@@ -131,13 +106,69 @@ func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E
 		} else if err := l.store.Take(ctx, sc.ops, res); err != nil {
 			return fmt.Errorf("take: %w", err)
 		}
-		for j, r := range res {
-			applyResult(&resp.Statuses[sc.index[j]], r)
-		}
+		applyResults(sc, res, resp.Statuses)
 	}
 	resp.Code = overall(resp.Statuses)
-	clear(sc.ops) // drop key references before pooling
+	clear(sc.ops) // drop key and limit references before pooling
+	clear(sc.limits)
 	return nil
+}
+
+// applyResults sets the statuses from the results of sc.ops, a joint's
+// results at once.
+func applyResults(sc *scratch, res []Result, sts []Status) {
+	for j := 0; j < len(res); {
+		st := &sts[sc.index[j]]
+		if st.Limit.Group == nil {
+			applyResult(st, res[j])
+			j++
+			continue
+		}
+		k := j + 1
+		for k < len(res) && sc.ops[k].Joined {
+			k++
+		}
+		applyParts(st, sc.limits[j:k], res[j:k])
+		j = k
+	}
+}
+
+// prepare validates req, sets resp's statuses to their limits and queues
+// their store ops in sc (none for a domain without rules: all OK); atomic
+// says whether the domain decides all or nothing.
+func prepare[E descriptors.KV](l *Limiter, req *Request[E], resp *Response, sc *scratch) (atomic bool, err error) {
+	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
+		return false, err
+	}
+	for i := range req.Descriptors {
+		if err := validateDescriptor(l.limits, i, &req.Descriptors[i]); err != nil {
+			return false, err
+		}
+	}
+	resp.Code = OK
+	if n := len(req.Descriptors); cap(resp.Statuses) >= n {
+		resp.Statuses = resp.Statuses[:n]
+		clear(resp.Statuses)
+	} else {
+		resp.Statuses = make([]Status, n)
+	}
+	sc.ops, sc.index, sc.limits = sc.ops[:0], sc.index[:0], sc.limits[:0]
+	domain := l.rules.Load().Domain(req.Domain)
+	if domain == nil {
+		return false, nil // every descriptor unmatched: OK, in quota mode too
+	}
+	resolveLimits(domain, req, resp.Statuses)
+	if l.quota {
+		for i := range resp.Statuses {
+			st := &resp.Statuses[i]
+			st.Quota = st.Limit == nil || !st.Limit.Unlimited
+		}
+	}
+	atomic = l.atomic || domain.Atomic
+	for i := range req.Descriptors {
+		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
+	}
+	return atomic, nil
 }
 
 // takeAll decides sc.ops all or nothing, vetoes set to commit exactly when overall is OK.
@@ -182,7 +213,7 @@ func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st 
 			continue
 		}
 		st[i].Limit = descriptors.Match(d, rd.Entries)
-		if st[i].Limit != nil && len(st[i].Limit.Replaces) > 0 {
+		if st[i].Limit != nil && st[i].Limit.Replacing() {
 			replacing = true
 		}
 	}
@@ -190,23 +221,52 @@ func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st 
 		return
 	}
 	for i := range st {
-		if st[i].Limit == nil || st[i].Limit.Name == "" {
-			continue
-		}
-		if replaced(st, st[i].Limit.Name) {
-			st[i].Limit, st[i].Replaced = nil, true
+		lim := st[i].Limit
+		switch {
+		case lim == nil:
+		case lim.Group == nil:
+			if lim.Name != "" && replaced(st, lim.Name) {
+				st[i].Limit, st[i].Replaced = nil, true
+			}
+		default:
+			dropGroup(st, &st[i])
 		}
 	}
 }
 
-func replaced(st []Status, name string) bool {
-	for i := range st {
-		if st[i].Limit == nil {
-			continue
+// dropGroup drops the limits of st's Group that st's request replaces; st
+// keeps the first left, or none (Replaced).
+func dropGroup(sts []Status, st *Status) {
+	group := st.Limit.Group
+	for k, m := range group {
+		if m.Name != "" && replaced(sts, m.Name) {
+			st.dropped |= 1 << k
 		}
-		for _, r := range st[i].Limit.Replaces {
-			if r == name {
+	}
+	for k, m := range group {
+		if st.dropped&(1<<k) == 0 {
+			st.Limit = m
+			return
+		}
+	}
+	st.Limit, st.Replaced, st.dropped = nil, true, 0
+}
+
+// replaced reports whether a limit in force of sts replaces name.
+func replaced(sts []Status, name string) bool {
+	for i := range sts {
+		lim := sts[i].Limit
+		switch {
+		case lim == nil:
+		case lim.Group == nil:
+			if slices.Contains(lim.Replaces, name) {
 				return true
+			}
+		default:
+			for k, m := range lim.Group {
+				if sts[i].dropped&(1<<k) == 0 && slices.Contains(m.Replaces, name) {
+					return true
+				}
 			}
 		}
 	}
@@ -233,6 +293,23 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		st.Remaining = math.MaxUint32
 		return
 	}
+	if lim.Group == nil {
+		appendOp(l, sc, d, rd, i, lim, hits, atomic, false)
+		return
+	}
+	joined := false
+	for k, m := range lim.Group {
+		if st.dropped&(1<<k) == 0 {
+			appendOp(l, sc, d, rd, i, m, hits, atomic, joined)
+			joined = true
+		}
+	}
+}
+
+// appendOp queues the op of limit lim for descriptor i, joined to the op
+// before it when joined.
+func appendOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, rd *Descriptor[E], i int,
+	lim *descriptors.Limit, hits uint64, atomic, joined bool) {
 	cost := int64(maxCost)
 	if hits <= maxCost/uint64(lim.Cost) {
 		cost = int64(hits) * lim.Cost
@@ -250,12 +327,14 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		Cost:      cost,
 		Refund:    rd.Refund,
 		Burst:     lim.Burst,
+		Joined:    joined,
 	}
 	if lim.Algorithm == descriptors.TokenBucket {
 		op.RateNum, op.RateDen = lim.RefillRate()
 	}
 	sc.ops = append(sc.ops, op)
 	sc.index = append(sc.index, i)
+	sc.limits = append(sc.limits, lim)
 }
 
 // Tenant returns the value of the domain's tenant entry, or DefaultTenant.

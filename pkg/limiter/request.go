@@ -51,7 +51,11 @@ type Request[E descriptors.KV] struct {
 // Status is the decision for one descriptor.
 type Status struct {
 	Code Code
-	// Limit is the limit that applied; nil when none matched or it was Replaced.
+	// Limit is the limit that applied; nil when none matched or it was
+	// Replaced. Of a rule with several (Parts), it is the one that denied
+	// the request (the one to wait longest for, if several did) or, when
+	// all allowed, the one with the least remaining in proportion to its
+	// size, the first of equals; Remaining and the times are its own.
 	Limit            *descriptors.Limit
 	Remaining        uint32 // whole requests
 	ResetMillis      int64  // until the window ends or the bucket is full
@@ -61,6 +65,13 @@ type Status struct {
 	Shadowed         bool   // shadow mode turned an over-limit result OK
 	Quota            bool   // a quota descriptor
 	Replaced         bool
+	// Parts are the statuses of each limit of a rule with several
+	// (Limit.Group), in its order, replaced ones left out, each as if the
+	// limit were the descriptor's only one; nil otherwise. A part's Code
+	// is its own limit's answer, though a joint denial charged none.
+	Parts []Status
+
+	dropped uint32 // bit i: Limit.Group[i] was replaced
 }
 
 // Response is the decision for a whole request.

@@ -37,6 +37,13 @@ type Op struct {
 	RateNum, RateDen int64
 	// Now is the decision time, Unix ms; 0 means the store's own clock.
 	Now int64
+	// Joined puts the op in one joint with the op before it: the ops of a
+	// joint (a first op, then those Joined) are one decision, for the
+	// several limits of one descriptor. Each is decided as alone, at one
+	// Now, and answers so, but they are charged only if every one is
+	// allowed; else none is written, not even a denied fixed-window hit.
+	// Their keys share a Redis Cluster hash tag.
+	Joined bool
 }
 
 // Result is a Store's answer to one Op.
@@ -49,7 +56,8 @@ type Result struct {
 
 // Store makes rate-limit decisions against shared state. Implementations
 // must be safe for concurrent use and honour ctx's deadline. Take decides
-// every op, each atomic on its own and independent of the others (in one
+// every op, each atomic on its own and independent of the others but for
+// the ops of one joint (Op.Joined), which are atomic together (in one
 // round trip, ideally), into results[i] (len(results) >= len(ops)); or it
 // returns an error wrapping ErrUnavailable, and no result is usable.
 type Store interface {
@@ -62,10 +70,11 @@ type Store interface {
 
 // AtomicStore is a Store that can also decide a call's ops all or nothing:
 // TakeAll decides them in order at their one Now and answers as Take would,
-// then commits, writing what Take would, or rejects (Rejects) and writes
-// nothing, not even a denied fixed-window hit. The call is one atomic step;
-// on a Redis Cluster its keys share a slot (AppendAtomicKey). Errors are as
-// Take's; after one, the call may or may not have committed.
+// then commits, writing what Take would (nothing of a joint with a denied
+// op), or rejects (Rejects) and writes nothing, not even a denied
+// fixed-window hit. The call is one atomic step; on a Redis Cluster its
+// keys share a slot (AppendAtomicKey). Errors are as Take's; after one,
+// the call may or may not have committed.
 type AtomicStore interface {
 	Store
 	TakeAll(ctx context.Context, ops []Op, results []Result) error
@@ -79,13 +88,14 @@ type Veto uint8
 const (
 	VetoAlone Veto = iota // a denial rejects the call
 	VetoNone              // a denial rejects nothing (shadow mode, refunds)
-	VetoGroup             // the call is rejected when every VetoGroup op is denied (quota mode)
+	VetoGroup             // the call is rejected when every VetoGroup joint has a denied op (quota mode)
 )
 
 // Rejects reports whether an all-or-nothing call with these results must
-// write nothing.
+// write nothing. The ops of one joint (Op.Joined) share their Veto.
 func Rejects(ops []Op, results []Result) bool {
 	group, groupDenied := 0, 0
+	denied := false // within the current VetoGroup joint
 	for i := range ops {
 		switch ops[i].Veto {
 		case VetoAlone:
@@ -93,8 +103,12 @@ func Rejects(ops []Op, results []Result) bool {
 				return true
 			}
 		case VetoGroup:
-			group++
-			if !results[i].Allowed {
+			if !ops[i].Joined || i == 0 {
+				group++
+				denied = false
+			}
+			if !results[i].Allowed && !denied {
+				denied = true
 				groupDenied++
 			}
 		}

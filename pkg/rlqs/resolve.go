@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -111,14 +112,26 @@ func (r *resolver) compute(set *descriptors.Set, domain string, entries []descri
 	case l.RequestsPerUnit == 0:
 		return &resolution{kind: denyAll, limit: l}
 	}
-	window := float64(l.WindowMillis()) / 1000
-	perRequest := float64(l.Cost)
-	rate := float64(l.Capacity()) / perRequest / window
-	burst := float64(l.Burst) / perRequest
+	// A rule with several limits is divided as the least rate and the least
+	// burst of them, which exceeds none (docs/rlqs.md, "Several limits").
+	members := l.Group
+	if members == nil {
+		members = []*descriptors.Limit{l}
+	}
+	global := quota.Limit{Rate: math.Inf(1), Burst: math.Inf(1)}
+	for _, m := range members {
+		if m.RequestsPerUnit == 0 {
+			return &resolution{kind: denyAll, limit: l}
+		}
+		window := float64(m.WindowMillis()) / 1000
+		perRequest := float64(m.Cost)
+		global.Rate = min(global.Rate, float64(m.Capacity())/perRequest/window)
+		global.Burst = min(global.Burst, float64(m.Burst)/perRequest)
+	}
 	key := limiter.AppendKey(nil, r.prefix, domain, l, ordered, limiter.Tenant(d, ordered))
 	return &resolution{
 		kind: limited, limit: l,
 		storeKey: string(append(key, "rlqs"...)),
-		global:   quota.Limit{Rate: rate, Burst: burst},
+		global:   global,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,15 @@ descriptors:
     value: global
     rate_limit: {name: global, unit: hour, requests_per_unit: 4000000000}
 `
+
+// benchMetadataRules are benchEdgeRules with metadata on two rules, which
+// dynamic metadata merges.
+var benchMetadataRules = strings.NewReplacer(
+	"free_per_key, algorithm: token_bucket, unit: hour, requests_per_unit: 4000000000}\n",
+	"free_per_key, algorithm: token_bucket, unit: hour, requests_per_unit: 4000000000}\n        metadata: {plan: {name: free, support: community}}\n",
+	"{name: global, unit: hour, requests_per_unit: 4000000000}\n",
+	"{name: global, unit: hour, requests_per_unit: 4000000000}\n    metadata: {plan: {shared: true}, scope: global}\n",
+).Replace(benchEdgeRules)
 
 // benchClients is how many distinct clients (address, API key) the
 // benchmark requests cycle through.
@@ -103,7 +113,8 @@ func benchRequests(n int) []*rlspb.RateLimitRequest {
 // stall of a busy machine fails the run), for a caller without a
 // deadline; envoy-deadline is that with a caller's deadline that comes
 // first, as Envoy's (20ms by default) does before --store-timeout's 50ms.
-// ietf-headers adds --response-headers=ietf to no-timeout.
+// ietf-headers adds --response-headers=ietf to no-timeout, and
+// dynamic-metadata --response-dynamic-metadata.
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, tc := range []struct {
@@ -111,14 +122,24 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			timeout  time.Duration
 			deadline time.Duration
 			headers  string
+			metadata bool
 		}{
-			{"no-timeout", 0, 0, HeadersOff},
-			{"store-timeout", time.Hour, 0, HeadersOff},
-			{"envoy-deadline", time.Hour, time.Minute, HeadersOff},
-			{"ietf-headers", 0, 0, HeadersIETF},
+			{"no-timeout", 0, 0, HeadersOff, false},
+			{"store-timeout", time.Hour, 0, HeadersOff, false},
+			{"envoy-deadline", time.Hour, time.Minute, HeadersOff, false},
+			{"ietf-headers", 0, 0, HeadersIETF, false},
+			{"dynamic-metadata", 0, 0, HeadersOff, true},
 		} {
 			b.Run(fmt.Sprintf("descriptors=%d/%s", n, tc.name), func(b *testing.B) {
 				s := benchService(b, tc.timeout, tc.headers)
+				if tc.metadata {
+					r, err := rules.Parse(map[string][]byte{"edge.yaml": []byte(benchMetadataRules)})
+					if err != nil || r.Set.Limits()[2].Metadata == nil {
+						b.Fatalf("metadata rules: %v", err)
+					}
+					s.limiter.SetRules(r.Set)
+					s.o.Headers.DynamicMetadata = true
+				}
 				reqs := benchRequests(n)
 				ctx := context.Background()
 				if tc.deadline > 0 {

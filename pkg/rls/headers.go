@@ -2,14 +2,11 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -28,6 +25,8 @@ type HeaderOptions struct {
 	LimitHeader     string // legacy names, as the reference server's settings
 	RemainingHeader string
 	ResetHeader     string
+	// DynamicMetadata answers with dynamic_metadata in envoyproxy/ratelimit
+	// main's shape, and fastlimit.overLimit (docs/envoy.md#dynamic-metadata).
 	DynamicMetadata bool
 	ShadowMode      bool // global: overall OK whatever the statuses say
 }
@@ -41,16 +40,20 @@ func (o *HeaderOptions) Validate() error {
 	return fmt.Errorf("%q is not off, ietf or legacy", o.Mode)
 }
 
-// decorate adds headers and dynamic metadata to out, descs one per status;
+// decorate adds headers and dynamic metadata to out, the answer to req;
 // Retry-After only when out's code, after shadow and quota modes, is over.
-func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) {
+func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, res *limiter.Response) {
 	if o.Mode != HeadersOff {
-		if st := mostRestrictive(res.Statuses); st != nil {
+		pick := mostRestrictive
+		if o.Mode == HeadersLegacy {
+			pick = referenceChoice
+		}
+		if st := pick(res.Statuses); st != nil {
 			out.ResponseHeadersToAdd = o.headers(st, out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 	}
 	if o.DynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(res, domain, descs)
+		out.DynamicMetadata = dynamicMetadata(req, res)
 	}
 }
 
@@ -70,6 +73,25 @@ func mostRestrictive(sts []limiter.Status) *limiter.Status {
 	return best
 }
 
+// referenceChoice is the status envoyproxy/ratelimit's headers describe:
+// the last one over its limit outside quota mode, else the first with the
+// least remaining.
+func referenceChoice(sts []limiter.Status) *limiter.Status {
+	var best *limiter.Status
+	least := uint32(math.MaxUint32)
+	for i := range sts {
+		st := &sts[i]
+		switch {
+		case st.Limit == nil || st.Limit.Unlimited:
+		case st.Code == limiter.OverLimit && !st.Quota:
+			best, least = st, 0
+		case st.Remaining < least:
+			best, least = st, st.Remaining
+		}
+	}
+	return best
+}
+
 func restrictier(a, b *limiter.Status) bool {
 	if (a.Code == limiter.OverLimit) != (b.Code == limiter.OverLimit) {
 		return a.Code == limiter.OverLimit
@@ -81,6 +103,9 @@ func restrictier(a, b *limiter.Status) bool {
 }
 
 // headers describes st in the mode's headers, with Retry-After if over.
+// A rule with several limits (st.Parts) names each: in RateLimit-Policy
+// and RateLimit, and in the legacy limit header as draft 03's quota
+// policies after st's limit ("10, 10;w=1, 1000;w=86400").
 func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderValue {
 	var scratch [128]byte
 	b := scratch[:0]
@@ -89,12 +114,17 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 	reset := ceilSeconds(st.ResetMillis)
 	if o.Mode == HeadersLegacy {
 		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
+		for i := range st.Parts {
+			quota, window := policy(st.Parts[i].Limit)
+			b = strconv.AppendInt(append(b, ", "...), quota, 10)
+			b = strconv.AppendInt(append(b, ";w="...), window, 10)
+		}
 		h.end(o.LimitHeader, len(b))
 		b = strconv.AppendUint(b, uint64(st.Remaining), 10)
 		h.end(o.RemainingHeader, len(b))
 		b = strconv.AppendInt(b, reset, 10)
 		h.end(o.ResetHeader, len(b))
-	} else {
+	} else if st.Parts == nil {
 		quota, window := policy(lim)
 		b = appendSFString(b, policyName(lim))
 		name := len(b)
@@ -105,12 +135,36 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 		b = strconv.AppendUint(append(b, ";r="...), uint64(st.Remaining), 10)
 		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
 		h.end("RateLimit", len(b))
+	} else {
+		b = appendParts(b, st.Parts, func(b []byte, p *limiter.Status) []byte {
+			quota, window := policy(p.Limit)
+			b = strconv.AppendInt(append(b, ";q="...), quota, 10)
+			return strconv.AppendInt(append(b, ";w="...), window, 10)
+		})
+		h.end("RateLimit-Policy", len(b))
+		b = appendParts(b, st.Parts, func(b []byte, p *limiter.Status) []byte {
+			b = strconv.AppendUint(append(b, ";r="...), uint64(p.Remaining), 10)
+			return strconv.AppendInt(append(b, ";t="...), ceilSeconds(p.ResetMillis), 10)
+		})
+		h.end("RateLimit", len(b))
 	}
 	if over {
 		b = strconv.AppendInt(b, max(ceilSeconds(st.RetryAfterMillis), 1), 10)
 		h.end("Retry-After", len(b))
 	}
 	return h.list(b)
+}
+
+// appendParts appends a structured-field list of one item per part, its
+// policy name with the parameters params appends.
+func appendParts(b []byte, parts []limiter.Status, params func([]byte, *limiter.Status) []byte) []byte {
+	for i := range parts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = params(appendSFString(b, policyName(parts[i].Limit)), &parts[i])
+	}
+	return b
 }
 
 // headerList builds a few headers whose values share one buffer: the
@@ -153,11 +207,12 @@ func policy(l *descriptors.Limit) (quota int64, window int64) {
 	return l.Burst / descriptors.Milli, ceilSeconds((l.Burst*den + num - 1) / num)
 }
 
+// policyName is the limit's name, else its Label.
 func policyName(l *descriptors.Limit) string {
 	if l.Name != "" {
 		return l.Name
 	}
-	return l.Path
+	return l.Label()
 }
 
 // appendSFString appends s as an RFC 8941 string: quoted, '"' and '\'
@@ -177,52 +232,3 @@ func appendSFString(dst []byte, s string) []byte {
 }
 
 func ceilSeconds(ms int64) int64 { return (ms + 999) / 1000 }
-
-// dynamicMetadata is the domain, each descriptor that passed under a rule
-// (entries as "key=value", the rule's metadata), and in
-// quotaModeViolations the indexes of quota descriptors over their limit.
-func dynamicMetadata(res *limiter.Response, domain string, descs []*common.RateLimitDescriptor) *structpb.Struct {
-	var passed, violations []any
-	for i := range res.Statuses {
-		st := &res.Statuses[i]
-		if st.Quota && st.Code == limiter.OverLimit {
-			violations = append(violations, float64(i))
-		}
-		if st.Limit == nil || st.Code == limiter.OverLimit {
-			continue
-		}
-		d := map[string]any{"entries": entryStrings(descs[i].GetEntries())}
-		if len(st.Limit.Metadata) > 0 {
-			d["metadata"] = st.Limit.Metadata
-		}
-		passed = append(passed, d)
-	}
-	m := map[string]any{"domain": validUTF8(domain), "descriptors": passed}
-	if violations != nil {
-		m["quotaModeViolations"] = violations
-	}
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		// Rule metadata always converts; keep the answer rather than fail.
-		return &structpb.Struct{Fields: map[string]*structpb.Value{"domain": structpb.NewStringValue(validUTF8(domain))}}
-	}
-	return s
-}
-
-// entryStrings are the entries as "key=value", made UTF-8: Struct strings
-// must be, and a request may carry bytes that are not (see Codec).
-func entryStrings(es []entry) []any {
-	out := make([]any, len(es))
-	for i, e := range es {
-		out[i] = validUTF8(e.GetKey() + "=" + e.GetValue())
-	}
-	return out
-}
-
-// validUTF8 replaces what is not UTF-8 in s with U+FFFD.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}

@@ -89,3 +89,39 @@ func TestHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceChoice: legacy headers describe the status
+// envoyproxy/ratelimit's do (its service's minimumDescriptor): the last
+// over its limit outside quota mode, else the first with the least
+// remaining; unlimited and unmatched ones never.
+func TestReferenceChoice(t *testing.T) {
+	hour := &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: 10}
+	day := &descriptors.Limit{Unit: descriptors.Day, RequestsPerUnit: 10}
+	free := &descriptors.Limit{Unlimited: true}
+	ok := func(l *descriptors.Limit, rem uint32) limiter.Status { return limiter.Status{Limit: l, Remaining: rem} }
+	over := func(l *descriptors.Limit, quota bool) limiter.Status {
+		return limiter.Status{Code: limiter.OverLimit, Limit: l, Quota: quota}
+	}
+	for _, tc := range []struct {
+		name string
+		sts  []limiter.Status
+		want int // index, -1 for none
+	}{
+		{"least remaining", []limiter.Status{ok(hour, 5), ok(day, 3), ok(hour, 4)}, 1},
+		{"a tie: the first", []limiter.Status{ok(hour, 3), ok(day, 3)}, 0},
+		{"over: the last", []limiter.Status{over(day, false), ok(hour, 0), over(hour, false), ok(day, 0)}, 2},
+		{"quota over is only least remaining", []limiter.Status{ok(day, 0), over(hour, true)}, 0},
+		{"quota over first", []limiter.Status{over(hour, true), ok(day, 0), over(day, true)}, 0},
+		{"unlimited and unmatched never", []limiter.Status{{Limit: free}, {}, ok(day, 7)}, 2},
+		{"none", []limiter.Status{{Limit: free}, {}}, -1},
+	} {
+		got := referenceChoice(tc.sts)
+		want := (*limiter.Status)(nil)
+		if tc.want >= 0 {
+			want = &tc.sts[tc.want]
+		}
+		if got != want {
+			t.Errorf("%s: chose %+v, want %+v", tc.name, got, want)
+		}
+	}
+}

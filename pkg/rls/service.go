@@ -122,7 +122,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		s.obs.GlobalShadowed()
 	}
 	if h.Mode != HeadersOff || h.DynamicMetadata {
-		h.decorate(out, res, req.GetDomain(), req.GetDescriptors())
+		h.decorate(out, req, res)
 	}
 	if s.o.Spans != nil {
 		s.o.Spans.Decided(ctx, out.OverallCode.String())

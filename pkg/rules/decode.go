@@ -3,6 +3,8 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +47,8 @@ func (d *decoder) mapping(n *yaml.Node, what string, fs fields) bool {
 		seen[name] = true
 		f, ok := fs[name]
 		switch {
+		case p.k.Kind == yaml.ScalarNode && p.k.ShortTag() != "!!str":
+			d.errorf(p.k, "key %s is %s, not a string; the keys here are %s", name, describe(p.k), strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
 		case !ok || p.k.Kind != yaml.ScalarNode:
 			d.errorf(p.k, "unknown key '%s'", name)
 		case p.v.ShortTag() != "!!null":

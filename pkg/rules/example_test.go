@@ -58,7 +58,7 @@ func ExampleParse_errors() {
 		fmt.Println(e)
 	}
 	// Output:
-	// api.yaml:3: invalid rate limit unit 'fortnight'
+	// api.yaml:3: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)
 	// api.yaml:4: unknown key 'rate_limt'
 	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1)
 }
@@ -82,5 +82,5 @@ func ExampleFromXDS() {
 	fmt.Println(l)
 	// Output:
 	// [api-rules]
-	// api.api_key: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
+	// api.api_key: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 }

@@ -19,10 +19,11 @@ import (
 var errorCases = map[string]string{
 	"alias_cycle.yaml":                      "alias_cycle.yaml: invalid YAML: anchor 'loop' value contains itself",
 	"bad_algorithm.yaml":                    "bad_algorithm.yaml:5: unknown algorithm 'leaky_bucket'",
-	"bad_unit.yaml":                         "bad_unit.yaml:5: invalid rate limit unit 'fortnight'",
+	"bad_unit.yaml":                         "bad_unit.yaml:5: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)",
 	"token_bucket_zero_rate.yaml":           "token_bucket_zero_rate.yaml:3: token_bucket needs requests_per_unit above 0",
 	"bool_string.yaml":                      "bool_string.yaml:4: shadow_mode: expected a boolean, got a string",
 	"burst_decimals.yaml":                   "burst_decimals.yaml:8: burst '2.0005' has more than 3 decimals",
+	"burst_too_large.yaml":                  "burst_too_large.yaml:3: burst 1125899906842.625 is larger than 1125899906842.624",
 	"burst_negative.yaml":                   "burst_negative.yaml:8: burst must not be negative",
 	"burst_string.yaml":                     "burst_string.yaml:8: burst: expected a number, got a string",
 	"burst_without_token_bucket.yaml":       "burst_without_token_bucket.yaml:8: burst needs algorithm: token_bucket",
@@ -35,8 +36,8 @@ var errorCases = map[string]string{
 	"descriptor_scalar.yaml":                "descriptor_scalar.yaml:3: descriptor: expected a mapping, got a string",
 	"descriptors_map.yaml":                  "descriptors_map.yaml:3: descriptors: expected a list, got a mapping",
 	"duplicate_key.yaml":                    `duplicate_key.yaml:7: invalid YAML: mapping key "unit" already defined at line 5`,
-	"duplicate_path.yaml":                   "duplicate_path.yaml:6: duplicate descriptor 'dup.database_users'",
-	"duplicate_path_nested.yaml":            "duplicate_path_nested.yaml:8: duplicate descriptor 'dup.message_type_marketing.to_number'",
+	"duplicate_path.yaml":                   "duplicate_path.yaml:6: duplicate descriptor 'dup.database_users' (first at duplicate_path.yaml:3)",
+	"duplicate_path_nested.yaml":            "duplicate_path_nested.yaml:8: duplicate descriptor 'dup.message_type_marketing.to_number' (first at duplicate_path_nested.yaml:6)",
 	"duplicate_wildcard.yaml":               "duplicate_wildcard.yaml:6: duplicate descriptor 'dup.path_/api/*'",
 	"empty_domain.yaml":                     "empty_domain.yaml:1: config file cannot have empty domain",
 	"empty_file.yaml":                       "empty_file.yaml:1: config file cannot have empty domain",
@@ -46,10 +47,20 @@ var errorCases = map[string]string{
 	"metadata_list.yaml":                    "metadata_list.yaml:4: metadata: expected a mapping, got a list",
 	"missing_domain.yaml":                   "missing_domain.yaml:1: config file cannot have empty domain",
 	"missing_key.yaml":                      "missing_key.yaml:3: descriptor has empty key",
+	"missing_requests_per_unit.yaml":        "missing_requests_per_unit.yaml:5: rate_limit has no requests_per_unit, so every request would be over the limit: set requests_per_unit (0 to refuse every request), or unlimited: true",
 	"missing_unit.yaml":                     "missing_unit.yaml:3: missing rate limit unit",
 	"multiple_documents.yaml":               "multiple_documents.yaml:2: a rules file holds one YAML document",
+	"non_string_key.yaml":                   "non_string_key.yaml:1: key 1.5 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key",
 	"not_a_mapping.yaml":                    "not_a_mapping.yaml:1: rules file: expected a mapping, got a list",
 	"rate_limit_list.yaml":                  "rate_limit_list.yaml:5: rate_limit: expected a mapping, got a list",
+	"rate_limits_bad_limit.yaml":            "rate_limits_bad_limit.yaml:6: requests_per_unit must not be negative",
+	"rate_limits_both.yaml":                 "rate_limits_both.yaml:6: rate_limit and rate_limits on one descriptor; list every limit in rate_limits",
+	"rate_limits_empty.yaml":                "rate_limits_empty.yaml:4: rate_limits: expected at least one limit",
+	"rate_limits_missing_unit.yaml":         "rate_limits_missing_unit.yaml:3: rate_limits[1]: missing rate limit unit",
+	"rate_limits_replaces_own.yaml":         "rate_limits_replaces_own.yaml:3: rate_limits[1] replaces 'burst', a limit of the same descriptor",
+	"rate_limits_same_name.yaml":            "rate_limits_same_name.yaml:3: rate_limits[0] and rate_limits[1] both count as 'plan'; give them distinct names",
+	"rate_limits_too_many.yaml":             "rate_limits_too_many.yaml:3: rate_limits has 17 limits, more than 16",
+	"rate_limits_unlimited.yaml":            "rate_limits_unlimited.yaml:3: rate_limits[1]: unlimited cannot be one of several limits",
 	"replaces_empty.yaml":                   "replaces_empty.yaml:3: should not have an empty replaces entry",
 	"replaces_self.yaml":                    "replaces_self.yaml:3: replaces should not contain name of same descriptor",
 	"rpu_negative.yaml":                     "rpu_negative.yaml:6: requests_per_unit must not be negative",
@@ -96,6 +107,13 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// secondErrors are the fixtures with two problems, and the second one.
+var secondErrors = map[string]string{
+	// The reference's test/config/non_string_key.yaml: a number where
+	// "domain" belongs, so the file has no domain either.
+	"non_string_key.yaml": "non_string_key.yaml:1: config file cannot have empty domain",
+}
+
 // TestErrorsOnePerProblem checks that a problem is reported once, not again
 // by a later stage.
 func TestErrorsOnePerProblem(t *testing.T) {
@@ -104,8 +122,16 @@ func TestErrorsOnePerProblem(t *testing.T) {
 			continue
 		}
 		_, err := rules.Parse(map[string][]byte{name: files.Read(t, "testdata/errors/"+name)})
-		if errs := unjoin(err); len(errs) != 1 {
-			t.Errorf("%s: %d errors, want 1:\n%v", name, len(errs), err)
+		errs := unjoin(err)
+		want := 1
+		if second, ok := secondErrors[name]; ok {
+			want = 2
+			if len(errs) == 2 && errs[1].Error() != second {
+				t.Errorf("%s: second error %q, want %q", name, errs[1], second)
+			}
+		}
+		if len(errs) != want {
+			t.Errorf("%s: %d errors, want %d:\n%v", name, len(errs), want, err)
 		}
 	}
 }
@@ -117,9 +143,9 @@ func TestAllErrorsReported(t *testing.T) {
 	})
 	want := []string{
 		"alias.yaml: invalid YAML: anchor 'loop' value contains itself",
-		"many.yaml:4: invalid rate limit unit 'fortnight'",
+		"many.yaml:4: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)",
 		"many.yaml:6: unknown key 'rate_limt'",
-		"many.yaml:9: duplicate descriptor 'many.c'",
+		"many.yaml:9: duplicate descriptor 'many.c' (first at many.yaml:7)",
 		"many.yaml:9: should not specify rate limit unit when unlimited",
 		"many.yaml:12: descriptor has empty key",
 	}

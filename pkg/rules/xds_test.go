@@ -88,11 +88,16 @@ descriptors:
 	if a.String() != b.String() {
 		t.Errorf("limits differ:\nYAML:\n%s\nxDS:\n%s", a.String(), b.String())
 	}
-	// Dump leaves out the flags that only affect metrics; compare all.
+	// Dump leaves out the flags that only affect metrics; compare all
+	// but where each rule comes from, a file's line or a resource's path.
 	for i, want := range fromYAML.Set.Limits() {
-		got := fromXDS.Set.Limits()[i]
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("limit %d:\n got %+v\nwant %+v", i, got, want)
+		got := *fromXDS.Set.Limits()[i]
+		if !strings.HasPrefix(want.Source, "shop.yaml:") || !strings.HasPrefix(got.Source, "resource 'shop-rules' descriptor "+want.Path) {
+			t.Errorf("limit %d: sources %q (YAML) and %q (xDS)", i, want.Source, got.Source)
+		}
+		got.Source = want.Source
+		if !reflect.DeepEqual(&got, want) {
+			t.Errorf("limit %d:\n got %+v\nwant %+v", i, &got, want)
 		}
 	}
 	if !fromXDS.FromXDS || !reflect.DeepEqual(fromXDS.Resources, []string{"shop-rules"}) || len(fromXDS.Files) != 0 {
@@ -286,7 +291,8 @@ func TestFromXDSErrors(t *testing.T) {
 		{"duplicate descriptor nested", []*rlsconf.RateLimitConfig{one("r", "d",
 			&rlsconf.RateLimitDescriptor{Key: "a", Descriptors: []*rlsconf.RateLimitDescriptor{
 				{Key: "b", Value: "1", RateLimit: lim}, {Key: "b", Value: "1", RateLimit: lim}}})},
-			[]string{"resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[1]): duplicate descriptor 'd.a.b_1'"}},
+			[]string{"resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[1]): duplicate descriptor 'd.a.b_1' " +
+				"(first at resource 'r' descriptor d.a.b_1 (descriptors[0].descriptors[0]))"}},
 		{"empty replaces", []*rlsconf.RateLimitConfig{one("r", "d",
 			&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1,
 				Replaces: []*rlsconf.RateLimitReplace{{}}}})},

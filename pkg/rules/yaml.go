@@ -94,6 +94,7 @@ func (d *decoder) descriptors(n *yaml.Node) []descriptors.Descriptor {
 func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 	desc := descriptors.Descriptor{Source: source(d.file, n)}
 	keyOK := true
+	var one, several *yaml.Node // rate_limit and rate_limits
 	flag := func(p *bool, name string) func(*yaml.Node) {
 		return func(v *yaml.Node) { *p = d.boolean(v, name) }
 	}
@@ -102,7 +103,8 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 			desc.Key, keyOK = d.str(v, "key"), v.Kind == yaml.ScalarNode
 		},
 		"value":           func(v *yaml.Node) { desc.Value = d.str(v, "value") },
-		"rate_limit":      func(v *yaml.Node) { desc.Limit = d.rateLimit(v) },
+		"rate_limit":      func(v *yaml.Node) { desc.Limit, one = d.rateLimit(v), v },
+		"rate_limits":     func(v *yaml.Node) { desc.Limits, several = d.rateLimits(v), v },
 		"descriptors":     func(v *yaml.Node) { desc.Descriptors = d.descriptors(v) },
 		"metadata":        func(v *yaml.Node) { desc.Metadata = d.metadata(v) },
 		"shadow_mode":     flag(&desc.ShadowMode, "shadow_mode"),
@@ -111,7 +113,26 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 		"value_to_metric": flag(&desc.ValueToMetric, "value_to_metric"),
 		"share_threshold": flag(&desc.ShareThreshold, "share_threshold"),
 	})
+	if one != nil && several != nil {
+		d.errorf(several, "rate_limit and rate_limits on one descriptor; list every limit in rate_limits")
+		desc.Limit, desc.Limits = nil, nil
+	}
 	return desc, placed && keyOK
+}
+
+// rateLimits decodes a rate_limits list of rate_limit blocks; nil if it
+// has errors.
+func (d *decoder) rateLimits(n *yaml.Node) []*descriptors.Limit {
+	before := len(d.errs)
+	var ls []*descriptors.Limit
+	d.list(n, "rate_limits", func(e *yaml.Node) { ls = append(ls, d.rateLimit(e)) })
+	if len(ls) == 0 && len(d.errs) == before {
+		d.errorf(n, "rate_limits: expected at least one limit")
+	}
+	if len(d.errs) > before {
+		return nil
+	}
+	return ls
 }
 
 // rateLimit decodes a rate_limit block, fields left out zero for NewSet to
@@ -119,16 +140,19 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	before := len(d.errs)
 	var (
-		l     descriptors.Limit
-		burst *yaml.Node
+		l        descriptors.Limit
+		burst    *yaml.Node
+		rpuGiven bool
 	)
 	d.mapping(n, "rate_limit", fields{
-		"unit":              func(v *yaml.Node) { l.Unit = d.unit(v) },
-		"requests_per_unit": func(v *yaml.Node) { l.RequestsPerUnit = d.uint32(v, "requests_per_unit") },
-		"unlimited":         func(v *yaml.Node) { l.Unlimited = d.boolean(v, "unlimited") },
-		"name":              func(v *yaml.Node) { l.Name = d.str(v, "name") },
-		"replaces":          func(v *yaml.Node) { l.Replaces = d.replaces(v) },
-		"algorithm":         func(v *yaml.Node) { l.Algorithm = d.algorithm(v) },
+		"unit": func(v *yaml.Node) { l.Unit = d.unit(v) },
+		"requests_per_unit": func(v *yaml.Node) {
+			l.RequestsPerUnit, rpuGiven = d.uint32(v, "requests_per_unit"), true
+		},
+		"unlimited": func(v *yaml.Node) { l.Unlimited = d.boolean(v, "unlimited") },
+		"name":      func(v *yaml.Node) { l.Name = d.str(v, "name") },
+		"replaces":  func(v *yaml.Node) { l.Replaces = d.replaces(v) },
+		"algorithm": func(v *yaml.Node) { l.Algorithm = d.algorithm(v) },
 		"unit_multiplier": func(v *yaml.Node) {
 			l.UnitMultiplier = uint32(d.positive(v, "unit_multiplier", math.MaxUint32))
 		},
@@ -137,6 +161,10 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	})
 	if burst != nil && l.Algorithm != descriptors.TokenBucket {
 		d.errorf(burst, "burst needs algorithm: token_bucket")
+	}
+	if !rpuGiven && !l.Unlimited && len(d.errs) == before && n.Kind == yaml.MappingNode {
+		d.errorf(n, "rate_limit has no requests_per_unit, so every request would be over the limit: "+
+			"set requests_per_unit (0 to refuse every request), or unlimited: true")
 	}
 	if len(d.errs) > before {
 		return nil
@@ -153,7 +181,7 @@ func (d *decoder) unit(n *yaml.Node) descriptors.Unit {
 	s := d.str(n, "unit")
 	u, ok := descriptors.ParseUnit(s)
 	if !ok && n.Kind == yaml.ScalarNode {
-		d.errorf(n, "invalid rate limit unit '%s'", s)
+		d.errorf(n, "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", s)
 	}
 	return u
 }

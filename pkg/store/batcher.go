@@ -55,18 +55,22 @@ func (g *gatherGroup) update(b *batcher, avg float64) float64 {
 
 // batcher merges concurrent calls bound for one server: at most Slots sends
 // are under way, and calls arriving meanwhile leave together in the next.
-// Sends run under their own context (Timeout), not their callers'. A call
-// that gives up before its send starts gets ErrNotSent and is not sent; a
-// failed send fails all its calls, and nothing is retried. It is safe for
-// concurrent use (docs/design.md, "Merging calls").
+// Sends run on up to Slots goroutines of the batcher's own, under their
+// own context (Timeout), not their callers'. A call that gives up before
+// its send starts gets ErrNotSent and is not sent; a failed send fails all
+// its calls, and nothing is retried. It is safe for concurrent use
+// (docs/design.md, "Merging calls").
 type batcher struct {
 	send sendFunc
 	opts batchOptions
+	wake chan struct{} // a slot for a worker to hold; Slots buffered
+	stop chan struct{} // closed by close: the workers end
 
 	mu       sync.Mutex
 	queue    []*waiter
 	queued   int          // ops in queue
 	busy     int          // sends under way or gathering
+	workers  int          // goroutines started, at most Slots
 	avgReady float64      // calls waiting when a send is due, moving average
 	lastSend atomic.Int64 // how long the last send that succeeded took, ns
 	closed   bool
@@ -130,7 +134,7 @@ func newBatcher(send sendFunc, o batchOptions) *batcher {
 	if o.GatherOps <= 0 || o.GatherOps > o.MaxOps {
 		o.GatherOps = o.MaxOps
 	}
-	b := &batcher{send: send, opts: o}
+	b := &batcher{send: send, opts: o, wake: make(chan struct{}, o.Slots), stop: make(chan struct{})}
 	b.buffers.New = func() any {
 		buf := new(sendBuffer)
 		buf.live = buf.anyWaits
@@ -154,13 +158,20 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 	}
 	b.queue = append(b.queue, w)
 	b.queued += len(ops)
-	start := b.busy < b.opts.Slots
+	start, spawn := b.busy < b.opts.Slots, false
 	if start {
 		b.busy++
+		spawn = b.workers < b.busy
+		if spawn {
+			b.workers++
+		}
 	}
 	b.mu.Unlock()
+	if spawn {
+		go b.work()
+	}
 	if start {
-		go b.run()
+		b.wake <- struct{}{} // never blocks: no more than Slots slots are held
 	}
 	select {
 	case <-w.done:
@@ -177,15 +188,29 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 	}
 }
 
+// work runs each slot it is handed until close. A worker keeps its stack,
+// grown by go-redis' calls, for the sends that follow.
+func (b *batcher) work() {
+	for {
+		select {
+		case <-b.wake:
+			b.run()
+		case <-b.stop:
+			return
+		}
+	}
+}
+
 // run holds one slot and sends what waits until nothing does.
 func (b *batcher) run() {
+	var ws []*waiter
 	for {
 		b.gather()
-		ws := b.next()
-		if ws == nil {
+		if ws = b.next(ws[:0]); ws == nil {
 			return
 		}
 		b.sendMerged(ws)
+		clear(ws)
 	}
 }
 
@@ -208,9 +233,9 @@ func (b *batcher) gather() {
 	}
 }
 
-// next takes the waiting calls for the next send, keeping the slot, or
-// frees the slot if nobody waits.
-func (b *batcher) next() []*waiter {
+// next appends to ws the waiting calls for the next send, keeping the
+// slot, or frees the slot and returns nil if nobody waits.
+func (b *batcher) next(ws []*waiter) []*waiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
@@ -222,8 +247,7 @@ func (b *batcher) next() []*waiter {
 		ops += len(b.queue[n].ops)
 		n++
 	}
-	ws := make([]*waiter, n)
-	copy(ws, b.queue)
+	ws = append(ws, b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
@@ -294,10 +318,14 @@ func tooLate(w *waiter, now time.Time, last time.Duration) bool {
 	return left < 2*last && left < deadline.Sub(w.arrived)/10
 }
 
-// close fails the calls that wait, and every later call.
+// close fails the calls that wait, and every later call, and ends the
+// workers once their sends are done.
 func (b *batcher) close() {
 	b.mu.Lock()
 	ws := b.queue
+	if !b.closed {
+		close(b.stop)
+	}
 	b.queue, b.queued, b.closed = nil, 0, true
 	b.mu.Unlock()
 	for _, w := range ws {

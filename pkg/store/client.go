@@ -74,18 +74,19 @@ func (o ClientOptions) String() string {
 		typ = TypeSingle
 	}
 	if typ == TypeSingle {
-		return typ + " " + redactAddr(o.URL)
+		return typ + " " + RedactAddr(o.URL)
 	}
 	parts := strings.Split(o.URL, ",")
 	for i, p := range parts {
-		parts[i] = redactAddr(p)
+		parts[i] = RedactAddr(p)
 	}
 	return typ + " " + strings.Join(parts, ",")
 }
 
-// redactAddr is RedactURL for URLs, and for anything else that holds
-// credentials ("user:password@host:port") it hides all before the '@'.
-func redactAddr(s string) string {
+// RedactAddr returns s, a URL or an address, with its credentials hidden:
+// RedactURL for a URL; for anything else that holds them
+// ("user:password@host:port") all before the last '@' becomes "xxxxx".
+func RedactAddr(s string) string {
 	if strings.Contains(s, "://") {
 		return RedactURL(s)
 	}
@@ -120,7 +121,7 @@ func singleOptions(o ClientOptions) (*redis.Options, error) {
 	}
 	if !strings.Contains(raw, "://") {
 		if err := checkHostPort(raw); err != nil {
-			return nil, fmt.Errorf("redis address %q: %w", redactAddr(raw), err)
+			return nil, fmt.Errorf("redis address %q: %w", RedactAddr(raw), err)
 		}
 		raw = "redis://" + raw
 	}
@@ -155,12 +156,12 @@ func socketType(typ, url string) (string, error) {
 		return "tcp", nil
 	case "unix":
 		if strings.Contains(url, "://") && !strings.HasPrefix(url, "unix://") {
-			return "", fmt.Errorf("redis socket type unix: %q is no socket path", redactAddr(url))
+			return "", fmt.Errorf("redis socket type unix: %q is no socket path", RedactAddr(url))
 		}
 		return t, nil
 	case "tcp", "tcp4", "tcp6":
 		if isPath {
-			return "", fmt.Errorf("redis socket type %s: %q is a socket path, not an address", typ, redactAddr(url))
+			return "", fmt.Errorf("redis socket type %s: %q is a socket path, not an address", typ, RedactAddr(url))
 		}
 		return t, nil
 	}
@@ -272,7 +273,7 @@ func splitAddrs(what, list string) ([]string, error) {
 			continue
 		}
 		if err := checkHostPort(a); err != nil {
-			return nil, fmt.Errorf("%s %q: %w", what, redactAddr(a), err)
+			return nil, fmt.Errorf("%s %q: %w", what, RedactAddr(a), err)
 		}
 		addrs = append(addrs, a)
 	}

@@ -110,21 +110,34 @@ func rueidisSend(c rueidis.Client) sendFunc {
 		calls := splitChunks(ops, chunks[:0])
 		cmds := make(rueidis.Commands, len(calls))
 		args := make([]strArgs, len(calls))
+		scripts := make([]*script, len(calls))
 		for i := range calls {
 			ch := &calls[i]
 			ch.tag = nextTag()
 			var enc takeEncoder
-			enc.plan(ops[ch.from:ch.to])
-			enc.write(&args[i], ch.tag, ops[ch.from:ch.to], false)
-			cmds[i] = c.B().Arbitrary("EVALSHA", takeScript.sha).Args(args[i]...).Build()
+			enc.plan(ops[ch.from:ch.to], takeScript)
+			enc.write(&args[i], ch.tag, ops[ch.from:ch.to])
+			scripts[i] = enc.script
+			cmds[i] = c.B().Arbitrary("EVALSHA", scripts[i].sha).Args(args[i]...).Build()
 		}
 		for i, r := range c.DoMulti(ctx, cmds...) {
 			if r.Error() != nil && strings.HasPrefix(r.Error().Error(), "NOSCRIPT") {
-				r = c.Do(ctx, c.B().Arbitrary("EVAL", takeScript.src).Args(args[i]...).Build())
+				r = c.Do(ctx, c.B().Arbitrary("EVAL", scripts[i].src).Args(args[i]...).Build())
 			}
-			v, err := r.AsIntSlice()
+			from, to := calls[i].from, calls[i].to
+			var v []int64
+			var err error
+			if scripts[i] == fixedScript && to-from == 1 {
+				var one [4]int64
+				var s string
+				if s, err = r.ToString(); err == nil {
+					v, err = parseFixedOne(s, &one)
+				}
+			} else {
+				v, err = r.AsIntSlice()
+			}
 			if err == nil {
-				err = decodeTake(v, calls[i].tag, ops[calls[i].from:calls[i].to], results[calls[i].from:calls[i].to], nil)
+				err = decodeReply(scripts[i], v, calls[i].tag, ops[from:to], results[from:to], nil)
 			}
 			if err != nil {
 				return unavailable("take", err)

@@ -40,7 +40,8 @@ const (
 	slidingSteps = 94_000_000 // steps of a sliding window: steps² < 2^53
 )
 
-// checkOps reports the first op that the algorithms cannot decide exactly.
+// checkOps reports the first op that the algorithms cannot decide exactly,
+// or that is joined (limiter.Op.Joined) to no op at its time.
 func checkOps(ops []limiter.Op, results []limiter.Result) error {
 	if len(results) < len(ops) {
 		return fmt.Errorf("%w: %d results for %d ops", ErrInvalidOp, len(results), len(ops))
@@ -48,6 +49,9 @@ func checkOps(ops []limiter.Op, results []limiter.Result) error {
 	for i := range ops {
 		if err := checkOp(&ops[i]); err != nil {
 			return fmt.Errorf("%w: op %d (%s): %s", ErrInvalidOp, i, ops[i].Algorithm, err)
+		}
+		if ops[i].Joined && (i == 0 || ops[i].Now != ops[i-1].Now) {
+			return fmt.Errorf("%w: op %d is joined to no op before it at its time", ErrInvalidOp, i)
 		}
 	}
 	return nil

@@ -239,16 +239,22 @@ var faultScenarios = []struct {
 	}},
 	{"ExtraReply", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
-		for _, before := range []bool{true, false} {
-			// Shaped like a script's reply: only its tag can tell it apart.
-			extra := faultproxy.Ints(12345, 0, faultLimit-7000)
-			l := runLoad(t, fp, st, 32, 1500*time.Millisecond, time.Second, 0, func() {
-				time.Sleep(300 * time.Millisecond)
-				<-fp.fx.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Reply: extra, Before: before}).Done()
-			})
-			t.Logf("before=%t: %v", before, l)
-			checkCounts(t, fp, l, l.Failed.Load())
-			checkRecovers(t, fp, st)
+		// Shaped like a script's reply (take.lua's, fixed.lua's to a call
+		// of one op): only its tag can tell it apart.
+		one := fmt.Sprintf("12345 0 0 %d", faultLimit-7000)
+		for _, extra := range []faultproxy.ExtraReply{
+			{Reply: faultproxy.Ints(12345, 0, 0, faultLimit-7000)},
+			{Raw: fmt.Appendf(nil, "$%d\r\n%s\r\n", len(one), one)},
+		} {
+			for _, before := range []bool{true, false} {
+				l := runLoad(t, fp, st, 32, 1500*time.Millisecond, time.Second, 0, func() {
+					time.Sleep(300 * time.Millisecond)
+					<-fp.fx.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Reply: extra.Reply, Raw: extra.Raw, Before: before}).Done()
+				})
+				t.Logf("raw=%t before=%t: %v", extra.Raw != nil, before, l)
+				checkCounts(t, fp, l, l.Failed.Load())
+				checkRecovers(t, fp, st)
+			}
 		}
 	}},
 	{"HeldReplies", func(t *testing.T, fp *faultPath) {

@@ -197,6 +197,16 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 	if err := m.room(ops); err != nil {
 		return fmt.Errorf("memory take: %w", err)
 	}
+	if hasJoint(ops) {
+		m.takeJoints(ops, results)
+		return nil
+	}
+	m.take(ops, results)
+	return nil
+}
+
+// take decides ops one by one, joints aside.
+func (m *Memory) take(ops []limiter.Op, results []limiter.Result) {
 	var clock int64 // the store's time, for ops that carry their own
 	for i := range ops {
 		op := &ops[i]
@@ -212,17 +222,20 @@ func (m *Memory) Take(ctx context.Context, ops []limiter.Op, results []limiter.R
 		}
 		s := &m.shards[maphash.String(m.seed, op.Key)%memShards]
 		s.mu.Lock()
-		switch op.Algorithm {
-		case descriptors.FixedWindow:
-			results[i] = s.fixedWindow(op, now, at)
-		case descriptors.SlidingWindow:
-			results[i] = s.slidingWindow(op, now, at)
-		case descriptors.TokenBucket:
-			results[i] = s.tokenBucket(op, now)
-		}
+		results[i] = s.decide(op, now, at)
 		s.mu.Unlock()
 	}
-	return nil
+}
+
+// decide decides op on s at now, the store's time being at.
+func (s *memShard) decide(op *limiter.Op, now, at int64) limiter.Result {
+	switch op.Algorithm {
+	case descriptors.FixedWindow:
+		return s.fixedWindow(op, now, at)
+	case descriptors.SlidingWindow:
+		return s.slidingWindow(op, now, at)
+	}
+	return s.tokenBucket(op, now)
 }
 
 // count returns the counter k at now, 0 if it is missing or expired.

@@ -39,7 +39,15 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 	if now == 0 {
 		now = at
 	}
+	m.decideAll(ops, results, now, at, func() bool { return limiter.Rejects(ops, results[:len(ops)]) })
+	return nil
+}
 
+// decideAll decides ops in order at now under the locks of their shards
+// (taken in shard order), on a scratch copy of their state where a joint
+// with a denied op is undone, and writes the copy back unless reject,
+// called with the results in place, says not to; at is the store's time.
+func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at int64, reject func() bool) {
 	var locked uint64 // one bit per shard; memShards is 64
 	for i := range ops {
 		locked |= 1 << m.shardOf(ops[i].Key)
@@ -69,18 +77,22 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 		}
 	})
 
-	for i := range ops {
-		switch op := &ops[i]; op.Algorithm {
-		case descriptors.FixedWindow:
-			results[i] = stage.fixedWindow(op, now, at)
-		case descriptors.SlidingWindow:
-			results[i] = stage.slidingWindow(op, now, at)
-		case descriptors.TokenBucket:
-			results[i] = stage.tokenBucket(op, now)
+	for i := 0; i < len(ops); {
+		j := jointEnd(ops, i)
+		var undo saved
+		if j > i+1 {
+			undo = stage.save(ops[i:j], now)
 		}
+		for k := i; k < j; k++ {
+			results[k] = stage.decide(&ops[k], now, at)
+		}
+		if j > i+1 && denied(results[i:j]) {
+			stage.restore(undo)
+		}
+		i = j
 	}
-	if limiter.Rejects(ops, results[:len(ops)]) {
-		return nil
+	if reject() {
+		return
 	}
 
 	m.visit(ops, now, func(s *memShard, k, ended windowKey, replaces bool) {
@@ -98,7 +110,6 @@ func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limite
 			s.dropBucket(k)
 		}
 	})
-	return nil
 }
 
 func (m *Memory) shardOf(key string) uint64 {

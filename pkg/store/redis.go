@@ -234,7 +234,7 @@ func (r *Redis) Open(ctx context.Context) error {
 
 // Load loads the scripts with SCRIPT LOAD (on every master of a Cluster).
 func (r *Redis) Load(ctx context.Context) error {
-	scripts := []script{takeScript, atomicScript}
+	scripts := []*script{takeScript, fixedScript, atomicScript}
 	if r.cluster != nil {
 		scripts = append(scripts, takeCrossScript)
 	}

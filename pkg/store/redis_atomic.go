@@ -18,24 +18,30 @@ func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
 		return err
 	}
-	// As Take's sends, it outlives its caller, but is written only while
-	// the caller waits.
+	return r.detached(ctx, "take all", ops, results, r.takeAll)
+}
+
+// detached runs send as Take's sends run: on a context of its own
+// (SendTimeout), outliving its caller, but written only while the caller
+// waits, into results of its own, copied to results once it succeeds.
+func (r *Redis) detached(ctx context.Context, what string, ops []limiter.Op, results []limiter.Result,
+	send func(context.Context, []limiter.Op, []limiter.Result) error) error {
 	res := make([]limiter.Result, len(ops))
 	done := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), r.opts.SendTimeout)
 		defer cancel()
-		done <- r.takeAll(withLive(sctx, func() bool { return ctx.Err() == nil }), ops, res)
+		done <- send(withLive(sctx, func() bool { return ctx.Err() == nil }), ops, res)
 	}()
 	select {
 	case err := <-done:
 		if err != nil {
-			return unavailable("take all", err)
+			return unavailable(what, err)
 		}
 		copy(results, res)
 		return nil
 	case <-ctx.Done():
-		return unavailable("take all", ctx.Err())
+		return unavailable(what, ctx.Err())
 	}
 }
 
@@ -55,6 +61,17 @@ func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter
 
 // evalAtomic runs lua.Atomic by digest or source as an onceCmd.
 func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+	cmd := atomicCmd(ctx, bySHA, tag, ops)
+	var dropped atomic.Bool
+	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+	if dropped.Load() {
+		cmd.SetErr(ErrNotSent)
+	}
+	return cmd
+}
+
+// atomicCmd is the lua.Atomic call of ops, by digest or source.
+func atomicCmd(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
 	args := make(anyArgs, 0, 6+len(ops)+atomicArgs*len(ops))
 	if bySHA {
 		args = append(args, "evalsha", atomicScript.sha)
@@ -62,11 +79,5 @@ func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []lim
 		args = append(args, "eval", atomicScript.src)
 	}
 	writeAtomic(&args, tag, ops)
-	cmd := redis.NewCmd(ctx, args...)
-	var dropped atomic.Bool
-	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
-	if dropped.Load() {
-		cmd.SetErr(ErrNotSent)
-	}
-	return cmd
+	return redis.NewCmd(ctx, args...)
 }

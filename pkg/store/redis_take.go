@@ -21,6 +21,9 @@ func (r *Redis) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	if send, err := begin(ctx, "take", checkOps(ops, results), len(ops)); !send {
 		return err
 	}
+	if hasJoint(ops) {
+		return r.takeJoints(ctx, ops, results)
+	}
 	if r.cluster == nil {
 		return r.single.take(ctx, ops, results)
 	}
@@ -166,7 +169,7 @@ func (r *Redis) sendBySlot(ctx context.Context, c redis.Cmdable, ops []limiter.O
 // sendCalls sends calls of s as one pipeline, then those answered NOSCRIPT
 // again with EVAL, and those a Cluster node did not run through the
 // Cluster client, slot by slot.
-func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
+func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s *script, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
 	missing, moved, err := r.sendChunks(ctx, c, s, true, ops, results, calls)
 	if err == nil && len(missing) > 0 { // they did not run
 		r.log.Debug("scripts missing on the server, sending ops with EVAL", zap.Int(logKeyOps, len(missing)))
@@ -189,9 +192,9 @@ func (r *Redis) sendCalls(ctx context.Context, c redis.Cmdable, s script, ops []
 // sendChunks sends calls as one pipeline, by digest or source, and decodes
 // the replies. It returns the calls answered NOSCRIPT, and those (or ops) a
 // Cluster node did not run.
-func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA bool,
+func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s *script, bySHA bool,
 	ops []limiter.Op, results []limiter.Result, calls []takeChunk) (missing, moved []takeChunk, err error) {
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]takeCall, len(calls))
 	var notHere []int
 	var dropped atomic.Bool
 	live := liveOf(ctx)
@@ -200,7 +203,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		ch := &calls[i]
 		ch.tag = nextTag()
 		cmds[i] = takeCmd(ctx, s, bySHA, ch.tag, ops[ch.from:ch.to])
-		_ = pipe.Process(ctx, onceCmd{Cmder: cmds[i], live: live, dropped: &dropped})
+		_ = pipe.Process(ctx, onceCmd{Cmder: cmds[i].cmd, live: live, dropped: &dropped})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	if dropped.Load() {
@@ -208,7 +211,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		return nil, nil, unavailable("take", ErrNotSent)
 	}
 	for i, ch := range calls {
-		err := cmds[i].Err()
+		err := cmds[i].cmd.Err()
 		switch {
 		case err != nil && isNoScript(err):
 			missing = append(missing, ch)
@@ -216,7 +219,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 		case err != nil && r.cluster != nil && isRedirect(err):
 			moved = append(moved, ch)
 			continue
-		case err != nil && r.cluster != nil && s == takeCrossScript && isScriptFlagError(err):
+		case err != nil && r.cluster != nil && cmds[i].script == takeCrossScript && isScriptFlagError(err):
 			r.log.Warn("redis cluster refuses cross-slot script calls; sending one slot a call", zap.Error(err))
 			r.perSlot.Store(true)
 			moved = append(moved, ch)
@@ -227,16 +230,8 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 			}
 			return nil, nil, unavailable("take", err)
 		}
-		v, err := cmds[i].Int64Slice()
 		notHere = notHere[:0]
-		if err == nil {
-			var into *[]int // a call that declared its keys leaves none undecided
-			if s.spread() {
-				into = &notHere
-			}
-			err = decodeTake(v, ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to], into)
-		}
-		if err != nil {
+		if err := cmds[i].decode(ch.tag, ops[ch.from:ch.to], results[ch.from:ch.to], &notHere); err != nil {
 			return nil, nil, unavailable("take", err)
 		}
 		for _, k := range notHere {
@@ -246,18 +241,50 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s script, bySHA
 	return missing, moved, nil
 }
 
-// takeCmd builds a take.lua call of ops.
-func takeCmd(ctx context.Context, s script, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+// takeCall is one script call of a send: its command, and the script
+// that answers it.
+type takeCall struct {
+	cmd    redis.Cmder
+	script *script
+}
+
+// takeCmd builds the script call of ops, to s (take.lua or its cross-slot
+// variant) or to fixed.lua when it decides them (takeEncoder.plan).
+func takeCmd(ctx context.Context, s *script, bySHA bool, tag int64, ops []limiter.Op) takeCall {
 	enc := encoders.Get().(*takeEncoder)
 	defer encoders.Put(enc)
-	args := make(anyArgs, 0, 2+enc.plan(ops))
+	args := make(anyArgs, 0, 2+enc.plan(ops, s))
+	s = enc.script
 	if bySHA {
-		args = append(args, "evalsha", s.sha)
+		args = append(args, "evalsha", s.args[0])
 	} else {
-		args = append(args, "eval", s.src)
+		args = append(args, "eval", s.args[1])
 	}
-	enc.write(&args, tag, ops, s.spread())
-	return redis.NewCmd(ctx, args...)
+	enc.write(&args, tag, ops)
+	if s == fixedScript && len(ops) == 1 {
+		return takeCall{redis.NewStringCmd(ctx, args...), s}
+	}
+	return takeCall{redis.NewIntSliceCmd(ctx, args...), s}
+}
+
+// decode fills results from the call's reply (decodeReply).
+func (c takeCall) decode(tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
+	var v []int64
+	var err error
+	switch cmd := c.cmd.(type) {
+	case *redis.StringCmd:
+		var one [4]int64
+		var s string
+		if s, err = cmd.Result(); err == nil {
+			v, err = parseFixedOne(s, &one)
+		}
+	case *redis.IntSliceCmd:
+		v, err = cmd.Result()
+	}
+	if err != nil {
+		return err
+	}
+	return decodeReply(c.script, v, tag, ops, results, moved)
 }
 
 // resend sends calls a Cluster node did not run through the Cluster
@@ -271,19 +298,19 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 			part := sorted[sub.from:sub.to]
 			tag := nextTag()
 			var dropped atomic.Bool
-			cmd := takeCmd(ctx, takeScript, true, tag, part)
-			_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
-			if err := cmd.Err(); err != nil && isNoScript(err) {
+			call := takeCmd(ctx, takeScript, true, tag, part)
+			_ = r.client.Process(ctx, onceCmd{Cmder: call.cmd, live: liveOf(ctx), dropped: &dropped})
+			if err := call.cmd.Err(); err != nil && isNoScript(err) {
 				tag = nextTag()
-				cmd = takeCmd(ctx, takeScript, false, tag, part)
-				_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
+				call = takeCmd(ctx, takeScript, false, tag, part)
+				_ = r.client.Process(ctx, onceCmd{Cmder: call.cmd, live: liveOf(ctx), dropped: &dropped})
 			}
 			if dropped.Load() {
 				return unavailable("take", ErrNotSent)
 			}
-			v, err := cmd.Int64Slice()
+			err := call.cmd.Err()
 			if err == nil {
-				err = decodeTake(v, tag, part, res[sub.from:sub.to], nil)
+				err = call.decode(tag, part, res[sub.from:sub.to], nil)
 			}
 			if err != nil {
 				return unavailable("take", err)

@@ -147,10 +147,18 @@ func randomOps(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op {
 		}
 		keys[i] = op
 	}
+	return drawOps(rng, keys, n, now, func(limiter.Op) []int64 { return costs })
+}
+
+// drawOps returns n ops drawn from keys, each with a cost of costs(op),
+// a refund one in five, at *now, which it advances by up to a fiftieth of
+// the op's window or a second, half of the time.
+func drawOps(rng *rand.Rand, keys []limiter.Op, n int, now *int64, costs func(limiter.Op) []int64) []limiter.Op {
 	ops := make([]limiter.Op, n)
 	for i := range ops {
 		op := keys[rng.IntN(len(keys))]
-		op.Cost = costs[rng.IntN(len(costs))]
+		cs := costs(op)
+		op.Cost = cs[rng.IntN(len(cs))]
 		op.Refund = rng.IntN(5) == 0
 		switch rng.IntN(4) {
 		case 0:
@@ -187,12 +195,15 @@ func gcd(a, b int64) int64 {
 }
 
 // TestRedisMatchesMemory sends the same random ops to both stores, with
-// Take and as all-or-nothing calls with TakeAll, and compares every result
-// and every key's expiry.
+// Take and as all-or-nothing calls with TakeAll, at small limits and at
+// the largest (largeOps), and compares every result and every key's expiry.
 func TestRedisMatchesMemory(t *testing.T) {
 	for _, tc := range []differential{
 		{name: "take", prefix: "differential:", seed: [2]uint64{3, 5}, rounds: 10, ops: 2000},
 		{name: "take all", prefix: "atomic-differential:", seed: [2]uint64{23, 29}, rounds: 5, ops: 1500, atomic: true},
+		{name: "take, largest limits", prefix: "large-differential:", seed: [2]uint64{47, 53}, rounds: 4, ops: 1500, gen: largeOps},
+		{name: "take all, largest limits", prefix: "large-atomic-differential:", seed: [2]uint64{59, 61}, rounds: 4, ops: 1500,
+			atomic: true, gen: largeOps},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachRedis(t, dbSuite, tc.prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
@@ -209,6 +220,7 @@ type differential struct {
 	seed         [2]uint64
 	rounds, ops  int
 	atomic       bool
+	gen          func(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op // default randomOps
 }
 
 func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
@@ -226,11 +238,15 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	commits, rejects := 0, 0
 	for round := range tc.rounds {
 		roundPrefix := fmt.Sprintf("%sr%d", tc.prefix, round)
+		gen := tc.gen
+		if gen == nil {
+			gen = randomOps
+		}
 		var calls [][]limiter.Op
 		if tc.atomic {
-			calls = randomCalls(rng, roundPrefix, tc.ops, &now)
+			calls = randomCalls(rng, gen(rng, roundPrefix, tc.ops, &now))
 		} else {
-			calls = [][]limiter.Op{randomOps(rng, roundPrefix, tc.ops, &now)}
+			calls = [][]limiter.Op{gen(rng, roundPrefix, tc.ops, &now)}
 		}
 		mismatches := 0
 		for c, call := range calls {
@@ -265,10 +281,9 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	}
 }
 
-// randomCalls cuts randomOps into all-or-nothing calls of 1 to 5 ops,
-// each at one time and with random vetoes.
-func randomCalls(rng *rand.Rand, prefix string, n int, now *int64) [][]limiter.Op {
-	ops := randomOps(rng, prefix, n, now)
+// randomCalls cuts ops into all-or-nothing calls of 1 to 5 ops, each at
+// one time and with random vetoes.
+func randomCalls(rng *rand.Rand, ops []limiter.Op) [][]limiter.Op {
 	var calls [][]limiter.Op
 	for len(ops) > 0 {
 		k := min(1+rng.IntN(5), len(ops))
@@ -361,9 +376,22 @@ func TestRedisNoScriptBetweenCalls(t *testing.T) {
 	const prefix = "noscript:"
 	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
 		ctx := context.Background()
-		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:")
+		takeAfterFlushes(t, rdb, r.Take, prefix+"{a}:") // fixed.lua's calls
+		if ok, err := rdb.ScriptExists(ctx, store.FixedSHA).Result(); err != nil || !ok[0] {
+			t.Errorf("fixed.lua not loaded again after the flush: %v %v", ok, err)
+		}
+		// take.lua's: a token bucket.
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops := []limiter.Op{{Key: prefix + "{b}:", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 1,
+			Window: 10_000, Cost: 1000, Now: farBase}}
+		res := make([]limiter.Result, 1)
+		if err := r.Take(ctx, ops, res); err != nil || !res[0].Allowed || res[0].Remaining != 9000 {
+			t.Errorf("bucket after SCRIPT FLUSH: %+v, %v; want allowed, 9000 left", res[0], err)
+		}
 		if ok, err := rdb.ScriptExists(ctx, store.TakeSHA).Result(); err != nil || !ok[0] {
-			t.Errorf("script not loaded again after the flush: %v %v", ok, err)
+			t.Errorf("take.lua not loaded again after the flush: %v %v", ok, err)
 		}
 	})
 }
@@ -639,7 +667,7 @@ func TestRedisWarnsAboutClientRetries(t *testing.T) {
 }
 
 func TestScriptHeaders(t *testing.T) {
-	for name, src := range map[string]string{"take.lua": lua.Take, "atomic.lua": lua.Atomic} {
+	for name, src := range map[string]string{"take.lua": lua.Take, "fixed.lua": lua.Fixed, "atomic.lua": lua.Atomic} {
 		head, _, ok := strings.Cut(src, "]]")
 		if !strings.HasPrefix(src, "--[[") || !ok {
 			t.Errorf("%s: no header comment", name)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,20 +26,23 @@ var ErrReplyMismatch = errors.New("reply does not match its call")
 // script is a Lua script and the digest EVALSHA names it by.
 type script struct {
 	name, src, sha string
+	args           [2]any // "evalsha", sha and "eval", src, boxed once
 }
 
 // spread reports whether s is take.lua's cross-slot variant (keys in ARGV).
-func (s script) spread() bool { return s.sha == takeCrossScript.sha }
+func (s *script) spread() bool { return s == takeCrossScript }
 
-func newScript(name, src string) script {
+func newScript(name, src string) *script {
 	sum := sha1.Sum([]byte(src))
-	return script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+	sha := hex.EncodeToString(sum[:])
+	return &script{name: name, src: src, sha: sha, args: [2]any{sha, src}}
 }
 
 // The scripts the Redis stores run.
 var (
 	takeScript      = newScript("take", lua.Take)
 	takeCrossScript = newScript("take (cross-slot)", lua.TakeCrossSlot)
+	fixedScript     = newScript("fixed", lua.Fixed)
 	atomicScript    = newScript("atomic", lua.Atomic)
 )
 
@@ -78,21 +82,30 @@ type takeChunk struct {
 // maxSendChunks is how many calls a send splits into without allocating.
 const maxSendChunks = 8
 
-// sameParams reports whether two ops send the same parameters to take.lua.
+// sameParams reports whether two ops send the same parameters to take.lua
+// (a fixed window's limit is not sent).
 func sameParams(a, b *limiter.Op) bool {
-	return a.Algorithm == b.Algorithm && a.Now == b.Now && a.Limit == b.Limit && a.Window == b.Window &&
-		a.Cost == b.Cost && a.Refund == b.Refund && a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
+	if a.Algorithm != b.Algorithm || a.Now != b.Now || a.Window != b.Window || a.Cost != b.Cost || a.Refund != b.Refund {
+		return false
+	}
+	switch a.Algorithm {
+	case descriptors.FixedWindow:
+		return true
+	case descriptors.SlidingWindow:
+		return a.Limit == b.Limit
+	}
+	return a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
 }
 
 // refunds reports whether op gives back: a refund of Cost 0 is a peek.
 func refunds(op *limiter.Op) bool { return op.Refund && op.Cost > 0 }
 
-// scriptCost is the cost the scripts take: a refund's negated.
+// scriptCost is the cost the scripts take: at most 2^52, a refund's negated.
 func scriptCost(op *limiter.Op) int64 {
 	if op.Refund {
-		return -op.Cost
+		return -min(op.Cost, maxCost)
 	}
-	return op.Cost
+	return min(op.Cost, maxCost)
 }
 
 // splitChunks appends to dst the calls that carry ops, maxBatchOps each.
@@ -103,24 +116,44 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 	return dst
 }
 
-// takeEncoder writes take.lua calls, reusing its buffers; it is not safe
-// for concurrent use.
+// takeEncoder writes take.lua and fixed.lua calls, reusing its buffers; it
+// is not safe for concurrent use.
 type takeEncoder struct {
-	sets  []int    // the first op of each parameter set
-	guess []string // each set's window start guess (fixed windows)
-	mapb  []byte   // each op's set, 1-based
-	runs  []byte   // ops per group: a run of ops with one key
-	first []int    // the first op of each group
-	clock int64    // this process' clock, Unix ms, read once a call
+	script *script  // the call's: plan's choice
+	sets   []int    // the first op of each parameter set
+	starts []string // each set's window start S, end E and expiry X (fixed windows)
+	mapb   []byte   // each op's set, 1-based
+	runs   []byte   // ops per group: a run of ops with one key
+	first  []int    // the first op of each group
+	clock  int64    // this process' clock, Unix ms, read once a call
+	// windows keeps the strings of the last windows written, which the
+	// calls that follow share (until their window ends).
+	windows [4]windowStrings
+	next    int // the entry of windows to replace
+}
+
+// windowStrings are a fixed window's start, end and expiry as take.lua and
+// fixed.lua take them.
+type windowStrings struct {
+	window, start int64 // ms
+	s, e, x       string
 }
 
 // bucketTail is take.lua's BUCKET, a token bucket's key suffix.
 const bucketTail = "tokens"
 
-// plan finds the parameter sets and groups (runs of one key) of ops, at most
-// maxBatchOps, and returns the call's argument count after name and digest.
-func (e *takeEncoder) plan(ops []limiter.Op) int {
-	e.sets, e.guess, e.mapb, e.runs, e.first = e.sets[:0], e.guess[:0], e.mapb[:0], e.runs[:0], e.first[:0]
+// leanRepeats is how many more ops than keys a fixed.lua call may carry:
+// it costs Redis an INCRBY an op, take.lua one a key, but take.lua's
+// groups cost more to set up (docs/redis.md has the counts).
+const leanRepeats = 10
+
+// plan prepares a call of ops (at most maxBatchOps, each key's together)
+// to s, take.lua or its cross-slot variant, and returns its argument count
+// after name and digest. The call goes to e.script: s, or fixed.lua when
+// the ops are fixed-window charges it decides (its keys declared: in
+// cross-slot mode, a call of one op).
+func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
+	e.sets, e.starts, e.mapb, e.runs, e.first = e.sets[:0], e.starts[:0], e.mapb[:0], e.runs[:0], e.first[:0]
 	e.clock = 0
 	n := 4 // numkeys, tag, map, groups
 	for i := range ops {
@@ -136,25 +169,46 @@ func (e *takeEncoder) plan(ops []limiter.Op) int {
 		}
 		if k == len(e.sets) {
 			e.sets = append(e.sets, i)
-			e.guess = append(e.guess, "")
 			switch ops[i].Algorithm {
 			case descriptors.TokenBucket:
+				e.starts = append(e.starts, "", "", "")
 				n += 7
 			case descriptors.FixedWindow:
-				e.guess[k] = e.windowGuess(&ops[i])
+				w := e.window(&ops[i])
+				e.starts = append(e.starts, w.s, w.e, w.x)
 				n += 6
 			default:
+				e.starts = append(e.starts, "", "", "")
 				n += 5
 			}
 		}
 		e.mapb = append(e.mapb, byte(k+1))
 	}
+	e.script = s
+	if e.lean(ops, s.spread()) {
+		e.script = fixedScript
+		n = 1 + len(ops) + 5 // numkeys, a key an op, tag, cost, S, E, X
+		if ops[0].Now != 0 {
+			n++ // now
+		}
+		return n
+	}
 	return n
 }
 
-// windowGuess returns take.lua's guess: the start (Unix seconds) of op's
-// fixed window by its Now, or this process' clock.
-func (e *takeEncoder) windowGuess(op *limiter.Op) string {
+// lean reports whether fixed.lua decides ops, as planned: one parameter
+// set of fixed-window charges, at most leanRepeats ops more than keys,
+// keys that a call may declare.
+func (e *takeEncoder) lean(ops []limiter.Op, spread bool) bool {
+	op := &ops[0]
+	return len(e.sets) == 1 && op.Algorithm == descriptors.FixedWindow && !op.Refund && op.Cost > 0 &&
+		len(ops)-len(e.runs) <= leanRepeats && (!spread || len(ops) == 1)
+}
+
+// window returns the strings of op's fixed window by its Now, or by this
+// process' clock (take.lua's and fixed.lua's guess): its start S and end E,
+// Unix seconds, and E in ms.
+func (e *takeEncoder) window(op *limiter.Op) *windowStrings {
 	now := op.Now
 	if now == 0 {
 		if e.clock == 0 {
@@ -162,32 +216,68 @@ func (e *takeEncoder) windowGuess(op *limiter.Op) string {
 		}
 		now = e.clock
 	}
-	return strconv.FormatInt((now-now%op.Window)/1000, 10)
+	start := now - now%op.Window
+	for i := range e.windows {
+		if w := &e.windows[i]; w.window == op.Window && w.start == start && w.s != "" {
+			return w
+		}
+	}
+	w := &e.windows[e.next]
+	e.next = (e.next + 1) % len(e.windows)
+	end := start + op.Window
+	*w = windowStrings{window: op.Window, start: start, s: strconv.FormatInt(start/1000, 10),
+		e: strconv.FormatInt(end/1000, 10), x: strconv.FormatInt(end, 10)}
+	return w
 }
 
-// guessClock is the clock of windowGuess, Unix ms; tests set it wrong.
+// guessClock is the clock of window's guess, Unix ms; tests set it wrong.
 var guessClock = func() int64 { return time.Now().UnixMilli() }
 
 // groupKey returns the KEYS entry of the group starting at ops[i]: the base
-// key, then the window guess (fixed window) or bucketTail.
+// key, then the window start (fixed window) or bucketTail.
 func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
 	switch ops[i].Algorithm {
 	case descriptors.FixedWindow:
-		return ops[i].Key + e.guess[e.mapb[i]-1]
+		return ops[i].Key + e.starts[3*int(e.mapb[i]-1)]
 	case descriptors.TokenBucket:
 		return ops[i].Key + bucketTail
 	}
 	return ops[i].Key
 }
 
-// write writes the arguments plan counted, as take.lua's header lays them
-// out (with spread, numkeys 0 and the keys after the groups).
-func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread bool) {
+// write writes the arguments plan counted, as the header of e.script lays
+// them out (take.lua's cross-slot mode: numkeys 0 and the keys after the
+// groups).
+func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
+	if e.script == fixedScript {
+		op := &ops[0]
+		w.Int(int64(len(ops)))
+		for i := range ops {
+			w.String(ops[i].Key + e.starts[0])
+		}
+		w.Int(tag)
+		w.Int(scriptCost(op))
+		w.String(e.starts[0])
+		w.String(e.starts[1])
+		w.String(e.starts[2])
+		if op.Now != 0 {
+			w.Int(op.Now)
+		}
+		return
+	}
+	spread := e.script.spread()
+	mapb, runs := e.mapb, e.runs
+	if len(e.sets) == 1 {
+		mapb = nil // every op has set 1
+	}
+	if len(e.runs) == len(ops) && !spread {
+		runs = nil // every group has one op
+	}
 	if spread {
 		w.Int(0)
 		w.Int(tag)
-		w.Bytes(e.mapb)
-		w.Bytes(e.runs)
+		w.Bytes(mapb)
+		w.Bytes(runs)
 	} else {
 		w.Int(int64(len(e.first)))
 	}
@@ -196,26 +286,76 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op, spread boo
 	}
 	if !spread {
 		w.Int(tag)
-		w.Bytes(e.mapb)
-		w.Bytes(e.runs)
+		w.Bytes(mapb)
+		w.Bytes(runs)
 	}
 	for k, i := range e.sets {
 		op := &ops[i]
 		w.Int(int64(op.Algorithm))
 		w.Int(op.Now)
-		if op.Algorithm == descriptors.TokenBucket {
+		switch op.Algorithm {
+		case descriptors.FixedWindow:
+			w.Int(scriptCost(op))
+			w.String(e.starts[3*k])
+			w.String(e.starts[3*k+1])
+			w.String(e.starts[3*k+2])
+			continue
+		case descriptors.TokenBucket:
 			w.Int(op.Burst)
 			w.Int(op.RateNum)
 			w.Int(op.RateDen)
-		} else {
+		default:
 			w.Int(op.Limit)
 		}
 		w.Int(op.Window)
 		w.Int(scriptCost(op))
-		if op.Algorithm == descriptors.FixedWindow {
-			w.String(e.guess[k])
-		}
 	}
+}
+
+// replyClock is the Redis TIME of a reply's secs and usec, Unix ms.
+func replyClock(secs, usec int64) int64 { return secs*1000 + usec/1000 }
+
+// decodeFixed fills results from fixed.lua's reply, {tag, secs, usec,
+// count, ...}.
+func decodeFixed(v []int64, tag int64, ops []limiter.Op, results []limiter.Result) error {
+	if len(v) < 3 || v[0] != tag {
+		return mismatch(v, tag)
+	}
+	if len(v) != 3+len(ops) || ops[0].Now == 0 && v[1] <= 0 {
+		return fmt.Errorf("%w: fixed.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
+	}
+	clock := replyClock(v[1], v[2])
+	for i := range ops {
+		results[i] = fixedResult(&ops[i], v[3+i], clock)
+	}
+	return nil
+}
+
+// parseFixedOne reads fixed.lua's reply to a call of one op, the string
+// "tag secs usec count", as the integers of its longer replies.
+func parseFixedOne(s string, into *[4]int64) ([]int64, error) {
+	for i := range into {
+		f, rest, _ := strings.Cut(s, " ")
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || i == len(into)-1 && rest != "" {
+			return nil, fmt.Errorf("%w: fixed.lua replied %.40q", ErrReplyMismatch, s)
+		}
+		into[i], s = n, rest
+	}
+	return into[:], nil
+}
+
+// decodeReply fills results from the reply v of a call to s. Ops left
+// undecided go to moved (take.lua's cross-slot mode); in a call that
+// declared its keys, they are ErrReplyMismatch.
+func decodeReply(s *script, v []int64, tag int64, ops []limiter.Op, results []limiter.Result, moved *[]int) error {
+	switch {
+	case s == fixedScript:
+		return decodeFixed(v, tag, ops, results)
+	case !s.spread():
+		moved = nil
+	}
+	return decodeTake(v, tag, ops, results, moved)
 }
 
 // decodeTake fills results from take.lua's reply (its header gives the
@@ -229,11 +369,14 @@ func decodeTake(v []int64, tag int64, ops []limiter.Op, results []limiter.Result
 	short := func() error {
 		return fmt.Errorf("%w: take.lua replied %d values for %d ops", ErrReplyMismatch, len(v), len(ops))
 	}
-	clock, i := v[1], 2
+	if len(v) < 3 {
+		return short()
+	}
+	clock, i := replyClock(v[1], v[2]), 3
 	var count int64 // the last fixed window op's count
 	for k := range ops {
 		op := &ops[k]
-		if op.Algorithm != descriptors.TokenBucket && op.Now == 0 && clock <= 0 {
+		if op.Algorithm != descriptors.TokenBucket && op.Now == 0 && v[1] <= 0 {
 			return short()
 		}
 		if op.Algorithm == descriptors.FixedWindow && k > 0 && op.Key == ops[k-1].Key && sameParams(op, &ops[k-1]) {
@@ -371,8 +514,20 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(op.Burst)
 		w.Int(op.RateNum)
 		w.Int(op.RateDen)
-		w.Int(int64(op.Veto))
+		w.Int(int64(op.Veto) + jointFlag(ops, i))
 	}
+}
+
+// jointFlag is what atomic.lua adds to op i's veto: 4 for the first op of
+// a joint (limiter.Op.Joined), 8 for the others, 0 for an op on its own.
+func jointFlag(ops []limiter.Op, i int) int64 {
+	switch {
+	case ops[i].Joined:
+		return 8
+	case i+1 < len(ops) && ops[i+1].Joined:
+		return 4
+	}
+	return 0
 }
 
 // decodeTagged fills results from atomic.lua's {tag, 4 integers an op}.

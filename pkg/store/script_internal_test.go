@@ -23,7 +23,7 @@ import (
 // that declared its keys; a reply of another call or of another shape is
 // a mismatch.
 func TestDecodeTake(t *testing.T) {
-	const tag, clock = 7, 1_000_500
+	const tag, secs, usec = 7, 1000, 500_999 // Redis TIME 1,000,500 ms
 	ops := []limiter.Op{
 		{Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 1000},
 		{Algorithm: descriptors.SlidingWindow, Limit: 5000, Window: 1000, Cost: 1000},
@@ -36,14 +36,14 @@ func TestDecodeTake(t *testing.T) {
 		wantErr   bool
 		wantMoved []int
 	}{
-		{"all decided", []int64{tag, clock, 2000, 1000, 2000}, false, false, nil},
-		{"sliding denied, then its retry", []int64{tag, clock, 2000, 4500, 300, 2000}, false, false, nil},
-		{"undecided, spread keys", []int64{tag, clock, -1, -1, 2000}, true, false, []int{0, 1}},
-		{"undecided, declared keys", []int64{tag, clock, 2000, -1, 2000}, false, true, nil},
-		{"another call's tag", []int64{tag + 1, clock, 2000, 1000, 2000}, true, true, nil},
-		{"too short", []int64{tag, clock, 2000, 1000}, true, true, nil},
-		{"too long", []int64{tag, clock, 2000, 1000, 2000, 9}, true, true, nil},
-		{"denied sliding without its retry", []int64{tag, clock, 2000, 4500, 2000}, true, true, nil},
+		{"all decided", []int64{tag, secs, usec, 2000, 1000, 2000}, false, false, nil},
+		{"sliding denied, then its retry", []int64{tag, secs, usec, 2000, 4500, 300, 2000}, false, false, nil},
+		{"undecided, spread keys", []int64{tag, secs, usec, -1, -1, 2000}, true, false, []int{0, 1}},
+		{"undecided, declared keys", []int64{tag, secs, usec, 2000, -1, 2000}, false, true, nil},
+		{"another call's tag", []int64{tag + 1, secs, usec, 2000, 1000, 2000}, true, true, nil},
+		{"too short", []int64{tag, secs, usec, 2000, 1000}, true, true, nil},
+		{"too long", []int64{tag, secs, usec, 2000, 1000, 2000, 9}, true, true, nil},
+		{"denied sliding without its retry", []int64{tag, secs, usec, 2000, 4500, 2000}, true, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			results := make([]limiter.Result, len(ops))
@@ -75,13 +75,94 @@ func TestDecodeTake(t *testing.T) {
 	}
 }
 
+// TestLeanCalls: fixed.lua takes the calls of fixed-window charges of one
+// window, cost and time, on keys a call may declare and not repeated much;
+// take.lua every other call.
+func TestLeanCalls(t *testing.T) {
+	fw := limiter.Op{Key: "a{1}:", Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 60_000, Cost: 1000}
+	with := func(op limiter.Op, f func(*limiter.Op)) limiter.Op { f(&op); return op }
+	other := with(fw, func(o *limiter.Op) { o.Key = "b{2}:"; o.Limit = 7000 })
+	many := make([]limiter.Op, 2+leanRepeats)
+	for i := range many {
+		many[i] = fw
+	}
+	for _, tc := range []struct {
+		name   string
+		ops    []limiter.Op
+		spread bool
+		want   *script
+	}{
+		{"one charge", []limiter.Op{fw}, false, fixedScript},
+		{"at an explicit time", []limiter.Op{with(fw, func(o *limiter.Op) { o.Now = 123_456 })}, false, fixedScript},
+		{"two keys, two limits", []limiter.Op{fw, other}, false, fixedScript},
+		{"a key repeated", []limiter.Op{fw, fw, other}, false, fixedScript},
+		{"a key repeated too often", many, false, takeScript},
+		{"two costs", []limiter.Op{fw, with(other, func(o *limiter.Op) { o.Cost = 2000 })}, false, takeScript},
+		{"two windows", []limiter.Op{fw, with(other, func(o *limiter.Op) { o.Window = 1000 })}, false, takeScript},
+		{"two times", []limiter.Op{fw, with(other, func(o *limiter.Op) { o.Now = 1 })}, false, takeScript},
+		{"a peek", []limiter.Op{with(fw, func(o *limiter.Op) { o.Cost = 0 })}, false, takeScript},
+		{"a refund", []limiter.Op{with(fw, func(o *limiter.Op) { o.Refund = true })}, false, takeScript},
+		{"a sliding window", []limiter.Op{with(fw, func(o *limiter.Op) { o.Algorithm = descriptors.SlidingWindow })}, false, takeScript},
+		{"cross-slot mode, one op", []limiter.Op{fw}, true, fixedScript},
+		{"cross-slot mode, two", []limiter.Op{fw, other}, true, takeCrossScript},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var enc takeEncoder
+			s := takeScript
+			if tc.spread {
+				s = takeCrossScript
+			}
+			enc.plan(tc.ops, s)
+			if enc.script != tc.want {
+				t.Errorf("call to %s, want %s", enc.script.name, tc.want.name)
+			}
+		})
+	}
+}
+
+// TestDecodeFixed: fixed.lua's replies, the string of a call of one op
+// and the integers of a longer one, map back to ops; a reply of another
+// call or shape is a mismatch.
+func TestDecodeFixed(t *testing.T) {
+	const tag = 7
+	fw := limiter.Op{Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 1000}
+	var one [4]int64
+	v, err := parseFixedOne("7 1000 500999 2000", &one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make([]limiter.Result, 2)
+	if err := decodeFixed(v, tag, []limiter.Op{fw}, res); err != nil {
+		t.Fatal(err)
+	}
+	if want := (limiter.Result{Allowed: true, Remaining: 3000, Reset: 500}); res[0] != want {
+		t.Errorf("one op = %+v, want %+v", res[0], want)
+	}
+	if err := decodeFixed([]int64{tag, 1000, 500_999, 2000, 6000}, tag, []limiter.Op{fw, fw}, res); err != nil {
+		t.Fatal(err)
+	}
+	if want := (limiter.Result{RetryAfter: 500, Reset: 500}); res[1] != want {
+		t.Errorf("second op = %+v, want %+v", res[1], want)
+	}
+	for _, bad := range []string{"7 1000 500999", "7 1000 500999 2000 1", "x 1000 500999 2000", "7 1000 500999 2e3", ""} {
+		if _, err := parseFixedOne(bad, &one); !errors.Is(err, ErrReplyMismatch) {
+			t.Errorf("%q: err = %v, want ErrReplyMismatch", bad, err)
+		}
+	}
+	for _, bad := range [][]int64{{tag + 1, 1000, 0, 2000}, {tag, 1000, 0}, {tag, 1000, 0, 2000, 3000}, {tag, 0, 0, 2000}} {
+		if err := decodeFixed(bad, tag, []limiter.Op{fw}, res); !errors.Is(err, ErrReplyMismatch) {
+			t.Errorf("%v: err = %v, want ErrReplyMismatch", bad, err)
+		}
+	}
+}
+
 // TestDecodeTakeDerived: the answers take.lua's compact replies stand for,
 // derived as memory.go derives them: a fixed window op after one of its
 // set on its key has no value of its own; a bucket's value is
 // t * den + c, negated less 2 when denied; a sliding window's is the
 // weighted count.
 func TestDecodeTakeDerived(t *testing.T) {
-	const tag, clock = 7, 1_000_500
+	const tag, secs, usec = 7, 1000, 500_999 // Redis TIME 1,000,500 ms
 	fixed := limiter.Op{Key: "a", Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 2000}
 	bucket := limiter.Op{Key: "b", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 6, Window: 60_000, Cost: 1000}
 	sliding := limiter.Op{Key: "s", Algorithm: descriptors.SlidingWindow, Limit: 5000, Window: 1000, Cost: 1000}
@@ -97,7 +178,7 @@ func TestDecodeTakeDerived(t *testing.T) {
 	}{{
 		name:  "fixed ops of one set on one key: the first's count, then its cost each",
 		ops:   []limiter.Op{fixed, fixed, fixed, other},
-		reply: []int64{tag, clock, 3000, 1000},
+		reply: []int64{tag, secs, usec, 3000, 1000},
 		want: []limiter.Result{
 			{Allowed: true, Remaining: 2000, Reset: 500},
 			{Allowed: true, Remaining: 0, Reset: 500},
@@ -107,7 +188,7 @@ func TestDecodeTakeDerived(t *testing.T) {
 	}, {
 		name:  "a peek has its own set",
 		ops:   []limiter.Op{fixed, peek, peek},
-		reply: []int64{tag, clock, 3000, 3000},
+		reply: []int64{tag, secs, usec, 3000, 3000},
 		want: []limiter.Result{
 			{Allowed: true, Remaining: 2000, Reset: 500},
 			{Allowed: true, Remaining: 2000, Reset: 500},
@@ -117,7 +198,7 @@ func TestDecodeTakeDerived(t *testing.T) {
 		name: "bucket allowed and denied",
 		ops:  []limiter.Op{bucket, bucket},
 		// 166 milli-tokens, carry 4: 166*6+4 = 1000; denied: -1000-2.
-		reply: []int64{tag, 0, 9000 * 6, -1002},
+		reply: []int64{tag, 0, 0, 9000 * 6, -1002},
 		want: []limiter.Result{
 			{Allowed: true, Remaining: 9000, Reset: 6000},
 			{Remaining: 166, RetryAfter: 5000, Reset: 59000},
@@ -125,7 +206,7 @@ func TestDecodeTakeDerived(t *testing.T) {
 	}, {
 		name:  "sliding allowed and denied",
 		ops:   []limiter.Op{sliding, sliding},
-		reply: []int64{tag, clock, 3000, 4001, 250},
+		reply: []int64{tag, secs, usec, 3000, 4001, 250},
 		want: []limiter.Result{
 			{Allowed: true, Remaining: 1000, Reset: 500},
 			{Remaining: 999, RetryAfter: 250, Reset: 500},
@@ -168,8 +249,11 @@ func TestWindowGuessWrong(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb := limiter.Op{Key: base, Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 6, Window: 60_000, Cost: 1000}
+		// fixed.lua decides {fw} and {a, b}, take.lua {fw, fw, tb}.
+		a, b := fw, fw
+		a.Key, b.Key = base+"a:", base+"b:"
 		var results [][]limiter.Result
-		for _, ops := range [][]limiter.Op{{fw}, {fw, fw, tb}} {
+		for _, ops := range [][]limiter.Op{{fw}, {fw, fw, tb}, {a, b}} {
 			res := make([]limiter.Result, len(ops))
 			if err := r.Take(ctx, ops, res); err != nil {
 				t.Fatal(err)
@@ -194,12 +278,18 @@ func TestWindowGuessWrong(t *testing.T) {
 		if got := results[1][2]; !got.Allowed || got.Remaining != 9000 {
 			t.Errorf("off %d ms: bucket = %+v, want remaining 9000", off, got)
 		}
+		for i, got := range results[2] {
+			if !got.Allowed || got.Remaining != 9000 {
+				t.Errorf("off %d ms: fixed window op %d of two keys = %+v, want remaining 9000", off, i, got)
+			}
+		}
 		keys, err := rdb.Keys(ctx, base+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		slices.Sort(keys)
-		if want := []string{base + strconv.FormatInt(window, 10), base + "tokens"}; !slices.Equal(keys, want) {
+		start := strconv.FormatInt(window, 10)
+		if want := []string{base + start, base + "a:" + start, base + "b:" + start, base + "tokens"}; !slices.Equal(keys, want) {
 			t.Errorf("off %d ms: keys %q, want %q", off, keys, want)
 		}
 		rdb.Del(ctx, keys...)

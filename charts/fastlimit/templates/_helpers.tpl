@@ -48,3 +48,70 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "fastlimit.rulesConfigMap" -}}
 {{- .Values.rules.existingConfigMap | default (printf "%s-rules" (include "fastlimit.fullname" .)) }}
 {{- end }}
+
+{{/* The rules ConfigMap's data: rules.files, or without any
+rules.defaultFiles; each file as a JSON string, byte for byte. */}}
+{{- define "fastlimit.rulesData" -}}
+{{- range $file, $rules := (.Values.rules.files | default .Values.rules.defaultFiles) }}
+{{ $file | toJson }}: {{ $rules | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* Where the rules ConfigMap is mounted: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config. */}}
+{{- define "fastlimit.rulesPath" -}}
+{{- printf "%s/%s/config" (trimSuffix "/" .Values.rules.runtimeRoot) .Values.rules.runtimeSubdirectory | clean }}
+{{- end }}
+
+{{/* The variables that locate the rules, as envoyproxy/ratelimit reads them. */}}
+{{- define "fastlimit.rulesEnv" -}}
+- name: RUNTIME_ROOT
+  value: {{ .Values.rules.runtimeRoot | quote }}
+- name: RUNTIME_SUBDIRECTORY
+  value: {{ .Values.rules.runtimeSubdirectory | quote }}
+- name: RUNTIME_WATCH_ROOT
+  value: "false"
+- name: RUNTIME_IGNOREDOTFILES
+  value: "true"
+{{- end }}
+
+{{/* The image: FastLimit publishes none, so image.repository is required. */}}
+{{- define "fastlimit.image" -}}
+{{- $repo := required "image.repository is required: FastLimit publishes no image; build one from the repository's Dockerfile, push it, and name it here (see the chart's README)" .Values.image.repository }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The ServiceAccount's name. */}}
+{{- define "fastlimit.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "fastlimit.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/* A memory quantity (384Mi, 1.5Gi, 400M, 402653184) in bytes; fails on
+other forms. */}}
+{{- define "fastlimit.bytes" -}}
+{{- $q := toString . }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $unit := trimPrefix $num $q }}
+{{- if or (not $num) (not (hasKey $units $unit)) }}
+{{- fail (printf "resources.limits.memory %q: goMemLimitPercent needs a quantity such as 384Mi or 1.5Gi (or set goMemLimitPercent to 0 and GOMEMLIMIT in env)" $q) }}
+{{- end }}
+{{- mulf (float64 $num) (get $units $unit) | floor | int64 }}
+{{- end }}
+
+{{/* GOMEMLIMIT: goMemLimitPercent of the memory limit, in bytes; empty
+without a limit, with goMemLimitPercent 0, or with GOMEMLIMIT in env. */}}
+{{- define "fastlimit.goMemLimit" -}}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
+{{- if and $limit (gt (int .Values.goMemLimitPercent) 0) (not (hasKey .Values.env "GOMEMLIMIT")) }}
+{{- divf (mulf (include "fastlimit.bytes" $limit | float64) .Values.goMemLimitPercent) 100 | floor | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* An env value as text; a whole number as an integer (500000, not 5e+05). */}}
+{{- define "fastlimit.envValue" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- end }}

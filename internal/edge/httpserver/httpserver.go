@@ -3,6 +3,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,8 @@ type Options struct {
 	Idle           time.Duration // a keep-alive connection between requests
 	MaxHeaderBytes int           // the request line and headers
 	MaxConns       int           // open connections; more are reset at once (connlimit)
+	// TLS, if set, serves HTTPS (HTTP/1.1) on the capped listener.
+	TLS *tls.Config
 }
 
 // Defaults suit a listener of small requests from probes and scrapers.
@@ -51,8 +54,9 @@ func (o Options) withDefaults() Options {
 
 // Server is an http.Server on a listener capped at Options.MaxConns.
 type Server struct {
-	srv *http.Server
-	lis *connlimit.Listener
+	srv   *http.Server
+	lis   *connlimit.Listener
+	serve net.Listener // lis, or TLS over it
 }
 
 // Listen binds addr (TCP) and returns a Server of h; Serve starts it.
@@ -67,15 +71,20 @@ func Listen(addr string, h http.Handler, o Options) (*Server, error) {
 // New returns a Server of h on lis, bounded by o.
 func New(lis net.Listener, h http.Handler, o Options) *Server {
 	o = o.withDefaults()
-	return &Server{
+	s := &Server{
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: o.ReadHeader, ReadTimeout: o.Read,
 			WriteTimeout: o.Write, IdleTimeout: o.Idle, MaxHeaderBytes: o.MaxHeaderBytes},
 		lis: connlimit.New(lis, o.MaxConns),
 	}
+	s.serve = s.lis
+	if o.TLS != nil {
+		s.serve = tls.NewListener(s.lis, o.TLS)
+	}
+	return s
 }
 
 // Serve serves until Shutdown or Close, then returns http.ErrServerClosed.
-func (s *Server) Serve() error { return s.srv.Serve(s.lis) }
+func (s *Server) Serve() error { return s.srv.Serve(s.serve) }
 
 // Addr is the bound address.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }

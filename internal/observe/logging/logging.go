@@ -58,7 +58,7 @@ func ParseLevel(s string) (zapcore.Level, error) {
 	}
 	lvl, err := zapcore.ParseLevel(l)
 	if err != nil || l == "" {
-		return 0, fmt.Errorf("%q is not trace, debug, info, warn, error, panic or fatal", s)
+		return 0, fmt.Errorf("%q is not trace, debug, info, warn (or warning), error, panic or fatal", s)
 	}
 	return lvl, nil
 }

@@ -166,16 +166,27 @@ func (m *Metrics) Decided(domain string, req limiter.View, res *limiter.Response
 		if st.Limit == nil || st.Hits == 0 {
 			continue
 		}
-		if rs := series[st.Limit]; rs != nil {
-			m.ruleCached(rs, domain, st)
+		if st.Parts == nil {
+			m.count(series, domain, req, i, st)
 			continue
 		}
-		rule := ruleLabel(st.Limit, domain, req, i)
-		if rule != st.Limit.Path {
-			rule = m.detailed.label(domain, rule, st.Limit.Path)
+		for j := range st.Parts { // each limit of a rule with several, under its own label
+			m.count(series, domain, req, i, &st.Parts[j])
 		}
-		m.rule(domain, rule, st)
 	}
+}
+
+// count counts the status st of req's descriptor i under its limit's rule label.
+func (m *Metrics) count(series map[*descriptors.Limit]*ruleSeries, domain string, req limiter.View, i int, st *limiter.Status) {
+	if rs := series[st.Limit]; rs != nil {
+		m.ruleCached(rs, domain, st)
+		return
+	}
+	rule := ruleLabel(st.Limit, domain, req, i)
+	if rule != baseLabel(st.Limit) {
+		rule = m.detailed.label(domain, rule, st.Limit.Label())
+	}
+	m.rule(domain, rule, st)
 }
 
 // otherDomain labels unmatched descriptors of domains without rules.

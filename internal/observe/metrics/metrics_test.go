@@ -194,12 +194,20 @@ func TestRuleLabel(t *testing.T) {
 	detailed := &descriptors.Limit{Path: "d.k_*.sub", DetailedMetric: true}
 	wildValue := &descriptors.Limit{Path: "d.a_x.k_v*", ValueToMetric: true}
 	keyOnly := &descriptors.Limit{Path: "d.a_x.k", ValueToMetric: true}
+	named := &descriptors.Limit{Path: "d.k_*", Name: "per_k"}
+	namedDetailed := &descriptors.Limit{Path: "d.k_*.sub", Name: "per_sub", DetailedMetric: true}
 	cases := []struct {
 		lim  *descriptors.Limit
 		es   []descriptors.Entry
 		want string
 	}{
 		{plain, es("k", "abc"), "d.k_*"},
+		// A rule's name labels it; one whose label takes request values
+		// keeps its path.
+		{named, es("k", "abc"), "per_k"},
+		{named, nil, "per_k"},
+		{namedDetailed, es("k", "abc", "sub", "1"), "d.k_abc.sub_1"},
+		{namedDetailed, nil, "d.k_*.sub"},
 		{detailed, es("k", "abc", "sub", "1"), "d.k_abc.sub_1"},
 		{detailed, es("k", "abc", "sub", ""), "d.k_abc.sub"},
 		{detailed, nil, "d.k_*.sub"},
@@ -387,6 +395,40 @@ descriptors:
 	}
 	if n := testutil.CollectAndCount(m.ruleHits); n != 2 {
 		t.Errorf("%d total_hits series, want d.k and d.user_alice", n)
+	}
+}
+
+// namedRules name two rules alike and leave one unnamed.
+const namedRules = `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5, name: per_key}
+  - key: j
+    rate_limit: {unit: hour, requests_per_unit: 9, name: per_key}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 9}
+`
+
+// TestRuleCountersNamed: loaded rules with a name count under it, two
+// rules of one name in one series.
+func TestRuleCountersNamed(t *testing.T) {
+	m, _ := newTestMetrics(t)
+	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte(namedRules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Loaded(r, true)
+	for _, e := range []descriptors.Entry{{Key: "k", Value: "a"}, {Key: "j", Value: "b"}, {Key: "plain", Value: "c"}} {
+		st := limiter.Status{Limit: descriptors.Match(r.Set.Domain("d"), []descriptors.Entry{e}), Hits: 1, Remaining: 1}
+		m.Decided("d", view{{e}}, &limiter.Response{Statuses: []limiter.Status{st}}, time.Millisecond)
+	}
+	for rule, want := range map[string]float64{"per_key": 2, "d.plain": 1} {
+		if got := testutil.ToFloat64(m.ruleHits.WithLabelValues("d", rule)); got != want {
+			t.Errorf("total_hits{rule=%s} = %v, want %v", rule, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.ruleHits); n != 2 {
+		t.Errorf("%d total_hits series, want per_key and d.plain", n)
 	}
 }
 

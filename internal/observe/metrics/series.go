@@ -77,8 +77,9 @@ func (m *Metrics) ruleCached(rs *ruleSeries, domain string, st *limiter.Status) 
 }
 
 // ruleSeries are the counters of one configured limit whose rule label
-// is its path. Each is resolved on its first count, so that a series
-// appears only once it counts, as with WithLabelValues.
+// takes no request values (baseLabel). Each is resolved on its first
+// count, so that a series appears only once it counts, as with
+// WithLabelValues.
 type ruleSeries struct {
 	rule string
 	c    [ruleKinds]lazyCounter // by kind
@@ -122,22 +123,29 @@ func (m *Metrics) cacheSeries(set *descriptors.Set) {
 		if l.DetailedMetric || l.ValueToMetric {
 			continue
 		}
-		all[i].rule = l.Path
+		all[i].rule = baseLabel(l)
 		series[l] = &all[i]
 	}
 	m.series.Store(&series)
 }
 
-// ruleLabel is the rule label of a status's limit: the limit's path, with
-// the values of req's descriptor i for rules that ask for them, as
-// envoyproxy/ratelimit names their stats. detailed_metric puts every
+// ruleLabel is the rule label of a status's limit: baseLabel, or the
+// limit's path with the values of req's descriptor i for rules that ask
+// for them, as envoyproxy/ratelimit names their stats. detailed_metric puts every
 // entry of the request in ("domain.key_value.key2_value2");
 // value_to_metric replaces the matched level's configured value (a
-// wildcard, or none) with the request's. Without entries it is the path.
+// wildcard, or none) with the request's; one of several limits of a rule
+// keeps its Label's "#" part after either. Without entries it is baseLabel.
 func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	if !(lim.DetailedMetric || lim.ValueToMetric) || req == nil || i >= req.Len() || req.Entries(i) == 0 {
-		return lim.Path
+		return baseLabel(lim)
 	}
+	member := lim.Label()[len(lim.Path):] // "#daily" of one of several limits
+	return ruleValues(lim, domain, req, i) + member
+}
+
+// ruleValues is ruleLabel's path with the request's values.
+func ruleValues(lim *descriptors.Limit, domain string, req limiter.View, i int) string {
 	var b strings.Builder
 	n := req.Entries(i)
 	if lim.DetailedMetric {
@@ -152,6 +160,15 @@ func ruleLabel(lim *descriptors.Limit, domain string, req limiter.View, i int) s
 	b.WriteString(parentPath(lim.Path, key))
 	writeLevel(&b, key, value)
 	return validLabel(b.String())
+}
+
+// baseLabel is the rule label of a limit whose label takes no request
+// values: its name where set, else its Label (its path).
+func baseLabel(lim *descriptors.Limit) string {
+	if lim.Name != "" && !(lim.DetailedMetric || lim.ValueToMetric) {
+		return lim.Name
+	}
+	return lim.Label()
 }
 
 // validLabel makes a label value of request bytes UTF-8, as Prometheus

@@ -126,7 +126,7 @@ func (r *Stats) rulesFor(s *descriptors.Set) *limitIndex {
 			if l.Unlimited {
 				continue
 			}
-			idx.stats[l] = limitStats{rs: r.statsOf(sanitizeStat(l.Path)), static: staticKey(l)}
+			idx.stats[l] = limitStats{rs: r.statsOf(sanitizeStat(l.Label())), static: staticKey(l)}
 		}
 	}
 	r.index.Store(idx)
@@ -164,13 +164,24 @@ func (r *Stats) Decided(domain string, req limiter.View, res *limiter.Response, 
 			continue
 		}
 		override := req != nil && i < req.Len() && req.Override(i)
-		ls := idx.stats[st.Limit]
-		rs := ls.rs
-		if override || !ls.static {
-			rs = r.dynamicStats(domain, st.Limit, override, req, i, rs)
+		if st.Parts == nil {
+			r.countAt(idx, domain, override, req, i, st)
+			continue
 		}
-		r.count(rs, st)
+		for j := range st.Parts { // each limit of a rule with several, under its own key
+			r.countAt(idx, domain, override, req, i, &st.Parts[j])
+		}
 	}
+}
+
+// countAt counts st, the status of req's descriptor i, under its limit's key.
+func (r *Stats) countAt(idx *limitIndex, domain string, override bool, req limiter.View, i int, st *limiter.Status) {
+	ls := idx.stats[st.Limit]
+	rs := ls.rs
+	if override || !ls.static {
+		rs = r.dynamicStats(domain, st.Limit, override, req, i, rs)
+	}
+	r.count(rs, st)
 }
 
 // dynamicStats returns the stats of a key made from the values of req's
@@ -179,6 +190,7 @@ func (r *Stats) dynamicStats(domain string, lim *descriptors.Limit, override boo
 	bp := r.bufs.Get().(*[]byte)
 	defer r.bufs.Put(bp)
 	*bp = appendStatKey((*bp)[:0], domain, lim, override, entriesOf(req, i))
+	*bp = append(*bp, lim.Label()[len(lim.Path):]...) // "#daily" of one of several limits
 	rs := r.dynamicFor(*bp, func(key string) *ruleStats { return r.statsOf(sanitizeStat(key)) })
 	if rs == nil {
 		return fallback

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel"
@@ -134,6 +135,7 @@ func (t *Tracing) Open(ctx context.Context) error {
 		exp sdktrace.SpanExporter
 		err error
 	)
+	otel.SetLogger(logr.New(sdkLog{t.log}))
 	if t.protocol == "grpc" {
 		exp, err = otlptracegrpc.New(ctx)
 	} else {
@@ -287,6 +289,18 @@ func (c mdCarrier) Keys() []string {
 	}
 	return keys
 }
+
+// sdkLog logs the SDK's own lines (a malformed OTEL_EXPORTER_OTLP_*
+// variable), warnings and errors, without their key/values: they may
+// quote a header's token.
+type sdkLog struct{ log *zap.Logger }
+
+func (sdkLog) Init(logr.RuntimeInfo)                   {}
+func (sdkLog) Enabled(level int) bool                  { return level <= 1 } // the SDK's Warn is V(1)
+func (l sdkLog) Info(_ int, msg string, _ ...any)      { l.log.Warn("tracing: " + msg) }
+func (l sdkLog) Error(err error, msg string, _ ...any) { l.log.Warn("tracing: "+msg, zap.Error(err)) }
+func (l sdkLog) WithValues(...any) logr.LogSink        { return l }
+func (l sdkLog) WithName(string) logr.LogSink          { return l }
 
 // throttled logs the SDK's errors (a collector that is away fails every
 // export) at most once per period, with the count of those not logged.

@@ -3,10 +3,13 @@ package tracing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	zapobserver "go.uber.org/zap/zaptest/observer"
@@ -83,5 +86,23 @@ func TestThrottledErrors(t *testing.T) {
 	last := logs.All()[2].ContextMap()["errors_not_logged"]
 	if last != int64(1) {
 		t.Errorf("errors_not_logged = %v, want 1", last)
+	}
+}
+
+// TestSDKLogDropsValues: the SDK's own lines are logged without their
+// key/values, which may quote a header's token.
+func TestSDKLogDropsValues(t *testing.T) {
+	core, logs := zapobserver.New(zapcore.DebugLevel)
+	l := logr.New(sdkLog{zap.New(core)})
+	l.Error(errors.New("missing '="), "parse headers", "input", "Authorization Bearer s3cret")
+	l.V(1).Info("a warning", "input", "s3cret")
+	l.V(4).Info("info: not logged", "input", "s3cret")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines logged, want 2: %v", logs.Len(), logs.All())
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "s3cret") {
+			t.Errorf("logged the secret: %s %v", e.Message, e.ContextMap())
+		}
 	}
 }

@@ -28,6 +28,7 @@ func testAllOrNothing(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	t.Run("OneInstant", func(t *testing.T) { testOneInstant(t, atomicStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) { testMatchesTake(t, atomicStore(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testAllOrNothingConcurrent(t, atomicStore(t)) })
+	t.Run("Refunds", func(t *testing.T) { testAtomicRefunds(t, atomicStore(t)) })
 }
 
 // atomicKeys returns n fresh base keys sharing one hash tag, in the scheme
@@ -214,17 +215,7 @@ func testMatchesTake(t *testing.T, st limiter.AtomicStore) {
 	const slots, calls = 6, 120
 	windows := []int64{second, minute, hour, day}
 	costs := []int64{0, 500, 1000, 1000, 1000, 1500, 3000}
-	tmpl := make([]limiter.Op, slots)
-	for i := range tmpl {
-		w := windows[rng.IntN(len(windows))]
-		requests := 1 + rng.Int64N(4)
-		switch alg := descriptors.Algorithm(rng.IntN(3)); alg {
-		case descriptors.TokenBucket:
-			tmpl[i] = tokenOp(requests, w, 1+rng.Int64N(2*requests))
-		default:
-			tmpl[i] = limiter.Op{Algorithm: alg, Limit: requests*milli + 500*rng.Int64N(2), Window: w}
-		}
-	}
+	tmpl := randomTemplates(rng, slots, windows)
 	keys := atomicKeys(t, slots)
 	var history [][]limiter.Op // committed calls, by slot in Key
 	// replay runs history and then call through Take on fresh keys and
@@ -279,23 +270,7 @@ func testMatchesTake(t *testing.T, st limiter.AtomicStore) {
 	}
 
 	_, fresh := replay(nil)
-	in, ok := st.(Inspector)
-	if !ok {
-		return
-	}
-	for s := range slots {
-		got, err := in.Expiries(context.Background(), keys[s], now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := in.Expiries(context.Background(), fresh[s], now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, w := trimKeys(got, keys[s]), trimKeys(want, fresh[s]); fmt.Sprint(g) != fmt.Sprint(w) {
-			t.Errorf("slot %d (%s): TakeAll left %v, Take %v", s, tmpl[s].Algorithm, g, w)
-		}
-	}
+	sameKeys(t, st, keys, fresh, tmpl, now)
 }
 
 func slotOf(key string) int {

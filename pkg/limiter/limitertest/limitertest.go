@@ -2,8 +2,8 @@
 // implementations. Call Run from a test with a function that returns a store
 // for each subtest: Run checks the algorithms with time-stepped ops whose
 // results were worked out by hand, races concurrent calls, checks TakeAll
-// when the store is a limiter.AtomicStore, and every key's expiry when it is
-// an Inspector. Its keys start with KeyPrefix.
+// when the store is a limiter.AtomicStore, joints (limiter.Op.Joined), and
+// every key's expiry when it is an Inspector. Its keys start with KeyPrefix.
 package limitertest
 
 import (
@@ -39,12 +39,14 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("SlidingWindow", func(t *testing.T) { runTables(t, newStore, slidingWindowTables()) })
 	t.Run("TokenBucket", func(t *testing.T) { runTables(t, newStore, tokenBucketTables()) })
 	t.Run("Refund", func(t *testing.T) { runTables(t, newStore, refundTables()) })
+	t.Run("LargeLimits", func(t *testing.T) { runTables(t, newStore, largeTables()) })
 	t.Run("Accuracy", func(t *testing.T) { testAccuracy(t, newStore) })
 	t.Run("LongRunRate", func(t *testing.T) { testLongRunRate(t, newStore) })
 	t.Run("RetryAfter", func(t *testing.T) { testRetryAfter(t, newStore) })
 	t.Run("Atomic", func(t *testing.T) { testAtomic(t, newStore) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
+	t.Run("Joints", func(t *testing.T) { testJoints(t, newStore) })
 	t.Run("Empty", func(t *testing.T) {
 		if err := newStore(t).Take(context.Background(), nil, nil); err != nil {
 			t.Fatalf("Take(no ops) = %v", err)

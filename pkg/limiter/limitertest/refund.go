@@ -1,6 +1,8 @@
 package limitertest
 
 import (
+	"testing"
+
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -45,6 +47,15 @@ func refundTables() []table {
 				refund(1000, 4*milli, allow(10*milli, minute-1000)), // nothing to give back
 			},
 			expiries: map[string]int64{},
+		}, table{
+			name: w.name + "RefundToExactlyZero",
+			op:   w.op,
+			steps: []step{
+				{0, 4 * milli, allow(6*milli, minute)},
+				refund(500, 4*milli, allow(10*milli, minute-500)), // emptied exactly: deleted
+				{1000, 0, allow(10*milli, minute-1000)},
+			},
+			expiries: map[string]int64{},
 		})
 	}
 	// Bucket: burst 10000, 1/6 milli-token per ms; fill(t) = (10000-t)*6.
@@ -71,4 +82,42 @@ func refundTables() []table {
 		expiries: map[string]int64{},
 	})
 	return out
+}
+
+// testAtomicRefunds: a refund (VetoNone, as the limiter sends it) in an
+// all-or-nothing call answers as Take would, and gives back only if the
+// call commits; on each algorithm, 10 an hour, 5 charged, 2 given back.
+func testAtomicRefunds(t *testing.T, st limiter.AtomicStore) {
+	for _, op := range algorithmOps(10, 17*minute) {
+		name := op.Algorithm.String()
+		keys := atomicKeys(t, 3)
+		mirror, probe := newKey(t), newKey(t) // Take's: the calls that commit; the refund alone
+		charge, give := op, op
+		charge.Cost = 5 * milli
+		give.Cost, give.Refund, give.Veto = 2*milli, true, limiter.VetoNone
+		over := withKey(op, keys[1])
+		over.Limit, over.Burst = 0, milli/2 // never allowed
+		take(t, st, []limiter.Op{withKey(charge, keys[0]), withKey(charge, mirror), withKey(charge, probe)}, 3)
+		want := take(t, st, []limiter.Op{withKey(give, probe)}, 1)[0]
+		peek := func(key string) limiter.Result {
+			return take(t, st, peeks([]limiter.Op{withKey(op, key)}), 1)[0]
+		}
+
+		got := takeAll(t, st, []limiter.Op{withKey(give, keys[0]), over})
+		if got[0] != want || got[1].Allowed {
+			t.Errorf("%s: a refund beside a denial = %s %s, want %s and a denial", name, fmtResult(got[0]), fmtResult(got[1]), fmtResult(want))
+		}
+		if a, b := peek(keys[0]), peek(mirror); a != b {
+			t.Errorf("%s: after the rejected call, %s, want %s: as if it never ran", name, fmtResult(a), fmtResult(b))
+		}
+
+		got = takeAll(t, st, []limiter.Op{withKey(give, keys[0]), withKey(op, keys[2])})
+		take(t, st, []limiter.Op{withKey(give, mirror)}, 1)
+		if got[0] != want || !got[1].Allowed {
+			t.Errorf("%s: a refund beside an allowed op = %s %s, want %s", name, fmtResult(got[0]), fmtResult(got[1]), fmtResult(want))
+		}
+		if a, b := peek(keys[0]), peek(mirror); a != b {
+			t.Errorf("%s: after the committed refund, %s, want Take's %s", name, fmtResult(a), fmtResult(b))
+		}
+	}
 }

@@ -260,6 +260,17 @@ func tokenBucketTables() []table {
 		expiryAfter: 8_640_000,
 		expiries:    map[string]int64{"tokens": 8_640_000 + day},
 	}, {
+		// Peeks alone write nothing, however many share a call; the bucket
+		// refills between them.
+		name: "PeeksOnly",
+		op:   tokenOp(10, minute, 10),
+		steps: []step{
+			{0, 0, allow(10000, 0)},
+			{0, 0, allow(10000, 0)},
+			{1000, 0, allow(10000, 0)},
+		},
+		expiries: map[string]int64{},
+	}, {
 		// The burst drops from 10 to 5: a bucket holding more is full.
 		name: "BurstLowered",
 		op:   tokenOp(10, minute, 10),

@@ -1,0 +1,90 @@
+package opsctl
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/fastlimit/fastlimit/internal/observe/top"
+)
+
+// runTop is "fastlimit top": every replica's top identifiers, merged
+// (top.Merge): each is asked for all it keeps, the merge keeps -n.
+func runTop(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o := struct {
+		common
+		domain, rule, by string
+		n                int
+	}{}
+	fs := newFlags("top", "--domain D [--rule R] [--by over_limit|hits] [-n N] [--admin A,B,...] [--json]", &o.common, getenv, stderr)
+	fs.StringVar(&o.domain, "domain", "", "domain whose rules to rank (required)")
+	fs.StringVar(&o.rule, "rule", "", "only the rule of this path, e.g. edge.remote_address")
+	fs.StringVar(&o.by, "by", "over_limit", "rank by over_limit hits or by hits")
+	fs.IntVar(&o.n, "n", 10, "identifiers per rule (0: all kept)")
+	if err := parse(fs, args); err != nil {
+		return exit(err, stderr)
+	}
+	if o.domain == "" {
+		return exit(fmt.Errorf("%w: --domain is required", errUsage), stderr)
+	}
+	if _, err := top.ParseBy(o.by); err != nil {
+		return exit(fmt.Errorf("%w: --by: %w", errUsage, err), stderr)
+	}
+	cl, err := newClient(o.common)
+	if err != nil {
+		return exit(err, stderr)
+	}
+	q := url.Values{"domain": {o.domain}, "by": {o.by}, "n": {"0"}}
+	if o.rule != "" {
+		q.Set("rule", o.rule)
+	}
+	answers, _, err := each(cl, func(ctx context.Context, base string) (top.Answer, error) {
+		var a top.Answer
+		return a, cl.do(ctx, base, http.MethodGet, "/v1/top?"+q.Encode(), nil, &a)
+	})
+	if len(answers) == 0 {
+		return exit(err, stderr)
+	}
+	m := top.Merge(answers, o.n)
+	if o.json {
+		_ = printJSON(stdout, m)
+	} else {
+		printTop(stdout, m)
+	}
+	return exit(err, stderr) // some replicas may have failed
+}
+
+// printTop writes a merged answer as a table, one identifier a line.
+func printTop(w io.Writer, a top.Answer) {
+	fmt.Fprintf(w, "%d replicas, counts decayed over %s (true count within [count-error, count])\n", a.Replicas, a.Window)
+	if len(a.Rules) == 0 {
+		fmt.Fprintln(w, "no identifier counted")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tBY\tIDENTIFIER\tCOUNT\tERROR\tDESCRIPTOR")
+	for _, rk := range a.Rules {
+		for _, e := range rk.Entries {
+			id := strings.Join(e.Values, ",")
+			if e.Truncated {
+				id += "..."
+			}
+			d := make([]entry, len(e.Descriptor))
+			for i, p := range e.Descriptor {
+				d[i] = entry(p)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", rk.Rule, rk.By, id, num(e.Count), num(e.Error), query(d))
+		}
+		if rk.Unlisted > 0 {
+			fmt.Fprintf(tw, "%s\t%s\t(any other)\t<= %s\t\t\n", rk.Rule, rk.By, num(rk.Unlisted))
+		}
+	}
+	_ = tw.Flush()
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

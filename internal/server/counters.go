@@ -1,0 +1,259 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// The admin API's types of counters writes, by their names here.
+type (
+	countersBody   = adminapi.CountersBody
+	countersAnswer = adminapi.CountersAnswer
+	countersChange = adminapi.CountersChange
+)
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) { s.writeCounters(w, r, "reset") }
+func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
+	s.writeCounters(w, r, "refund")
+}
+
+// writeCounters authorizes, applies and audits a counters write: a
+// reset clears every descriptor's state on the store (limiter.Reset), a
+// refund gives hits back as is_negative_hits does. Each write is one audit
+// line naming who, from where, what, and the counts before and after.
+func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action string) {
+	audit := s.log.Named("audit").With(zap.String("action", action), zap.String("remote", r.RemoteAddr))
+	who, err := s.auth.who(r)
+	if err != nil {
+		audit.Warn("admin write refused", zap.String("reason", err.Error()))
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var body countersBody
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	rs := s.limiter.Rules()
+	if rs == nil {
+		storeError(w, limiter.ErrNoRules)
+		return
+	}
+	req, err := countersRequest(rs, &body, action == "refund")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := s.adminCtx(r)
+	defer cancel()
+	out, err := s.applyCounters(ctx, req, action, body.Hits)
+	if errors.Is(err, errNoLimit) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		audit.Warn("admin write failed", zap.String("who", who), zap.String(logDomain, req.Domain), zap.Error(err))
+		storeError(w, err)
+		return
+	}
+	out.Who = who
+	var what, before, after []string
+	for _, c := range out.Descriptors {
+		what = append(what, entriesString(c.Before.Entries))
+		before, after = append(before, stateString(&c.Before)), append(after, stateString(&c.After))
+	}
+	fields := []zap.Field{zap.String("who", who), zap.String(logDomain, req.Domain), zap.Strings("descriptors", what)}
+	if action == "refund" {
+		fields = append(fields, zap.Uint64("hits", body.Hits))
+	}
+	audit.Info("admin write", append(fields, zap.Strings("before", before), zap.Strings("after", after))...)
+	writeJSON(w, out)
+}
+
+// errNoLimit answers a write whose descriptors match no limited rule.
+var errNoLimit = errors.New("no descriptor matches a rule with a limit: nothing to change")
+
+// applyCounters peeks at req, writes, and peeks again.
+func (s *Server) applyCounters(ctx context.Context, req *limiter.Request[descriptors.Entry], action string, hits uint64) (*countersAnswer, error) {
+	before, err := limiter.Peek(ctx, s.limiter, req)
+	if err != nil {
+		return nil, err
+	}
+	if !anyKey(before.Keys) {
+		return nil, errNoLimit
+	}
+	if action == "refund" {
+		give := *req
+		give.Descriptors = append([]limiter.Descriptor[descriptors.Entry](nil), req.Descriptors...)
+		for i := range give.Descriptors {
+			d := &give.Descriptors[i]
+			d.Hits, d.HasHits, d.Refund = hits, true, true
+		}
+		_, err = limiter.Check(ctx, s.limiter, &give)
+	} else {
+		_, err = limiter.Reset(ctx, s.limiter, s.resetter(), req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	after, err := limiter.Peek(ctx, s.limiter, req)
+	if err != nil {
+		return nil, err
+	}
+	out := &countersAnswer{Action: action, Domain: req.Domain, Descriptors: make([]countersChange, len(req.Descriptors))}
+	now := time.Now().UnixMilli()
+	for i := range req.Descriptors {
+		es := req.Descriptors[i].Entries
+		out.Descriptors[i] = countersChange{
+			Before: s.explain(req.Domain, es, &before.Statuses[i], before.Keys[i], now),
+			After:  s.explain(req.Domain, es, &after.Statuses[i], after.Keys[i], now),
+		}
+	}
+	return out, nil
+}
+
+// countersRequest builds the request of a counters body: its descriptors
+// with 0 hits (peeks), each a refund of body.Hits if refund.
+func countersRequest(rs *descriptors.Set, body *countersBody, refund bool) (*limiter.Request[descriptors.Entry], error) {
+	switch {
+	case body.Domain == "":
+		return nil, errors.New("domain is required")
+	case refund && body.Hits == 0:
+		return nil, errors.New("hits is required: how many hits to give back")
+	case !refund && body.Hits != 0:
+		return nil, errors.New("hits is for refunds: a reset clears the whole state")
+	case (body.Rule == "") == (len(body.Descriptors) == 0):
+		return nil, errors.New("give descriptors, or a rule and its values")
+	}
+	req := &limiter.Request[descriptors.Entry]{Domain: body.Domain}
+	if body.Rule != "" {
+		entries, err := ruleEntries(rs, body.Domain, body.Rule, body.Values)
+		if err != nil {
+			return nil, err
+		}
+		req.Descriptors = []limiter.Descriptor[descriptors.Entry]{{Entries: entries, HasHits: true}}
+		return req, nil
+	}
+	for _, d := range body.Descriptors {
+		es := make([]descriptors.Entry, len(d.Entries))
+		for i, e := range d.Entries {
+			es[i] = descriptors.Entry(e)
+		}
+		req.Descriptors = append(req.Descriptors, limiter.Descriptor[descriptors.Entry]{Entries: es, HasHits: true})
+	}
+	return req, nil
+}
+
+// ruleEntries builds the entries of the rule of path in domain, the
+// values of its key-only and wildcard levels taken from values in order.
+func ruleEntries(rs *descriptors.Set, domain, path string, values []string) ([]descriptors.Entry, error) {
+	d := rs.Domain(domain)
+	if d == nil {
+		return nil, fmt.Errorf("no domain %q in the rules in force", domain)
+	}
+	for _, l := range rs.Limits() {
+		if l.Path != path {
+			continue
+		}
+		var es []descriptors.Entry
+		vs := values
+		for _, lv := range l.Levels {
+			v := lv.Value
+			if v == "" || descriptors.IsWildcard(v) {
+				if len(vs) == 0 {
+					return nil, fmt.Errorf("rule %s needs a value for %s: give one value per key-only or wildcard level", path, lv.Key)
+				}
+				v, vs = vs[0], vs[1:]
+			}
+			es = append(es, descriptors.Entry{Key: lv.Key, Value: v})
+		}
+		if len(vs) > 0 {
+			return nil, fmt.Errorf("rule %s takes %d values, not %d", path, len(values)-len(vs), len(values))
+		}
+		if descriptors.Match(d, es) != l {
+			return nil, fmt.Errorf("the values %q do not match rule %s of domain %s", values, path, domain)
+		}
+		return es, nil
+	}
+	return nil, fmt.Errorf("no rule %s in domain %s", path, domain)
+}
+
+// resetter is the store's limiter.Resetter: the embedded store, or Redis
+// with the over-limit cache forgetting the keys it clears.
+func (s *Server) resetter() limiter.Resetter {
+	switch st := s.store.(type) {
+	case *store.Memory:
+		return st
+	case *guarded:
+		return st
+	}
+	return nil
+}
+
+// Reset clears ops' keys on Redis, past the circuit breaker, and drops the
+// over-limit cache's denials of them.
+func (g *guarded) Reset(ctx context.Context, ops []limiter.Op) error {
+	err := g.redis.Reset(ctx, ops)
+	if g.cache != nil {
+		for i := range ops {
+			g.cache.Forget(ops[i].Key)
+		}
+	}
+	return err
+}
+
+func anyKey(keys []string) bool {
+	for _, k := range keys {
+		if k != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// entriesString is a descriptor for a log line: "k=v,k2=v2".
+func entriesString(es []usageEntry) string {
+	var b bytes.Buffer
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Key + "=" + e.Value)
+	}
+	return b.String()
+}
+
+// stateString is a descriptor's state for a log line: its rule and what
+// is left, "d.user: 0/5 left" (tokens for a bucket).
+func stateString(e *explained) string {
+	if e.Rule == nil {
+		return "no rule"
+	}
+	switch {
+	case e.Remaining != nil:
+		return e.Rule.Path + ": count " + strconv.FormatInt(*e.Count, 10) + ", " +
+			strconv.FormatUint(uint64(*e.Remaining), 10) + "/" + strconv.FormatUint(uint64(e.Rule.RequestsPerUnit), 10) + " left"
+	case e.Tokens != nil:
+		return e.Rule.Path + ": " + strconv.FormatUint(uint64(*e.Tokens), 10) + " tokens"
+	}
+	return e.Rule.Path + ": unlimited"
+}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rls"
+)
+
+// maxAdminBody bounds the body of an admin POST, as /json's.
+const maxAdminBody = 4 << 20
+
+// adminStoreTimeout is the least time an admin call waits for the store:
+// operators are not Envoy's 20 ms deadline.
+const adminStoreTimeout = 2 * time.Second
+
+// The admin API's types of explain, by their names here.
+type (
+	explanation       = adminapi.Explanation
+	explained         = adminapi.Explained
+	ruleInfo          = adminapi.Rule
+	bucketExplanation = adminapi.BucketExplanation
+)
+
+// handleExplain answers POST /v1/explain: for a RateLimitRequest as POST
+// /json takes it, what each descriptor matched and the code the request
+// would get now, charging nothing (limiter.Peek); for {"domain": D,
+// "bucket": {k: v}}, the RLQS bucket's rule and division.
+func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var bucket struct {
+		Domain string            `json:"domain"`
+		Bucket map[string]string `json:"bucket"`
+	}
+	if json.Unmarshal(body, &bucket) == nil && bucket.Bucket != nil {
+		s.explainBucket(w, r, bucket.Domain, bucket.Bucket)
+		return
+	}
+	req, err := rls.ParseRequest(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if s.limiter.Rules() == nil {
+		storeError(w, limiter.ErrNoRules)
+		return
+	}
+	ctx, cancel := s.adminCtx(r)
+	defer cancel()
+	p, err := limiter.Peek(ctx, s.limiter, req)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	out := explanation{Domain: req.Domain, Code: p.Code.String(), Store: storeKind(s.opts), Descriptors: make([]explained, len(p.Statuses))}
+	now := time.Now().UnixMilli()
+	for i := range p.Statuses {
+		out.Descriptors[i] = s.explain(req.Domain, req.Descriptors[i].Entries, &p.Statuses[i], p.Keys[i], now)
+	}
+	writeJSON(w, out)
+}
+
+// explain describes one peeked status.
+func (s *Server) explain(domain string, entries []descriptors.Entry, st *limiter.Status, key string, now int64) explained {
+	e := explained{Entries: toEntries(entries), Code: st.Code.String(), Replaced: st.Replaced, Hits: st.Hits,
+		Refund: st.Refund, Quota: st.Quota, Shadowed: st.Shadowed}
+	lim := st.Limit
+	if lim == nil {
+		return e
+	}
+	e.Matched, e.Rule = true, s.ruleInfo(domain, lim)
+	if lim.Unlimited || key == "" {
+		return e
+	}
+	e.Keys = storeKeys(key, lim, now)
+	remaining, reset := st.Remaining, st.ResetMillis
+	e.ResetMs = &reset
+	if st.Code == limiter.OverLimit || st.Shadowed {
+		retry := st.RetryAfterMillis
+		e.RetryAfterMs = &retry
+	}
+	if lim.Algorithm == descriptors.TokenBucket {
+		e.Tokens = &remaining
+		return e
+	}
+	count := max(int64(lim.RequestsPerUnit)-int64(remaining), 0)
+	e.Count, e.Remaining = &count, &remaining
+	return e
+}
+
+// ruleInfo describes lim, a limit of domain.
+func (s *Server) ruleInfo(domain string, lim *descriptors.Limit) *ruleInfo {
+	ri := &ruleInfo{Domain: domain, Path: lim.Path, Source: lim.Source, From: "file", Name: lim.Name,
+		Unlimited: lim.Unlimited, ShadowMode: lim.ShadowMode, QuotaMode: lim.QuotaMode, Replaces: lim.Replaces,
+		Levels: make([]usageEntry, len(lim.Levels))}
+	for i, lv := range lim.Levels {
+		ri.Levels[i] = usageEntry{Key: lv.Key, Value: lv.Value}
+	}
+	switch cur := s.rules.Current(); {
+	case lim.Levels == nil:
+		ri.Source, ri.From = "request", "request"
+	case cur != nil && cur.FromXDS:
+		ri.From = "xds"
+	}
+	if lim.Unlimited {
+		return ri
+	}
+	ri.Algorithm, ri.Unit = lim.Algorithm.String(), lim.Unit.String()
+	ri.RequestsPerUnit, ri.UnitMultiplier = lim.RequestsPerUnit, max(lim.UnitMultiplier, 1)
+	ri.Cost = float64(lim.Cost) / descriptors.Milli
+	if lim.Algorithm == descriptors.TokenBucket {
+		burst := float64(lim.Burst) / descriptors.Milli
+		ri.Burst = &burst
+	}
+	return ri
+}
+
+// storeKeys are the keys under base that lim's state lives in at now
+// (Unix ms): a window's counter (and a sliding window's previous one),
+// a bucket's state.
+func storeKeys(base string, lim *descriptors.Limit, now int64) []string {
+	w := lim.WindowMillis()
+	ws := now - now%w
+	switch lim.Algorithm {
+	case descriptors.TokenBucket:
+		return []string{base + "tokens"}
+	case descriptors.SlidingWindow:
+		return []string{base + strconv.FormatInt(ws/1000, 10), base + strconv.FormatInt((ws-w)/1000, 10)}
+	}
+	return []string{base + strconv.FormatInt(ws/1000, 10)}
+}
+
+// explainBucket answers an RLQS bucket's explanation; 404 with --rlqs=false.
+func (s *Server) explainBucket(w http.ResponseWriter, r *http.Request, domain string, id map[string]string) {
+	if s.rlqs == nil {
+		http.Error(w, "the rate limit quota service is off (--rlqs=false)", http.StatusNotFound)
+		return
+	}
+	if domain == "" {
+		http.Error(w, "domain is required", http.StatusBadRequest)
+		return
+	}
+	u := s.rlqs.Usage(domain, id)
+	out := bucketExplanation{Domain: domain, Bucket: id, Division: u}
+	if u.Matched {
+		for _, l := range s.limiter.Rules().Limits() {
+			if l.Path == u.Rule {
+				out.Rule = s.ruleInfo(domain, l)
+				break
+			}
+		}
+	}
+	writeJSON(w, out)
+}
+
+// readBody reads an admin POST's body, answering 413 or 400 itself.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		http.Error(w, "request body larger than 4 MiB", http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	if err != nil {
+		http.Error(w, "cannot read body: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return body, true
+}
+
+// adminCtx bounds an admin call's store work: --store-timeout, and at
+// least adminStoreTimeout.
+func (s *Server) adminCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), max(s.opts.StoreTimeout, adminStoreTimeout))
+}
+
+// storeError answers a limiter error: 400 for an invalid request, 503
+// before any rules or when the store fails.
+func storeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, limiter.ErrInvalid):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, limiter.ErrNoRules):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "rate-limit store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+	}
+}
+
+func toEntries(entries []descriptors.Entry) []usageEntry {
+	out := make([]usageEntry, len(entries))
+	for i, e := range entries {
+		out[i] = usageEntry(e)
+	}
+	return out
+}

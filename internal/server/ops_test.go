@@ -1,0 +1,422 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fastlimit/fastlimit/internal/observe/top"
+	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/store"
+)
+
+// opsRules are a window, a named sliding window that replaces another,
+// and a shadowed bucket.
+//
+//go:embed testdata/ops.yaml
+var opsRules string
+
+// call sends method to the admin listener's path with body and the
+// headers given as name, value pairs, and returns the status and body.
+func call(t *testing.T, c *http.Client, method, url, body string, headers ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if c == nil {
+		c = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := c.Do(req)
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func decode[T any](t *testing.T, body string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	return v
+}
+
+// TestMethodNotAllowed: every admin path answers 405 with an Allow header
+// to a method it does not serve, unknown paths included.
+func TestMethodNotAllowed(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	base := "http://" + s.AdminAddr()
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodDelete, "/v1/usage", "GET, HEAD"},
+		{http.MethodPost, "/metrics", "GET, HEAD"},
+		{http.MethodPut, "/", "GET, HEAD"},
+		{http.MethodPost, "/nothing/here", "GET, HEAD"},
+		{http.MethodGet, "/v1/explain", "POST"},
+		{http.MethodDelete, "/v1/counters/reset", "POST"},
+	} {
+		req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q; want 405, Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.allow)
+		}
+	}
+	if code, _ := call(t, nil, http.MethodHead, base+"/v1/rules", ""); code != http.StatusOK {
+		t.Errorf("HEAD /v1/rules: %d", code)
+	}
+}
+
+// TestExplain: explain names each descriptor's rule with its file and
+// line, keys, limits, mode and state, and the code the request would get,
+// charging nothing; an RLQS bucket's explanation names its rule.
+func TestExplain(t *testing.T) {
+	s, dir := testServer(t, map[string]string{"ops.yaml": opsRules})
+	ctx := context.Background()
+	for range 2 {
+		if _, err := s.service.ShouldRateLimit(ctx, rlsRequest("ops", "user", "ann")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},
+		{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
+		{"entries":[{"key":"tokens","value":"t"}],"hits_addend":5},{"entries":[{"key":"none","value":"x"}]}]}`
+	url := "http://" + s.AdminAddr() + "/v1/explain"
+	var first explanation
+	for i := range 2 {
+		code, out := call(t, nil, http.MethodPost, url, body)
+		if code != http.StatusOK {
+			t.Fatalf("%d %s", code, out)
+		}
+		e := decode[explanation](t, out)
+		if i == 0 {
+			first = e
+		}
+		for j, d := range e.Descriptors {
+			if state(d) != state(first.Descriptors[j]) {
+				t.Errorf("explain %d, descriptor %d: %s, then %s: something was charged", i, j, state(first.Descriptors[j]), state(d))
+			}
+		}
+	}
+	file := filepath.Join(dir, "ops.yaml")
+	d := first.Descriptors
+	if first.Code != "OVER_LIMIT" || len(d) != 4 || first.Store != "memory" {
+		t.Fatalf("explanation %+v", first)
+	}
+	if r := d[0].Rule; d[0].Code != "OVER_LIMIT" || r.Source != file+":3" || r.From != "file" || r.Path != "ops.user" ||
+		*d[0].Count != 2 || *d[0].Remaining != 0 || len(d[0].Keys) != 1 || !strings.HasPrefix(d[0].Keys[0], "ratelimit:{ops/user=ann}:default:") {
+		t.Errorf("descriptor 0: %+v %+v", d[0], r)
+	}
+	if r := d[1].Rule; d[1].Code != "OK" || r.Source != file+":8" || r.Algorithm != "sliding_window" || r.Name != "gold" ||
+		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (usageEntry{Key: "plan", Value: "gold"}) {
+		t.Errorf("descriptor 1: %+v %+v", d[1], r)
+	}
+	if r := d[2].Rule; d[2].Code != "OK" || !d[2].Shadowed || !r.ShadowMode || *r.Burst != 3 || d[2].Hits != 5 || d[2].Keys[0] != d[2].Keys[0][:len(d[2].Keys[0])-6]+"tokens" {
+		t.Errorf("descriptor 2 (5 hits of a shadowed bucket of 3): %+v %+v", d[2], r)
+	}
+	if d[3].Matched || d[3].Rule != nil {
+		t.Errorf("descriptor 3 matched %+v", d[3])
+	}
+	for _, bad := range []string{`{"domain":`, `{"domain":"","descriptors":[{"entries":[]}]}`} {
+		if code, _ := call(t, nil, http.MethodPost, url, bad); code != http.StatusBadRequest {
+			t.Errorf("explain %s: %d, want 400", bad, code)
+		}
+	}
+	code, out := call(t, nil, http.MethodPost, url, `{"domain":"ops","bucket":{"user":"ann"}}`)
+	if b := decode[bucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
+		t.Errorf("bucket explanation: %d %s", code, out)
+	}
+}
+
+// state is what an explained descriptor has left.
+func state(d explained) string {
+	deref := func(p *uint32) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	return d.Code + " remaining " + deref(d.Remaining) + " tokens " + deref(d.Tokens)
+}
+
+// TestCountersAuthorization: without a token file or client CA, writes
+// answer 403 naming the flags; with a token file, a write without a
+// token, or with a wrong one, answers 403; with a token it resets and is
+// audited with the token's name and the counts, never the token. The file
+// is read again when it changes.
+func TestCountersAuthorization(t *testing.T) {
+	rules := map[string]string{"ops.yaml": opsRules}
+	reset := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`
+	off, _ := testServer(t, rules)
+	code, out := call(t, nil, http.MethodPost, "http://"+off.AdminAddr()+"/v1/counters/reset", reset)
+	if code != http.StatusForbidden || !strings.Contains(out, "--admin-token-file") || !strings.Contains(out, "--admin-tls-client-ca") {
+		t.Errorf("without authorization configured: %d %s", code, out)
+	}
+
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	files.Write(t, tokens, "# operators\nalice:s3cret-alice\nbob: s3cret-bob\n")
+	core, logs := observer.New(zap.InfoLevel)
+	s := testServerOn(t, files.Dir(t, rules), zap.New(core), "--admin-token-file", tokens)
+	url := "http://" + s.AdminAddr() + "/v1/counters/reset"
+	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice"}} {
+		if code, out := call(t, nil, http.MethodPost, url, reset, h...); code != http.StatusForbidden || !strings.Contains(out, "bearer token") {
+			t.Errorf("headers %q: %d %s", h, code, out)
+		}
+	}
+	for range 3 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", "ann")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob")
+	a := decode[countersAnswer](t, out)
+	if code != http.StatusOK || a.Who != "token:bob" || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 2 {
+		t.Fatalf("reset with bob's token: %d %s", code, out)
+	}
+	audits := logs.FilterMessage("admin write").All()
+	if len(audits) != 1 {
+		t.Fatalf("%d audit lines", len(audits))
+	}
+	f := audits[0].ContextMap()
+	if f["who"] != "token:bob" || f["action"] != "reset" || f["remote"] == "" || fmt.Sprint(f["descriptors"]) != "[user=ann]" ||
+		fmt.Sprint(f["before"]) != "[ops.user: count 2, 0/2 left]" || fmt.Sprint(f["after"]) != "[ops.user: count 0, 2/2 left]" {
+		t.Errorf("audit line %v", f)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "s3cret") {
+			t.Errorf("a token was logged: %s %v", e.Message, e.ContextMap())
+		}
+	}
+	// A new file takes bob's token away.
+	time.Sleep(10 * time.Millisecond) // a new modification time
+	files.Write(t, tokens, "alice:s3cret-alice\n")
+	if code, _ := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob"); code != http.StatusForbidden {
+		t.Errorf("bob after his token was removed: %d", code)
+	}
+	if code, out := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-alice"); code != http.StatusOK {
+		t.Errorf("alice: %d %s", code, out)
+	}
+}
+
+// TestCounters: a reset by rule and values, a refund of hits, and the
+// bodies that are refused.
+func TestCounters(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	files.Write(t, tokens, "ci:tok\n")
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--admin-token-file", tokens)
+	base := "http://" + s.AdminAddr() + "/v1/counters/"
+	post := func(what, body string) (int, string) {
+		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok")
+	}
+	for range 9 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "plan", "gold", "user", "cy")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := post("refund", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"],"hits":4}`)
+	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 4 {
+		t.Fatalf("refund: %d %s", code, out)
+	}
+	code, out = post("reset", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"]}`)
+	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].After.Remaining != 9 {
+		t.Fatalf("reset: %d %s", code, out)
+	}
+	for _, tc := range []struct {
+		what, body string
+		code       int
+	}{
+		{"reset", `{"domain":"ops"}`, http.StatusBadRequest},
+		{"reset", `{"domain":"ops","rule":"ops.user","values":["a","b"]}`, http.StatusBadRequest},
+		{"reset", `{"domain":"ops","rule":"ops.nope","values":["a"]}`, http.StatusBadRequest},
+		{"reset", `{"domain":"ops","rule":"ops.user","values":["a"],"hits":1}`, http.StatusBadRequest},
+		{"reset", `{"domain":"ops","rules":"typo"}`, http.StatusBadRequest},
+		{"refund", `{"domain":"ops","rule":"ops.user","values":["a"]}`, http.StatusBadRequest},
+		{"reset", `{"domain":"ops","descriptors":[{"entries":[{"key":"none","value":"x"}]}]}`, http.StatusNotFound},
+	} {
+		if code, out := post(tc.what, tc.body); code != tc.code {
+			t.Errorf("%s %s: %d %s, want %d", tc.what, tc.body, code, out, tc.code)
+		}
+	}
+}
+
+// TestCountersClientCertificate: with admin TLS and a client CA, reads
+// need no certificate, and a write with one is authorized by its subject.
+func TestCountersClientCertificate(t *testing.T) {
+	fs := certtest.NewFiles(t)
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules},
+		"--admin-tls-cert", fs.ServerCert, "--admin-tls-key", fs.ServerKey, "--admin-tls-client-ca", fs.CAFile)
+	pool := certtest.Pool(fs.CA)
+	client, err := tls.LoadX509KeyPair(fs.ClientCert, fs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
+	authed := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{client}}},
+		Timeout: 30 * time.Second}
+	base := "https://" + s.AdminAddr()
+	if code, _ := call(t, anon, http.MethodGet, base+"/v1/rules", ""); code != http.StatusOK {
+		t.Errorf("a read without a certificate: %d", code)
+	}
+	reset := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`
+	if code, _ := call(t, anon, http.MethodPost, base+"/v1/counters/reset", reset); code != http.StatusForbidden {
+		t.Errorf("a write without a certificate: %d", code)
+	}
+	code, out := call(t, authed, http.MethodPost, base+"/v1/counters/reset", reset)
+	if a := decode[countersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
+		t.Errorf("a write with a certificate: %d %s", code, out)
+	}
+}
+
+// TestTop: /v1/top answers the top identifiers as JSON; it needs a domain
+// and is off with --top-keys 0.
+func TestTop(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	for _, u := range []string{"ann", "ann", "ann", "bo"} {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "http://" + s.AdminAddr() + "/v1/top?domain=ops"
+	code, out := call(t, nil, http.MethodGet, base, "")
+	a := decode[top.Answer](t, out)
+	if code != http.StatusOK || len(a.Rules) != 1 || a.Rules[0].Entries[0].Values[0] != "ann" || a.Rules[0].Entries[0].Count != 1 {
+		t.Errorf("over-limit top: %d %s", code, out)
+	}
+	code, out = call(t, nil, http.MethodGet, base+"&by=hits&rule=ops.user&n=1", "")
+	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules[0].Entries) != 1 || a.Rules[0].Entries[0].Count != 3 {
+		t.Errorf("hits top: %d %s", code, out)
+	}
+	for _, q := range []string{"", "?domain=ops&by=nope", "?domain=ops&n=-1"} {
+		if code, _ := call(t, nil, http.MethodGet, "http://"+s.AdminAddr()+"/v1/top"+q, ""); code != http.StatusBadRequest {
+			t.Errorf("/v1/top%s: %d", q, code)
+		}
+	}
+	off, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--top-keys", "0")
+	if code, _ := call(t, nil, http.MethodGet, "http://"+off.AdminAddr()+"/v1/top?domain=ops", ""); code != http.StatusNotFound {
+		t.Errorf("--top-keys 0: %d", code)
+	}
+}
+
+// TestPage: a browser gets the page at "/", with the limited identifier
+// rendered; other clients get the index; with 10,000 rules the page
+// shows one page of them and the rules' JSON filters and pages.
+func TestPage(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: big\ndescriptors:\n")
+	for i := range 10_000 {
+		fmt.Fprintf(&b, "  - key: k%d\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", i)
+	}
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules, "big.yaml": b.String()})
+	for range 2 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("big", "k9999", "<script>alert(1)</script>")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "http://" + s.AdminAddr()
+	code, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html,application/xhtml+xml")
+	if code != http.StatusOK || !strings.Contains(page, "big.k9999") || !strings.Contains(page, "&lt;script&gt;alert(1)&lt;/script&gt;") ||
+		strings.Contains(page, "<script>alert(1)") || len(page) > 100_000 || strings.Contains(page, "src=\"http") {
+		t.Errorf("page: %d, %d bytes, limited identifier shown: %v", code, len(page), strings.Contains(page, "big.k9999"))
+	}
+	if _, index := call(t, nil, http.MethodGet, base+"/", ""); !strings.HasPrefix(index, "/metrics: ") {
+		t.Errorf("index for a client that is no browser:\n%s", index)
+	}
+	_, out := call(t, nil, http.MethodGet, base+"/v1/status/rules?q=K999&offset=5&limit=3", "")
+	p := decode[rulesPage](t, out)
+	if p.Total != 11 || len(p.Rules) != 3 || p.Rules[0].Rule != "big.k9994" {
+		t.Errorf("filtered page: %+v", p)
+	}
+	_, out = call(t, nil, http.MethodGet, base+"/v1/status/rules?q=k9999", "")
+	if p := decode[rulesPage](t, out); len(p.Rules) != 1 || p.Rules[0].Hits != 2 || p.Rules[0].OverLimit != 1 || !strings.HasSuffix(p.Rules[0].Source, "big.yaml:20001") {
+		t.Errorf("counted rule: %+v", p)
+	}
+	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
+	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_003 {
+		t.Errorf("status: %s", out)
+	}
+}
+
+// TestStoreFailureWarns: failures of one cause write one warn line a
+// second with their reason, the next naming how many were left out.
+func TestStoreFailureWarns(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	f := newFailureLog(zap.New(core), "error")
+	now := time.Unix(1000, 0)
+	f.now = func() time.Time { return now }
+	full := fmt.Errorf("memory take: %w: %w", limiter.ErrUnavailable, store.ErrFull)
+	for range 5 {
+		f.Failed("d", full, 0)
+		f.Failed("d", context.DeadlineExceeded, 0)
+		f.Failed("d", fmt.Errorf("x: %w", limiter.ErrInvalid), 0)
+		f.Failed("d", limiter.ErrNoRules, 0)
+	}
+	now = now.Add(1100 * time.Millisecond)
+	f.Failed("d", full, 0)
+	lines := logs.All()
+	if len(lines) != 3 {
+		t.Fatalf("%d lines: %v", len(lines), lines)
+	}
+	for i, want := range []struct {
+		cause      string
+		suppressed int64
+	}{{"memory store full", 0}, {"store timeout", 0}, {"memory store full", 4}} {
+		fs := lines[i].ContextMap()
+		if fs["cause"] != want.cause || fs["suppressed"] != want.suppressed || !strings.Contains(fmt.Sprint(fs["error"]), map[bool]string{true: "full", false: "deadline"}[i != 1]) {
+			t.Errorf("line %d: %v", i, fs)
+		}
+	}
+	if !errors.Is(full, store.ErrFull) {
+		t.Fatal("test error is not ErrFull")
+	}
+}
+
+// TestReloadStatus: after a failed reload /v1/rules names the error and
+// when; a good reload after it logs that good rules are back.
+func TestReloadStatus(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	dir := files.Dir(t, map[string]string{"ops.yaml": opsRules})
+	s := testServerOn(t, dir, zap.New(core))
+	path := filepath.Join(dir, "ops.yaml")
+	files.Write(t, path, "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	s.rules.reload(context.Background(), "test")
+	_, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
+	if !strings.Contains(body, "# last failed reload at ") || !strings.Contains(body, "an earlier load, are in force") || !strings.Contains(body, path+":4:") {
+		t.Errorf("/v1/rules after a failed reload:\n%s", body)
+	}
+	files.Write(t, path, opsRules)
+	s.rules.reload(context.Background(), "test")
+	if n := logs.FilterMessage("rules reloaded after a failed reload: the rules in force are good and unchanged").Len(); n != 1 {
+		t.Errorf("%d recovery lines", n)
+	}
+	_, body = scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
+	if !strings.Contains(body, "(rules loaded since, last at ") {
+		t.Errorf("/v1/rules after recovering:\n%s", body)
+	}
+}

@@ -1,0 +1,87 @@
+package server
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/internal/observe/top"
+)
+
+// pageRefresh is how often the admin page polls /v1/status.
+const pageRefresh = 2 * time.Second
+
+//go:embed page.html
+var pageHTML string
+
+// page is the admin page: the state at its rendering, which its script
+// then refreshes from /v1/status and /v1/status/rules. It loads nothing
+// from elsewhere.
+var page = template.Must(template.New("page").Funcs(template.FuncMap{
+	"deref": func(p *int64) int64 { return *p },
+	"short": func(h string) string { return h[:min(len(h), 12)] },
+	"share": func(over, hits float64) string {
+		if hits == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f %%", 100*over/hits)
+	},
+	"values": func(e top.Entry) string {
+		v := strings.Join(e.Values, ", ")
+		if len(e.Values) == 0 {
+			v = "(the rule's only counter)"
+		}
+		if e.Truncated {
+			v += "…"
+		}
+		return v
+	},
+	"reload": func(r *reloadStatus) string {
+		switch {
+		case r == nil:
+			return "ok (no reload since the start)"
+		case r.Failing:
+			return "last reload failed at " + r.ErrorAt.Format(time.TimeOnly) + ": " + strings.Join(r.Errors, "; ")
+		case !r.ErrorAt.IsZero():
+			return "ok (a reload failed at " + r.ErrorAt.Format(time.TimeOnly) + ")"
+		}
+		return "ok"
+	},
+}).Parse(pageHTML))
+
+// pageData is what the page renders.
+type pageData struct {
+	Status    adminStatus
+	Rules     rulesPage
+	Filter    string
+	Range     string
+	PageSize  int
+	RefreshMs int64
+}
+
+// home serves "/" and the paths nothing else serves: the admin page to a
+// browser asking for "/" (Accept: text/html), the plain-text index of
+// endpoints to every other request, as the reference's debug listener.
+func (s *Server) home(idx adminIndex) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" || !strings.Contains(r.Header.Get("Accept"), "text/html") {
+			idx.ServeHTTP(w, r)
+			return
+		}
+		filter := r.URL.Query().Get("q")
+		d := pageData{Status: s.status(), Rules: s.rulesPage(filter, 0, defaultRulesPage), Filter: filter,
+			PageSize: defaultRulesPage, RefreshMs: pageRefresh.Milliseconds()}
+		d.Range = fmt.Sprintf("%d–%d of %d", min(1, d.Rules.Total), len(d.Rules.Rules), d.Rules.Total)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
+		if err := page.Execute(w, d); err != nil {
+			s.log.Debug("admin page", zap.Error(err))
+		}
+	})
+}

@@ -1,0 +1,39 @@
+package rlqs
+
+import (
+	"math"
+	"testing"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+)
+
+// TestResolveGroup: a bucket whose rule has several limits is divided as
+// the least rate and the least burst among them; a limit of 0 among them
+// denies all.
+func TestResolveGroup(t *testing.T) {
+	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{
+		{Key: "plan", Limits: []*descriptors.Limit{
+			{Unit: descriptors.Second, RequestsPerUnit: 10},
+			{Unit: descriptors.Day, RequestsPerUnit: 1000},
+			{Algorithm: descriptors.TokenBucket, Unit: descriptors.Minute, RequestsPerUnit: 60, Burst: 5 * descriptors.Milli},
+		}},
+		{Key: "closed", Limits: []*descriptors.Limit{
+			{Unit: descriptors.Second, RequestsPerUnit: 10},
+			{Unit: descriptors.Day, RequestsPerUnit: 0},
+		}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &resolver{prefix: "rl"}
+	res := r.compute(set, "d", []descriptors.Entry{{Key: "plan", Value: "p"}})
+	if res.kind != limited || math.Abs(res.global.Rate-1000.0/86400) > 1e-12 || res.global.Burst != 5 {
+		t.Errorf("plan: %+v, want limited at 1000/day with a burst of 5", res)
+	}
+	if res.storeKey != "rl:{d/plan=p}:default:rlqs" {
+		t.Errorf("plan: store key %q, the first limit's", res.storeKey)
+	}
+	if res := r.compute(set, "d", []descriptors.Entry{{Key: "closed", Value: "c"}}); res.kind != denyAll {
+		t.Errorf("closed: %+v, want DENY_ALL", res)
+	}
+}
