@@ -30,14 +30,25 @@ func quotaReplicas(t *testing.T, n int, period time.Duration, extra ...string) [
 	return quotaReplicasOn(t, []string{"--redis-url", "redis://" + redistest.StartServer(t).Addr}, n, period, extra...)
 }
 
+// quotaReplicasWith is quotaReplicas on these rules files.
+func quotaReplicasWith(t *testing.T, rules map[string]string, n int, period time.Duration, extra ...string) []*fastlimit {
+	t.Helper()
+	return quotaReplicasRules(t, rules, []string{"--redis-url", "redis://" + redistest.StartServer(t).Addr}, n, period, extra...)
+}
+
 // quotaReplicasOn is quotaReplicas on the Redis that redisFlags name.
 func quotaReplicasOn(t *testing.T, redisFlags []string, n int, period time.Duration, extra ...string) []*fastlimit {
 	t.Helper()
-	dir := files.Dir(t, map[string]string{"rules.yaml": rlqsRules})
+	return quotaReplicasRules(t, map[string]string{"rules.yaml": rlqsRules}, redisFlags, n, period, extra...)
+}
+
+func quotaReplicasRules(t *testing.T, rules map[string]string, redisFlags []string, n int, period time.Duration, extra ...string) []*fastlimit {
+	t.Helper()
+	dir := files.Dir(t, rules)
 	var fs []*fastlimit
 	for i := range n {
 		admin := loopback.Addr(t)
-		flags := append(slices.Clone(redisFlags), "--rlqs-report-period", period.String(),
+		flags := append(slices.Clone(redisFlags), "--rlqs", "--rlqs-report-period", period.String(),
 			"--rlqs-replica", fmt.Sprintf("r%d", i), "--admin-addr", admin)
 		flags = append(flags, extra...)
 		f := start(t, launch{rules: dir, flags: flags})

@@ -43,9 +43,16 @@ import (
 
 func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
+	return loadBootstrapFile(t, envoyYAML)
+}
+
+// loadBootstrapFile decodes the Envoy bootstrap at path strictly and
+// validates it.
+func loadBootstrapFile(t *testing.T, path string) *bootstrapv3.Bootstrap {
+	t.Helper()
 	var bs bootstrapv3.Bootstrap
-	decodeStrict(t, envoyYAML, readYAML(t, envoyYAML), &bs)
-	validateTree(t, envoyYAML, &bs)
+	decodeStrict(t, path, readYAML(t, path), &bs)
+	validateTree(t, path, &bs)
 	return &bs
 }
 

@@ -127,7 +127,7 @@ func (e *env) startServer(ctx context.Context, bin, rules string) error {
 	}
 	e.server = exec.CommandContext(ctx, bin, "--config", rules, "--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr,
 		"--admin-addr", e.adminAddr, "--redis-url", "redis://"+e.redisAddr, "--log-level", "warn", "--drain", "0s",
-		"--rlqs-replica", "bench")
+		"--rlqs", "--rlqs-replica", "bench")
 	// Apart from the caller's environment: the server reads a variable
 	// for every flag it is not given.
 	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv()

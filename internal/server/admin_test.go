@@ -181,7 +181,7 @@ func TestUsageBadRequests(t *testing.T) {
 // TestRLQSUsage: /v1/quota answers rlqs.Service.Usage as JSON; bad
 // queries get 400, and with --rlqs=false the path is not served.
 func TestRLQSUsage(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--rlqs")
 	base := "http://" + s.AdminAddr() + "/v1/quota?"
 	code, body := scrape.Get(t, base+"domain=adm&bucket=win=x")
 	var u rlqs.Usage

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/pkg/rls"
 )
@@ -50,23 +53,48 @@ func grpcOptions(s *Server) []grpc.ServerOption {
 	// (returning it to a pool after every flush) cost 20-25 % of the rate
 	// of the unlimited rule at 64 callers (BENCHMARKS.md), and Envoy holds
 	// few connections.
+	ka := keepalive.ServerParameters{
+		MaxConnectionAge:      o.GRPCMaxConnectionAge,
+		MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace,
+		// 0 is gRPC's default: never.
+		MaxConnectionIdle: o.GRPC.MaxConnectionIdle,
+	}
+	if o.RLQS.Enabled {
+		// gRPC pings per server: with RLQS, a connection silent this long
+		// (no Envoy's, which reports every 5 s) is pinged, and closed
+		// unanswered (docs/rlqs.md, "Keepalive").
+		ka.Time, ka.Timeout = o.RLQS.KeepaliveTime, o.RLQS.KeepaliveTimeout
+	}
+	recv := o.RLQS.RecvBytes(o.MaxRequestBytes)
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(recv),
 		// Descriptor values that are not UTF-8 are decided, not refused.
 		rls.ServerOption(),
 		// Connections are closed after a day (with a random +-10 %),
 		// so that Envoys spread over replicas added since they connected.
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge:      o.GRPCMaxConnectionAge,
-			MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace,
-			// 0 is gRPC's default: never.
-			MaxConnectionIdle: o.GRPC.MaxConnectionIdle,
-		}),
+		grpc.KeepaliveParams(ka),
+	}
+	if recv > o.MaxRequestBytes {
+		opts = append(opts, grpc.ChainUnaryInterceptor(requestBound(o.MaxRequestBytes)))
 	}
 	if o.GRPCStreamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(o.GRPCStreamWorkers)))
 	}
 	return opts
+}
+
+// requestBound refuses a unary request larger than limit, as gRPC's own
+// receive limit would, where the server's limit is the larger one of RLQS
+// reports.
+func requestBound(limit int) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if m, ok := req.(proto.Message); ok {
+			if n := proto.Size(m); n > limit {
+				return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, limit)
+			}
+		}
+		return handler(ctx, req)
+	}
 }
 
 // listen binds addr: host:port over TCP, or "unix:PATH" (also

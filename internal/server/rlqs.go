@@ -10,7 +10,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// newRLQS builds the Rate Limit Quota Service, unless --rlqs=false. Its
+// newRLQS builds the Rate Limit Quota Service, with --rlqs. Its
 // demand store is the limiter's Redis (r, its client shared), so that
 // replicas sharing that Redis divide each limit among all their Envoys;
 // on the embedded store (r nil) there is no other replica to share with,
@@ -27,6 +27,9 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	opts.Rules = s.limiter.Rules
 	opts.Log = s.log
 	opts.KeyPrefix = o.KeyPrefix
+	if o.RLQS.RecvBytes(o.MaxRequestBytes) > o.RLQS.MaxReportBytes {
+		opts.MaxReportBytes = o.RLQS.MaxReportBytes // gRPC's limit is --max-request-bytes
+	}
 	if opts.Observer, err = metrics.NewRLQS(s.registry, s.rlqsTotals); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}

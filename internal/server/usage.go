@@ -54,7 +54,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 
 // handleRLQSUsage answers GET /v1/quota?domain=D&bucket=k=v,k2=v2 with
 // how the bucket's limit is divided on this replica (rlqs.Service.Usage),
-// changing nothing; 404 with --rlqs=false.
+// changing nothing; 404 without --rlqs.
 func (s *Server) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
 	if s.rlqs == nil {
 		http.NotFound(w, r)

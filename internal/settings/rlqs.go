@@ -23,15 +23,24 @@ type RLQS struct {
 	StoreGrace   time.Duration // 0: one assignment TTL
 	Replica      string        // empty: random
 	Headroom     float64
+	// KeepaliveTime and KeepaliveTimeout are the gRPC server's pings of
+	// silent connections while RLQS is on.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	MaxReportBytes                  int
 }
 
+// DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes: a
+// report of 200,000 buckets of about 80 bytes (docs/rlqs.md, "Large
+// Envoys").
+const DefaultRLQSMaxReportBytes = 16 << 20
+
 func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
-	fs.BoolVar(&o.Enabled, "rlqs", true,
-		"serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener: global limits divided among the Envoys that share them, enforced by Envoy locally")
+	fs.BoolVar(&o.Enabled, "rlqs", false,
+		"serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener: global limits divided among the Envoys that share them, enforced by Envoy locally (Envoy marks its filter work in progress)")
 	fs.DurationVar(&o.ReportPeriod, "rlqs-report-period", 5*time.Second,
 		"the period at which Envoys report usage: Envoy's is 5s whatever its reporting_interval says; change it only for clients that report otherwise")
-	fs.Float64Var(&o.TTLPeriods, "rlqs-ttl-periods", 3,
-		"an assignment's life in report periods (at least 2), refreshed at each report: how long an Envoy keeps its share when it cannot reach FastLimit")
+	fs.Float64Var(&o.TTLPeriods, "rlqs-ttl-periods", rlqs.DefaultTTLPeriods,
+		"an assignment's life in report periods (at least 2), refreshed at each report: how long an Envoy keeps its share when it cannot reach FastLimit; it must outlast the Envoy's keepalive detecting a lost replica and its next report")
 	fs.DurationVar(&o.IdleAfter, "rlqs-idle-after", 10*time.Minute,
 		"abandon an Envoy's bucket after this long without a request in it (Envoy subscribes again at its next request; 0: never)")
 	fs.StringVar(&o.Unmatched, "rlqs-unmatched", "allow",
@@ -44,6 +53,12 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"this replica's name among those sharing Redis: letters, digits, '-', '_', '.', ':' (empty: a random name at each start); two live replicas must not share one")
 	fs.Float64Var(&o.Headroom, "rlqs-headroom", 0.1,
 		"fraction added to an Envoy's measured demand when dividing, so that growing demand passes until the next report shows it")
+	fs.DurationVar(&o.KeepaliveTime, "rlqs-keepalive-time", 30*time.Second,
+		"with --rlqs, ping a gRPC connection silent this long (Envoys report every 5s, so only a lost one is pinged; it applies to every gRPC connection)")
+	fs.DurationVar(&o.KeepaliveTimeout, "rlqs-keepalive-timeout", 10*time.Second,
+		"with --rlqs, close a connection whose ping is not answered within this, ending its RLQS streams")
+	fs.IntVar(&o.MaxReportBytes, "rlqs-max-report-bytes", DefaultRLQSMaxReportBytes,
+		"largest RLQS usage report accepted, in bytes (an Envoy sends all its buckets in one, about 80 bytes each); a larger one ends its stream and is counted")
 }
 
 // Policy returns the store failure policy in force, given --on-store-error.
@@ -85,6 +100,16 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 	}, nil
 }
 
+// RecvBytes is the gRPC server's receive limit for --max-request-bytes
+// of RateLimitService: the larger of it and, with --rlqs, the RLQS
+// report limit (each service enforces its own below it).
+func (o *RLQS) RecvBytes(maxRequestBytes int) int {
+	if !o.Enabled {
+		return maxRequestBytes
+	}
+	return max(maxRequestBytes, o.MaxReportBytes)
+}
+
 // validate checks the RLQS settings.
 func (o *RLQS) validate(s *Settings) error {
 	if !o.Enabled {
@@ -104,6 +129,12 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-store-grace", "must not be negative"))
 	case !(o.Headroom >= 0 && o.Headroom <= 10):
 		return s.Named(Bad("rlqs-headroom", "%v is not in [0, 10]", o.Headroom))
+	case o.KeepaliveTime < time.Second:
+		return s.Named(Bad("rlqs-keepalive-time", "%v is under 1s", o.KeepaliveTime))
+	case o.KeepaliveTimeout < time.Second:
+		return s.Named(Bad("rlqs-keepalive-timeout", "%v is under 1s", o.KeepaliveTimeout))
+	case o.MaxReportBytes < 1<<10:
+		return s.Named(Bad("rlqs-max-report-bytes", "%d is under 1 KiB", o.MaxReportBytes))
 	}
 	if !validReplica(o.Replica) {
 		return s.Named(Bad("rlqs-replica", "%q holds characters other than letters, digits, '-', '_', '.' and ':'", o.Replica))

@@ -9,6 +9,28 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
+// TestRLQSRecvBytes: the gRPC server receives the larger of the RLS and
+// the RLQS limits, RLS's alone with RLQS off.
+func TestRLQSRecvBytes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 4 << 20},
+		{[]string{"--rlqs"}, 16 << 20},
+		{[]string{"--rlqs", "--max-request-bytes", "33554432"}, 32 << 20},
+		{[]string{"--rlqs", "--rlqs-max-report-bytes", "1048576"}, 4 << 20},
+	} {
+		s, err := Parse("test", tc.args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.RLQS.RecvBytes(s.MaxRequestBytes); got != tc.want {
+			t.Errorf("%v: receive limit %d, want %d", tc.args, got, tc.want)
+		}
+	}
+}
+
 func TestRLQSSettings(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -18,26 +40,30 @@ func TestRLQSSettings(t *testing.T) {
 		policy rlqs.StorePolicy
 		check  func(t *testing.T, o rlqs.Options)
 	}{
-		{name: "defaults", policy: rlqs.StoreKeep, check: func(t *testing.T, o rlqs.Options) {
-			if o.ReportPeriod != 5*time.Second || o.TTLPeriods != 3 || o.IdleAfter != 10*time.Minute || o.Unmatched != rlqs.UnmatchedAllow {
+		{name: "defaults", args: []string{"--rlqs"}, policy: rlqs.StoreKeep, check: func(t *testing.T, o rlqs.Options) {
+			if o.ReportPeriod != 5*time.Second || o.TTLPeriods != 6 || o.IdleAfter != 10*time.Minute || o.Unmatched != rlqs.UnmatchedAllow {
 				t.Errorf("options = %+v", o)
 			}
 		}},
-		{name: "follows --on-store-error allow", args: []string{"--on-store-error", "allow"}, policy: rlqs.StoreAllow},
-		{name: "follows --on-store-error deny", args: []string{"--on-store-error", "deny"}, policy: rlqs.StoreDeny},
-		{name: "its own policy wins", args: []string{"--on-store-error", "deny", "--rlqs-on-store-error", "split"}, policy: rlqs.StoreSplit},
-		{name: "environment twins", env: map[string]string{"RLQS_ON_STORE_ERROR": "allow", "RLQS_UNMATCHED": "deny",
+		{name: "follows --on-store-error allow", args: []string{"--rlqs", "--on-store-error", "allow"}, policy: rlqs.StoreAllow},
+		{name: "follows --on-store-error deny", args: []string{"--rlqs", "--on-store-error", "deny"}, policy: rlqs.StoreDeny},
+		{name: "its own policy wins", args: []string{"--rlqs", "--on-store-error", "deny", "--rlqs-on-store-error", "split"}, policy: rlqs.StoreSplit},
+		{name: "environment twins", env: map[string]string{"RLQS": "true", "RLQS_ON_STORE_ERROR": "allow", "RLQS_UNMATCHED": "deny",
 			"RLQS_IDLE_AFTER": "0", "RLQS_REPORT_PERIOD": "1s", "RLQS_REPLICA": "pod-1"}, policy: rlqs.StoreAllow,
 			check: func(t *testing.T, o rlqs.Options) {
 				if o.Unmatched != rlqs.UnmatchedDeny || o.IdleAfter >= 0 || o.ReportPeriod != time.Second || o.Replica != "pod-1" {
 					t.Errorf("options = %+v", o)
 				}
 			}},
-		{name: "bad policy", args: []string{"--rlqs-on-store-error", "error"}, err: "--rlqs-on-store-error"},
-		{name: "bad unmatched", env: map[string]string{"RLQS_UNMATCHED": "maybe"}, err: "RLQS_UNMATCHED"},
-		{name: "sub-second period", args: []string{"--rlqs-report-period", "500ms"}, err: "--rlqs-report-period"},
-		{name: "short TTL", args: []string{"--rlqs-ttl-periods", "1.5"}, err: "--rlqs-ttl-periods"},
-		{name: "bad replica", args: []string{"--rlqs-replica", "a/b"}, err: "--rlqs-replica"},
+		{name: "bad policy", args: []string{"--rlqs", "--rlqs-on-store-error", "error"}, err: "--rlqs-on-store-error"},
+		{name: "bad unmatched", env: map[string]string{"RLQS": "true", "RLQS_UNMATCHED": "maybe"}, err: "RLQS_UNMATCHED"},
+		{name: "sub-second period", args: []string{"--rlqs", "--rlqs-report-period", "500ms"}, err: "--rlqs-report-period"},
+		{name: "short TTL", args: []string{"--rlqs", "--rlqs-ttl-periods", "1.5"}, err: "--rlqs-ttl-periods"},
+		{name: "bad replica", args: []string{"--rlqs", "--rlqs-replica", "a/b"}, err: "--rlqs-replica"},
+		{name: "sub-second keepalive", args: []string{"--rlqs", "--rlqs-keepalive-time", "500ms"}, err: "--rlqs-keepalive-time"},
+		{name: "no keepalive timeout", args: []string{"--rlqs", "--rlqs-keepalive-timeout", "0s"}, err: "--rlqs-keepalive-timeout"},
+		{name: "tiny reports", args: []string{"--rlqs", "--rlqs-max-report-bytes", "100"}, err: "--rlqs-max-report-bytes"},
+		{name: "off by default skips checks", args: []string{"--rlqs-unmatched", "maybe"}},
 		{name: "off skips checks", args: []string{"--rlqs=false", "--rlqs-unmatched", "maybe"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +82,9 @@ func TestRLQSSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !s.RLQS.Enabled {
+				if len(tc.args) > 0 && tc.args[0] == "--rlqs" || tc.env["RLQS"] == "true" {
+					t.Fatal("--rlqs did not turn the service on")
+				}
 				return
 			}
 			o, err := s.RLQS.Options(s.OnStoreError)

@@ -59,11 +59,20 @@ type Limit struct {
 	Burst float64
 }
 
+// Left is the Rate of a client that left its bucket: it counts toward no
+// division, but its Envoy may still hold its Assigned.
+const Left = -2
+
 // Demand is one client's demand in a bucket, as replicas publish it.
 type Demand struct {
 	Replica string
 	Client  string
-	Rate    float64 // requests per second; negative while not known
+	Rate    float64 // requests per second; negative while not known, Left once gone
+	// Assigned is the rate its Envoy may hold: the share last sent, or
+	// being sent (docs/rlqs.md, "The ledger").
+	Assigned float64
+	// Adopted is, in the answer to a Reserve, what it took over.
+	Adopted float64
 }
 
 // Client is one client's state in a bucket on the replica that serves it.
@@ -73,7 +82,13 @@ type Client struct {
 	Known  bool
 	// Server times; LastActive is the last report with requests.
 	Joined, LastReport, LastActive time.Time
-	Assigned                       float64 // the share last assigned
+	// Assigned is the rate the client's Envoy may hold: raised before a
+	// raise is sent, lowered once a cut has been sent.
+	Assigned float64
+	// Hold leaves the client out of the division, keeping what it holds:
+	// an Envoy that moved from another stream, whose old value stands for
+	// it until the client adopts it.
+	Hold bool
 
 	carry uint64 // requests of reports too close to measure yet
 }
@@ -101,9 +116,10 @@ func (c *Client) Observe(n uint64, elapsed time.Duration, now time.Time, cfg *Co
 	c.carry = 0
 }
 
-// sample folds a rate into the demand: a rise at once, a fall smoothed.
+// sample folds a rate into the demand: a rise at once, a fall smoothed
+// unless the client left part of what it holds unused (then at once too).
 func (c *Client) sample(rate float64, over time.Duration, cfg *Config) {
-	if !c.Known || rate >= c.Demand {
+	if !c.Known || rate >= c.Demand || rate < c.Assigned {
 		c.Demand, c.Known = rate, true
 		return
 	}
@@ -114,6 +130,12 @@ func (c *Client) sample(rate float64, over time.Duration, cfg *Config) {
 // Moved reports whether the demand moved from (was, wasKnown) enough for a new division.
 func (c *Client) Moved(was float64, wasKnown bool) bool {
 	return c.Known != wasKnown || (c.Known && moved(was, c.Demand))
+}
+
+// Wants reports whether the client would use more than it holds: its
+// demand is unknown, or above what it holds.
+func (c *Client) Wants() bool {
+	return !c.Known || c.Demand > c.Assigned
 }
 
 // Idle reports whether the client has reported no request for d.

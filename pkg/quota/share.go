@@ -11,9 +11,11 @@ type Bucket struct {
 	Limit Limit
 
 	clients  map[string]*Client
-	remote   []Demand // other replicas' clients
+	remote   []Demand // other replicas' clients (not Left)
 	replicas int      // other replicas seen in remote
 	remoteAt time.Time
+	// remoteHeld is what other replicas' Envoys may hold, Left ones included.
+	remoteHeld float64
 
 	wants, shares []float64 // scratch
 	order         []int
@@ -52,17 +54,29 @@ func (b *Bucket) Clients(f func(*Client)) {
 }
 
 // SetRemote records the demand of other replicas than self, read at now, and
-// reports whether it changes the division (clients, or a demand moved).
+// reports whether it changes the division (clients, a demand moved, or
+// what the other replicas' Envoys hold).
 func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
+	if len(b.remote) == 0 && b.remoteHeld == 0 && onlySelf(self, all) {
+		b.replicas, b.remoteAt = 0, now // the common case: no other replica
+		return false
+	}
 	old := make(map[[2]string]float64, len(b.remote))
 	for _, d := range b.remote {
 		old[[2]string{d.Replica, d.Client}] = d.Rate
 	}
 	b.remote = b.remote[:0]
 	seen := map[string]bool{}
-	changed := false
+	held := 0.0
 	for _, d := range all {
-		if d.Replica == self {
+		if d.Replica != self {
+			held += d.Assigned
+		}
+	}
+	changed := moved(b.remoteHeld, held)
+	b.remoteHeld = held
+	for _, d := range all {
+		if d.Replica == self || d.Rate == Left {
 			continue
 		}
 		b.remote = append(b.remote, d)
@@ -72,6 +86,16 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	}
 	b.replicas, b.remoteAt = len(seen), now
 	return changed || len(old) != len(b.remote)
+}
+
+// onlySelf reports whether every demand is self's.
+func onlySelf(self string, all []Demand) bool {
+	for _, d := range all {
+		if d.Replica != self {
+			return false
+		}
+	}
+	return true
 }
 
 // changeTolerance is the relative change of a demand worth a new division.
@@ -88,6 +112,27 @@ func moved(was, is float64) bool {
 // Remote returns the other replicas' demand last read, and when (zero: never).
 func (b *Bucket) Remote() ([]Demand, time.Time) { return b.remote, b.remoteAt }
 
+// RemoteHeld is what the other replicas' Envoys may hold, as last read.
+func (b *Bucket) RemoteHeld() float64 { return b.remoteHeld }
+
+// Count is the number of clients a division in mode counts: the local
+// ones, and in Global mode the other replicas' too.
+func (b *Bucket) Count(mode Mode) int {
+	if mode == Global {
+		return len(b.clients) + len(b.remote)
+	}
+	return len(b.clients)
+}
+
+// Capacity is what a division in mode divides: the limit, or in Split
+// mode this replica's part of it.
+func (b *Bucket) Capacity(mode Mode) float64 {
+	if mode == Split {
+		return b.Limit.Rate / float64(b.Replicas())
+	}
+	return b.Limit.Rate
+}
+
 // Replicas is the number of replicas serving the bucket as last read, this one included.
 func (b *Bucket) Replicas() int { return b.replicas + 1 }
 
@@ -101,14 +146,15 @@ const (
 )
 
 // Shares divides the limit among the wants (docs/rlqs.md) and calls f with
-// each local client's share, requests per second.
+// each local client's share, requests per second; clients on Hold are
+// left out.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
-	capacity := b.Limit.Rate
-	n := len(b.clients)
-	if mode == Global {
-		n += len(b.remote)
-	} else {
-		capacity /= float64(b.Replicas())
+	capacity := b.Capacity(mode)
+	n := b.Count(mode)
+	for _, c := range b.clients {
+		if c.Hold {
+			n--
+		}
 	}
 	if n == 0 {
 		return
@@ -117,8 +163,10 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 	b.wants = b.wants[:0]
 	b.local = b.local[:0]
 	for _, c := range b.clients {
-		b.local = append(b.local, c)
-		b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+		if !c.Hold {
+			b.local = append(b.local, c)
+			b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+		}
 	}
 	if mode == Global {
 		for _, d := range b.remote {
@@ -147,6 +195,11 @@ func Settle(assigned, share float64, cfg *Config) float64 {
 	}
 	return assigned
 }
+
+// Slack is how far settled shares may add up above their capacity,
+// as a fraction: Lower/(1-Lower), a share being kept up to that much
+// above its due.
+func (c *Config) Slack() float64 { return c.Lower / (1 - c.Lower) }
 
 // BurstOf is a share's token-bucket capacity: the burst in proportion, at least 1.
 func (l Limit) BurstOf(share float64) float64 {

@@ -48,6 +48,53 @@ func TestObserve(t *testing.T) {
 	if !r.Known || r.Demand != 50 {
 		t.Errorf("reopened: demand = %v, want 50 from time_elapsed", r.Demand)
 	}
+	// A fall below what the client holds (its share unused) is taken at
+	// once; one that stays above it is smoothed.
+	w := quota.Client{Assigned: 75}
+	w.Observe(0, 0, t0, &cfg)
+	w.Observe(3000, 0, t0.Add(5*time.Second), &cfg)
+	if !w.Wants() {
+		t.Error("a client asking 600/s of the 75 it holds does not want more")
+	}
+	w.Observe(1000, 0, t0.Add(10*time.Second), &cfg)
+	if w.Demand <= 200 {
+		t.Errorf("a fall to 200/s, above the 75 held: demand = %v, want it smoothed", w.Demand)
+	}
+	w.Observe(5, 0, t0.Add(15*time.Second), &cfg)
+	if w.Demand != 1 || w.Wants() {
+		t.Errorf("a fall to 1/s, below the 75 held: demand = %v, want 1 at once", w.Demand)
+	}
+}
+
+// TestRemoteHeld: what other replicas' Envoys hold is summed, clients that
+// left included, though they count toward no division; Split divides this
+// replica's part.
+func TestRemoteHeld(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	b := quota.NewBucket(quota.Limit{Rate: 300, Burst: 300})
+	known(b, "a", 800)
+	if !b.SetRemote("r1", []quota.Demand{
+		{Replica: "r1", Client: "a", Rate: 800, Assigned: 150},
+		{Replica: "r2", Client: "c", Rate: 100, Assigned: 100},
+		{Replica: "r2", Client: "gone", Rate: quota.Left, Assigned: 50},
+	}, t0) {
+		t.Fatal("a first read changed nothing")
+	}
+	if got := b.RemoteHeld(); got != 150 {
+		t.Errorf("remote held %v, want 150 (the left one's included)", got)
+	}
+	if b.Count(quota.Global) != 2 || b.Count(quota.Split) != 1 || b.Capacity(quota.Split) != 150 {
+		t.Errorf("count %d/%d, split capacity %v", b.Count(quota.Global), b.Count(quota.Split), b.Capacity(quota.Split))
+	}
+	if !b.SetRemote("r1", []quota.Demand{{Replica: "r2", Client: "c", Rate: 100, Assigned: 100}}, t0) {
+		t.Error("a fall of what others hold changed nothing")
+	}
+	if got := shares(b, quota.Global, &cfg); got["a"] != 190 {
+		t.Errorf("shares %v, want a 190 (c wants 110)", got)
+	}
+	if eps := cfg.Slack(); eps < 0.0204 || eps > 0.0205 {
+		t.Errorf("slack %v, want 0.02/0.98", eps)
+	}
 }
 
 func shares(b *quota.Bucket, mode quota.Mode, cfg *quota.Config) map[string]float64 {

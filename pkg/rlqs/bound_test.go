@@ -27,9 +27,9 @@ import (
 //
 // Both readings of Envoy's replaced bucket run (docs/rlqs.md).
 func TestOverAdmissionBound(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		t.Run(fmt.Sprintf("full on replace %v", full), func(t *testing.T) {
-			checkBound(t, full)
+	for _, mode := range []envoysim.Replace{envoysim.ReplacePartial, envoysim.ReplaceFullOrEmpty} {
+		t.Run(fmt.Sprintf("replace %d", mode), func(t *testing.T) {
+			checkBound(t, mode == envoysim.ReplaceFullOrEmpty)
 		})
 	}
 }
@@ -52,7 +52,10 @@ func checkBound(t *testing.T, full bool) {
 	cfg := quota.Config{}.WithDefaults()
 	eps := cfg.Lower / (1 - cfg.Lower)
 	cl := newCluster(t, clusterOptions{period: period, replicas: 2})
-	ecfg := envoysim.Config{FullOnReplace: full}
+	ecfg := envoysim.Config{Replace: envoysim.ReplacePartial}
+	if full {
+		ecfg.Replace = envoysim.ReplaceFullOrEmpty
+	}
 	e0, e1, e2 := cl.envoy(0, ecfg), cl.envoy(1, ecfg), cl.envoy(0, ecfg)
 	ts := []*envoysim.Traffic{cl.fleet.Send(e0, bucketA, 800), cl.fleet.Send(e1, bucketA, 100), cl.fleet.Send(e2, bucketA, 100)}
 	ttl := 3 * period

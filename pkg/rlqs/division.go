@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 
 // division is one limit divided among the Envoy buckets that share it on
 // this replica: the quota.Bucket of the (stream, bucket id) clients of one
-// limited store key (share_threshold's buckets share one).
+// limited store key (share_threshold's buckets share one), and its ledger
+// of what their Envoys may hold (docs/rlqs.md, "The ledger").
 type division struct {
 	key    string
 	domain string
@@ -19,11 +21,22 @@ type division struct {
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
 	// dirty says the inputs changed since the last division (in mode), so
-	// that a report divides again; a new division is dirty.
+	// that the targets are computed again; a new division is dirty.
 	dirty bool
 	mode  quota.Mode
+	// left are the rates the Envoys of clients gone may still hold.
+	left []leftHeld
+	// settling is set while a settle of the division runs; again asks it
+	// to run once more.
+	settling, again bool
 
 	refs int // guarded by Service.mu
+}
+
+// leftHeld is a rate held by the Envoy of a client that left, until.
+type leftHeld struct {
+	rate  float64
+	until time.Time
 }
 
 // acquire returns the division of key, adding a reference.
@@ -62,35 +75,67 @@ func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time) {
 	dv.mu.Unlock()
 }
 
-// leave removes an Envoy bucket's client.
-func (dv *division) leave(b *envoyBucket) {
+// leave removes an Envoy bucket's client; its Envoy may hold what it was
+// assigned until until (no later than now: it holds nothing).
+func (dv *division) leave(b *envoyBucket, now, until time.Time) float64 {
 	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	held := 0.0
+	if c := dv.q.Client(b.client); c != nil {
+		held = c.Assigned
+	}
+	if held > 0 && until.After(now) {
+		dv.left = append(dv.left, leftHeld{rate: held, until: until})
+	}
 	dv.q.Leave(b.client)
 	delete(dv.buckets, b.client)
 	dv.dirty = true
-	dv.mu.Unlock()
+	return held
 }
 
-// observe takes a client's report of n requests.
-func (dv *division) observe(client string, n uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
+// observe takes a client's report of n requests; it marks the client due
+// for a raise, which a report makes it.
+func (dv *division) observe(b *envoyBucket, n uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
-	if c := dv.q.Client(client); c != nil {
+	if c := dv.q.Client(b.client); c != nil {
 		was, known := c.Demand, c.Known
 		c.Observe(n, elapsed, now, cfg)
 		dv.dirty = dv.dirty || c.Moved(was, known)
+		b.raiseDue = true
 	}
 	dv.mu.Unlock()
 }
 
-// demand is what a client publishes: its demand, -1 while unknown.
-func (dv *division) demand(client string) float64 {
+// published is what a client publishes: its demand (-1 while unknown)
+// and what its Envoy may hold.
+func (dv *division) published(client string) quota.Demand {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	c := dv.q.Client(client)
-	if c == nil || !c.Known {
-		return -1
+	if c == nil {
+		return quota.Demand{Rate: -1}
 	}
-	return c.Demand
+	d := quota.Demand{Rate: -1, Assigned: c.Assigned}
+	if c.Known {
+		d.Rate = c.Demand
+	}
+	return d
+}
+
+// wants reports whether a local client wants more than it holds.
+func (dv *division) wants() bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	wants := false
+	dv.q.Clients(func(c *quota.Client) { wants = wants || c.Wants() })
+	return wants
+}
+
+// shared reports whether other replicas serve the division too.
+func (dv *division) shared() bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	return dv.q.Replicas() > 1
 }
 
 // claimRead reports whether the other replicas' demand is refresh old,
@@ -105,14 +150,6 @@ func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 	return true
 }
 
-// neverRead reports whether the other replicas' demand was never read.
-func (dv *division) neverRead() bool {
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	_, at := dv.q.Remote()
-	return at.IsZero()
-}
-
 // setRemote records every client's demand as read at now.
 func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
 	dv.mu.Lock()
@@ -122,55 +159,178 @@ func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
 	dv.mu.Unlock()
 }
 
-// assigned is a client's new share and its burst; urgent: push it.
-type assigned struct {
+// sent records that b's Envoy was sent its held share of sequence seq:
+// the latest one, a cut, lowers what it holds (and, with a store, leaves
+// the store's higher until published); an older one changes nothing, the
+// ledger counting the larger of what it and the later ones assign. It
+// reports whether that freed a rate for others.
+func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	c := dv.q.Client(b.client)
+	if c == nil || dv.buckets[b.client] != b || seq != b.seq {
+		return false
+	}
+	b.cutting = false
+	if rate >= c.Assigned {
+		return false
+	}
+	c.Assigned = rate
+	b.unpublished = b.unpublished || store
+	return true
+}
+
+// held is a client's share as its Envoy is to hold it, the burst of
+// that, and the sequence number of the action that sends it.
+type held struct {
 	b            *envoyBucket
 	share, burst float64
-	urgent       bool
+	seq          uint64
 }
 
-// divide divides the limit in mode if its inputs or the mode changed,
-// settling every local client's share, and returns those that changed.
-func (dv *division) divide(mode quota.Mode, cfg *quota.Config) []assigned {
+// heldLocked is what b's Envoy is to hold, in a new action: its cut while
+// one is on its way, else its assigned share; dv.mu is held.
+func (dv *division) heldLocked(b *envoyBucket) held {
+	rate := 0.0
+	if c := dv.q.Client(b.client); c != nil {
+		rate = c.Assigned
+	}
+	if b.cutting {
+		rate = b.cutTo
+	}
+	b.seq++
+	return held{b: b, share: rate, burst: dv.burstLocked(b, rate), seq: b.seq}
+}
+
+// zero is a blanket rule for b, a limited bucket, in a new action:
+// it holds no share of the ledger's.
+func (dv *division) zero(b *envoyBucket) held {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
+	b.seq++
+	b.cutting = true
+	b.cutTo = 0
+	return held{b: b, seq: b.seq}
+}
+
+// current is what b's Envoy holds, for its report's answer.
+func (dv *division) current(b *envoyBucket) held {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	return dv.heldLocked(b)
+}
+
+// burstLocked is the token bucket size of a share of rate for b: the
+// limit's burst in proportion to the share, or to its target while it
+// is granted less, except that it does not grow while b's Envoy wants
+// more than it holds, whose replaced bucket could start full
+// (docs/rlqs.md, "Bursts").
+func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
+	prop := dv.q.Limit.BurstOf(max(rate, b.target))
+	if c := dv.q.Client(b.client); b.maxTokens == 0 || prop < b.maxTokens || c != nil && !c.Wants() {
+		b.maxTokens = prop
+	}
+	return b.maxTokens
+}
+
+// moved records that b's Envoy came from another stream, having admitted
+// rate there: it holds that much (up to the limit) already, counted
+// twice in the ledger until its client adopts it from its old stream's
+// value (quota.Item.Adopt), or that value expires. It adopts from this
+// replica's clients gone at once.
+func (dv *division) moved(b *envoyBucket, rate float64, now time.Time) {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	c := dv.q.Client(b.client)
+	rate = min(rate, dv.q.Limit.Rate)
+	if c == nil || rate <= c.Assigned {
+		return
+	}
+	c.Assigned = rate
+	b.adoptLeft, b.movedAt = rate, now
+	b.adoptLeft -= dv.adoptLocked(rate, now)
+	dv.holdLocked(b, c)
+	// The bucket it holds is no bigger than its share's: a bigger one
+	// could start full.
+	b.maxTokens = dv.q.Limit.BurstOf(rate)
+}
+
+// holdLocked holds b's client out of the division while it has some to
+// adopt: its old value stands for it meanwhile; dv.mu is held.
+func (dv *division) holdLocked(b *envoyBucket, c *quota.Client) {
+	if hold := b.adoptLeft > 0; hold != c.Hold {
+		c.Hold, dv.dirty = hold, true
+	}
+}
+
+// adoptLocked takes up to rate from the rates held by clients gone and
+// returns what it took; dv.mu is held.
+func (dv *division) adoptLocked(rate float64, now time.Time) float64 {
+	took := 0.0
+	for i := range dv.left {
+		l := &dv.left[i]
+		if !l.until.After(now) || took >= rate {
+			continue
+		}
+		t := min(l.rate, rate-took)
+		l.rate -= t
+		took += t
+	}
+	return took
+}
+
+// localHeldLocked is what this replica's Envoys may hold, those gone
+// included until their time; dv.mu is held.
+func (dv *division) localHeldLocked(now time.Time) float64 {
+	sum := 0.0
+	kept := dv.left[:0]
+	for _, l := range dv.left {
+		if l.until.After(now) {
+			kept = append(kept, l)
+			sum += l.rate
+		}
+	}
+	clear(dv.left[len(kept):])
+	dv.left = kept
+	dv.q.Clients(func(c *quota.Client) { sum += c.Assigned })
+	return sum
+}
+
+// targetsLocked divides the limit in mode, if its inputs or the mode
+// changed, into each local client's settled target.
+func (dv *division) targetsLocked(mode quota.Mode, cfg *quota.Config) {
 	if !dv.dirty && mode == dv.mode {
-		return nil
+		return
 	}
 	dv.dirty, dv.mode = false, mode
-	var changed []assigned
 	dv.q.Shares(mode, cfg, func(c *quota.Client, share float64) {
-		s := quota.Settle(c.Assigned, share, cfg)
-		if s != c.Assigned {
-			changed = append(changed, assigned{b: dv.buckets[c.ID], share: s, burst: dv.q.Limit.BurstOf(s), urgent: urgent(c, s)})
-			c.Assigned = s
+		if b := dv.buckets[c.ID]; b != nil {
+			b.target = quota.Settle(c.Assigned, share, cfg)
 		}
 	})
-	return changed
 }
 
-// urgent reports whether a client's new share is pushed at once, not
-// sent with its next report's answer (docs/rlqs.md, "Pushes").
-func urgent(c *quota.Client, share float64) bool {
-	old := c.Assigned
-	switch {
-	case old == 0:
-		return true
-	case !c.Known:
-		return share < old/2
-	case share < old:
-		return c.Demand > share
-	}
-	return c.Demand > old
+// capLocked is the most every Envoy of the bucket may hold together in
+// mode: its capacity and the slack settling allows.
+func (dv *division) capLocked(mode quota.Mode, cfg *quota.Config) float64 {
+	return dv.q.Capacity(mode) * (1 + cfg.Slack())
 }
 
-// share returns a client's assigned share and its burst.
-func (dv *division) share(client string) assigned {
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	var s float64
-	if c := dv.q.Client(client); c != nil {
-		s = c.Assigned
-	}
-	return assigned{b: dv.buckets[client], share: s, burst: dv.q.Limit.BurstOf(s)}
+// raise is a client asking for more, and how much.
+type raise struct {
+	b    *envoyBucket
+	want float64
+}
+
+// sortRaises orders raises by what they ask beyond what they hold, least
+// first, so that the small ones are met when the free rate is short.
+func sortRaises(rs []raise, dv *division) {
+	sort.Slice(rs, func(i, j int) bool {
+		di := rs[i].want - dv.q.Client(rs[i].b.client).Assigned
+		dj := rs[j].want - dv.q.Client(rs[j].b.client).Assigned
+		if di != dj {
+			return di < dj
+		}
+		return rs[i].b.client < rs[j].b.client
+	})
 }

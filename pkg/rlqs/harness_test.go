@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +10,6 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -68,6 +65,25 @@ func (f *failing) Exchange(ctx context.Context, items []quota.Item, ttl time.Dur
 	return f.DemandStore.Exchange(ctx, items, ttl, now)
 }
 
+var _ rlqs.Notifier = (*failing)(nil)
+
+// Notify notifies through the store it wraps, unless down.
+func (f *failing) Notify(ctx context.Context, from string, keys []string) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.DemandStore.(rlqs.Notifier).Notify(ctx, from, keys)
+}
+
+// Watch watches the store it wraps, hearing nothing while down.
+func (f *failing) Watch(ctx context.Context, fn func(from, key string)) error {
+	return f.DemandStore.(rlqs.Notifier).Watch(ctx, func(from, key string) {
+		if !f.down.Load() {
+			fn(from, key)
+		}
+	})
+}
+
 // replica is one FastLimit replica in process: the service on a gRPC
 // server over an in-memory listener.
 type replica struct {
@@ -75,6 +91,7 @@ type replica struct {
 	store *failing
 	gs    *grpc.Server
 	cc    *grpc.ClientConn
+	sw    *envoysim.Switch // the Envoys' way to it
 	dead  bool
 }
 
@@ -92,9 +109,11 @@ type cluster struct {
 type clusterOptions struct {
 	replicas int
 	period   time.Duration
-	store    rlqs.DemandStore // nil: a MemoryDemand on the clock
+	store    rlqs.DemandStore                        // nil: a MemoryDemand on the clock
+	wrap     func(rlqs.DemandStore) rlqs.DemandStore // if set, wraps the store
 	opts     func(*rlqs.Options)
 	rules    func() *descriptors.Set // nil: testRules
+	server   []grpc.ServerOption
 }
 
 func newCluster(t *testing.T, co clusterOptions) *cluster {
@@ -110,6 +129,9 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	if shared == nil {
 		shared = demand.NewMemory(c.clock.Now)
 	}
+	if co.wrap != nil {
+		shared = co.wrap(shared)
+	}
 	rules := co.rules
 	if rules == nil {
 		set := testRules(t)
@@ -122,34 +144,34 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 			Now:          c.clock.Now,
 			Replica:      "r" + string(rune('0'+i)),
 			ReportPeriod: co.period,
+			SilenceCheck: time.Millisecond,
 		}
 		if co.opts != nil {
 			co.opts(&opts)
 		}
-		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}))
+		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
+	}
+	c.fleet.Idle = func() bool {
+		for _, r := range c.replicas {
+			if !r.dead && !r.svc.Idle() {
+				return false
+			}
+		}
+		return true
 	}
 	t.Cleanup(c.stop)
 	return c
 }
 
-func (c *cluster) startReplica(opts rlqs.Options, st *failing) *replica {
+func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.ServerOption) *replica {
 	c.t.Helper()
 	opts.Store = st
 	svc, err := rlqs.New(opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
-	svc.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///"+opts.Replica,
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return &replica{svc: svc, store: st, gs: gs, cc: cc}
+	cc, gs := envoysim.InProcess(c.t, svc.Register, server...)
+	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(envoysim.GRPCDialer(cc))}
 }
 
 // envoy adds a simulated Envoy whose streams go to replica first (then to
@@ -162,11 +184,11 @@ func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
 	if cfg.ReportPeriod == 0 {
 		cfg.ReportPeriod = c.period
 	}
-	conns := make([]grpc.ClientConnInterface, len(c.replicas))
+	dialers := make([]envoysim.Dialer, len(c.replicas))
 	for i, r := range c.replicas {
-		conns[i] = r.cc
+		dialers[i] = r.sw.Dial
 	}
-	e, err := envoysim.New(cfg, c.clock, envoysim.FailoverDialer(first, conns...))
+	e, err := envoysim.New(cfg, c.clock, envoysim.Failover(first, dialers...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -186,6 +208,14 @@ func (c *cluster) kill(i int) {
 	r.gs.Stop()
 	_ = r.cc.Close()
 	r.dead = true
+}
+
+// blackHole makes a replica lost without a reset: cut off from the
+// store, and from its Envoys, whose streams stay open and silent.
+func (c *cluster) blackHole(i int) {
+	r := c.replicas[i]
+	r.store.down.Store(true)
+	r.sw.BlackHole()
 }
 
 func (c *cluster) stop() {

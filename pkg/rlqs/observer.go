@@ -20,12 +20,21 @@ type Observer interface {
 	Requests(domain string, allowed, denied uint64)
 	// ActionsSent is called when n bucket actions are sent to an Envoy.
 	ActionsSent(domain string, n int)
-	// Pushed is called when another Envoy's report pushes an assignment.
+	// Pushed is called for an assignment sent to an Envoy unasked: a cut,
+	// or a raise that another's report or cut freed.
 	Pushed(domain string)
 	// Abandoned is called when a bucket is abandoned for being idle.
 	Abandoned(domain string)
 	// EmptyBucketID is called for a bucket usage with an empty bucket id.
 	EmptyBucketID(domain string)
+	// Unmatched is called for a bucket an Envoy subscribed that matches
+	// no rule (and for one a change of rules leaves without).
+	Unmatched(domain string)
+	// Silent is called when a stream that sent no report for three
+	// report periods is ended.
+	Silent(domain string)
+	// ReportRefused is called for a usage report refused for its size.
+	ReportRefused(domain string)
 	// StoreFailed is called when a demand store exchange fails.
 	StoreFailed()
 	// Exchanged is called after each exchange, failed or not.
@@ -41,6 +50,9 @@ func (nopObserver) ActionsSent(string, int)         {}
 func (nopObserver) Pushed(string)                   {}
 func (nopObserver) Abandoned(string)                {}
 func (nopObserver) EmptyBucketID(string)            {}
+func (nopObserver) Unmatched(string)                {}
+func (nopObserver) Silent(string)                   {}
+func (nopObserver) ReportRefused(string)            {}
 func (nopObserver) StoreFailed()                    {}
 func (nopObserver) Exchanged(time.Duration, int)    {}
 

@@ -28,6 +28,22 @@ type DemandStore interface {
 	Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error)
 }
 
+// DefaultTTLPeriods is an assignment's life in report periods unless
+// Options say otherwise: long enough for an Envoy to leave a black-holed
+// replica by HTTP/2 keepalive and reconnect first (docs/rlqs.md,
+// "A replica lost").
+const DefaultTTLPeriods = 6
+
+// Notifier is a DemandStore that carries word of rates freed: a replica
+// that lowered what its clients hold in a bucket shared with other
+// replicas tells them, so that they grant it at once rather than at their
+// next read (demand.Redis and demand.Memory implement it). Notify may
+// lose words; Watch calls f, from one goroutine, until ctx ends.
+type Notifier interface {
+	Notify(ctx context.Context, from string, keys []string) error
+	Watch(ctx context.Context, f func(from, key string)) error
+}
+
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
 
@@ -115,7 +131,8 @@ type Options struct {
 	KeyPrefix string
 	// ReportPeriod is the Envoys' report period (default 5s, Envoy's).
 	ReportPeriod time.Duration
-	// TTLPeriods is an assignment's life in report periods (default 3).
+	// TTLPeriods is an assignment's life in report periods (default
+	// DefaultTTLPeriods).
 	TTLPeriods float64
 	// IdleAfter abandons an Envoy's bucket idle this long (default 10m;
 	// negative: never).
@@ -126,11 +143,20 @@ type Options struct {
 	OnStoreError StorePolicy
 	// StoreGrace bounds StoreKeep (default: one assignment TTL).
 	StoreGrace time.Duration
-	// StoreTimeout bounds one exchange with the store (default 1s).
+	// StoreTimeout bounds one exchange with the store, of at most 8192
+	// items; a larger one is sent as several (default 1s).
 	StoreTimeout time.Duration
 	// Refresh is when other replicas' demand is read again (default
 	// ReportPeriod).
 	Refresh time.Duration
+	// SilenceCheck is how often, on the wall clock, an open stream checks
+	// on Now's clock whether it went silent (default Division.Stale; a
+	// test driving Now sets it short).
+	SilenceCheck time.Duration
+	// MaxReportBytes, if positive, refuses larger usage reports, ending
+	// their stream with ResourceExhausted (the gRPC server's receive
+	// limit refuses those above it before they reach the service).
+	MaxReportBytes int
 	// Division tunes the division; its Period is ReportPeriod.
 	Division quota.Config
 	// Observer is told of the service's events; nil tells none.
@@ -169,7 +195,7 @@ func (o *Options) fill() error {
 		o.ReportPeriod = 5 * time.Second
 	}
 	if o.TTLPeriods <= 0 {
-		o.TTLPeriods = 3
+		o.TTLPeriods = DefaultTTLPeriods
 	}
 	if o.TTLPeriods < 2 {
 		return fmt.Errorf("rlqs: an assignment must live at least 2 report periods, not %v", o.TTLPeriods)
@@ -188,5 +214,8 @@ func (o *Options) fill() error {
 	}
 	o.Division.Period = o.ReportPeriod
 	o.Division = o.Division.WithDefaults()
+	if o.SilenceCheck <= 0 || o.SilenceCheck > o.Division.Stale {
+		o.SilenceCheck = o.Division.Stale
+	}
 	return nil
 }

@@ -35,7 +35,7 @@ func TestStorePolicies(t *testing.T) {
 	} {
 		t.Run(tc.policy.String()+" after "+tc.after.String(), func(t *testing.T) {
 			c := newCluster(t, clusterOptions{period: period, replicas: 2,
-				opts: func(o *rlqs.Options) { o.OnStoreError = tc.policy }})
+				opts: func(o *rlqs.Options) { o.OnStoreError, o.TTLPeriods = tc.policy, 3 }})
 			var ts []*envoysim.Traffic
 			for i, rate := range []float64{800, 100, 100} {
 				ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 1}[i], envoysim.Config{}), bucketA, rate))

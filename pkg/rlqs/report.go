@@ -23,7 +23,6 @@ type report struct {
 	subs []*envoyBucket // those it subscribed
 	// early are the subscriptions answered before the store's round trip.
 	early map[*envoyBucket]bool
-	named map[*envoyBucket]bool // all, as a set, once divisions start
 	gone  []quota.Item
 	// modes are the report's divisions' modes, set by the exchange.
 	modes map[*division]quota.Mode
@@ -32,17 +31,21 @@ type report struct {
 	failed  bool
 }
 
-// handle records a report's usages, answers its subscriptions, exchanges
-// demand, then assigns every bucket it named (refreshing TTLs) or abandons
-// it if idle. Only a report of another domain returns an error.
+// handle records a report's usages, answers its subscriptions of blanket
+// rules, exchanges demand, settles the divisions it names, then answers
+// every bucket it named (refreshing TTLs) or abandons it if idle. Only a
+// report of another domain returns an error.
 func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
 	s := st.svc
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	if err := st.bind(m.GetDomain()); err != nil {
 		return err
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.report")
 	defer span.End()
 	r := &report{now: s.opts.Now()}
+	st.reported(r.now)
 	set := s.opts.Rules()
 	for _, u := range m.GetBucketQuotaUsages() {
 		st.record(r, set, u)
@@ -56,28 +59,44 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 		}
 	}
 	st.abandonIdle(r)
+	st.dropUnnamed(r)
 	s.exchange(ctx, r)
 	if r.failed {
 		span.SetStatus(codes.Error, "demand store failed")
 	}
+	if r.blanket == limited {
+		st.settleReport(ctx, r)
+	}
 	st.assignAll(r)
+	s.sweep(r.now)
 	return nil
 }
 
-// answerEarly queues the subscriptions that need not wait for the store:
-// blanket rules, and shares of limits read before (docs/rlqs.md).
+// answerEarly queues the subscriptions of buckets that are not limited:
+// their blanket rules need no store.
 func (st *stream) answerEarly(r *report) bool {
 	for _, b := range r.subs {
-		if b.div != nil && st.svc.opts.Store != nil && b.div.neverRead() {
+		if b.div != nil {
 			continue
 		}
-		st.assignOne(r, b)
+		st.queueKind(b, b.res.kind)
 		if r.early == nil {
 			r.early = make(map[*envoyBucket]bool, len(r.subs))
 		}
 		r.early[b] = true
 	}
 	return len(r.early) > 0
+}
+
+// settleReport settles the divisions the report named.
+func (st *stream) settleReport(ctx context.Context, r *report) {
+	var dvs divisions
+	for _, b := range r.all {
+		if b.div != nil {
+			dvs.add(b.div)
+		}
+	}
+	st.svc.settle(ctx, dvs.list, r.modes, st)
 }
 
 // bind binds the stream to the domain of its first report.
@@ -103,18 +122,25 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	}
 	entries, text := canonical(id)
 	b := st.buckets[text] // only this goroutine writes buckets
-	if b == nil {
+	isNew := b == nil
+	if isNew {
 		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
 		st.add(b)
 		r.subs = append(r.subs, b)
 	}
+	b.lastNamed = r.now
 	st.resolve(r, b, set, entries)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
 		b.lastActive = r.now
 	}
+	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
+		// An Envoy that moved from another stream: it holds what it was
+		// assigned there, which it may adopt (quota.Item.Adopt).
+		b.div.moved(b, float64(u.GetNumRequestsAllowed())/elapsed.Seconds(), r.now)
+	}
 	if b.div != nil {
-		b.div.observe(b.client, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
+		b.div.observe(b, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, b)
@@ -128,8 +154,11 @@ func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entri
 	}
 	s := st.svc
 	res := s.resolver.resolve(set, st.domain, entries, b.text)
+	if res.limit == nil && (b.res == nil || b.res.limit != nil) {
+		s.unmatched(st, b)
+	}
 	if b.div != nil && (res.kind != limited || res.storeKey != b.div.key) {
-		r.gone = append(r.gone, s.leave(b))
+		r.gone = append(r.gone, s.leave(b, r.now, r.now.Add(s.leftFor()), false))
 	}
 	if res.kind == limited {
 		if b.div == nil {
@@ -153,12 +182,32 @@ func (st *stream) abandonIdle(r *report) {
 			continue
 		}
 		if b.div != nil {
-			r.gone = append(r.gone, st.svc.leave(b))
+			r.gone = append(r.gone, st.svc.leave(b, r.now, r.now.Add(st.svc.leftFor()), false))
 		}
 		st.abandon(b)
 		st.svc.obs.Abandoned(st.svc.label(st.domain))
 	}
 	r.all = kept
+}
+
+// dropUnnamed abandons, once a report period, the buckets no report has
+// named for Stale: they stop counting at once (docs/rlqs.md, "Silence").
+func (st *stream) dropUnnamed(r *report) {
+	s := st.svc
+	if r.now.Sub(st.swept) < s.opts.ReportPeriod {
+		return
+	}
+	st.swept = r.now
+	for _, b := range st.snapshot() {
+		if r.now.Sub(b.lastNamed) < s.opts.Division.Stale {
+			continue
+		}
+		if b.div != nil {
+			r.gone = append(r.gone, s.leave(b, r.now, r.now, false))
+		}
+		st.abandon(b)
+		s.obs.Abandoned(s.label(st.domain))
+	}
 }
 
 // exchange publishes the report's demand, deletes that of clients gone,
@@ -184,27 +233,25 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 			}
 		}
 		readers = append(readers, reader)
-		items = append(items, quota.Item{Key: dv.key, Op: op,
-			Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client, Rate: dv.demand(b.client)}})
+		d := dv.published(b.client)
+		d.Replica, d.Client = s.opts.Replica, b.client
+		items = append(items, quota.Item{Key: dv.key, Op: op, Demand: d, Fresh: s.opts.Division.Stale})
 	}
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.exchange")
 	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
 	start := time.Now()
-	got, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(r.now))
+	got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
 	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		s.storeFailed(r, err)
 		return
 	}
-	if s.storeDown.CompareAndSwap(true, false) {
-		s.log.Info("demand store exchanges succeed again")
-	}
+	s.noteStoreUp()
+	s.notify(itemKeys(r.gone))
 	for i, dv := range readers {
 		if dv != nil {
 			dv.setRemote(s.opts.Replica, got[i], r.now)
@@ -212,10 +259,9 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 }
 
-// storeFailed sets the report's modes by policy; it logs when the store
-// starts failing (exchange, when it answers again).
-func (s *Service) storeFailed(r *report, err error) {
-	r.failed = true
+// noteStoreFailed counts a failed exchange; it logs when the store
+// starts failing (noteStoreUp, when it answers again).
+func (s *Service) noteStoreFailed(err error) {
 	s.obs.StoreFailed()
 	if s.storeDown.CompareAndSwap(false, true) {
 		s.log.Warn("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
@@ -223,6 +269,19 @@ func (s *Service) storeFailed(r *report, err error) {
 	} else {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
+}
+
+// noteStoreUp notes a successful exchange.
+func (s *Service) noteStoreUp() {
+	if s.storeDown.CompareAndSwap(true, false) {
+		s.log.Info("demand store exchanges succeed again")
+	}
+}
+
+// storeFailed sets the report's modes by policy.
+func (s *Service) storeFailed(r *report, err error) {
+	r.failed = true
+	s.noteStoreFailed(err)
 	switch s.opts.OnStoreError {
 	case StoreAllow:
 		r.blanket = allowAll

@@ -2,7 +2,7 @@ package rlqs
 
 import (
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -37,7 +37,7 @@ func canonical(id map[string]string) ([]descriptors.Entry, string) {
 	for k, v := range id {
 		entries = append(entries, descriptors.Entry{Key: k, Value: v})
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+	slices.SortFunc(entries, func(a, b descriptors.Entry) int { return strings.Compare(a.Key, b.Key) })
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {

@@ -7,19 +7,25 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
 // ErrClosed ends the streams of a closing service.
 var ErrClosed = errors.New("rlqs: service closing")
+
+// errSilent ends a stream that sent no report for Division.Stale.
+var errSilent = errors.New("no usage report for 3 report periods: stream ended, its buckets no longer count")
 
 // Service implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
 // It is safe for concurrent use. New starts nothing; the gRPC server runs
@@ -32,14 +38,22 @@ type Service struct {
 	log      *zap.Logger
 	resolver resolver
 	obs      Observer
+	logged   onceSet // unmatched bucket ids logged
 
 	mu        sync.Mutex
 	divisions map[string]*division
 	streams   map[*stream]struct{}
 	closing   bool
 
+	watching sync.Once          // the Notifier's Watch started
+	unwatch  context.CancelFunc // stops it; guarded by mu
+	watchers sync.WaitGroup
+
 	seq       atomic.Uint64
-	storeDown atomic.Bool // the last exchange failed
+	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
+	storeDown atomic.Bool  // the last exchange failed
+	swept     atomic.Int64 // Unix ns of the last staleness sweep
+	refusedAt atomic.Int64 // Unix ns of the last refused report logged
 	handlers  sync.WaitGroup
 }
 
@@ -57,10 +71,30 @@ func New(opts Options) (*Service, error) {
 		log:       opts.Log.Named("rlqs"),
 		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
 		obs:       opts.Observer,
+		logged:    onceSet{max: maxLoggedIDs},
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
 	}
 	return s, nil
+}
+
+// Idle reports whether the service has nothing in hand: no report being
+// handled, no division settling, no action waiting to be sent, no silent
+// stream left to end. A test that steps a clock waits for it before the
+// next step.
+func (s *Service) Idle() bool {
+	if s.inHand.Load() != 0 {
+		return false
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		if now.Sub(st.silentSince()) >= s.opts.Division.Stale {
+			return false
+		}
+	}
+	return true
 }
 
 // Register registers the service on a gRPC server.
@@ -68,8 +102,11 @@ func (s *Service) Register(g *grpc.Server) {
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
 }
 
-// StreamRateLimitQuotas serves one Envoy's stream until it ends or the
-// service closes; a report of another domain ends it: InvalidArgument.
+// StreamRateLimitQuotas serves one Envoy's stream until it ends, the
+// service closes, or it sends no report for Division.Stale (it ends then
+// with DeadlineExceeded, its buckets no longer counting); a report of
+// another domain ends it with InvalidArgument, one larger than
+// Options.MaxReportBytes with ResourceExhausted.
 func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
@@ -77,12 +114,15 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	if err != nil {
 		return err
 	}
-	defer s.closeStream(st)
+	defer func() { s.closeStream(st, context.Cause(ctx)) }()
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	go func() {
 		for {
 			m, err := srv.Recv()
 			if err != nil {
+				if status.Code(err) == codes.ResourceExhausted {
+					s.refused(st, err)
+				}
 				cancel(err)
 				return
 			}
@@ -93,14 +133,34 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			}
 		}
 	}()
+	stale, check := s.opts.Division.Stale, s.opts.SilenceCheck
+	silence := time.NewTimer(check)
+	defer silence.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return streamEnd(context.Cause(ctx))
 		case m := <-msgs:
+			if limit := s.opts.MaxReportBytes; limit > 0 {
+				if n := proto.Size(m); n > limit {
+					err := status.Errorf(codes.ResourceExhausted, "usage report of %d bytes is larger than the limit of %d bytes", n, limit)
+					s.refused(st, err)
+					cancel(err)
+					return err
+				}
+			}
 			if err := st.handle(ctx, m); err != nil {
+				cancel(err)
 				return err
 			}
+			silence.Reset(check)
+		case <-silence.C:
+			if quiet := s.opts.Now().Sub(st.silentSince()); quiet < stale {
+				silence.Reset(min(check, stale-quiet))
+				continue
+			}
+			cancel(errSilent)
+			continue
 		case <-st.wake:
 		}
 		if err := st.flush(); err != nil {
@@ -116,6 +176,8 @@ func streamEnd(err error) error {
 		return nil
 	case errors.Is(err, ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, errSilent):
+		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return err
 }
@@ -126,48 +188,184 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	if s.closing {
 		return nil, status.Error(codes.Unavailable, ErrClosed.Error())
 	}
+	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
+	st.lastReport = s.opts.Now()
 	s.streams[st] = struct{}{}
 	s.handlers.Add(1)
 	return st, nil
 }
 
-// closeStream forgets a stream: its clients leave their divisions, and
-// their demand is deleted, so that other replicas stop counting it.
-func (s *Service) closeStream(st *stream) {
+// closeStream forgets a stream that ended for cause: its clients leave
+// their divisions. The Envoy of a stream that went silent is taken to
+// use nothing: its demand is deleted at once. Any other may still hold
+// its shares until it reconnects, at its next report: they stay in the
+// ledger for that long (Options.leftFor), its demand counting no more.
+func (s *Service) closeStream(st *stream, cause error) {
 	defer s.handlers.Done()
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
+	silent := errors.Is(cause, errSilent)
+	if silent {
+		s.obs.Silent(s.label(st.domain))
+		s.log.Info("RLQS stream ended: no usage report for 3 report periods",
+			zap.String("stream", st.id), zap.String("peer", peerOf(st.srv)), zap.String("domain", st.domain))
+	}
+	now := s.opts.Now()
+	until := now.Add(s.leftFor())
+	if silent {
+		until = now
+	}
 	var items []quota.Item
+	var dvs divisions
 	for _, b := range st.snapshot() {
-		if b.div != nil {
-			items = append(items, s.leave(b))
+		if dv := b.div; dv != nil {
+			items = append(items, s.leave(b, now, until, !silent))
+			dvs.add(dv)
 		}
 	}
 	s.deleteDemand(items)
+	s.settle(context.Background(), dvs.list, nil, nil)
 }
 
-// leave takes b's client out of its division; the item deletes its demand.
-func (s *Service) leave(b *envoyBucket) quota.Item {
+// leftFor is how long the Envoy of a stream that ended may still hold
+// its shares: until its next report opens a stream and is answered.
+func (s *Service) leftFor() time.Duration {
+	return s.opts.ReportPeriod + time.Second
+}
+
+// valueTTL is how long a client's value lives in the demand store: as
+// long as its Envoy may hold the last share it was sent, a TTL after the
+// value's last write (its demand counts only Division.Stale of it).
+func (s *Service) valueTTL() time.Duration {
+	return max(s.opts.Division.Stale, time.Duration(s.ttl)*time.Second+time.Second)
+}
+
+// adoptAfter is the age of a value whose replica no longer writes it:
+// its client missed a report.
+func (s *Service) adoptAfter() time.Duration {
+	return s.opts.ReportPeriod * 3 / 2
+}
+
+// leave takes b's client out of its division; its Envoy may hold what it
+// was assigned until until. The item deletes its demand, or with keep
+// (and a time left) marks it quota.Left, holding that.
+func (s *Service) leave(b *envoyBucket, now, until time.Time, keep bool) quota.Item {
 	dv := b.div
-	dv.leave(b)
+	rate := dv.leave(b, now, until)
 	s.release(dv)
 	b.div = nil
-	return quota.Item{Key: dv.key, Demand: quota.Demand{Replica: s.opts.Replica, Client: b.client}, Op: quota.Delete}
+	d := quota.Demand{Replica: s.opts.Replica, Client: b.client}
+	if keep && rate > 0 && until.After(now) {
+		d.Rate, d.Assigned = quota.Left, rate
+		return quota.Item{Key: dv.key, Demand: d, Op: quota.Write}
+	}
+	return quota.Item{Key: dv.key, Demand: d, Op: quota.Delete}
 }
 
-// deleteDemand deletes clients' demand; on a failure it expires instead.
+// deleteDemand tells the store of clients gone, their values living
+// leftFor; on a failure they expire instead.
 func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
-	defer cancel()
-	if _, err := s.opts.Store.Exchange(ctx, items, s.opts.Division.Stale, s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
+		return
 	}
+	s.notify(itemKeys(items))
+}
+
+// exchangeBatch bounds the items of one store exchange: a larger one is
+// sent as several in turn, each within its own StoreTimeout, so that an
+// Envoy with many buckets does not make an exchange time out because it
+// is long (docs/rlqs.md, "Large Envoys").
+const exchangeBatch = 8192
+
+// exchangeItems exchanges items with the store in batches of
+// exchangeBatch; on an error, the batches before it were done.
+func (s *Service) exchangeItems(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	out := make([][]quota.Demand, 0, len(items))
+	for i := 0; i < len(items); i += exchangeBatch {
+		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+		got, err := s.opts.Store.Exchange(bctx, items[i:min(i+exchangeBatch, len(items))], ttl, now)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// itemKeys are the keys of items, once each.
+func itemKeys(items []quota.Item) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		if !seen[it.Key] {
+			seen[it.Key] = true
+			keys = append(keys, it.Key)
+		}
+	}
+	return keys
+}
+
+// sweep ends, at most every quarter period, the streams that sent no
+// report for Division.Stale (each stream's own timer does it on the wall
+// clock; this does it on Options.Now's).
+func (s *Service) sweep(now time.Time) {
+	last := s.swept.Load()
+	if now.UnixNano()-last < int64(s.opts.ReportPeriod/4) || !s.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	s.mu.Lock()
+	var silent []*stream
+	for st := range s.streams {
+		if now.Sub(st.silentSince()) >= s.opts.Division.Stale {
+			silent = append(silent, st)
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range silent {
+		st.cancel(errSilent)
+	}
+}
+
+// refused counts and logs a report refused for its size, at most one line
+// a second.
+func (s *Service) refused(st *stream, err error) {
+	s.obs.ReportRefused(s.label(st.domain))
+	now := time.Now().UnixNano()
+	if last := s.refusedAt.Load(); now-last < int64(time.Second) || !s.refusedAt.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("RLQS usage report refused for its size (--rlqs-max-report-bytes); the stream ends and its assignments lapse",
+		zap.String("stream", st.id), zap.String("peer", peerOf(st.srv)), zap.String("domain", st.domain), zap.Error(err))
+}
+
+// unmatched counts a bucket that matches no rule, and logs its id once.
+func (s *Service) unmatched(st *stream, b *envoyBucket) {
+	d := s.label(st.domain)
+	s.obs.Unmatched(d)
+	if s.logged.add(st.domain + "\x00" + b.text) {
+		answer := "ALLOW_ALL"
+		if s.opts.Unmatched == UnmatchedDeny {
+			answer = "DENY_ALL"
+		}
+		s.log.Info("RLQS bucket matches no rule", zap.String("domain", st.domain), zap.String("bucket", b.text),
+			zap.String("assigned", answer), zap.String("stream", st.id))
+	}
+}
+
+// peerOf is the address of a stream's peer, or "".
+func peerOf(srv grpcStream) string {
+	if p, ok := peer.FromContext(srv.Context()); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // Close ends every stream with Unavailable (Envoy reopens its stream at
@@ -179,10 +377,14 @@ func (s *Service) Close(ctx context.Context) error {
 	for st := range s.streams {
 		st.cancel(ErrClosed)
 	}
+	if s.unwatch != nil {
+		s.unwatch()
+	}
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		s.handlers.Wait()
+		s.watchers.Wait()
 		close(done)
 	}()
 	select {
@@ -190,5 +392,86 @@ func (s *Service) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// maxLoggedIDs bounds the unmatched bucket ids remembered as logged.
+const maxLoggedIDs = 4096
+
+// onceSet remembers up to max keys, then forgets them all and starts
+// again: each key is reported new at most once per filling.
+type onceSet struct {
+	max  int
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// add reports whether key is new, remembering it.
+func (o *onceSet) add(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.seen[key]; ok {
+		return false
+	}
+	if o.seen == nil || len(o.seen) >= o.max {
+		o.seen = make(map[string]struct{}, min(o.max, 64))
+	}
+	o.seen[key] = struct{}{}
+	return true
+}
+
+// watch starts, once, the Notifier's Watch, if the store has one; s.mu
+// is held.
+func (s *Service) watch() {
+	n, ok := s.opts.Store.(Notifier)
+	if !ok {
+		return
+	}
+	s.watching.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.unwatch = cancel
+		s.watchers.Go(func() {
+			if err := n.Watch(ctx, s.freed); err != nil {
+				s.log.Debug("watching freed rates stopped", zap.Error(err))
+			}
+		})
+	})
+}
+
+// freed is told that another replica freed rates in a bucket: a division
+// with a local client that wants more reads the bucket again and settles.
+func (s *Service) freed(from, key string) {
+	if from == s.opts.Replica {
+		return
+	}
+	s.mu.Lock()
+	dv := s.divisions[key]
+	s.mu.Unlock()
+	if dv == nil || !dv.wants() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Now()))
+	if err != nil {
+		s.noteStoreFailed(err)
+		return
+	}
+	dv.setRemote(s.opts.Replica, got[0], s.opts.Now())
+	s.settle(ctx, []*division{dv}, nil, nil)
+}
+
+// notify tells the other replicas serving the divisions of keys that
+// rates were freed there.
+func (s *Service) notify(keys []string) {
+	n, ok := s.opts.Store.(Notifier)
+	if !ok || len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	if err := n.Notify(ctx, s.opts.Replica, keys); err != nil {
+		s.log.Debug("notifying freed rates failed", zap.Error(err))
 	}
 }

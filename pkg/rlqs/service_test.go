@@ -88,7 +88,7 @@ func TestNothingToAnswer(t *testing.T) {
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil, 3, 0)}})
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucketA, 1, 0)}})
 	r := <-got
-	if len(r.GetBucketAction()) != 1 || envoysim.Key(r.GetBucketAction()[0].GetBucketId().GetBucket()) != "name=a" {
+	if len(r.GetBucketAction()) != 1 || envoysim.Key(r.GetBucketAction()[0].GetBucketId().GetBucket()) != envoysim.Key(bucketA) {
 		t.Fatalf("first response = %v, want the action for name=a", r)
 	}
 }
@@ -215,6 +215,9 @@ func (r *recorder) ActionsSent(d string, n int) { r.add("actions "+d, float64(n)
 func (r *recorder) Pushed(d string)             { r.add("pushes "+d, 1) }
 func (r *recorder) Abandoned(d string)          { r.add("abandoned "+d, 1) }
 func (r *recorder) EmptyBucketID(d string)      { r.add("empty_ids "+d, 1) }
+func (r *recorder) Unmatched(d string)          { r.add("unmatched "+d, 1) }
+func (r *recorder) Silent(d string)             { r.add("silent "+d, 1) }
+func (r *recorder) ReportRefused(d string)      { r.add("refused "+d, 1) }
 func (r *recorder) StoreFailed()                { r.add("store_errors", 1) }
 func (r *recorder) Exchanged(_ time.Duration, items int) {
 	r.add("exchanges", 1)

@@ -27,11 +27,23 @@ type stream struct {
 	domain string
 	cancel func(error)
 
-	mu      sync.Mutex
-	buckets map[string]*envoyBucket // by canonical id
-	pending map[string]*action
-	order   []string
-	wake    chan struct{} // signalled when actions are queued
+	mu         sync.Mutex
+	buckets    map[string]*envoyBucket // by canonical id
+	pending    map[string]pending
+	order      []string
+	wake       chan struct{} // signalled when actions are queued
+	lastReport time.Time     // of the last report handled (Options.Now)
+	swept      time.Time     // the buckets' last staleness check; the handler's
+}
+
+// pending is an action waiting to be sent; a share's tells its division
+// what the Envoy holds once it is sent.
+type pending struct {
+	a      *action
+	b      *envoyBucket
+	share  float64
+	seq    uint64
+	ledger bool // a share, or a blanket rule of a limited bucket (0)
 }
 
 // envoyBucket is one bucket an Envoy holds, as its stream's state.
@@ -46,20 +58,25 @@ type envoyBucket struct {
 	res        *resolution
 	div        *division // nil unless res is limited
 	lastActive time.Time
-	last       sent // the action last sent
-}
+	lastNamed  time.Time
 
-// sent is an action in comparable form.
-type sent struct {
-	kind kind
-	tb   [3]int64 // max tokens, tokens per fill, fill seconds
+	// Guarded by div.mu: its part of the division's ledger.
+	target      float64 // the share the division gives it, settled
+	cutTo       float64 // the cut on its way, while cutting
+	cutting     bool
+	raiseDue    bool      // a report named it since its last settle
+	unpublished bool      // the store holds a higher rate than its Assigned
+	maxTokens   float64   // the burst of its last assignment
+	adoptLeft   float64   // what it holds of its old stream's, to adopt (moved)
+	movedAt     time.Time // when its Envoy came from another stream
+	seq         uint64    // of its last action queued
 }
 
 func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *stream {
 	return &stream{
 		svc: s, id: id, srv: srv, cancel: cancel,
 		buckets: map[string]*envoyBucket{},
-		pending: map[string]*action{},
+		pending: map[string]pending{},
 		wake:    make(chan struct{}, 1),
 	}
 }
@@ -74,21 +91,25 @@ func clientID(stream, text string) string {
 
 // queue queues an action for a bucket the Envoy holds, replacing any, and
 // wakes the handler; false (nothing queued) if it no longer holds it.
-func (st *stream) queue(text string, a *action) bool {
+func (st *stream) queue(text string, p pending) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.buckets[text] == nil {
 		return false
 	}
-	st.queueLocked(text, a)
+	st.queueLocked(text, p)
 	return true
 }
 
-func (st *stream) queueLocked(text string, a *action) {
-	if _, ok := st.pending[text]; !ok {
+func (st *stream) queueLocked(text string, p pending) {
+	old, ok := st.pending[text]
+	if !ok {
 		st.order = append(st.order, text)
+		st.svc.inHand.Add(1)
+	} else if old.ledger && p.ledger && old.seq > p.seq {
+		return // a later action of the division's is waiting
 	}
-	st.pending[text] = a
+	st.pending[text] = p
 	select {
 	case st.wake <- struct{}{}:
 	default:
@@ -99,7 +120,7 @@ func (st *stream) queueLocked(text string, a *action) {
 func (st *stream) abandon(b *envoyBucket) {
 	st.mu.Lock()
 	delete(st.buckets, b.text)
-	st.queueLocked(b.text, abandonAction(b.id))
+	st.queueLocked(b.text, pending{a: abandonAction(b.id)})
 	st.mu.Unlock()
 }
 
@@ -110,22 +131,76 @@ func (st *stream) add(b *envoyBucket) {
 	st.mu.Unlock()
 }
 
-// flush sends the queued actions in one response, never an empty one.
+// maxResponseBytes is about the most one response carries: more actions
+// go in further responses, each well under gRPC's 4 MiB default receive
+// limit (Envoy's google_grpc client has it).
+const maxResponseBytes = 1 << 20
+
+// flush sends the queued actions, in responses of up to about
+// maxResponseBytes, never an empty one; once they are sent, each
+// division learns what its Envoy now holds, and those where a cut freed
+// a rate settle again.
 func (st *stream) flush() error {
 	st.mu.Lock()
 	if len(st.order) == 0 {
 		st.mu.Unlock()
 		return nil
 	}
-	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*action, 0, len(st.order))}
+	var resps []*rlqspb.RateLimitQuotaResponse
+	var ledger []pending
+	size := maxResponseBytes
 	for _, text := range st.order {
-		resp.BucketAction = append(resp.BucketAction, st.pending[text])
+		p := st.pending[text]
+		n := len(text) + 48 // an action's bytes, about
+		if size+n > maxResponseBytes {
+			resps = append(resps, &rlqspb.RateLimitQuotaResponse{})
+			size = 0
+		}
+		size += n
+		r := resps[len(resps)-1]
+		r.BucketAction = append(r.BucketAction, p.a)
+		if p.ledger {
+			ledger = append(ledger, p)
+		}
 	}
 	clear(st.pending)
+	queued := len(st.order)
 	st.order = st.order[:0]
 	st.mu.Unlock()
-	st.svc.obs.ActionsSent(st.svc.label(st.domain), len(resp.BucketAction))
-	return st.srv.Send(resp)
+	s := st.svc
+	defer s.inHand.Add(-int64(queued)) // once sent, and what it freed settled
+	for _, resp := range resps {
+		s.obs.ActionsSent(s.label(st.domain), len(resp.BucketAction))
+		if err := st.srv.Send(resp); err != nil {
+			return err
+		}
+	}
+	var freed divisions
+	for _, p := range ledger {
+		if dv := p.b.div; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) {
+			freed.add(dv)
+		}
+	}
+	if len(freed.list) > 0 {
+		s.settle(st.srv.Context(), freed.list, nil, nil)
+	}
+	return nil
+}
+
+// divisions is a list of divisions, each once.
+type divisions struct {
+	list []*division
+	seen map[*division]bool
+}
+
+func (d *divisions) add(dv *division) {
+	if d.seen == nil {
+		d.seen = map[*division]bool{}
+	}
+	if !d.seen[dv] {
+		d.seen[dv] = true
+		d.list = append(d.list, dv)
+	}
 }
 
 // snapshot returns the stream's buckets.
@@ -137,4 +212,18 @@ func (st *stream) snapshot() []*envoyBucket {
 		out = append(out, b)
 	}
 	return out
+}
+
+// reported records the time of a report, for the staleness checks.
+func (st *stream) reported(now time.Time) {
+	st.mu.Lock()
+	st.lastReport = now
+	st.mu.Unlock()
+}
+
+// silentSince is the time of the stream's last report (zero: none yet).
+func (st *stream) silentSince() time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lastReport
 }

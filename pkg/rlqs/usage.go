@@ -33,7 +33,8 @@ type UsageClient struct {
 	Local   bool   `json:"local"`
 	// DemandRate is the demand in requests per second, absent if unknown.
 	DemandRate *float64 `json:"demand_rps,omitempty"`
-	// AssignedRate is the share assigned (local clients only).
+	// AssignedRate is the rate its Envoy may hold (docs/rlqs.md, "The
+	// ledger"): a local client's, or a remote one's as last read.
 	AssignedRate *float64 `json:"assigned_rps,omitempty"`
 	// LastReportAgoMs is the time since its last report (local only).
 	LastReportAgoMs *int64 `json:"last_report_ago_ms,omitempty"`
@@ -79,7 +80,7 @@ func (s *Service) Usage(domain string, id map[string]string) Usage {
 		u.Clients = append(u.Clients, uc)
 	})
 	for _, d := range remote {
-		uc := UsageClient{Replica: d.Replica, Client: d.Client}
+		uc := UsageClient{Replica: d.Replica, Client: d.Client, AssignedRate: ptr(d.Assigned)}
 		if d.Rate >= 0 {
 			uc.DemandRate = ptr(d.Rate)
 		}

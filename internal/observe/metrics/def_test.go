@@ -140,6 +140,9 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 	q.Pushed("d")
 	q.Abandoned("d")
 	q.EmptyBucketID("d")
+	q.Unmatched("d")
+	q.Silent("d")
+	q.ReportRefused("d")
 	q.StoreFailed()
 	q.Exchanged(time.Millisecond, 1)
 	for _, err := range []error{

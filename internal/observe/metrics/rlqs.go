@@ -42,6 +42,12 @@ var (
 		help: "Buckets abandoned for being idle."}
 	rlqsEmptyIDsDef = def{name: "fastlimit_rlqs_empty_bucket_ids_total", kind: counter, labels: domainLabel, when: rlqsOn,
 		help: "Bucket usages with an empty bucket id, which no action can answer."}
+	rlqsUnmatchedDef = def{name: "fastlimit_rlqs_unmatched_buckets_total", kind: counter, labels: domainLabel, when: rlqsOn,
+		help: "Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once)."}
+	rlqsSilentDef = def{name: "fastlimit_rlqs_silent_streams_total", kind: counter, labels: domainLabel, when: rlqsOn,
+		help: "Streams ended for sending no report for 3 report periods; their buckets stop counting."}
+	rlqsRefusedDef = def{name: "fastlimit_rlqs_refused_reports_total", kind: counter, labels: domainLabel, when: rlqsOn,
+		help: "Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends."}
 	rlqsStoreErrorsDef = def{name: "fastlimit_rlqs_store_errors_total", kind: counter, when: rlqsOn,
 		help: "Demand store exchanges that failed; --rlqs-on-store-error decided the shares."}
 	rlqsExchangeSecondsDef = def{name: "fastlimit_rlqs_store_exchange_seconds", kind: histogram, when: rlqsOn,
@@ -52,7 +58,8 @@ var (
 
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
-		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
+		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
+		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
 // RLQSTotals are one domain's quota state; rlqs.DomainTotals converts
@@ -69,6 +76,7 @@ type RLQS struct {
 	reports, bucketReports, subscriptions *prometheus.CounterVec
 	requests                              *prometheus.CounterVec
 	actions, pushes, abandons, emptyIDs   *prometheus.CounterVec
+	unmatched, silent, refused            *prometheus.CounterVec
 	storeErrors, exchangeItems            prometheus.Counter
 	exchangeSeconds                       prometheus.Histogram
 }
@@ -85,6 +93,9 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		pushes:          rlqsPushesDef.counterVec(),
 		abandons:        rlqsAbandonedDef.counterVec(),
 		emptyIDs:        rlqsEmptyIDsDef.counterVec(),
+		unmatched:       rlqsUnmatchedDef.counterVec(),
+		silent:          rlqsSilentDef.counterVec(),
+		refused:         rlqsRefusedDef.counterVec(),
 		storeErrors:     rlqsStoreErrorsDef.counter(),
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
@@ -94,7 +105,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		gauges.descs = append(gauges.descs, d.desc())
 	}
 	return m, register(reg, m.reports, m.bucketReports, m.subscriptions, m.requests, m.actions,
-		m.pushes, m.abandons, m.emptyIDs, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
+		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
 }
 
 // Reported counts a usage report, its bucket usages and subscriptions.
@@ -121,6 +132,15 @@ func (m *RLQS) Abandoned(domain string) { m.abandons.WithLabelValues(domain).Inc
 
 // EmptyBucketID counts a bucket usage without an id.
 func (m *RLQS) EmptyBucketID(domain string) { m.emptyIDs.WithLabelValues(domain).Inc() }
+
+// Unmatched counts a bucket that matches no rule.
+func (m *RLQS) Unmatched(domain string) { m.unmatched.WithLabelValues(domain).Inc() }
+
+// Silent counts a stream ended for its silence.
+func (m *RLQS) Silent(domain string) { m.silent.WithLabelValues(domain).Inc() }
+
+// ReportRefused counts a report refused for its size.
+func (m *RLQS) ReportRefused(domain string) { m.refused.WithLabelValues(domain).Inc() }
 
 // StoreFailed counts a failed demand store exchange.
 func (m *RLQS) StoreFailed() { m.storeErrors.Inc() }

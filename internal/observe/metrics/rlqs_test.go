@@ -22,6 +22,8 @@ func TestRLQS(t *testing.T) {
 	m.Reported("d", 2, 1)
 	m.Requests("d", 7, 3)
 	m.Exchanged(time.Millisecond, 4)
+	m.Unmatched("d")
+	m.ReportRefused("d")
 	gatherLinted(t, reg)
 	want := `
 # HELP fastlimit_rlqs_limit_rate Sum of the global rates (requests per second) of the limits divided on this replica.
@@ -43,10 +45,16 @@ fastlimit_rlqs_bucket_reports_total{domain="d"} 2
 # HELP fastlimit_rlqs_store_exchange_items_total Bucket items written, deleted or read in demand store exchanges.
 # TYPE fastlimit_rlqs_store_exchange_items_total counter
 fastlimit_rlqs_store_exchange_items_total 4
+# HELP fastlimit_rlqs_unmatched_buckets_total Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once).
+# TYPE fastlimit_rlqs_unmatched_buckets_total counter
+fastlimit_rlqs_unmatched_buckets_total{domain="d"} 1
+# HELP fastlimit_rlqs_refused_reports_total Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends.
+# TYPE fastlimit_rlqs_refused_reports_total counter
+fastlimit_rlqs_refused_reports_total{domain="d"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fastlimit_rlqs_streams", "fastlimit_rlqs_limit_rate",
 		"fastlimit_rlqs_demand_rate", "fastlimit_rlqs_requests_total", "fastlimit_rlqs_bucket_reports_total",
-		"fastlimit_rlqs_store_exchange_items_total"); err != nil {
+		"fastlimit_rlqs_store_exchange_items_total", "fastlimit_rlqs_unmatched_buckets_total", "fastlimit_rlqs_refused_reports_total"); err != nil {
 		t.Error(err)
 	}
 	totals = nil

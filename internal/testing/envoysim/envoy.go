@@ -2,12 +2,14 @@ package envoysim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -43,11 +45,29 @@ type Config struct {
 	// blanket rule, as Envoy crashes on a token bucket there.
 	NoAssignment *typev3.RateLimitStrategy
 	Expired      *Fallback // expired_assignment_behavior (nil: none)
-	// FullOnReplace starts a replaced token bucket full (empty if Envoy's
-	// partial fill is 0), rather than at max_tokens * remaining / old
-	// max_tokens: the bool reading of Envoy's source (docs/rlqs.md).
-	FullOnReplace bool
+	// Replace is how a replaced token bucket starts.
+	Replace Replace
+	// Matcher is the filter's bucket_matchers, for Serve; its buckets'
+	// settings replace NoAssignment and Expired.
+	Matcher *Matcher
+	// Keepalive is the RLQS cluster's HTTP/2 connection_keepalive.
+	Keepalive Keepalive
 }
+
+// Replace is how Envoy starts a token bucket that replaces another
+// (createTokenBucketFromAction; docs/rlqs.md, "The replaced bucket's
+// start"): both readings of its source.
+type Replace uint8
+
+const (
+	// ReplaceFullOrEmpty passes max_tokens * remaining / old max_tokens,
+	// truncated, as the bool init_fill of every AtomicTokenBucketImpl
+	// read: full, or empty when that is 0. The default.
+	ReplaceFullOrEmpty Replace = iota
+	// ReplacePartial starts it at that count, as envoyproxy/envoy#37624
+	// describes.
+	ReplacePartial
+)
 
 // Envoy is one of the filter's global clients, safe for concurrent use.
 type Envoy struct {
@@ -57,7 +77,8 @@ type Envoy struct {
 	epoch time.Time
 
 	mu         sync.Mutex
-	buckets    map[string]*bucket
+	buckets    map[BucketKey]*bucket
+	ka         keepalive
 	started    bool      // the first bucket started the timer
 	nextReport time.Time // zero until started
 	stream     Stream
@@ -67,8 +88,8 @@ type Envoy struct {
 	done       chan struct{} // closed by Close
 	v          Violations
 	stats      Stats
-	counts     map[string]*Counts // by bucket key, over the Envoy's life
-	expect     int                // reports sent that the server has not answered yet
+	counts     map[BucketKey]*Counts // over the Envoy's life
+	expect     int                   // reports sent that the server has not answered yet
 	closed     bool
 }
 
@@ -89,6 +110,11 @@ type Stats struct {
 	// GapDecisions are requests decided by a default or fallback in a
 	// bucket that had had an assignment: gaps a server must not leave.
 	GapDecisions int
+	// Unbucketed are requests Serve let through for want of a bucket (no
+	// matcher matched, or the bucket id could not be built).
+	Unbucketed int
+	// KeepaliveAborts are streams ended for a ping left unanswered.
+	KeepaliveAborts int
 }
 
 // Counts are a bucket's requests, as the filter decided them.
@@ -102,15 +128,17 @@ type message struct {
 
 // bucket is a CachedBucket (quota_bucket_cache.h).
 type bucket struct {
-	id         map[string]string
-	allowed    uint64
-	denied     uint64
-	lastReport time.Time
-	action     *rlqspb.RateLimitQuotaResponse_BucketAction // cached_action; nil: default
-	tb         *tokenBucket
-	expires    time.Time // of action; zero: none pending
-	fallback   bool      // action is the expired fallback
-	assigned   bool      // the server has assigned it at least once
+	id           map[string]string
+	noAssignment *typev3.RateLimitStrategy // its settings' no_assignment_behavior
+	expired      *Fallback                 // its settings' expired_assignment_behavior
+	allowed      uint64
+	denied       uint64
+	lastReport   time.Time
+	action       *rlqspb.RateLimitQuotaResponse_BucketAction // cached_action; nil: default
+	tb           *tokenBucket
+	expires      time.Time // of action; zero: none pending
+	fallback     bool      // action is the expired fallback
+	assigned     bool      // the server has assigned it at least once
 }
 
 // New returns an Envoy that reaches the server through dial, from its first request.
@@ -124,30 +152,37 @@ func New(cfg Config, clock Clock, dial Dialer) (*Envoy, error) {
 	return &Envoy{
 		cfg: cfg, clock: clock, dial: dial,
 		epoch:   clock.Now().Add(-time.Hour),
-		buckets: map[string]*bucket{},
+		buckets: map[BucketKey]*bucket{},
 		inbox:   make(chan message, 1024),
 		done:    make(chan struct{}),
-		counts:  map[string]*Counts{},
+		counts:  map[BucketKey]*Counts{},
 	}, nil
 }
 
-// Key is the canonical form of a bucket id: its entries in key order.
-func Key(id map[string]string) string {
+// BucketKey is a bucket id's key in the Envoy's cache.
+type BucketKey [sha256.Size]byte
+
+// Key is a bucket id's key: a hash of its entries in key order, each key
+// and value length-prefixed, so that the order of a map does not matter
+// and two different ids (an empty value and no key included) never share
+// one. Envoy hashes the BucketId proto (MessageUtil::hash, 64 bits).
+func Key(id map[string]string) BucketKey {
 	keys := make([]string, 0, len(id))
 	for k := range id {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, k := range keys {
+		for _, s := range []string{k, id[k]} {
+			h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+			h.Write([]byte(s))
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(id[k])
 	}
-	return b.String()
+	var key BucketKey
+	h.Sum(key[:0])
+	return key
 }
 
 func (e *Envoy) secs(t time.Time) float64 { return t.Sub(e.epoch).Seconds() }
@@ -155,6 +190,24 @@ func (e *Envoy) secs(t time.Time) float64 { return t.Sub(e.epoch).Seconds() }
 // Request decides one request of bucket id, as recordBucketUsage does, and
 // reports whether it passes.
 func (e *Envoy) Request(id map[string]string) bool {
+	return e.request(id, nil)
+}
+
+// Serve decides a request with these headers (lower-case names) as the
+// filter does: the Config's Matcher finds its bucket and settings; a
+// request without one passes, uncounted and unreported.
+func (e *Envoy) Serve(headers map[string]string) bool {
+	id, settings, ok := e.cfg.Matcher.Match(headers)
+	if !ok {
+		e.mu.Lock()
+		e.stats.Unbucketed++
+		e.mu.Unlock()
+		return true
+	}
+	return e.request(id, settings)
+}
+
+func (e *Envoy) request(id map[string]string, settings *rlqsv3.RateLimitQuotaBucketSettings) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.clock.Now()
@@ -168,7 +221,7 @@ func (e *Envoy) Request(id map[string]string) bool {
 	if b, ok := e.buckets[key]; ok {
 		allow = e.decide(b, now)
 	} else {
-		allow = e.create(key, id, now)
+		allow = e.create(key, id, settings, now)
 	}
 	if allow {
 		c.Allowed++
@@ -180,7 +233,7 @@ func (e *Envoy) Request(id map[string]string) bool {
 
 // decide is shouldAllowRequest on a cached bucket, counting the usage.
 func (e *Envoy) decide(b *bucket, now time.Time) bool {
-	s := e.cfg.NoAssignment
+	s := b.noAssignment
 	switch {
 	case b.action != nil:
 		s = b.action.GetQuotaAssignmentAction().GetRateLimitStrategy()
@@ -210,17 +263,24 @@ func (e *Envoy) decide(b *bucket, now time.Time) bool {
 
 // create is createBucketImpl: the first request, decided by
 // no_assignment_behavior, counted in the subscription report.
-func (e *Envoy) create(key string, id map[string]string, now time.Time) bool {
-	allow := !(e.cfg.NoAssignment.GetStrategy() != nil && e.cfg.NoAssignment.GetTokenBucket() == nil &&
-		e.cfg.NoAssignment.GetRequestsPerTimeUnit() == nil &&
-		e.cfg.NoAssignment.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL)
+func (e *Envoy) create(key BucketKey, id map[string]string, settings *rlqsv3.RateLimitQuotaBucketSettings, now time.Time) bool {
+	b := &bucket{id: copyID(id), lastReport: now, noAssignment: e.cfg.NoAssignment, expired: e.cfg.Expired}
+	if settings != nil {
+		b.noAssignment = settings.GetNoAssignmentBehavior().GetFallbackRateLimit()
+		b.expired = nil
+		if ex := settings.GetExpiredAssignmentBehavior(); ex.GetFallbackRateLimit() != nil {
+			b.expired = &Fallback{Strategy: ex.GetFallbackRateLimit(), Timeout: ex.GetExpiredAssignmentBehaviorTimeout().AsDuration()}
+		}
+	}
+	na := b.noAssignment
+	allow := !(na.GetStrategy() != nil && na.GetTokenBucket() == nil && na.GetRequestsPerTimeUnit() == nil &&
+		na.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL)
 	e.stats.DecidedByDefault++
 	if !e.started {
 		e.started = true
 		e.nextReport = now.Add(e.cfg.ReportPeriod)
 		e.startStream()
 	}
-	b := &bucket{id: copyID(id), lastReport: now}
 	if allow {
 		b.allowed = 1
 	} else {
@@ -257,14 +317,25 @@ func (e *Envoy) usage(b *bucket, now time.Time) *rlqspb.RateLimitQuotaUsageRepor
 	return u
 }
 
-// send is sendUsageReportImpl; it reports whether the report left.
+// send is sendUsageReportImpl; it reports whether the report left for a
+// server that can answer it (not into a black hole: see Silent).
 func (e *Envoy) send(r *rlqspb.RateLimitQuotaUsageReports) bool {
 	if e.stream == nil {
 		e.stats.DroppedReports++
 		return false
 	}
 	// A failed send leaves the stream to its reader, which sees it end.
-	return e.stream.Send(r) == nil
+	if e.stream.Send(r) != nil {
+		return false
+	}
+	s, ok := e.stream.(Silent)
+	return !ok || !s.Silent()
+}
+
+// Silent is a Stream that knows it leads nowhere (a Switch's, black-holed),
+// so that the simulation waits for no answer: Envoy itself waits for none.
+type Silent interface {
+	Silent() bool
 }
 
 // startStream is startStreamImpl. It reports whether a stream is open.
@@ -284,6 +355,7 @@ func (e *Envoy) startStream() bool {
 	e.streamGen++
 	e.stream, e.cancel = s, cancel
 	e.stats.StreamsOpened++
+	e.ka.opened(e.clock.Now(), e.cfg.Keepalive)
 	go e.read(s, e.streamGen)
 	return true
 }

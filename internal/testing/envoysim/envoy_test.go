@@ -2,7 +2,6 @@ package envoysim_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,9 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -98,35 +95,24 @@ type harness struct {
 	env   *envoysim.Envoy
 	clock *envoysim.ManualClock
 	srv   *scripted
+	dial  envoysim.Dialer // to srv
 }
 
 func newHarness(t *testing.T, cfg envoysim.Config) *harness {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
 	srv := &scripted{reports: make(chan *rlqspb.RateLimitQuotaUsageReports, 100), kill: make(chan struct{})}
-	gs := grpc.NewServer()
-	rlqspb.RegisterRateLimitQuotaServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///bufconn",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc, _ := envoysim.InProcess(t, func(gs *grpc.Server) { rlqspb.RegisterRateLimitQuotaServiceServer(gs, srv) })
 	clock := envoysim.NewManualClock(time.Unix(1_000_000, 0))
 	if cfg.Domain == "" {
 		cfg.Domain = "d"
 	}
-	env, err := envoysim.New(cfg, clock, envoysim.GRPCDialer(cc))
+	dial := envoysim.GRPCDialer(cc)
+	env, err := envoysim.New(cfg, clock, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		env.Close()
-		_ = cc.Close()
-		gs.Stop()
-	})
-	return &harness{env: env, clock: clock, srv: srv}
+	t.Cleanup(env.Close)
+	return &harness{env: env, clock: clock, srv: srv, dial: dial}
 }
 
 // advance moves time in 10ms steps, running the Envoy's timers.
@@ -375,11 +361,13 @@ func TestTTLNotAboveReport(t *testing.T) {
 
 // TestKeptAndReplacedBuckets: an assignment equal in max_tokens,
 // tokens_per_fill and fill_interval's nanos keeps the bucket (a change of
-// seconds alone is a violation); another replaces it, starting at the same
-// ratio of remaining tokens, or full with FullOnReplace.
+// seconds alone is a violation); another replaces it, starting full by
+// default (the count, not 0, as a bool), at the same ratio of remaining
+// tokens with ReplacePartial.
 func TestKeptAndReplacedBuckets(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		h := newHarness(t, envoysim.Config{FullOnReplace: full})
+	for _, mode := range []envoysim.Replace{envoysim.ReplacePartial, envoysim.ReplaceFullOrEmpty} {
+		full := mode == envoysim.ReplaceFullOrEmpty
+		h := newHarness(t, envoysim.Config{Replace: mode})
 		h.env.Request(idA)
 		h.srv.next(t)
 		h.respond(t, tokenBucket(100, 1, time.Hour, 30*time.Second, idA))
@@ -398,7 +386,7 @@ func TestKeptAndReplacedBuckets(t *testing.T) {
 			want = 50
 		}
 		if got := h.env.State(idA).Tokens; got < want-0.1 || got > want+0.1 {
-			t.Errorf("FullOnReplace %v: replaced bucket holds %v, want %v", full, got, want)
+			t.Errorf("replace %v: replaced bucket holds %v, want %v", mode, got, want)
 		}
 		if st := h.env.Stats(); st.KeptBuckets != 2 || st.ReplacedBuckets != 1 {
 			t.Errorf("stats = %+v", st)

@@ -3,11 +3,15 @@ package envoysim
 import (
 	"context"
 	"math"
+	"net"
 	"sync"
+	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // Traffic is requests at a rate from one Envoy into one bucket, spread evenly.
@@ -44,6 +48,13 @@ type Fleet struct {
 	// report (default 5s); Unanswered counts the answers that did not come.
 	Await      time.Duration
 	Unanswered int
+	// Quiet is, after a round in which the server was sent or sent
+	// something, how long in real time no message must arrive before the
+	// clock moves on (default 5ms, at most a second in all), so that the
+	// server's pushes land at the time they were sent; and Idle, if set,
+	// must report the servers idle too (rlqs.Service.Idle).
+	Quiet time.Duration
+	Idle  func() bool
 
 	envoys  []*Envoy
 	traffic []*Traffic
@@ -54,9 +65,15 @@ func (f *Fleet) Add(e ...*Envoy) { f.envoys = append(f.envoys, e...) }
 
 // Remove takes an Envoy out of the fleet, with its traffic, and closes it.
 func (f *Fleet) Remove(e *Envoy) {
+	f.Pause(e)
+	e.Close()
+}
+
+// Pause takes an Envoy out of the fleet, with its traffic, and leaves its
+// stream open: an Envoy that hangs, silent.
+func (f *Fleet) Pause(e *Envoy) {
 	f.envoys = deleteFunc(f.envoys, func(x *Envoy) bool { return x == e })
 	f.traffic = deleteFunc(f.traffic, func(t *Traffic) bool { return t.Envoy == e })
-	e.Close()
 }
 
 func deleteFunc[T any](s []T, del func(T) bool) []T {
@@ -93,11 +110,50 @@ func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 	}
 	for done := time.Duration(0); done < d; done += step {
 		clock.Advance(step)
+		before := f.traffic0()
 		f.round(step)
 		for _, e := range f.envoys {
 			if !e.Settle(await) {
 				f.Unanswered++
 			}
+		}
+		if f.traffic0() != before || f.Idle != nil && !f.Idle() {
+			f.quiesce()
+		}
+	}
+}
+
+// traffic0 counts the messages the Envoys sent and received.
+func (f *Fleet) traffic0() int {
+	n := 0
+	for _, e := range f.envoys {
+		n += e.messages()
+	}
+	return n
+}
+
+// quiesce applies the messages that arrive until none has for Quiet.
+func (f *Fleet) quiesce() {
+	quiet := f.Quiet
+	if quiet <= 0 {
+		quiet = 5 * time.Millisecond
+	}
+	if f.Idle != nil {
+		quiet = time.Millisecond
+	}
+	start, last := time.Now(), time.Now()
+	for time.Since(start) < time.Second {
+		time.Sleep(quiet / 10)
+		for _, e := range f.envoys {
+			if e.drain() > 0 {
+				last = time.Now()
+			}
+		}
+		if f.Idle != nil && !f.Idle() {
+			last = time.Now()
+		}
+		if time.Since(last) >= quiet {
+			return
 		}
 	}
 }
@@ -158,6 +214,12 @@ func FailoverDialer(first int, conns ...grpc.ClientConnInterface) Dialer {
 	for i, cc := range conns {
 		dialers[i] = GRPCDialer(cc)
 	}
+	return Failover(first, dialers...)
+}
+
+// Failover opens streams with the first of dialers, from first on, that
+// opens one.
+func Failover(first int, dialers ...Dialer) Dialer {
 	return func(ctx context.Context) (Stream, error) {
 		var err error
 		for i := range dialers {
@@ -168,4 +230,26 @@ func FailoverDialer(first int, conns ...grpc.ClientConnInterface) Dialer {
 		}
 		return nil, err
 	}
+}
+
+// InProcess serves the services register registers on an in-memory
+// listener, and returns a connection to them and the server; both close
+// when the test ends.
+func InProcess(t testing.TB, register func(*grpc.Server), opts ...grpc.ServerOption) (*grpc.ClientConn, *grpc.Server) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(opts...)
+	register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///in-process",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		gs.Stop()
+	})
+	return cc, gs
 }

@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"math"
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -35,6 +36,24 @@ func (e *Envoy) State(id map[string]string) BucketState {
 	return st
 }
 
+// Held is the rate the Envoy holds in a bucket, requests per second: its
+// token bucket's, 0 under DENY_ALL or for a bucket it does not hold,
+// +Inf under ALLOW_ALL (the server's, or no_assignment_behavior's).
+func (e *Envoy) Held(id map[string]string) float64 {
+	st := e.State(id)
+	s := st.Strategy
+	switch {
+	case !st.Cached:
+		return 0
+	case s.GetTokenBucket() != nil:
+		tb := s.GetTokenBucket()
+		return float64(tb.GetTokensPerFill().GetValue()) / float64(fillSeconds(tb))
+	case s == nil, s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL:
+		return math.Inf(1)
+	}
+	return 0
+}
+
 // Violations returns the protocol rules the server broke so far.
 func (e *Envoy) Violations() Violations {
 	e.mu.Lock()
@@ -57,6 +76,14 @@ func (e *Envoy) Counts(id map[string]string) Counts {
 		return *c
 	}
 	return Counts{}
+}
+
+// NextReport is when the Envoy's next report is due (zero before its
+// first bucket).
+func (e *Envoy) NextReport() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.nextReport
 }
 
 // Connected reports whether the Envoy has a stream open.

@@ -15,6 +15,7 @@ func (e *Envoy) Step() {
 	defer e.mu.Unlock()
 	now := e.clock.Now()
 	e.expire(now)
+	e.keepalive(now)
 	for {
 		select {
 		case m := <-e.inbox:
@@ -47,6 +48,30 @@ func (e *Envoy) Settle(timeout time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// drain applies the messages waiting, at the clock's time, and returns
+// how many there were.
+func (e *Envoy) drain() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for {
+		select {
+		case m := <-e.inbox:
+			e.handle(m, e.clock.Now())
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+// messages counts what the Envoy sent and what it received.
+func (e *Envoy) messages() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats.Subscriptions + e.stats.Reports + e.stats.Responses + e.stats.StreamsClosed
 }
 
 // Await waits up to timeout (real time) for one message from the server
@@ -106,6 +131,7 @@ func (e *Envoy) handle(m message, now time.Time) {
 		e.expect = 0
 		return
 	}
+	e.ka.frame(now)
 	if e.expect > 0 {
 		e.expect--
 	}
@@ -221,7 +247,7 @@ func (e *Envoy) newTokenBucket(tb *typev3.TokenBucket, old *tokenBucket, now tim
 	initial := max
 	if old != nil {
 		initial = toUint64(float64(max) * (old.remaining(sec) / old.max))
-		if e.cfg.FullOnReplace && initial != 0 {
+		if e.cfg.Replace == ReplaceFullOrEmpty && initial != 0 {
 			initial = max
 		}
 	}
@@ -241,7 +267,7 @@ func (e *Envoy) expire(now time.Time) {
 			continue
 		}
 		e.stats.Expired++
-		fb := e.cfg.Expired
+		fb := b.expired
 		if fb == nil || fb.Strategy == nil {
 			b.action, b.tb, b.expires = nil, nil, time.Time{}
 			continue

@@ -46,6 +46,22 @@ func item(key, replica, client string, rate float64, op quota.Op) quota.Item {
 	return quota.Item{Key: key, Demand: quota.Demand{Replica: replica, Client: client, Rate: rate}, Op: op}
 }
 
+// redisKey returns a client of the test Redis and a demand key of its
+// own under prefix, deleted (and the client closed) at the end.
+func redisKey(t *testing.T, prefix string) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
+	key := fmt.Sprintf("%s%d:{d/a=1}:default:rlqs", prefix, time.Now().UnixNano())
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), key)
+		_ = rdb.Close()
+	})
+	return rdb, key
+}
+
+// bucketKey is the demand key of bucket {name: name} under prefix.
+func bucketKey(prefix, name string) string { return prefix + ":{d/name=" + name + "}:default:rlqs" }
+
 func sorted(ds []quota.Demand) []quota.Demand {
 	out := slices.Clone(ds)
 	slices.SortFunc(out, func(a, b quota.Demand) int {
@@ -136,6 +152,130 @@ func TestDemandExpiredDeleteKeepsRewrite(t *testing.T) {
 	})
 }
 
+// TestDemandLedger: a reserve grants a larger held rate only up to the cap
+// less what the other live clients hold (never below its own), a smaller
+// one in full; a write never lowers what a client holds; a client that
+// left (quota.Left) still holds; expired values hold nothing; a value of
+// an older replica (no held part) holds 0.
+func TestDemandLedger(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		ctx, key, t0 := t.Context(), bucketKey(prefix, "l"), time.Unix(1_900_000_000, 0)
+		ttl := 3 * time.Second
+		held := func(replica, client string, rate, assigned float64) quota.Item {
+			it := item(key, replica, client, rate, quota.Write)
+			it.Demand.Assigned = assigned
+			return it
+		}
+		reserve := func(replica, client string, want float64) quota.Item {
+			it := item(key, replica, client, 10, quota.Reserve)
+			it.Demand.Assigned, it.Cap = want, 100
+			return it
+		}
+		run := func(after time.Duration, items ...quota.Item) [][]quota.Demand {
+			t.Helper()
+			got, err := d.Exchange(ctx, items, ttl, t0.Add(after))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		run(0, held("r1", "a", 50, 60), held("r2", "gone", quota.Left, 25))
+		for _, tc := range []struct {
+			name   string
+			item   quota.Item
+			wanted float64
+		}{
+			{"a raise past the cap is cut to what is free", reserve("r2", "b", 30), 15},
+			{"a raise is never cut below what the client holds", reserve("r2", "b", 20), 15},
+			{"a cut is granted in full", reserve("r1", "a", 40), 40},
+			{"the freed rate is granted", reserve("r2", "b", 40), 35},
+		} {
+			got := run(time.Second, tc.item)
+			if len(got[0]) != 1 || got[0][0].Assigned != tc.wanted {
+				t.Fatalf("%s: granted %v, want %v", tc.name, got[0], tc.wanted)
+			}
+		}
+		// A write of a smaller held rate keeps the larger one.
+		got := run(time.Second, held("r2", "b", 12, 1), item(key, "", "", 0, quota.Read))
+		want := []quota.Demand{{Replica: "r1", Client: "a", Rate: 10, Assigned: 40},
+			{Replica: "r2", Client: "b", Rate: 12, Assigned: 35}, {Replica: "r2", Client: "gone", Rate: quota.Left, Assigned: 25}}
+		if !slices.Equal(sorted(got[1]), want) {
+			t.Fatalf("read = %v, want %v", got[1], want)
+		}
+		// At t0+3.5s the one that left has expired and holds nothing.
+		if got := run(3500*time.Millisecond, reserve("r1", "a", 70)); got[0][0].Assigned != 65 {
+			t.Fatalf("after the expiry granted %v, want 65", got[0])
+		}
+	})
+}
+
+// TestDemandAdopt: a reserve adopts what it may from values not written
+// for Fresh and from those that left, those that left first, then the
+// nearest in rate, lowering them and marking them Left; a read with Fresh
+// reads those not written for it as Left.
+func TestDemandAdopt(t *testing.T) {
+	forEachDemand(t, func(t *testing.T, d demandStore, prefix string) {
+		ctx, key, t0 := t.Context(), bucketKey(prefix, "m"), time.Unix(1_900_000_000, 0)
+		ttl := 10 * time.Second
+		write := func(at time.Duration, client string, rate, held float64) {
+			t.Helper()
+			it := item(key, "r", client, rate, quota.Write)
+			it.Demand.Assigned = held
+			if _, err := d.Exchange(ctx, []quota.Item{it}, ttl, t0.Add(at)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(0, "far", 500, 20)
+		write(0, "near", 40, 20)
+		write(0, "gone", quota.Left, 10)
+		write(5*time.Second, "live", 40, 40)
+		res := item(key, "r", "moved", 50, quota.Reserve)
+		res.Demand.Assigned, res.Cap, res.Adopt, res.Fresh = 50, 100, 25, 3*time.Second
+		read := item(key, "", "", 0, quota.Read)
+		read.Fresh = 3 * time.Second
+		got, err := d.Exchange(ctx, []quota.Item{res, read}, ttl, t0.Add(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 10 free, 25 adopted from "gone" (10) and "near" (15 of 20).
+		if got[0][0].Assigned != 35 || got[0][0].Adopted != 25 {
+			t.Fatalf("granted %v, want 35, 25 of it adopted", got[0])
+		}
+		want := []quota.Demand{{Replica: "r", Client: "far", Rate: quota.Left, Assigned: 20}, // stale: read as Left
+			{Replica: "r", Client: "gone", Rate: quota.Left, Assigned: 0},
+			{Replica: "r", Client: "live", Rate: 40, Assigned: 40},
+			{Replica: "r", Client: "moved", Rate: 50, Assigned: 35},
+			{Replica: "r", Client: "near", Rate: quota.Left, Assigned: 5}}
+		if !slices.Equal(sorted(got[1]), want) {
+			t.Fatalf("read = %v, want %v", got[1], want)
+		}
+	})
+}
+
+// TestDemandLegacyValue: a value written by an older replica, without a
+// held part, reads as holding 0.
+func TestDemandLegacyValue(t *testing.T) {
+	rdb, key := redisKey(t, "demandold")
+	ctx, t0 := t.Context(), time.Unix(1_900_000_000, 0)
+	if err := rdb.HSet(ctx, key, "old/s", fmt.Sprintf("%d:5000", t0.Add(time.Minute).UnixMilli())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := demand.NewRedis(rdb)
+	it := item(key, "new", "s", 1, quota.Reserve)
+	it.Demand.Assigned, it.Cap = 100, 100
+	got, err := d.Exchange(ctx, []quota.Item{it, item(key, "", "", 0, quota.Read)}, time.Minute, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0][0].Assigned != 100 {
+		t.Fatalf("granted %v, want 100", got[0])
+	}
+	want := []quota.Demand{{Replica: "new", Client: "s", Rate: 1, Assigned: 100}, {Replica: "old", Client: "s", Rate: 5}}
+	if !slices.Equal(sorted(got[1]), want) {
+		t.Fatalf("read = %v, want %v", got[1], want)
+	}
+}
+
 // TestDemandManyKeys: an exchange of more keys than one script call takes
 // reads every key back in its place.
 func TestDemandManyKeys(t *testing.T) {
@@ -170,6 +310,8 @@ func TestDemandBadItems(t *testing.T) {
 			item(prefix+":k", "r", "", 1, quota.Write),
 			item(prefix+":k", "r", "s", 1, quota.Write|quota.Delete),
 			item(prefix+":k", "r", "s", 1, quota.Write|quota.DeleteExpired),
+			item(prefix+":k", "r", "s", 1, quota.Reserve|quota.Read),
+			item(prefix+":k", "r", "s", 1, quota.Reserve|quota.Delete),
 		} {
 			if _, err := d.Exchange(context.Background(), []quota.Item{it}, time.Second, time.Time{}); !errors.Is(err, demand.ErrBadItem) {
 				t.Errorf("%+v: err = %v, want ErrBadItem", it, err)
@@ -181,11 +323,8 @@ func TestDemandBadItems(t *testing.T) {
 // TestRedisDemandExpiresKey: a bucket's hash expires with its last write,
 // and a flushed script is loaded again.
 func TestRedisDemandExpiresKey(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
-	defer rdb.Close()
+	rdb, key := redisKey(t, "demandttl")
 	ctx := context.Background()
-	key := fmt.Sprintf("demandttl%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
-	defer rdb.Del(ctx, key)
 	d := demand.NewRedis(rdb)
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -269,11 +408,8 @@ func BenchmarkRedisDemand(b *testing.B) {
 // TestRedisDemandDeletesExpired: an expired value a read meets is left out
 // of the answer and deleted by the next exchange.
 func TestRedisDemandDeletesExpired(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), DB: dbDemand})
-	defer rdb.Close()
+	rdb, key := redisKey(t, "demandexp")
 	ctx := context.Background()
-	key := fmt.Sprintf("demandexp%d:{d/a=1}:default:rlqs", time.Now().UnixNano())
-	defer rdb.Del(ctx, key)
 	d := demand.NewRedis(rdb)
 	t0 := time.Unix(1_900_000_000, 0)
 	if _, err := d.Exchange(ctx, []quota.Item{item(key, "r", "old", 1, quota.Write)}, time.Second, t0); err != nil {

@@ -19,8 +19,8 @@ import (
 )
 
 // ErrBadItem marks an exchange item the demand store cannot encode: a
-// replica or client name that is empty or holds '/', or an op that both
-// writes and deletes.
+// replica or client name that is empty or holds '/', an op that both
+// writes and deletes, or a reserve that also reads.
 var ErrBadItem = errors.New("bad demand item")
 
 // demandKeysPerCall bounds the keys of one demand.lua call, so that a
@@ -85,9 +85,11 @@ func checkDemand(items []quota.Item) error {
 		it := &items[i]
 		d := it.Demand
 		switch {
-		case it.Op&quota.Write != 0 && it.Op&(quota.Delete|quota.DeleteExpired) != 0:
+		case it.Op&(quota.Write|quota.Reserve) != 0 && it.Op&(quota.Delete|quota.DeleteExpired) != 0:
 			return fmt.Errorf("%w: item %d both writes and deletes", ErrBadItem, i)
-		case it.Op&(quota.Write|quota.Delete|quota.DeleteExpired) != 0 && (d.Replica == "" || d.Client == "" ||
+		case it.Op&quota.Reserve != 0 && it.Op&(quota.Write|quota.Read) != 0:
+			return fmt.Errorf("%w: item %d reserves and writes or reads", ErrBadItem, i)
+		case it.Op&(quota.Write|quota.Delete|quota.DeleteExpired|quota.Reserve) != 0 && (d.Replica == "" || d.Client == "" ||
 			strings.ContainsRune(d.Replica, '/') || strings.ContainsRune(d.Client, '/')):
 			return fmt.Errorf("%w: item %d: replica %q, client %q", ErrBadItem, i, d.Replica, d.Client)
 		}
@@ -134,12 +136,13 @@ func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl
 	cmds := make([]*redis.Cmd, len(calls))
 	for k, call := range calls {
 		keys := make([]string, len(call))
-		args := make([]any, 0, 2+3*len(call))
+		args := make([]any, 0, 2+7*len(call))
 		args = append(args, nowMs, max(ttl.Milliseconds(), 1))
 		for j, i := range call {
 			it := &items[i]
 			keys[j] = it.Key
-			args = append(args, int(it.Op), it.Demand.Replica+"/"+it.Demand.Client, rateMilli(it.Demand.Rate))
+			args = append(args, int(it.Op), it.Demand.Replica+"/"+it.Demand.Client, rateMilli(it.Demand.Rate),
+				heldMilli(it.Demand.Assigned), heldMilli(it.Cap), heldMilli(it.Adopt), it.Fresh.Milliseconds())
 		}
 		cmds[k] = demandScript.EvalSha(ctx, pipe, keys, args...)
 	}
@@ -158,10 +161,26 @@ func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl
 			return nil, nil, fmt.Errorf("demand.lua replied %d elements for %d keys", len(reply), len(call))
 		}
 		for j, i := range call {
+			if items[i].Op&quota.Reserve != 0 {
+				r, _ := reply[j+1].([]any)
+				if len(r) != 2 {
+					return nil, nil, fmt.Errorf("demand.lua: bad reserve reply %v", reply[j+1])
+				}
+				granted, _ := r[0].(int64)
+				adopted, _ := r[1].(int64)
+				d := items[i].Demand
+				d.Rate, d.Assigned, d.Adopted = fromRate(rateMilli(d.Rate)), float64(granted)/1000, float64(adopted)/1000
+				out[i] = []quota.Demand{d}
+				continue
+			}
 			if items[i].Op&quota.Read == 0 {
 				continue
 			}
-			if out[i], expired, err = decodeDemand(items[i].Key, reply[j+1], clock, expired); err != nil {
+			staleBefore := int64(math.MinInt64)
+			if f := items[i].Fresh; f > 0 {
+				staleBefore = clock + ttl.Milliseconds() - f.Milliseconds()
+			}
+			if out[i], expired, err = decodeDemand(items[i].Key, reply[j+1], clock, staleBefore, expired); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -169,18 +188,34 @@ func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl
 	return out, expired, nil
 }
 
-// rateMilli is a rate in milli-requests per second, -1 for an unknown one.
+// maxMilli bounds the milli-rates sent, so that Lua prints them as integers.
+const maxMilli = 1e14
+
+// rateMilli is a rate in milli-requests per second, -1 for an unknown
+// one, -2 for quota.Left.
 func rateMilli(rate float64) int64 {
-	if rate < 0 || math.IsNaN(rate) {
+	switch {
+	case rate == quota.Left:
+		return -2
+	case rate < 0 || math.IsNaN(rate):
 		return -1
 	}
-	return int64(math.Min(rate*1000, 1<<53))
+	return int64(math.Min(rate*1000, maxMilli))
 }
 
-// decodeDemand decodes one key's HGETALL, {field, "expires:rate", ...}:
-// the values that have not expired at now (Unix ms), and deletes of those
-// that have (quota.DeleteExpired), appended to expired.
-func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.Demand, []quota.Item, error) {
+// heldMilli is a held rate in milli-requests per second, 0 if not positive.
+func heldMilli(held float64) int64 {
+	if !(held > 0) {
+		return 0
+	}
+	return int64(math.Min(math.Ceil(held*1000), maxMilli))
+}
+
+// decodeDemand decodes one key's HGETALL, {field, "expires:rate:held",
+// ...}: the values that have not expired at now (Unix ms), as quota.Left
+// those expiring before staleBefore, and deletes of those that have
+// expired (quota.DeleteExpired), appended to expired.
+func decodeDemand(key string, v any, now, staleBefore int64, expired []quota.Item) ([]quota.Demand, []quota.Item, error) {
 	flat, ok := v.([]any)
 	if !ok || len(flat)%2 != 0 {
 		return nil, nil, fmt.Errorf("demand.lua: bad reply %T", v)
@@ -190,25 +225,75 @@ func decodeDemand(key string, v any, now int64, expired []quota.Item) ([]quota.D
 		field, _ := flat[j].(string)
 		value, _ := flat[j+1].(string)
 		replica, client, ok := strings.Cut(field, "/")
-		exp, rate, ok2 := strings.Cut(value, ":")
+		exp, rest, ok2 := strings.Cut(value, ":")
+		rate, held, _ := strings.Cut(rest, ":")
 		expires, err1 := strconv.ParseInt(exp, 10, 64)
 		milli, err2 := strconv.ParseInt(rate, 10, 64)
-		if !ok || !ok2 || err1 != nil || err2 != nil {
+		var heldM int64
+		var err3 error
+		if held != "" {
+			heldM, err3 = strconv.ParseInt(held, 10, 64)
+		}
+		if !ok || !ok2 || err1 != nil || err2 != nil || err3 != nil {
 			return nil, nil, fmt.Errorf("demand.lua: bad field %q = %q", field, value)
 		}
-		d := quota.Demand{Replica: replica, Client: client, Rate: fromMilli(milli)}
+		d := quota.Demand{Replica: replica, Client: client, Rate: fromRate(milli), Assigned: float64(heldM) / 1000}
 		if expires < now {
 			expired = append(expired, quota.Item{Key: key, Demand: d, Op: quota.DeleteExpired})
 			continue
+		}
+		if expires < staleBefore {
+			d.Rate = quota.Left
 		}
 		ds = append(ds, d)
 	}
 	return ds, expired, nil
 }
 
-func fromMilli(m int64) float64 {
-	if m < 0 {
+// fromRate is a rate of rateMilli's in requests per second.
+func fromRate(m int64) float64 {
+	switch {
+	case m == -2:
+		return quota.Left
+	case m < 0:
 		return -1
 	}
 	return float64(m) / 1000
+}
+
+// freedChannel is the Redis channel on which replicas announce rates
+// they freed, "<replica>\x00<key>" a message.
+const freedChannel = "fastlimit:rlqs:freed"
+
+// Notify is rlqs.Notifier's: a PUBLISH a key, in one pipeline.
+func (d *Redis) Notify(ctx context.Context, from string, keys []string) error {
+	pipe := d.client.Pipeline()
+	for _, k := range keys {
+		pipe.Publish(ctx, freedChannel, from+"\x00"+k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis demand notify: %w: %w", limiter.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Watch is rlqs.Notifier's: it subscribes to the channel, resubscribing
+// after a lost connection as go-redis does, until ctx ends.
+func (d *Redis) Watch(ctx context.Context, f func(from, key string)) error {
+	ps := d.client.Subscribe(ctx, freedChannel)
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if from, key, ok := strings.Cut(m.Payload, "\x00"); ok {
+				f(from, key)
+			}
+		}
+	}
 }
