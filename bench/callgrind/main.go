@@ -93,6 +93,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.ids < 1 || o.calls < 1 {
 		return nil, errors.New("-ids and -calls must be at least 1")
 	}
+	if o.keep != "" {
+		if err := os.MkdirAll(o.keep, 0o755); err != nil {
+			return nil, fmt.Errorf("-keep: %w", err)
+		}
+	}
 	return o, nil
 }
 
