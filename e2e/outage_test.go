@@ -210,6 +210,14 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	if _, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), req); err != nil {
 		t.Fatal(err)
 	}
+	// Concurrent calls start the store's send workers (up to
+	// --redis-batches, started on demand and kept), so that the baseline
+	// holds them as the count after the outage does.
+	var warm sync.WaitGroup
+	for range 16 {
+		warm.Go(func() { _, _ = srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), req) })
+	}
+	warm.Wait()
 
 	idleGoroutines := goroutines(t, admin)
 	load := startOutageLoad(srv, req, classify)

@@ -98,7 +98,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // line, keys, limits, mode and state, and the code the request would get,
 // charging nothing; an RLQS bucket's explanation names its rule.
 func TestExplain(t *testing.T) {
-	s, dir := testServer(t, map[string]string{"ops.yaml": opsRules})
+	s, dir := testServer(t, map[string]string{"ops.yaml": opsRules}, "--rlqs") // for the bucket's explanation
 	ctx := context.Background()
 	for range 2 {
 		if _, err := s.service.ShouldRateLimit(ctx, rlsRequest("ops", "user", "ann")); err != nil {
