@@ -66,6 +66,45 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+// TestReport: denied requests count as demand only as far as the client
+// used what it held (docs/rlqs.md, "Earned demand").
+func TestReport(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	for _, tc := range []struct {
+		name            string
+		held            float64
+		allowed, denied uint64 // over 5s
+		want            float64
+	}{
+		{"used all, denied more: all of it", 20, 100, 900, 200},
+		{"used half: all of it", 20, 50, 900, 190},
+		{"used none, denied: the probe", 20, 0, 10000, 1},
+		{"used a fifth, denied: use and probe", 20, 20, 10000, 5},
+		{"used none, denied none", 20, 0, 0, 0},
+		{"holds nothing yet: all of it", 0, 0, 500, 100},
+		{"denied a little, under the probe", 20, 0, 2, 0.4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := quota.Client{Assigned: tc.held}
+			c.Report(0, 0, 0, t0, &cfg)
+			c.Report(tc.allowed, tc.denied, 0, t0.Add(5*time.Second), &cfg)
+			if !near(c.Demand, tc.want, 1e-9) {
+				t.Errorf("demand = %v, want %v", c.Demand, tc.want)
+			}
+		})
+	}
+	// What it held is the least of now and the last report: a raise after
+	// that report does not make the client owe its use.
+	c := quota.Client{Assigned: 10}
+	c.Report(0, 0, 0, t0, &cfg)
+	c.Report(50, 500, 0, t0.Add(5*time.Second), &cfg)
+	c.Assigned = 200
+	c.Report(60, 2000, 0, t0.Add(10*time.Second), &cfg)
+	if c.Demand != 412 {
+		t.Errorf("raised client: demand = %v, want 412 (it used all of the 10 it held)", c.Demand)
+	}
+}
+
 // TestRemoteHeld: what other replicas' Envoys hold is summed, clients that
 // left included, though they count toward no division; Split divides this
 // replica's part.
