@@ -204,3 +204,24 @@ func TestSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestGroups: the limit is divided among groups, then within each: three
+// clients of one Envoy identity count as one client. c wants 11 (10 and
+// headroom); groups a and b share the other 79.
+func TestGroups(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	b := quota.NewBucket(quota.Limit{Rate: 90, Burst: 90})
+	for _, id := range []string{"a|1", "a|2", "a|3", "b|1"} {
+		known(b, id, 100)
+	}
+	known(b, "c", 10) // no group: its own
+	got := shares(b, quota.Global, &cfg)
+	for id, want := range map[string]float64{"a|1": 79.0 / 6, "a|2": 79.0 / 6, "a|3": 79.0 / 6, "b|1": 39.5, "c": 11} {
+		if !near(got[id], want, 1e-9) {
+			t.Errorf("%s: share %v, want %v (all %v)", id, got[id], want, got)
+		}
+	}
+	if g := quota.GroupOf("a|b|c"); g != "a" {
+		t.Errorf("GroupOf = %q", g)
+	}
+}

@@ -1,10 +1,13 @@
 package rlqs_test
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
 // TestEarnedDemand: issue 29's starvation. One honest Envoy asks 80/s of
@@ -38,4 +41,32 @@ func TestEarnedDemand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIdentity: 50 streams of one client identity count as one client: an
+// Envoy of another identity gets half the limit against them, as it gets
+// against one. docs/rlqs.md, "Client identity".
+func TestIdentity(t *testing.T) {
+	var opened atomic.Int32
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) {
+		o.Identity = func(context.Context) string {
+			if opened.Add(1) == 1 {
+				return "spiffe://example.org/alone"
+			}
+			return "spiffe://example.org/crowd"
+		}
+	}})
+	alone := c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 600)
+	c.run(c.period / 10)
+	var crowd []*envoysim.Traffic
+	for range 50 {
+		crowd = append(crowd, c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 600))
+	}
+	c.run(4 * c.period)
+	got := c.admitted(2*c.period, append([]*envoysim.Traffic{alone}, crowd...)...)
+	t.Logf("alone %.1f/s, the crowd %.1f/s", got[0], sum(got[1:]))
+	if got[0] < 0.9*150 || sum(got[1:]) < 0.9*150 {
+		t.Errorf("alone admitted %.1f/s, the crowd %.1f/s; want about 150/s each", got[0], sum(got[1:]))
+	}
+	c.checkClean()
 }

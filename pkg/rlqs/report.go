@@ -124,7 +124,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	b := st.buckets[text] // only this goroutine writes buckets
 	isNew := b == nil
 	if isNew {
-		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
+		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.group, st.id, text), lastActive: r.now}
 		st.add(b)
 		r.subs = append(r.subs, b)
 	}
