@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 )
 
 // Issue 29's fairness, on the binary and real Redis (docs/rlqs.md,
@@ -107,5 +110,46 @@ func TestRLQSClientIdentity(t *testing.T) {
 	}
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("a stream without identity: %v, want Unauthenticated", err)
+	}
+}
+
+// TestRLQSOwnRedisPool: the demand exchanges run on connections of their
+// own, named fastlimit-rlqs and at most --rlqs-redis-pool-size besides
+// the subscriber, apart from RateLimitService's (docs/operations.md,
+// "RLQS and RLS").
+func TestRLQSOwnRedisPool(t *testing.T) {
+	const period = time.Second
+	r := redistest.StartServer(t)
+	fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + r.Addr, "--redis-pool-size", "3"}, 1, period,
+		"--rlqs-redis-pool-size", "2")
+	q := newQuotaFleet(t, period, fs)
+	for i := range 30 {
+		q.fleet.Send(q.envoy(0), map[string]string{"tier": fmt.Sprint("t", i)}, 20)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		decideN(t, fs[0].Client, "d", "name", "a", 200)
+	}()
+	q.run(3 * period)
+	<-done
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	list, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, others := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		switch {
+		case strings.Contains(line, " flags=P "): // the Watch of freed rates
+		case strings.Contains(line, " name=fastlimit-rlqs "):
+			named++
+		case !strings.Contains(line, " cmd=client|list "):
+			others++
+		}
+	}
+	if named < 1 || named > 2 || others < 1 {
+		t.Errorf("%d fastlimit-rlqs connections (want 1 or 2), %d others (want RLS's)\n%s", named, others, list)
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
+// RLQSRedisName is the CLIENT SETNAME of the RLQS demand exchanges' connections.
+const RLQSRedisName = "fastlimit-rlqs"
+
 // newRLQS builds the Rate Limit Quota Service, with --rlqs. Its
 // demand store is the limiter's Redis deployment, so that replicas
 // sharing it divide each limit among all their Envoys, over a client of
@@ -38,8 +41,10 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	opts.Tracer = s.tracing.Tracer()
 	if r != nil {
 		timeout := o.RLQS.StoreTimeout
+		pool := o.RLQS.RedisPoolConns()
 		client, err := store.NewClient(o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
-			PoolSize: o.RLQS.RedisPoolConns(), DialTimeout: o.RedisDialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			PoolSize: pool, MaxConns: pool, DialTimeout: o.RedisDialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			Name: RLQSRedisName,
 		}))
 		if err != nil {
 			return fmt.Errorf("rlqs redis: %w", err)
