@@ -67,7 +67,7 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 	fs.IntVar(&o.MaxReportBytes, "rlqs-max-report-bytes", DefaultRLQSMaxReportBytes,
 		"largest RLQS usage report accepted, in bytes (an Envoy sends all its buckets in one, about 80 bytes each); a larger one ends its stream and is counted")
 	fs.BoolVar(&o.RequireIdentity, "rlqs-require-client-identity", false,
-		"refuse RLQS streams without a verified client certificate (Unauthenticated); needs --grpc-tls-client-ca. With one, an Envoy's streams count as one client (its SPIFFE id, else its subject)")
+		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
 		"Redis connections of the RLQS demand exchanges, apart from RateLimitService's --redis-pool-size (0: 2 per CPU)")
 	fs.DurationVar(&o.StoreTimeout, "rlqs-store-timeout", time.Second,
