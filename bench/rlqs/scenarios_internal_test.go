@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
 )
 
 // TestIsolationSmoke runs the isolation scenario with tiny numbers: it
@@ -17,7 +19,8 @@ func TestIsolationSmoke(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("FASTLIMIT_REQUIRE_REDIS") == "" {
 		t.Skip("no redis-server")
 	}
-	var out, log bytes.Buffer
+	var out bytes.Buffer
+	var log child.Output // the children write it at once
 	code := run([]string{"--scenario", "isolation", "--duration", "1s", "--streams", "20", "--conns", "2",
 		"--rls-rate", "50", "--rounds", "1"}, &out, &log)
 	if code != 0 {
