@@ -52,7 +52,9 @@ func (s *Server) newRLQS(r *store.Redis) error {
 		s.rlqsRedis = client
 		opts.Store = demand.NewRedis(client)
 	}
-	s.rlqs, err = rlqs.New(opts)
+	if s.rlqs, err = rlqs.New(opts); err != nil && s.rlqsRedis != nil {
+		_ = s.rlqsRedis.Close()
+	}
 	return err
 }
 

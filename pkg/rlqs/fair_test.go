@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
@@ -157,4 +161,27 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("alone admitted %.1f/s, the crowd %.1f/s; want about 150/s each", got[0], sum(got[1:]))
 	}
 	c.checkClean()
+}
+
+// TestRequireIdentity: with RequireIdentity, a stream without an identity
+// is refused Unauthenticated, and counted.
+func TestRequireIdentity(t *testing.T) {
+	obs := &recorder{}
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) {
+		o.Identity = func(context.Context) string { return "" }
+		o.RequireIdentity, o.Observer = true, obs
+	}})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := rlqspb.NewRateLimitQuotaServiceClient(c.replicas[0].cc).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "d"})
+	if _, err := s.Recv(); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("a stream without identity: %v, want Unauthenticated", err)
+	}
+	if n := obs.get("unidentified"); n != 1 {
+		t.Errorf("%v unidentified streams counted, want 1", n)
+	}
 }

@@ -191,6 +191,7 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	}
 	identity := s.opts.Identity(srv.Context())
 	if identity == "" && s.opts.RequireIdentity {
+		s.obs.Unidentified()
 		return nil, status.Error(codes.Unauthenticated, "an RLQS stream needs a client certificate (mTLS) to name its client")
 	}
 	s.watch()
