@@ -89,8 +89,14 @@ func newQuotaFleet(t *testing.T, period time.Duration, fs []*fastlimit) *quotaFl
 // envoy adds an Envoy whose stream goes to replica first, else the next.
 func (q *quotaFleet) envoy(first int) *envoysim.Envoy {
 	q.t.Helper()
-	e, err := envoysim.New(envoysim.Config{Domain: "d", ReportPeriod: q.period}, envoysim.WallClock{},
-		envoysim.FailoverDialer(first, q.conns...))
+	return q.envoyOn(envoysim.Config{}, envoysim.FailoverDialer(first, q.conns...))
+}
+
+// envoyOn adds an Envoy of cfg (its domain and period the fleet's) on dial.
+func (q *quotaFleet) envoyOn(cfg envoysim.Config, dial envoysim.Dialer) *envoysim.Envoy {
+	q.t.Helper()
+	cfg.Domain, cfg.ReportPeriod = "d", q.period
+	e, err := envoysim.New(cfg, envoysim.WallClock{}, dial)
 	if err != nil {
 		q.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package benchproc
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
@@ -48,4 +49,17 @@ func ChildEnv(extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// LoadAverages returns the machine's 1, 5 and 15 minute load averages, or "" off Linux.
+func LoadAverages() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -6,6 +6,7 @@
 //
 //	go run ./bench/rlqs                 # every scenario, about 3 minutes
 //	go run ./bench/rlqs --scenario reports --duration 10s
+//	go run ./bench/rlqs --scenario isolation  # about 4 minutes
 //
 // Scenarios:
 //
@@ -19,6 +20,12 @@
 //	         service; then the same admitted rate through RateLimitService
 //	         (ShouldRateLimit per request, paced): server + Redis CPU per
 //	         admitted request of each.
+//	isolation other clients' RateLimitService latency (p50, p99, max,
+//	         errors) at --rls-rate calls a second, without and with
+//	         --streams RLQS streams of one bucket reporting every 5s
+//	         (over --conns connections), --rounds times interleaved,
+//	         with the load average after each phase. Not in the default
+//	         list.
 package main
 
 import (
@@ -41,6 +48,7 @@ type options struct {
 	scenarios []string
 	duration  time.Duration
 	admitted  float64
+	isolation isolation
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -49,10 +57,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	scenario := fs.String("scenario", "reports,cadence,admitted", "scenarios to run, comma-separated")
 	duration := fs.Duration("duration", 30*time.Second, "measured time of each scenario")
 	admitted := fs.Float64("admitted", 5000, "admitted: requests a second admitted through each service")
+	iso := isolation{period: 5 * time.Second}
+	fs.IntVar(&iso.streams, "streams", 20000, "isolation: RLQS streams")
+	fs.IntVar(&iso.conns, "conns", 200, "isolation: connections the streams share")
+	fs.Float64Var(&iso.rlsRate, "rls-rate", 1000, "isolation: RateLimitService calls a second")
+	fs.IntVar(&iso.rounds, "rounds", 3, "isolation: rounds of (without, with the streams)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted}
+	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted, isolation: iso}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	env, err := setup(ctx, stderr)
@@ -72,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = env.reports(ctx, stdout, o.duration, 5*time.Second)
 		case "admitted":
 			err = env.admitted(ctx, stdout, o.duration, o.admitted)
+		case "isolation":
+			err = env.isolation(ctx, stdout, o.duration, o.isolation)
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}

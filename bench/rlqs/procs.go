@@ -58,7 +58,7 @@ func setup(ctx context.Context, log io.Writer) (*env, error) {
 	}
 	e := &env{dir: dir, log: log}
 	bin := filepath.Join(dir, "fastlimit")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/server")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fastlimit/fastlimit/cmd/server")
 	build.Stdout, build.Stderr = log, log
 	if err := build.Run(); err != nil {
 		e.close()

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastlimit/fastlimit/bench/benchproc"
 )
 
 // machine are the facts a reader needs to weigh the figures.
@@ -73,17 +75,7 @@ func procField(text, key string) string {
 }
 
 // loadAverages returns the 1, 5 and 15 minute load averages, or "".
-func loadAverages() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
+func loadAverages() string { return benchproc.LoadAverages() }
 
 // loadAverage returns the 1-minute load average, or 0; tests replace it.
 var loadAverage = readLoadAverage

@@ -170,13 +170,17 @@ func grpcConnCap(o *settings.Settings, files, httpConns int) (int, error) {
 }
 
 // redisConns estimates the most connections the store opens to Redis:
-// the pool size (10 per CPU unless set) per server reached. A Cluster's
-// nodes are not known before it answers: the seeds given, at least 6.
+// the pool size (10 per CPU unless set) per server reached, and with
+// RLQS its demand exchanges' pool and subscriber. A Cluster's nodes are
+// not known before it answers: the seeds given, at least 6.
 func redisConns(o *settings.Settings) int {
 	if o.RedisURL == "" {
 		return 0
 	}
 	pool := o.RedisPoolConns()
+	if o.RLQS.Enabled {
+		pool += o.RLQS.RedisPoolConns() + 1
+	}
 	addrs := len(strings.Split(o.RedisURL, ","))
 	switch strings.ToLower(o.Redis.Type) {
 	case "cluster":

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
@@ -10,11 +11,15 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
+// RLQSRedisName is the CLIENT SETNAME of the RLQS demand exchanges' connections.
+const RLQSRedisName = "fastlimit-rlqs"
+
 // newRLQS builds the Rate Limit Quota Service, with --rlqs. Its
-// demand store is the limiter's Redis (r, its client shared), so that
-// replicas sharing that Redis divide each limit among all their Envoys;
-// on the embedded store (r nil) there is no other replica to share with,
-// and it has none.
+// demand store is the limiter's Redis deployment, so that replicas
+// sharing it divide each limit among all their Envoys, over a client of
+// its own (--rlqs-redis-pool-size, --rlqs-store-timeout) so that demand
+// exchanges never hold RateLimitService's connections; on the embedded
+// store (r nil) there is no other replica to share with, and it has none.
 func (s *Server) newRLQS(r *store.Redis) error {
 	o := s.opts
 	if !o.RLQS.Enabled {
@@ -35,9 +40,21 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	}
 	opts.Tracer = s.tracing.Tracer()
 	if r != nil {
-		opts.Store = demand.NewRedis(r.Client())
+		timeout := o.RLQS.StoreTimeout
+		pool := o.RLQS.RedisPoolConns()
+		client, err := store.NewClient(o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
+			PoolSize: pool, MaxConns: pool, DialTimeout: o.RedisDialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			Name: RLQSRedisName,
+		}))
+		if err != nil {
+			return fmt.Errorf("rlqs redis: %w", err)
+		}
+		s.rlqsRedis = client
+		opts.Store = demand.NewRedis(client)
 	}
-	s.rlqs, err = rlqs.New(opts)
+	if s.rlqs, err = rlqs.New(opts); err != nil && s.rlqsRedis != nil {
+		_ = s.rlqsRedis.Close()
+	}
 	return err
 }
 
@@ -62,5 +79,9 @@ func (s *Server) closeRLQS(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	return s.rlqs.Close(ctx)
+	err := s.rlqs.Close(ctx)
+	if s.rlqsRedis != nil {
+		err = errors.Join(err, s.rlqsRedis.Close())
+	}
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -42,11 +43,13 @@ type Server struct {
 	limiter *limiter.Limiter
 	service *rls.Service
 	rlqs    *rlqs.Service // nil with --rlqs=false
-	grpc    *grpc.Server
-	bounds  *grpcBounds
-	health  *health.Server
-	http    *httpserver.Server
-	certs   *certs.Reloader // nil without gRPC TLS
+	// rlqsRedis is the RLQS demand exchanges' own client (nil without Redis).
+	rlqsRedis io.Closer
+	grpc      *grpc.Server
+	bounds    *grpcBounds
+	health    *health.Server
+	http      *httpserver.Server
+	certs     *certs.Reloader // nil without gRPC TLS
 
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics

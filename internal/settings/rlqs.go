@@ -3,6 +3,7 @@ package settings
 import (
 	"flag"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -27,6 +28,12 @@ type RLQS struct {
 	// silent connections while RLQS is on.
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	MaxReportBytes                  int
+	// RequireIdentity refuses streams without a client certificate.
+	RequireIdentity bool
+	// RedisPoolSize and StoreTimeout are the demand exchanges' own Redis
+	// connections (0: 2 per CPU) and time bound, apart from RLS's.
+	RedisPoolSize int
+	StoreTimeout  time.Duration
 }
 
 // DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes: a
@@ -59,6 +66,20 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"with --rlqs, close a connection whose ping is not answered within this, ending its RLQS streams")
 	fs.IntVar(&o.MaxReportBytes, "rlqs-max-report-bytes", DefaultRLQSMaxReportBytes,
 		"largest RLQS usage report accepted, in bytes (an Envoy sends all its buckets in one, about 80 bytes each); a larger one ends its stream and is counted")
+	fs.BoolVar(&o.RequireIdentity, "rlqs-require-client-identity", false,
+		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
+	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
+		"Redis connections of the RLQS demand exchanges, apart from RateLimitService's --redis-pool-size (0: 2 per CPU)")
+	fs.DurationVar(&o.StoreTimeout, "rlqs-store-timeout", time.Second,
+		"longest wait for one RLQS demand exchange with Redis (its connections' read and write timeout too); RateLimitService's calls never wait for these")
+}
+
+// RedisPoolConns is the demand exchanges' Redis pool size per server.
+func (o *RLQS) RedisPoolConns() int {
+	if o.RedisPoolSize > 0 {
+		return o.RedisPoolSize
+	}
+	return 2 * runtime.GOMAXPROCS(0)
 }
 
 // Policy returns the store failure policy in force, given --on-store-error.
@@ -89,14 +110,16 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		idle = -1
 	}
 	return rlqs.Options{
-		Replica:      o.Replica,
-		ReportPeriod: o.ReportPeriod,
-		TTLPeriods:   o.TTLPeriods,
-		IdleAfter:    idle,
-		Unmatched:    unmatched,
-		OnStoreError: policy,
-		StoreGrace:   o.StoreGrace,
-		Division:     quota.Config{Headroom: o.Headroom},
+		Replica:         o.Replica,
+		ReportPeriod:    o.ReportPeriod,
+		TTLPeriods:      o.TTLPeriods,
+		IdleAfter:       idle,
+		Unmatched:       unmatched,
+		OnStoreError:    policy,
+		StoreGrace:      o.StoreGrace,
+		StoreTimeout:    o.StoreTimeout,
+		RequireIdentity: o.RequireIdentity,
+		Division:        quota.Config{Headroom: o.Headroom},
 	}, nil
 }
 
@@ -135,6 +158,12 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-keepalive-timeout", "%v is under 1s", o.KeepaliveTimeout))
 	case o.MaxReportBytes < 1<<10:
 		return s.Named(Bad("rlqs-max-report-bytes", "%d is under 1 KiB", o.MaxReportBytes))
+	case o.RedisPoolSize < 0:
+		return s.Named(Bad("rlqs-redis-pool-size", "must not be negative"))
+	case o.StoreTimeout < time.Millisecond:
+		return s.Named(Bad("rlqs-store-timeout", "%v is under 1ms", o.StoreTimeout))
+	case o.RequireIdentity && s.TLS.ClientCA == "":
+		return s.Named(Bad("rlqs-require-client-identity", "needs --grpc-tls-client-ca: an identity is a verified client certificate"))
 	}
 	if !validReplica(o.Replica) {
 		return s.Named(Bad("rlqs-replica", "%q holds characters other than letters, digits, '-', '_', '.' and ':'", o.Replica))

@@ -63,6 +63,15 @@ func TestRLQSSettings(t *testing.T) {
 		{name: "sub-second keepalive", args: []string{"--rlqs", "--rlqs-keepalive-time", "500ms"}, err: "--rlqs-keepalive-time"},
 		{name: "no keepalive timeout", args: []string{"--rlqs", "--rlqs-keepalive-timeout", "0s"}, err: "--rlqs-keepalive-timeout"},
 		{name: "tiny reports", args: []string{"--rlqs", "--rlqs-max-report-bytes", "100"}, err: "--rlqs-max-report-bytes"},
+		{name: "demand exchanges' own Redis budget", args: []string{"--rlqs", "--rlqs-store-timeout", "200ms", "--rlqs-redis-pool-size", "3"},
+			check: func(t *testing.T, o rlqs.Options) {
+				if o.StoreTimeout != 200*time.Millisecond {
+					t.Errorf("store timeout = %v", o.StoreTimeout)
+				}
+			}},
+		{name: "no store timeout", args: []string{"--rlqs", "--rlqs-store-timeout", "0s"}, err: "--rlqs-store-timeout"},
+		{name: "negative pool", args: []string{"--rlqs", "--rlqs-redis-pool-size", "-1"}, err: "--rlqs-redis-pool-size"},
+		{name: "identity without client CA", args: []string{"--rlqs", "--rlqs-require-client-identity"}, err: "--rlqs-require-client-identity"},
 		{name: "off by default skips checks", args: []string{"--rlqs-unmatched", "maybe"}},
 		{name: "off skips checks", args: []string{"--rlqs=false", "--rlqs-unmatched", "maybe"}},
 	} {

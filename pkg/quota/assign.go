@@ -15,12 +15,16 @@ type TokenBucket struct {
 const (
 	precisionTokens = 100  // the least tokens_per_fill Encode aims for: under 1% rounding
 	maxFillSeconds  = 3600 // the longest fill interval Encode picks for precision
+	// minRate is the least rate Encode encodes, a request a year: below,
+	// the interval would overflow Envoy's durations.
+	minRate = 1.0 / (366 * 86400)
 )
 
 // Encode returns the bucket refilling at rate requests a second (never more,
-// within 1%) holding burst; false for a rate that admits nothing (DENY_ALL).
+// within 1%) holding burst; false for a rate that admits nothing (DENY_ALL),
+// or under a request a year.
 func Encode(rate, burst float64) (TokenBucket, bool) {
-	if !(rate > 0) {
+	if !(rate >= minRate) {
 		return TokenBucket{}, false
 	}
 	sec := int64(1)

@@ -27,7 +27,7 @@ func TestEncode(t *testing.T) {
 			t.Errorf("Encode(%v, %v) = %+v, %v; want %+v", tc.rate, tc.burst, got, ok, tc.want)
 		}
 	}
-	for _, r := range []float64{0, -1, math.NaN()} {
+	for _, r := range []float64{0, -1, math.NaN(), 1e-9, 1e-19} {
 		if _, ok := quota.Encode(r, 10); ok {
 			t.Errorf("Encode(%v) ok", r)
 		}

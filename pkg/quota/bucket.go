@@ -13,6 +13,10 @@ type Config struct {
 	Smoothing    time.Duration // time constant of following a falling demand
 	Stale        time.Duration // how long an unheard client counts (3 periods)
 	Raise, Lower float64       // changes of a share its assignment ignores (Settle)
+	// Earn is the fraction of what it holds a client must use for its
+	// denied requests to count as demand; Probe, the fraction of what it
+	// holds credited beyond its use when it does not (Client.Report).
+	Earn, Probe float64
 }
 
 // DefaultConfig is the configuration of the zero Config.
@@ -23,6 +27,8 @@ var DefaultConfig = Config{
 	Smoothing: 5 * time.Second,
 	Raise:     0.05,
 	Lower:     0.02,
+	Earn:      0.5,
+	Probe:     0.05,
 }
 
 // WithDefaults returns c with its zero fields set.
@@ -49,6 +55,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Lower > 0 {
 		d.Lower = c.Lower
+	}
+	if c.Earn > 0 {
+		d.Earn = c.Earn
+	}
+	if c.Probe > 0 {
+		d.Probe = c.Probe
 	}
 	return d
 }
@@ -90,30 +102,63 @@ type Client struct {
 	// it until the client adopts it.
 	Hold bool
 
-	carry uint64 // requests of reports too close to measure yet
+	// carry and carryAllowed are the requests, and the allowed ones, of
+	// reports too close to measure yet; heldAt is Assigned at the last
+	// measured report.
+	carry, carryAllowed uint64
+	heldAt              float64
 }
 
-// Observe takes a report of n requests (allowed + denied), timed on the
-// server's clock; a first report uses Envoy's elapsed, if a second or more.
+// Observe takes a report of n requests, all taken as allowed (Report).
 func (c *Client) Observe(n uint64, elapsed time.Duration, now time.Time, cfg *Config) {
+	c.Report(n, 0, elapsed, now, cfg)
+}
+
+// Report takes a report of allowed and denied requests, timed on the
+// server's clock; a first report uses Envoy's elapsed, if a second or
+// more. The demand it credits is what the client earned (docs/rlqs.md,
+// "Earned demand").
+func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.Time, cfg *Config) {
+	n := allowed + denied
 	if n > 0 {
 		c.LastActive = now
 	}
 	if c.LastReport.IsZero() {
 		c.LastReport = now
 		if elapsed >= time.Second {
-			c.sample(float64(n)/elapsed.Seconds(), elapsed, cfg)
+			s := elapsed.Seconds()
+			c.sample(c.earned(float64(allowed)/s, float64(denied)/s, cfg), elapsed, cfg)
+			c.heldAt = c.Assigned
 		}
 		return
 	}
 	c.carry += n
+	c.carryAllowed += allowed
 	interval := now.Sub(c.LastReport)
 	if interval < cfg.Period/4 {
 		return
 	}
 	c.LastReport = now
-	c.sample(float64(c.carry)/interval.Seconds(), interval, cfg)
-	c.carry = 0
+	s := interval.Seconds()
+	a := float64(c.carryAllowed) / s
+	c.sample(c.earned(a, float64(c.carry)/s-a, cfg), interval, cfg)
+	c.carry, c.carryAllowed = 0, 0
+	c.heldAt = c.Assigned
+}
+
+// earned is the demand rates of allowed and denied requests support: all
+// of it, unless the client was denied requests while it used less than
+// cfg.Earn of what it held (the least of Assigned now and at the last
+// report); then what it used and cfg.Probe of what it held.
+func (c *Client) earned(allowed, denied float64, cfg *Config) float64 {
+	held := c.Assigned
+	if c.heldAt > 0 {
+		held = min(held, c.heldAt)
+	}
+	if denied <= 0 || held <= 0 || allowed >= cfg.Earn*held {
+		return allowed + denied
+	}
+	return min(allowed+denied, allowed+cfg.Probe*held)
 }
 
 // sample folds a rate into the demand: a rise at once, a fall smoothed

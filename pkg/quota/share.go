@@ -2,6 +2,8 @@ package quota
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,8 +20,8 @@ type Bucket struct {
 	remoteHeld float64
 
 	wants, shares []float64 // scratch
-	order         []int
-	local         []*Client
+	order, runs   []int
+	members       []member
 }
 
 // NewBucket returns a bucket of limit l without clients.
@@ -145,43 +147,87 @@ const (
 	Split              // limit / Replicas() among the local clients (store down)
 )
 
+// GroupOf is the group of a client ID: the part before its first '|', or
+// the whole ID. The clients of one group (one Envoy's identity, or one
+// stream) share one fair share, divided among them by the same rule.
+func GroupOf(id string) string {
+	if i := strings.IndexByte(id, '|'); i >= 0 {
+		return id[:i]
+	}
+	return id
+}
+
+// member is one client of a division in Shares: its group, demand and,
+// if it is local, its state.
+type member struct {
+	group  string
+	demand float64
+	known  bool
+	local  *Client
+}
+
 // Shares divides the limit among the wants (docs/rlqs.md) and calls f with
 // each local client's share, requests per second; clients on Hold are
-// left out.
+// left out. The limit is divided among the clients' groups (GroupOf),
+// each group's share among its clients.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
 	capacity := b.Capacity(mode)
-	n := b.Count(mode)
-	for _, c := range b.clients {
-		if c.Hold {
-			n--
-		}
-	}
-	if n == 0 {
-		return
-	}
-	even := capacity / float64(n)
-	b.wants = b.wants[:0]
-	b.local = b.local[:0]
+	ms := b.members[:0]
 	for _, c := range b.clients {
 		if !c.Hold {
-			b.local = append(b.local, c)
-			b.wants = append(b.wants, want(c.Demand, c.Known, even, cfg))
+			ms = append(ms, member{group: GroupOf(c.ID), demand: c.Demand, known: c.Known, local: c})
 		}
 	}
 	if mode == Global {
 		for _, d := range b.remote {
-			b.wants = append(b.wants, want(d.Rate, d.Rate >= 0, even, cfg))
+			ms = append(ms, member{group: GroupOf(d.Client), demand: d.Rate, known: d.Rate >= 0})
 		}
 	}
-	if cap(b.shares) < n {
-		b.shares = make([]float64, n)
+	b.members = ms
+	if len(ms) == 0 {
+		return
 	}
-	b.shares = b.shares[:n]
-	b.order = fair(capacity, b.wants, b.shares, b.order)
-	for i, c := range b.local {
-		f(c, b.shares[i])
+	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.group, y.group) })
+	b.runs = b.runs[:0]
+	for i := range ms {
+		if i == 0 || ms[i].group != ms[i-1].group {
+			b.runs = append(b.runs, i)
+		}
 	}
-	clear(b.local)
+	groups := len(b.runs)
+	b.runs = append(b.runs, len(ms))
+	b.wants = grow(b.wants, len(ms)+groups)
+	b.shares = grow(b.shares, len(ms)+groups)
+	wants, gwants := b.wants[:len(ms)], b.wants[len(ms):]
+	shares, gshares := b.shares[:len(ms)], b.shares[len(ms):]
+	even := capacity / float64(groups)
+	for g := range groups {
+		from, to := b.runs[g], b.runs[g+1]
+		gwants[g] = 0
+		for i := from; i < to; i++ {
+			wants[i] = want(ms[i].demand, ms[i].known, even/float64(to-from), cfg)
+			gwants[g] += wants[i]
+		}
+	}
+	b.order = fair(capacity, gwants, gshares, b.order)
+	for g := range groups {
+		from, to := b.runs[g], b.runs[g+1]
+		b.order = fair(gshares[g], wants[from:to], shares[from:to], b.order)
+	}
+	for i := range ms {
+		if ms[i].local != nil {
+			f(ms[i].local, shares[i])
+		}
+	}
+	clear(ms)
+}
+
+// grow returns s resized to n, reusing its array if it can.
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
 }
 
 // Settle returns the share to assign: assigned while share stays within

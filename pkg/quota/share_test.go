@@ -66,6 +66,45 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+// TestReport: denied requests count as demand only as far as the client
+// used what it held (docs/rlqs.md, "Earned demand").
+func TestReport(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	for _, tc := range []struct {
+		name            string
+		held            float64
+		allowed, denied uint64 // over 5s
+		want            float64
+	}{
+		{"used all, denied more: all of it", 20, 100, 900, 200},
+		{"used half: all of it", 20, 50, 900, 190},
+		{"used none, denied: the probe", 20, 0, 10000, 1},
+		{"used a fifth, denied: use and probe", 20, 20, 10000, 5},
+		{"used none, denied none", 20, 0, 0, 0},
+		{"holds nothing yet: all of it", 0, 0, 500, 100},
+		{"denied a little, under the probe", 20, 0, 2, 0.4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := quota.Client{Assigned: tc.held}
+			c.Report(0, 0, 0, t0, &cfg)
+			c.Report(tc.allowed, tc.denied, 0, t0.Add(5*time.Second), &cfg)
+			if !near(c.Demand, tc.want, 1e-9) {
+				t.Errorf("demand = %v, want %v", c.Demand, tc.want)
+			}
+		})
+	}
+	// What it held is the least of now and the last report: a raise after
+	// that report does not make the client owe its use.
+	c := quota.Client{Assigned: 10}
+	c.Report(0, 0, 0, t0, &cfg)
+	c.Report(50, 500, 0, t0.Add(5*time.Second), &cfg)
+	c.Assigned = 200
+	c.Report(60, 2000, 0, t0.Add(10*time.Second), &cfg)
+	if c.Demand != 412 {
+		t.Errorf("raised client: demand = %v, want 412 (it used all of the 10 it held)", c.Demand)
+	}
+}
+
 // TestRemoteHeld: what other replicas' Envoys hold is summed, clients that
 // left included, though they count toward no division; Split divides this
 // replica's part.
@@ -163,5 +202,26 @@ func TestSettle(t *testing.T) {
 		if got := quota.Settle(tc.assigned, tc.share, &cfg); got != tc.want {
 			t.Errorf("Settle(%v, %v) = %v, want %v", tc.assigned, tc.share, got, tc.want)
 		}
+	}
+}
+
+// TestGroups: the limit is divided among groups, then within each: three
+// clients of one Envoy identity count as one client. c wants 11 (10 and
+// headroom); groups a and b share the other 79.
+func TestGroups(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	b := quota.NewBucket(quota.Limit{Rate: 90, Burst: 90})
+	for _, id := range []string{"a|1", "a|2", "a|3", "b|1"} {
+		known(b, id, 100)
+	}
+	known(b, "c", 10) // no group: its own
+	got := shares(b, quota.Global, &cfg)
+	for id, want := range map[string]float64{"a|1": 79.0 / 6, "a|2": 79.0 / 6, "a|3": 79.0 / 6, "b|1": 39.5, "c": 11} {
+		if !near(got[id], want, 1e-9) {
+			t.Errorf("%s: share %v, want %v (all %v)", id, got[id], want, got)
+		}
+	}
+	if g := quota.GroupOf("a|b|c"); g != "a" {
+		t.Errorf("GroupOf = %q", g)
 	}
 }

@@ -93,13 +93,13 @@ func (dv *division) leave(b *envoyBucket, now, until time.Time) float64 {
 	return held
 }
 
-// observe takes a client's report of n requests; it marks the client due
-// for a raise, which a report makes it.
-func (dv *division) observe(b *envoyBucket, n uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
+// observe takes a client's report of allowed and denied requests; it
+// marks the client due for a raise, which a report makes it.
+func (dv *division) observe(b *envoyBucket, allowed, denied uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	if c := dv.q.Client(b.client); c != nil {
 		was, known := c.Demand, c.Known
-		c.Observe(n, elapsed, now, cfg)
+		c.Report(allowed, denied, elapsed, now, cfg)
 		dv.dirty = dv.dirty || c.Moved(was, known)
 		b.raiseDue = true
 	}

@@ -35,6 +35,9 @@ type Observer interface {
 	Silent(domain string)
 	// ReportRefused is called for a usage report refused for its size.
 	ReportRefused(domain string)
+	// Unidentified is called for a stream refused for naming no client
+	// identity (Options.RequireIdentity), before it names a domain.
+	Unidentified()
 	// StoreFailed is called when a demand store exchange fails.
 	StoreFailed()
 	// Exchanged is called after each exchange, failed or not.
@@ -53,6 +56,7 @@ func (nopObserver) EmptyBucketID(string)            {}
 func (nopObserver) Unmatched(string)                {}
 func (nopObserver) Silent(string)                   {}
 func (nopObserver) ReportRefused(string)            {}
+func (nopObserver) Unidentified()                   {}
 func (nopObserver) StoreFailed()                    {}
 func (nopObserver) Exchanged(time.Duration, int)    {}
 

@@ -163,6 +163,13 @@ type Options struct {
 	Observer Observer
 	// Tracer traces report handling; nil traces nothing.
 	Tracer trace.Tracer
+	// Identity names the client of a stream from its context, "" for
+	// none (default PeerIdentity). A stream's buckets are one client of
+	// each division per identity, else per stream (docs/rlqs.md, "Client
+	// identity").
+	Identity func(ctx context.Context) string
+	// RequireIdentity refuses streams without an identity, Unauthenticated.
+	RequireIdentity bool
 
 	storeClock bool // Now was not given: demand is stamped by the store
 }
@@ -185,8 +192,11 @@ func (o *Options) fill() error {
 		_, _ = rand.Read(b[:])
 		o.Replica = hex.EncodeToString(b[:])
 	}
-	if strings.ContainsAny(o.Replica, "/ ") {
-		return fmt.Errorf("rlqs: replica name %q holds '/' or a space", o.Replica)
+	if strings.ContainsAny(o.Replica, "/| ") {
+		return fmt.Errorf("rlqs: replica name %q holds '/', '|' or a space", o.Replica)
+	}
+	if o.Identity == nil {
+		o.Identity = PeerIdentity
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "ratelimit"

@@ -124,7 +124,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	b := st.buckets[text] // only this goroutine writes buckets
 	isNew := b == nil
 	if isNew {
-		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
+		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.group, st.id, text), lastActive: r.now}
 		st.add(b)
 		r.subs = append(r.subs, b)
 	}
@@ -140,7 +140,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		b.div.moved(b, float64(u.GetNumRequestsAllowed())/elapsed.Seconds(), r.now)
 	}
 	if b.div != nil {
-		b.div.observe(b, n, u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
+		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, b)

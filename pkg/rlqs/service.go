@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -188,8 +189,14 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	if s.closing {
 		return nil, status.Error(codes.Unavailable, ErrClosed.Error())
 	}
+	identity := s.opts.Identity(srv.Context())
+	if identity == "" && s.opts.RequireIdentity {
+		s.obs.Unidentified()
+		return nil, status.Error(codes.Unauthenticated, "an RLQS stream needs a client certificate (mTLS) to name its client")
+	}
 	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
+	st.group = groupOf(identity, s.opts.Replica, st.id)
 	st.lastReport = s.opts.Now()
 	s.streams[st] = struct{}{}
 	s.handlers.Add(1)
@@ -358,6 +365,27 @@ func (s *Service) unmatched(st *stream, b *envoyBucket) {
 		s.log.Info("RLQS bucket matches no rule", zap.String("domain", st.domain), zap.String("bucket", b.text),
 			zap.String("assigned", answer), zap.String("stream", st.id))
 	}
+}
+
+// PeerIdentity is the identity of a gRPC peer that presented a verified
+// client certificate: its first SPIFFE URI SAN if it has one, else its
+// subject; "" without one.
+func PeerIdentity(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+		return ""
+	}
+	cert := info.State.PeerCertificates[0]
+	for _, u := range cert.URIs {
+		if u.Scheme == "spiffe" {
+			return u.String()
+		}
+	}
+	return cert.Subject.String()
 }
 
 // peerOf is the address of a stream's peer, or "".

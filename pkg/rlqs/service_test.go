@@ -218,6 +218,7 @@ func (r *recorder) EmptyBucketID(d string)      { r.add("empty_ids "+d, 1) }
 func (r *recorder) Unmatched(d string)          { r.add("unmatched "+d, 1) }
 func (r *recorder) Silent(d string)             { r.add("silent "+d, 1) }
 func (r *recorder) ReportRefused(d string)      { r.add("refused "+d, 1) }
+func (r *recorder) Unidentified()               { r.add("unidentified", 1) }
 func (r *recorder) StoreFailed()                { r.add("store_errors", 1) }
 func (r *recorder) Exchanged(_ time.Duration, items int) {
 	r.add("exchanges", 1)

@@ -1,6 +1,8 @@
 package rlqs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"hash/fnv"
 	"strconv"
 	"sync"
@@ -23,6 +25,7 @@ type action = rlqspb.RateLimitQuotaResponse_BucketAction
 type stream struct {
 	svc    *Service
 	id     string // unique in the replica
+	group  string // its clients' group: its identity's, or its own
 	srv    grpcStream
 	domain string
 	cancel func(error)
@@ -81,12 +84,23 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 	}
 }
 
-// clientID names a (stream, bucket) client: the stream and a digest of
-// the canonical bucket id, so that one stream's buckets are two clients.
-func clientID(stream, text string) string {
+// clientID names a (stream, bucket) client: its group (quota.GroupOf),
+// the stream and a digest of the canonical bucket id, so that one
+// stream's buckets are two clients of one group.
+func clientID(group, stream, text string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(text))
-	return stream + "-" + strconv.FormatUint(h.Sum64(), 36)
+	return group + "|" + stream + "-" + strconv.FormatUint(h.Sum64(), 36)
+}
+
+// groupOf is the group of a stream's clients: a digest of its identity,
+// or, without one, the stream itself (unique among replicas).
+func groupOf(identity, replica, stream string) string {
+	if identity == "" {
+		return "s" + replica + "." + stream
+	}
+	sum := sha256.Sum256([]byte(identity))
+	return "i" + hex.EncodeToString(sum[:16])
 }
 
 // queue queues an action for a bucket the Envoy holds, replacing any, and

@@ -225,6 +225,9 @@ func newCluster(o ClientOptions) (redis.UniversalClient, error) {
 		DialTimeout:           or(o.Conn.DialTimeout, DefaultDialTimeout),
 		ReadTimeout:           o.Conn.ReadTimeout,
 		WriteTimeout:          o.Conn.WriteTimeout,
+		ClientName:            o.Conn.Name,
+		MaxActiveConns:        o.Conn.MaxConns,
+		PipelinePoolSize:      o.Conn.pipelinePool(),
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 	})
@@ -257,6 +260,9 @@ func newSentinel(o ClientOptions) (redis.UniversalClient, error) {
 		DialTimeout:           or(o.Conn.DialTimeout, DefaultDialTimeout),
 		ReadTimeout:           o.Conn.ReadTimeout,
 		WriteTimeout:          o.Conn.WriteTimeout,
+		ClientName:            o.Conn.Name,
+		MaxActiveConns:        o.Conn.MaxConns,
+		PipelinePoolSize:      o.Conn.pipelinePool(),
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 	})

@@ -77,6 +77,32 @@ func single(ok func(*redis.Options) bool) func(t *testing.T, c redis.UniversalCl
 	}
 }
 
+// TestNewClientBoundedPool: MaxConns bounds the pool, pipelines included,
+// and Name names the connections, on every deployment type.
+func TestNewClientBoundedPool(t *testing.T) {
+	conn := store.ConnOptions{PoolSize: 3, MaxConns: 3, Name: "fastlimit-rlqs"}
+	for _, tc := range []struct{ typ, url string }{{"single", "h:1"}, {"cluster", "a:1,b:2"}, {"sentinel", "m,s1:26379"}} {
+		c, err := store.NewClient(store.ClientOptions{Type: tc.typ, URL: tc.url, Conn: conn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var max, pipe int
+		var name string
+		switch c := c.(type) {
+		case *redis.Client:
+			o := c.Options()
+			max, pipe, name = o.MaxActiveConns, o.PipelinePoolSize, o.ClientName
+		case *redis.ClusterClient:
+			o := c.Options()
+			max, pipe, name = o.MaxActiveConns, o.PipelinePoolSize, o.ClientName
+		}
+		_ = c.Close()
+		if max != 3 || pipe != -1 || name != "fastlimit-rlqs" {
+			t.Errorf("%s: MaxActiveConns %d, PipelinePoolSize %d, ClientName %q", tc.typ, max, pipe, name)
+		}
+	}
+}
+
 func TestNewClientOverridesURLCredentials(t *testing.T) {
 	c, err := store.NewClient(store.ClientOptions{URL: "redis://old:pw@h:1", Username: "app", Password: secret})
 	if err != nil {

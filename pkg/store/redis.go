@@ -57,6 +57,20 @@ type ConnOptions struct {
 	DialTimeout  time.Duration
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
+	// Name is every connection's CLIENT SETNAME (empty: none).
+	Name string
+	// MaxConns, if positive, bounds a node's connections, pipelines
+	// included (go-redis's PoolSize does not): a call past it waits for one.
+	MaxConns int
+}
+
+// pipelinePool is go-redis's PipelinePoolSize: its default, or none
+// (pipelines on the bounded pool) under MaxConns.
+func (c ConnOptions) pipelinePool() int {
+	if c.MaxConns > 0 {
+		return -1
+	}
+	return 0
 }
 
 // Redis is a limiter.Store and limiter.AtomicStore on a Redis server, a
@@ -177,6 +191,10 @@ func (c ConnOptions) apply(opt *redis.Options) {
 	if c.WriteTimeout > 0 {
 		opt.WriteTimeout = c.WriteTimeout
 	}
+	if c.Name != "" {
+		opt.ClientName = c.Name
+	}
+	opt.MaxActiveConns, opt.PipelinePoolSize = c.MaxConns, c.pipelinePool()
 	if opt.DialTimeout <= 0 {
 		opt.DialTimeout = DefaultDialTimeout
 	}

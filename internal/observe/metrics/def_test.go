@@ -143,6 +143,7 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 	q.Unmatched("d")
 	q.Silent("d")
 	q.ReportRefused("d")
+	q.Unidentified()
 	q.StoreFailed()
 	q.Exchanged(time.Millisecond, 1)
 	for _, err := range []error{

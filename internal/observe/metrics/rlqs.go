@@ -48,6 +48,8 @@ var (
 		help: "Streams ended for sending no report for 3 report periods; their buckets stop counting."}
 	rlqsRefusedDef = def{name: "fastlimit_rlqs_refused_reports_total", kind: counter, labels: domainLabel, when: rlqsOn,
 		help: "Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends."}
+	rlqsUnidentifiedDef = def{name: "fastlimit_rlqs_unidentified_streams_total", kind: counter, when: rlqsOn,
+		help: "Streams refused (Unauthenticated) for naming no client identity, with --rlqs-require-client-identity."}
 	rlqsStoreErrorsDef = def{name: "fastlimit_rlqs_store_errors_total", kind: counter, when: rlqsOn,
 		help: "Demand store exchanges that failed; --rlqs-on-store-error decided the shares."}
 	rlqsExchangeSecondsDef = def{name: "fastlimit_rlqs_store_exchange_seconds", kind: histogram, when: rlqsOn,
@@ -59,7 +61,7 @@ var (
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
-		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
+		&rlqsUnidentifiedDef, &rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
 // RLQSTotals are one domain's quota state; rlqs.DomainTotals converts
@@ -77,6 +79,7 @@ type RLQS struct {
 	requests                              *prometheus.CounterVec
 	actions, pushes, abandons, emptyIDs   *prometheus.CounterVec
 	unmatched, silent, refused            *prometheus.CounterVec
+	unidentified                          prometheus.Counter
 	storeErrors, exchangeItems            prometheus.Counter
 	exchangeSeconds                       prometheus.Histogram
 }
@@ -96,6 +99,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		unmatched:       rlqsUnmatchedDef.counterVec(),
 		silent:          rlqsSilentDef.counterVec(),
 		refused:         rlqsRefusedDef.counterVec(),
+		unidentified:    rlqsUnidentifiedDef.counter(),
 		storeErrors:     rlqsStoreErrorsDef.counter(),
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
@@ -105,7 +109,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		gauges.descs = append(gauges.descs, d.desc())
 	}
 	return m, register(reg, m.reports, m.bucketReports, m.subscriptions, m.requests, m.actions,
-		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
+		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.unidentified, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
 }
 
 // Reported counts a usage report, its bucket usages and subscriptions.
@@ -141,6 +145,9 @@ func (m *RLQS) Silent(domain string) { m.silent.WithLabelValues(domain).Inc() }
 
 // ReportRefused counts a report refused for its size.
 func (m *RLQS) ReportRefused(domain string) { m.refused.WithLabelValues(domain).Inc() }
+
+// Unidentified counts a stream refused for naming no client identity.
+func (m *RLQS) Unidentified() { m.unidentified.Inc() }
 
 // StoreFailed counts a failed demand store exchange.
 func (m *RLQS) StoreFailed() { m.storeErrors.Inc() }
