@@ -259,23 +259,21 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 }
 
-// noteStoreFailed counts a failed exchange; it logs when the store
-// starts failing (noteStoreUp, when it answers again).
+// noteStoreFailed counts a failed exchange; the store's changes of
+// state are logged at most once per flap.DefaultEvery (noteStoreUp).
 func (s *Service) noteStoreFailed(err error) {
 	s.obs.StoreFailed()
-	if s.storeDown.CompareAndSwap(false, true) {
-		s.log.Warn("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
-			zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err))
-	} else {
+	s.storeDown.Store(true)
+	if !s.storeLog.Down("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
+		zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err)) {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
 }
 
 // noteStoreUp notes a successful exchange.
 func (s *Service) noteStoreUp() {
-	if s.storeDown.CompareAndSwap(true, false) {
-		s.log.Info("demand store exchanges succeed again")
-	}
+	s.storeDown.Store(false)
+	s.storeLog.Up("demand store exchanges succeed again")
 }
 
 // storeFailed sets the report's modes by policy.
