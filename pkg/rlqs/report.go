@@ -29,6 +29,7 @@ type report struct {
 	// blanket (StoreAllow, StoreDeny) overrides the divisions' shares.
 	blanket kind
 	failed  bool
+	refused [3]int // new buckets refused, by refusal
 }
 
 // handle records a report's usages, answers its subscriptions of blanket
@@ -50,6 +51,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	for _, u := range m.GetBucketQuotaUsages() {
 		st.record(r, set, u)
 	}
+	st.noteRefused(r)
 	span.SetAttributes(attribute.String("rlqs.domain", st.domain),
 		attribute.Int("rlqs.buckets", len(r.all)), attribute.Int("rlqs.subscriptions", len(r.subs)))
 	s.obs.Reported(s.label(st.domain), len(r.all), len(r.subs))
@@ -120,10 +122,18 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		st.svc.obs.EmptyBucketID(st.svc.label(st.domain))
 		return // no action can name it
 	}
+	if !st.svc.validID(id) {
+		r.refused[refusedID]++
+		return
+	}
 	entries, text := canonical(id)
 	b := st.buckets[text] // only this goroutine writes buckets
 	isNew := b == nil
 	if isNew {
+		if why, ok := st.admit(); !ok {
+			r.refused[why]++
+			return
+		}
 		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.id, text), lastActive: r.now}
 		st.add(b)
 		r.subs = append(r.subs, b)

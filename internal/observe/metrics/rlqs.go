@@ -48,6 +48,10 @@ var (
 		help: "Streams ended for sending no report for 3 report periods; their buckets stop counting."}
 	rlqsRefusedDef = def{name: "fastlimit_rlqs_refused_reports_total", kind: counter, labels: domainLabel, when: rlqsOn,
 		help: "Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends."}
+	rlqsRefusedBucketsDef = def{name: "fastlimit_rlqs_refused_buckets_total", kind: counter, labels: []string{"domain", "reason"}, when: rlqsOn,
+		help: "New buckets refused, answered nothing (Envoy's no_assignment_behavior applies), by the bound they would pass: stream (--rlqs-max-buckets-per-stream), server (--rlqs-max-buckets) or id (--max-entries, --max-entry-bytes); counted at each report naming them."}
+	rlqsRefusedStreamsDef = def{name: "fastlimit_rlqs_refused_streams_total", kind: counter, when: rlqsOn,
+		help: "RLQS streams refused with ResourceExhausted: --rlqs-max-streams were open."}
 	rlqsStoreErrorsDef = def{name: "fastlimit_rlqs_store_errors_total", kind: counter, when: rlqsOn,
 		help: "Demand store exchanges that failed; --rlqs-on-store-error decided the shares."}
 	rlqsExchangeSecondsDef = def{name: "fastlimit_rlqs_store_exchange_seconds", kind: histogram, when: rlqsOn,
@@ -59,6 +63,7 @@ var (
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
+		&rlqsRefusedBucketsDef, &rlqsRefusedStreamsDef,
 		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
@@ -77,7 +82,9 @@ type RLQS struct {
 	requests                              *prometheus.CounterVec
 	actions, pushes, abandons, emptyIDs   *prometheus.CounterVec
 	unmatched, silent, refused            *prometheus.CounterVec
+	refusedBuckets                        *prometheus.CounterVec
 	storeErrors, exchangeItems            prometheus.Counter
+	refusedStreams                        prometheus.Counter
 	exchangeSeconds                       prometheus.Histogram
 }
 
@@ -96,6 +103,8 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		unmatched:       rlqsUnmatchedDef.counterVec(),
 		silent:          rlqsSilentDef.counterVec(),
 		refused:         rlqsRefusedDef.counterVec(),
+		refusedBuckets:  rlqsRefusedBucketsDef.counterVec(),
+		refusedStreams:  rlqsRefusedStreamsDef.counter(),
 		storeErrors:     rlqsStoreErrorsDef.counter(),
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
@@ -105,7 +114,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		gauges.descs = append(gauges.descs, d.desc())
 	}
 	return m, register(reg, m.reports, m.bucketReports, m.subscriptions, m.requests, m.actions,
-		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
+		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.refusedBuckets, m.refusedStreams, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
 }
 
 // Reported counts a usage report, its bucket usages and subscriptions.
@@ -141,6 +150,14 @@ func (m *RLQS) Silent(domain string) { m.silent.WithLabelValues(domain).Inc() }
 
 // ReportRefused counts a report refused for its size.
 func (m *RLQS) ReportRefused(domain string) { m.refused.WithLabelValues(domain).Inc() }
+
+// BucketsRefused counts new buckets refused, by reason.
+func (m *RLQS) BucketsRefused(domain, reason string, n int) {
+	m.refusedBuckets.WithLabelValues(domain, reason).Add(float64(n))
+}
+
+// StreamRefused counts a stream refused.
+func (m *RLQS) StreamRefused() { m.refusedStreams.Inc() }
 
 // StoreFailed counts a failed demand store exchange.
 func (m *RLQS) StoreFailed() { m.storeErrors.Inc() }
