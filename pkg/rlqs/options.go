@@ -46,10 +46,10 @@ type Notifier interface {
 }
 
 // Defaults of Options' bounds, sized in docs/operations.md ("Bounds"):
-// a bucket held costs about 3 KiB.
+// a bucket held costs about 3 KiB of heap, 8 KiB of RSS.
 const (
 	DefaultMaxBucketsPerStream = 200_000 // as many as a 16 MiB report names
-	DefaultMaxBuckets          = 400_000
+	DefaultMaxBuckets          = 300_000
 	DefaultMaxStreams          = 10_000
 )
 
