@@ -19,6 +19,10 @@
 //	         service; then the same admitted rate through RateLimitService
 //	         (ShouldRateLimit per request, paced): server + Redis CPU per
 //	         admitted request of each.
+//	flood    ShouldRateLimit paced at --admitted a second, its p50/p99/max
+//	         latency and errors, alone and while one RLQS stream names new
+//	         buckets, 10,000 a report, back to back (issue 29's attack); not
+//	         in the default list.
 package main
 
 import (
@@ -72,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = env.reports(ctx, stdout, o.duration, 5*time.Second)
 		case "admitted":
 			err = env.admitted(ctx, stdout, o.duration, o.admitted)
+		case "flood":
+			err = env.flood(ctx, stdout, o.duration, o.admitted)
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}
