@@ -33,7 +33,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	changes := flap.New(log, flap.DefaultEvery, nil)
+	changes := flap.New(log, flap.DefaultEvery, nil).WithFlush() // OnChange observes changes only
 	b := breaker.New(r, breaker.Options{
 		Failures: o.BreakerFailures,
 		Cooldown: o.BreakerCooldown,

@@ -29,6 +29,20 @@ type Condition struct {
 	down    bool      // the state last observed
 	last    time.Time // of the last line
 	changes int       // since the last line
+	// With WithFlush: the line of the state last observed, held back,
+	// and the timer that writes it.
+	flush   bool
+	held    func(n int)
+	pending *time.Timer
+}
+
+// WithFlush makes c write a change it held back once the interval is
+// over even if nothing is observed again, on the wall clock's timers: a
+// caller that observes only changes needs it, or a last change could go
+// unlogged. It returns c.
+func (c *Condition) WithFlush() *Condition {
+	c.flush = true
+	return c
 }
 
 // New returns a Condition, up, that logs to log at most once per every;
@@ -60,16 +74,39 @@ func (c *Condition) observe(down bool, level zapcore.Level, msg string, fields [
 		c.changes++
 	}
 	now := c.now()
+	write := func(n int) {
+		if ce := c.log.Check(level, msg); ce != nil {
+			ce.Write(append(fields, zap.Int("changes", n))...)
+		}
+	}
 	due := c.changes > 0 && (c.last.IsZero() || now.Sub(c.last) >= c.every)
 	if !due {
+		if c.changes > 0 && c.flush {
+			c.held = write
+			if c.pending == nil {
+				c.pending = time.AfterFunc(c.every-now.Sub(c.last), c.flushHeld)
+			}
+		}
 		c.mu.Unlock()
 		return changed
 	}
 	n := c.changes
-	c.changes, c.last = 0, now
+	c.changes, c.last, c.held = 0, now, nil
 	c.mu.Unlock()
-	if ce := c.log.Check(level, msg); ce != nil {
-		ce.Write(append(fields, zap.Int("changes", n))...)
-	}
+	write(n)
 	return changed
+}
+
+// flushHeld writes the line held back, if a change is still unlogged.
+func (c *Condition) flushHeld() {
+	c.mu.Lock()
+	write, n := c.held, c.changes
+	c.pending, c.held = nil, nil
+	if write == nil || n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.changes, c.last = 0, c.now()
+	c.mu.Unlock()
+	write(n)
 }

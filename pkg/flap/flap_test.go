@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/flap"
 )
 
@@ -76,5 +77,22 @@ func TestSteadyState(t *testing.T) {
 	}
 	if last := logs.All()[2]; last.Message != "up" || last.ContextMap()["changes"].(int64) != 2 {
 		t.Errorf("third line %q %v, want up with 2 changes", last.Message, last.ContextMap())
+	}
+}
+
+// WithFlush: a change held back is written once the interval is over,
+// though nothing is observed again.
+func TestFlush(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	c := flap.New(zap.New(core), 50*time.Millisecond, nil).WithFlush()
+	c.Down("down")
+	c.Up("up")
+	wait.For(t, 10*time.Second, func() bool { return logs.Len() == 2 })
+	if last := logs.All()[1]; last.Message != "up" || last.ContextMap()["changes"].(int64) != 1 {
+		t.Errorf("flushed line %q %v, want up with 1 change", last.Message, last.ContextMap())
+	}
+	time.Sleep(100 * time.Millisecond)
+	if logs.Len() != 2 {
+		t.Errorf("%d lines after the flush, want 2", logs.Len())
 	}
 }
