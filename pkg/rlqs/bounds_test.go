@@ -18,12 +18,8 @@ import (
 func answers(s rawStream) <-chan string {
 	out := make(chan string, 64)
 	go func() {
-		for {
-			r, err := s.Recv()
-			if err != nil {
-				close(out)
-				return
-			}
+		defer close(out)
+		for r, err := s.Recv(); err == nil; r, err = s.Recv() {
 			for _, a := range r.GetBucketAction() {
 				out <- a.GetBucketId().GetBucket()["name"]
 			}
