@@ -26,6 +26,10 @@
 //	         (over --conns connections), --rounds times interleaved,
 //	         with the load average after each phase. Not in the default
 //	         list.
+//	flood    ShouldRateLimit paced at --admitted a second, its p50/p99/max
+//	         latency and errors, alone and while one RLQS stream names new
+//	         buckets, 10,000 a report, back to back (issue 29's attack); not
+//	         in the default list.
 package main
 
 import (
@@ -87,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = env.admitted(ctx, stdout, o.duration, o.admitted)
 		case "isolation":
 			err = env.isolation(ctx, stdout, o.duration, o.isolation)
+		case "flood":
+			err = env.flood(ctx, stdout, o.duration, o.admitted)
 		default:
 			err = fmt.Errorf("unknown scenario %q", s)
 		}

@@ -49,6 +49,12 @@ descriptors:
   - key: name
     value: "adm*"
     rate_limit: {unit: second, requests_per_unit: 2000}
+  # {name: flood, tenant: <any>}: a limit per tenant, for the flood scenario.
+  - key: name
+    value: flood
+    descriptors:
+      - key: tenant
+        rate_limit: {unit: second, requests_per_unit: 10}
 `
 
 func setup(ctx context.Context, log io.Writer) (*env, error) {

@@ -32,6 +32,8 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	opts.Rules = s.limiter.Rules
 	opts.Log = s.log
 	opts.KeyPrefix = o.KeyPrefix
+	limits := o.Limits() // bucket ids are bounded as descriptors are
+	opts.IDLimits = &limits
 	if o.RLQS.RecvBytes(o.MaxRequestBytes) > o.RLQS.MaxReportBytes {
 		opts.MaxReportBytes = o.RLQS.MaxReportBytes // gRPC's limit is --max-request-bytes
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/pkg/flap"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -32,14 +33,21 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	changes := flap.New(log, flap.DefaultEvery, nil).WithFlush() // OnChange observes changes only
 	b := breaker.New(r, breaker.Options{
 		Failures: o.BreakerFailures,
 		Cooldown: o.BreakerCooldown,
 		// A store that answers a PING only past --store-timeout would
 		// fail the requests again: it is not back yet.
 		ProbeTimeout: o.StoreTimeout,
+		// Logged at most once per flap.DefaultEvery: a store that times
+		// out under load can open and close it every cooldown.
 		OnChange: func(from, to breaker.State) {
-			log.Warn("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+			if to == breaker.Closed {
+				changes.Up("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+			} else {
+				changes.Down("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+			}
 		},
 	})
 	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {

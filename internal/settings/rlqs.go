@@ -34,6 +34,9 @@ type RLQS struct {
 	// connections (0: 2 per CPU) and time bound, apart from RLS's.
 	RedisPoolSize int
 	StoreTimeout  time.Duration
+	// MaxBucketsPerStream, MaxBuckets and MaxStreams bound what Envoys
+	// hold (0: no bound).
+	MaxBucketsPerStream, MaxBuckets, MaxStreams int
 }
 
 // DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes: a
@@ -66,6 +69,12 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"with --rlqs, close a connection whose ping is not answered within this, ending its RLQS streams")
 	fs.IntVar(&o.MaxReportBytes, "rlqs-max-report-bytes", DefaultRLQSMaxReportBytes,
 		"largest RLQS usage report accepted, in bytes (an Envoy sends all its buckets in one, about 80 bytes each); a larger one ends its stream and is counted")
+	fs.IntVar(&o.MaxBucketsPerStream, "rlqs-max-buckets-per-stream", rlqs.DefaultMaxBucketsPerStream,
+		"most buckets one RLQS stream holds; a report's new buckets past it are answered nothing (Envoy's no_assignment_behavior applies) and counted (0: no bound)")
+	fs.IntVar(&o.MaxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets,
+		"most buckets all RLQS streams of this replica hold, about 3 KiB each (docs/operations.md, \"Bounds\"); new buckets past it are answered nothing and counted (0: no bound)")
+	fs.IntVar(&o.MaxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams,
+		"most RLQS streams open on this replica, besides --grpc-max-connections; another is refused with ResourceExhausted and counted (0: no bound)")
 	fs.BoolVar(&o.RequireIdentity, "rlqs-require-client-identity", false,
 		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
@@ -120,6 +129,10 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		StoreTimeout:    o.StoreTimeout,
 		RequireIdentity: o.RequireIdentity,
 		Division:        quota.Config{Headroom: o.Headroom},
+		// A flag's 0 (no bound) is Options' negative.
+		MaxBucketsPerStream: noBound(o.MaxBucketsPerStream),
+		MaxBuckets:          noBound(o.MaxBuckets),
+		MaxStreams:          noBound(o.MaxStreams),
 	}, nil
 }
 
@@ -165,10 +178,26 @@ func (o *RLQS) validate(s *Settings) error {
 	case o.RequireIdentity && s.TLS.ClientCA == "":
 		return s.Named(Bad("rlqs-require-client-identity", "needs --grpc-tls-client-ca: an identity is a verified client certificate"))
 	}
+	for _, b := range []struct {
+		flag string
+		n    int
+	}{{"rlqs-max-buckets-per-stream", o.MaxBucketsPerStream}, {"rlqs-max-buckets", o.MaxBuckets}, {"rlqs-max-streams", o.MaxStreams}} {
+		if b.n < 0 {
+			return s.Named(Bad(b.flag, "must not be negative"))
+		}
+	}
 	if !validReplica(o.Replica) {
 		return s.Named(Bad("rlqs-replica", "%q holds characters other than letters, digits, '-', '_', '.' and ':'", o.Replica))
 	}
 	return nil
+}
+
+// noBound maps a bound flag's 0 (no bound) to rlqs.Options' negative.
+func noBound(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func validReplica(name string) bool {

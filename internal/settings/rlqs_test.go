@@ -41,7 +41,8 @@ func TestRLQSSettings(t *testing.T) {
 		check  func(t *testing.T, o rlqs.Options)
 	}{
 		{name: "defaults", args: []string{"--rlqs"}, policy: rlqs.StoreKeep, check: func(t *testing.T, o rlqs.Options) {
-			if o.ReportPeriod != 5*time.Second || o.TTLPeriods != 6 || o.IdleAfter != 10*time.Minute || o.Unmatched != rlqs.UnmatchedAllow {
+			if o.ReportPeriod != 5*time.Second || o.TTLPeriods != 6 || o.IdleAfter != 10*time.Minute || o.Unmatched != rlqs.UnmatchedAllow ||
+				o.MaxBucketsPerStream != rlqs.DefaultMaxBucketsPerStream || o.MaxBuckets != rlqs.DefaultMaxBuckets || o.MaxStreams != rlqs.DefaultMaxStreams {
 				t.Errorf("options = %+v", o)
 			}
 		}},
@@ -62,6 +63,13 @@ func TestRLQSSettings(t *testing.T) {
 		{name: "bad replica", args: []string{"--rlqs", "--rlqs-replica", "a/b"}, err: "--rlqs-replica"},
 		{name: "sub-second keepalive", args: []string{"--rlqs", "--rlqs-keepalive-time", "500ms"}, err: "--rlqs-keepalive-time"},
 		{name: "no keepalive timeout", args: []string{"--rlqs", "--rlqs-keepalive-timeout", "0s"}, err: "--rlqs-keepalive-timeout"},
+		{name: "bounds", args: []string{"--rlqs", "--rlqs-max-buckets-per-stream", "0", "--rlqs-max-buckets", "7", "--rlqs-max-streams", "9"},
+			check: func(t *testing.T, o rlqs.Options) {
+				if o.MaxBucketsPerStream >= 0 || o.MaxBuckets != 7 || o.MaxStreams != 9 {
+					t.Errorf("bounds = %d, %d, %d, want none, 7, 9", o.MaxBucketsPerStream, o.MaxBuckets, o.MaxStreams)
+				}
+			}},
+		{name: "negative bound", args: []string{"--rlqs", "--rlqs-max-streams", "-1"}, err: "--rlqs-max-streams"},
 		{name: "tiny reports", args: []string{"--rlqs", "--rlqs-max-report-bytes", "100"}, err: "--rlqs-max-report-bytes"},
 		{name: "demand exchanges' own Redis budget", args: []string{"--rlqs", "--rlqs-store-timeout", "200ms", "--rlqs-redis-pool-size", "3"},
 			check: func(t *testing.T, o rlqs.Options) {

@@ -38,27 +38,41 @@ type Observer interface {
 	// Unidentified is called for a stream refused for naming no client
 	// identity (Options.RequireIdentity), before it names a domain.
 	Unidentified()
+	// BucketsRefused is called for a report's n new buckets refused for
+	// reason: RefusedStream, RefusedServer or RefusedID.
+	BucketsRefused(domain, reason string, n int)
+	// StreamRefused is called for a stream refused past MaxStreams.
+	StreamRefused()
 	// StoreFailed is called when a demand store exchange fails.
 	StoreFailed()
 	// Exchanged is called after each exchange, failed or not.
 	Exchanged(took time.Duration, items int)
 }
 
+// The reasons a new bucket is refused, as Observer.BucketsRefused is told.
+const (
+	RefusedStream = "stream" // its stream holds MaxBucketsPerStream
+	RefusedServer = "server" // the streams hold MaxBuckets
+	RefusedID     = "id"     // its id passes IDLimits
+)
+
 // nopObserver is the Observer of Options without one.
 type nopObserver struct{}
 
-func (nopObserver) Reported(string, int, int)       {}
-func (nopObserver) Requests(string, uint64, uint64) {}
-func (nopObserver) ActionsSent(string, int)         {}
-func (nopObserver) Pushed(string)                   {}
-func (nopObserver) Abandoned(string)                {}
-func (nopObserver) EmptyBucketID(string)            {}
-func (nopObserver) Unmatched(string)                {}
-func (nopObserver) Silent(string)                   {}
-func (nopObserver) ReportRefused(string)            {}
-func (nopObserver) Unidentified()                   {}
-func (nopObserver) StoreFailed()                    {}
-func (nopObserver) Exchanged(time.Duration, int)    {}
+func (nopObserver) Reported(string, int, int)          {}
+func (nopObserver) Requests(string, uint64, uint64)    {}
+func (nopObserver) ActionsSent(string, int)            {}
+func (nopObserver) Pushed(string)                      {}
+func (nopObserver) Abandoned(string)                   {}
+func (nopObserver) EmptyBucketID(string)               {}
+func (nopObserver) Unmatched(string)                   {}
+func (nopObserver) Silent(string)                      {}
+func (nopObserver) ReportRefused(string)               {}
+func (nopObserver) Unidentified()                      {}
+func (nopObserver) BucketsRefused(string, string, int) {}
+func (nopObserver) StreamRefused()                     {}
+func (nopObserver) StoreFailed()                       {}
+func (nopObserver) Exchanged(time.Duration, int)       {}
 
 // label is what an Observer is told of a domain.
 func (s *Service) label(domain string) string {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -43,6 +44,14 @@ type Notifier interface {
 	Notify(ctx context.Context, from string, keys []string) error
 	Watch(ctx context.Context, f func(from, key string)) error
 }
+
+// Defaults of Options' bounds, sized in docs/operations.md ("Bounds"):
+// a bucket held costs about 3 KiB of heap, 8 KiB of RSS.
+const (
+	DefaultMaxBucketsPerStream = 200_000 // as many as a 16 MiB report names
+	DefaultMaxBuckets          = 300_000
+	DefaultMaxStreams          = 10_000
+)
 
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
@@ -157,6 +166,19 @@ type Options struct {
 	// their stream with ResourceExhausted (the gRPC server's receive
 	// limit refuses those above it before they reach the service).
 	MaxReportBytes int
+	// MaxBucketsPerStream and MaxBuckets bound the buckets one stream and
+	// all streams hold (0: DefaultMaxBucketsPerStream, DefaultMaxBuckets;
+	// negative: no bound); MaxStreams bounds the streams open (0:
+	// DefaultMaxStreams), another ending with ResourceExhausted. A
+	// report's new buckets past a bound are refused: answered nothing, so
+	// that Envoy's no_assignment_behavior applies; its known ones are
+	// answered.
+	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	// IDLimits bound bucket ids as they bound RateLimitService
+	// descriptors: MaxEntries entries, keys and values of MaxKeyBytes
+	// (nil: limiter.DefaultLimits; MaxDescriptors does not apply). A new
+	// bucket whose id passes them is refused.
+	IDLimits *limiter.Limits
 	// Division tunes the division; its Period is ReportPeriod.
 	Division quota.Config
 	// Observer is told of the service's events; nil tells none.
@@ -222,10 +244,27 @@ func (o *Options) fill() error {
 	if o.Refresh <= 0 {
 		o.Refresh = o.ReportPeriod
 	}
+	o.MaxBucketsPerStream = orDefault(o.MaxBucketsPerStream, DefaultMaxBucketsPerStream)
+	o.MaxBuckets = orDefault(o.MaxBuckets, DefaultMaxBuckets)
+	o.MaxStreams = orDefault(o.MaxStreams, DefaultMaxStreams)
+	if o.IDLimits == nil {
+		o.IDLimits = &limiter.DefaultLimits
+	}
 	o.Division.Period = o.ReportPeriod
 	o.Division = o.Division.WithDefaults()
 	if o.SilenceCheck <= 0 || o.SilenceCheck > o.Division.Stale {
 		o.SilenceCheck = o.Division.Stale
 	}
 	return nil
+}
+
+// orDefault is n, def for 0, or no bound (math.MaxInt) if negative.
+func orDefault(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return math.MaxInt
+	}
+	return n
 }

@@ -29,6 +29,7 @@ type report struct {
 	// blanket (StoreAllow, StoreDeny) overrides the divisions' shares.
 	blanket kind
 	failed  bool
+	refused [3]int // new buckets refused, by refusal
 }
 
 // handle records a report's usages, answers its subscriptions of blanket
@@ -50,6 +51,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	for _, u := range m.GetBucketQuotaUsages() {
 		st.record(r, set, u)
 	}
+	st.noteRefused(r)
 	span.SetAttributes(attribute.String("rlqs.domain", st.domain),
 		attribute.Int("rlqs.buckets", len(r.all)), attribute.Int("rlqs.subscriptions", len(r.subs)))
 	s.obs.Reported(s.label(st.domain), len(r.all), len(r.subs))
@@ -120,10 +122,18 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		st.svc.obs.EmptyBucketID(st.svc.label(st.domain))
 		return // no action can name it
 	}
+	if !st.svc.validID(id) {
+		r.refused[refusedID]++
+		return
+	}
 	entries, text := canonical(id)
 	b := st.buckets[text] // only this goroutine writes buckets
 	isNew := b == nil
 	if isNew {
+		if why, ok := st.admit(); !ok {
+			r.refused[why]++
+			return
+		}
 		b = &envoyBucket{st: st, id: maps.Clone(id), text: text, client: clientID(st.group, st.id, text), lastActive: r.now}
 		st.add(b)
 		r.subs = append(r.subs, b)
@@ -259,23 +269,21 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	}
 }
 
-// noteStoreFailed counts a failed exchange; it logs when the store
-// starts failing (noteStoreUp, when it answers again).
+// noteStoreFailed counts a failed exchange; the store's changes of
+// state are logged at most once per flap.DefaultEvery (noteStoreUp).
 func (s *Service) noteStoreFailed(err error) {
 	s.obs.StoreFailed()
-	if s.storeDown.CompareAndSwap(false, true) {
-		s.log.Warn("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
-			zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err))
-	} else {
+	s.storeDown.Store(true)
+	if !s.storeLog.Down("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
+		zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err)) {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
 }
 
 // noteStoreUp notes a successful exchange.
 func (s *Service) noteStoreUp() {
-	if s.storeDown.CompareAndSwap(true, false) {
-		s.log.Info("demand store exchanges succeed again")
-	}
+	s.storeDown.Store(false)
+	s.storeLog.Up("demand store exchanges succeed again")
 }
 
 // storeFailed sets the report's modes by policy.

@@ -72,17 +72,26 @@ type resolver struct {
 	mu    sync.Mutex
 	set   *descriptors.Set
 	cache map[string]*resolution // by domain + "\x00" + canonical id
+	bytes int                    // the cache's, about (entryBytes)
 }
 
-// maxResolved bounds the cache; it is emptied when full.
-const maxResolved = 1 << 17
+// maxResolved and maxResolvedBytes bound the cache; it is emptied when
+// either is reached.
+const (
+	maxResolved      = 1 << 17
+	maxResolvedBytes = 32 << 20
+)
+
+// entryBytes is about what a cache entry holds: its key, its store key,
+// and the map's and resolution's overhead.
+func entryBytes(key string, res *resolution) int { return len(key) + len(res.storeKey) + 160 }
 
 // resolve resolves a bucket id (canonical entries and text) under set.
 func (r *resolver) resolve(set *descriptors.Set, domain string, entries []descriptors.Entry, text string) *resolution {
 	ck := domain + "\x00" + text
 	r.mu.Lock()
-	if r.set != set || len(r.cache) >= maxResolved {
-		r.set, r.cache = set, map[string]*resolution{}
+	if r.set != set || len(r.cache) >= maxResolved || r.bytes >= maxResolvedBytes {
+		r.set, r.cache, r.bytes = set, map[string]*resolution{}, 0
 	}
 	res := r.cache[ck]
 	r.mu.Unlock()
@@ -91,8 +100,9 @@ func (r *resolver) resolve(set *descriptors.Set, domain string, entries []descri
 	}
 	res = r.compute(set, domain, entries)
 	r.mu.Lock()
-	if r.set == set {
+	if r.set == set && r.cache[ck] == nil {
 		r.cache[ck] = res
+		r.bytes += entryBytes(ck, res)
 	}
 	r.mu.Unlock()
 	return res

@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
@@ -35,5 +37,33 @@ func TestResolveGroup(t *testing.T) {
 	}
 	if res := r.compute(set, "d", []descriptors.Entry{{Key: "closed", Value: "c"}}); res.kind != denyAll {
 		t.Errorf("closed: %+v, want DENY_ALL", res)
+	}
+}
+
+// TestResolverBytesBound: ids of 64 KiB values fill the cache's byte
+// bound long before its entry bound; it never holds more than the bound
+// and one entry.
+func TestResolverBytesBound(t *testing.T) {
+	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{
+		{Key: "tenant", Limit: &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 10}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resolver{prefix: "p"}
+	long := strings.Repeat("x", 64<<10)
+	most := 0
+	for i := range 2 * maxResolvedBytes / len(long) {
+		entries, text := canonical(map[string]string{"tenant": long + strconv.Itoa(i)})
+		r.resolve(set, "d", entries, text)
+		r.mu.Lock()
+		most = max(most, r.bytes)
+		if r.bytes > maxResolvedBytes+3*len(long)+1024 {
+			t.Fatalf("after %d ids the cache holds %d bytes, bound %d", i+1, r.bytes, maxResolvedBytes)
+		}
+		r.mu.Unlock()
+	}
+	if most < maxResolvedBytes/2 {
+		t.Errorf("the cache held at most %d bytes: entryBytes undercounts", most)
 	}
 }

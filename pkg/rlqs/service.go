@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fastlimit/fastlimit/pkg/flap"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
@@ -51,11 +52,15 @@ type Service struct {
 	watchers sync.WaitGroup
 
 	seq       atomic.Uint64
-	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
-	storeDown atomic.Bool  // the last exchange failed
-	swept     atomic.Int64 // Unix ns of the last staleness sweep
-	refusedAt atomic.Int64 // Unix ns of the last refused report logged
-	handlers  sync.WaitGroup
+	inHand    atomic.Int64    // reports, settles and actions not yet done (Idle)
+	storeDown atomic.Bool     // the last exchange failed
+	storeLog  *flap.Condition // the store's changes of state, logged
+	swept     atomic.Int64    // Unix ns of the last staleness sweep
+	refusedAt atomic.Int64    // Unix ns of the last refused report logged
+	held      atomic.Int64    // buckets the streams hold (MaxBuckets)
+
+	bucketsRefusedAt, streamsRefusedAt atomic.Int64 // Unix ns of their last lines
+	handlers                           sync.WaitGroup
 }
 
 // New returns a Service. It fails on invalid options.
@@ -73,6 +78,7 @@ func New(opts Options) (*Service, error) {
 		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
 		obs:       opts.Observer,
 		logged:    onceSet{max: maxLoggedIDs},
+		storeLog:  flap.New(opts.Log.Named("rlqs"), flap.DefaultEvery, time.Now),
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
 	}
@@ -107,7 +113,8 @@ func (s *Service) Register(g *grpc.Server) {
 // service closes, or it sends no report for Division.Stale (it ends then
 // with DeadlineExceeded, its buckets no longer counting); a report of
 // another domain ends it with InvalidArgument, one larger than
-// Options.MaxReportBytes with ResourceExhausted.
+// Options.MaxReportBytes with ResourceExhausted; past MaxStreams it is
+// refused with ResourceExhausted.
 func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
@@ -194,6 +201,9 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 		s.obs.Unidentified()
 		return nil, status.Error(codes.Unauthenticated, "an RLQS stream needs a client certificate (mTLS) to name its client")
 	}
+	if len(s.streams) >= s.opts.MaxStreams {
+		return nil, s.refuseStream(srv)
+	}
 	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
 	st.group = groupOf(identity, s.opts.Replica, st.id)
@@ -210,6 +220,8 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 // ledger for that long (Options.leftFor), its demand counting no more.
 func (s *Service) closeStream(st *stream, cause error) {
 	defer s.handlers.Done()
+	held := st.snapshot()
+	s.held.Add(-int64(len(held))) // before it leaves s.streams (Totals)
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
@@ -226,7 +238,7 @@ func (s *Service) closeStream(st *stream, cause error) {
 	}
 	var items []quota.Item
 	var dvs divisions
-	for _, b := range st.snapshot() {
+	for _, b := range held {
 		if dv := b.div; dv != nil {
 			items = append(items, s.leave(b, now, until, !silent))
 			dvs.add(dv)
@@ -345,8 +357,7 @@ func (s *Service) sweep(now time.Time) {
 // a second.
 func (s *Service) refused(st *stream, err error) {
 	s.obs.ReportRefused(s.label(st.domain))
-	now := time.Now().UnixNano()
-	if last := s.refusedAt.Load(); now-last < int64(time.Second) || !s.refusedAt.CompareAndSwap(last, now) {
+	if !logDue(&s.refusedAt) {
 		return
 	}
 	s.log.Warn("RLQS usage report refused for its size (--rlqs-max-report-bytes); the stream ends and its assignments lapse",

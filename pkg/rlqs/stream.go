@@ -133,7 +133,10 @@ func (st *stream) queueLocked(text string, p pending) {
 // abandon forgets a bucket and queues its abandon_action.
 func (st *stream) abandon(b *envoyBucket) {
 	st.mu.Lock()
-	delete(st.buckets, b.text)
+	if st.buckets[b.text] == b {
+		delete(st.buckets, b.text)
+		st.svc.held.Add(-1)
+	}
 	st.queueLocked(b.text, pending{a: abandonAction(b.id)})
 	st.mu.Unlock()
 }

@@ -144,6 +144,8 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 	q.Silent("d")
 	q.ReportRefused("d")
 	q.Unidentified()
+	q.BucketsRefused("d", "stream", 2)
+	q.StreamRefused()
 	q.StoreFailed()
 	q.Exchanged(time.Millisecond, 1)
 	for _, err := range []error{

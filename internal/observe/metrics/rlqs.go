@@ -50,6 +50,10 @@ var (
 		help: "Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends."}
 	rlqsUnidentifiedDef = def{name: "fastlimit_rlqs_unidentified_streams_total", kind: counter, when: rlqsOn,
 		help: "Streams refused (Unauthenticated) for naming no client identity, with --rlqs-require-client-identity."}
+	rlqsRefusedBucketsDef = def{name: "fastlimit_rlqs_refused_buckets_total", kind: counter, labels: []string{"domain", "reason"}, when: rlqsOn,
+		help: "New buckets refused, answered nothing (Envoy's no_assignment_behavior applies), by the bound they would pass: stream (--rlqs-max-buckets-per-stream), server (--rlqs-max-buckets) or id (--max-entries, --max-entry-bytes); counted at each report naming them."}
+	rlqsRefusedStreamsDef = def{name: "fastlimit_rlqs_refused_streams_total", kind: counter, when: rlqsOn,
+		help: "RLQS streams refused with ResourceExhausted: --rlqs-max-streams were open."}
 	rlqsStoreErrorsDef = def{name: "fastlimit_rlqs_store_errors_total", kind: counter, when: rlqsOn,
 		help: "Demand store exchanges that failed; --rlqs-on-store-error decided the shares."}
 	rlqsExchangeSecondsDef = def{name: "fastlimit_rlqs_store_exchange_seconds", kind: histogram, when: rlqsOn,
@@ -61,7 +65,8 @@ var (
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
-		&rlqsUnidentifiedDef, &rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
+		&rlqsUnidentifiedDef, &rlqsRefusedBucketsDef, &rlqsRefusedStreamsDef,
+		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
 // RLQSTotals are one domain's quota state; rlqs.DomainTotals converts
@@ -80,7 +85,9 @@ type RLQS struct {
 	actions, pushes, abandons, emptyIDs   *prometheus.CounterVec
 	unmatched, silent, refused            *prometheus.CounterVec
 	unidentified                          prometheus.Counter
+	refusedBuckets                        *prometheus.CounterVec
 	storeErrors, exchangeItems            prometheus.Counter
+	refusedStreams                        prometheus.Counter
 	exchangeSeconds                       prometheus.Histogram
 }
 
@@ -100,6 +107,8 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		silent:          rlqsSilentDef.counterVec(),
 		refused:         rlqsRefusedDef.counterVec(),
 		unidentified:    rlqsUnidentifiedDef.counter(),
+		refusedBuckets:  rlqsRefusedBucketsDef.counterVec(),
+		refusedStreams:  rlqsRefusedStreamsDef.counter(),
 		storeErrors:     rlqsStoreErrorsDef.counter(),
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
@@ -109,7 +118,7 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		gauges.descs = append(gauges.descs, d.desc())
 	}
 	return m, register(reg, m.reports, m.bucketReports, m.subscriptions, m.requests, m.actions,
-		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.unidentified, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
+		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.unidentified, m.refusedBuckets, m.refusedStreams, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
 }
 
 // Reported counts a usage report, its bucket usages and subscriptions.
@@ -148,6 +157,14 @@ func (m *RLQS) ReportRefused(domain string) { m.refused.WithLabelValues(domain).
 
 // Unidentified counts a stream refused for naming no client identity.
 func (m *RLQS) Unidentified() { m.unidentified.Inc() }
+
+// BucketsRefused counts new buckets refused, by reason.
+func (m *RLQS) BucketsRefused(domain, reason string, n int) {
+	m.refusedBuckets.WithLabelValues(domain, reason).Add(float64(n))
+}
+
+// StreamRefused counts a stream refused.
+func (m *RLQS) StreamRefused() { m.refusedStreams.Inc() }
 
 // StoreFailed counts a failed demand store exchange.
 func (m *RLQS) StoreFailed() { m.storeErrors.Inc() }

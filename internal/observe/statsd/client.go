@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/flap"
 )
 
 // Format is the line format a Client writes.
@@ -57,7 +59,7 @@ type Client struct {
 	log     *zap.Logger
 	tagSufx string // Gostats: ".__k=v..." after every name
 	conn    net.Conn
-	failing bool // the last flush failed; Run logs changes only
+	failing *flap.Condition // the flushes' changes of state, logged
 }
 
 // NewClient returns a client of store; it dials on its first Flush.
@@ -78,7 +80,7 @@ func NewClient(store *Store, o Options, log *zap.Logger) (*Client, error) {
 	// gostats drops tags with an empty key or value.
 	o.Tags = slices.DeleteFunc(slices.Clone(o.Tags), func(t Tag) bool { return t.Key == "" || t.Value == "" })
 	slices.SortFunc(o.Tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
-	c := &Client{store: store, opts: o, log: log}
+	c := &Client{store: store, opts: o, log: log, failing: flap.New(log, flap.DefaultEvery, nil)}
 	for _, t := range o.Tags {
 		c.tagSufx += ".__" + t.Key + "=" + cleanTagValue(t.Value)
 	}
@@ -248,7 +250,8 @@ func mogrify(ms []Mogrifier, name string) (string, []string) {
 }
 
 // Run flushes every interval until ctx ends, then once more within the
-// Timeout. It logs when flushes start failing and when they recover.
+// Timeout. It logs when flushes start failing and when they recover, at
+// most once per flap.DefaultEvery.
 func (c *Client) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -266,14 +269,10 @@ func (c *Client) Run(ctx context.Context, every time.Duration) {
 }
 
 func (c *Client) flushAndLog(ctx context.Context) {
-	err := c.Flush(ctx)
-	switch {
-	case err != nil && !c.failing:
-		c.failing = true
-		c.log.Warn("statsd flush failed; counts are kept for the next flush", zap.Error(err))
-	case err == nil && c.failing:
-		c.failing = false
-		c.log.Info("statsd flush succeeded again", zap.String("addr", c.opts.Addr))
+	if err := c.Flush(ctx); err != nil {
+		c.failing.Down("statsd flush failed; counts are kept for the next flush", zap.Error(err))
+	} else {
+		c.failing.Up("statsd flush succeeded again", zap.String("addr", c.opts.Addr))
 	}
 }
 

@@ -1,0 +1,137 @@
+package rlqs_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
+	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
+)
+
+// answers reads a raw stream's actions into a channel of bucket names.
+func answers(s rawStream) <-chan string {
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		for r, err := s.Recv(); err == nil; r, err = s.Recv() {
+			for _, a := range r.GetBucketAction() {
+				out <- a.GetBucketId().GetBucket()["name"]
+			}
+		}
+	}()
+	return out
+}
+
+// expect receives n answers and checks they name want, in any order.
+func expect(t *testing.T, got <-chan string, want ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for range want {
+		select {
+		case name := <-got:
+			seen[name] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("answers %v, want %v", seen, want)
+		}
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Fatalf("answers %v, want %v", seen, want)
+		}
+	}
+}
+
+func named(names ...string) *rlqspb.RateLimitQuotaUsageReports {
+	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "d"}
+	for _, n := range names {
+		r.BucketQuotaUsages = append(r.BucketQuotaUsages, usage(map[string]string{"name": n}, 1, 0))
+	}
+	return r
+}
+
+// TestBounds: new buckets past the stream's or the server's bound, or
+// whose id passes the id limits, are refused (answered nothing) and
+// counted, while known ones are answered; a stream past the streams'
+// bound is refused; a stream's end frees its room.
+func TestBounds(t *testing.T) {
+	obs := &recorder{}
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) {
+		o.Observer = obs
+		o.MaxBucketsPerStream, o.MaxBuckets, o.MaxStreams = 3, 5, 2
+		o.IDLimits = &limiter.Limits{MaxEntries: 2, MaxKeyBytes: 16}
+	}})
+	svc := c.replicas[0].svc
+	s1 := openRaw(t, c)
+	a1 := answers(s1)
+	r := named("x0", "x1", "x2", "x3", "x4", "x5")
+	r.BucketQuotaUsages = append(r.BucketQuotaUsages,
+		usage(map[string]string{"name": "x6", "a": "1", "b": "2"}, 1, 0),
+		usage(map[string]string{"name": strings.Repeat("y", 17)}, 1, 0))
+	if err := s1.Send(r); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a1, "x0", "x1", "x2")
+	if err := s1.Send(named("x0", "x7")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a1, "x0")
+
+	s2 := openRaw(t, c)
+	a2 := answers(s2)
+	if err := s2.Send(named("y0", "y1", "y2", "y3")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a2, "y0", "y1")
+
+	s3 := openRaw(t, c)
+	_ = s3.Send(named("z0"))
+	if code := recvCode(s3); code != codes.ResourceExhausted {
+		t.Errorf("a third stream: %v, want ResourceExhausted", code)
+	}
+	want := map[string]float64{
+		"refused_buckets d " + rlqs.RefusedStream: 4, "refused_buckets d " + rlqs.RefusedID: 2,
+		"refused_buckets d " + rlqs.RefusedServer: 2, "refused_streams": 1,
+	}
+	for key, n := range want {
+		if got := obs.get(key); got != n {
+			t.Errorf("%s = %v, want %v", key, got, n)
+		}
+	}
+
+	// s1's end frees its 3 buckets: y2 is held now, y3 still refused
+	// by s2's own bound.
+	_ = s1.CloseSend()
+	wait.For(t, 10*time.Second, func() bool { return svc.Totals()["d"].Streams == 1 })
+	if err := s2.Send(named("y2", "y3", "y4")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a2, "y2")
+	if got := obs.get("refused_buckets d " + rlqs.RefusedStream); got != 6 {
+		t.Errorf("refused for the stream's bound %v, want 6", got)
+	}
+	if tot := svc.Totals()["d"]; tot.Buckets != 3 {
+		t.Errorf("buckets held %d, want 3", tot.Buckets)
+	}
+}
+
+// TestBoundsDefault: without Options' bounds, a stream holds many
+// buckets (DefaultMaxBucketsPerStream).
+func TestBoundsDefault(t *testing.T) {
+	c := newCluster(t, clusterOptions{})
+	s := openRaw(t, c)
+	a := answers(s)
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = "n" + strconv.Itoa(i)
+	}
+	if err := s.Send(named(names...)); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a, names...)
+}
