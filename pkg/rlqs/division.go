@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -234,15 +235,20 @@ func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
 }
 
 // moved records that b's Envoy came from another stream, having admitted
-// rate there: it holds that much (up to the limit) already, counted
-// twice in the ledger until its client adopts it from its old stream's
-// value (quota.Item.Adopt), or that value expires. It adopts from this
+// allowed there over elapsed (truncated to whole seconds): it holds that
+// rate (up to the limit) already, or the share of another replica's
+// client that the truncation or a share just above its demand explains
+// (its old value, which its token bucket keeps), counted twice in the
+// ledger until its client adopts it from its old stream's value
+// (quota.Item.Adopt), or that value expires. It adopts from this
 // replica's clients gone at once.
-func (dv *division) moved(b *envoyBucket, rate float64, now time.Time) {
+func (dv *division) moved(b *envoyBucket, allowed uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	c := dv.q.Client(b.client)
-	rate = min(rate, dv.q.Limit.Rate)
+	secs := elapsed.Seconds()
+	rate := float64(allowed) / secs
+	rate = min(oldShare(dv.q, rate, float64(allowed)/(secs+1), rate*(1+cfg.Raise)), dv.q.Limit.Rate)
 	if c == nil || rate <= c.Assigned {
 		return
 	}
@@ -253,6 +259,19 @@ func (dv *division) moved(b *envoyBucket, rate float64, now time.Time) {
 	// The bucket it holds is no bigger than its share's: a bigger one
 	// could start full.
 	b.maxTokens = dv.q.Limit.BurstOf(rate)
+}
+
+// oldShare is the held rate of another replica's client, as last read,
+// nearest rate within [lo, hi]; rate if there is none.
+func oldShare(q *quota.Bucket, rate, lo, hi float64) float64 {
+	remote, _ := q.Remote()
+	best, found := rate, false
+	for _, d := range remote {
+		if d.Assigned >= lo && d.Assigned <= hi && (!found || math.Abs(d.Assigned-rate) < math.Abs(best-rate)) {
+			best, found = d.Assigned, true
+		}
+	}
+	return best
 }
 
 // holdLocked holds b's client out of the division while it has some to

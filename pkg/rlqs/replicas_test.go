@@ -102,6 +102,42 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+// TestFailoverLateTimer: as TestFailover at 1 s periods, with the moved
+// Envoys' report timers late (1.05 s, as on a loaded machine), so that
+// their first report on the new stream claims more than they held there
+// (time_elapsed is truncated to whole seconds): their token buckets are
+// kept through the move (a replaced one may start full, a burst of its
+// size), and no period after the kill admits more than the limit +10%.
+func TestFailoverLateTimer(t *testing.T) {
+	c := newCluster(t, clusterOptions{period: time.Second, replicas: 2})
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		cfg := envoysim.Config{}
+		if i != 1 {
+			cfg.ReportPeriod = 1050 * time.Millisecond
+		}
+		ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 0}[i], cfg), bucketA, rate))
+	}
+	c.run(5 * time.Second)
+	replaced := make([]int, len(c.envoys))
+	for i, e := range c.envoys {
+		replaced[i] = e.Stats().ReplacedBuckets
+	}
+	c.kill(0)
+	for elapsed := time.Duration(0); elapsed < 6*time.Second; elapsed += time.Second {
+		a := c.admitted(time.Second, ts...)
+		if total := sum(a); total > 330 {
+			t.Errorf("%v after the kill: admitted %.1f = %.1f/s, over the limit by more than 10%%", elapsed, a, total)
+		}
+	}
+	for i, e := range c.envoys {
+		if n := e.Stats().ReplacedBuckets - replaced[i]; n != 0 {
+			t.Errorf("envoy %d: %d token buckets replaced after the kill, want 0", i, n)
+		}
+	}
+	c.checkClean()
+}
+
 // TestJoinLeave: an Envoy that joins gets its share within three report
 // periods, and the share of one that leaves goes to the others.
 func TestJoinLeave(t *testing.T) {

@@ -147,7 +147,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
 		// An Envoy that moved from another stream: it holds what it was
 		// assigned there, which it may adopt (quota.Item.Adopt).
-		b.div.moved(b, float64(u.GetNumRequestsAllowed())/elapsed.Seconds(), r.now)
+		b.div.moved(b, u.GetNumRequestsAllowed(), elapsed, r.now, &st.svc.opts.Division)
 	}
 	if b.div != nil {
 		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
