@@ -337,7 +337,8 @@ func TestRLQSLargeEnvoy(t *testing.T) {
 		}
 		took := time.Since(start)
 		t.Logf("report %d of %d buckets: %d actions in %d responses, %v", round, n, got, responses, took.Round(time.Millisecond))
-		if ttl := 6 * envoyPeriod; took > ttl/2 {
+		// Envoy keeps an assignment for its TTL: an answer within it holds.
+		if ttl := 6 * envoyPeriod; took > ttl {
 			t.Errorf("report %d answered in %v: assignments of a TTL of %v would not hold", round, took, ttl)
 		}
 	}
