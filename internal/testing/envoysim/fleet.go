@@ -56,12 +56,17 @@ type Fleet struct {
 	Quiet time.Duration
 	Idle  func() bool
 
+	mu      sync.Mutex // envoys and traffic, for RunRealtime beside a test's calls
 	envoys  []*Envoy
 	traffic []*Traffic
 }
 
 // Add adds Envoys to the fleet.
-func (f *Fleet) Add(e ...*Envoy) { f.envoys = append(f.envoys, e...) }
+func (f *Fleet) Add(e ...*Envoy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.envoys = append(f.envoys, e...)
+}
 
 // Remove takes an Envoy out of the fleet, with its traffic, and closes it.
 func (f *Fleet) Remove(e *Envoy) {
@@ -72,6 +77,8 @@ func (f *Fleet) Remove(e *Envoy) {
 // Pause takes an Envoy out of the fleet, with its traffic, and leaves its
 // stream open: an Envoy that hangs, silent.
 func (f *Fleet) Pause(e *Envoy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.envoys = deleteFunc(f.envoys, func(x *Envoy) bool { return x == e })
 	f.traffic = deleteFunc(f.traffic, func(t *Traffic) bool { return t.Envoy == e })
 }
@@ -89,7 +96,9 @@ func deleteFunc[T any](s []T, del func(T) bool) []T {
 // Send adds traffic of rate requests per second from e into a bucket.
 func (f *Fleet) Send(e *Envoy, bucket map[string]string, rate float64) *Traffic {
 	t := &Traffic{Envoy: e, Bucket: bucket, rate: rate}
+	f.mu.Lock()
 	f.traffic = append(f.traffic, t)
+	f.mu.Unlock()
 	return t
 }
 
@@ -160,6 +169,8 @@ func (f *Fleet) quiesce() {
 
 // round runs one step's timers, messages and requests.
 func (f *Fleet) round(step time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, e := range f.envoys {
 		e.Step()
 	}
