@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -54,60 +50,15 @@ func (e *env) flood(ctx context.Context, w io.Writer, d time.Duration, rate floa
 				}
 			})
 		}
-		lat, errs := e.paced(ctx, rls.NewRateLimitServiceClient(cc), d, rate)
+		lat, errs := rlsLatency(ctx, cc, d, rate)
 		cancel()
 		wg.Wait()
-		slices.Sort(lat)
-		at := func(q float64) time.Duration {
-			if len(lat) == 0 {
-				return 0
-			}
-			return lat[min(len(lat)-1, int(q*float64(len(lat))))]
-		}
 		name := "none"
 		if attack {
 			name = "one stream naming new buckets"
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %v | %v | %v |\n", name, len(lat), errs, at(0.5), at(0.99), at(1))
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s |\n", name, len(lat), errs, quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1))
 	}
 	fmt.Fprintln(w)
 	return nil
-}
-
-// paced calls ShouldRateLimit at rate a second for d, from workers that
-// each call every 200ms, and returns the latencies and the errors.
-func (e *env) paced(ctx context.Context, client rls.RateLimitServiceClient, d time.Duration, rate float64) ([]time.Duration, int) {
-	workers := max(1, int(rate/5))
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	var wg sync.WaitGroup
-	for i := range workers {
-		wg.Go(func() {
-			t := time.NewTicker(time.Duration(float64(time.Second) * float64(workers) / rate))
-			defer t.Stop()
-			req := &rls.RateLimitRequest{Domain: "adm", Descriptors: []*common.RateLimitDescriptor{{
-				Entries: []*common.RateLimitDescriptor_Entry{{Key: "name", Value: "adm" + strconv.Itoa(i%admBuckets)}}}}}
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				start := time.Now()
-				_, err := client.ShouldRateLimit(ctx, req)
-				mu.Lock()
-				if err != nil && ctx.Err() == nil {
-					errs++
-				} else if err == nil {
-					lat = append(lat, time.Since(start))
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return lat, errs
 }
