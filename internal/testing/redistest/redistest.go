@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -97,7 +98,9 @@ func start(path string) (*server, error) {
 // errExited is why waitReady stops when the process exits first.
 var errExited = errors.New("exited before answering PING")
 
-// waitReady waits until the server answers PING.
+// waitReady waits until the server answers PING and INFO names its own
+// process: another test's server may hold the port this one failed to bind,
+// and would answer PING in its place.
 func (s *server) waitReady() error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -108,7 +111,24 @@ func (s *server) waitReady() error {
 		case <-ctx.Done():
 		}
 	}()
-	return wait.Until(ctx, readyTimeout, func() error { return ping(s.addr) })
+	return wait.Until(ctx, readyTimeout, func() error {
+		if err := ping(s.addr); err != nil {
+			return err
+		}
+		return s.owns()
+	})
+}
+
+// owns checks that the server answering at s.addr is s's own process.
+func (s *server) owns() error {
+	info, err := doString(s.addr, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.cmd.Process.Pid) {
+		return fmt.Errorf("%s is served by process %s, not %d", s.addr, pid, s.cmd.Process.Pid)
+	}
+	return nil
 }
 
 func (s *server) stop() {
