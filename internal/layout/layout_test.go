@@ -13,7 +13,7 @@ const module = "github.com/fastlimit/fastlimit/"
 // tools, e2e, examples) are exempt; a new package must be given a
 // layer.
 var layers = map[string]int{
-	"pkg/descriptors": 0, "pkg/quota": 0, "pkg/flap": 0, "lua": 0,
+	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0, "internal/observe/flap": 0,
 	"internal/observe/statsmap": 0, "internal/observe/logging": 0,
 	"internal/edge/certs": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,
 	"pkg/limiter": 1, "pkg/rules": 1, "internal/observe/statsd": 1, "internal/source/xds": 1, "internal/edge/httpserver": 1,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fastlimit/fastlimit/internal/observe/flap"
+
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rlqs/demand"
@@ -31,6 +33,7 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	}
 	opts.Rules = s.limiter.Rules
 	opts.Log = s.log
+	opts.StoreLog = flap.New(s.log.Named("rlqs"), flap.DefaultEvery, nil)
 	opts.KeyPrefix = o.KeyPrefix
 	limits := o.Limits() // bucket ids are bounded as descriptors are
 	opts.IDLimits = &limits

@@ -8,11 +8,11 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
 	"github.com/fastlimit/fastlimit/internal/guard/overlimit"
+	"github.com/fastlimit/fastlimit/internal/observe/flap"
 	"github.com/fastlimit/fastlimit/internal/observe/logging"
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/internal/settings"
-	"github.com/fastlimit/fastlimit/pkg/flap"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -131,6 +132,10 @@ type Options struct {
 	Store DemandStore
 	// Log receives the service's errors; nil discards them.
 	Log *zap.Logger
+	// StoreLog logs the demand store's changes of state (failing, then
+	// answering again); nil writes each change to Log. A flapping store
+	// wants one that rate-limits its lines.
+	StoreLog StateLog
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Replica names this replica in the store: letters, digits, '-', '_',
@@ -203,6 +208,9 @@ func (o *Options) fill() error {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
+	if o.StoreLog == nil {
+		o.StoreLog = &changeLog{log: o.Log.Named("rlqs")}
+	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
@@ -267,4 +275,34 @@ func orDefault(n, def int) int {
 		return math.MaxInt
 	}
 	return n
+}
+
+// StateLog logs a condition's changes of state. Down and Up observe it
+// failing and healthy, with the line to write if one is due, and report
+// whether the state changed. It must be safe for concurrent use.
+type StateLog interface {
+	Down(msg string, fields ...zap.Field) bool
+	Up(msg string, fields ...zap.Field) bool
+}
+
+// changeLog is Options' default StateLog: every change, one line.
+type changeLog struct {
+	log  *zap.Logger
+	down atomic.Bool
+}
+
+func (c *changeLog) Down(msg string, fields ...zap.Field) bool {
+	if c.down.Swap(true) {
+		return false
+	}
+	c.log.Warn(msg, fields...)
+	return true
+}
+
+func (c *changeLog) Up(msg string, fields ...zap.Field) bool {
+	if !c.down.Swap(false) {
+		return false
+	}
+	c.log.Info(msg, fields...)
+	return true
 }

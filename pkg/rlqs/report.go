@@ -270,11 +270,11 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 }
 
 // noteStoreFailed counts a failed exchange; the store's changes of
-// state are logged at most once per flap.DefaultEvery (noteStoreUp).
+// state go to Options.StoreLog (noteStoreUp).
 func (s *Service) noteStoreFailed(err error) {
 	s.obs.StoreFailed()
 	s.storeDown.Store(true)
-	if !s.storeLog.Down("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
+	if !s.opts.StoreLog.Down("demand store exchanges fail; shares follow --rlqs-on-store-error until it answers",
 		zap.Stringer("policy", s.opts.OnStoreError), zap.Error(err)) {
 		s.log.Debug("demand store exchange failed", zap.Error(err))
 	}
@@ -283,7 +283,7 @@ func (s *Service) noteStoreFailed(err error) {
 // noteStoreUp notes a successful exchange.
 func (s *Service) noteStoreUp() {
 	s.storeDown.Store(false)
-	s.storeLog.Up("demand store exchanges succeed again")
+	s.opts.StoreLog.Up("demand store exchanges succeed again")
 }
 
 // storeFailed sets the report's modes by policy.

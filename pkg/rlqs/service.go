@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fastlimit/fastlimit/pkg/flap"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
@@ -52,12 +51,11 @@ type Service struct {
 	watchers sync.WaitGroup
 
 	seq       atomic.Uint64
-	inHand    atomic.Int64    // reports, settles and actions not yet done (Idle)
-	storeDown atomic.Bool     // the last exchange failed
-	storeLog  *flap.Condition // the store's changes of state, logged
-	swept     atomic.Int64    // Unix ns of the last staleness sweep
-	refusedAt atomic.Int64    // Unix ns of the last refused report logged
-	held      atomic.Int64    // buckets the streams hold (MaxBuckets)
+	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
+	storeDown atomic.Bool  // the last exchange failed
+	swept     atomic.Int64 // Unix ns of the last staleness sweep
+	refusedAt atomic.Int64 // Unix ns of the last refused report logged
+	held      atomic.Int64 // buckets the streams hold (MaxBuckets)
 
 	bucketsRefusedAt, streamsRefusedAt atomic.Int64 // Unix ns of their last lines
 	handlers                           sync.WaitGroup
@@ -78,7 +76,6 @@ func New(opts Options) (*Service, error) {
 		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
 		obs:       opts.Observer,
 		logged:    onceSet{max: maxLoggedIDs},
-		storeLog:  flap.New(opts.Log.Named("rlqs"), flap.DefaultEvery, time.Now),
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
 	}

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/pkg/flap"
+	"github.com/fastlimit/fastlimit/internal/observe/flap"
 )
 
 // Format is the line format a Client writes.

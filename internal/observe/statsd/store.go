@@ -43,52 +43,40 @@ type Store struct {
 func NewStore() *Store { return &Store{byName: map[string]*Counter{}} }
 
 // Gauge returns a new gauge named name, for a generator to set.
-func (s *Store) Gauge(name string) *Gauge {
-	g := &Gauge{name: name}
-	s.mu.Lock()
-	s.gauges = append(s.gauges, g)
-	s.mu.Unlock()
-	return g
-}
+func (s *Store) Gauge(name string) *Gauge { return add(s, &s.gauges, &Gauge{name: name}) }
 
 // Gauges returns every gauge, in creation order.
-func (s *Store) Gauges() []*Gauge {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return append([]*Gauge(nil), s.gauges...)
-}
+func (s *Store) Gauges() []*Gauge { return list(s, &s.gauges) }
 
 // Timer returns a new timer named name.
-func (s *Store) Timer(name string) *Timer {
-	t := &Timer{name: name}
-	s.mu.Lock()
-	s.timers = append(s.timers, t)
-	s.mu.Unlock()
-	return t
-}
+func (s *Store) Timer(name string) *Timer { return add(s, &s.timers, &Timer{name: name}) }
 
 // Timers returns every timer, in creation order.
-func (s *Store) Timers() []*Timer {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return append([]*Timer(nil), s.timers...)
-}
+func (s *Store) Timers() []*Timer { return list(s, &s.timers) }
 
 // AddGenerator adds gen, which sets stats from state kept elsewhere.
-func (s *Store) AddGenerator(gen func()) {
-	s.mu.Lock()
-	s.gens = append(s.gens, gen)
-	s.mu.Unlock()
-}
+func (s *Store) AddGenerator(gen func()) { add(s, &s.gens, gen) }
 
 // Generate runs the generators; every export calls it first.
 func (s *Store) Generate() {
-	s.mu.RLock()
-	gens := append([](func())(nil), s.gens...)
-	s.mu.RUnlock()
-	for _, g := range gens {
+	for _, g := range list(s, &s.gens) {
 		g()
 	}
+}
+
+// add appends v to one of s's lists under its lock, and returns v.
+func add[T any](s *Store, to *[]T, v T) T {
+	s.mu.Lock()
+	*to = append(*to, v)
+	s.mu.Unlock()
+	return v
+}
+
+// list copies one of s's lists under its read lock.
+func list[T any](s *Store, from *[]T) []T {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]T(nil), *from...)
 }
 
 // Counter returns the counter named name, creating it if need be.

@@ -7,8 +7,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/fastlimit/fastlimit/internal/observe/flap"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
-	"github.com/fastlimit/fastlimit/pkg/flap"
 )
 
 // A condition flapping 1,000 times a second for 30 s writes a line for
