@@ -37,32 +37,23 @@ func (c Config) WithDefaults() Config {
 	if c.Period > 0 {
 		d.Period, d.Smoothing = c.Period, c.Period
 	}
-	if c.Headroom > 0 {
-		d.Headroom = c.Headroom
-	}
-	if c.MinWant > 0 {
-		d.MinWant = c.MinWant
-	}
-	if c.Smoothing > 0 {
-		d.Smoothing = c.Smoothing
-	}
 	d.Stale = 3 * d.Period
-	if c.Stale > 0 {
-		d.Stale = c.Stale
-	}
-	if c.Raise > 0 {
-		d.Raise = c.Raise
-	}
-	if c.Lower > 0 {
-		d.Lower = c.Lower
-	}
-	if c.Earn > 0 {
-		d.Earn = c.Earn
-	}
-	if c.Probe > 0 {
-		d.Probe = c.Probe
-	}
+	positive(&d.Headroom, c.Headroom)
+	positive(&d.MinWant, c.MinWant)
+	positive(&d.Smoothing, c.Smoothing)
+	positive(&d.Stale, c.Stale)
+	positive(&d.Raise, c.Raise)
+	positive(&d.Lower, c.Lower)
+	positive(&d.Earn, c.Earn)
+	positive(&d.Probe, c.Probe)
 	return d
+}
+
+// positive sets *dst to v when v is above zero.
+func positive[T float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // Limit is a bucket's global limit: Rate requests per second, bursts of Burst.

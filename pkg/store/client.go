@@ -212,25 +212,11 @@ func newCluster(o ClientOptions) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsCfg, err := o.TLS.config(o.TLS.Enabled, "")
+	u, err := o.universal(seeds)
 	if err != nil {
 		return nil, err
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 seeds,
-		Username:              o.Username,
-		Password:              o.Password,
-		TLSConfig:             tlsCfg,
-		PoolSize:              o.Conn.PoolSize,
-		DialTimeout:           or(o.Conn.DialTimeout, DefaultDialTimeout),
-		ReadTimeout:           o.Conn.ReadTimeout,
-		WriteTimeout:          o.Conn.WriteTimeout,
-		ClientName:            o.Conn.Name,
-		MaxActiveConns:        o.Conn.MaxConns,
-		PipelinePoolSize:      o.Conn.pipelinePool(),
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-	})
+	c := redis.NewClusterClient(u.Cluster())
 	c.AddHook(clusterHook{c: c})
 	return c, nil
 }
@@ -245,14 +231,25 @@ func newSentinel(o ClientOptions) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	u, err := o.universal(sentinels)
+	if err != nil {
+		return nil, err
+	}
+	u.MasterName, u.SentinelPassword = master, o.SentinelPassword
+	c := redis.NewFailoverClient(u.Failover())
+	c.AddHook(noRetryHook{})
+	return c, nil
+}
+
+// universal maps what a cluster's and a sentinel's clients share onto
+// go-redis' options, addrs being the seeds or the sentinels.
+func (o ClientOptions) universal(addrs []string) (*redis.UniversalOptions, error) {
 	tlsCfg, err := o.TLS.config(o.TLS.Enabled, "")
 	if err != nil {
 		return nil, err
 	}
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:            master,
-		SentinelAddrs:         sentinels,
-		SentinelPassword:      o.SentinelPassword,
+	return &redis.UniversalOptions{
+		Addrs:                 addrs,
 		Username:              o.Username,
 		Password:              o.Password,
 		TLSConfig:             tlsCfg,
@@ -265,9 +262,7 @@ func newSentinel(o ClientOptions) (redis.UniversalClient, error) {
 		PipelinePoolSize:      o.Conn.pipelinePool(),
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
-	})
-	c.AddHook(noRetryHook{})
-	return c, nil
+	}, nil
 }
 
 // splitAddrs parses a comma-separated host:port list.
