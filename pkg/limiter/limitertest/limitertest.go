@@ -105,6 +105,25 @@ func take(t *testing.T, st limiter.Store, ops []limiter.Op, batch int) []limiter
 	return res
 }
 
+// takeCalls takes ops in calls of the given sizes, in order.
+func takeCalls(t *testing.T, st limiter.Store, ops []limiter.Op, sizes []int) []limiter.Result {
+	t.Helper()
+	res := make([]limiter.Result, 0, len(ops))
+	for _, n := range sizes {
+		res = append(res, take(t, st, ops[len(res):len(res)+n], max(n, 1))...)
+	}
+	return res
+}
+
+// ones returns n sizes of 1: one op a call.
+func ones(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}
+
 // tokenOp returns a token-bucket op for requests per window with the given
 // burst (in requests), as the limiter builds it.
 func tokenOp(requests, window, burst int64) limiter.Op {

@@ -44,7 +44,9 @@ func runTables(t *testing.T, newStore func(*testing.T) limiter.Store, tables []t
 	for _, tb := range tables {
 		t.Run(tb.name, func(t *testing.T) {
 			st := newStore(t)
-			for _, batch := range []int{len(tb.steps), 1} {
+			// One call; one op a call; the first op alone, then the rest
+			// in one call, where they meet the state it wrote.
+			for _, calls := range [][]int{{len(tb.steps)}, ones(len(tb.steps)), {1, len(tb.steps) - 1}} {
 				key := newKey(t)
 				in := make([]limiter.Op, len(tb.steps))
 				for i, s := range tb.steps {
@@ -56,11 +58,11 @@ func runTables(t *testing.T, newStore func(*testing.T) limiter.Store, tables []t
 						in[i].Limit = l
 					}
 				}
-				got := take(t, st, in, batch)
+				got := takeCalls(t, st, in, calls)
 				for i, s := range tb.steps {
 					if got[i] != s.want {
-						t.Errorf("batch %d: step %d (base%+d, cost %d) = %s, want %s",
-							batch, i, s.at, s.cost, fmtResult(got[i]), fmtResult(s.want))
+						t.Errorf("calls %v: step %d (base%+d, cost %d) = %s, want %s",
+							calls, i, s.at, s.cost, fmtResult(got[i]), fmtResult(s.want))
 					}
 				}
 				checkExpiries(t, st, key, tb.expiryAfter, tb.expiries)
