@@ -18,6 +18,7 @@ import (
 // that committed, with Take and, on an AtomicStore, with TakeAll.
 func testJoints(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t)) })
+	t.Run("Concurrent", func(t *testing.T) { testJointsConcurrent(t, newStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) {
 		testJointsMatchTake(t, newStore(t), false, [2]uint64{31, 37})
 	})
@@ -93,6 +94,62 @@ func testSecondAndDay(t *testing.T, st limiter.Store) {
 		// The second's windows of the first 100 s have expired by day-1.
 		checkExpiries(t, st, keys[0], day-1, map[string]int64{windowSuffix(day): day + second})
 		checkExpiries(t, st, keys[1], day-1, map[string]int64{windowSuffix(0): day, windowSuffix(day): 2 * day})
+	}
+}
+
+// testJointsConcurrent races joints of a sliding window of 30 a minute, a
+// fixed window of 20 a day and a bucket of burst 25, all at one instant:
+// exactly 20 pass, and a denied joint charges none of its limits, so that
+// the window and the bucket are left with 10 and 5.
+func testJointsConcurrent(t *testing.T, st limiter.Store) {
+	const callers, each = 8, 50
+	keys := atomicKeys(t, 3)
+	joint := func(cost int64) []limiter.Op {
+		ops := []limiter.Op{
+			{Algorithm: descriptors.SlidingWindow, Limit: 30 * milli, Window: minute},
+			{Algorithm: descriptors.FixedWindow, Limit: 20 * milli, Window: day},
+			tokenOp(25, minute, 25),
+		}
+		for i := range ops {
+			ops[i].Key, ops[i].Now, ops[i].Cost, ops[i].Joined = keys[i], base, cost, i > 0
+		}
+		return ops
+	}
+	allowed := make(chan int, callers)
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			n := 0
+			for range each {
+				res := make([]limiter.Result, 3)
+				if err := st.Take(context.Background(), joint(milli), res); err != nil {
+					errs <- err
+					return
+				}
+				if res[0].Allowed && res[1].Allowed && res[2].Allowed { // a joint passes if each allows
+					n++
+				}
+			}
+			allowed <- n
+		}()
+	}
+	total := 0
+	for range callers {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case n := <-allowed:
+			total += n
+		}
+	}
+	if total != 20 {
+		t.Fatalf("%d joints allowed, want 20 (the day's limit)", total)
+	}
+	got := take(t, st, joint(0), 3)
+	for i, want := range []int64{10, 0, 5} {
+		if got[i].Remaining != want*milli {
+			t.Errorf("limit %d: remaining %d, want %d: a denied joint charged it", i, got[i].Remaining, want*milli)
+		}
 	}
 }
 
