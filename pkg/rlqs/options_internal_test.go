@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -37,6 +38,26 @@ func TestChangeLogWritesChangesOnly(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("lines %q, want %q", got, want)
+		}
+	}
+}
+
+// lineBudget lets max lines through a second and tells the next line let
+// through how many were held back.
+func TestLineBudget(t *testing.T) {
+	b := lineBudget{max: 2}
+	at := func(ms int64) time.Time { return time.UnixMilli(1_900_000_000_000 + ms) }
+	for i, s := range []struct {
+		ms   int64
+		ok   bool
+		held int
+	}{
+		{0, true, 0}, {10, true, 0}, {20, false, 0}, {999, false, 0},
+		{1000, true, 2}, {1001, true, 0}, {1002, false, 0}, {5000, true, 1},
+	} {
+		ok, held := b.take(at(s.ms))
+		if ok != s.ok || held != s.held {
+			t.Errorf("step %d at %d ms: (%v, %d), want (%v, %d)", i, s.ms, ok, held, s.ok, s.held)
 		}
 	}
 }

@@ -39,7 +39,8 @@ type Service struct {
 	log      *zap.Logger
 	resolver resolver
 	obs      Observer
-	logged   onceSet // unmatched bucket ids logged
+	logged   onceSet    // unmatched bucket ids logged
+	idLines  lineBudget // their lines, at most maxIDLines a second
 
 	mu        sync.Mutex
 	divisions map[string]*division
@@ -76,6 +77,7 @@ func New(opts Options) (*Service, error) {
 		resolver:  resolver{prefix: opts.KeyPrefix, unmatched: opts.Unmatched},
 		obs:       opts.Observer,
 		logged:    onceSet{max: maxLoggedIDs},
+		idLines:   lineBudget{max: maxIDLines},
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
 	}
@@ -361,18 +363,25 @@ func (s *Service) refused(st *stream, err error) {
 		zap.String("stream", st.id), zap.String("peer", peerOf(st.srv)), zap.String("domain", st.domain), zap.Error(err))
 }
 
-// unmatched counts a bucket that matches no rule, and logs its id once.
+// unmatched counts a bucket that matches no rule, and logs its id once,
+// within maxIDLines lines a second; a line says how many new ids went
+// unlogged since the line before.
 func (s *Service) unmatched(st *stream, b *envoyBucket) {
 	d := s.label(st.domain)
 	s.obs.Unmatched(d)
-	if s.logged.add(st.domain + "\x00" + b.text) {
-		answer := "ALLOW_ALL"
-		if s.opts.Unmatched == UnmatchedDeny {
-			answer = "DENY_ALL"
-		}
-		s.log.Info("RLQS bucket matches no rule", zap.String("domain", st.domain), zap.String("bucket", b.text),
-			zap.String("assigned", answer), zap.String("stream", st.id))
+	if !s.logged.add(st.domain + "\x00" + b.text) {
+		return
 	}
+	ok, held := s.idLines.take(time.Now())
+	if !ok {
+		return
+	}
+	answer := "ALLOW_ALL"
+	if s.opts.Unmatched == UnmatchedDeny {
+		answer = "DENY_ALL"
+	}
+	s.log.Info("RLQS bucket matches no rule", zap.String("domain", st.domain), zap.String("bucket", b.text),
+		zap.String("assigned", answer), zap.String("stream", st.id), zap.Int("ids_not_logged", held))
 }
 
 // PeerIdentity is the identity of a gRPC peer that presented a verified
@@ -433,6 +442,37 @@ func (s *Service) Close(ctx context.Context) error {
 
 // maxLoggedIDs bounds the unmatched bucket ids remembered as logged.
 const maxLoggedIDs = 4096
+
+// maxIDLines bounds the unmatched bucket ids logged a second: a client
+// naming new ids in every report cannot flood the log.
+const maxIDLines = 10
+
+// lineBudget lets at most max lines through in a second of the wall
+// clock, and counts those held back.
+type lineBudget struct {
+	max  int
+	mu   sync.Mutex
+	sec  int64 // the second counted, Unix
+	n    int   // lines let through in it
+	held int   // lines held back since the last one let through
+}
+
+// take reports whether a line may be written at now and, if so, how many
+// were held back since the last that was.
+func (b *lineBudget) take(now time.Time) (ok bool, held int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if sec := now.Unix(); sec != b.sec {
+		b.sec, b.n = sec, 0
+	}
+	if b.n >= b.max {
+		b.held++
+		return false, 0
+	}
+	b.n++
+	held, b.held = b.held, 0
+	return true, held
+}
 
 // onceSet remembers up to max keys, then forgets them all and starts
 // again: each key is reported new at most once per filling.

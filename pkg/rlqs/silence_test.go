@@ -112,6 +112,27 @@ func TestUnmatchedCounted(t *testing.T) {
 	}
 }
 
+// TestUnmatchedLinesBounded: an Envoy naming 500 ids that match no rule
+// gets each counted, and at most maxIDLines lines a second logged (two
+// seconds' worth, should the report straddle one), the first line of a
+// later second saying how many went unlogged.
+func TestUnmatchedLinesBounded(t *testing.T) {
+	obs := &recorder{}
+	core, logs := observer.New(zap.InfoLevel)
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Observer, o.Log = obs, zap.New(core) }})
+	e := c.envoy(0, envoysim.Config{})
+	for i := range 500 {
+		c.fleet.Send(e, map[string]string{"name": fmt.Sprintf("nomatch-%d", i)}, 1)
+	}
+	c.run(c.period)
+	if n := obs.get("unmatched d"); n != 500 {
+		t.Errorf("%v unmatched buckets counted, want 500", n)
+	}
+	if n := logs.FilterMessageSnippet("matches no rule").Len(); n < 1 || n > 20 {
+		t.Errorf("%d lines logged for 500 new ids, want 1 to 20", n)
+	}
+}
+
 // TestReportTooLarge: a report larger than MaxReportBytes, or than the
 // gRPC server's receive limit, ends its stream with ResourceExhausted and
 // is counted.

@@ -43,7 +43,7 @@ var (
 	rlqsEmptyIDsDef = def{name: "fastlimit_rlqs_empty_bucket_ids_total", kind: counter, labels: domainLabel, when: rlqsOn,
 		help: "Bucket usages with an empty bucket id, which no action can answer."}
 	rlqsUnmatchedDef = def{name: "fastlimit_rlqs_unmatched_buckets_total", kind: counter, labels: domainLabel, when: rlqsOn,
-		help: "Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once)."}
+		help: "Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once, at most 10 ids a second)."}
 	rlqsSilentDef = def{name: "fastlimit_rlqs_silent_streams_total", kind: counter, labels: domainLabel, when: rlqsOn,
 		help: "Streams ended for sending no report for 3 report periods; their buckets stop counting."}
 	rlqsRefusedDef = def{name: "fastlimit_rlqs_refused_reports_total", kind: counter, labels: domainLabel, when: rlqsOn,

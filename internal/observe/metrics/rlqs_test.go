@@ -45,7 +45,7 @@ fastlimit_rlqs_bucket_reports_total{domain="d"} 2
 # HELP fastlimit_rlqs_store_exchange_items_total Bucket items written, deleted or read in demand store exchanges.
 # TYPE fastlimit_rlqs_store_exchange_items_total counter
 fastlimit_rlqs_store_exchange_items_total 4
-# HELP fastlimit_rlqs_unmatched_buckets_total Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once).
+# HELP fastlimit_rlqs_unmatched_buckets_total Buckets subscribed that match no rule, assigned --rlqs-unmatched (each id is logged once, at most 10 ids a second).
 # TYPE fastlimit_rlqs_unmatched_buckets_total counter
 fastlimit_rlqs_unmatched_buckets_total{domain="d"} 1
 # HELP fastlimit_rlqs_refused_reports_total Usage reports refused for being larger than --rlqs-max-report-bytes; their stream ends.
