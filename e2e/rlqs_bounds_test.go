@@ -141,8 +141,13 @@ func TestRLQSBucketFlood(t *testing.T) {
 	if subscribed+refused != named {
 		t.Errorf("%v held + %v refused of %d buckets named", subscribed, refused, named)
 	}
-	if refused < named-3*perServer {
-		t.Errorf("%v refused of %d past a bound of %d", refused, named, perServer)
+	// Buckets no report names for 3 periods are dropped, making room:
+	// over the run, at most perServer for each such span and one more
+	// can have been held.
+	took := time.Since(start)
+	spans := max(3, int(took/(3*envoyPeriod))+1)
+	if refused < float64(named-spans*perServer) {
+		t.Errorf("%v refused of %d past a bound of %d over %v (%d spans of 3 periods)", refused, named, perServer, took, spans)
 	}
 	if held.Load() > perServer {
 		t.Errorf("%d buckets held, more than --rlqs-max-buckets %d", held.Load(), perServer)
