@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
@@ -26,7 +27,8 @@ import (
 )
 
 // opsRules are a window, a named sliding window that replaces another,
-// and a shadowed bucket.
+// a shadowed bucket, and a rule of three limits, the third of which the
+// sliding window replaces.
 //
 //go:embed testdata/ops.yaml
 var opsRules string
@@ -152,6 +154,76 @@ func TestExplain(t *testing.T) {
 	code, out := call(t, nil, http.MethodPost, url, `{"domain":"ops","bucket":{"user":"ann"}}`)
 	if b := decode[bucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
 		t.Errorf("bucket explanation: %d %s", code, out)
+	}
+}
+
+// TestExplainSeveralLimits: of a rule with several limits, explain lists
+// each with its label, keys, size and state, marks the one that decides
+// and those another descriptor's limit replaced, and charges none.
+func TestExplainSeveralLimits(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	for range 3 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "account", "acme")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "http://" + s.AdminAddr() + "/v1/explain"
+	alone := `{"domain":"ops","descriptors":[{"entries":[{"key":"account","value":"acme"}]}]}`
+	var first []adminapi.ExplainedLimit
+	for i := range 2 {
+		code, out := call(t, nil, http.MethodPost, url, alone)
+		e := decode[explanation](t, out)
+		if code != http.StatusOK || e.Code != "OVER_LIMIT" || len(e.Descriptors) != 1 {
+			t.Fatalf("%d %s", code, out)
+		}
+		d := e.Descriptors[0]
+		if d.Rule.Name != "daily" || *d.Remaining != 0 || len(d.Limits) != 3 {
+			t.Fatalf("descriptor: %s", out)
+		}
+		if i == 0 {
+			first = d.Limits
+			continue
+		}
+		for j, l := range d.Limits {
+			if *l.Remaining != *first[j].Remaining {
+				t.Errorf("limit %s: %d left, then %d: something was charged", l.Label, *first[j].Remaining, *l.Remaining)
+			}
+		}
+	}
+	base := "ratelimit:{ops/account=acme}:default:"
+	for j, want := range []struct {
+		label, code, algorithm string
+		decides                bool
+		keys                   int
+		keyPrefix              string
+		count                  int64
+		remaining              uint32
+	}{
+		{"ops.account#0", "OK", "fixed_window", false, 1, base, 3, 7},
+		{"ops.account#daily", "OVER_LIMIT", "sliding_window", true, 2, base + "#1:", 3, 0},
+		{"ops.account#other", "OK", "fixed_window", false, 1, base + "#2:", 3, 97},
+	} {
+		l := first[j]
+		if l.Label != want.label || l.Code != want.code || l.Algorithm != want.algorithm || l.Decides != want.decides || l.Replaced ||
+			len(l.Keys) != want.keys || !strings.HasPrefix(l.Keys[0], want.keyPrefix) || strings.Contains(l.Keys[0][len(want.keyPrefix):], "#") ||
+			*l.Count != want.count || *l.Remaining != want.remaining || l.ResetMs == nil || (l.RetryAfterMs != nil) != want.decides {
+			t.Errorf("limit %d: %+v (%+v), want %+v", j, l, l.State, want)
+		}
+	}
+	// Beside the gold plan's limit, which replaces "other", that one is
+	// listed as replaced, with its label alone.
+	both := `{"domain":"ops","descriptors":[{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
+		{"entries":[{"key":"account","value":"acme"}]}]}`
+	_, out := call(t, nil, http.MethodPost, url, both)
+	ls := decode[explanation](t, out).Descriptors[1].Limits
+	if len(ls) != 3 || !ls[2].Replaced || ls[2].Label != "ops.account#other" || ls[2].Code != "" || ls[2].Keys != nil ||
+		ls[0].Replaced || !ls[1].Decides {
+		t.Errorf("with the gold plan's limit: %s", out)
+	}
+	// A rule of one limit has no list.
+	_, out = call(t, nil, http.MethodPost, url, `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`)
+	if strings.Contains(out, `"limits"`) {
+		t.Errorf("a rule of one limit: %s", out)
 	}
 }
 
@@ -358,7 +430,7 @@ func TestPage(t *testing.T) {
 		t.Errorf("counted rule: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
-	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_003 {
+	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
 		t.Errorf("status: %s", out)
 	}
 }
