@@ -14,14 +14,17 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
@@ -432,6 +435,69 @@ func TestPage(t *testing.T) {
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
 	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
 		t.Errorf("status: %s", out)
+	}
+}
+
+// TestPageRLQSDivisions: the page and /v1/status show each RLQS division
+// with its rule, bucket, limit and clients, at most divisionsOnPage of them
+// and clientsOnPage clients of each, saying how many were left out.
+func TestPageRLQSDivisions(t *testing.T) {
+	rules := "domain: q\ndescriptors:\n" +
+		"  - key: tier\n    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 60}\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 120}\n"
+	s, _ := testServer(t, map[string]string{"q.yaml": rules}, "--rlqs")
+	// One stream: 7 tiers, clients of one division, and a division per user.
+	users := divisionsOnPage + 3
+	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "q"}
+	add := func(k, v string) {
+		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqspb.BucketId{Bucket: map[string]string{k: v}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 1})
+	}
+	for _, tier := range "abcdefg" {
+		add("tier", string(tier))
+	}
+	for i := range users {
+		add("user", fmt.Sprintf("u%03d", i))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(bigClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + s.AdminAddr()
+	var st adminStatus
+	if !wait.True(patience, func() bool {
+		_, out := call(t, nil, http.MethodGet, base+"/v1/status", "")
+		st = decode[adminStatus](t, out)
+		return len(st.Divisions) == divisionsOnPage
+	}) {
+		t.Fatalf("status: %d divisions, %d more", len(st.Divisions), st.MoreDivisions)
+	}
+	tiers := st.Divisions[0] // "{q/tier=*}" sorts before "{q/user=…}"
+	if st.MoreDivisions != users+1-divisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
+		len(tiers.Clients) != clientsOnPage || tiers.MoreClients != 7-clientsOnPage || tiers.Clients[0].AssignedRate == nil {
+		t.Errorf("divisions: %d more; the tiers' %+v", st.MoreDivisions, tiers)
+	}
+	if u := st.Divisions[1]; u.Rule != "q.user" || u.Bucket["user"] != "u000" || u.LimitRate != 2 || len(u.Clients) != 1 || u.MoreClients != 0 {
+		t.Errorf("u000's division: %+v", u)
+	}
+	_, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html")
+	body := page[strings.Index(page, `<tbody id="divisions">`):]
+	body = body[:strings.Index(body, "</tbody>")]
+	if n := strings.Count(body, "<tr>"); n != divisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
+		!strings.Contains(body, "tier=a") || !strings.Contains(body, "and 2 more") || !strings.Contains(body, "user=u000") ||
+		strings.Contains(body, fmt.Sprintf("user=u%03d", users-1)) {
+		t.Errorf("the page's divisions: %d rows\n%s", n, body)
+	}
+	if !strings.Contains(page, `<p class="muted" id="moreDivisions">4 more divisions not shown`) {
+		t.Errorf("the page does not say how many divisions it left out")
 	}
 }
 
