@@ -342,10 +342,12 @@ func TestCounters(t *testing.T) {
 }
 
 // TestCountersClientCertificate: with admin TLS and a client CA, reads
-// need no certificate, and a write with one is authorized by its subject.
+// need no certificate, and a write with one is authorized by its subject,
+// which its audit line names.
 func TestCountersClientCertificate(t *testing.T) {
 	fs := certtest.NewFiles(t)
-	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules},
+	core, logs := observer.New(zap.InfoLevel)
+	s := testServerOn(t, files.Dir(t, map[string]string{"ops.yaml": opsRules}), zap.New(core),
 		"--admin-tls-cert", fs.ServerCert, "--admin-tls-key", fs.ServerKey, "--admin-tls-client-ca", fs.CAFile)
 	pool := certtest.Pool(fs.CA)
 	client, err := tls.LoadX509KeyPair(fs.ClientCert, fs.ClientKey)
@@ -366,6 +368,15 @@ func TestCountersClientCertificate(t *testing.T) {
 	code, out := call(t, authed, http.MethodPost, base+"/v1/counters/reset", reset)
 	if a := decode[countersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
 		t.Errorf("a write with a certificate: %d %s", code, out)
+	}
+	refused, audits := logs.FilterMessage("admin write refused").All(), logs.FilterMessage("admin write").All()
+	if len(refused) != 1 || len(audits) != 1 {
+		t.Fatalf("%d refusal and %d audit lines, want 1 each", len(refused), len(audits))
+	}
+	f := audits[0].ContextMap()
+	if audits[0].LoggerName != "audit" || f["who"] != "cert:CN=client" || f["action"] != "reset" || f["remote"] == "" ||
+		fmt.Sprint(f["descriptors"]) != "[user=ann]" {
+		t.Errorf("audit line of the certificate's write: %s %v", audits[0].LoggerName, f)
 	}
 }
 
