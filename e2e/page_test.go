@@ -59,7 +59,8 @@ func browse(t *testing.T, bin, url string, args ...string) (string, error) {
 // TestAdminPageInBrowser: a customer limited by the real binary appears
 // on the admin page in headless Chromium, whose script has refreshed the
 // page from the JSON endpoints; a screenshot of it is saved in the
-// test's directory (FASTLIMIT_E2E_ARTIFACTS, if set, keeps it).
+// test's directory, or in FASTLIMIT_E2E_ARTIFACTS when set (made if
+// missing; scripts/test.sh sets .tmp/e2e-artifacts), which keeps it.
 func TestAdminPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	dir := files.Dir(t, map[string]string{"ops.yaml": opsRules})
@@ -97,6 +98,8 @@ func TestAdminPageInBrowser(t *testing.T) {
 	out := os.Getenv("FASTLIMIT_E2E_ARTIFACTS")
 	if out == "" {
 		out = t.TempDir()
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatalf("FASTLIMIT_E2E_ARTIFACTS: %v", err)
 	}
 	shot := filepath.Join(out, "admin-page.png")
 	if _, err := browse(t, bin, url, "--virtual-time-budget=5000", "--window-size=1280,900", "--screenshot="+shot); err != nil {

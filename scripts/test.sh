@@ -64,9 +64,23 @@ go vet ./...
 echo "==> go mod tidy"
 go mod tidy -diff
 
+# What end-to-end tests keep for people to look at (the admin page's
+# screenshot) goes to a directory .gitignore ignores, unless
+# FASTLIMIT_E2E_ARTIFACTS names another; an earlier run's is removed first,
+# so that what is printed is this run's.
+export FASTLIMIT_E2E_ARTIFACTS="${FASTLIMIT_E2E_ARTIFACTS:-$PWD/.tmp/e2e-artifacts}"
+mkdir -p "$FASTLIMIT_E2E_ARTIFACTS"
+screenshot="$FASTLIMIT_E2E_ARTIFACTS/admin-page.png"
+rm -f "$screenshot"
+
 echo "==> go test -race (unit, conformance on memory and real Redis, e2e)"
 export FASTLIMIT_REQUIRE_REDIS=1
-go test -race -count=1 -timeout 20m ./...
+status=0
+go test -race -count=1 -timeout 20m ./... || status=$?
+if [ -f "$screenshot" ]; then
+  echo "==> the admin page's screenshot (e2e/page_test.go): $screenshot"
+fi
+[ "$status" = 0 ] || exit "$status"
 echo "==> Helm chart render test (charts/test, a module of its own)" && (cd charts/test && go vet ./... && go mod tidy -diff && go test -race -count=1 ./...)
 
 # Brief fuzzing is bounded by a count of inputs per target, not by a time:

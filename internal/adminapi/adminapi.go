@@ -50,7 +50,8 @@ type Explanation struct {
 }
 
 // Explained is one descriptor of an Explanation, or its state before or
-// after a counters write.
+// after a counters write. Its Rule and state are those of its limit, of a
+// rule with several the one that decides; Limits lists each of them.
 type Explained struct {
 	Entries  []Entry `json:"entries"`
 	Code     string  `json:"code"`
@@ -61,7 +62,15 @@ type Explained struct {
 	Refund   bool    `json:"refund,omitempty"`
 	Quota    bool    `json:"quota,omitempty"`
 	Shadowed bool    `json:"shadowed,omitempty"`
-	// Keys are the store keys its limit reads, window starts by the
+	State
+	// Limits are, of a rule with several limits (rate_limits), each of
+	// them in the rule's order, those another limit replaced included.
+	Limits []ExplainedLimit `json:"limits,omitempty"`
+}
+
+// State is a limit's state before the charge.
+type State struct {
+	// Keys are the store keys the limit reads, window starts by the
 	// server's clock.
 	Keys []string `json:"keys,omitempty"`
 	// Count and Remaining are whole requests of a window, Tokens a
@@ -73,6 +82,32 @@ type Explained struct {
 	RetryAfterMs *int64  `json:"retry_after_ms,omitempty"`
 }
 
+// ExplainedLimit is one limit of a rule with several: its label
+// ("api.account#daily", "api.account#0"), whether it decides the
+// descriptor's status, its own answer (though a joint denial charges
+// none), its size and its state; a replaced one has its label alone.
+type ExplainedLimit struct {
+	Label    string   `json:"label"`
+	Name     string   `json:"name,omitempty"`
+	Decides  bool     `json:"decides,omitempty"`
+	Replaced bool     `json:"replaced,omitempty"`
+	Code     string   `json:"code,omitempty"`
+	Shadowed bool     `json:"shadowed,omitempty"`
+	Replaces []string `json:"replaces,omitempty"`
+	Spec
+	State
+}
+
+// Spec is a limit's size.
+type Spec struct {
+	Algorithm       string   `json:"algorithm,omitempty"`
+	Unit            string   `json:"unit,omitempty"`
+	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
+	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
+	Burst           *float64 `json:"burst,omitempty"`
+	Cost            float64  `json:"cost,omitempty"`
+}
+
 // Rule describes a rule (a limit) and where it comes from.
 type Rule struct {
 	Domain string  `json:"domain"`
@@ -80,19 +115,14 @@ type Rule struct {
 	Levels []Entry `json:"levels"`
 	// Source is "file:line", the xDS resource and descriptor, or
 	// "request" for a limit override; From says which: file, xds, request.
-	Source          string   `json:"source"`
-	From            string   `json:"from"`
-	Name            string   `json:"name,omitempty"`
-	Unlimited       bool     `json:"unlimited,omitempty"`
-	Algorithm       string   `json:"algorithm,omitempty"`
-	Unit            string   `json:"unit,omitempty"`
-	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
-	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
-	Burst           *float64 `json:"burst,omitempty"`
-	Cost            float64  `json:"cost,omitempty"`
-	ShadowMode      bool     `json:"shadow_mode"`
-	QuotaMode       bool     `json:"quota_mode"`
-	Replaces        []string `json:"replaces,omitempty"`
+	Source    string `json:"source"`
+	From      string `json:"from"`
+	Name      string `json:"name,omitempty"`
+	Unlimited bool   `json:"unlimited,omitempty"`
+	Spec
+	ShadowMode bool     `json:"shadow_mode"`
+	QuotaMode  bool     `json:"quota_mode"`
+	Replaces   []string `json:"replaces,omitempty"`
 }
 
 // BucketExplanation is the answer of POST /v1/explain for an RLQS bucket.

@@ -157,7 +157,8 @@ func printExplain(w io.Writer, bases, texts []string) {
 }
 
 // explainText is an explanation as a table, without times that change
-// from one replica to the next.
+// from one replica to the next. A rule with several limits has a row
+// under its descriptor's for each of them, the one that decides marked.
 func explainText(e *explanation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "domain %s: the request would be %s (store %s; nothing charged)\n", e.Domain, e.Code, e.Store)
@@ -169,16 +170,10 @@ func explainText(e *explanation) string {
 			rule = "(replaced)"
 		}
 		if r := d.Rule; r != nil {
-			rule, source, limit = r.Path, r.Source, limitText(r)
+			rule, source, limit, left = r.Path, r.Source, limitText(r), leftText(&d.State, r.RequestsPerUnit)
 			if r.Name != "" {
 				rule += " (" + r.Name + ")"
 			}
-		}
-		switch {
-		case d.Remaining != nil:
-			left = fmt.Sprintf("%d of %d (count %d)", *d.Remaining, d.Rule.RequestsPerUnit, *d.Count)
-		case d.Tokens != nil:
-			left = fmt.Sprintf("%d tokens", *d.Tokens)
 		}
 		code := d.Code
 		if d.Shadowed {
@@ -188,9 +183,37 @@ func explainText(e *explanation) string {
 			code += " (quota)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", entriesText(d.Entries), code, rule, source, limit, left, strings.Join(d.Keys, " "))
+		for i, l := range d.Limits {
+			label, code, limit := l.Label, l.Code, specText(&l.Spec)
+			switch {
+			case l.Replaced:
+				code, limit = "(replaced)", ""
+			case l.Shadowed:
+				code += " (shadowed: over)"
+			}
+			if len(l.Replaces) > 0 {
+				limit += " replaces " + strings.Join(l.Replaces, ",")
+			}
+			if l.Decides {
+				label += " (decides)"
+			}
+			fmt.Fprintf(tw, "  limit %d of %d\t%s\t%s\t\t%s\t%s\t%s\n", i+1, len(d.Limits), code, label, limit,
+				leftText(&l.State, l.RequestsPerUnit), strings.Join(l.Keys, " "))
+		}
 	}
 	_ = tw.Flush()
 	return b.String()
+}
+
+// leftText is what a limit of size requests has left, before the charge.
+func leftText(st *adminapi.State, size uint32) string {
+	switch {
+	case st.Remaining != nil:
+		return fmt.Sprintf("%d of %d (count %d)", *st.Remaining, size, *st.Count)
+	case st.Tokens != nil:
+		return fmt.Sprintf("%d tokens", *st.Tokens)
+	}
+	return ""
 }
 
 // limitText is a rule's limit in short: "5/MINUTE fixed_window".
@@ -198,14 +221,7 @@ func limitText(r *ruleInfo) string {
 	if r.Unlimited {
 		return "unlimited"
 	}
-	s := strconv.FormatUint(uint64(r.RequestsPerUnit), 10) + "/"
-	if r.UnitMultiplier > 1 {
-		s += strconv.FormatUint(uint64(r.UnitMultiplier), 10) + " "
-	}
-	s += r.Unit + " " + r.Algorithm
-	if r.Burst != nil {
-		s += " burst " + strconv.FormatFloat(*r.Burst, 'f', -1, 64)
-	}
+	s := specText(&r.Spec)
 	if r.ShadowMode {
 		s += " shadow"
 	}
@@ -214,6 +230,20 @@ func limitText(r *ruleInfo) string {
 	}
 	if len(r.Replaces) > 0 {
 		s += " replaces " + strings.Join(r.Replaces, ",")
+	}
+	return s
+}
+
+// specText is a limit's size in short: "5/MINUTE fixed_window", a
+// bucket's burst after it.
+func specText(sp *adminapi.Spec) string {
+	s := strconv.FormatUint(uint64(sp.RequestsPerUnit), 10) + "/"
+	if sp.UnitMultiplier > 1 {
+		s += strconv.FormatUint(uint64(sp.UnitMultiplier), 10) + " "
+	}
+	s += sp.Unit + " " + sp.Algorithm
+	if sp.Burst != nil {
+		s += " burst " + strconv.FormatFloat(*sp.Burst, 'f', -1, 64)
 	}
 	return s
 }

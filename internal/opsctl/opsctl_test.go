@@ -145,6 +145,32 @@ func TestExplainExitCodes(t *testing.T) {
 	}
 }
 
+// TestExplainSeveralLimits: of a rule with several limits, explain's
+// table has a row for each under the descriptor's, with its label, size,
+// what it has left and its keys, the one that decides marked.
+func TestExplainSeveralLimits(t *testing.T) {
+	r := startReplica(t)
+	r.decide(t, 2, "account", "acme")
+	code, out, errs := run(t, "explain", "--admin", r.admin, "--domain", "edge", "--descriptor", "account=acme")
+	if code != opsctl.ExitLimited {
+		t.Fatalf("exit %d, want %d\n%s%s", code, opsctl.ExitLimited, out, errs)
+	}
+	base := "ratelimit:{edge/account=acme}:default:"
+	for _, want := range []string{
+		"account=acme OVER_LIMIT edge.account (daily) ",
+		"limit 1 of 2 OK edge.account#0 10/HOUR fixed_window 8 of 10 (count 2) " + base,
+		"limit 2 of 2 OVER_LIMIT edge.account#daily (decides) 2/DAY fixed_window 0 of 2 (count 2) " + base + "#1:",
+	} {
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			found = found || strings.HasPrefix(strings.Join(strings.Fields(l), " "), want)
+		}
+		if !found {
+			t.Errorf("no row %q in\n%s", want, out)
+		}
+	}
+}
+
 // TestResetAndRefund: reset needs a token; with one it clears the
 // descriptor on every replica, by descriptor or by rule and value; refund
 // gives hits back on the first replica only.

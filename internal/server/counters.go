@@ -124,8 +124,8 @@ func (s *Server) applyCounters(ctx context.Context, req *limiter.Request[descrip
 	for i := range req.Descriptors {
 		es := req.Descriptors[i].Entries
 		out.Descriptors[i] = countersChange{
-			Before: s.explain(req.Domain, es, &before.Statuses[i], before.Keys[i], now),
-			After:  s.explain(req.Domain, es, &after.Statuses[i], after.Keys[i], now),
+			Before: s.explain(req.Domain, es, before, i, now),
+			After:  s.explain(req.Domain, es, after, i, now),
 		}
 	}
 	return out, nil

@@ -66,13 +66,15 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	out := explanation{Domain: req.Domain, Code: p.Code.String(), Store: storeKind(s.opts), Descriptors: make([]explained, len(p.Statuses))}
 	now := time.Now().UnixMilli()
 	for i := range p.Statuses {
-		out.Descriptors[i] = s.explain(req.Domain, req.Descriptors[i].Entries, &p.Statuses[i], p.Keys[i], now)
+		out.Descriptors[i] = s.explain(req.Domain, req.Descriptors[i].Entries, p, i, now)
 	}
 	writeJSON(w, out)
 }
 
-// explain describes one peeked status.
-func (s *Server) explain(domain string, entries []descriptors.Entry, st *limiter.Status, key string, now int64) explained {
+// explain describes the peeked status of descriptor i of p, and of a
+// rule with several limits each of them.
+func (s *Server) explain(domain string, entries []descriptors.Entry, p *limiter.Peeked, i int, now int64) explained {
+	st := &p.Statuses[i]
 	e := explained{Entries: toEntries(entries), Code: st.Code.String(), Replaced: st.Replaced, Hits: st.Hits,
 		Refund: st.Refund, Quota: st.Quota, Shadowed: st.Shadowed}
 	lim := st.Limit
@@ -80,10 +82,36 @@ func (s *Server) explain(domain string, entries []descriptors.Entry, st *limiter
 		return e
 	}
 	e.Matched, e.Rule = true, s.ruleInfo(domain, lim)
-	if lim.Unlimited || key == "" {
+	if lim.Unlimited || p.Keys[i] == "" {
 		return e
 	}
-	e.Keys = storeKeys(key, lim, now)
+	e.State = limitState(st, p.Keys[i], now)
+	if st.Parts == nil {
+		return e
+	}
+	// Each limit of the rule, in its order: those in force are the Parts,
+	// in the same order; the others were replaced.
+	next := 0
+	for _, m := range lim.Group {
+		l := adminapi.ExplainedLimit{Label: m.Label(), Name: m.Name, Replaces: m.Replaces, Spec: limitSpec(m)}
+		if next < len(st.Parts) && st.Parts[next].Limit == m {
+			part := &st.Parts[next]
+			l.Decides, l.Code, l.Shadowed = m == lim, part.Code.String(), part.Shadowed
+			l.State = limitState(part, p.PartKeys[i][next], now)
+			next++
+		} else {
+			l.Replaced = true
+		}
+		e.Limits = append(e.Limits, l)
+	}
+	return e
+}
+
+// limitState is the state of st's limit, a limited one whose base key is
+// key: its store keys and what is left before the charge.
+func limitState(st *limiter.Status, key string, now int64) adminapi.State {
+	lim := st.Limit
+	e := adminapi.State{Keys: storeKeys(key, lim, now)}
 	remaining, reset := st.Remaining, st.ResetMillis
 	e.ResetMs = &reset
 	if st.Code == limiter.OverLimit || st.Shadowed {
@@ -113,17 +141,22 @@ func (s *Server) ruleInfo(domain string, lim *descriptors.Limit) *ruleInfo {
 	case cur != nil && cur.FromXDS:
 		ri.From = "xds"
 	}
+	ri.Spec = limitSpec(lim)
+	return ri
+}
+
+// limitSpec is lim's size; nothing for an unlimited one.
+func limitSpec(lim *descriptors.Limit) adminapi.Spec {
 	if lim.Unlimited {
-		return ri
+		return adminapi.Spec{}
 	}
-	ri.Algorithm, ri.Unit = lim.Algorithm.String(), lim.Unit.String()
-	ri.RequestsPerUnit, ri.UnitMultiplier = lim.RequestsPerUnit, max(lim.UnitMultiplier, 1)
-	ri.Cost = float64(lim.Cost) / descriptors.Milli
+	sp := adminapi.Spec{Algorithm: lim.Algorithm.String(), Unit: lim.Unit.String(), RequestsPerUnit: lim.RequestsPerUnit,
+		UnitMultiplier: max(lim.UnitMultiplier, 1), Cost: float64(lim.Cost) / descriptors.Milli}
 	if lim.Algorithm == descriptors.TokenBucket {
 		burst := float64(lim.Burst) / descriptors.Milli
-		ri.Burst = &burst
+		sp.Burst = &burst
 	}
-	return ri
+	return sp
 }
 
 // storeKeys are the keys under base that lim's state lives in at now

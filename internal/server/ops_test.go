@@ -14,19 +14,24 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
 // opsRules are a window, a named sliding window that replaces another,
-// and a shadowed bucket.
+// a shadowed bucket, and a rule of three limits, the third of which the
+// sliding window replaces.
 //
 //go:embed testdata/ops.yaml
 var opsRules string
@@ -155,6 +160,76 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainSeveralLimits: of a rule with several limits, explain lists
+// each with its label, keys, size and state, marks the one that decides
+// and those another descriptor's limit replaced, and charges none.
+func TestExplainSeveralLimits(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	for range 3 {
+		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "account", "acme")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "http://" + s.AdminAddr() + "/v1/explain"
+	alone := `{"domain":"ops","descriptors":[{"entries":[{"key":"account","value":"acme"}]}]}`
+	var first []adminapi.ExplainedLimit
+	for i := range 2 {
+		code, out := call(t, nil, http.MethodPost, url, alone)
+		e := decode[explanation](t, out)
+		if code != http.StatusOK || e.Code != "OVER_LIMIT" || len(e.Descriptors) != 1 {
+			t.Fatalf("%d %s", code, out)
+		}
+		d := e.Descriptors[0]
+		if d.Rule.Name != "daily" || *d.Remaining != 0 || len(d.Limits) != 3 {
+			t.Fatalf("descriptor: %s", out)
+		}
+		if i == 0 {
+			first = d.Limits
+			continue
+		}
+		for j, l := range d.Limits {
+			if *l.Remaining != *first[j].Remaining {
+				t.Errorf("limit %s: %d left, then %d: something was charged", l.Label, *first[j].Remaining, *l.Remaining)
+			}
+		}
+	}
+	base := "ratelimit:{ops/account=acme}:default:"
+	for j, want := range []struct {
+		label, code, algorithm string
+		decides                bool
+		keys                   int
+		keyPrefix              string
+		count                  int64
+		remaining              uint32
+	}{
+		{"ops.account#0", "OK", "fixed_window", false, 1, base, 3, 7},
+		{"ops.account#daily", "OVER_LIMIT", "sliding_window", true, 2, base + "#1:", 3, 0},
+		{"ops.account#other", "OK", "fixed_window", false, 1, base + "#2:", 3, 97},
+	} {
+		l := first[j]
+		if l.Label != want.label || l.Code != want.code || l.Algorithm != want.algorithm || l.Decides != want.decides || l.Replaced ||
+			len(l.Keys) != want.keys || !strings.HasPrefix(l.Keys[0], want.keyPrefix) || strings.Contains(l.Keys[0][len(want.keyPrefix):], "#") ||
+			*l.Count != want.count || *l.Remaining != want.remaining || l.ResetMs == nil || (l.RetryAfterMs != nil) != want.decides {
+			t.Errorf("limit %d: %+v (%+v), want %+v", j, l, l.State, want)
+		}
+	}
+	// Beside the gold plan's limit, which replaces "other", that one is
+	// listed as replaced, with its label alone.
+	both := `{"domain":"ops","descriptors":[{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
+		{"entries":[{"key":"account","value":"acme"}]}]}`
+	_, out := call(t, nil, http.MethodPost, url, both)
+	ls := decode[explanation](t, out).Descriptors[1].Limits
+	if len(ls) != 3 || !ls[2].Replaced || ls[2].Label != "ops.account#other" || ls[2].Code != "" || ls[2].Keys != nil ||
+		ls[0].Replaced || !ls[1].Decides {
+		t.Errorf("with the gold plan's limit: %s", out)
+	}
+	// A rule of one limit has no list.
+	_, out = call(t, nil, http.MethodPost, url, `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`)
+	if strings.Contains(out, `"limits"`) {
+		t.Errorf("a rule of one limit: %s", out)
+	}
+}
+
 // state is what an explained descriptor has left.
 func state(d explained) string {
 	deref := func(p *uint32) string {
@@ -267,10 +342,12 @@ func TestCounters(t *testing.T) {
 }
 
 // TestCountersClientCertificate: with admin TLS and a client CA, reads
-// need no certificate, and a write with one is authorized by its subject.
+// need no certificate, and a write with one is authorized by its subject,
+// which its audit line names.
 func TestCountersClientCertificate(t *testing.T) {
 	fs := certtest.NewFiles(t)
-	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules},
+	core, logs := observer.New(zap.InfoLevel)
+	s := testServerOn(t, files.Dir(t, map[string]string{"ops.yaml": opsRules}), zap.New(core),
 		"--admin-tls-cert", fs.ServerCert, "--admin-tls-key", fs.ServerKey, "--admin-tls-client-ca", fs.CAFile)
 	pool := certtest.Pool(fs.CA)
 	client, err := tls.LoadX509KeyPair(fs.ClientCert, fs.ClientKey)
@@ -291,6 +368,15 @@ func TestCountersClientCertificate(t *testing.T) {
 	code, out := call(t, authed, http.MethodPost, base+"/v1/counters/reset", reset)
 	if a := decode[countersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
 		t.Errorf("a write with a certificate: %d %s", code, out)
+	}
+	refused, audits := logs.FilterMessage("admin write refused").All(), logs.FilterMessage("admin write").All()
+	if len(refused) != 1 || len(audits) != 1 {
+		t.Fatalf("%d refusal and %d audit lines, want 1 each", len(refused), len(audits))
+	}
+	f := audits[0].ContextMap()
+	if audits[0].LoggerName != "audit" || f["who"] != "cert:CN=client" || f["action"] != "reset" || f["remote"] == "" ||
+		fmt.Sprint(f["descriptors"]) != "[user=ann]" {
+		t.Errorf("audit line of the certificate's write: %s %v", audits[0].LoggerName, f)
 	}
 }
 
@@ -358,8 +444,71 @@ func TestPage(t *testing.T) {
 		t.Errorf("counted rule: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
-	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_003 {
+	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
 		t.Errorf("status: %s", out)
+	}
+}
+
+// TestPageRLQSDivisions: the page and /v1/status show each RLQS division
+// with its rule, bucket, limit and clients, at most divisionsOnPage of them
+// and clientsOnPage clients of each, saying how many were left out.
+func TestPageRLQSDivisions(t *testing.T) {
+	rules := "domain: q\ndescriptors:\n" +
+		"  - key: tier\n    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 60}\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 120}\n"
+	s, _ := testServer(t, map[string]string{"q.yaml": rules}, "--rlqs")
+	// One stream: 7 tiers, clients of one division, and a division per user.
+	users := divisionsOnPage + 3
+	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "q"}
+	add := func(k, v string) {
+		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqspb.BucketId{Bucket: map[string]string{k: v}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 1})
+	}
+	for _, tier := range "abcdefg" {
+		add("tier", string(tier))
+	}
+	for i := range users {
+		add("user", fmt.Sprintf("u%03d", i))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(bigClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + s.AdminAddr()
+	var st adminStatus
+	if !wait.True(patience, func() bool {
+		_, out := call(t, nil, http.MethodGet, base+"/v1/status", "")
+		st = decode[adminStatus](t, out)
+		return len(st.Divisions) == divisionsOnPage
+	}) {
+		t.Fatalf("status: %d divisions, %d more", len(st.Divisions), st.MoreDivisions)
+	}
+	tiers := st.Divisions[0] // "{q/tier=*}" sorts before "{q/user=…}"
+	if st.MoreDivisions != users+1-divisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
+		len(tiers.Clients) != clientsOnPage || tiers.MoreClients != 7-clientsOnPage || tiers.Clients[0].AssignedRate == nil {
+		t.Errorf("divisions: %d more; the tiers' %+v", st.MoreDivisions, tiers)
+	}
+	if u := st.Divisions[1]; u.Rule != "q.user" || u.Bucket["user"] != "u000" || u.LimitRate != 2 || len(u.Clients) != 1 || u.MoreClients != 0 {
+		t.Errorf("u000's division: %+v", u)
+	}
+	_, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html")
+	body := page[strings.Index(page, `<tbody id="divisions">`):]
+	body = body[:strings.Index(body, "</tbody>")]
+	if n := strings.Count(body, "<tr>"); n != divisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
+		!strings.Contains(body, "tier=a") || !strings.Contains(body, "and 2 more") || !strings.Contains(body, "user=u000") ||
+		strings.Contains(body, fmt.Sprintf("user=u%03d", users-1)) {
+		t.Errorf("the page's divisions: %d rows\n%s", n, body)
+	}
+	if !strings.Contains(page, `<p class="muted" id="moreDivisions">4 more divisions not shown`) {
+		t.Errorf("the page does not say how many divisions it left out")
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	_ "embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +43,20 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return v
 	},
+	"add": func(a, b int) int { return a + b },
+	"rate": func(r *float64) string {
+		if r == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f", *r)
+	},
+	"bucket": func(id map[string]string) string {
+		kv := make([]string, 0, len(id))
+		for _, k := range slices.Sorted(maps.Keys(id)) {
+			kv = append(kv, k+"="+id[k])
+		}
+		return strings.Join(kv, ", ")
+	},
 	"reload": func(r *reloadStatus) string {
 		switch {
 		case r == nil:
@@ -62,6 +78,8 @@ type pageData struct {
 	Range     string
 	PageSize  int
 	RefreshMs int64
+	// The bounds of the RLQS divisions shown.
+	DivisionsOnPage, ClientsOnPage int
 }
 
 // home serves "/" and the paths nothing else serves: the admin page to a
@@ -75,7 +93,7 @@ func (s *Server) home(idx adminIndex) http.Handler {
 		}
 		filter := r.URL.Query().Get("q")
 		d := pageData{Status: s.status(), Rules: s.rulesPage(filter, 0, defaultRulesPage), Filter: filter,
-			PageSize: defaultRulesPage, RefreshMs: pageRefresh.Milliseconds()}
+			PageSize: defaultRulesPage, RefreshMs: pageRefresh.Milliseconds(), DivisionsOnPage: divisionsOnPage, ClientsOnPage: clientsOnPage}
 		d.Range = fmt.Sprintf("%d–%d of %d", min(1, d.Rules.Total), len(d.Rules.Rules), d.Rules.Total)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")

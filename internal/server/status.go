@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,17 @@ type adminStatus struct {
 	// Limited are the rules with over-limit identifiers, most limited first.
 	Limited []top.Ranking                `json:"limited"`
 	RLQS    map[string]rlqs.DomainTotals `json:"rlqs,omitempty"`
+	// Divisions are the first divisionsOnPage RLQS divisions, as
+	// /v1/quota answers each; MoreDivisions counts those left out.
+	Divisions     []rlqsDivision `json:"rlqs_divisions,omitempty"`
+	MoreDivisions int            `json:"rlqs_more_divisions,omitempty"`
+}
+
+// rlqsDivision is an RLQS division on the page: its first clientsOnPage
+// clients, those assigned the most, and how many it left out.
+type rlqsDivision struct {
+	rlqs.Usage
+	MoreClients int `json:"more_clients,omitempty"`
 }
 
 // storeStatus is the store's state.
@@ -51,10 +63,13 @@ type rulesStatus struct {
 	Reload  *reloadStatus `json:"reload,omitempty"`
 }
 
-// limitedOnPage and topOnPage bound the page's top limited identifiers.
+// limitedOnPage and topOnPage bound the page's top limited identifiers,
+// divisionsOnPage and clientsOnPage its RLQS divisions.
 const (
-	limitedOnPage = 20
-	topOnPage     = 5
+	limitedOnPage   = 20
+	topOnPage       = 5
+	divisionsOnPage = 100
+	clientsOnPage   = 5
 )
 
 // handleStatus answers GET /v1/status.
@@ -75,8 +90,30 @@ func (s *Server) status() adminStatus {
 	}
 	if s.rlqs != nil {
 		st.RLQS = s.rlqs.Totals()
+		st.Divisions, st.MoreDivisions = pageDivisions(s.rlqs.Divisions(divisionsOnPage))
 	}
 	return st
+}
+
+// pageDivisions bounds divisions, of total, for the page: each keeps the
+// clientsOnPage clients assigned the most.
+func pageDivisions(divs []rlqs.Usage, total int) ([]rlqsDivision, int) {
+	out := make([]rlqsDivision, len(divs))
+	for i, u := range divs {
+		cs := u.Clients
+		sort.SliceStable(cs, func(a, b int) bool { return rate(cs[a].AssignedRate) > rate(cs[b].AssignedRate) })
+		out[i] = rlqsDivision{Usage: u, MoreClients: max(len(cs)-clientsOnPage, 0)}
+		out[i].Clients = cs[:min(len(cs), clientsOnPage)]
+	}
+	return out, total - len(divs)
+}
+
+// rate is an optional rate, 0 when unknown.
+func rate(r *float64) float64 {
+	if r == nil {
+		return 0
+	}
+	return *r
 }
 
 func (s *Server) storeStatus() storeStatus {

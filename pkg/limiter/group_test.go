@@ -340,6 +340,9 @@ func TestGroupPeek(t *testing.T) {
 		if p.Code != limiter.OverLimit || st.Limit.Name != "daily" || len(st.Parts) != 2 || !strings.HasSuffix(p.Keys[0], ":#1:") {
 			t.Fatalf("Peek after 3 of 3 a day: %v %+v keys %q", p.Code, st, p.Keys)
 		}
+		if pk := p.PartKeys[0]; len(pk) != 2 || pk[1] != p.Keys[0] || strings.Contains(pk[0], "#") || !strings.HasPrefix(pk[1], pk[0]) {
+			t.Errorf("Peek's keys of each limit: %q, the deciding %q", pk, p.Keys[0])
+		}
 	}
 	// The second's answer is as if charged: 3 before, this one the 4th.
 	if st := check(t, l, req("plain", "named")).Statuses[0]; st.Code != limiter.OverLimit || parts(st)[0] != 6 {

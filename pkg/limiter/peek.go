@@ -27,6 +27,10 @@ type Peeked struct {
 	// rule with several, the one that decides), "" for descriptors that
 	// take no store op (unmatched, unlimited, replaced).
 	Keys []string
+	// PartKeys are, of a descriptor whose rule has several limits, the
+	// base key of each of its Parts, in their order; nil for the others
+	// (nil itself when no descriptor has Parts).
+	PartKeys [][]string
 }
 
 // Peek answers req as Check would at this moment, charging nothing: each
@@ -62,8 +66,16 @@ func Peek[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*
 	applyResults(sc, res, p.Statuses)
 	p.Keys = make([]string, len(req.Descriptors))
 	for j := range sc.ops {
-		if i := sc.index[j]; sc.limits[j] == p.Statuses[i].Limit {
+		i := sc.index[j]
+		st := &p.Statuses[i]
+		if sc.limits[j] == st.Limit {
 			p.Keys[i] = sc.ops[j].Key
+		}
+		if st.Parts != nil {
+			if p.PartKeys == nil {
+				p.PartKeys = make([][]string, len(req.Descriptors))
+			}
+			p.PartKeys[i] = append(p.PartKeys[i], sc.ops[j].Key)
 		}
 	}
 	p.Code = overall(p.Statuses)

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"maps"
 	"sort"
 
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -91,6 +92,52 @@ func (s *Service) Usage(domain string, id map[string]string) Usage {
 		return a.Replica+"/"+a.Client < b.Replica+"/"+b.Client
 	})
 	return u
+}
+
+// Divisions returns the limits divided on this replica, each as Usage
+// answers it for one of its Envoy buckets (share_threshold's buckets share
+// one division): the first n by domain and store key, and how many
+// divisions there are in all, so that a caller can say how many it left
+// out. A division no bucket holds, a moment before it is forgotten, is
+// left out.
+func (s *Service) Divisions(n int) (shown []Usage, total int) {
+	s.mu.Lock()
+	divs := make([]*division, 0, len(s.divisions))
+	for _, dv := range s.divisions {
+		divs = append(divs, dv)
+	}
+	s.mu.Unlock()
+	sort.Slice(divs, func(i, j int) bool {
+		a, b := divs[i], divs[j]
+		return a.domain < b.domain || a.domain == b.domain && a.key < b.key
+	})
+	shown = []Usage{}
+	for _, dv := range divs {
+		if len(shown) == n {
+			break
+		}
+		if id := dv.anyBucket(); id != nil {
+			shown = append(shown, s.Usage(dv.domain, id))
+		}
+	}
+	return shown, len(divs)
+}
+
+// anyBucket is the id of the division's bucket first in canonical order,
+// nil without one.
+func (dv *division) anyBucket() map[string]string {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	var first *envoyBucket
+	for _, b := range dv.buckets {
+		if first == nil || b.text < first.text {
+			first = b
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return maps.Clone(first.id)
 }
 
 func ptr[T any](v T) *T { return &v }
