@@ -32,17 +32,9 @@ func TestSeveralLimitsOnTheFleet(t *testing.T) {
 	ts := []*envoysim.Traffic{cl.fleet.Send(cl.envoy(0, cfg), bucket, 100), cl.fleet.Send(cl.envoy(1, cfg), bucket, 100)}
 
 	const seconds = 150
-	slots := make([]float64, 0, seconds)
-	last := map[*envoysim.Traffic]uint64{}
+	slots := make([]float64, 0, seconds) // admitted each second
 	for range seconds {
-		cl.run(time.Second)
-		n := 0.0
-		for _, tr := range ts {
-			a := tr.Envoy.Counts(tr.Bucket).Allowed
-			n += float64(a - last[tr])
-			last[tr] = a
-		}
-		slots = append(slots, n)
+		slots = append(slots, sum(cl.admitted(time.Second, ts...)))
 	}
 	cfgQ := quota.Config{}.WithDefaults()
 	eps := cfgQ.Lower / (1 - cfgQ.Lower)

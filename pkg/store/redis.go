@@ -179,18 +179,10 @@ func RedisOptionsFromURL(rawURL string, conn ConnOptions) (*redis.Options, error
 // apply puts c's settings on top of opt, with FastLimit's defaults: a
 // 1-second dial, no client retries, context deadlines honoured.
 func (c ConnOptions) apply(opt *redis.Options) {
-	if c.PoolSize > 0 {
-		opt.PoolSize = c.PoolSize
-	}
-	if c.DialTimeout > 0 {
-		opt.DialTimeout = c.DialTimeout
-	}
-	if c.ReadTimeout > 0 {
-		opt.ReadTimeout = c.ReadTimeout
-	}
-	if c.WriteTimeout > 0 {
-		opt.WriteTimeout = c.WriteTimeout
-	}
+	positive(&opt.PoolSize, c.PoolSize)
+	positive(&opt.DialTimeout, c.DialTimeout)
+	positive(&opt.ReadTimeout, c.ReadTimeout)
+	positive(&opt.WriteTimeout, c.WriteTimeout)
 	if c.Name != "" {
 		opt.ClientName = c.Name
 	}
@@ -200,6 +192,13 @@ func (c ConnOptions) apply(opt *redis.Options) {
 	}
 	opt.MaxRetries = -1
 	opt.ContextTimeoutEnabled = true
+}
+
+// positive sets *dst to v when v is above zero.
+func positive[T int | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // NewRedisFromURL returns a Redis with its own single-node client, made by
