@@ -140,8 +140,8 @@ func (r *results) find(spec runSpec) *runResult {
 
 // bench runs the plan: for each deployment (single Redis, then Cluster),
 // it starts every server on its own Redis, then runs each spec for every
-// round, the servers taking turns (A, B, A, B, ...), so that a machine
-// that gets busier or quieter affects both alike.
+// round, the servers taking turns (A, B, then B, A, ...), so that a
+// machine that gets busier or quieter affects both alike.
 type bench struct {
 	o     *options
 	bins  []*binary
@@ -193,7 +193,8 @@ func (b *bench) run(ctx context.Context, res *results) error {
 				if err != nil {
 					return err
 				}
-				for i, srv := range servers {
+				for _, i := range turns(len(servers), r) {
+					srv := servers[i]
 					if !b.bins[i].supports(rr.Spec.Key) {
 						continue
 					}
@@ -219,6 +220,20 @@ func (b *bench) run(ctx context.Context, res *results) error {
 		}
 	}
 	return nil
+}
+
+// turns is the order n servers take their turns in round r: forward in
+// even rounds, backward in odd ones (A, B; B, A; ...), so that neither is
+// always measured on the machine the other just warmed.
+func turns(n, r int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+		if r%2 == 1 {
+			out[i] = n - 1 - i
+		}
+	}
+	return out
 }
 
 // startServers starts each binary's Redis (one redis-server, or a Cluster;

@@ -286,3 +286,15 @@ func TestQuickNullAndVariants(t *testing.T) {
 		"| null server | `./bench/nullrls`",
 	)
 }
+
+// The servers take turns forward in even rounds and backward in odd ones.
+func TestTurns(t *testing.T) {
+	for _, tc := range []struct {
+		n, r int
+		want []int
+	}{{2, 0, []int{0, 1}}, {2, 1, []int{1, 0}}, {3, 2, []int{0, 1, 2}}, {3, 3, []int{2, 1, 0}}, {1, 1, []int{0}}} {
+		if got := turns(tc.n, tc.r); !slices.Equal(got, tc.want) {
+			t.Errorf("turns(%d, %d) = %v, want %v", tc.n, tc.r, got, tc.want)
+		}
+	}
+}
