@@ -37,8 +37,8 @@ var extensionRules = []string{
 
 // TestRulesLoadOnReference starts envoyproxy/ratelimit at the pinned
 // version (refserver) over the shipped rules (config/, whole tree, as the
-// reference reads a directory) and the Kubernetes example's rules, which
-// it must load, and over each file kept apart for FastLimit's extensions,
+// reference reads a directory), the Kubernetes example's rules and the
+// quota service example's, which it must load, and over each file kept apart for FastLimit's extensions,
 // which it must refuse.
 func TestRulesLoadOnReference(t *testing.T) {
 	refserver.Bin(t)
@@ -58,6 +58,15 @@ func TestRulesLoadOnReference(t *testing.T) {
 		k8s[name] = string(b)
 	}
 	loadsOnReference(t, kubernetesDir+" ConfigMap ratelimit-config", k8s)
+	rlqsRules := map[string]string{}
+	quotaFiles, err := filepath.Glob("envoy-rlqs/rules/*.yaml")
+	if err != nil || len(quotaFiles) == 0 {
+		t.Fatalf("rules under envoy-rlqs/rules: %v %v", quotaFiles, err)
+	}
+	for _, p := range quotaFiles {
+		rlqsRules[filepath.Base(p)] = string(files.Read(t, p))
+	}
+	loadsOnReference(t, "envoy-rlqs/rules/", rlqsRules)
 	for _, p := range extensionRules {
 		b := files.Read(t, p)
 		if p == "istio/rules-configmap.yaml" {
