@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
@@ -65,6 +66,28 @@ func TestRulesCheckHook(t *testing.T) {
 		t.Errorf("check pod ServiceAccount %q (automount %v): hooks run before the release's own exists", pod.ServiceAccountName, pod.AutomountServiceAccountToken)
 	}
 	notSelected(t, o, "rules check", job.Spec.Template.Labels)
+	wantRes := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	if *job.Spec.ActiveDeadlineSeconds != 120 || !reflect.DeepEqual(c.Resources, wantRes) {
+		t.Errorf("check deadline %ds, resources %+v; want values.yaml's", *job.Spec.ActiveDeadlineSeconds, c.Resources)
+	}
+
+	// rules.check's deadline and resources, as given (merged over the defaults).
+	o = mustRender(t, map[string]any{"rules": map[string]any{"check": map[string]any{"activeDeadlineSeconds": 600,
+		"resources": map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "64Mi"}, "limits": map[string]any{"cpu": "1", "memory": "256Mi"}}}}})
+	job = only(t, o.jobs, name)
+	wantRes = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}
+	if res := job.Spec.Template.Spec.Containers[0].Resources; *job.Spec.ActiveDeadlineSeconds != 600 || !reflect.DeepEqual(res, wantRes) {
+		t.Errorf("check deadline %ds, resources %+v; want rules.check's 600 s and %+v", *job.Spec.ActiveDeadlineSeconds, res, wantRes)
+	}
+	if res := container(t, o).Resources; reflect.DeepEqual(res, wantRes) {
+		t.Error("rules.check.resources reached FastLimit's container")
+	}
 
 	o = mustRender(t, map[string]any{"rules": map[string]any{"existingConfigMap": "my-rules"}})
 	job = only(t, o.jobs, name)
@@ -292,12 +315,38 @@ func TestPrometheusRule(t *testing.T) {
 			t.Errorf("alert %s: for %v, labels %v, annotations %v", r.Alert, r.For, r.Labels, r.Annotations)
 		}
 	}
-	sel := `{namespace="` + namespace + `", service="` + fullname + `"}`
+	checkAlerts(t, alerts, `{namespace="`+namespace+`", service="`+fullname+`"}`)
+	if alerts["Mine"] != "vector(1)" {
+		t.Errorf("additional rule %q, want prometheusRule.additionalRules' vector(1)", alerts["Mine"])
+	}
+
+	// A selector of the series' own labels, and another for.
+	o = mustRender(t, map[string]any{"prometheusRule": map[string]any{"enabled": true,
+		"selector": `job="fastlimit", cluster=~"eu-.*"`, "for": "15m"}})
+	pr = only(t, o.prometheusRules, fullname)
+	alerts = map[string]string{}
+	for _, r := range pr.Spec.Groups[0].Rules {
+		alerts[r.Alert] = r.Expr.String()
+		if r.For == nil || *r.For != "15m" {
+			t.Errorf("alert %s: for %v, want prometheusRule.for 15m", r.Alert, r.For)
+		}
+		if strings.Contains(r.Expr.String(), "namespace=") {
+			t.Errorf("alert %s: %q keeps the default selector", r.Alert, r.Expr.String())
+		}
+	}
+	if len(alerts) != 3 {
+		t.Errorf("alerts %q", alerts)
+	}
+	checkAlerts(t, alerts, `{job="fastlimit", cluster=~"eu-.*"}`)
+}
+
+// checkAlerts checks the chart's alerts select their series with sel.
+func checkAlerts(t *testing.T, alerts map[string]string, sel string) {
+	t.Helper()
 	for alert, want := range map[string]string{
 		"FastLimitRulesReloadFailed": "fastlimit_config_last_reload_successful" + sel + ") == 0",
 		"FastLimitStoreErrors":       "rate(fastlimit_store_errors_total" + sel + "[5m])",
 		"FastLimitStoreBreakerOpen":  "fastlimit_store_breaker_state" + sel + ") > 0",
-		"Mine":                       "vector(1)",
 	} {
 		if !strings.Contains(alerts[alert], want) {
 			t.Errorf("alert %s: %q, want it to contain %q", alert, alerts[alert], want)

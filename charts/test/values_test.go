@@ -240,6 +240,38 @@ func TestUpdateStrategy(t *testing.T) {
 	if s.Type != "Recreate" || s.RollingUpdate != nil {
 		t.Errorf("strategy %+v, want Recreate alone", s)
 	}
+	s = only(t, mustRender(t, map[string]any{"updateStrategy": map[string]any{"rollingUpdate": map[string]any{"maxSurge": 2, "maxUnavailable": "50%"}}}).deployments,
+		fullname).Spec.Strategy
+	if s.Type != "RollingUpdate" || s.RollingUpdate == nil || *s.RollingUpdate.MaxSurge != intstr.FromInt32(2) ||
+		*s.RollingUpdate.MaxUnavailable != intstr.FromString("50%") {
+		t.Errorf("strategy %+v, want updateStrategy.rollingUpdate's maxSurge 2, maxUnavailable 50%%", s)
+	}
+}
+
+// TestImagePullSecrets: every pod the chart makes (FastLimit's, the rules
+// check's, helm test's) pulls with the secrets given, and none without.
+func TestImagePullSecrets(t *testing.T) {
+	want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}
+	for what, pod := range podSpecs(t, mustRender(t, map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}, map[string]any{"name": "mirror"}}})) {
+		if !reflect.DeepEqual(pod.ImagePullSecrets, want) {
+			t.Errorf("%s: imagePullSecrets %+v, want %+v", what, pod.ImagePullSecrets, want)
+		}
+	}
+	for what, pod := range podSpecs(t, mustRender(t, nil)) {
+		if pod.ImagePullSecrets != nil {
+			t.Errorf("%s: imagePullSecrets %+v by default", what, pod.ImagePullSecrets)
+		}
+	}
+}
+
+// podSpecs are the pods of the Deployment, the rules check and helm test.
+func podSpecs(t *testing.T, o *objects) map[string]corev1.PodSpec {
+	t.Helper()
+	return map[string]corev1.PodSpec{
+		"Deployment":  only(t, o.deployments, fullname).Spec.Template.Spec,
+		"rules check": only(t, o.jobs, fullname+"-rules-check").Spec.Template.Spec,
+		"helm test":   only(t, o.pods, fullname+"-test").Spec,
+	}
 }
 
 // Sizes of docs/settings.md's "The embedded store's memory": the most
