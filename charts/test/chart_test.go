@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("replicas %d", *dep.Spec.Replicas)
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
-	if c.Image != testImage+":latest" || c.ImagePullPolicy != "" || len(c.Command) != 0 || len(c.Args) != 0 {
+	if c.Image != testImage+":"+appVersion(t) || c.ImagePullPolicy != "" || len(c.Command) != 0 || len(c.Args) != 0 {
 		t.Errorf("image %s (%q) command %q args %q: want the image named, Kubernetes' pull policy, run on its environment alone",
 			c.Image, c.ImagePullPolicy, c.Command, c.Args)
 	}

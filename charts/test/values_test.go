@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,41 @@ func TestImage(t *testing.T) {
 	if j := only(t, o.jobs, fullname+"-rules-check").Spec.Template.Spec.Containers[0]; j.Image != c.Image || j.ImagePullPolicy != c.ImagePullPolicy {
 		t.Errorf("rules check image %s (%q), want the server's", j.Image, j.ImagePullPolicy)
 	}
+}
+
+// TestImageDefaultTag: without image.tag the image's tag is the chart's
+// appVersion, a version (never latest, which Kubernetes would pull anew
+// and which names no build), the one the READMEs' docker build gives the
+// image; the version label says the same.
+func TestImageDefaultTag(t *testing.T) {
+	v := appVersion(t)
+	if !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(v) {
+		t.Errorf("appVersion %q, want a version vX.Y.Z", v)
+	}
+	o := mustRender(t, nil)
+	dep := only(t, o.deployments, fullname)
+	if c := dep.Spec.Template.Spec.Containers[0]; c.Image != testImage+":"+v {
+		t.Errorf("image %s, want the tag %s", c.Image, v)
+	}
+	if l := dep.Labels["app.kubernetes.io/version"]; l != v {
+		t.Errorf("app.kubernetes.io/version %q, want %q", l, v)
+	}
+	build := "docker build -t registry.example.com/fastlimit:" + v + " --build-arg VERSION=" + v + " ."
+	for _, readme := range []string{chartDir + "/README.md", "../../README.md"} {
+		if !strings.Contains(string(readFile(t, readme)), build) {
+			t.Errorf("%s does not build the image of tag %s (%q)", readme, v, build)
+		}
+	}
+}
+
+// appVersion is Chart.yaml's appVersion.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	var ch struct {
+		AppVersion string `json:"appVersion"`
+	}
+	unmarshalFile(t, chartDir+"/Chart.yaml", &ch)
+	return ch.AppVersion
 }
 
 // TestServiceAccount: the release's own ServiceAccount mounts no token,
@@ -203,6 +239,38 @@ func TestUpdateStrategy(t *testing.T) {
 	s = only(t, mustRender(t, map[string]any{"updateStrategy": map[string]any{"type": "Recreate"}}).deployments, fullname).Spec.Strategy
 	if s.Type != "Recreate" || s.RollingUpdate != nil {
 		t.Errorf("strategy %+v, want Recreate alone", s)
+	}
+	s = only(t, mustRender(t, map[string]any{"updateStrategy": map[string]any{"rollingUpdate": map[string]any{"maxSurge": 2, "maxUnavailable": "50%"}}}).deployments,
+		fullname).Spec.Strategy
+	if s.Type != "RollingUpdate" || s.RollingUpdate == nil || *s.RollingUpdate.MaxSurge != intstr.FromInt32(2) ||
+		*s.RollingUpdate.MaxUnavailable != intstr.FromString("50%") {
+		t.Errorf("strategy %+v, want updateStrategy.rollingUpdate's maxSurge 2, maxUnavailable 50%%", s)
+	}
+}
+
+// TestImagePullSecrets: every pod the chart makes (FastLimit's, the rules
+// check's, helm test's) pulls with the secrets given, and none without.
+func TestImagePullSecrets(t *testing.T) {
+	want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}
+	for what, pod := range podSpecs(t, mustRender(t, map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}, map[string]any{"name": "mirror"}}})) {
+		if !reflect.DeepEqual(pod.ImagePullSecrets, want) {
+			t.Errorf("%s: imagePullSecrets %+v, want %+v", what, pod.ImagePullSecrets, want)
+		}
+	}
+	for what, pod := range podSpecs(t, mustRender(t, nil)) {
+		if pod.ImagePullSecrets != nil {
+			t.Errorf("%s: imagePullSecrets %+v by default", what, pod.ImagePullSecrets)
+		}
+	}
+}
+
+// podSpecs are the pods of the Deployment, the rules check and helm test.
+func podSpecs(t *testing.T, o *objects) map[string]corev1.PodSpec {
+	t.Helper()
+	return map[string]corev1.PodSpec{
+		"Deployment":  only(t, o.deployments, fullname).Spec.Template.Spec,
+		"rules check": only(t, o.jobs, fullname+"-rules-check").Spec.Template.Spec,
+		"helm test":   only(t, o.pods, fullname+"-test").Spec,
 	}
 }
 

@@ -36,13 +36,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return cmd(args[1:], getenv, stdout, stderr)
 		}
 	}
-	if len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
-		return runVersion(stdout)
-	}
 	s, err := settings.Parse("fastlimit", args, getenv, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, settings.ErrVersion):
+			return runVersion(stdout)
 		}
 		fmt.Fprintln(stderr, err)
 		return 2

@@ -29,18 +29,46 @@ func TestVersionOf(t *testing.T) {
 	}
 }
 
-// TestVersionCommand: "version" and "--version" print the version, the
-// stamped one when there is one.
+// TestVersionCommand: "version", and --version anywhere among the flags,
+// print the version, the stamped one when there is one, whatever the
+// environment holds.
 func TestVersionCommand(t *testing.T) {
 	defer func(v string) { Version = v }(Version)
 	Version = "v9.8.7"
-	for _, arg := range []string{"version", "--version", "-version"} {
-		var out strings.Builder
-		if code := run([]string{arg}, func(string) string { return "" }, &out, io.Discard); code != 0 {
-			t.Errorf("%s: exit %d", arg, code)
+	want := "fastlimit v9.8.7 (" + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + ")\n"
+	env := map[string]string{"LOG_LEVEL": "verbose", "VERSION": "1.2.3"} // a bad setting, and a variable of another program
+	for _, args := range [][]string{
+		{"version"}, {"--version"}, {"-version"}, {"--version=true"},
+		{"--log-level", "info", "--version"}, {"--version", "--log-level", "info"},
+		{"--redis-url", "redis://r:6379", "-version", "--http-addr", ":1"},
+	} {
+		var out, stderr strings.Builder
+		if code := run(args, func(k string) string { return env[k] }, &out, &stderr); code != 0 || out.String() != want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 0, %q", args, code, out.String(), stderr.String(), want)
 		}
-		if want := "fastlimit v9.8.7 (" + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + ")\n"; out.String() != want {
-			t.Errorf("%s: %q, want %q", arg, out.String(), want)
+	}
+	// --version=false serves; here the bad LOG_LEVEL stops it.
+	var stderr strings.Builder
+	if code := run([]string{"--version=false"}, func(k string) string { return env[k] }, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "LOG_LEVEL") {
+		t.Errorf("--version=false: exit %d, stderr %q; want the settings read", code, stderr.String())
+	}
+}
+
+// TestHelpListsCommands: -h names every subcommand, and --version.
+func TestHelpListsCommands(t *testing.T) {
+	var stderr strings.Builder
+	if code := run([]string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); code != 0 {
+		t.Fatalf("-h: exit %d", code)
+	}
+	help := stderr.String()
+	for name := range commands() {
+		if !strings.Contains(help, "\n  "+name+" ") {
+			t.Errorf("-h does not list the command %s:\n%s", name, help)
+		}
+	}
+	for _, want := range []string{"Usage:\n  fastlimit [flags]", "fastlimit COMMAND -h", "  -version\n", "  -redis-url string\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-h lacks %q", want)
 		}
 	}
 }

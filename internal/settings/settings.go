@@ -182,12 +182,43 @@ func (s *Settings) Notes() []string { return s.notes }
 // each once at start.
 func (s *Settings) Deprecated() []string { return s.deprecated }
 
+// ErrVersion is Parse's answer to --version (or -version) anywhere among
+// the flags: print the version and exit.
+var ErrVersion = errors.New("version requested")
+
+// versionFlag is the server's --version: no setting, so no environment
+// twin (VERSION is too common a variable) and no row of docs/settings.md.
+const versionFlag = "version"
+
+// commandsUsage heads the server's -h: the binary's subcommands.
+const commandsUsage = `Usage:
+  %[1]s [flags]              serve; every flag has an environment twin (--redis-url: REDIS_URL)
+  %[1]s COMMAND [flags]      run a command; %[1]s COMMAND -h lists its flags
+
+Commands:
+  check     validate a rules directory as the server loads it, every error with file and line
+  version   print the version (also --version, anywhere among the flags)
+  top       the top identifiers of each rule, from running servers' admin listeners
+  explain   how running servers would decide a request, charging nothing
+  reset     clear a descriptor's counters on running servers
+  refund    give hits back to a descriptor on running servers
+  usage     a descriptor's state, or an RLQS bucket's division, on running servers
+
+Flags (docs/settings.md describes them):
+`
+
 // Parse reads settings from args, then the flags' environment twins, then
-// envoyproxy/ratelimit's variables. -h writes usage to out and returns
-// flag.ErrHelp. Validate checks the whole.
+// envoyproxy/ratelimit's variables. -h writes usage, the subcommands and
+// the flags, to out and returns flag.ErrHelp; --version returns
+// ErrVersion. Validate checks the whole.
 func Parse(name string, args []string, getenv func(string) string, out io.Writer) (*Settings, error) {
 	s := &Settings{}
 	fs := newFlagSet(name, s, out)
+	fs.Bool(versionFlag, false, "print the version and exit (as the version command)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), commandsUsage, name)
+		fs.PrintDefaults()
+	}
 	if err := s.parseFlags(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -206,6 +237,9 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if v := fs.Lookup(versionFlag); v != nil && v.Value.String() == "true" {
+		return ErrVersion
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
 	}
@@ -213,7 +247,7 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
 	var errs []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if s.src[f.Name] != "" || aliases[f.Name] != "" {
+		if s.src[f.Name] != "" || aliases[f.Name] != "" || f.Name == versionFlag {
 			return
 		}
 		env, v := EnvName(f.Name), getenv(EnvName(f.Name))

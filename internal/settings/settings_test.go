@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -28,5 +29,26 @@ func TestNearLimitRatioFlag(t *testing.T) {
 	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7,
 		TopKeys: 100, TopWindow: 5 * time.Minute, LogTopLimited: true}) {
 		t.Fatalf("environment twins: %+v", o.Admin)
+	}
+}
+
+// TestVersionFlag: --version anywhere among the flags returns ErrVersion
+// before the environment is read; it is no setting, so VERSION (another
+// program's variable) neither sets it nor fails the parse, and no warning
+// names it.
+func TestVersionFlag(t *testing.T) {
+	bad := func(k string) string { return map[string]string{"LOG_LEVEL": "verbose"}[k] }
+	for _, args := range [][]string{{"--version"}, {"--log-level", "info", "-version", "--http-addr", ":1"}} {
+		if _, err := Parse("test", args, bad, io.Discard); !errors.Is(err, ErrVersion) {
+			t.Errorf("%q: %v, want ErrVersion", args, err)
+		}
+	}
+	for _, v := range []string{"1.2.3", "true"} {
+		s, err := Parse("test", nil, func(k string) string { return map[string]string{"VERSION": v}[k] }, io.Discard)
+		if err != nil {
+			t.Errorf("VERSION=%s: %v", v, err)
+		} else if len(s.Warnings()) != 0 || len(s.Deprecated()) != 0 {
+			t.Errorf("VERSION=%s: warnings %q %q", v, s.Warnings(), s.Deprecated())
+		}
 	}
 }

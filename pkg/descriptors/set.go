@@ -86,6 +86,7 @@ type node struct {
 
 // Errors reported by NewSet.
 var (
+	ErrEmptyDomain     = errors.New("config file cannot have empty domain")
 	ErrDuplicateDomain = errors.New("duplicate domain")
 	ErrDuplicatePath   = errors.New("duplicate descriptor")
 )
@@ -120,7 +121,7 @@ func NewSet(domains []DomainConfig) (*Set, error) {
 		first, dup := sources[dc.Name]
 		switch {
 		case dc.Name == "":
-			errs = append(errs, &Error{dc.Source, errors.New("config file cannot have empty domain")})
+			errs = append(errs, &Error{dc.Source, ErrEmptyDomain})
 		case dup:
 			errs = append(errs, &Error{dc.Source, fmt.Errorf("%w '%s'%s", ErrDuplicateDomain, dc.Name, firstAt(first))})
 		default:

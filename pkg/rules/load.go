@@ -96,14 +96,17 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	var (
 		domains []descriptors.DomainConfig
 		errs    []*Error
+		// files whose empty domain an error already reported
+		domainReported = map[string]bool{}
 	)
 	for _, name := range names {
 		label := filepath.Join(dir, name)
-		dc, ferrs := parseFile(label, files[name])
+		dc, ferrs, reported := parseFile(label, files[name])
 		if dc != nil {
 			domains = append(domains, *dc)
 		}
 		errs = append(errs, ferrs...)
+		domainReported[label] = reported
 		r.Files = append(r.Files, label)
 	}
 	if merge {
@@ -112,7 +115,11 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
-	errs = append(errs, fromSet(err, true)...)
+	for _, e := range fromSet(err, true) {
+		if !errors.Is(e.Err, descriptors.ErrEmptyDomain) || !domainReported[e.File] {
+			errs = append(errs, e)
+		}
+	}
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}

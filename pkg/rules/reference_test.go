@@ -42,6 +42,12 @@ var referenceCases = []struct {
 	{"UnlimitedWithRateLimitUnit", []string{"unlimited_with_unit.yaml"}, false, false},
 }
 
+// referenceMessages are FastLimit's whole error for some of the cases.
+var referenceMessages = map[string]string{
+	// The key is named, and the missing domain that follows not reported again.
+	"NonStringKey": "non_string_key.yaml:1: key 0.25 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key",
+}
+
 // TestReferenceFixtures loads the reference's own fixtures as its tests
 // do and checks that FastLimit accepts and refuses the same ones, each
 // refusal naming a file of the test.
@@ -62,6 +68,8 @@ func TestReferenceFixtures(t *testing.T) {
 				t.Errorf("the reference refuses %v; FastLimit accepts them", c.files)
 			case err != nil && !strings.Contains(err.Error(), ".yaml"):
 				t.Errorf("error %q names no file", err)
+			case referenceMessages[c.name] != "" && err.Error() != filepath.Join(dir, referenceMessages[c.name]):
+				t.Errorf("error %q, want %q alone", err, filepath.Join(dir, referenceMessages[c.name]))
 			}
 		})
 	}

@@ -13,17 +13,25 @@ import (
 
 // parseFile decodes one rules file into a domain, returned despite errors
 // so that NewSet reports the others; nil if the YAML cannot be decoded.
-func parseFile(file string, data []byte) (*descriptors.DomainConfig, []*Error) {
+// domainReported says that an error already reported leaves the domain
+// empty (a top-level key that is not a string, as the reference's
+// `0.25: test-domain`, or a domain that is not one): NewSet's "empty
+// domain" would report the same problem again.
+func parseFile(file string, data []byte) (dc *descriptors.DomainConfig, errs []*Error, domainReported bool) {
 	root, errs := document(file, data)
 	if errs != nil && root == nil {
-		return nil, errs
+		return nil, errs, false
 	}
-	dc := &descriptors.DomainConfig{Source: file + ":1"}
+	dc = &descriptors.DomainConfig{Source: file + ":1"}
 	d := &decoder{file: file, errs: errs}
-	if root != nil && !d.domain(root, dc) {
-		return nil, d.errs
+	if root == nil {
+		return dc, d.errs, false
 	}
-	return dc, d.errs
+	ok, reported := d.domain(root, dc)
+	if !ok {
+		return nil, d.errs, false
+	}
+	return dc, d.errs, reported && dc.Name == ""
 }
 
 // document parses data, one YAML document, and returns its root node, or
@@ -66,17 +74,25 @@ func root(doc *yaml.Node) *yaml.Node {
 	return nil
 }
 
-// domain decodes the file's top level into dc; false if it is no mapping.
-func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) bool {
+// domain decodes the file's top level into dc; ok false if it is no
+// mapping. reported: an error of the domain, or of a top-level key that is
+// not a string, was reported.
+func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) (ok, reported bool) {
 	dc.Source = source(d.file, n)
-	return d.mapping(n, "rules file", fields{
+	for _, p := range pairs(n) {
+		reported = reported || p.k.Kind == yaml.ScalarNode && p.k.ShortTag() != "!!str"
+	}
+	ok = d.mapping(n, "rules file", fields{
 		"domain": func(v *yaml.Node) {
+			before := len(d.errs)
 			dc.Name, dc.Source = d.str(v, "domain"), source(d.file, v)
+			reported = reported || len(d.errs) > before
 		},
 		"tenant_key":  func(v *yaml.Node) { dc.TenantKey = d.str(v, "tenant_key") },
 		"atomic":      func(v *yaml.Node) { dc.Atomic = d.boolean(v, "atomic") },
 		"descriptors": func(v *yaml.Node) { dc.Descriptors = d.descriptors(v) },
 	})
+	return ok, reported
 }
 
 func (d *decoder) descriptors(n *yaml.Node) []descriptors.Descriptor {

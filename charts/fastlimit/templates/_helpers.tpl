@@ -115,3 +115,33 @@ without a limit, with goMemLimitPercent 0, or with GOMEMLIMIT in env. */}}
 {{- define "fastlimit.envValue" -}}
 {{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
 {{- end }}
+
+{{/* The decision helm test asks on POST /json: tests.request, or else one of
+the rules the chart renders: the domain of the first file (by name) that
+names one, with that file's first descriptor's key and value ("helm-test"
+for either when it has none). Empty with rules.existingConfigMap, whose
+rules the chart cannot read, or when no file names a domain. */}}
+{{- define "fastlimit.testRequest" -}}
+{{- if .Values.tests.request }}
+{{- .Values.tests.request }}
+{{- else if not .Values.rules.existingConfigMap }}
+{{- $req := "" }}
+{{- range $file, $rules := (.Values.rules.files | default .Values.rules.defaultFiles) }}
+{{- $doc := fromYaml (toString $rules) }}
+{{- $domain := get $doc "domain" }}
+{{- if and (not $req) (kindIs "string" $domain) $domain }}
+{{- $entry := dict "key" "helm-test" "value" "helm-test" }}
+{{- $descriptors := get $doc "descriptors" }}
+{{- if and (kindIs "slice" $descriptors) $descriptors }}
+{{- $first := first $descriptors }}
+{{- if kindIs "map" $first }}
+{{- with get $first "key" }}{{ $_ := set $entry "key" (toString .) }}{{ end }}
+{{- with get $first "value" }}{{ $_ := set $entry "value" (toString .) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $req = dict "domain" $domain "descriptors" (list (dict "entries" (list $entry))) | toJson }}
+{{- end }}
+{{- end }}
+{{- $req }}
+{{- end }}
+{{- end }}
