@@ -6,9 +6,10 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
 // TestMemoryMaxKeys: with --memory-max-keys 2, a request for a third key
@@ -57,17 +58,7 @@ func TestMemoryMaxKeys(t *testing.T) {
 // registry, after linting every family the registry gathers.
 func gathered(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
-	mfs, err := s.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
+	mfs := scrape.Linted(t, s.registry)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue

@@ -16,12 +16,10 @@ import (
 // or 60 s admits more than that pair's bound, which is within each limit's
 // own, and a minute's window uses at least 90 % of the minute's limit.
 func TestSeveralLimitsOnTheFleet(t *testing.T) {
-	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{
-		{Key: "plan", Limits: []*descriptors.Limit{
-			{Unit: descriptors.Second, RequestsPerUnit: 50},
-			{Unit: descriptors.Minute, RequestsPerUnit: 600},
-		}},
-	}}})
+	perSecond := &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: 50}
+	perMinute := &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 600}
+	plan := descriptors.Descriptor{Key: "plan", Limits: []*descriptors.Limit{perSecond, perMinute}}
+	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{plan}}})
 	if err != nil {
 		t.Fatal(err)
 	}

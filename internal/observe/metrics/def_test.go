@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -73,7 +74,7 @@ func TestDefNames(t *testing.T) {
 func TestEveryDefExported(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	registerAll(t, reg)
-	mfs := gatherLinted(t, reg)
+	mfs := scrape.Linted(t, reg)
 	byName := map[string]*def{}
 	for _, tab := range tables {
 		for _, d := range tab.defs {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -44,7 +44,7 @@ func TestMetricNames(t *testing.T) {
 	if err := RegisterBuildInfo(reg, "test"); err != nil {
 		t.Fatal(err)
 	}
-	mfs := gatherLinted(t, reg)
+	mfs := scrape.Linted(t, reg)
 	names := map[string]bool{}
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
@@ -81,23 +81,6 @@ func exercise(t *testing.T, m *Metrics) {
 	}
 	m.Loaded(rs, true)
 	m.LoadFailed()
-}
-
-// gatherLinted gathers g's families, each linted by promlint.
-func gatherLinted(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
-	return mfs
 }
 
 func TestRuleCounters(t *testing.T) {

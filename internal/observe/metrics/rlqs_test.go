@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
 // TestRLQS: the quota service's series lint clean; the gauges are the
@@ -24,7 +26,7 @@ func TestRLQS(t *testing.T) {
 	m.Exchanged(time.Millisecond, 4)
 	m.Unmatched("d")
 	m.ReportRefused("d")
-	gatherLinted(t, reg)
+	scrape.Linted(t, reg)
 	want := `
 # HELP fastlimit_rlqs_limit_rate Sum of the global rates (requests per second) of the limits divided on this replica.
 # TYPE fastlimit_rlqs_limit_rate gauge

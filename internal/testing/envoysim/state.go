@@ -55,18 +55,10 @@ func (e *Envoy) Held(id map[string]string) float64 {
 }
 
 // Violations returns the protocol rules the server broke so far.
-func (e *Envoy) Violations() Violations {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.v
-}
+func (e *Envoy) Violations() Violations { return locked(e, func() Violations { return e.v }) }
 
 // Stats returns the Envoy's counts so far.
-func (e *Envoy) Stats() Stats {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stats
-}
+func (e *Envoy) Stats() Stats { return locked(e, func() Stats { return e.stats }) }
 
 // Counts returns a bucket's requests over the Envoy's life.
 func (e *Envoy) Counts(id map[string]string) Counts {
@@ -80,17 +72,16 @@ func (e *Envoy) Counts(id map[string]string) Counts {
 
 // NextReport is when the Envoy's next report is due (zero before its
 // first bucket).
-func (e *Envoy) NextReport() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.nextReport
-}
+func (e *Envoy) NextReport() time.Time { return locked(e, func() time.Time { return e.nextReport }) }
 
 // Connected reports whether the Envoy has a stream open.
-func (e *Envoy) Connected() bool {
+func (e *Envoy) Connected() bool { return locked(e, func() bool { return e.stream != nil }) }
+
+// locked returns read's answer, read under the Envoy's lock.
+func locked[T any](e *Envoy, read func() T) T {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.stream != nil
+	return read()
 }
 
 // Close ends the Envoy's stream, for good, as when Envoy goes away.

@@ -34,51 +34,56 @@ type Violations struct {
 	UnnoticedChange int
 }
 
+// count is one of Violations' counts, named as String names it.
+type count struct {
+	name string
+	n    *int
+}
+
+// counts names each count of v, in the order String lists them.
+func (v *Violations) counts() []count {
+	return []count{
+		{"empty_response", &v.EmptyResponse},
+		{"missing_bucket_id", &v.MissingBucketID},
+		{"unknown_bucket", &v.UnknownBucket},
+		{"no_action", &v.NoAction},
+		{"no_strategy", &v.NoStrategy},
+		{"requests_per_time_unit", &v.RequestsPerTimeUnit},
+		{"fill_interval_under_second", &v.FillIntervalUnderSecond},
+		{"no_tokens_per_fill", &v.NoTokensPerFill},
+		{"no_max_tokens", &v.NoMaxTokens},
+		{"ttl_under_second", &v.TTLUnderSecond},
+		{"ttl_not_above_report", &v.TTLNotAboveReport},
+		{"unnoticed_change", &v.UnnoticedChange},
+	}
+}
+
 // Total is the number of violations.
 func (v Violations) Total() int {
-	return v.EmptyResponse + v.MissingBucketID + v.UnknownBucket + v.NoAction + v.NoStrategy +
-		v.RequestsPerTimeUnit + v.FillIntervalUnderSecond + v.NoTokensPerFill + v.NoMaxTokens +
-		v.TTLUnderSecond + v.TTLNotAboveReport + v.UnnoticedChange
+	n := 0
+	for _, c := range v.counts() {
+		n += *c.n
+	}
+	return n
 }
 
 // Add returns the sum of v and w.
 func (v Violations) Add(w Violations) Violations {
-	return Violations{
-		EmptyResponse:           v.EmptyResponse + w.EmptyResponse,
-		MissingBucketID:         v.MissingBucketID + w.MissingBucketID,
-		UnknownBucket:           v.UnknownBucket + w.UnknownBucket,
-		NoAction:                v.NoAction + w.NoAction,
-		NoStrategy:              v.NoStrategy + w.NoStrategy,
-		RequestsPerTimeUnit:     v.RequestsPerTimeUnit + w.RequestsPerTimeUnit,
-		FillIntervalUnderSecond: v.FillIntervalUnderSecond + w.FillIntervalUnderSecond,
-		NoTokensPerFill:         v.NoTokensPerFill + w.NoTokensPerFill,
-		NoMaxTokens:             v.NoMaxTokens + w.NoMaxTokens,
-		TTLUnderSecond:          v.TTLUnderSecond + w.TTLUnderSecond,
-		TTLNotAboveReport:       v.TTLNotAboveReport + w.TTLNotAboveReport,
-		UnnoticedChange:         v.UnnoticedChange + w.UnnoticedChange,
+	sum, add := v, w.counts()
+	for i, c := range sum.counts() {
+		*c.n += *add[i].n
 	}
+	return sum
 }
 
 // String lists the non-zero counts, or "none".
 func (v Violations) String() string {
 	var parts []string
-	add := func(name string, n int) {
-		if n != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", name, n))
+	for _, c := range v.counts() {
+		if *c.n != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", c.name, *c.n))
 		}
 	}
-	add("empty_response", v.EmptyResponse)
-	add("missing_bucket_id", v.MissingBucketID)
-	add("unknown_bucket", v.UnknownBucket)
-	add("no_action", v.NoAction)
-	add("no_strategy", v.NoStrategy)
-	add("requests_per_time_unit", v.RequestsPerTimeUnit)
-	add("fill_interval_under_second", v.FillIntervalUnderSecond)
-	add("no_tokens_per_fill", v.NoTokensPerFill)
-	add("no_max_tokens", v.NoMaxTokens)
-	add("ttl_under_second", v.TTLUnderSecond)
-	add("ttl_not_above_report", v.TTLNotAboveReport)
-	add("unnoticed_change", v.UnnoticedChange)
 	if len(parts) == 0 {
 		return "none"
 	}

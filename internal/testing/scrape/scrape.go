@@ -1,5 +1,6 @@
 // Package scrape reads the HTTP endpoints of a server under test: the
-// status and body of a GET, and the series of a Prometheus text page.
+// status and body of a GET, the series of a Prometheus text page, and a
+// registry's families linted as Prometheus names them.
 package scrape
 
 import (
@@ -11,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // client opens a connection per request: an idle keep-alive connection
@@ -61,4 +66,22 @@ func Series(t testing.TB, page string) map[string]float64 {
 func Value(t testing.TB, page, series string) float64 {
 	t.Helper()
 	return Series(t, page)[series]
+}
+
+// Linted gathers g's families and fails t on any that promlint, the
+// Prometheus naming linter, objects to.
+func Linted(t testing.TB, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	return mfs
 }
