@@ -208,8 +208,8 @@ func TestQuickCompare(t *testing.T) {
 		if len(a) != 2 || len(b) != 2 {
 			t.Fatalf("%s: %d and %d rounds, want 2 each", rr.Spec.title(), len(a), len(b))
 		}
-		// A, B, A, B.
-		if !(a[0].Started.Before(b[0].Started) && b[0].Started.Before(a[1].Started) && a[1].Started.Before(b[1].Started)) {
+		// A, B, then B, A.
+		if !(a[0].Started.Before(b[0].Started) && b[0].Started.Before(b[1].Started) && b[1].Started.Before(a[1].Started)) {
 			t.Errorf("%s: runs not interleaved: %v %v %v %v", rr.Spec.title(), a[0].Started, b[0].Started, a[1].Started, b[1].Started)
 		}
 		for i, name := range []string{"FastLimit", "FastLimit B"} {

@@ -118,7 +118,9 @@ func (r *report) intro() {
 	}
 	turns := ""
 	if n := r.names(); len(n) > 1 {
-		turns = fmt.Sprintf(", the servers taking turns (%s, %s, ...) so that a machine that gets busier or quieter affects all alike", strings.Join(n, ", "), n[0])
+		back := slices.Clone(n)
+		slices.Reverse(back)
+		turns = fmt.Sprintf(", the servers taking turns (%s, then %s, ...) so that a machine that gets busier or quieter affects all alike", strings.Join(n, ", "), strings.Join(back, ", "))
 	}
 	r.printf("Each server has its own Redis on loopback. Every run is measured %s%s: "+
 		"%s of warmup, then %s measured. The load is bench/rls's own load generator (`bench/load`, "+

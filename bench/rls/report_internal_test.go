@@ -204,7 +204,7 @@ func TestRenderPairsRounds(t *testing.T) {
 		"| 1 | 60 µs | 80 µs | 0.75x | 2.0k | 1.0k |",
 		"| sliding window, 1 descriptor, 64 callers | FastLimit | 9.0k |",
 		"| fixed window, 1 descriptor, 64 callers | FastLimit/reference | 0.50–2.00x |",
-		"the servers taking turns (FastLimit, reference, FastLimit, ...)",
+		"the servers taking turns (FastLimit, reference, then reference, FastLimit, ...)",
 	)
 	if strings.Contains(md, "| sliding window, 1 descriptor, 64 callers | reference |") {
 		t.Error("report has a reference row for a run the reference did not make")
