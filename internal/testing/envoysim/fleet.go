@@ -52,7 +52,8 @@ type Fleet struct {
 	// something, how long in real time no message must arrive before the
 	// clock moves on (default 5ms, at most a second in all), so that the
 	// server's pushes land at the time they were sent; and Idle, if set,
-	// must report the servers idle too (rlqs.Service.Idle).
+	// must report the servers idle too (rlqs.Service.Idle), waited for up
+	// to 10 s.
 	Quiet time.Duration
 	Idle  func() bool
 
@@ -150,8 +151,15 @@ func (f *Fleet) quiesce() {
 	if f.Idle != nil {
 		quiet = time.Millisecond
 	}
+	// A server that says it is busy is waited for longer: on a loaded
+	// machine its goroutines may not run for a while, and the clock must
+	// not move on without them.
+	limit := time.Second
+	if f.Idle != nil {
+		limit = 10 * time.Second
+	}
 	start, last := time.Now(), time.Now()
-	for time.Since(start) < time.Second {
+	for time.Since(start) < limit {
 		time.Sleep(quiet / 10)
 		for _, e := range f.envoys {
 			if e.drain() > 0 {
