@@ -1,9 +1,6 @@
 package rlqs
 
 import (
-	"sync/atomic"
-	"time"
-
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,12 +73,4 @@ func (s *Service) refuseStream(srv grpcStream) error {
 			zap.String("peer", peerOf(srv)))
 	}
 	return status.Errorf(codes.ResourceExhausted, "%d RLQS streams are open, the most this replica serves", len(s.streams))
-}
-
-// logDue reports whether a line last written at *at (Unix ns) may be
-// written again, a second later, and if so notes now.
-func logDue(at *atomic.Int64) bool {
-	now := time.Now().UnixNano()
-	last := at.Load()
-	return now-last >= int64(time.Second) && at.CompareAndSwap(last, now)
 }
