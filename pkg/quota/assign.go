@@ -24,7 +24,7 @@ const (
 // within 1%) holding burst; false for a rate that admits nothing (DENY_ALL),
 // or under a request a year.
 func Encode(rate, burst float64) (TokenBucket, bool) {
-	if !(rate >= minRate) {
+	if !Encodes(rate) {
 		return TokenBucket{}, false
 	}
 	sec := int64(1)
@@ -41,6 +41,10 @@ func Encode(rate, burst float64) (TokenBucket, bool) {
 		FillSeconds:   sec,
 	}, true
 }
+
+// Encodes reports whether Encode makes a token bucket of rate: false for
+// the rates sent as DENY_ALL.
+func Encodes(rate float64) bool { return rate >= minRate }
 
 func clampUint32(f float64) uint32 {
 	switch {

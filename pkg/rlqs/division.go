@@ -225,8 +225,14 @@ func (dv *division) current(b *envoyBucket) held {
 // limit's burst in proportion to the share, or to its target while it
 // is granted less, except that it does not grow while b's Envoy wants
 // more than it holds, whose replaced bucket could start full
-// (docs/rlqs.md, "Bursts").
+// (docs/rlqs.md, "Bursts"). A rate sent as DENY_ALL gives the Envoy no
+// bucket, so it sizes none: a bucket first answered before its target was
+// known is sized by its share when it gets one, not left at 1 while its
+// Envoy wants more.
 func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
+	if !quota.Encodes(rate) {
+		return 0
+	}
 	prop := dv.q.Limit.BurstOf(max(rate, b.target))
 	if c := dv.q.Client(b.client); b.maxTokens == 0 || prop < b.maxTokens || c != nil && !c.Wants() {
 		b.maxTokens = prop
