@@ -104,6 +104,7 @@ type cluster struct {
 	fleet    envoysim.Fleet
 	envoys   []*envoysim.Envoy
 	period   time.Duration
+	tally    *envoysim.Tally // the servers' pushes in flight
 }
 
 type clusterOptions struct {
@@ -124,7 +125,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	if co.period == 0 {
 		co.period = 5 * time.Second
 	}
-	c := &cluster{t: t, clock: envoysim.NewManualClock(time.Unix(1_900_000_000, 0)), period: co.period}
+	c := &cluster{t: t, clock: envoysim.NewManualClock(time.Unix(1_900_000_000, 0)), period: co.period, tally: envoysim.NewTally()}
 	shared := co.store
 	if shared == nil {
 		shared = demand.NewMemory(c.clock.Now)
@@ -152,6 +153,9 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
 	c.fleet.Idle = func() bool {
+		if c.tally.Pending() != 0 {
+			return false
+		}
 		for _, r := range c.replicas {
 			if !r.dead && !r.svc.Idle() {
 				return false
@@ -170,8 +174,9 @@ func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.Se
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	server = append([]grpc.ServerOption{grpc.ChainStreamInterceptor(c.tally.Interceptor())}, server...)
 	cc, gs := envoysim.InProcess(c.t, svc.Register, server...)
-	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(envoysim.GRPCDialer(cc))}
+	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(c.tally.Dialer(envoysim.GRPCDialer(cc)))}
 }
 
 // envoy adds a simulated Envoy whose streams go to replica first (then to

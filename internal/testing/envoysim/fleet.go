@@ -52,8 +52,8 @@ type Fleet struct {
 	// something, how long in real time no message must arrive before the
 	// clock moves on (default 5ms, at most a second in all), so that the
 	// server's pushes land at the time they were sent; and Idle, if set,
-	// must report the servers idle too (rlqs.Service.Idle), waited for up
-	// to 10 s.
+	// must report the servers idle too (rlqs.Service.Idle), and no message
+	// in flight (Tally.Pending), waited for up to 10 s.
 	Quiet time.Duration
 	Idle  func() bool
 
@@ -127,7 +127,8 @@ func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 				f.Unanswered++
 			}
 		}
-		if f.traffic0() != before || f.Idle != nil && !f.Idle() {
+		idle := f.Idle == nil || f.Idle()
+		if f.drain() > 0 || f.traffic0() != before || !idle {
 			f.quiesce()
 		}
 	}
@@ -161,18 +162,26 @@ func (f *Fleet) quiesce() {
 	start, last := time.Now(), time.Now()
 	for time.Since(start) < limit {
 		time.Sleep(quiet / 10)
-		for _, e := range f.envoys {
-			if e.drain() > 0 {
-				last = time.Now()
-			}
-		}
+		// Idle first: what it saw delivered is in the inboxes drained next.
 		if f.Idle != nil && !f.Idle() {
+			last = time.Now()
+		}
+		if f.drain() > 0 {
 			last = time.Now()
 		}
 		if time.Since(last) >= quiet {
 			return
 		}
 	}
+}
+
+// drain applies the messages waiting at every Envoy, and counts them.
+func (f *Fleet) drain() int {
+	n := 0
+	for _, e := range f.envoys {
+		n += e.drain()
+	}
+	return n
 }
 
 // round runs one step's timers, messages and requests.

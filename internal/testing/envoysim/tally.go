@@ -1,0 +1,128 @@
+package envoysim
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// tallyKey is the metadata that names a tallied stream to the server.
+const tallyKey = "x-envoysim-stream"
+
+// Tally counts, on each open stream, the messages the server sent and
+// those the Envoy's reader took, so that a test stepping a clock knows
+// when no push of the server is still in flight: a quiet time alone can
+// be outrun by a loaded machine, and a cut that lands a step late lets
+// the Envoys hold more than the server assigned. Its Dialer wraps the
+// Envoys' dials, its Interceptor the server. It is safe for concurrent
+// use.
+type Tally struct {
+	next    atomic.Uint64
+	mu      sync.Mutex
+	streams map[string]*tallied // open streams, by id
+}
+
+type tallied struct{ sent, taken atomic.Int64 }
+
+// NewTally returns an empty Tally.
+func NewTally() *Tally { return &Tally{streams: map[string]*tallied{}} }
+
+// Pending returns the messages sent on open streams and not yet taken by
+// their Envoy (in its inbox, where Fleet drains them).
+func (t *Tally) Pending() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for _, s := range t.streams {
+		n += s.sent.Load() - s.taken.Load()
+	}
+	return n
+}
+
+// end stops counting a stream: what was sent on it and not taken is lost.
+func (t *Tally) end(id string) {
+	t.mu.Lock()
+	delete(t.streams, id)
+	t.mu.Unlock()
+}
+
+// Dialer wraps d so that each stream carries an id to the server and
+// counts what its reader takes.
+func (t *Tally) Dialer(d Dialer) Dialer {
+	return func(ctx context.Context) (Stream, error) {
+		id := strconv.FormatUint(t.next.Add(1), 10)
+		ts := &tallied{}
+		t.mu.Lock()
+		t.streams[id] = ts
+		t.mu.Unlock()
+		s, err := d(metadata.AppendToOutgoingContext(ctx, tallyKey, id))
+		if err != nil {
+			t.end(id)
+			return nil, err
+		}
+		context.AfterFunc(ctx, func() { t.end(id) })
+		return &talliedStream{Stream: s, t: t, id: id, ts: ts}, nil
+	}
+}
+
+// talliedStream counts a message as taken when its reader comes back for
+// the next: Envoy.read has put it in the inbox by then.
+type talliedStream struct {
+	Stream
+	t       *Tally
+	id      string
+	ts      *tallied
+	holding bool
+}
+
+func (s *talliedStream) Recv() (*rlqspb.RateLimitQuotaResponse, error) {
+	if s.holding {
+		s.ts.taken.Add(1)
+		s.holding = false
+	}
+	r, err := s.Stream.Recv()
+	if err != nil {
+		s.t.end(s.id)
+		return nil, err
+	}
+	s.holding = true
+	return r, nil
+}
+
+// Interceptor counts what the server sends on each tallied stream.
+func (t *Tally) Interceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ids := metadata.ValueFromIncomingContext(ss.Context(), tallyKey)
+		if len(ids) == 0 {
+			return handler(srv, ss)
+		}
+		t.mu.Lock()
+		ts := t.streams[ids[0]]
+		t.mu.Unlock()
+		if ts == nil {
+			return handler(srv, ss)
+		}
+		return handler(srv, &countingStream{ServerStream: ss, ts: ts})
+	}
+}
+
+// countingStream counts a message before it is sent, so that it is never
+// taken before it is counted, and uncounts it if the send fails.
+type countingStream struct {
+	grpc.ServerStream
+	ts *tallied
+}
+
+func (s *countingStream) SendMsg(m any) error {
+	s.ts.sent.Add(1)
+	err := s.ServerStream.SendMsg(m)
+	if err != nil {
+		s.ts.sent.Add(-1)
+	}
+	return err
+}
