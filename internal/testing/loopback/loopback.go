@@ -5,20 +5,55 @@ package loopback
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
-// FreePort returns a loopback port nothing listened on a moment ago.
+// FreePort returns a loopback port nothing listened on a moment ago, below
+// the kernel's ephemeral range where it can: a port from that range is
+// soon handed out again, to the source end of any outgoing connection or a
+// listener on port 0 (CI: a server's --admin-addr picked that way was
+// taken before the server bound it).
 func FreePort() (int, error) {
+	if lo, ok := ephemeralLow(); ok && lo > firstPort+1000 {
+		for range 64 {
+			port := firstPort + rand.IntN(lo-firstPort)
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err == nil {
+				_ = l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free loopback port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// firstPort is the least port FreePort picks: above the well-known and
+// most registered services' ports.
+const firstPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil
 }
 
 // Port is FreePort for a test: an error fails t.

@@ -1,0 +1,27 @@
+package loopback
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// TestFreePort: the ports are free, and below the kernel's ephemeral range
+// when it is known and leaves room.
+func TestFreePort(t *testing.T) {
+	lo, known := ephemeralLow()
+	for range 20 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if known && lo > firstPort+1000 && (port < firstPort || port >= lo) {
+			t.Errorf("port %d, want it in [%d, %d)", port, firstPort, lo)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", port, err)
+		}
+		_ = l.Close()
+	}
+}
