@@ -18,6 +18,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/settings"
@@ -129,13 +130,14 @@ func TestRLQSExampleLimits(t *testing.T) {
 		defer cancel()
 		_ = svc.Close(ctx) // before the server's stop (cleanups run last first)
 	})
-	cc, _ := envoysim.InProcess(t, svc.Register)
-	e, err := envoysim.New(envoysim.Config{Domain: cfg.GetDomain(), Matcher: m}, clock, envoysim.GRPCDialer(cc))
+	tally := envoysim.NewTally()
+	cc, _ := envoysim.InProcess(t, svc.Register, grpc.ChainStreamInterceptor(tally.Interceptor()))
+	e, err := envoysim.New(envoysim.Config{Domain: cfg.GetDomain(), Matcher: m}, clock, tally.Dialer(envoysim.GRPCDialer(cc)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	fleet := envoysim.Fleet{Idle: svc.Idle}
+	fleet := envoysim.Fleet{Idle: svc.Idle, Tally: tally}
 	fleet.Add(e)
 	noTenant := map[string]string{":path": "/api/orders"}
 	run := func(d time.Duration) (allowed int) {

@@ -152,10 +152,8 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		}
 		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
+	c.fleet.Tally = c.tally
 	c.fleet.Idle = func() bool {
-		if c.tally.Pending() != 0 {
-			return false
-		}
 		for _, r := range c.replicas {
 			if !r.dead && !r.svc.Idle() {
 				return false

@@ -51,11 +51,12 @@ type Fleet struct {
 	// Quiet is, after a round in which the server was sent or sent
 	// something, how long in real time no message must arrive before the
 	// clock moves on (default 5ms, at most a second in all), so that the
-	// server's pushes land at the time they were sent; and Idle, if set,
-	// must report the servers idle too (rlqs.Service.Idle), and no message
-	// in flight (Tally.Pending), waited for up to 10 s.
+	// server's pushes land at the time they were sent. Idle, if set, must
+	// report the servers idle too (rlqs.Service.Idle), and Tally, if set,
+	// no push in flight; either is waited for up to 10 s.
 	Quiet time.Duration
 	Idle  func() bool
+	Tally *Tally
 
 	mu      sync.Mutex // envoys and traffic, for RunRealtime beside a test's calls
 	envoys  []*Envoy
@@ -127,7 +128,7 @@ func (f *Fleet) Run(clock *ManualClock, d time.Duration) {
 				f.Unanswered++
 			}
 		}
-		idle := f.Idle == nil || f.Idle()
+		idle := f.idle()
 		if f.drain() > 0 || f.traffic0() != before || !idle {
 			f.quiesce()
 		}
@@ -145,25 +146,21 @@ func (f *Fleet) traffic0() int {
 
 // quiesce applies the messages that arrive until none has for Quiet.
 func (f *Fleet) quiesce() {
-	quiet := f.Quiet
+	quiet, limit := f.Quiet, time.Second
 	if quiet <= 0 {
 		quiet = 5 * time.Millisecond
 	}
-	if f.Idle != nil {
-		quiet = time.Millisecond
-	}
-	// A server that says it is busy is waited for longer: on a loaded
-	// machine its goroutines may not run for a while, and the clock must
-	// not move on without them.
-	limit := time.Second
-	if f.Idle != nil {
-		limit = 10 * time.Second
+	// Servers that say whether they are busy are waited for longer: on a
+	// loaded machine their goroutines may not run for a while, and the
+	// clock must not move on without them.
+	if f.Idle != nil || f.Tally != nil {
+		quiet, limit = time.Millisecond, 10*time.Second
 	}
 	start, last := time.Now(), time.Now()
 	for time.Since(start) < limit {
 		time.Sleep(quiet / 10)
 		// Idle first: what it saw delivered is in the inboxes drained next.
-		if f.Idle != nil && !f.Idle() {
+		if !f.idle() {
 			last = time.Now()
 		}
 		if f.drain() > 0 {
@@ -173,6 +170,12 @@ func (f *Fleet) quiesce() {
 			return
 		}
 	}
+}
+
+// idle reports whether the servers say they are idle (Idle) and none of
+// their pushes is in flight (Tally), as far as the fleet knows.
+func (f *Fleet) idle() bool {
+	return (f.Idle == nil || f.Idle()) && (f.Tally == nil || f.Tally.Pending() == 0)
 }
 
 // drain applies the messages waiting at every Envoy, and counts them.
