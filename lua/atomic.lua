@@ -59,7 +59,7 @@ if now == 0 then
 end
 
 local steps, sliding_decide, weigh = sliding_arith()
-local bucket_decide, bucket_expiry, bucket_fill, ceil_div = bucket_arith()
+local bucket_decide, bucket_expiry, bucket_fill, ceil_div = bucket_arith(true)
 
 -- Staged state: what the ops so far wrote, read before Redis'.
 local counters = {} -- window counter key -> count
