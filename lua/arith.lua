@@ -22,12 +22,15 @@ end
 -- steps(window) returns the step g (ms) a window of window ms is weighed
 -- in, and the number of steps wg = window / g (wg < 94e6, so wg^2 < 2^53).
 --
--- decide(limit, window, g, wg, cost, elapsed, cur, prev) decides an op
--- elapsed ms into its window, from the count of this window (cur) and of
--- the previous one (prev, already capped at limit). It returns the
--- weighted count w = cur + share(prev, rem), rem the steps of the
--- previous window still inside (now - W, now]; the op is allowed when
--- w + cost <= limit. For a denied op it also returns retry_after, ms.
+-- decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, gn, wgn)
+-- decides an op elapsed ms into its window, from the count of this window
+-- (cur) and of the previous one (prev, already capped at limit unless
+-- debit). It returns the weighted count w = cur + share(prev, rem), rem
+-- the steps of the previous window still inside (now - W, now]; the op is
+-- allowed when w + cost <= limit. For a denied op it also returns
+-- retry_after, ms: when the same op would pass, after its own charge if
+-- debit (charged though denied), the next window weighed in gn-ms steps,
+-- wgn of them (g and wg but for a calendar's windows).
 --
 -- weigh(g, wg, elapsed, cur, prev) returns that w alone (a refund's).
 --
@@ -51,7 +54,7 @@ local function sliding_arith()
     return cur + (prev - r) / wg * rem + (x - x % wg) / wg
   end
 
-  local function decide(limit, window, g, wg, cost, elapsed, cur, prev)
+  local function decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, gn, wgn)
     local rem = wg - 1 - (elapsed - elapsed % g) / g
     local r = prev % wg
     local x = r * rem
@@ -59,17 +62,23 @@ local function sliding_arith()
     if w + cost <= limit then
       return w
     end
+    if debit then
+      cur = cur + cost
+      if cur > 4503599627370496 then -- MAX, not captured: an upvalue costs an allocation
+        cur = 4503599627370496
+      end
+    end
     if cost > limit then
       return w, window
     end
     -- The op passes once the count p that slides weighs at most a: this
     -- window's previous count when cur leaves it room, else, in the next
-    -- window, cur (capped at limit). Find the largest rem in [0, wg] with
-    -- share(p, rem) <= a.
+    -- window, cur (capped at limit unless debit). Find the largest rem in
+    -- [0, wg] with share(p, rem) <= a.
     local p, a, later = prev, limit - cost - cur, cur > limit - cost
     if later then
-      p, a = cur, limit - cost
-      if p > limit then
+      p, a, g, wg = cur, limit - cost, gn, wgn
+      if p > limit and not debit then
         p = limit
       end
     end
@@ -102,12 +111,15 @@ end
 -- bucket_arith(times) returns the token bucket's decide and, when times
 -- is true, its expiry, fill and ceil_div (take.lua needs decide alone):
 --
--- decide(burst, num, den, cost, now, t, ts, c) refills the bucket state
--- (t milli-tokens, carry c / den, at ts) up to now and charges cost if the
--- tokens allow it (a peek, cost 0, is allowed); a negative cost is a
--- refund of -cost tokens, always allowed, that fills the bucket no further
--- than burst (a full bucket has no carry). It returns allowed (a boolean)
--- and the new t, ts, c.
+-- decide(burst, num, den, cost, now, t, ts, c, debit) refills the bucket
+-- state (t milli-tokens, carry c / den, at ts) up to now and charges cost
+-- if the tokens allow it (a peek, cost 0, is allowed); a negative cost is
+-- a refund of -cost tokens, always allowed, that fills the bucket no
+-- further than burst (a full bucket has no carry). Denied, a debit op is
+-- charged all the same, to -burst at most; a state below zero that a
+-- debit op does not read (its limit no longer charged always) is
+-- forgiven, read as empty. It returns allowed (a boolean) and the new t,
+-- ts, c.
 --
 -- expiry(burst, num, den, t, c, ts) returns when a state written at ts is
 -- full again, and so may expire: ts + fill, at least ts + 1.
@@ -117,7 +129,10 @@ end
 --
 -- ceil_div(a, b) returns ceil(a / b) for integers a >= 0, b >= 1.
 local function bucket_arith(times)
-  local function decide(burst, num, den, cost, now, t, ts, c)
+  local function decide(burst, num, den, cost, now, t, ts, c, debit)
+    if t < 0 and not debit then
+      t, c = 0, 0
+    end
     local elapsed = now - ts
     if elapsed < 0 then
       elapsed = 0
@@ -144,6 +159,12 @@ local function bucket_arith(times)
     end
     if cost > 0 then
       if t < cost then
+        if debit then
+          t = t - cost
+          if t < -burst then
+            t = -burst
+          end
+        end
         return false, t, ts, c
       end
       t = t - cost

@@ -25,10 +25,14 @@ ARGV[2]  map     one byte per op: byte i is the number (1-based) of op i's
 ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
                  group's ops first in map, and so on; empty when every
                  group has one op (never in cross-slot mode, below)
-ARGV[4...] the parameters, one set after another:
+ARGV[4...] the parameters, one set after another, each opening with its
+         kind, the algorithm's number, plus 3 when it is charged always
+         (debit), plus 6 for a calendar's windows:
          fixed_window   0, now, cost, S, E, X
-         sliding_window 1, now, limit, window, cost
-         token_bucket   2, now, burst, num, den, window, cost
+                        6, now, cost, B0 .. B5
+         sliding_window 1 (4), now, limit, window, cost
+                        7 (10), now, limit, cost, B0 .. B5
+         token_bucket   2 (5), now, burst, num, den, window, cost
          now     decision time, Unix ms; 0 means Redis TIME (read once)
          limit   window capacity, milli-requests (0 <= limit <= 2^50)
          window  window length W, ms (windows: a positive multiple of 1000)
@@ -50,6 +54,18 @@ ARGV[4...] the parameters, one set after another:
                  is Redis' (TIME), and when Redis TIME is not in [S, E) the
                  script takes S back off KEYS[g] and appends its own
                  window start. With an explicit now, S is that time's.
+         B0..B5  a calendar's windows (periods) around the caller's guess
+                 of now's, Unix seconds, as many digits each: B2 its start
+                 and B3 its end, B1 and B0 the two starts before, B4 and B5
+                 the two ends after. The op's window is the one of [B1, B2),
+                 [B2, B3) and [B3, B4) that holds now (the first or the last
+                 when none does: a clock off by more than a window); the
+                 caller appended B2 to a fixed window's group key, as S.
+         debit   a charge that does not fit is made all the same: a sliding
+                 window's count passes its limit (saturating at 2^52, the
+                 previous window's uncapped), a bucket goes below zero (to
+                 -burst at most); denied, it replies as any denial, its
+                 retry_after after its own charge
 Returns  {tag, secs, usec, then for each op in map's order:}
          fixed_window    the count after the op; nothing when the op before
                          it in its group has its parameter set (same key,
@@ -59,8 +75,9 @@ Returns  {tag, secs, usec, then for each op in map's order:}
                          allowed when w + cost <= limit); when denied,
                          then retry_after, ms; for a refund, the weighted
                          count after it
-         token_bucket    t * den + c after the op (t milli-tokens, carry c)
-                         when allowed, -(t * den + c) - 2 when denied
+         token_bucket    t * den + c after the op (t milli-tokens, carry c;
+                         t + burst for a debit) when allowed,
+                         -(t * den + c) - 2 when denied
          -1 (one integer, whatever the algorithm) for an op left undecided
          (cross-slot mode, below). secs and usec are the Redis TIME the
          ops with now 0 were decided at, as TIME gives them (0 and 0 if
@@ -82,15 +99,16 @@ group shares the base's hash tag, and so its slot.)
 State (every key has a TTL; a missing key is an empty window or a full
 bucket; ws = now - now % W):
 - fixed_window: KEYS[g] .. S, the count (integer string, saturating at
-  2^52), expiring at ws + W (X).
+  2^52), expiring at ws + W (X), the window's end.
 - sliding_window: this window's and the previous window's counters,
-  integer strings, each expiring at its own ws + 2W.
+  integer strings, each expiring at its own ws + 2W (the next window's
+  end).
 - token_bucket: KEYS[g] .. 'tokens', struct.pack('<ddd', t, c, ts): t
   milli-tokens and carry c at ts (Unix ms), expiring at ts + max(fill, 1).
 
 A fixed window counts every charge, denied ones too (as envoyproxy/ratelimit
-does); a sliding window and a token bucket only allowed ones (a denied
-bucket charge still leaves it refilled). Each changed key is written once
+does); a sliding window and a token bucket only allowed ones, and a debit's
+(a denied bucket charge still leaves it refilled). Each changed key is written once
 a call, and every number stays below 2^53.
 
 The script runs in steps: the call's shape; the parameter sets, each read
@@ -158,28 +176,35 @@ local secs, usec, ms = 0, 0, nil
 -- ARGV slots read into named locals (the header's names) and kept as
 --   fixed_window   {0, cost, tail, cs, S, X, whole}
 --   sliding_window {1, cost, tail, cs, cur, prev, elapsed, limit, window,
---                   g, wg, expiry, expiry string (false until needed)}
---   token_bucket   {2, cost, tail, now, burst, num, den}
+--                   g, wg, expiry, expiry string (false until needed),
+--                   debit, gn, wgn}
+--   token_bucket   {2, cost, tail, now, burst, num, den, debit}
 -- alg, cost and tail first: cost as a number, cs its string; tail the
 -- length of what the caller appended to the base key of a group whose
 -- first op has the set; whole whether that makes the op's key (S is
 -- Redis' window). S and X are Redis' window when the caller's guess was
 -- not; cur and prev the suffixes of this window's and the previous
 -- window's counters, elapsed the ms into the window, g and wg arith.lua's
--- steps, expiry this window's counter's (Unix ms).
+-- steps, expiry this window's counter's (Unix ms), gn and wgn the next
+-- window's steps; debit: charged always (kind's 3).
 local P, np = {false}, 0 -- made with room for one set, as most calls have
 local fixed, sliding, bucket = false, false, false -- the call has an op of it
 local refunds = false -- a window op of the call gives back (cost < 0)
 local steps, sliding_decide, weigh -- arith.lua's, made for sliding windows
 local nargs = #ARGV
 while a <= nargs do
-  local alg, now = ARGV[a], ARGV[a + 1]
+  local kind, now = ARGV[a], ARGV[a + 1]
   local at_time = now == '0'
   if at_time and secs == 0 then
     local t = call('TIME')
     secs, usec = t[1], t[2]
   end
-  if alg == '0' then
+  local alg, debit, cal = kind, false, false
+  if kind ~= '0' and kind ~= '1' and kind ~= '2' then -- kind = alg + 3 if debit + 6 if cal
+    local k = tonumber(kind)
+    alg, debit, cal = sub('012', k % 3 + 1, k % 3 + 1), k % 6 >= 3, k >= 6
+  end
+  if alg == '0' and not cal then
     local cs, lo, hi, x = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
     local cost = 1000 -- one request's, without parsing
     if cs ~= '1000' then
@@ -209,28 +234,66 @@ while a <= nargs do
     else
       now = tonumber(now)
     end
-    if alg == '1' then
-      local limit, window, cs = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
+    if cal then -- a calendar's periods, B0 .. B5 from ARGV[b]: take now's, [B(j), B(j + 1))
+      local b = a + 3 -- a fixed window's
+      if alg == '1' then
+        b = a + 4
+      end
+      local j = 1
+      if now >= ARGV[b + 2] * 1000 then
+        j = 2
+        if now >= ARGV[b + 3] * 1000 then
+          j = 3
+        end
+      end
+      cal = b + j -- the period's start, ARGV[cal]
+    end
+    if alg == '0' then -- a calendar's
+      local cs = ARGV[a + 2]
       local cost = 1000
       if cs ~= '1000' then
         cost = tonumber(cs)
         refunds = refunds or cost < 0
       end
-      local ws = now - now % window
-      local cur
-      if window == 1000 and at_time then
-        cur = secs -- TIME's seconds: the window's start, already a string
+      np = np + 1
+      P[np] = {0, cost, #ARGV[a + 5], cs, ARGV[cal], ARGV[cal + 1] .. '000', cal == a + 5}
+      fixed = true
+      a = a + 9
+    elseif alg == '1' then
+      local limit, window, cs, ws, cur, prev, expiry
+      if cal then
+        limit, cs = tonumber(ARGV[a + 2]), ARGV[a + 3]
+        cur, prev = ARGV[cal], ARGV[cal - 1]
+        ws = cur * 1000
+        window, expiry = ARGV[cal + 1] * 1000 - ws, ARGV[cal + 2] * 1000
+        a = a + 10
       else
-        cur = int(ws / 1000)
+        limit, window, cs = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
+        ws = now - now % window
+        if window == 1000 and at_time then
+          cur = secs -- TIME's seconds: the window's start, already a string
+        else
+          cur = int(ws / 1000)
+        end
+        prev, expiry = int((ws - window) / 1000), ws + 2 * window
+        a = a + 5
+      end
+      local cost = 1000
+      if cs ~= '1000' then
+        cost = tonumber(cs)
+        refunds = refunds or cost < 0
       end
       if not steps then
         steps, sliding_decide, weigh = sliding_arith()
       end
       local g, wg = steps(window)
+      local gn, wgn = g, wg
+      if cal then
+        gn, wgn = steps(expiry - ws - window)
+      end
       np = np + 1
-      P[np] = {1, cost, 0, cs, cur, int((ws - window) / 1000), now - ws, limit, window, g, wg, ws + 2 * window, false}
+      P[np] = {1, cost, 0, cs, cur, prev, now - ws, limit, window, g, wg, expiry, false, debit, gn, wgn}
       sliding = true
-      a = a + 5
     else
       local burst, num, den, cs = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 6]
       local cost = 1000
@@ -238,7 +301,7 @@ while a <= nargs do
         cost = tonumber(cs)
       end
       np = np + 1
-      P[np] = {2, cost, 6, now, tonumber(burst), tonumber(num), tonumber(den)}
+      P[np] = {2, cost, 6, now, tonumber(burst), tonumber(num), tonumber(den), debit}
       bucket = true
       a = a + 7
     end
@@ -391,8 +454,8 @@ local sliding_one, sliding_step
 if sliding then
   if ones then
     sliding_one = function(p, key, v, cur, prev)
-      local cost, cs, elapsed, limit, window, g, wg = p[2], p[4], p[7], p[8], p[9], p[10], p[11]
-      if prev > limit then
+      local cost, cs, elapsed, limit, window, g, wg, debit = p[2], p[4], p[7], p[8], p[9], p[10], p[11], p[14]
+      if prev > limit and not debit then
         prev = limit
       end
       if cost < 0 then -- a refund: this window's count drops, not below 0
@@ -408,9 +471,13 @@ if sliding then
         end
         return weigh(g, wg, elapsed, cur, prev)
       end
-      local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, cur, prev)
-      if not retry and cost > 0 then
-        call('INCRBY', key, cs)
+      local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, p[15], p[16])
+      if cost > 0 and (not retry or debit) then
+        if cur + cost > MAX then -- a debit: the count saturates (the key exists)
+          call('SET', key, MAXS, 'KEEPTTL')
+        else
+          call('INCRBY', key, cs)
+        end
         if not v then
           local x = p[13]
           if not x then
@@ -426,10 +493,10 @@ if sliding then
 
   if several then
     sliding_step = function(p, c, c2, k, n)
-      local cost, cs, elapsed, limit, window, g, wg = p[2], p[4], p[7], p[8], p[9], p[10], p[11]
+      local cost, cs, elapsed, limit, window, g, wg, debit = p[2], p[4], p[7], p[8], p[9], p[10], p[11], p[14]
       for _ = 1, k do
         local prev = c2[3] + c2[4]
-        if prev > limit then
+        if prev > limit and not debit then
           prev = limit
         end
         n = n + 1
@@ -449,13 +516,19 @@ if sliding then
           end
           out[n] = weigh(g, wg, elapsed, cur, prev)
         else
-          local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, c[3] + c[4], prev)
+          local was = c[3] + c[4]
+          local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, was, prev, debit, p[15], p[16])
           out[n] = w
           if retry then
             n = n + 1
             out[n] = retry
-          elseif cost > 0 then -- the cell's change, of cost
-            if c[5] == nil then
+          end
+          if cost > 0 and (not retry or debit) then -- the cell's change, of cost (a debit's saturates)
+            local d = cost
+            if was + d > MAX then
+              d = MAX - was
+            end
+            if c[5] == nil and d == cost then
               c[5] = cs
             else
               c[5] = false
@@ -468,7 +541,7 @@ if sliding then
               end
               c[6] = x
             end
-            c[4] = c[4] + cost
+            c[4] = c[4] + d
           end
         end
       end
@@ -517,19 +590,22 @@ if bucket then
 
   if ones then
     bucket_one = function(p, key, v)
-      local cost, now, burst, num, den = p[2], p[4], p[5], p[6], p[7]
+      local cost, now, burst, num, den, debit = p[2], p[4], p[5], p[6], p[7], p[8]
       local t, c, ts = burst, 0, now
       if v then
         t, c, ts = struct.unpack(STATE, v)
       end
       local allowed
-      allowed, t, ts, c = decide(burst, num, den, cost, now, t, ts, c)
+      allowed, t, ts, c = decide(burst, num, den, cost, now, t, ts, c, debit)
       if cost ~= 0 then -- a charge or a refund leaves its state
         if t >= burst then
           bucket_write(key, v, false)
         else
           bucket_write(key, v, t, c, ts, burst, num, den)
         end
+      end
+      if debit then -- t may be down to -burst
+        t = t + burst
       end
       if allowed then
         return t * den + c
@@ -540,7 +616,7 @@ if bucket then
 
   if several then
     bucket_step = function(p, b, k, n)
-      local cost, now, burst, num, den = p[2], p[4], p[5], p[6], p[7]
+      local cost, now, burst, num, den, debit = p[2], p[4], p[5], p[6], p[7], p[8]
       for _ = 1, k do
         local t, c, ts = b[7], b[8], b[9]
         if t == nil then -- the state stored
@@ -554,12 +630,16 @@ if bucket then
           t, c, ts = burst, 0, now
         end
         local allowed
-        allowed, t, ts, c = decide(burst, num, den, cost, now, t, ts, c)
+        allowed, t, ts, c = decide(burst, num, den, cost, now, t, ts, c, debit)
         n = n + 1
+        local u = t -- the reply's t: shifted by burst for a debit, whose t may be down to -burst
+        if debit then
+          u = t + burst
+        end
         if allowed then
-          out[n] = t * den + c
+          out[n] = u * den + c
         else
-          out[n] = -(t * den + c) - 2
+          out[n] = -(u * den + c) - 2
         end
         if cost ~= 0 then -- a charge or refund leaves its state; a peek changes nothing
           b[11] = true

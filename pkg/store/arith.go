@@ -27,23 +27,31 @@ func slidingWeigh(g, wg, elapsed, cur, prev int64) int64 {
 }
 
 // slidingDecide decides a charge of cost elapsed ms into the window from
-// this window's count cur and the previous one's prev (capped at limit):
-// the weighted count w, and whether the op is allowed (w+cost <= limit);
-// when denied, retry is the ms until the same op would pass.
-func slidingDecide(limit, window, g, wg, cost, elapsed, cur, prev int64) (w, retry int64, allowed bool) {
+// this window's count cur and the previous one's prev (capped at limit,
+// unless debit): the weighted count w, and whether the op is allowed
+// (w+cost <= limit); when denied, retry is the ms until the same op would
+// pass, after its charge when debit (charged though denied), the next
+// window weighed in gn-ms steps, wgn of them.
+func slidingDecide(limit, window, g, wg, cost, elapsed, cur, prev int64, debit bool, gn, wgn int64) (w, retry int64, allowed bool) {
 	w = slidingWeigh(g, wg, elapsed, cur, prev)
 	if w+cost <= limit {
 		return w, 0, true
+	}
+	if debit {
+		cur = min(cur+cost, maxCost)
 	}
 	if cost > limit {
 		return w, window, false
 	}
 	// The op passes once the count p that slides weighs at most a: this
 	// window's previous count when cur leaves it room, else, in the next
-	// window, cur (capped at limit).
+	// window, cur (capped at limit unless debit).
 	p, a, later := prev, limit-cost-cur, cur > limit-cost
 	if later {
-		p, a = min(cur, limit), limit-cost
+		p, a, g, wg = cur, limit-cost, gn, wgn
+		if !debit {
+			p = min(p, limit)
+		}
 	}
 	lo, hi := int64(0), wg // the largest rem in [0, wg] with share(p, rem) <= a
 	for lo < hi {
@@ -63,9 +71,15 @@ func slidingDecide(limit, window, g, wg, cost, elapsed, cur, prev int64) (w, ret
 // bucketDecide refills a token bucket's state (t milli-tokens, carry c/den,
 // at ts) up to now and charges cost if the tokens allow it (a peek, cost
 // 0, is allowed); a refund (cost < 0) is always allowed and fills the
-// bucket no further than burst (a full bucket has no carry). It returns
-// whether the op is allowed and the new t, ts, c.
-func bucketDecide(burst, num, den, cost, now, t, ts, c int64) (allowed bool, _, _, _ int64) {
+// bucket no further than burst (a full bucket has no carry). Denied, a
+// debit op is charged all the same, to -burst at most; a state below zero
+// that a debit op does not read (its limit no longer charged always) is
+// forgiven, read as empty. It returns whether the op is allowed and the
+// new t, ts, c.
+func bucketDecide(burst, num, den, cost, now, t, ts, c int64, debit bool) (allowed bool, _, _, _ int64) {
+	if t < 0 && !debit {
+		t, c = 0, 0
+	}
 	elapsed := max(0, now-ts)
 	if t >= burst || elapsed >= bucketFill(burst, num, den, t, c) {
 		t, c = burst, 0
@@ -77,6 +91,9 @@ func bucketDecide(burst, num, den, cost, now, t, ts, c int64) (allowed bool, _, 
 	ts = max(ts, now)
 	switch {
 	case cost > 0 && t < cost:
+		if debit {
+			t = max(t-cost, -burst)
+		}
 		return false, t, ts, c
 	case cost > 0:
 		t -= cost

@@ -263,8 +263,8 @@ func (s *memShard) window(k windowKey, now int64) (counter, bool) {
 // (saturating at 2^52) whether it fits or not, or given back; the window
 // before is dropped if expired by the store's clock at, as Sweep would.
 func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
-	w, cost := op.Window, scriptCost(op)
-	ws := now - now%w
+	cost := scriptCost(op)
+	ws, we := window(op, now)
 	k := windowKey{op.Key, ws}
 
 	count := s.count(k, now)
@@ -273,35 +273,43 @@ func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
 		count = s.refund(k, count, -cost)
 	case cost > 0:
 		count = min(count+cost, maxCost)
-		if s.putWindow(k, counter{n: count, expireAt: ws + w}) {
-			s.dropEnded(windowKey{op.Key, ws - w}, at)
+		if s.putWindow(k, counter{n: count, expireAt: we}) {
+			s.dropEnded(windowKey{op.Key, windowBefore(op, ws)}, at)
 		}
 	}
 	return fixedResult(op, count, now) // as Redis' answer is derived
 }
 
 // slidingWindow mirrors take.lua's sliding_window: this window's count and
-// the previous one's (capped at the limit), weighed; a charge is counted
-// when it fits, a refund given back to this window. at is as for
-// fixedWindow.
+// the previous one's (capped at the limit, unless a debit), weighed; a
+// charge is counted when it fits (a debit's always), a refund given back
+// to this window. at is as for fixedWindow.
 func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
-	window, limit, cost := op.Window, op.Limit, scriptCost(op)
-	ws := now - now%window
-	elapsed := now - ws
-	curKey, prevKey := windowKey{op.Key, ws}, windowKey{op.Key, ws - window}
+	limit, cost := op.Limit, scriptCost(op)
+	ws, we := window(op, now)
+	prevStart := windowBefore(op, ws)
+	curKey, prevKey := windowKey{op.Key, ws}, windowKey{op.Key, prevStart}
 	cur := s.count(curKey, now)
 	prevC, hasPrev := s.window(prevKey, now)
-	prev := min(prevC.n, limit)
-	g, wg := windowSteps(window)
+	prev := prevC.n
+	if !op.Debit {
+		prev = min(prev, limit)
+	}
+	g, wg := windowSteps(we - ws)
+	gn, wgn := g, wg // the next window's
+	next := windowAfter(op, we)
+	if op.Calendar != nil {
+		gn, wgn = windowSteps(next - we)
+	}
 
 	if cost < 0 { // a refund: this window's count drops, not below 0
 		cur = s.refund(curKey, cur, -cost)
-		return slidingResult(op, slidingWeigh(g, wg, elapsed, cur, prev), 0, now)
+		return slidingResult(op, slidingWeigh(g, wg, now-ws, cur, prev), 0, now)
 	}
-	w, retry, allowed := slidingDecide(limit, window, g, wg, cost, elapsed, cur, prev)
-	if allowed && cost > 0 {
-		if s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*window}) {
-			s.dropEnded(windowKey{op.Key, ws - 2*window}, at)
+	w, retry, allowed := slidingDecide(limit, we-ws, g, wg, cost, now-ws, cur, prev, op.Debit, gn, wgn)
+	if cost > 0 && (allowed || op.Debit) {
+		if s.putWindow(curKey, counter{n: min(cur+cost, maxCost), expireAt: next}) {
+			s.dropEnded(windowKey{op.Key, windowBefore(op, prevStart)}, at)
 		}
 		if hasPrev { // so that both counters share curKey's key string
 			s.windows[prevKey] = prevC
@@ -327,8 +335,8 @@ func (s *memShard) refund(k windowKey, count, cost int64) int64 {
 }
 
 // tokenBucket mirrors take.lua's token_bucket: the state refilled to now,
-// charged if its tokens allow (a refund always), written unless a peek; a
-// full bucket is deleted.
+// charged if its tokens allow (a refund always, a debit below zero if
+// they do not), written unless a peek; a full bucket is deleted.
 func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 	burst, num, den, cost := op.Burst, op.RateNum, op.RateDen, scriptCost(op)
 	t, ts, c := burst, now, int64(0)
@@ -340,7 +348,7 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 		}
 	}
 
-	allowed, t, ts, c := bucketDecide(burst, num, den, cost, now, t, ts, c)
+	allowed, t, ts, c := bucketDecide(burst, num, den, cost, now, t, ts, c, op.Debit)
 	if cost != 0 { // a charge or a refund leaves its state; a peek changes nothing
 		if t >= burst {
 			s.dropBucket(op.Key)
