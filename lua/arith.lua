@@ -22,15 +22,15 @@ end
 -- steps(window) returns the step g (ms) a window of window ms is weighed
 -- in, and the number of steps wg = window / g (wg < 94e6, so wg^2 < 2^53).
 --
--- decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, gn, wgn)
+-- decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, next)
 -- decides an op elapsed ms into its window, from the count of this window
 -- (cur) and of the previous one (prev, already capped at limit unless
 -- debit). It returns the weighted count w = cur + share(prev, rem), rem
 -- the steps of the previous window still inside (now - W, now]; the op is
 -- allowed when w + cost <= limit. For a denied op it also returns
 -- retry_after, ms: when the same op would pass, after its own charge if
--- debit (charged though denied), the next window weighed in gn-ms steps,
--- wgn of them (g and wg but for a calendar's windows).
+-- debit (charged though denied), the next window weighed in steps of
+-- next = {gn, wgn} (false: g and wg, as but for a calendar's windows).
 --
 -- weigh(g, wg, elapsed, cur, prev) returns that w alone (a refund's).
 --
@@ -54,7 +54,7 @@ local function sliding_arith()
     return cur + (prev - r) / wg * rem + (x - x % wg) / wg
   end
 
-  local function decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, gn, wgn)
+  local function decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, next)
     local rem = wg - 1 - (elapsed - elapsed % g) / g
     local r = prev % wg
     local x = r * rem
@@ -77,7 +77,10 @@ local function sliding_arith()
     -- [0, wg] with share(p, rem) <= a.
     local p, a, later = prev, limit - cost - cur, cur > limit - cost
     if later then
-      p, a, g, wg = cur, limit - cost, gn, wgn
+      p, a = cur, limit - cost
+      if next then
+        g, wg = next[1], next[2]
+      end
       if p > limit and not debit then
         p = limit
       end

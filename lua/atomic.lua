@@ -170,8 +170,11 @@ local function sliding(base, limit, ws, we, prev_start, next_end, cost, debit)
     cur = give_back(cur_key, cur, cost)
     return 1, math.max(limit - weigh(g, wg, now - ws, cur, prev), 0), 0, reset
   end
-  local gn, wgn = steps(next_end - we)
-  local w, retry = sliding_decide(limit, window, g, wg, cost, now - ws, cur, prev, debit, gn, wgn)
+  local next = false -- the next window's steps, when they differ
+  if next_end - we ~= window then
+    next = {steps(next_end - we)}
+  end
+  local w, retry = sliding_decide(limit, window, g, wg, cost, now - ws, cur, prev, debit, next)
   if cost > 0 and (debit or not retry) then
     set(cur_key, math.min(cur + cost, MAX), next_end)
   end

@@ -177,7 +177,7 @@ local secs, usec, ms = 0, 0, nil
 --   fixed_window   {0, cost, tail, cs, S, X, whole}
 --   sliding_window {1, cost, tail, cs, cur, prev, elapsed, limit, window,
 --                   g, wg, expiry, expiry string (false until needed),
---                   debit, gn, wgn}
+--                   debit, next}
 --   token_bucket   {2, cost, tail, now, burst, num, den, debit}
 -- alg, cost and tail first: cost as a number, cs its string; tail the
 -- length of what the caller appended to the base key of a group whose
@@ -185,8 +185,9 @@ local secs, usec, ms = 0, 0, nil
 -- Redis' window). S and X are Redis' window when the caller's guess was
 -- not; cur and prev the suffixes of this window's and the previous
 -- window's counters, elapsed the ms into the window, g and wg arith.lua's
--- steps, expiry this window's counter's (Unix ms), gn and wgn the next
--- window's steps; debit: charged always (kind's 3).
+-- steps, expiry this window's counter's (Unix ms), next the next
+-- window's steps {gn, wgn} when they differ (a calendar's), else false;
+-- debit: charged always (kind's 3).
 local P, np = {false}, 0 -- made with room for one set, as most calls have
 local fixed, sliding, bucket = false, false, false -- the call has an op of it
 local refunds = false -- a window op of the call gives back (cost < 0)
@@ -287,12 +288,12 @@ while a <= nargs do
         steps, sliding_decide, weigh = sliding_arith()
       end
       local g, wg = steps(window)
-      local gn, wgn = g, wg
+      local next = false
       if cal then
-        gn, wgn = steps(expiry - ws - window)
+        next = {steps(expiry - ws - window)}
       end
       np = np + 1
-      P[np] = {1, cost, 0, cs, cur, prev, now - ws, limit, window, g, wg, expiry, false, debit, gn, wgn}
+      P[np] = {1, cost, 0, cs, cur, prev, now - ws, limit, window, g, wg, expiry, false, debit, next}
       sliding = true
     else
       local burst, num, den, cs = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 6]
@@ -471,10 +472,10 @@ if sliding then
         end
         return weigh(g, wg, elapsed, cur, prev)
       end
-      local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, p[15], p[16])
+      local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, cur, prev, debit, p[15])
       if cost > 0 and (not retry or debit) then
-        if cur + cost > MAX then -- a debit: the count saturates (the key exists)
-          call('SET', key, MAXS, 'KEEPTTL')
+        if cur + cost > 4503599627370496 then -- a debit's count saturates at MAX (the key exists)
+          call('SET', key, '4503599627370496', 'KEEPTTL') -- MAXS: literals, as upvalues cost allocations
         else
           call('INCRBY', key, cs)
         end
@@ -517,7 +518,7 @@ if sliding then
           out[n] = weigh(g, wg, elapsed, cur, prev)
         else
           local was = c[3] + c[4]
-          local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, was, prev, debit, p[15], p[16])
+          local w, retry = sliding_decide(limit, window, g, wg, cost, elapsed, was, prev, debit, p[15])
           out[n] = w
           if retry then
             n = n + 1
