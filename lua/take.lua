@@ -28,8 +28,8 @@ ARGV[3]  groups  one byte per group: its number of ops (1..255), the first
 ARGV[4...] the parameters, one set after another, each opening with its
          kind, the algorithm's number, plus 3 when it is charged always
          (debit), plus 6 for a calendar's windows:
-         fixed_window   0, now, cost, S, E, X
-                        6, now, cost, B0 .. B5
+         fixed_window   0 (3), now, cost, S, E, X
+                        6 (9), now, cost, B0 .. B5
          sliding_window 1 (4), now, limit, window, cost
                         7 (10), now, limit, cost, B0 .. B5
          token_bucket   2 (5), now, burst, num, den, window, cost
@@ -55,7 +55,7 @@ ARGV[4...] the parameters, one set after another, each opening with its
                  script takes S back off KEYS[g] and appends its own
                  window start. With an explicit now, S is that time's.
          B0..B5  a calendar's windows (periods) around the caller's guess
-                 of now's, Unix seconds, as many digits each: B2 its start
+                 of now's, Unix seconds: B2 its start
                  and B3 its end, B1 and B0 the two starts before, B4 and B5
                  the two ends after. The op's window is the one of [B1, B2),
                  [B2, B3) and [B3, B4) that holds now (the first or the last
@@ -65,7 +65,8 @@ ARGV[4...] the parameters, one set after another, each opening with its
                  window's count passes its limit (saturating at 2^52, the
                  previous window's uncapped), a bucket goes below zero (to
                  -burst at most); denied, it replies as any denial, its
-                 retry_after after its own charge
+                 retry_after after its own charge (a fixed window counts a
+                 denied charge anyway: its debit changes nothing here)
 Returns  {tag, secs, usec, then for each op in map's order:}
          fixed_window    the count after the op; nothing when the op before
                          it in its group has its parameter set (same key,
