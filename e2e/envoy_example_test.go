@@ -110,6 +110,7 @@ func startExample(t *testing.T) (*front, *fastlimit, *envoytest.Upstream) {
 		"echo:80":        up.Addr,
 		"fastlimit:8081": fl.GRPC,
 	})
+	f.cluster = "echo"
 	return f, fl, up
 }
 

@@ -31,9 +31,10 @@ const (
 	tmplTCP      = "tcp-upstream:7000"
 )
 
-// rlsCluster is the name of the rate-limit service's cluster in every
-// bootstrap the tests run, the shipped ones included.
-const rlsCluster = "fastlimit"
+// routedCluster is the cluster the HTTP bootstraps of testdata/envoy route
+// requests to: Envoy's rate-limit filter counts its calls (ok, over_limit,
+// error, failure_mode_allowed) in that cluster's stats.
+const routedCluster = "upstream"
 
 // startAdmin starts the binary on the rules in dir with flags, its admin
 // listener on a loopback port of its own (f.Admin).
@@ -60,6 +61,9 @@ type front struct {
 	*envoytest.Envoy
 	// Listener is the address its listener serves.
 	Listener string
+	// cluster is the cluster requests are routed to, whose stats count
+	// the filter's calls (routedCluster unless set).
+	cluster string
 }
 
 // startFront starts Envoy on bootstrap with its addresses replaced (addrs:
@@ -79,7 +83,7 @@ func startFront(t testing.TB, name string, bootstrap []byte, addrs map[string]st
 		t.Fatal(err)
 	}
 	e := envoytest.Start(t, cfg, envoytest.Options{Name: name})
-	return &front{Envoy: e, Listener: all[tmplListener]}
+	return &front{Envoy: e, Listener: all[tmplListener], cluster: routedCluster}
 }
 
 // client returns a client of the front from a loopback address no other
@@ -90,8 +94,12 @@ func (f *front) client(t testing.TB) *envoytest.Client {
 
 // rlsErrors is Envoy's count of rate-limit calls that failed (FastLimit
 // unreachable, an error answer, or past the filter's timeout).
-func (f *front) rlsErrors() int64 {
-	n, _ := f.Stat("cluster." + rlsCluster + ".ratelimit.error")
+func (f *front) rlsErrors() int64 { return f.rlStat("error") }
+
+// rlStat is one of the filter's counters: ok, over_limit, error,
+// failure_mode_allowed.
+func (f *front) rlStat(name string) int64 {
+	n, _ := f.Stat("cluster." + f.cluster + ".ratelimit." + name)
 	return n
 }
 
@@ -202,6 +210,41 @@ func topDescriptors(t testing.TB, f *fastlimit, domain string) map[string][]stri
 			out[r.Rule] = append(out[r.Rule], strings.Join(kv, ","))
 		}
 		slices.Sort(out[r.Rule])
+	}
+	return out
+}
+
+// httpFront is Envoy on testdata/envoy/http.yaml in front of rls (a
+// FastLimit's or a probe's gRPC address), with subs applied first
+// (envoytest.Substitute pairs), and its HTTP and gRPC upstreams.
+type httpFront struct {
+	*front
+	Up   *envoytest.Upstream
+	GRPC *envoytest.GRPCUpstream
+}
+
+func startHTTPFront(t testing.TB, name, rls string, subs ...string) *httpFront {
+	t.Helper()
+	up, g := envoytest.StartUpstream(t, nil), envoytest.StartGRPCUpstream(t)
+	cfg := envoytest.Substitute(t, envoyTemplate(t, "http.yaml"), subs...)
+	f := startFront(t, name, cfg, map[string]string{tmplRLS: rls, tmplUpstream: up.Addr, tmplGRPC: g.Addr})
+	return &httpFront{front: f, Up: up, GRPC: g}
+}
+
+// accessLines returns the JSON access-log lines of http.yaml's listener
+// that Envoy has written so far, decoded.
+func (f *front) accessLines(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(f.Log(), "\n") {
+		if !strings.HasPrefix(line, "{") || !strings.Contains(line, `"access":"e2e"`) {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("access log line %q: %v", line, err)
+		}
+		out = append(out, m)
 	}
 	return out
 }
