@@ -82,7 +82,8 @@ func startFront(t testing.TB, name string, bootstrap []byte, addrs map[string]st
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := envoytest.Start(t, cfg, envoytest.Options{Name: name})
+	// Access logs are flushed every 100 ms, not Envoy's 10 s.
+	e := envoytest.Start(t, cfg, envoytest.Options{Name: name, Args: []string{"--file-flush-interval-msec", "100"}})
 	return &front{Envoy: e, Listener: all[tmplListener], cluster: routedCluster}
 }
 
