@@ -67,16 +67,20 @@ type front struct {
 }
 
 // startFront starts Envoy on bootstrap with its addresses replaced (addrs:
-// the template's address -> the real one; the listener, tmplListener, is
-// given a free port unless addrs names one).
+// the bootstrap's address -> the real one), its listener, tmplListener,
+// on a free port.
 func startFront(t testing.TB, name string, bootstrap []byte, addrs map[string]string) *front {
 	t.Helper()
-	all := map[string]string{}
+	return startFrontOn(t, name, bootstrap, tmplListener, addrs)
+}
+
+// startFrontOn is startFront for a bootstrap whose listener is at
+// listener.
+func startFrontOn(t testing.TB, name string, bootstrap []byte, listener string, addrs map[string]string) *front {
+	t.Helper()
+	all := map[string]string{listener: envoytest.ListenerAddr(t)}
 	for k, v := range addrs {
 		all[k] = v
-	}
-	if _, ok := all[tmplListener]; !ok {
-		all[tmplListener] = envoytest.ListenerAddr(t)
 	}
 	cfg, err := envoytest.Rewrite(bootstrap, all)
 	if err != nil {
@@ -84,7 +88,7 @@ func startFront(t testing.TB, name string, bootstrap []byte, addrs map[string]st
 	}
 	// Access logs are flushed every 100 ms, not Envoy's 10 s.
 	e := envoytest.Start(t, cfg, envoytest.Options{Name: name, Args: []string{"--file-flush-interval-msec", "100"}})
-	return &front{Envoy: e, Listener: all[tmplListener], cluster: routedCluster}
+	return &front{Envoy: e, Listener: all[listener], cluster: routedCluster}
 }
 
 // client returns a client of the front from a loopback address no other
