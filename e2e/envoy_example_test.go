@@ -200,7 +200,9 @@ func TestEnvoyExampleDescriptors(t *testing.T) {
 		hdr          []string
 	}
 	sends := []send{
-		{"GET", "/", nil},
+		// use_remote_address: the peer's address, whatever the client
+		// claims in x-forwarded-for.
+		{"GET", "/", []string{"x-forwarded-for: 203.0.113.9"}},
 		{"GET", "/", []string{"x-plan: free", "x-api-key: k-free"}},
 		{"GET", "/", []string{"x-plan: pro", "x-api-key: k-pro"}},
 		{"GET", "/", []string{"x-plan: gold", "x-api-key: k-gold"}},
