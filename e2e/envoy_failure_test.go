@@ -187,21 +187,33 @@ func TestEnvoyDeadlineReachesFastLimit(t *testing.T) {
 
 // TestEnvoySendsDeadline: Envoy's call carries the filter's timeout as its
 // gRPC deadline (grpc-timeout), which a gRPC server turns into the call's
-// deadline; without a timeout in the filter, 20 ms.
+// deadline; without a timeout, 20 ms, in the HTTP filter and in the
+// network filter alike.
 func TestEnvoySendsDeadline(t *testing.T) {
+	const noTimeout = "\n                      timeout: 10s"
 	for _, tc := range []struct {
+		name string
 		sub  []string
 		want time.Duration
 	}{
-		{[]string{"timeout: 10s", "timeout: 0.75s"}, 750 * time.Millisecond},
-		{[]string{"\n                      timeout: 10s", ""}, 20 * time.Millisecond},
+		{"http 0.75s", []string{"timeout: 10s", "timeout: 0.75s"}, 750 * time.Millisecond},
+		{"http default", []string{noTimeout, ""}, 20 * time.Millisecond},
+		{"network default", []string{"\n                timeout: 10s", ""}, 20 * time.Millisecond},
 	} {
 		p := envoytest.StartProbe(t, nil)
-		f := startHTTPFront(t, "deadline", p.Addr, tc.sub...)
-		f.client(t).Do(t, "GET", "/")
+		if strings.HasPrefix(tc.name, "http") {
+			startHTTPFront(t, "deadline", p.Addr, tc.sub...).client(t).Do(t, "GET", "/")
+		} else {
+			up := envoytest.StartTCPUpstream(t)
+			cfg := envoytest.Substitute(t, envoyTemplate(t, "tcp.yaml"), tc.sub...)
+			f := startFront(t, "deadline-tcp", cfg, map[string]string{tmplRLS: p.Addr, tmplTCP: up.Addr})
+			if _, err := echoOnce(f.Listener, nextSource()); err != nil {
+				t.Fatalf("%s: through Envoy: %v", tc.name, err)
+			}
+		}
 		c := p.WaitCalls(t, 1, 10*time.Second)[0]
 		if !c.HasDeadline || c.Deadline > tc.want || c.Deadline <= 0 {
-			t.Errorf("filter timeout %v: the call arrived with %v left (deadline %v), want at most %v", tc.want, c.Deadline, c.HasDeadline, tc.want)
+			t.Errorf("%s: the call arrived with %v left (deadline %v), want at most %v", tc.name, c.Deadline, c.HasDeadline, tc.want)
 		}
 	}
 }
