@@ -17,7 +17,8 @@ import (
 // probe RateLimitService that records what Envoy sends.
 
 // probeDescriptors returns what a call carried: each descriptor as
-// "k=v,k2=v2" followed by " +N" when it had a hits_addend of N.
+// "k=v,k2=v2" followed by " +N" when it had a hits_addend of N, " -N"
+// when is_negative_hits gives them back.
 func probeDescriptors(c envoytest.ProbeCall) []string {
 	var out []string
 	for _, d := range c.Request.GetDescriptors() {
@@ -26,7 +27,9 @@ func probeDescriptors(c envoytest.ProbeCall) []string {
 			kv = append(kv, e.GetKey()+"="+e.GetValue())
 		}
 		s := strings.Join(kv, ",")
-		if h := d.GetHitsAddend(); h != nil {
+		if h := d.GetHitsAddend(); h != nil && d.GetIsNegativeHits() {
+			s += fmt.Sprintf(" -%d", h.GetValue())
+		} else if h != nil {
 			s += fmt.Sprintf(" +%d", h.GetValue())
 		}
 		out = append(out, s)
@@ -51,8 +54,17 @@ func TestEnvoyFactsTransportAuto(t *testing.T) {
 
 // hitsRoutes replace http.yaml's catch-all route: the route's own
 // rate_limits (hits_addend 3), and RateLimitPerRoute's in
-// typed_per_filter_config (hits_addend 5) on /per-route.
-const hitsRoutes = `                        - match: { prefix: /per-route }
+// typed_per_filter_config (hits_addend 5) on /per-route, and on /refund
+// with is_negative_hits (2).
+const hitsRoutes = `                        - match: { prefix: /refund }
+                          route: { cluster: upstream }
+                          typed_per_filter_config:
+                            envoy.filters.http.ratelimit:
+                              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                              rate_limits:
+                                - actions: [{ generic_key: { descriptor_key: via, descriptor_value: refund } }]
+                                  hits_addend: { number: 2, is_negative_hits: true }
+                        - match: { prefix: /per-route }
                           route: { cluster: upstream }
                           typed_per_filter_config:
                             envoy.filters.http.ratelimit:
@@ -78,7 +90,8 @@ const filterRateLimits = `                      domain: envoy-e2e
 
 // TestEnvoyFactsHitsAddend: a RateLimit's hits_addend is sent from
 // RateLimitPerRoute's rate_limits and from the filter's own, and dropped
-// without a word from a route's rate_limits.
+// without a word from a route's rate_limits; its is_negative_hits marks
+// the descriptor's (a refund).
 func TestEnvoyFactsHitsAddend(t *testing.T) {
 	tmpl := string(envoyTemplate(t, "http.yaml"))
 	start := strings.Index(tmpl, "                        - match: { prefix: / }\n")
@@ -90,7 +103,7 @@ func TestEnvoyFactsHitsAddend(t *testing.T) {
 		paths     []string
 		want      []string
 	}{
-		{"routes", routes, []string{"/per-route", "/"}, []string{"via=per-route +5", "via=route"}},
+		{"routes", routes, []string{"/per-route", "/", "/refund"}, []string{"via=per-route +5", "via=route", "via=refund -2"}},
 		{"filter", filter, []string{"/"}, []string{"via=filter +7"}},
 	} {
 		p := envoytest.StartProbe(t, nil)
