@@ -121,20 +121,26 @@ func TestEnvoyFactsHitsAddend(t *testing.T) {
 	}
 }
 
-// TestEnvoyFactsFilterRateLimitsRefuseStage: the filter's own rate_limits
-// refuse stage and disable_key when the bootstrap loads.
-func TestEnvoyFactsFilterRateLimitsRefuseStage(t *testing.T) {
+// TestEnvoyFactsFilterRateLimitsRefuse: the filter's own rate_limits
+// refuse stage and disable_key when the bootstrap loads, and the
+// deprecated dynamic_metadata action is refused too (metadata with
+// source: DYNAMIC replaces it).
+func TestEnvoyFactsFilterRateLimitsRefuse(t *testing.T) {
 	tmpl := string(envoyTemplate(t, "http.yaml"))
-	for _, field := range []string{"stage: 1", "disable_key: k"} {
-		cfg := strings.Replace(tmpl, "                      domain: envoy-e2e\n",
-			filterRateLimits+"                          "+field+"\n", 1)
+	for _, tc := range []struct{ extra, want string }{
+		{"                          stage: 1\n", "'stage' field and 'disable_key' field are not supported"},
+		{"                          disable_key: k\n", "'stage' field and 'disable_key' field are not supported"},
+		{"                        - actions: [{ dynamic_metadata: { descriptor_key: k, metadata_key: { key: a, path: [{ key: b }] } } }]\n",
+			"Using deprecated option 'envoy.config.route.v3.RateLimit.Action.dynamic_metadata'"},
+	} {
+		cfg := strings.Replace(tmpl, "                      domain: envoy-e2e\n", filterRateLimits+tc.extra, 1)
 		path := filepath.Join(t.TempDir(), "envoy.yaml")
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		out, err := envoytest.Validate(t, path)
-		if err == nil || !strings.Contains(out, "'stage' field and 'disable_key' field are not supported") {
-			t.Errorf("filter rate_limits with %s: err %v\n%s", field, err, out)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("filter rate_limits with %s: err %v, want %q in\n%s", strings.TrimSpace(tc.extra), err, tc.want, out)
 		}
 	}
 }
