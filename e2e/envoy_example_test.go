@@ -105,8 +105,7 @@ func startExample(t *testing.T) (*front, *fastlimit, *envoytest.Upstream) {
 	fl := start(t, launch{rules: ex.rulesDir, env: env, flags: append(ex.args, "--admin-addr", admin)})
 	fl.Admin = admin
 	up := envoytest.StartUpstream(t, nil)
-	f := startFront(t, "example", ex.envoyYAML, map[string]string{
-		"0.0.0.0:10000":  envoytest.ListenerAddr(t),
+	f := startFrontOn(t, "example", ex.envoyYAML, "0.0.0.0:10000", map[string]string{
 		"echo:80":        up.Addr,
 		"fastlimit:8081": fl.GRPC,
 	})

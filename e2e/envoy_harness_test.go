@@ -169,12 +169,6 @@ func series(t testing.TB, f *fastlimit, name string) float64 {
 	return scrape.Value(t, page, name)
 }
 
-// ruleHits is fastlimit_rule_total_hits_total of one rule.
-func ruleHits(t testing.TB, f *fastlimit, domain, rule string) float64 {
-	t.Helper()
-	return series(t, f, fmt.Sprintf(`fastlimit_rule_total_hits_total{domain=%q,rule=%q}`, domain, rule))
-}
-
 // waitSeries fails t unless series name reaches want within d, and
 // returns its value then.
 func waitSeries(t testing.TB, f *fastlimit, name string, want float64, d time.Duration) float64 {
