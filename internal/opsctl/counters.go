@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 )
-
-type countersAnswer = adminapi.CountersAnswer
 
 // valueList is a repeatable string flag.
 type valueList []string
@@ -56,8 +54,8 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 	if action == "refund" {
 		cl.bases = cl.bases[:1]
 	}
-	answers, bases, err := each(cl, func(ctx context.Context, base string) (countersAnswer, error) {
-		var a countersAnswer
+	answers, bases, err := each(cl, func(ctx context.Context, base string) (admin.CountersAnswer, error) {
+		var a admin.CountersAnswer
 		return a, cl.do(ctx, base, http.MethodPost, "/v1/counters/"+action, body, &a)
 	})
 	if c.json {
@@ -71,7 +69,7 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 }
 
 // countersBody builds the body of a counters write from the flags.
-func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (*adminapi.CountersBody, error) {
+func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (*admin.CountersBody, error) {
 	switch {
 	case domain == "":
 		return nil, fmt.Errorf("%w: --domain is required", errUsage)
@@ -82,16 +80,16 @@ func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, valu
 	case fs.Lookup("hits") != nil && hits == 0:
 		return nil, fmt.Errorf("%w: --hits is required", errUsage)
 	}
-	body := &adminapi.CountersBody{Domain: domain, Rule: rule, Values: values, Hits: hits}
+	body := &admin.CountersBody{Domain: domain, Rule: rule, Values: values, Hits: hits}
 	for _, d := range ds {
-		body.Descriptors = append(body.Descriptors, adminapi.Descriptor{Entries: d})
+		body.Descriptors = append(body.Descriptors, admin.Descriptor{Entries: d})
 	}
 	return body, nil
 }
 
 // printCounters writes one replica's answer: each descriptor before and
 // after.
-func printCounters(w io.Writer, base string, a *countersAnswer) {
+func printCounters(w io.Writer, base string, a *admin.CountersAnswer) {
 	fmt.Fprintf(w, "%s: %s by %s\n", base, a.Action, a.Who)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DESCRIPTOR\tRULE\tBEFORE\tAFTER")
@@ -106,7 +104,7 @@ func printCounters(w io.Writer, base string, a *countersAnswer) {
 }
 
 // left is what a descriptor has left: "3/5" or "7 tokens".
-func left(e *explained) string {
+func left(e *admin.Explained) string {
 	switch {
 	case e.Remaining != nil && e.Rule != nil:
 		return fmt.Sprintf("%d/%d left", *e.Remaining, e.Rule.RequestsPerUnit)

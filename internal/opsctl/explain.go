@@ -11,15 +11,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 )
 
-// The admin API's types of explain.
-type (
-	explanation = adminapi.Explanation
-	explained   = adminapi.Explained
-	ruleInfo    = adminapi.Rule
-)
 
 // replicaAnswer is one replica's raw answer, for --json.
 type replicaAnswer struct {
@@ -69,7 +63,7 @@ func runExplain(args []string, getenv func(string) string, stdout, stderr io.Wri
 			texts = append(texts, string(raw))
 			continue
 		}
-		var e explanation
+		var e admin.Explanation
 		if jerr := json.Unmarshal(raw, &e); jerr != nil {
 			return exit(fmt.Errorf("%s: %w", bases[i], jerr), stderr)
 		}
@@ -129,11 +123,11 @@ func explainBody(domain, file, bucket string, ds descriptorList, hits uint) (any
 	// A RateLimitRequest as protojson reads it.
 	req := struct {
 		Domain      string                `json:"domain"`
-		Descriptors []adminapi.Descriptor `json:"descriptors"`
+		Descriptors []admin.Descriptor `json:"descriptors"`
 		HitsAddend  uint                  `json:"hits_addend,omitempty"`
 	}{Domain: domain, HitsAddend: hits}
 	for _, d := range ds {
-		req.Descriptors = append(req.Descriptors, adminapi.Descriptor{Entries: d})
+		req.Descriptors = append(req.Descriptors, admin.Descriptor{Entries: d})
 	}
 	return req, nil
 }
@@ -159,7 +153,7 @@ func printExplain(w io.Writer, bases, texts []string) {
 // explainText is an explanation as a table, without times that change
 // from one replica to the next. A rule with several limits has a row
 // under its descriptor's for each of them, the one that decides marked.
-func explainText(e *explanation) string {
+func explainText(e *admin.Explanation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "domain %s: the request would be %s (store %s; nothing charged)\n", e.Domain, e.Code, e.Store)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -206,7 +200,7 @@ func explainText(e *explanation) string {
 }
 
 // leftText is what a limit of size requests has left, before the charge.
-func leftText(st *adminapi.State, size uint32) string {
+func leftText(st *admin.State, size uint32) string {
 	switch {
 	case st.Remaining != nil:
 		return fmt.Sprintf("%d of %d (count %d)", *st.Remaining, size, *st.Count)
@@ -217,7 +211,7 @@ func leftText(st *adminapi.State, size uint32) string {
 }
 
 // limitText is a rule's limit in short: "5/MINUTE fixed_window".
-func limitText(r *ruleInfo) string {
+func limitText(r *admin.Rule) string {
 	if r.Unlimited {
 		return "unlimited"
 	}
@@ -236,7 +230,7 @@ func limitText(r *ruleInfo) string {
 
 // specText is a limit's size in short: "5/MINUTE fixed_window", a
 // bucket's burst after it.
-func specText(sp *adminapi.Spec) string {
+func specText(sp *admin.Spec) string {
 	s := strconv.FormatUint(uint64(sp.RequestsPerUnit), 10) + "/"
 	if sp.UnitMultiplier > 1 {
 		s += strconv.FormatUint(uint64(sp.UnitMultiplier), 10) + " "

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
@@ -259,13 +259,10 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// entry is a descriptor entry as the admin API takes it.
-type entry = adminapi.Entry
-
 // descriptorList is a repeatable flag of descriptors, each
 // "key=value,key2=value2", keys and values percent-decoded after
 // splitting so that they may hold ',' and '=' (%2C, %3D).
-type descriptorList [][]entry
+type descriptorList [][]admin.Entry
 
 func (l *descriptorList) String() string { return fmt.Sprint(*l) }
 
@@ -278,14 +275,14 @@ func (l *descriptorList) Set(s string) error {
 	return nil
 }
 
-func parseEntries(s string) ([]entry, error) {
-	var d []entry
+func parseEntries(s string) ([]admin.Entry, error) {
+	var d []admin.Entry
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok {
 			return nil, fmt.Errorf("%q is not key=value", part)
 		}
-		var e entry
+		var e admin.Entry
 		var err error
 		if e.Key, err = url.QueryUnescape(k); err == nil {
 			e.Value, err = url.QueryUnescape(v)
@@ -299,7 +296,7 @@ func parseEntries(s string) ([]entry, error) {
 }
 
 // query is a descriptor's entries as /v1/usage's descriptor parameter.
-func query(d []entry) string {
+func query(d []admin.Entry) string {
 	parts := make([]string, len(d))
 	for i, e := range d {
 		parts[i] = url.QueryEscape(e.Key) + "=" + url.QueryEscape(e.Value)
@@ -308,7 +305,7 @@ func query(d []entry) string {
 }
 
 // entriesText is a descriptor for a table: "key=value,key2=value2".
-func entriesText(d []entry) string {
+func entriesText(d []admin.Entry) string {
 	parts := make([]string, len(d))
 	for i, e := range d {
 		parts[i] = e.Key + "=" + e.Value

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 )
 
@@ -74,9 +75,9 @@ func printTop(w io.Writer, a top.Answer) {
 			if e.Truncated {
 				id += "..."
 			}
-			d := make([]entry, len(e.Descriptor))
+			d := make([]admin.Entry, len(e.Descriptor))
 			for i, p := range e.Descriptor {
-				d[i] = entry(p)
+				d[i] = admin.Entry(p)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", rk.Rule, rk.By, id, num(e.Count), num(e.Error), query(d))
 		}

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -42,8 +42,8 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 		return quotaUsage(cl, domain, es, stdout, stderr)
 	}
 	path := "/v1/usage?domain=" + url.QueryEscape(domain) + "&descriptor=" + query(es)
-	us, bases, err := each(cl, func(ctx context.Context, base string) (adminapi.Usage, error) {
-		var u adminapi.Usage
+	us, bases, err := each(cl, func(ctx context.Context, base string) (admin.Usage, error) {
+		var u admin.Usage
 		return u, cl.do(ctx, base, http.MethodGet, path, nil, &u)
 	})
 	if c.json {
@@ -77,7 +77,7 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 
 // quotaUsage prints a bucket's division: the replicas' answers merged,
 // each Envoy once, as the replica serving it reports it.
-func quotaUsage(cl *client, domain string, id []entry, stdout, stderr io.Writer) int {
+func quotaUsage(cl *client, domain string, id []admin.Entry, stdout, stderr io.Writer) int {
 	path := "/v1/quota?domain=" + url.QueryEscape(domain) + "&bucket=" + query(id)
 	us, _, err := each(cl, func(ctx context.Context, base string) (rlqs.Usage, error) {
 		var u rlqs.Usage

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
@@ -57,15 +58,14 @@ type Server struct {
 	reload   *hotReload         // nil until Open, and with rules from xDS
 	xds      *xdsRules          // nil unless rules come from xDS
 	tracing  *tracing.Tracing   // nil with tracing off
-	admin    *admin             // nil without --admin-addr
+	admin    *httpserver.Server // nil without --admin-addr
+	adminAPI *admin.API
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 	top      *top.Tracker       // nil with --top-keys 0
 	stopTop  func()             // ends the top tracker's Run
 	failures *failureLog        // logs store failures
-	auth     adminAuth          // authorizes admin writes
 	// adminCerts serves the admin listener's TLS, nil without --admin-tls-cert.
 	adminCerts *certs.Reloader
-	counts     countsCache // the rule counters the admin page shows
 	// httpOpts and adminOpts bound the HTTP and admin listeners.
 	httpOpts, adminOpts httpserver.Options
 	tlsRefused          *prometheus.CounterVec // certificates refused on rotation, by use
@@ -122,9 +122,6 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if err := s.newObservers(); err != nil {
 		return nil, err
 	}
-	if err := s.newAdminAuth(); err != nil {
-		return nil, o.Named(err)
-	}
 	onStoreError, err := limiter.ParseFailurePolicy(o.OnStoreError)
 	if err != nil {
 		return nil, o.Named(settings.Bad("on-store-error", "%w", err))
@@ -138,6 +135,9 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	}, log.Named("service"))
 	if err := s.newRLQS(redisOf(st)); err != nil {
 		return nil, err
+	}
+	if err := s.newAdmin(); err != nil {
+		return nil, o.Named(err)
 	}
 	s.grpc = s.newGRPC(tlsOpts)
 	return s, nil
@@ -267,7 +267,7 @@ func (s *Server) listen() error {
 	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
 		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
 	}
-	return s.openAdmin(s.adminHandler())
+	return s.openAdmin()
 }
 
 // registerListenerMetrics registers the HTTP listeners' connection
@@ -279,7 +279,7 @@ func (s *Server) registerListenerMetrics() error {
 			case name == "http" && s.http != nil:
 				return s.http.Stats(), true
 			case name == "admin" && s.admin != nil:
-				return s.admin.srv.Stats(), true
+				return s.admin.Stats(), true
 			case name == "prometheus":
 				return s.ref.ListenerStats()
 			}

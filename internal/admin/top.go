@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"net/http"
@@ -14,8 +14,8 @@ const maxTopN = 10_000
 // with this replica's top identifiers of each rule of D (or of rule R), by
 // over-limit hits (the default) or hits, n of each (default 10; 0: every
 // one kept), as a top.Answer; 404 with --top-keys 0.
-func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) {
-	if s.top == nil {
+func (a *API) handleTop(w http.ResponseWriter, r *http.Request) {
+	if a.o.Top == nil {
 		http.Error(w, "top identifiers are not kept: --top-keys is 0", http.StatusNotFound)
 		return
 	}
@@ -37,5 +37,5 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, s.top.Top(domain, q.Get("rule"), by, n))
+	writeJSON(w, a.o.Top.Top(domain, q.Get("rule"), by, n))
 }

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	_ "embed"
@@ -57,7 +57,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return strings.Join(kv, ", ")
 	},
-	"reload": func(r *reloadStatus) string {
+	"reload": func(r *ReloadStatus) string {
 		switch {
 		case r == nil:
 			return "ok (no reload since the start)"
@@ -72,8 +72,8 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 
 // pageData is what the page renders.
 type pageData struct {
-	Status    adminStatus
-	Rules     rulesPage
+	Status    Status
+	Rules     RulesPage
 	Filter    string
 	Range     string
 	PageSize  int
@@ -85,21 +85,21 @@ type pageData struct {
 // home serves "/" and the paths nothing else serves: the admin page to a
 // browser asking for "/" (Accept: text/html), the plain-text index of
 // endpoints to every other request, as the reference's debug listener.
-func (s *Server) home(idx adminIndex) http.Handler {
+func (a *API) home(idx index) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" || !strings.Contains(r.Header.Get("Accept"), "text/html") {
 			idx.ServeHTTP(w, r)
 			return
 		}
 		filter := r.URL.Query().Get("q")
-		d := pageData{Status: s.status(), Rules: s.rulesPage(filter, 0, defaultRulesPage), Filter: filter,
+		d := pageData{Status: a.status(), Rules: a.rulesPage(filter, 0, defaultRulesPage), Filter: filter,
 			PageSize: defaultRulesPage, RefreshMs: pageRefresh.Milliseconds(), DivisionsOnPage: divisionsOnPage, ClientsOnPage: clientsOnPage}
 		d.Range = fmt.Sprintf("%d–%d of %d", min(1, d.Rules.Total), len(d.Rules.Rules), d.Rules.Total)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
 		if err := page.Execute(w, d); err != nil {
-			s.log.Debug("admin page", zap.Error(err))
+			a.log.Debug("admin page", zap.Error(err))
 		}
 	})
 }

@@ -1,13 +1,10 @@
-package server
+package admin_test
 
 import (
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,57 +16,12 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
-	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
-	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/store"
 )
-
-// opsRules are a window, a named sliding window that replaces another,
-// a shadowed bucket, and a rule of three limits, the third of which the
-// sliding window replaces.
-//
-//go:embed testdata/ops.yaml
-var opsRules string
-
-// call sends method to the admin listener's path with body and the
-// headers given as name, value pairs, and returns the status and body.
-func call(t *testing.T, c *http.Client, method, url, body string, headers ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	if c == nil {
-		c = &http.Client{Timeout: 30 * time.Second}
-	}
-	resp, err := c.Do(req)
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-func decode[T any](t *testing.T, body string) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("%v: %s", err, body)
-	}
-	return v
-}
 
 // TestMethodNotAllowed: every admin path answers 405 with an Allow header
 // to a method it does not serve, unknown paths included.
@@ -104,23 +56,20 @@ func TestMethodNotAllowed(t *testing.T) {
 // charging nothing; an RLQS bucket's explanation names its rule.
 func TestExplain(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"ops.yaml": opsRules}, "--rlqs") // for the bucket's explanation
-	ctx := context.Background()
 	for range 2 {
-		if _, err := s.service.ShouldRateLimit(ctx, rlsRequest("ops", "user", "ann")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", "ann")
 	}
 	body := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"tokens","value":"t"}],"hits_addend":5},{"entries":[{"key":"none","value":"x"}]}]}`
 	url := "http://" + s.AdminAddr() + "/v1/explain"
-	var first explanation
+	var first admin.Explanation
 	for i := range 2 {
 		code, out := call(t, nil, http.MethodPost, url, body)
 		if code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
 		}
-		e := decode[explanation](t, out)
+		e := decode[admin.Explanation](t, out)
 		if i == 0 {
 			first = e
 		}
@@ -140,7 +89,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("descriptor 0: %+v %+v", d[0], r)
 	}
 	if r := d[1].Rule; d[1].Code != "OK" || r.Source != file+":8" || r.Algorithm != "sliding_window" || r.Name != "gold" ||
-		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (usageEntry{Key: "plan", Value: "gold"}) {
+		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (admin.Entry{Key: "plan", Value: "gold"}) {
 		t.Errorf("descriptor 1: %+v %+v", d[1], r)
 	}
 	if r := d[2].Rule; d[2].Code != "OK" || !d[2].Shadowed || !r.ShadowMode || *r.Burst != 3 || d[2].Hits != 5 || d[2].Keys[0] != d[2].Keys[0][:len(d[2].Keys[0])-6]+"tokens" {
@@ -155,7 +104,7 @@ func TestExplain(t *testing.T) {
 		}
 	}
 	code, out := call(t, nil, http.MethodPost, url, `{"domain":"ops","bucket":{"user":"ann"}}`)
-	if b := decode[bucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
+	if b := decode[admin.BucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
 		t.Errorf("bucket explanation: %d %s", code, out)
 	}
 }
@@ -166,16 +115,14 @@ func TestExplain(t *testing.T) {
 func TestExplainSeveralLimits(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "account", "acme")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "account", "acme")
 	}
 	url := "http://" + s.AdminAddr() + "/v1/explain"
 	alone := `{"domain":"ops","descriptors":[{"entries":[{"key":"account","value":"acme"}]}]}`
-	var first []adminapi.ExplainedLimit
+	var first []admin.ExplainedLimit
 	for i := range 2 {
 		code, out := call(t, nil, http.MethodPost, url, alone)
-		e := decode[explanation](t, out)
+		e := decode[admin.Explanation](t, out)
 		if code != http.StatusOK || e.Code != "OVER_LIMIT" || len(e.Descriptors) != 1 {
 			t.Fatalf("%d %s", code, out)
 		}
@@ -218,7 +165,7 @@ func TestExplainSeveralLimits(t *testing.T) {
 	both := `{"domain":"ops","descriptors":[{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"account","value":"acme"}]}]}`
 	_, out := call(t, nil, http.MethodPost, url, both)
-	ls := decode[explanation](t, out).Descriptors[1].Limits
+	ls := decode[admin.Explanation](t, out).Descriptors[1].Limits
 	if len(ls) != 3 || !ls[2].Replaced || ls[2].Label != "ops.account#other" || ls[2].Code != "" || ls[2].Keys != nil ||
 		ls[0].Replaced || !ls[1].Decides {
 		t.Errorf("with the gold plan's limit: %s", out)
@@ -231,7 +178,7 @@ func TestExplainSeveralLimits(t *testing.T) {
 }
 
 // state is what an explained descriptor has left.
-func state(d explained) string {
+func state(d admin.Explained) string {
 	deref := func(p *uint32) string {
 		if p == nil {
 			return "-"
@@ -266,12 +213,10 @@ func TestCountersAuthorization(t *testing.T) {
 		}
 	}
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", "ann")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", "ann")
 	}
 	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob")
-	a := decode[countersAnswer](t, out)
+	a := decode[admin.CountersAnswer](t, out)
 	if code != http.StatusOK || a.Who != "token:bob" || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 2 {
 		t.Fatalf("reset with bob's token: %d %s", code, out)
 	}
@@ -311,16 +256,14 @@ func TestCounters(t *testing.T) {
 		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok")
 	}
 	for range 9 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "plan", "gold", "user", "cy")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "plan", "gold", "user", "cy")
 	}
 	code, out := post("refund", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"],"hits":4}`)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 4 {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 4 {
 		t.Fatalf("refund: %d %s", code, out)
 	}
 	code, out = post("reset", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"]}`)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].After.Remaining != 9 {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].After.Remaining != 9 {
 		t.Fatalf("reset: %d %s", code, out)
 	}
 	for _, tc := range []struct {
@@ -366,7 +309,7 @@ func TestCountersClientCertificate(t *testing.T) {
 		t.Errorf("a write without a certificate: %d", code)
 	}
 	code, out := call(t, authed, http.MethodPost, base+"/v1/counters/reset", reset)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
 		t.Errorf("a write with a certificate: %d %s", code, out)
 	}
 	refused, audits := logs.FilterMessage("admin write refused").All(), logs.FilterMessage("admin write").All()
@@ -385,9 +328,7 @@ func TestCountersClientCertificate(t *testing.T) {
 func TestTop(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
 	for _, u := range []string{"ann", "ann", "ann", "bo"} {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", u)); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", u)
 	}
 	base := "http://" + s.AdminAddr() + "/v1/top?domain=ops"
 	code, out := call(t, nil, http.MethodGet, base, "")
@@ -421,9 +362,7 @@ func TestPage(t *testing.T) {
 	}
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules, "big.yaml": b.String()})
 	for range 2 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("big", "k9999", "<script>alert(1)</script>")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "big", "k9999", "<script>alert(1)</script>")
 	}
 	base := "http://" + s.AdminAddr()
 	code, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html,application/xhtml+xml")
@@ -435,30 +374,30 @@ func TestPage(t *testing.T) {
 		t.Errorf("index for a client that is no browser:\n%s", index)
 	}
 	_, out := call(t, nil, http.MethodGet, base+"/v1/status/rules?q=K999&offset=5&limit=3", "")
-	p := decode[rulesPage](t, out)
+	p := decode[admin.RulesPage](t, out)
 	if p.Total != 11 || len(p.Rules) != 3 || p.Rules[0].Rule != "big.k9994" {
 		t.Errorf("filtered page: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status/rules?q=k9999", "")
-	if p := decode[rulesPage](t, out); len(p.Rules) != 1 || p.Rules[0].Hits != 2 || p.Rules[0].OverLimit != 1 || !strings.HasSuffix(p.Rules[0].Source, "big.yaml:20001") {
+	if p := decode[admin.RulesPage](t, out); len(p.Rules) != 1 || p.Rules[0].Hits != 2 || p.Rules[0].OverLimit != 1 || !strings.HasSuffix(p.Rules[0].Source, "big.yaml:20001") {
 		t.Errorf("counted rule: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
-	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
+	if st := decode[admin.Status](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
 		t.Errorf("status: %s", out)
 	}
 }
 
 // TestPageRLQSDivisions: the page and /v1/status show each RLQS division
-// with its rule, bucket, limit and clients, at most divisionsOnPage of them
-// and clientsOnPage clients of each, saying how many were left out.
+// with its rule, bucket, limit and clients, at most admin.DivisionsOnPage of them
+// and admin.ClientsOnPage clients of each, saying how many were left out.
 func TestPageRLQSDivisions(t *testing.T) {
 	rules := "domain: q\ndescriptors:\n" +
 		"  - key: tier\n    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 60}\n" +
 		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 120}\n"
 	s, _ := testServer(t, map[string]string{"q.yaml": rules}, "--rlqs")
 	// One stream: 7 tiers, clients of one division, and a division per user.
-	users := divisionsOnPage + 3
+	users := admin.DivisionsOnPage + 3
 	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "q"}
 	add := func(k, v string) {
 		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
@@ -472,7 +411,7 @@ func TestPageRLQSDivisions(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	stream, err := rlqspb.NewRateLimitQuotaServiceClient(bigClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(grpcClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,17 +422,17 @@ func TestPageRLQSDivisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + s.AdminAddr()
-	var st adminStatus
+	var st admin.Status
 	if !wait.True(patience, func() bool {
 		_, out := call(t, nil, http.MethodGet, base+"/v1/status", "")
-		st = decode[adminStatus](t, out)
-		return len(st.Divisions) == divisionsOnPage
+		st = decode[admin.Status](t, out)
+		return len(st.Divisions) == admin.DivisionsOnPage
 	}) {
 		t.Fatalf("status: %d divisions, %d more", len(st.Divisions), st.MoreDivisions)
 	}
 	tiers := st.Divisions[0] // "{q/tier=*}" sorts before "{q/user=…}"
-	if st.MoreDivisions != users+1-divisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
-		len(tiers.Clients) != clientsOnPage || tiers.MoreClients != 7-clientsOnPage || tiers.Clients[0].AssignedRate == nil {
+	if st.MoreDivisions != users+1-admin.DivisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
+		len(tiers.Clients) != admin.ClientsOnPage || tiers.MoreClients != 7-admin.ClientsOnPage || tiers.Clients[0].AssignedRate == nil {
 		t.Errorf("divisions: %d more; the tiers' %+v", st.MoreDivisions, tiers)
 	}
 	if u := st.Divisions[1]; u.Rule != "q.user" || u.Bucket["user"] != "u000" || u.LimitRate != 2 || len(u.Clients) != 1 || u.MoreClients != 0 {
@@ -502,70 +441,12 @@ func TestPageRLQSDivisions(t *testing.T) {
 	_, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html")
 	body := page[strings.Index(page, `<tbody id="divisions">`):]
 	body = body[:strings.Index(body, "</tbody>")]
-	if n := strings.Count(body, "<tr>"); n != divisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
+	if n := strings.Count(body, "<tr>"); n != admin.DivisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
 		!strings.Contains(body, "tier=a") || !strings.Contains(body, "and 2 more") || !strings.Contains(body, "user=u000") ||
 		strings.Contains(body, fmt.Sprintf("user=u%03d", users-1)) {
 		t.Errorf("the page's divisions: %d rows\n%s", n, body)
 	}
 	if !strings.Contains(page, `<p class="muted" id="moreDivisions">4 more divisions not shown`) {
 		t.Errorf("the page does not say how many divisions it left out")
-	}
-}
-
-// TestStoreFailureWarns: failures of one cause write one warn line a
-// second with their reason, the next naming how many were left out.
-func TestStoreFailureWarns(t *testing.T) {
-	core, logs := observer.New(zap.WarnLevel)
-	f := newFailureLog(zap.New(core), "error")
-	now := time.Unix(1000, 0)
-	f.now = func() time.Time { return now }
-	full := fmt.Errorf("memory take: %w: %w", limiter.ErrUnavailable, store.ErrFull)
-	for range 5 {
-		f.Failed("d", full, 0)
-		f.Failed("d", context.DeadlineExceeded, 0)
-		f.Failed("d", fmt.Errorf("x: %w", limiter.ErrInvalid), 0)
-		f.Failed("d", limiter.ErrNoRules, 0)
-	}
-	now = now.Add(1100 * time.Millisecond)
-	f.Failed("d", full, 0)
-	lines := logs.All()
-	if len(lines) != 3 {
-		t.Fatalf("%d lines: %v", len(lines), lines)
-	}
-	for i, want := range []struct {
-		cause      string
-		suppressed int64
-	}{{"memory store full", 0}, {"store timeout", 0}, {"memory store full", 4}} {
-		fs := lines[i].ContextMap()
-		if fs["cause"] != want.cause || fs["suppressed"] != want.suppressed || !strings.Contains(fmt.Sprint(fs["error"]), map[bool]string{true: "full", false: "deadline"}[i != 1]) {
-			t.Errorf("line %d: %v", i, fs)
-		}
-	}
-	if !errors.Is(full, store.ErrFull) {
-		t.Fatal("test error is not ErrFull")
-	}
-}
-
-// TestReloadStatus: after a failed reload /v1/rules names the error and
-// when; a good reload after it logs that good rules are back.
-func TestReloadStatus(t *testing.T) {
-	core, logs := observer.New(zap.InfoLevel)
-	dir := files.Dir(t, map[string]string{"ops.yaml": opsRules})
-	s := testServerOn(t, dir, zap.New(core))
-	path := filepath.Join(dir, "ops.yaml")
-	files.Write(t, path, "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	s.rules.reload(context.Background(), "test")
-	_, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
-	if !strings.Contains(body, "# last failed reload at ") || !strings.Contains(body, "an earlier load, are in force") || !strings.Contains(body, path+":4:") {
-		t.Errorf("/v1/rules after a failed reload:\n%s", body)
-	}
-	files.Write(t, path, opsRules)
-	s.rules.reload(context.Background(), "test")
-	if n := logs.FilterMessage("rules reloaded after a failed reload: the rules in force are good and unchanged").Len(); n != 1 {
-		t.Errorf("%d recovery lines", n)
-	}
-	_, body = scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
-	if !strings.Contains(body, "(rules loaded since, last at ") {
-		t.Errorf("/v1/rules after recovering:\n%s", body)
 	}
 }

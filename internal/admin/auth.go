@@ -1,11 +1,10 @@
-package server
+package admin
 
 import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,7 +15,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/internal/edge/certs"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
@@ -28,16 +28,28 @@ var (
 		"or a client certificate of --admin-tls-client-ca")
 )
 
-// adminAuth authorizes the admin listener's writes: a bearer token of
+// authorizer authorizes the admin listener's writes: a bearer token of
 // the token file, or a client certificate that the admin TLS verified.
-type adminAuth struct {
+type authorizer struct {
 	tokens *tokenFile // nil without --admin-token-file
 	certs  bool       // client certificates are verified
 }
 
+// newAuthorizer reads o's token file, if any.
+func newAuthorizer(o settings.Admin, log *zap.Logger, _ prometheus.Registerer) (*authorizer, error) {
+	a := &authorizer{certs: o.TLSClientCA != ""}
+	if o.TokenFile != "" {
+		var err error
+		if a.tokens, err = newTokenFile(o.TokenFile, log); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
 // who names the writer of r, a token's name ("token:<name>") or a
 // certificate's subject ("cert:<subject>"), or says why r may not write.
-func (a *adminAuth) who(r *http.Request) (string, error) {
+func (a *authorizer) who(r *http.Request) (string, error) {
 	if a.tokens == nil && !a.certs {
 		return "", errWritesOff
 	}
@@ -168,51 +180,4 @@ func readTokens(path string) (fileStamp, []namedToken, error) {
 		return st, nil, fmt.Errorf("%s: no name:token line", path)
 	}
 	return st, out, sc.Err()
-}
-
-// newAdminAuth reads the token file and the admin TLS files, if given.
-func (s *Server) newAdminAuth() error {
-	a, log := s.opts.Admin, s.log.Named("admin")
-	if a.TokenFile != "" {
-		var err error
-		if s.auth.tokens, err = newTokenFile(a.TokenFile, log); err != nil {
-			return err
-		}
-	}
-	var err error
-	s.adminCerts, s.adminOpts.TLS, err = adminTLS(a, log)
-	s.auth.certs = a.TLSClientCA != ""
-	return err
-}
-
-// adminTLS returns the admin listener's TLS configuration and its
-// certificate reloader, or none without --admin-tls-cert. With a client
-// CA, a client certificate is asked for and verified when given (reads
-// need none; writes are authorized by it).
-func adminTLS(o settings.Admin, log *zap.Logger) (*certs.Reloader, *tls.Config, error) {
-	if o.TLSCert == "" {
-		return nil, nil, nil
-	}
-	r, err := certs.New(certs.Options{
-		Cert:     certs.File{Name: "--admin-tls-cert", Path: o.TLSCert},
-		Key:      certs.File{Name: "--admin-tls-key", Path: o.TLSKey},
-		ClientCA: certs.File{Name: "--admin-tls-client-ca", Path: o.TLSClientCA},
-	}, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	conf := r.ServerConfig()
-	if o.TLSClientCA != "" {
-		get := conf.GetConfigForClient
-		conf.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-			c, err := get(hi)
-			if err != nil {
-				return nil, err
-			}
-			c = c.Clone()
-			c.ClientAuth = tls.VerifyClientCertIfGiven
-			return c, nil
-		}
-	}
-	return r, conf, nil
 }

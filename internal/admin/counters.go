@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"bytes"
@@ -12,31 +12,20 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// The admin API's types of counters writes, by their names here.
-type (
-	countersBody   = adminapi.CountersBody
-	countersAnswer = adminapi.CountersAnswer
-	countersChange = adminapi.CountersChange
-)
-
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) { s.writeCounters(w, r, "reset") }
-func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
-	s.writeCounters(w, r, "refund")
-}
+func (a *API) handleReset(w http.ResponseWriter, r *http.Request)  { a.writeCounters(w, r, "reset") }
+func (a *API) handleRefund(w http.ResponseWriter, r *http.Request) { a.writeCounters(w, r, "refund") }
 
 // writeCounters authorizes, applies and audits a counters write: a
 // reset clears every descriptor's state on the store (limiter.Reset), a
 // refund gives hits back as is_negative_hits does. Each write is one audit
 // line naming who, from where, what, and the counts before and after.
-func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action string) {
-	audit := s.log.Named("audit").With(zap.String("action", action), zap.String("remote", r.RemoteAddr))
-	who, err := s.auth.who(r)
+func (a *API) writeCounters(w http.ResponseWriter, r *http.Request, action string) {
+	audit := a.o.Log.Named("audit").With(zap.String("action", action), zap.String("remote", r.RemoteAddr))
+	who, err := a.auth.who(r)
 	if err != nil {
 		audit.Warn("admin write refused", zap.String("reason", err.Error()))
 		http.Error(w, err.Error(), http.StatusForbidden)
@@ -46,14 +35,14 @@ func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action st
 	if !ok {
 		return
 	}
-	var body countersBody
+	var body CountersBody
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	rs := s.limiter.Rules()
+	rs := a.o.Limiter.Rules()
 	if rs == nil {
 		storeError(w, limiter.ErrNoRules)
 		return
@@ -63,15 +52,15 @@ func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action st
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := s.adminCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	out, err := s.applyCounters(ctx, req, action, body.Hits)
+	out, err := a.applyCounters(ctx, req, action, body.Hits)
 	if errors.Is(err, errNoLimit) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
 	if err != nil {
-		audit.Warn("admin write failed", zap.String("who", who), zap.String(logDomain, req.Domain), zap.Error(err))
+		audit.Warn("admin write failed", zap.String("who", who), zap.String("domain", req.Domain), zap.Error(err))
 		storeError(w, err)
 		return
 	}
@@ -81,7 +70,7 @@ func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action st
 		what = append(what, entriesString(c.Before.Entries))
 		before, after = append(before, stateString(&c.Before)), append(after, stateString(&c.After))
 	}
-	fields := []zap.Field{zap.String("who", who), zap.String(logDomain, req.Domain), zap.Strings("descriptors", what)}
+	fields := []zap.Field{zap.String("who", who), zap.String("domain", req.Domain), zap.Strings("descriptors", what)}
 	if action == "refund" {
 		fields = append(fields, zap.Uint64("hits", body.Hits))
 	}
@@ -93,8 +82,8 @@ func (s *Server) writeCounters(w http.ResponseWriter, r *http.Request, action st
 var errNoLimit = errors.New("no descriptor matches a rule with a limit: nothing to change")
 
 // applyCounters peeks at req, writes, and peeks again.
-func (s *Server) applyCounters(ctx context.Context, req *limiter.Request[descriptors.Entry], action string, hits uint64) (*countersAnswer, error) {
-	before, err := limiter.Peek(ctx, s.limiter, req)
+func (a *API) applyCounters(ctx context.Context, req *limiter.Request[descriptors.Entry], action string, hits uint64) (*CountersAnswer, error) {
+	before, err := limiter.Peek(ctx, a.o.Limiter, req)
 	if err != nil {
 		return nil, err
 	}
@@ -108,24 +97,24 @@ func (s *Server) applyCounters(ctx context.Context, req *limiter.Request[descrip
 			d := &give.Descriptors[i]
 			d.Hits, d.HasHits, d.Refund = hits, true, true
 		}
-		_, err = limiter.Check(ctx, s.limiter, &give)
+		_, err = limiter.Check(ctx, a.o.Limiter, &give)
 	} else {
-		_, err = limiter.Reset(ctx, s.limiter, s.resetter(), req)
+		_, err = limiter.Reset(ctx, a.o.Limiter, a.o.Resetter, req)
 	}
 	if err != nil {
 		return nil, err
 	}
-	after, err := limiter.Peek(ctx, s.limiter, req)
+	after, err := limiter.Peek(ctx, a.o.Limiter, req)
 	if err != nil {
 		return nil, err
 	}
-	out := &countersAnswer{Action: action, Domain: req.Domain, Descriptors: make([]countersChange, len(req.Descriptors))}
+	out := &CountersAnswer{Action: action, Domain: req.Domain, Descriptors: make([]CountersChange, len(req.Descriptors))}
 	now := time.Now().UnixMilli()
 	for i := range req.Descriptors {
 		es := req.Descriptors[i].Entries
-		out.Descriptors[i] = countersChange{
-			Before: s.explain(req.Domain, es, before, i, now),
-			After:  s.explain(req.Domain, es, after, i, now),
+		out.Descriptors[i] = CountersChange{
+			Before: a.explain(req.Domain, es, before, i, now),
+			After:  a.explain(req.Domain, es, after, i, now),
 		}
 	}
 	return out, nil
@@ -133,7 +122,7 @@ func (s *Server) applyCounters(ctx context.Context, req *limiter.Request[descrip
 
 // countersRequest builds the request of a counters body: its descriptors
 // with 0 hits (peeks), each a refund of body.Hits if refund.
-func countersRequest(rs *descriptors.Set, body *countersBody, refund bool) (*limiter.Request[descriptors.Entry], error) {
+func countersRequest(rs *descriptors.Set, body *CountersBody, refund bool) (*limiter.Request[descriptors.Entry], error) {
 	switch {
 	case body.Domain == "":
 		return nil, errors.New("domain is required")
@@ -197,30 +186,6 @@ func ruleEntries(rs *descriptors.Set, domain, path string, values []string) ([]d
 	return nil, fmt.Errorf("no rule %s in domain %s", path, domain)
 }
 
-// resetter is the store's limiter.Resetter: the embedded store, or Redis
-// with the over-limit cache forgetting the keys it clears.
-func (s *Server) resetter() limiter.Resetter {
-	switch st := s.store.(type) {
-	case *store.Memory:
-		return st
-	case *guarded:
-		return st
-	}
-	return nil
-}
-
-// Reset clears ops' keys on Redis, past the circuit breaker, and drops the
-// over-limit cache's denials of them.
-func (g *guarded) Reset(ctx context.Context, ops []limiter.Op) error {
-	err := g.redis.Reset(ctx, ops)
-	if g.cache != nil {
-		for i := range ops {
-			g.cache.Forget(ops[i].Key)
-		}
-	}
-	return err
-}
-
 func anyKey(keys []string) bool {
 	for _, k := range keys {
 		if k != "" {
@@ -231,7 +196,7 @@ func anyKey(keys []string) bool {
 }
 
 // entriesString is a descriptor for a log line: "k=v,k2=v2".
-func entriesString(es []usageEntry) string {
+func entriesString(es []Entry) string {
 	var b bytes.Buffer
 	for i, e := range es {
 		if i > 0 {
@@ -244,7 +209,7 @@ func entriesString(es []usageEntry) string {
 
 // stateString is a descriptor's state for a log line: its rule and what
 // is left, "d.user: 0/5 left" (tokens for a bucket).
-func stateString(e *explained) string {
+func stateString(e *Explained) string {
 	if e.Rule == nil {
 		return "no rule"
 	}
