@@ -179,9 +179,9 @@ func TestOpsExplain(t *testing.T) {
 func TestOpsResetOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "oncall:e2e-secret\n")
+	files.Write(t, tokens, "oncall:e2e-secret-0123456789\n")
 	mine := filepath.Join(t.TempDir(), "mine")
-	files.Write(t, mine, "e2e-secret\n")
+	files.Write(t, mine, "e2e-secret-0123456789\n")
 	srv, admin := startOps(t, files.Dir(t, map[string]string{"ops.yaml": opsRules}),
 		"--redis-type", "CLUSTER", "--redis-url", c.Seeds(), "--store-timeout", "5s", "--admin-token-file", tokens)
 	ctx := ctxTimeout(t, time.Minute)

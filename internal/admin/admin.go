@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/settings"
@@ -61,21 +63,24 @@ type Options struct {
 // API is the admin listener's API. New reads the token file; the
 // token file is read again when it changes, from the handler.
 type API struct {
-	o    Options
-	log  *zap.Logger
-	auth *authorizer
+	o       Options
+	log     *zap.Logger
+	metrics *metrics.Admin
+	auth    *authorizer
 	// counts caches the rule counters the page shows.
 	counts countsCache
 }
 
-// New builds the API of o; a token file that cannot be read or parsed
-// is an error naming its flag.
+// New builds the API of o and registers its series on o.Registry. A
+// token file that cannot be read or parsed is refused (logged, counted)
+// and puts no token in force, as when it changes later.
 func New(o Options) (*API, error) {
 	a := &API{o: o, log: o.Log.Named("admin")}
 	var err error
-	if a.auth, err = newAuthorizer(o.Settings.Admin, a.log, o.Registry); err != nil {
-		return nil, err
+	if a.metrics, err = metrics.NewAdmin(o.Registry); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	a.auth = newAuthorizer(o.Settings.Admin, a.log, a.metrics)
 	return a, nil
 }
 

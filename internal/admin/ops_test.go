@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -203,11 +204,11 @@ func TestCountersAuthorization(t *testing.T) {
 	}
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "# operators\nalice:s3cret-alice\nbob: s3cret-bob\n")
+	files.Write(t, tokens, "# operators\nalice:s3cret-alice-0123456\nbob: s3cret-bob-01234567\n")
 	core, logs := observer.New(zap.InfoLevel)
 	s := testServerOn(t, files.Dir(t, rules), zap.New(core), "--admin-token-file", tokens)
 	url := "http://" + s.AdminAddr() + "/v1/counters/reset"
-	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice"}} {
+	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice-0123456"}} {
 		if code, out := call(t, nil, http.MethodPost, url, reset, h...); code != http.StatusForbidden || !strings.Contains(out, "bearer token") {
 			t.Errorf("headers %q: %d %s", h, code, out)
 		}
@@ -215,7 +216,7 @@ func TestCountersAuthorization(t *testing.T) {
 	for range 3 {
 		s.decide(t, "ops", "user", "ann")
 	}
-	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob")
+	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob-01234567")
 	a := decode[admin.CountersAnswer](t, out)
 	if code != http.StatusOK || a.Who != "token:bob" || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 2 {
 		t.Fatalf("reset with bob's token: %d %s", code, out)
@@ -234,14 +235,40 @@ func TestCountersAuthorization(t *testing.T) {
 			t.Errorf("a token was logged: %s %v", e.Message, e.ContextMap())
 		}
 	}
-	// A new file takes bob's token away.
-	time.Sleep(10 * time.Millisecond) // a new modification time
-	files.Write(t, tokens, "alice:s3cret-alice\n")
-	if code, _ := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob"); code != http.StatusForbidden {
-		t.Errorf("bob after his token was removed: %d", code)
+	// Each version of the file is taken whole or refused whole: bob's
+	// token removed, every token removed (emptied, or the file deleted),
+	// and a malformed version revoke as they say, none keeping the old
+	// tokens in force.
+	alice, bob := []string{"Authorization", "Bearer s3cret-alice-0123456"}, []string{"Authorization", "Bearer s3cret-bob-01234567"}
+	for _, step := range []struct {
+		name, file     string // file "-": deleted
+		alice, bob     int
+		refusedMessage bool
+	}{
+		{"bob's token removed", "alice:s3cret-alice-0123456\n", http.StatusOK, http.StatusForbidden, false},
+		{"emptied", "", http.StatusForbidden, http.StatusForbidden, false},
+		{"alice back", "alice:s3cret-alice-0123456\n", http.StatusOK, http.StatusForbidden, false},
+		{"deleted", "-", http.StatusForbidden, http.StatusForbidden, false},
+		{"both back", "alice:s3cret-alice-0123456\nbob:s3cret-bob-01234567\n", http.StatusOK, http.StatusOK, false},
+		{"malformed", "alice:s3cret-alice-0123456\nbob\n", http.StatusForbidden, http.StatusForbidden, true},
+	} {
+		if step.file == "-" {
+			if err := os.Remove(tokens); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			files.Replace(t, tokens, step.file) // a new file, as a Secret's update
+		}
+		for who, h := range map[string][]string{"alice": alice, "bob": bob} {
+			want := map[string]int{"alice": step.alice, "bob": step.bob}[who]
+			code, out := call(t, nil, http.MethodPost, url, reset, h...)
+			if code != want || (code == http.StatusForbidden && strings.Contains(out, "is refused") != step.refusedMessage) {
+				t.Errorf("%s: %s's write: %d %s, want %d", step.name, who, code, out, want)
+			}
+		}
 	}
-	if code, out := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-alice"); code != http.StatusOK {
-		t.Errorf("alice: %d %s", code, out)
+	if n := logs.FilterMessage("admin token file refused: no token is in force until it is mended").FilterLevelExact(zap.ErrorLevel).Len(); n != 1 {
+		t.Errorf("%d error lines for the malformed file, want 1", n)
 	}
 }
 
@@ -249,11 +276,11 @@ func TestCountersAuthorization(t *testing.T) {
 // bodies that are refused.
 func TestCounters(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "ci:tok\n")
+	files.Write(t, tokens, "ci:tok-0123456789abcdef\n")
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--admin-token-file", tokens)
 	base := "http://" + s.AdminAddr() + "/v1/counters/"
 	post := func(what, body string) (int, string) {
-		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok")
+		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok-0123456789abcdef")
 	}
 	for range 9 {
 		s.decide(t, "ops", "plan", "gold", "user", "cy")

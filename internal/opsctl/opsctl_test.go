@@ -177,8 +177,8 @@ func TestExplainSeveralLimits(t *testing.T) {
 func TestResetAndRefund(t *testing.T) {
 	dir := t.TempDir()
 	tokens, mine := filepath.Join(dir, "tokens"), filepath.Join(dir, "mine")
-	files.Write(t, tokens, "oncall:t0k\n")
-	files.Write(t, mine, "t0k\n")
+	files.Write(t, tokens, "oncall:t0k-0123456789abcdef\n")
+	files.Write(t, mine, "t0k-0123456789abcdef\n")
 	a, b := startReplica(t, "--admin-token-file", tokens), startReplica(t, "--admin-token-file", tokens)
 	for _, r := range []replica{a, b} {
 		r.decide(t, 3, "ip", "5.5.5.5")
