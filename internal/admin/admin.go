@@ -58,6 +58,8 @@ type Options struct {
 	// Args is the command line /stats and /debug/pprof/cmdline show, its
 	// secrets masked.
 	Args []string
+	// Now is the clock of the audit log's refusals (nil: time.Now).
+	Now func() time.Time
 }
 
 // API is the admin listener's API. New reads the token file; the
@@ -67,6 +69,7 @@ type API struct {
 	log     *zap.Logger
 	metrics *metrics.Admin
 	auth    *authorizer
+	audit   *auditLog
 	// counts caches the rule counters the page shows.
 	counts countsCache
 }
@@ -81,6 +84,11 @@ func New(o Options) (*API, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	a.auth = newAuthorizer(o.Settings.Admin, a.log, a.metrics)
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	a.audit = newAuditLog(o.Log.Named("audit"), now)
 	return a, nil
 }
 
@@ -88,41 +96,47 @@ func New(o Options) (*API, error) {
 // reachable from other hosts (bound to an address that is not loopback):
 // the reads that reveal identifiers then need the writes' authorization.
 func (a *API) Handler(beyondLoopback bool) http.Handler {
+	g := &guard{a: a, hosts: a.o.Settings.Admin.HostNames(), beyondLoopback: beyondLoopback}
 	mux := http.NewServeMux()
 	var idx index
-	handle := func(method, path, help string, h http.Handler) {
-		mux.Handle(path, allowOnly(method, h))
+	handle := func(method, path, help string, need access, h http.Handler) {
+		mux.Handle(path, allowOnly(method, g.wrap(need, h)))
 		idx = append(idx, endpoint{path, help})
 	}
-	get := func(path, help string, h http.HandlerFunc) { handle(http.MethodGet, path, help, h) }
-	post := func(path, help string, h http.HandlerFunc) { handle(http.MethodPost, path, "POST: "+help, h) }
-	handle(http.MethodGet, "/metrics", "FastLimit's Prometheus metrics", a.metricsHandler())
-	get("/rlconfig", "print out the currently loaded configuration for debugging", a.handleRLConfig)
-	get("/stats", "print out stats", a.handleStats)
-	get("/v1/rules", "the rules in force with FastLimit's fields, their hash and files", a.handleRules)
-	get("/v1/usage", "peek at a descriptor's counter without charging it", a.handleUsage)
-	get("/v1/quota", "how a quota bucket's limit is divided among Envoys (rate limit quota service)", a.handleRLQSUsage)
-	get("/v1/top", "the identifiers with the most over-limit hits (or hits) of each rule: ?domain=D[&rule=R][&by=over_limit|hits][&n=N]", a.handleTop)
-	get("/v1/status", "the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS", a.handleStatus)
-	get("/v1/status/rules", "the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]", a.handleStatusRules)
-	post("/v1/explain", "a RateLimitRequest as /json takes it, or {domain, bucket}: each descriptor's rule, keys and state, charging nothing", a.handleExplain)
-	post("/v1/counters/reset", "{domain, descriptors} or {domain, rule, values}: clear the descriptor's counters (authorized, audited)", a.handleReset)
-	post("/v1/counters/refund", "{domain, descriptors, hits}: give hits back, as is_negative_hits does (authorized, audited)", a.handleRefund)
+	get := func(path, help string, need access, h http.HandlerFunc) { handle(http.MethodGet, path, help, need, h) }
+	post := func(path, help string, need access, h http.HandlerFunc) {
+		handle(http.MethodPost, path, "POST: "+help, need, h)
+	}
+	handle(http.MethodGet, "/metrics", "FastLimit's Prometheus metrics", open, a.MetricsHandler())
+	get("/rlconfig", "print out the currently loaded configuration for debugging", open, a.handleRLConfig)
+	get("/stats", "print out stats", open, a.handleStats)
+	get("/v1/rules", "the rules in force with FastLimit's fields, their hash and files", open, a.handleRules)
+	get("/v1/usage", "peek at a descriptor's counter without charging it", identifiers, a.handleUsage)
+	get("/v1/quota", "how a quota bucket's limit is divided among Envoys (rate limit quota service)", identifiers, a.handleRLQSUsage)
+	get("/v1/top", "the identifiers with the most over-limit hits (or hits) of each rule: ?[domain=D][&rule=R][&by=over_limit|hits][&n=N]",
+		identifiers, a.handleTop)
+	get("/v1/status", "the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS", identifiers, a.handleStatus)
+	get("/v1/status/rules", "the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]", open, a.handleStatusRules)
+	post("/v1/explain", "a RateLimitRequest as /json takes it, or {domain, bucket}: each descriptor's rule, keys and state, charging nothing",
+		identifiers, a.handleExplain)
+	post("/v1/counters/reset", "{domain, descriptors} or {domain, rule, values}: clear the descriptor's counters (authorized, audited)",
+		write, a.handleReset)
+	post("/v1/counters/refund", "{domain, descriptors, hits}: give hits back, as is_negative_hits does (authorized, audited)", write, a.handleRefund)
 	if a.o.Settings.Admin.Pprof {
-		handle(http.MethodGet, "/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index))
-		mux.Handle("/debug/pprof/cmdline", allowOnly(http.MethodGet, http.HandlerFunc(a.handleCmdline)))
-		get("/debug/pprof/profile", "CPU profiling endpoint", pprof.Profile)
-		mux.Handle("/debug/pprof/symbol", allowOnly(http.MethodGet, http.HandlerFunc(pprof.Symbol)))
-		get("/debug/pprof/trace", "trace endpoint", pprof.Trace)
+		handle(http.MethodGet, "/debug/pprof/", "root of various pprof endpoints. hit for help.", identifiers, http.HandlerFunc(pprof.Index))
+		mux.Handle("/debug/pprof/cmdline", allowOnly(http.MethodGet, g.wrap(identifiers, http.HandlerFunc(a.handleCmdline))))
+		get("/debug/pprof/profile", "CPU profiling endpoint", identifiers, pprof.Profile)
+		mux.Handle("/debug/pprof/symbol", allowOnly(http.MethodGet, g.wrap(identifiers, http.HandlerFunc(pprof.Symbol))))
+		get("/debug/pprof/trace", "trace endpoint", identifiers, pprof.Trace)
 	}
 	slices.SortFunc(idx, func(a, b endpoint) int { return strings.Compare(a.path, b.path) })
-	mux.Handle("/", allowOnly(http.MethodGet, a.home(idx)))
-	return mux
+	mux.Handle("/", allowOnly(http.MethodGet, a.home(idx, g.wrap(identifiers, http.HandlerFunc(a.handlePage)))))
+	return g.host(mux)
 }
 
-// metricsHandler serves the registry, as /metrics of the admin listener
+// MetricsHandler serves the registry: /metrics of the admin listener
 // and of --metrics-addr.
-func (a *API) metricsHandler() http.Handler {
+func (a *API) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(a.o.Registry, promhttp.HandlerOpts{
 		Registry:          a.o.Registry,
 		ErrorLog:          zap.NewStdLog(a.o.Log.Named("metrics")),

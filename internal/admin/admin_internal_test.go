@@ -1,8 +1,16 @@
 package admin
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 )
@@ -39,6 +47,49 @@ func TestParseQuery(t *testing.T) {
 	} {
 		if _, _, err := parseQuery(raw, "bucket"); err == nil {
 			t.Errorf("parseQuery(%q): no error", raw)
+		}
+	}
+}
+
+// TestRefusalLines: refusals of one reason write a line at most once per
+// refusalEvery, the next counting those left out; reasons are apart.
+func TestRefusalLines(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	now := time.Unix(1000, 0)
+	l := newAuditLog(zap.New(core), func() time.Time { return now })
+	r := httptest.NewRequest(http.MethodPost, "/v1/counters/reset", nil)
+	for range 300 {
+		l.refused(r, "unauthorized", errNotAuthorized)
+	}
+	l.refused(r, "host", errCrossSite)
+	now = now.Add(refusalEvery - time.Millisecond)
+	l.refused(r, "unauthorized", errNotAuthorized)
+	now = now.Add(time.Millisecond)
+	l.refused(r, "unauthorized", errNotAuthorized)
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, fmt.Sprint(e.ContextMap()["reason"], " ", e.ContextMap()["suppressed"]))
+	}
+	if want := []string{"unauthorized 0", "host 0", "unauthorized 300"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("lines %q, want %q", got, want)
+	}
+}
+
+// TestDescriptorText: a descriptor in an audit line names its entries
+// unambiguously: values quoted, keys too unless plain words.
+func TestDescriptorText(t *testing.T) {
+	for _, tc := range []struct {
+		es   []Entry
+		want string
+	}{
+		{[]Entry{{"user", "ann"}}, `user="ann"`},
+		{[]Entry{{"user", "a,b=c"}, {"plan", ""}}, `user="a,b=c",plan=""`},
+		{[]Entry{{"user", "ann\",plan=\"gold"}}, `user="ann\",plan=\"gold"`},
+		{[]Entry{{"a=b", "\x1b[31m"}}, `"a=b"="\x1b[31m"`},
+		{[]Entry{{"", "v"}}, `""="v"`},
+	} {
+		if got := descriptorText(tc.es); got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.es, got, tc.want)
 		}
 	}
 }

@@ -160,7 +160,7 @@ func TestAdminIndex(t *testing.T) {
 /v1/rules: the rules in force with FastLimit's fields, their hash and files
 /v1/status: the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS
 /v1/status/rules: the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]
-/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?domain=D[&rule=R][&by=over_limit|hits][&n=N]
+/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?[domain=D][&rule=R][&by=over_limit|hits][&n=N]
 /v1/usage: peek at a descriptor's counter without charging it
 `
 	for _, path := range []string{"/", "/nothing/here"} {

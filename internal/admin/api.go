@@ -52,6 +52,10 @@ type Explanation struct {
 	Code        string      `json:"code"`
 	Descriptors []Explained `json:"descriptors"`
 	Store       string      `json:"store"` // memory or redis
+	// UnknownDomain: the rules in force have no rule of Domain (a
+	// misspelt domain: every descriptor is OK); Domains are theirs.
+	UnknownDomain bool     `json:"unknown_domain,omitempty"`
+	Domains       []string `json:"domains,omitempty"`
 }
 
 // Explained is one descriptor of an Explanation, or its state before or

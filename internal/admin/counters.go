@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,18 +15,25 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-func (a *API) handleReset(w http.ResponseWriter, r *http.Request)  { a.writeCounters(w, r, "reset") }
-func (a *API) handleRefund(w http.ResponseWriter, r *http.Request) { a.writeCounters(w, r, "refund") }
+// The actions of the counters writes.
+const (
+	actionReset  = "reset"
+	actionRefund = "refund"
+)
 
-// writeCounters authorizes, applies and audits a counters write: a
-// reset clears every descriptor's state on the store (limiter.Reset), a
-// refund gives hits back as is_negative_hits does. Each write is one audit
-// line naming who, from where, what, and the counts before and after.
+func (a *API) handleReset(w http.ResponseWriter, r *http.Request) { a.writeCounters(w, r, actionReset) }
+func (a *API) handleRefund(w http.ResponseWriter, r *http.Request) {
+	a.writeCounters(w, r, actionRefund)
+}
+
+// writeCounters applies and audits a counters write, authorized already
+// (guard): a reset clears every descriptor's state on the store
+// (limiter.Reset), a refund gives hits back as is_negative_hits does.
+// Each write is one audit line naming who, from where, what, and the
+// counts before and after.
 func (a *API) writeCounters(w http.ResponseWriter, r *http.Request, action string) {
-	audit := a.o.Log.Named("audit").With(zap.String("action", action), zap.String("remote", r.RemoteAddr))
 	who, err := a.auth.who(r)
-	if err != nil {
-		audit.Warn("admin write refused", zap.String("reason", err.Error()))
+	if err != nil { // the token file changed since the guard's check
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
@@ -47,7 +53,13 @@ func (a *API) writeCounters(w http.ResponseWriter, r *http.Request, action strin
 		storeError(w, limiter.ErrNoRules)
 		return
 	}
-	req, err := countersRequest(rs, &body, action == "refund")
+	req, err := countersRequest(rs, &body, action == actionRefund)
+	if err == nil {
+		err = a.checkSize(len(req.Descriptors), func(i int) int { return len(req.Descriptors[i].Entries) })
+	}
+	if err == nil && len(body.Values) > maxEntries {
+		err = fmt.Errorf("%d values: a rule has at most %d levels here", len(body.Values), maxEntries)
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -60,21 +72,13 @@ func (a *API) writeCounters(w http.ResponseWriter, r *http.Request, action strin
 		return
 	}
 	if err != nil {
-		audit.Warn("admin write failed", zap.String("who", who), zap.String("domain", req.Domain), zap.Error(err))
+		a.audit.log.Warn("admin write failed", zap.String(logAction, action), zap.String(logRemote, r.RemoteAddr),
+			zap.String(logWho, who), zap.String(logDomain, quoted(req.Domain)), zap.Error(err))
 		storeError(w, err)
 		return
 	}
 	out.Who = who
-	var what, before, after []string
-	for _, c := range out.Descriptors {
-		what = append(what, entriesString(c.Before.Entries))
-		before, after = append(before, stateString(&c.Before)), append(after, stateString(&c.After))
-	}
-	fields := []zap.Field{zap.String("who", who), zap.String("domain", req.Domain), zap.Strings("descriptors", what)}
-	if action == "refund" {
-		fields = append(fields, zap.Uint64("hits", body.Hits))
-	}
-	audit.Info("admin write", append(fields, zap.Strings("before", before), zap.Strings("after", after))...)
+	a.audit.wrote(r, who, action, out, body.Hits)
 	writeJSON(w, out)
 }
 
@@ -90,7 +94,7 @@ func (a *API) applyCounters(ctx context.Context, req *limiter.Request[descriptor
 	if !anyKey(before.Keys) {
 		return nil, errNoLimit
 	}
-	if action == "refund" {
+	if action == actionRefund {
 		give := *req
 		give.Descriptors = append([]limiter.Descriptor[descriptors.Entry](nil), req.Descriptors...)
 		for i := range give.Descriptors {
@@ -193,32 +197,4 @@ func anyKey(keys []string) bool {
 		}
 	}
 	return false
-}
-
-// entriesString is a descriptor for a log line: "k=v,k2=v2".
-func entriesString(es []Entry) string {
-	var b bytes.Buffer
-	for i, e := range es {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(e.Key + "=" + e.Value)
-	}
-	return b.String()
-}
-
-// stateString is a descriptor's state for a log line: its rule and what
-// is left, "d.user: 0/5 left" (tokens for a bucket).
-func stateString(e *Explained) string {
-	if e.Rule == nil {
-		return "no rule"
-	}
-	switch {
-	case e.Remaining != nil:
-		return e.Rule.Path + ": count " + strconv.FormatInt(*e.Count, 10) + ", " +
-			strconv.FormatUint(uint64(*e.Remaining), 10) + "/" + strconv.FormatUint(uint64(e.Rule.RequestsPerUnit), 10) + " left"
-	case e.Tokens != nil:
-		return e.Rule.Path + ": " + strconv.FormatUint(uint64(*e.Tokens), 10) + " tokens"
-	}
-	return e.Rule.Path + ": unlimited"
 }

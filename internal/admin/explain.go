@@ -2,8 +2,6 @@ package admin
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,9 +10,6 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 )
-
-// maxAdminBody bounds the body of an admin POST, as /json's.
-const maxAdminBody = 4 << 20
 
 // handleExplain answers POST /v1/explain: for a RateLimitRequest as POST
 // /json takes it, what each descriptor matched and the code the request
@@ -30,15 +25,23 @@ func (a *API) handleExplain(w http.ResponseWriter, r *http.Request) {
 		Bucket map[string]string `json:"bucket"`
 	}
 	if json.Unmarshal(body, &bucket) == nil && bucket.Bucket != nil {
+		if err := a.checkSize(1, func(int) int { return len(bucket.Bucket) }); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		a.explainBucket(w, r, bucket.Domain, bucket.Bucket)
 		return
 	}
 	req, err := rls.ParseRequest(body)
+	if err == nil {
+		err = a.checkSize(len(req.Descriptors), func(i int) int { return len(req.Descriptors[i].Entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if a.o.Limiter.Rules() == nil {
+	rs := a.o.Limiter.Rules()
+	if rs == nil {
 		storeError(w, limiter.ErrNoRules)
 		return
 	}
@@ -50,6 +53,9 @@ func (a *API) handleExplain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := Explanation{Domain: req.Domain, Code: p.Code.String(), Store: a.o.Store().Kind, Descriptors: make([]Explained, len(p.Statuses))}
+	if rs.Domain(req.Domain) == nil {
+		out.UnknownDomain, out.Domains = true, rs.Domains()
+	}
 	now := time.Now().UnixMilli()
 	for i := range p.Statuses {
 		out.Descriptors[i] = a.explain(req.Domain, req.Descriptors[i].Entries, p, i, now)
@@ -181,20 +187,6 @@ func (a *API) explainBucket(w http.ResponseWriter, r *http.Request, domain strin
 		}
 	}
 	writeJSON(w, out)
-}
-
-// readBody reads an admin POST's body, answering 413 or 400 itself.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		http.Error(w, "request body larger than 4 MiB", http.StatusRequestEntityTooLarge)
-		return nil, false
-	}
-	if err != nil {
-		http.Error(w, "cannot read body: "+err.Error(), http.StatusBadRequest)
-		return nil, false
-	}
-	return body, true
 }
 
 func toEntries(entries []descriptors.Entry) []Entry {

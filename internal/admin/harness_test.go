@@ -162,3 +162,6 @@ func grpcClient(t *testing.T, addr string) *grpc.ClientConn {
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
+
+// second is the second of two values: call's body.
+func second[A, B any](_ A, b B) B { return b }

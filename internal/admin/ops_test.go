@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	_ "embed"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -103,6 +104,15 @@ func TestExplain(t *testing.T) {
 		if code, _ := call(t, nil, http.MethodPost, url, bad); code != http.StatusBadRequest {
 			t.Errorf("explain %s: %d, want 400", bad, code)
 		}
+	}
+	// A domain the rules lack (the commonest "my limit does nothing": a
+	// misspelt domain in Envoy's filter) says so, and names the domains.
+	if e := decode[admin.Explanation](t, second(call(t, nil, http.MethodPost, url, `{"domain":"opz","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`))); !e.UnknownDomain ||
+		fmt.Sprint(e.Domains) != "[ops]" || e.Code != "OK" {
+		t.Errorf("explain of an unknown domain: %+v", e)
+	}
+	if e := first; e.UnknownDomain || e.Domains != nil {
+		t.Errorf("explain of a known domain: unknown %v, domains %v", e.UnknownDomain, e.Domains)
 	}
 	code, out := call(t, nil, http.MethodPost, url, `{"domain":"ops","bucket":{"user":"ann"}}`)
 	if b := decode[admin.BucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
@@ -226,7 +236,7 @@ func TestCountersAuthorization(t *testing.T) {
 		t.Fatalf("%d audit lines", len(audits))
 	}
 	f := audits[0].ContextMap()
-	if f["who"] != "token:bob" || f["action"] != "reset" || f["remote"] == "" || fmt.Sprint(f["descriptors"]) != "[user=ann]" ||
+	if f["who"] != "token:bob" || f["action"] != "reset" || f["remote"] == "" || fmt.Sprint(f["descriptors"]) != `[user="ann"]` ||
 		fmt.Sprint(f["before"]) != "[ops.user: count 2, 0/2 left]" || fmt.Sprint(f["after"]) != "[ops.user: count 0, 2/2 left]" {
 		t.Errorf("audit line %v", f)
 	}
@@ -339,37 +349,62 @@ func TestCountersClientCertificate(t *testing.T) {
 	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
 		t.Errorf("a write with a certificate: %d %s", code, out)
 	}
-	refused, audits := logs.FilterMessage("admin write refused").All(), logs.FilterMessage("admin write").All()
+	refused, audits := logs.FilterMessage("admin request refused").All(), logs.FilterMessage("admin write").All()
 	if len(refused) != 1 || len(audits) != 1 {
 		t.Fatalf("%d refusal and %d audit lines, want 1 each", len(refused), len(audits))
 	}
 	f := audits[0].ContextMap()
 	if audits[0].LoggerName != "audit" || f["who"] != "cert:CN=client" || f["action"] != "reset" || f["remote"] == "" ||
-		fmt.Sprint(f["descriptors"]) != "[user=ann]" {
+		fmt.Sprint(f["descriptors"]) != `[user="ann"]` {
 		t.Errorf("audit line of the certificate's write: %s %v", audits[0].LoggerName, f)
 	}
 }
 
-// TestTop: /v1/top answers the top identifiers as JSON; it needs a domain
-// and is off with --top-keys 0.
+// TestTop: /v1/top answers the top identifiers as JSON, of a domain or
+// of every domain; a domain or rule the rules lack is 404, naming the
+// domains; it is off with --top-keys 0.
 func TestTop(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	other := "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules, "edge.yaml": other})
 	for _, u := range []string{"ann", "ann", "ann", "bo"} {
 		s.decide(t, "ops", "user", u)
 	}
-	base := "http://" + s.AdminAddr() + "/v1/top?domain=ops"
-	code, out := call(t, nil, http.MethodGet, base, "")
+	s.decide(t, "edge", "ip", "10.0.0.7")
+	s.decide(t, "edge", "ip", "10.0.0.7")
+	base := "http://" + s.AdminAddr() + "/v1/top"
+	code, out := call(t, nil, http.MethodGet, base+"?domain=ops", "")
 	a := decode[top.Answer](t, out)
 	if code != http.StatusOK || len(a.Rules) != 1 || a.Rules[0].Entries[0].Values[0] != "ann" || a.Rules[0].Entries[0].Count != 1 {
 		t.Errorf("over-limit top: %d %s", code, out)
 	}
-	code, out = call(t, nil, http.MethodGet, base+"&by=hits&rule=ops.user&n=1", "")
+	code, out = call(t, nil, http.MethodGet, base+"?domain=ops&by=hits&rule=ops.user&n=1", "")
 	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules[0].Entries) != 1 || a.Rules[0].Entries[0].Count != 3 {
 		t.Errorf("hits top: %d %s", code, out)
 	}
-	for _, q := range []string{"", "?domain=ops&by=nope", "?domain=ops&n=-1"} {
-		if code, _ := call(t, nil, http.MethodGet, "http://"+s.AdminAddr()+"/v1/top"+q, ""); code != http.StatusBadRequest {
+	// Without a domain: every domain's rules, by domain.
+	code, out = call(t, nil, http.MethodGet, base, "")
+	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules) != 2 || a.Rules[0].Rule != "edge.ip" || a.Rules[1].Rule != "ops.user" ||
+		a.Replicas != 1 || a.Window == "" {
+		t.Errorf("top of every domain: %d %s", code, out)
+	}
+	code, out = call(t, nil, http.MethodGet, base+"?rule=ops.user&by=hits", "")
+	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules) != 1 || a.Rules[0].Rule != "ops.user" {
+		t.Errorf("top of a rule without its domain: %d %s", code, out)
+	}
+	for _, q := range []string{"?domain=ops&by=nope", "?domain=ops&n=-1"} {
+		if code, _ := call(t, nil, http.MethodGet, base+q, ""); code != http.StatusBadRequest {
 			t.Errorf("/v1/top%s: %d", q, code)
+		}
+	}
+	for q, want := range map[string]string{
+		"?domain=opz":                `no domain opz in the rules in force; their domains: edge, ops`,
+		"?domain=ops&rule=ops.usr":   `no rule ops.usr in domain ops`,
+		"?rule=edge.user":            `no rule edge.user in the rules in force`,
+		"?domain=edge&rule=ops.user": `no rule ops.user in domain edge`,
+		"?domain=%1b%5b31m":          `no domain "\x1b[31m"`,
+	} {
+		if code, out := call(t, nil, http.MethodGet, base+q, ""); code != http.StatusNotFound || !strings.Contains(out, want) {
+			t.Errorf("/v1/top%s: %d %s, want 404 with %q", q, code, out, want)
 		}
 	}
 	off, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--top-keys", "0")
@@ -396,6 +431,33 @@ func TestPage(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(page, "big.k9999") || !strings.Contains(page, "&lt;script&gt;alert(1)&lt;/script&gt;") ||
 		strings.Contains(page, "<script>alert(1)") || len(page) > 100_000 || strings.Contains(page, "src=\"http") {
 		t.Errorf("page: %d, %d bytes, limited identifier shown: %v", code, len(page), strings.Contains(page, "big.k9999"))
+	}
+	// The page's script and style run by nonce, a new one each time, and
+	// no page may frame it.
+	var nonces []string
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+		req.Header.Set("Accept", "text/html")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		_, nonce, _ := strings.Cut(csp, "script-src 'nonce-")
+		nonce, _, _ = strings.Cut(nonce, "'")
+		if len(nonce) < 16 || strings.Contains(csp, "unsafe-inline") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+			!strings.Contains(csp, "default-src 'none'") || resp.Header.Get("X-Frame-Options") != "DENY" ||
+			!strings.Contains(string(body), `<script nonce="`+nonce+`">`) || !strings.Contains(string(body), `<style nonce="`+nonce+`">`) ||
+			strings.Count(string(body), "<script") != 1 {
+			t.Errorf("page CSP %q, X-Frame-Options %q; script and style by its nonce: %v", csp, resp.Header.Get("X-Frame-Options"),
+				strings.Contains(string(body), `<script nonce="`+nonce+`">`))
+		}
+		nonces = append(nonces, nonce)
+	}
+	if nonces[0] == nonces[1] {
+		t.Errorf("the same nonce twice: %s", nonces[0])
 	}
 	if _, index := call(t, nil, http.MethodGet, base+"/", ""); !strings.HasPrefix(index, "/metrics: ") {
 		t.Errorf("index for a client that is no browser:\n%s", index)

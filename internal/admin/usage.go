@@ -17,6 +17,9 @@ import (
 // request carries 0 hits, which the stores treat as a peek.
 func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 	domain, entries, err := parseQuery(r.URL.RawQuery, "descriptor")
+	if err == nil {
+		err = a.checkSize(1, func(int) int { return len(entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -52,6 +55,9 @@ func (a *API) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	domain, entries, err := parseQuery(r.URL.RawQuery, "bucket")
+	if err == nil {
+		err = a.checkSize(1, func(int) int { return len(entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

@@ -68,6 +68,38 @@ func (s *Server) openAdmin() error {
 	return nil
 }
 
+// openMetrics binds and serves --metrics-addr, if given: /metrics
+// alone, for a Prometheus that must not reach the admin listener.
+func (s *Server) openMetrics() error {
+	if s.opts.Admin.MetricsOff() {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.adminAPI.MetricsHandler())
+	srv, err := httpserver.Listen(s.opts.Admin.MetricsAddr, mux, s.httpOpts)
+	if err != nil {
+		return fmt.Errorf("listen metrics on %s (%s): %w", s.opts.Admin.MetricsAddr, s.opts.Name("metrics-addr"), err)
+	}
+	s.metricsSrv = srv
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("metrics server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// MetricsAddr is the bound address of --metrics-addr, "" when there is
+// none.
+func (s *Server) MetricsAddr() string {
+	if s.metricsSrv == nil {
+		return ""
+	}
+	return s.metricsSrv.Addr().String()
+}
+
 // isLoopback reports whether addr, a bound address, is reachable from this
 // host alone.
 func isLoopback(addr net.Addr) bool {
@@ -83,17 +115,23 @@ func (s *Server) AdminAddr() string {
 	return s.admin.Addr().String()
 }
 
-// closeAdmin shuts the admin listener down, bounded by timeout.
+// closeAdmin shuts the admin and metrics listeners down, bounded by
+// timeout.
 func (s *Server) closeAdmin(ctx context.Context, timeout time.Duration) error {
-	if s.admin == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := s.admin.Shutdown(ctx); err != nil {
-		return fmt.Errorf("admin: %w", err)
+	var errs []error
+	if s.admin != nil {
+		if err := s.admin.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("admin: %w", err))
+		}
 	}
-	return nil
+	if s.metricsSrv != nil {
+		if err := s.metricsSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("metrics: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // adminTLS returns the admin listener's TLS configuration and its

@@ -60,6 +60,8 @@ type Server struct {
 	tracing  *tracing.Tracing   // nil with tracing off
 	admin    *httpserver.Server // nil without --admin-addr
 	adminAPI *admin.API
+	// metricsSrv serves --metrics-addr, nil without it.
+	metricsSrv *httpserver.Server
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
 	top      *top.Tracker       // nil with --top-keys 0
 	stopTop  func()             // ends the top tracker's Run
@@ -246,7 +248,7 @@ func (s *Server) Open(ctx context.Context) error {
 		s.probeHealth()
 	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),
-		zap.String("admin", s.AdminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
+		zap.String("admin", s.AdminAddr()), zap.String("metrics", s.MetricsAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
 		zap.Int64("grpc_max_connections", s.grpcLis.Stats().Max))
 	return nil
 }
@@ -254,8 +256,13 @@ func (s *Server) Open(ctx context.Context) error {
 // listen binds the gRPC, HTTP and admin listeners, each capped so that
 // the gRPC listener at its cap leaves descriptors to the others.
 func (s *Server) listen() error {
-	// HTTP, admin and the reference's Prometheus listeners.
-	grpcCap, err := grpcConnCap(s.opts, s.files, 3*s.httpOpts.MaxConns)
+	// HTTP, admin and the reference's Prometheus listeners, and
+	// --metrics-addr's.
+	listeners := 3
+	if !s.opts.Admin.MetricsOff() {
+		listeners++
+	}
+	grpcCap, err := grpcConnCap(s.opts, s.files, listeners*s.httpOpts.MaxConns)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Name("grpc-max-connections"), err)
 	}
@@ -267,7 +274,10 @@ func (s *Server) listen() error {
 	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
 		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
 	}
-	return s.openAdmin()
+	if err := s.openAdmin(); err != nil {
+		return err
+	}
+	return s.openMetrics()
 }
 
 // registerListenerMetrics registers the HTTP listeners' connection
@@ -280,6 +290,8 @@ func (s *Server) registerListenerMetrics() error {
 				return s.http.Stats(), true
 			case name == "admin" && s.admin != nil:
 				return s.admin.Stats(), true
+			case name == "metrics" && s.metricsSrv != nil:
+				return s.metricsSrv.Stats(), true
 			case name == "prometheus":
 				return s.ref.ListenerStats()
 			}
@@ -287,7 +299,7 @@ func (s *Server) registerListenerMetrics() error {
 		}
 	}
 	return metrics.RegisterHTTPListeners(s.registry, map[string]func() (connlimit.Stats, bool){
-		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"),
+		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"), "metrics": stats("metrics"),
 	})
 }
 
