@@ -36,7 +36,6 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 	fs.Var(&ds, "descriptor", "a descriptor, key=value,key2=value2 (percent-encode ',' and '='); repeatable")
 	fs.StringVar(&rule, "rule", "", "instead of --descriptor: a rule's path, e.g. edge.remote_address, with --value")
 	fs.Var(&values, "value", "with --rule: the value of its next key-only or wildcard level; repeatable")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file of the bearer token of admin writes: the token alone, or a name:token line of --admin-token-file")
 	if action == "refund" {
 		fs.Uint64Var(&hits, "hits", 0, "hits to give back (required)")
 	}
@@ -47,7 +46,7 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return exit(err, stderr)
 	}
-	cl, err := newClient(c)
+	cl, err := newClient(c, stderr)
 	if err != nil {
 		return exit(err, stderr)
 	}
@@ -90,13 +89,13 @@ func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, valu
 // printCounters writes one replica's answer: each descriptor before and
 // after.
 func printCounters(w io.Writer, base string, a *admin.CountersAnswer) {
-	fmt.Fprintf(w, "%s: %s by %s\n", base, a.Action, a.Who)
+	fmt.Fprintf(w, "%s: %s by %s\n", term(base), term(a.Action), term(a.Who))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DESCRIPTOR\tRULE\tBEFORE\tAFTER")
 	for _, d := range a.Descriptors {
 		rule := "(no rule)"
 		if d.Before.Rule != nil {
-			rule = d.Before.Rule.Path
+			rule = term(d.Before.Rule.Path)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", entriesText(d.Before.Entries), rule, left(&d.Before), left(&d.After))
 	}

@@ -230,6 +230,7 @@ const commandsUsage = `Usage:
   %[1]s COMMAND [flags]      run a command; %[1]s COMMAND -h lists its flags
 
 Commands:
+  help      this, or with a command's name its flags
   check     validate a rules directory as the server loads it, every error with file and line
   version   print the version (also --version, anywhere among the flags)
   top       the top identifiers of each rule, from running servers' admin listeners
@@ -237,6 +238,9 @@ Commands:
   reset     clear a descriptor's counters on running servers
   refund    give hits back to a descriptor on running servers
   usage     a descriptor's state, or an RLQS bucket's division, on running servers
+
+top, explain, reset, refund and usage exit 0 when done, 1 when a replica failed or
+refused, 2 on bad usage, and explain 3 when the request would be OVER_LIMIT.
 
 Flags (docs/settings.md describes them):
 `
@@ -275,7 +279,7 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 		return ErrVersion
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are help, check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
 	}
 	s.src = map[string]string{}
 	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
