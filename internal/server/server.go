@@ -62,10 +62,10 @@ type Server struct {
 	adminAPI *admin.API
 	// metricsSrv serves --metrics-addr, nil without it.
 	metricsSrv *httpserver.Server
-	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
-	top      *top.Tracker       // nil with --top-keys 0
-	stopTop  func()             // ends the top tracker's Run
-	failures *failureLog        // logs store failures
+	ref        *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
+	top        *top.Tracker       // nil with --top-keys 0
+	stopTop    func()             // ends the top tracker's Run
+	failures   *failureLog        // logs store failures
 	// adminCerts serves the admin listener's TLS, nil without --admin-tls-cert.
 	adminCerts *certs.Reloader
 	// httpOpts and adminOpts bound the HTTP and admin listeners.
