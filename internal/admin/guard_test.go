@@ -72,7 +72,8 @@ func TestReadsBeyondLoopback(t *testing.T) {
 	wide, _ := testServer(t, rules, "--admin-addr", "0.0.0.0:0", "--admin-token-file", tokenFile(t), "--pprof", "--rlqs")
 	base := via(wide.AdminAddr())
 	for _, r := range protected {
-		if code, out := ask(base, r); code != http.StatusForbidden || !strings.Contains(out, "--admin-token-file") {
+		if code, out := ask(base, r); code != http.StatusForbidden || !strings.Contains(out, "--admin-token-file") ||
+			!strings.Contains(out, "fastlimit's commands: --token-file") {
 			t.Errorf("beyond loopback, %s %s without a token: %d %.200s, want 403", r.method, r.path, code, out)
 		}
 		if code, out := ask(base, r, "Authorization", "Bearer "+opsToken); code != http.StatusOK {
