@@ -207,11 +207,15 @@ func newClient(c common, stderr io.Writer) (*client, error) {
 		if _, tok, ok := strings.Cut(cl.token, ":"); ok && !strings.Contains(cl.token, "\n") {
 			cl.token = tok // a name:token line of the server's file
 		}
+		var clear []string
 		for _, b := range cl.bases {
 			if u, err := url.Parse(cl.target(b)); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-				fmt.Fprintf(stderr, "fastlimit: warning: the token goes to %s over plain http, readable on the way: "+
-					"serve the admin listener over TLS (--admin-tls-cert) and use https:// or --tls-ca\n", term(b))
+				clear = append(clear, term(b))
 			}
+		}
+		if len(clear) > 0 {
+			fmt.Fprintf(stderr, "fastlimit: warning: the token goes to %s over plain http, readable on the way: "+
+				"serve the admin listener over TLS (--admin-tls-cert) and use https:// or --tls-ca\n", strings.Join(clear, ", "))
 		}
 	}
 	return cl, nil
