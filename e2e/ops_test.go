@@ -354,6 +354,9 @@ func TestLogExamples(t *testing.T) {
 		l = regexp.MustCompile(`"@timestamp":"[^"]*"`).ReplaceAllString(l, `"@timestamp":"2026-03-02T10:15:04.512Z"`)
 		l = regexp.MustCompile(`"remote":"127\.0\.0\.1:[0-9]+"`).ReplaceAllString(l, `"remote":"10.1.2.3:51522"`)
 		l = strings.ReplaceAll(l, tokens, "/etc/fastlimit/admin-tokens/tokens")
+		if name == "top" { // 2 over-limit hits, decayed by however long the line took on a busy machine
+			l = regexp.MustCompile(`"10\.0\.0\.7 \([0-9.]+\)"`).ReplaceAllString(l, `"10.0.0.7 (2)"`)
+		}
 		lines[name] = strings.ReplaceAll(l, dir, "/rules")
 	}
 	shown := map[string]bool{}
