@@ -110,8 +110,12 @@ func (c *Clock) NewTicker(d time.Duration) Ticker {
 
 // Advance moves the clock by d, and fires in order the timers due on the
 // way, each at its own time (a ticker as many times as it is due).
-// AfterFunc functions run before Advance returns.
+// AfterFunc functions run before Advance returns. The clock never goes
+// back: a negative d panics.
 func (c *Clock) Advance(d time.Duration) {
+	if d < 0 {
+		panic("clock: Advance by a negative duration")
+	}
 	c.advancing.Lock()
 	defer c.advancing.Unlock()
 	c.mu.Lock()
