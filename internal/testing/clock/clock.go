@@ -212,13 +212,13 @@ func (c *Clock) WaitFor(t testing.TB, what string, cond func(pending []time.Dura
 }
 
 // WaitContext waits until cond holds of the pending waiters, as WaitFor,
-// or until ctx ends.
+// or until ctx ends. cond may call the Clock's methods.
 func (c *Clock) WaitContext(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		c.mu.Lock()
-		ok, changed := cond(c.pending()), c.changed
+		pending, changed := c.pending(), c.changed
 		c.mu.Unlock()
-		if ok {
+		if cond(pending) {
 			return nil
 		}
 		select {
@@ -254,7 +254,9 @@ func (c *Clock) next(end time.Time) *waiter {
 	return first
 }
 
-// start (re)arms w to fire after d; it reports whether w was pending.
+// start (re)arms w to fire after d; it reports whether w was pending. As
+// a wall clock timer, one of d <= 0 fires at once (an AfterFunc's f on a
+// goroutine of its own).
 func (c *Clock) start(w *waiter, d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -263,7 +265,14 @@ func (c *Clock) start(w *waiter, d time.Duration) bool {
 	c.seq++
 	c.started++
 	w.at, w.seq = c.now.Add(max(d, 0)), c.seq
-	c.waiters = append(c.waiters, w)
+	switch {
+	case d > 0 || w.period > 0:
+		c.waiters = append(c.waiters, w)
+	case w.fn != nil:
+		go w.fn()
+	default:
+		w.ch <- c.now // drained above: never blocks
+	}
 	c.notify()
 	return was
 }

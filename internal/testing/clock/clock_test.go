@@ -96,6 +96,30 @@ func TestTimerStopAndReset(t *testing.T) {
 	}
 }
 
+// TestZeroFiresAtOnce: as on the wall clock, a timer of zero or less
+// fires without an Advance.
+func TestZeroFiresAtOnce(t *testing.T) {
+	c := clock.New(start)
+	if _, ok := received(c.After(0)); !ok {
+		t.Error("After(0) did not fire at once")
+	}
+	tm := c.NewTimer(time.Hour)
+	tm.Reset(-time.Second)
+	if v, ok := received(tm.C()); !ok || !v.Equal(start) {
+		t.Errorf("Reset(-1s): %v, %v; want to fire at once", v, ok)
+	}
+	ran := make(chan struct{})
+	c.AfterFunc(0, func() { close(ran) })
+	select {
+	case <-ran:
+	case <-time.After(clock.Patience):
+		t.Error("AfterFunc(0) did not run")
+	}
+	if c.Waiters() != 0 {
+		t.Errorf("%d waiters", c.Waiters())
+	}
+}
+
 func TestTicker(t *testing.T) {
 	c := clock.New(start)
 	tk := c.NewTicker(time.Second)
