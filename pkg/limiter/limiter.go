@@ -328,6 +328,8 @@ func appendOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, 
 		Refund:    rd.Refund,
 		Burst:     lim.Burst,
 		Joined:    joined,
+		Debit:     lim.Charge == descriptors.ChargeAlways,
+		Calendar:  lim.Periods(),
 	}
 	if lim.Algorithm == descriptors.TokenBucket {
 		op.RateNum, op.RateDen = lim.RefillRate()

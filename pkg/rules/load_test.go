@@ -28,6 +28,14 @@ var errorCases = map[string]string{
 	"burst_string.yaml":                     "burst_string.yaml:8: burst: expected a number, got a string",
 	"burst_without_token_bucket.yaml":       "burst_without_token_bucket.yaml:8: burst needs algorithm: token_bucket",
 	"burst_zero.yaml":                       "burst_zero.yaml:8: burst must be positive",
+	"calendar_hour.yaml":                    "calendar_hour.yaml:7: calendar needs unit day, week, month or year, not hour",
+	"calendar_list.yaml":                    "calendar_list.yaml:7: calendar: expected a string, got a list",
+	"calendar_local.yaml":                   "calendar_local.yaml:7: unknown time zone 'Local': name an IANA zone such as UTC or Europe/Berlin",
+	"calendar_token_bucket.yaml":            "calendar_token_bucket.yaml:8: calendar needs fixed_window or sliding_window: a token bucket has no windows",
+	"calendar_unknown_zone.yaml":            "calendar_unknown_zone.yaml:9: unknown time zone 'Europe/Bonn'",
+	"calendar_unlimited.yaml":               "calendar_unlimited.yaml:6: calendar needs a limit: this one is unlimited",
+	"charge_unknown.yaml":                   "charge_unknown.yaml:7: unknown charge 'sometimes' (want when_allowed or always)",
+	"charge_unlimited.yaml":                 "charge_unlimited.yaml:6: charge needs a limit: this one is unlimited",
 	"cost_decimals.yaml":                    "cost_decimals.yaml:7: cost '0.0001' has more than 3 decimals",
 	"cost_exponent.yaml":                    "cost_exponent.yaml:7: cost '1e-3' is not a decimal number",
 	"cost_negative.yaml":                    "cost_negative.yaml:7: cost must not be negative",
@@ -70,6 +78,7 @@ var errorCases = map[string]string{
 	"share_threshold_without_wildcard.yaml": "share_threshold_without_wildcard.yaml:3: share_threshold needs a wildcard value, but 'path' has value '/api/users'",
 	"syntax_error.yaml":                     "syntax_error.yaml:3: invalid YAML: did not find expected ',' or '}'",
 	"tab_indent.yaml":                       "tab_indent.yaml:3: invalid YAML: found character that cannot start any token",
+	"token_bucket_debit_inexact.yaml":       "token_bucket_debit_inexact.yaml:3: token bucket 7 per 1 year with burst 285000 cannot be computed exactly",
 	"token_bucket_inexact.yaml":             "token_bucket_inexact.yaml:3: token bucket 7 per 1 year with burst 1000000000 cannot be computed exactly",
 	"unit_multiplier_float.yaml":            "unit_multiplier_float.yaml:7: unit_multiplier: expected an integer, got a number",
 	"unit_multiplier_negative.yaml":         "unit_multiplier_negative.yaml:7: unit_multiplier must not be negative",
@@ -334,6 +343,18 @@ func TestExtensions(t *testing.T) {
 				}
 			}},
 		{domain: "extensions", entries: e("merged", "base"), none: true},
+		{domain: "extensions", entries: e("budget", "b"), rpu: 100000, unit: descriptors.Day,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				month := l.Group[1]
+				if l.Charge != descriptors.ChargeAlways || l.Periods() != nil ||
+					month.Charge != descriptors.ChargeWhenAllowed || month.Calendar != "Europe/Berlin" || month.Periods().Zone() != "Europe/Berlin" {
+					t.Errorf("budget: charge %s calendar %q; month: charge %s calendar %q", l.Charge, l.Calendar, month.Charge, month.Calendar)
+				}
+				if s := month.String(); !strings.Contains(s, "calendar=Europe/Berlin") || strings.Contains(s, "charge=") ||
+					!strings.Contains(l.String(), "charge=always") {
+					t.Errorf("dumped as %q and %q", l.String(), s)
+				}
+			}},
 	})
 }
 

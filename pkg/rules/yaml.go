@@ -158,6 +158,8 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	var (
 		l        descriptors.Limit
 		burst    *yaml.Node
+		calendar *yaml.Node
+		charge   *yaml.Node
 		rpuGiven bool
 	)
 	d.mapping(n, "rate_limit", fields{
@@ -172,11 +174,19 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 		"unit_multiplier": func(v *yaml.Node) {
 			l.UnitMultiplier = uint32(d.positive(v, "unit_multiplier", math.MaxUint32))
 		},
-		"burst": func(v *yaml.Node) { l.Burst, burst = d.quantity(v, "burst"), v },
-		"cost":  func(v *yaml.Node) { l.Cost = d.quantity(v, "cost") },
+		"burst":    func(v *yaml.Node) { l.Burst, burst = d.quantity(v, "burst"), v },
+		"cost":     func(v *yaml.Node) { l.Cost = d.quantity(v, "cost") },
+		"charge":   func(v *yaml.Node) { l.Charge, charge = d.charge(v), v },
+		"calendar": func(v *yaml.Node) { l.Calendar, calendar = d.str(v, "calendar"), v },
 	})
 	if burst != nil && l.Algorithm != descriptors.TokenBucket {
 		d.errorf(burst, "burst needs algorithm: token_bucket")
+	}
+	if charge != nil && l.Unlimited {
+		d.errorf(charge, "charge needs a limit: this one is unlimited")
+	}
+	if calendar != nil && calendar.Kind == yaml.ScalarNode {
+		d.calendar(calendar, &l)
 	}
 	if !rpuGiven && !l.Unlimited && len(d.errs) == before && n.Kind == yaml.MappingNode {
 		d.errorf(n, "rate_limit has no requests_per_unit, so every request would be over the limit: "+
@@ -200,6 +210,33 @@ func (d *decoder) unit(n *yaml.Node) descriptors.Unit {
 		d.errorf(n, "invalid rate limit unit '%s' (want second, minute, hour, day, week, month or year)", s)
 	}
 	return u
+}
+
+func (d *decoder) charge(n *yaml.Node) descriptors.Charge {
+	s := d.str(n, "charge")
+	c, ok := descriptors.ParseCharge(s)
+	if !ok && n.Kind == yaml.ScalarNode {
+		d.errorf(n, "unknown charge '%s' (want when_allowed or always)", s)
+	}
+	return c
+}
+
+// calendar checks a limit's calendar, at its line: a time zone, with a
+// unit of a day or longer, on a window (descriptors.Limit.Validate checks
+// it again, for limits that come from elsewhere).
+func (d *decoder) calendar(n *yaml.Node, l *descriptors.Limit) {
+	switch {
+	case l.Unlimited:
+		d.errorf(n, "calendar needs a limit: this one is unlimited")
+	case l.Algorithm == descriptors.TokenBucket:
+		d.errorf(n, "calendar needs fixed_window or sliding_window: a token bucket has no windows")
+	case l.Unit == descriptors.UnitUnknown:
+		// "missing rate limit unit", from NewSet
+	default:
+		if _, err := descriptors.NewCalendar(l.Calendar, l.Unit, l.UnitMultiplier); err != nil {
+			d.errorf(n, "%s", err)
+		}
+	}
 }
 
 func (d *decoder) algorithm(n *yaml.Node) descriptors.Algorithm {
