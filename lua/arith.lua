@@ -116,7 +116,8 @@ end
 --
 -- decide(burst, num, den, cost, now, t, ts, c, debit) refills the bucket
 -- state (t milli-tokens, carry c / den, at ts) up to now and charges cost
--- if the tokens allow it (a peek, cost 0, is allowed); a negative cost is
+-- if the tokens allow it (a peek, cost 0, is allowed unless a debit left the
+-- bucket below zero); a negative cost is
 -- a refund of -cost tokens, always allowed, that fills the bucket no
 -- further than burst (a full bucket has no carry). Denied, a debit op is
 -- charged all the same, to -burst at most; a state below zero that a
@@ -176,6 +177,8 @@ local function bucket_arith(times)
       if t >= burst then
         t, c = burst, 0
       end
+    elseif t < 0 then -- a peek at a bucket in debt
+      return false, t, ts, c
     end
     return true, t, ts, c
   end

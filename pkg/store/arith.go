@@ -70,7 +70,7 @@ func slidingDecide(limit, window, g, wg, cost, elapsed, cur, prev int64, debit b
 
 // bucketDecide refills a token bucket's state (t milli-tokens, carry c/den,
 // at ts) up to now and charges cost if the tokens allow it (a peek, cost
-// 0, is allowed); a refund (cost < 0) is always allowed and fills the
+// 0, is allowed unless a debit left the bucket below zero); a refund (cost < 0) is always allowed and fills the
 // bucket no further than burst (a full bucket has no carry). Denied, a
 // debit op is charged all the same, to -burst at most; a state below zero
 // that a debit op does not read (its limit no longer charged always) is
@@ -102,6 +102,8 @@ func bucketDecide(burst, num, den, cost, now, t, ts, c int64, debit bool) (allow
 		if t >= burst {
 			t, c = burst, 0
 		}
+	case t < 0: // a peek at a bucket in debt
+		return false, t, ts, c
 	}
 	return true, t, ts, c
 }

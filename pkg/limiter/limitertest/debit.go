@@ -111,7 +111,9 @@ func testBudget(t *testing.T, newStore func(*testing.T) limiter.Store) {
 			limiter.Op{Algorithm: descriptors.SlidingWindow, Limit: 10 * tokens * milli, Window: hour}},
 		{tokenOp(tokens, day, tokens), tokenOp(10*tokens, hour, 10*tokens)},
 	}
-	steps := []struct{ at, cost int64 }{{0, 99_500 * milli}, {second, 40_000 * milli}, {2 * second, milli}}
+	// The last step is a peek (cost 0), as Envoy checks a request whose
+	// hits_addend is 0 before its response is charged.
+	steps := []struct{ at, cost int64 }{{0, 99_500 * milli}, {second, 40_000 * milli}, {2 * second, milli}, {2 * second, 0}}
 	st := newStore(t)
 	all, atomic := st.(limiter.AtomicStore)
 	for _, l := range limits {
@@ -156,6 +158,12 @@ func testBudget(t *testing.T, newStore func(*testing.T) limiter.Store) {
 					}
 					if over && got[2][0].RetryAfter <= 0 {
 						t.Errorf("%s: the refused request has retry_after %d", name, got[2][0].RetryAfter)
+					}
+					if passed(got[3]) == over {
+						t.Errorf("%s: a peek (cost 0) after the 40,000 = %v, want allowed %v", name, got[3], !over)
+					}
+					if over && got[3][0].RetryAfter <= 0 {
+						t.Errorf("%s: the refused peek has retry_after %d", name, got[3][0].RetryAfter)
 					}
 					if !joint {
 						continue
