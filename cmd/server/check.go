@@ -35,6 +35,9 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		return 1
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintln(stderr, "warning: "+w.Error())
+	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
 		layout.Dir, len(r.Files), len(r.Set.Domains()), len(r.Set.Limits()))
 	writeGroups(stdout, r.Set.Limits())

@@ -83,3 +83,21 @@ func TestCheckReportsGroups(t *testing.T) {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }
+
+// TestCheckWarns: keys of the reference's valid set where they mean
+// nothing load, and check names each with its line, exiting 0.
+func TestCheckWarns(t *testing.T) {
+	dir := t.TempDir()
+	files.Write(t, filepath.Join(dir, "a.yaml"), "name: eg/http\ndomain: a\ndescriptors:\n  - key: k\n    unit: minute\n"+
+		"    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	var stdout, stderr strings.Builder
+	if code := run([]string{"check", "--config", dir}, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := "warning: " + dir + "/a.yaml:1: 'name' means nothing in a rules file's top level and is ignored, as envoyproxy/ratelimit ignores it\n" +
+		"warning: " + dir + "/a.yaml:5: 'unit' means nothing in a descriptor and is ignored, as envoyproxy/ratelimit ignores it; " +
+		"unit belongs in rate_limit (line 6): indent it below rate_limit\n"
+	if stderr.String() != want || !strings.Contains(stdout.String(), "1 files, 1 domains, 1 limits: OK") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant stderr:\n%s", stdout.String(), stderr.String(), want)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,10 @@ type Loaded struct {
 	// FromXDS marks rules of FromXDS, whose sorted Resources stand for Files.
 	FromXDS   bool
 	Resources []string
+	// Warnings are what loaded but is ignored or may be a mistake (keys
+	// of the reference where they mean nothing, an overlay's entries
+	// that extend nothing), ordered by file and line.
+	Warnings []*Error
 }
 
 // Load compiles the rules files of dir: its regular files (or symlinks to
@@ -96,16 +101,20 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	var (
 		domains []descriptors.DomainConfig
 		errs    []*Error
+		warns   []*Error
+		pos     = map[string]*positions{}
 		// files whose empty domain an error already reported
 		domainReported = map[string]bool{}
 	)
 	for _, name := range names {
 		label := filepath.Join(dir, name)
-		dc, ferrs, reported := parseFile(label, files[name])
+		dc, d, reported := parseFile(label, files[name])
 		if dc != nil {
 			domains = append(domains, *dc)
 		}
-		errs = append(errs, ferrs...)
+		errs = append(errs, d.errs...)
+		warns = append(warns, d.warns...)
+		maps.Copy(pos, d.pos)
 		domainReported[label] = reported
 		r.Files = append(r.Files, label)
 	}
@@ -116,14 +125,19 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	}
 	set, err := descriptors.NewSet(domains)
 	for _, e := range fromSet(err, true) {
-		if !errors.Is(e.Err, descriptors.ErrEmptyDomain) || !domainReported[e.File] {
-			errs = append(errs, e)
+		if errors.Is(e.Err, descriptors.ErrEmptyDomain) && domainReported[e.File] {
+			continue
 		}
+		relocate(e, pos)
+		if errors.Is(e.Err, descriptors.ErrDuplicateDomain) && !merge {
+			e.Msg += "; files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+		}
+		errs = append(errs, e)
 	}
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
-	r.Set = set
+	r.Set, r.Warnings = set, sorted(warns)
 	return r, nil
 }
 
