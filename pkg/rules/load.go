@@ -41,6 +41,10 @@ type Loaded struct {
 	// of the reference where they mean nothing, an overlay's entries
 	// that extend nothing), ordered by file and line.
 	Warnings []*Error
+	// Overlay is the file of the overlay FromXDSWith applied, if any, and
+	// OverlayUnmatched the number of its entries that extend nothing.
+	Overlay          string
+	OverlayUnmatched int
 }
 
 // Load compiles the rules files of dir: its regular files (or symlinks to
