@@ -101,3 +101,33 @@ func TestCheckWarns(t *testing.T) {
 		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant stderr:\n%s", stdout.String(), stderr.String(), want)
 	}
 }
+
+// TestCheckOverlay: --rules-overlay (or RULES_OVERLAY) checks the overlay
+// of rules over xDS, its errors with file and line.
+func TestCheckOverlay(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	files.Write(t, good, "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {algorithm: token_bucket, burst: 5}\n")
+	files.Write(t, bad, "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {unit: second}\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		out  string
+	}{
+		{"good", []string{"--rules-overlay", good}, nil, 0, good + ": rules overlay of 1 domains: OK\n"},
+		{"good, from the environment", nil, map[string]string{"RULES_OVERLAY": good}, 0, good + ": rules overlay of 1 domains: OK\n"},
+		{"bad", []string{"--rules-overlay", bad}, nil, 1,
+			bad + ":5: the overlay holds FastLimit's extensions only: unit comes from the rules over xDS\n"},
+		{"missing", []string{"--rules-overlay", filepath.Join(dir, "none.yaml")}, nil, 1, "read rules overlay: open "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			code := run(append([]string{"check"}, tc.args...), func(k string) string { return tc.env[k] }, &out, &out)
+			if code != tc.code || !strings.HasPrefix(out.String(), tc.out) {
+				t.Errorf("exit %d, output:\n%s\nwant exit %d, output starting %q", code, out.String(), tc.code, tc.out)
+			}
+		})
+	}
+}

@@ -56,6 +56,7 @@ type Server struct {
 	rules    *ruleSource
 	reload   *hotReload         // nil until Open, and with rules from xDS
 	xds      *xdsRules          // nil unless rules come from xDS
+	xdsSrc   *xdsSource         // compiles xDS snapshots with the rules overlay
 	tracing  *tracing.Tracing   // nil with tracing off
 	admin    *admin             // nil without --admin-addr
 	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD

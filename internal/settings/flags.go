@@ -83,6 +83,8 @@ func addRulesFlags(fs *flag.FlagSet, s *Settings) {
 		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
 	fs.BoolVar(&s.MergeDomainConfig, "merge-domain-config", false,
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
+	fs.StringVar(&s.RulesOverlay, "rules-overlay", "",
+		"rules over xDS: a file of FastLimit's extensions (algorithm, burst, cost, ...) by domain and descriptor path, applied to every snapshot and re-read when it changes (docs/xds.md)")
 	fs.BoolVar(&s.Atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
 	fs.Int64Var(&s.RulesMaxFileBytes, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
