@@ -72,7 +72,8 @@ func decideN(t *testing.T, c rls.RateLimitServiceClient, domain, key, value stri
 // no flags. It decides on Redis with the rules found where the reference
 // finds them (nested ones too), serves /healthcheck on PORT and its admin
 // listener on DEBUG_PORT, logs as text, names the variable it does not
-// honour in its startup warning, and reloads a nested file.
+// honour in its startup warning (and that the reference's default statsd
+// is not sent), and reloads a nested file.
 func TestReferenceEnvironment(t *testing.T) {
 	waitOutDayBoundary(t)
 	r := redistest.StartServer(t)
@@ -108,6 +109,11 @@ func TestReferenceEnvironment(t *testing.T) {
 	if !strings.Contains(logs, "envoyproxy/ratelimit settings that FastLimit does not honour") ||
 		!strings.Contains(logs, "MEMCACHE_HOST_PORT: ignored") {
 		t.Errorf("no startup warning naming MEMCACHE_HOST_PORT:\n%s", logs)
+	}
+	// USE_STATSD unset: the reference would send statsd to localhost:8125.
+	if !strings.Contains(logs, "USE_STATSD: unset; the reference's default (true) sends its stats to statsd at localhost:8125, "+
+		"FastLimit sends none: USE_STATSD=true sends them") {
+		t.Errorf("no startup warning that statsd is not sent:\n%s", logs)
 	}
 
 	// A change to the nested file reloads.
