@@ -210,3 +210,48 @@ func TestReferenceEnvironmentUnixSocket(t *testing.T) {
 		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
 	}
 }
+
+// TestReferenceUpstreamVariables starts the binary with the variables
+// upstream added after the pin: LIMIT_REQUEST_HEADERS_ENABLED (#1168) puts
+// the limit, remaining and reset of the request's descriptor in
+// request_headers_to_add, under LIMIT_REQUEST_*_HEADER's names, on OK and
+// OVER_LIMIT answers alike, with no response headers asked for; and
+// REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR (#1191), which FastLimit always
+// follows, is named in the startup warning only when false.
+func TestReferenceUpstreamVariables(t *testing.T) {
+	r := redistest.StartServer(t)
+	root := files.Dir(t, refRules)
+	for _, readonly := range []string{"true", "false"} {
+		t.Run("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR="+readonly, func(t *testing.T) {
+			waitOutDayBoundary(t)
+			env := refEnv(t, root, r.Addr)
+			env["LIMIT_REQUEST_HEADERS_ENABLED"] = "true"
+			env["LIMIT_REQUEST_REMAINING_HEADER"] = "X-Upstream-Remaining"
+			env["REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"] = readonly
+			srv := startRef(t, env)
+			user := fmt.Sprintf("up-%s-%d", readonly, time.Now().UnixNano())
+			for i, want := range []string{"RateLimit-Limit=3 X-Upstream-Remaining=2", "RateLimit-Limit=3 X-Upstream-Remaining=1",
+				"RateLimit-Limit=3 X-Upstream-Remaining=0", "RateLimit-Limit=3 X-Upstream-Remaining=0"} {
+				resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("ref", user, "user"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, h := range resp.GetRequestHeadersToAdd() {
+					if h.GetKey() != "RateLimit-Reset" {
+						got = append(got, h.GetKey()+"="+h.GetValue())
+					}
+				}
+				hs := resp.GetRequestHeadersToAdd()
+				if strings.Join(got, " ") != want || len(hs) != 3 || hs[2].GetKey() != "RateLimit-Reset" || len(resp.GetResponseHeadersToAdd()) != 0 {
+					t.Errorf("hit %d (%v): request headers %v, response headers %v; want %s and RateLimit-Reset, no response headers",
+						i+1, resp.GetOverallCode(), hs, resp.GetResponseHeadersToAdd(), want)
+				}
+			}
+			warned := strings.Contains(srv.logs.String(), "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR: FastLimit always does what true asks")
+			if warned != (readonly == "false") {
+				t.Errorf("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=%s: warned %t; logs:\n%s", readonly, warned, srv.logs.String())
+			}
+		})
+	}
+}
