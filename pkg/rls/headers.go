@@ -31,7 +31,7 @@ type HeaderOptions struct {
 	ShadowMode      bool // global: overall OK whatever the statuses say
 	// RequestHeaders adds the legacy headers, under the Request names, to
 	// the request Envoy forwards upstream (request_headers_to_add).
-	RequestHeaders                                                  bool
+	RequestHeaders                                                 bool
 	RequestLimitHeader, RequestRemainingHeader, RequestResetHeader string
 }
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap/zaptest"
 
