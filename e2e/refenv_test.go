@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
@@ -254,4 +256,52 @@ func TestReferenceUpstreamVariables(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReferenceRefunds: is_negative_hits as upstream has it since #1140,
+// in the reference's environment with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
+// a refund answers OK with the limit, what remains after it and the time
+// to reset; it lands though the request it came in is rejected (whose
+// charges do not); and the reference's per-rule total_negative_hits
+// counts it, on USE_PROMETHEUS's listener.
+func TestReferenceRefunds(t *testing.T) {
+	waitOutDayBoundary(t)
+	r := redistest.StartServer(t)
+	root := files.Dir(t, map[string]string{"ratelimit/config/neg.yaml": "domain: neg\ndescriptors:\n" +
+		"  - key: tokens\n    rate_limit: {unit: day, requests_per_unit: 100}\n" +
+		"  - key: small\n    rate_limit: {unit: day, requests_per_unit: 1}\n"})
+	env := refEnv(t, root, r.Addr)
+	prom := fmt.Sprint(loopback.Port(t))
+	env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"], env["USE_STATSD"] = "true", "false"
+	env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"] = "true", "127.0.0.1:"+prom
+	srv := startRef(t, env)
+	id := fmt.Sprint(time.Now().UnixNano())
+	call := func(ds ...*common.RateLimitDescriptor) *rls.RateLimitResponse {
+		t.Helper()
+		resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), &rls.RateLimitRequest{Domain: "neg", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	with := func(key string, hits uint64, refund bool) *common.RateLimitDescriptor {
+		d := desc(key, id)
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), refund
+		return d
+	}
+	call(with("tokens", 10, false))
+	call(with("small", 1, false)) // small is spent
+	resp := call(with("tokens", 4, true), with("small", 1, false), with("tokens", 5, false))
+	st := resp.GetStatuses()[0]
+	if resp.GetOverallCode() != rls.RateLimitResponse_OVER_LIMIT || st.GetCode() != rls.RateLimitResponse_OK ||
+		st.GetCurrentLimit().GetRequestsPerUnit() != 100 || st.GetLimitRemaining() != 94 || st.GetDurationUntilReset().GetSeconds() <= 0 {
+		t.Fatalf("a refund beside a denial: %v, refund status %v; want OVER_LIMIT, the refund OK with 100/DAY, 94 left and a reset", resp.GetOverallCode(), st)
+	}
+	if left := call(with("tokens", 0, false)).GetStatuses()[0].GetLimitRemaining(); left != 94 {
+		t.Errorf("after the rejected request: %d tokens left, want 94 (the refund landed, its charge of 5 did not)", left)
+	}
+	wantSeries(t, metricsPage(t, "127.0.0.1:"+prom), map[string]float64{
+		"ratelimit_service_rate_limit_neg_tokens_total_negative_hits":         4,
+		`ratelimit_service_rate_limit_total_hits{domain="neg",key1="tokens"}`: 15, // 10, then the rejected 5; the peek of 0 is none
+	})
 }

@@ -169,7 +169,7 @@ var refVars = []refVar{
 	{name: "NEAR_LIMIT_RATIO", how: refTwin, flag: "near-limit-ratio", note: "in (0, 1]"},
 	{name: "CACHE_KEY_PREFIX", how: refMapped, flag: "key-prefix", note: "the prefix of every Redis key, a trailing `:` dropped (FastLimit puts one after the prefix); keys differ from the reference's anyway"},
 	{name: "BACKEND_TYPE", how: refRefused, note: "only `redis` (Redis at REDIS_URL, or the embedded store without it): FastLimit has no memcache backend", fine: okFold("redis")},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", how: refMapped, flag: "atomic", note: "true sets `--atomic`: a request over any of its limits charges none of them (the reference still charges the limit that is over)"},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", how: refMapped, flag: "atomic", note: "true sets `--atomic`: a request over any of its limits charges none of them (the reference still charges the limit that is over); its refunds (`is_negative_hits`) land whatever it answers, as upstream applies them since #1140"},
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", how: refMapped, flag: "response-headers", note: "true sets `--response-headers legacy`"},
 	{name: "LIMIT_LIMIT_HEADER", how: refTwin, flag: "limit-limit-header"},
 	{name: "LIMIT_REMAINING_HEADER", how: refTwin, flag: "limit-remaining-header"},
