@@ -139,3 +139,31 @@ descriptors:
 		})
 	}
 }
+
+// TestWarningHints: a reference key where it means nothing loads, its
+// warning saying where it belongs.
+func TestWarningHints(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1\n      descriptors: [{key: sub}]\n",
+			"a.yaml:7: 'descriptors' means nothing in a rate_limit and is ignored, as envoyproxy/ratelimit ignores it; " +
+				"descriptors belongs to the descriptor (line 3), beside rate_limit: indent it less"},
+		{"domain: d\ndescriptors:\n  - key: k\n    name: n\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+			"a.yaml:4: 'name' means nothing in a descriptor and is ignored, as envoyproxy/ratelimit ignores it; " +
+				"name belongs in rate_limit (line 5): indent it below rate_limit"},
+		{"domain: d\nkey: k\n",
+			"a.yaml:2: 'key' means nothing in a rules file's top level and is ignored, as envoyproxy/ratelimit ignores it; " +
+				"key belongs in a descriptor, an item of a descriptors list"},
+		{"domain: d\ndescriptors:\n  - key: k\n    domain: other\n",
+			"a.yaml:4: 'domain' means nothing in a descriptor and is ignored, as envoyproxy/ratelimit ignores it; " +
+				"domain belongs at the top of the rules file"},
+	} {
+		r, err := rules.Parse(map[string][]byte{"a.yaml": []byte(tc.file)})
+		if err != nil {
+			t.Errorf("%q: %v", tc.file, err)
+			continue
+		}
+		if len(r.Warnings) != 1 || r.Warnings[0].Error() != tc.want {
+			t.Errorf("%q: warnings %v; want\n%s", tc.file, r.Warnings, tc.want)
+		}
+	}
+}

@@ -141,22 +141,29 @@ type nesting struct {
 // belongs nowhere else.
 func hint(key, level string, at nesting) string {
 	hs := homes[key]
-	switch {
-	case len(hs) == 0 || slices.Contains(hs, level):
+	if len(hs) == 0 || slices.Contains(hs, level) {
 		return ""
+	}
+	home := hs[0] // the nearest home: a descriptor's and a rate_limit's keys are each other's neighbours
+	for _, h := range hs {
+		if h == levelDescriptor && level == levelRateLimit || h == levelRateLimit && level == levelDescriptor {
+			home = h
+		}
+	}
+	switch {
 	case key == "name" && level == levelFile: // a RateLimitConfig's, as Envoy Gateway's dumps carry it
 		return ""
-	case hs[0] == levelRateLimit && level == levelDescriptor && at.rateLimit != nil:
+	case home == levelRateLimit && level == levelDescriptor && at.rateLimit != nil:
 		return fmt.Sprintf("%s belongs in rate_limit (line %d): indent it below rate_limit", key, at.rateLimit.Line)
-	case hs[0] == levelRateLimit && level == levelDescriptor && at.rateLimits != nil:
+	case home == levelRateLimit && level == levelDescriptor && at.rateLimits != nil:
 		return fmt.Sprintf("%s belongs in a limit of rate_limits (line %d)", key, at.rateLimits.Line)
-	case hs[0] == levelRateLimit:
+	case home == levelRateLimit:
 		return fmt.Sprintf("%s belongs in a descriptor's rate_limit", key)
-	case hs[0] == levelDescriptor && level == levelRateLimit && at.descriptor > 0:
+	case home == levelDescriptor && level == levelRateLimit && at.descriptor > 0:
 		return fmt.Sprintf("%s belongs to the descriptor (line %d), beside rate_limit: indent it less", key, at.descriptor)
-	case hs[0] == levelDescriptor:
+	case home == levelDescriptor:
 		return fmt.Sprintf("%s belongs in a descriptor, an item of a descriptors list", key)
-	case hs[0] == levelFile:
+	case home == levelFile:
 		return fmt.Sprintf("%s belongs at the top of the rules file", key)
 	}
 	return ""

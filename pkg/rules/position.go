@@ -96,8 +96,8 @@ func (d *decoder) dedented(n *yaml.Node, strays []stray, at nesting, before int)
 		return rest, ""
 	}
 	moved = fmt.Sprintf("%s %s outside rate_limit (line %d): indent %s below rate_limit", what, are, at.rateLimit.Line, them)
-	for _, e := range d.errs[before:] {
-		if strings.HasPrefix(e.Msg, "rate_limit has no requests_per_unit") {
+	for _, e := range d.errs[before:] { // this rate_limit's, not a nested descriptor's
+		if v != nil && e.Line == v.Line && strings.HasPrefix(e.Msg, "rate_limit has no requests_per_unit") {
 			e.Msg += "; " + moved
 		}
 	}
