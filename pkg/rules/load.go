@@ -2,8 +2,10 @@
 // rules files in envoyproxy/ratelimit's format plus FastLimit's extensions
 // (docs/rules.md), read from a directory (Load, LoadWith) or given as bytes
 // (Parse), or the RateLimitConfig resources of an xDS snapshot (FromXDS,
-// FromAny). Decoding is strict, and every problem is reported at once, each
-// an *Error naming its file and line (or resource and descriptor path).
+// FromAny), which an Overlay extends (FromXDSWith). Decoding is strict, and
+// every problem is reported at once, each an *Error naming its file and
+// line (or resource and descriptor path); what loads but is ignored is in
+// Loaded.Warnings.
 // The functions keep no state and are safe for concurrent use; a Loaded is
 // immutable, its Hash telling whether a reload changes anything.
 package rules
