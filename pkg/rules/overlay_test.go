@@ -117,6 +117,9 @@ func TestOverlayUnmatched(t *testing.T) {
         descriptors:
           - key: no-such-rule
             value: x
+      - key: httproute/default/echo/rule/0/match/0/www_example_com
+        value: another-route
+        rate_limit: {algorithm: sliding_window}
 `
 	r, err := rules.FromXDSWith([]*rlsconf.RateLimitConfig{egSnapshot(3)}, overlay(t, body))
 	if err != nil {
@@ -127,12 +130,13 @@ func TestOverlayUnmatched(t *testing.T) {
 		"overlay.yaml:21: descriptor default/eg/http." + egRoute + "_" + egRoute +
 			" has no rate_limit in the rules from xDS: its rate_limit extensions apply to nothing",
 		"overlay.yaml:23: no descriptor default/eg/http." + egRoute + "_" + egRoute + ".no-such-rule_x in the rules from xDS: nothing to extend",
+		"overlay.yaml:25: no descriptor default/eg/http." + egRoute + "_another-route in the rules from xDS: nothing to extend",
 	}
 	var got []string
 	for _, w := range r.Warnings {
 		got = append(got, w.Error())
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") || r.OverlayUnmatched != 3 {
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || r.OverlayUnmatched != 4 {
 		t.Errorf("warnings (%d unmatched):\n%s\nwant:\n%s", r.OverlayUnmatched, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	d := r.Set.Domain(egDomain)
