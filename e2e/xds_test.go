@@ -319,10 +319,21 @@ func TestXDSOverlay(t *testing.T) {
 	}
 
 	files.Write(t, overlay, exampleOverlay(t))
-	wait.For(t, 15*time.Second, func() bool {
-		_, body := scrape.Get(t, "http://"+admin+"/v1/rules")
-		return strings.Contains(body, "algorithm=token_bucket")
-	})
+	var rulesPage string
+	if !wait.True(15*time.Second, func() bool {
+		_, rulesPage = scrape.Get(t, "http://"+admin+"/v1/rules")
+		return strings.Contains(rulesPage, "algorithm=token_bucket")
+	}) {
+		_, metrics := scrape.Get(t, "http://"+admin+"/metrics")
+		var loads []string
+		for _, l := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(l, "fastlimit_config_") {
+				loads = append(loads, l)
+			}
+		}
+		t.Fatalf("the overlay written in place did not take effect in 15 s; /v1/rules:\n%s\nconfig series:\n%s\noverlay:\n%s",
+			rulesPage, strings.Join(loads, "\n"), files.Read(t, overlay))
+	}
 	if ok := hits("bob", 12); ok != 10 {
 		t.Errorf("with the example's overlay, %d of 12 hits passed at once, want 10 (a token bucket holding 10)", ok)
 	}
