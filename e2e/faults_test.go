@@ -17,6 +17,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // The network fault tests run the real binary with its default flags
@@ -56,12 +57,13 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 		// Setup, not measurement: the first hit also dials Redis through
 		// the proxy, which may take past --store-timeout on a busy box.
 		var err error
-		for try := 0; try < 20; try++ {
-			if _, err = f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller")); status.Code(err) != codes.Unavailable {
-				break
+		_ = wait.Until(ctx, 30*time.Second, func() error {
+			_, err = f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller"))
+			if status.Code(err) == codes.Unavailable {
+				return err
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		if err != nil {
 			t.Fatalf("caller %d's first hit: %v", c, err)
 		}
@@ -77,9 +79,10 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	return f
 }
 
-// run sends each caller's hits back to back (or one every pace) for d,
-// with Envoy's 1 s timeout, while during runs.
-func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func()) *faultproxy.Load {
+// run sends each caller's hits back to back (or one every pace), with
+// Envoy's 1 s timeout, while during runs and for d after it
+// (faultproxy.RunLoad).
+func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func(*faultproxy.Load)) *faultproxy.Load {
 	t.Helper()
 	return faultproxy.RunLoad(len(f.keys), d, pace, faultSpan, func(c int) (int64, bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -130,6 +133,16 @@ func (f *faultServer) resetCounters(t *testing.T) {
 	}
 }
 
+// awaitLoad waits until cond holds of the load running beside (30 s at
+// most, or it fails t): faults come once the load has made some calls,
+// and last some number of calls.
+func awaitLoad(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !wait.True(30*time.Second, cond) {
+		t.Fatalf("the load did not reach %s within 30 s", what)
+	}
+}
+
 // breakerOpenings counts the times the server logged its breaker opening.
 func (f *faultServer) breakerOpenings() int {
 	return strings.Count(f.logs.String(), `"to": "open"`)
@@ -144,13 +157,15 @@ func TestNetworkFaults(t *testing.T) {
 	}{{"single", nil}} {
 		t.Run(path.name, func(t *testing.T) {
 			t.Run("drops", func(t *testing.T) {
-				// 5 single connection drops in 4 s at 32 callers: at most
-				// 2 % of the calls fail, and the breaker stays closed.
+				// 5 single connection drops, 1,000 calls OK apart, at 32
+				// callers: at most 2 % of the calls fail, and the breaker
+				// stays closed.
 				f := startFaultServer(t, 32, path.flags...)
-				res := f.run(t, 4*time.Second, 0, func() {
+				res := f.run(t, 500*time.Millisecond, 0, func(l *faultproxy.Load) {
 					for range 5 {
-						time.Sleep(700 * time.Millisecond)
-						f.proxy.Add(&faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5})
+						ok := l.OK.Load()
+						awaitLoad(t, "1,000 more calls OK", func() bool { return l.OK.Load() >= ok+1000 })
+						<-f.proxy.Add(&faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5}).Done()
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
@@ -174,8 +189,8 @@ func TestNetworkFaults(t *testing.T) {
 				// may carry another key's count.
 				f := startFaultServer(t, 32, path.flags...)
 				for _, before := range []bool{true, false} {
-					res := f.run(t, 2*time.Second, 0, func() {
-						time.Sleep(500 * time.Millisecond)
+					res := f.run(t, 1500*time.Millisecond, 0, func(l *faultproxy.Load) {
+						awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 						<-f.proxy.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Before: before,
 							Reply: faultproxy.Ints(1, 0, 7_000_000_000)}).Done()
 					})
@@ -185,13 +200,15 @@ func TestNetworkFaults(t *testing.T) {
 				}
 			})
 			t.Run("held replies", func(t *testing.T) {
-				// Replies held 2 s: Redis counts at most the OK answers plus
-				// 2 % of the failed calls.
+				// Replies held while 40 calls a caller fail (2 s at
+				// --store-timeout 50ms): Redis counts at most the OK answers
+				// plus 2 % of the failed calls.
 				f := startFaultServer(t, 32, path.flags...)
-				res := f.run(t, 3*time.Second, 0, func() {
-					time.Sleep(500 * time.Millisecond)
+				res := f.run(t, 500*time.Millisecond, 0, func(l *faultproxy.Load) {
+					awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 					rule := f.proxy.Add(&faultproxy.Freeze{})
-					time.Sleep(2 * time.Second)
+					failed := l.Failed.Load()
+					awaitLoad(t, "40 failed calls a caller", func() bool { return l.Failed.Load() >= failed+40*32 })
 					rule.Release()
 				})
 				t.Logf("%v; counted %d", res, f.counted(t))
@@ -224,12 +241,13 @@ func TestNetworkFaults(t *testing.T) {
 				// of 500 calls a second, five times (325). Beside a busy CPU
 				// loop, 164 of 2,500 failed (5 % was the bound before).
 				f := startFaultServer(t, 25, path.flags...)
-				res := f.run(t, 5*time.Second, 50*time.Millisecond, func() {
-					for range 5 {
-						time.Sleep(700 * time.Millisecond)
+				res := f.run(t, time.Second, 50*time.Millisecond, func(l *faultproxy.Load) {
+					for range 5 { // 350 calls OK (0.7 s) apart; a timer ends each stall
+						ok := l.OK.Load()
+						awaitLoad(t, "350 more calls OK", func() bool { return l.OK.Load() >= ok+350 })
 						r := f.proxy.Add(&faultproxy.Freeze{Requests: true})
-						time.Sleep(80 * time.Millisecond)
-						r.Release()
+						time.AfterFunc(80*time.Millisecond, r.Release)
+						<-r.Done()
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())

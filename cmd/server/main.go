@@ -36,6 +36,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return cmd(args[1:], getenv, stdout, stderr)
 		}
 	}
+	if len(args) > 0 && args[0] == "help" {
+		return runHelp(args[1:], getenv, stdout, stderr)
+	}
 	s, err := settings.Parse("fastlimit", args, getenv, stderr)
 	if err != nil {
 		switch {

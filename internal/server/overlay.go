@@ -26,7 +26,8 @@ const causeOverlay = "overlay"
 // changes. Snapshots and overlay changes are applied one at a time.
 type xdsSource struct {
 	rules *ruleSource
-	path  string // the overlay file; "" without one
+	path  string       // the overlay file; "" without one
+	clock reload.Clock // of the overlay's watch; nil: the wall clock
 	log   *zap.Logger
 
 	mu      sync.Mutex
@@ -36,8 +37,8 @@ type xdsSource struct {
 }
 
 // newXDSSource reads the overlay at path, if any: a bad one stops the start.
-func newXDSSource(r *ruleSource, path string, log *zap.Logger) (*xdsSource, error) {
-	x := &xdsSource{rules: r, path: path, log: log}
+func newXDSSource(r *ruleSource, path string, clk reload.Clock, log *zap.Logger) (*xdsSource, error) {
+	x := &xdsSource{rules: r, path: path, clock: clk, log: log}
 	if path == "" {
 		return x, nil
 	}
@@ -111,6 +112,7 @@ func (x *xdsSource) watch(ctx context.Context) {
 	}, reload.Options{
 		Loaded:      func(n string) bool { return n == name },
 		Fingerprint: func() (string, error) { return fileHash(x.path) },
+		Clock:       x.clock,
 	}, x.log)
 	if err := w.Open(ctx); err != nil {
 		x.log.Warn("cannot watch the rules overlay's directory; SIGHUP reloads it", zap.String("file", x.path), zap.Error(err))

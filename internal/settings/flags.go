@@ -169,7 +169,12 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it. "+
+			"Bound beyond loopback, its reads of identifiers need the writes' authorization (docs/security.md)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "",
+		"a second address that serves /metrics alone, for Prometheus, when the admin address stays on loopback; empty or off: none")
+	fs.StringVar(&o.AllowedHosts, "admin-allowed-hosts", "",
+		"names the admin listener answers to in the Host header besides IP addresses, localhost and --admin-addr's host, comma-separated (e.g. a headless Service's); others get 421, against DNS rebinding")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
@@ -182,11 +187,11 @@ func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.BoolVar(&o.LogTopLimited, "log-top-limited", true,
 		"log a rule's top over-limit identifiers, at most once a minute per rule, while it limits any (needs --top-keys above 0)")
 	fs.StringVar(&o.TokenFile, "admin-token-file", "",
-		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), one name:token per line; re-read when it changes")
+		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), and reads of identifiers beyond loopback: one name:token per line, tokens of 16 bytes or more; re-read when it changes, a missing, empty or malformed version putting no token in force")
 	fs.StringVar(&o.TLSCert, "admin-tls-cert", "", "certificate file (PEM) of the admin listener, which then serves HTTPS only; rotations are taken in")
 	fs.StringVar(&o.TLSKey, "admin-tls-key", "", "private key file (PEM) of --admin-tls-cert")
 	fs.StringVar(&o.TLSClientCA, "admin-tls-client-ca", "",
-		"CA file (PEM) of the client certificates that authorize admin writes; reads need none")
+		"CA file (PEM) of the client certificates that authorize what --admin-token-file's tokens authorize")
 }
 func addXDSFlags(fs *flag.FlagSet, o *XDS) {
 	fs.StringVar(&o.ConfigType, "config-type", configTypeFile,

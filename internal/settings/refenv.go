@@ -116,7 +116,7 @@ const (
 var refVars = []refVar{
 	{name: "HOST", how: refMapped, flag: "http-addr", note: "with PORT, the HTTP address `HOST:PORT` (default: all interfaces)"},
 	{name: "PORT", how: refMapped, flag: "http-addr", note: "with HOST, the HTTP address (default 8080)"},
-	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener's reads have no authentication"},
+	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: bound beyond loopback, FastLimit's admin listener answers reads of identifiers only with authorization (docs/security.md)"},
 	{name: "DEBUG_PORT", how: refMapped, flag: "admin-addr", note: "with DEBUG_HOST, the admin address (default 6070)"},
 	{name: "GRPC_UDS", how: refMapped, flag: "grpc-addr", note: "gRPC on this unix socket instead of GRPC_HOST:GRPC_PORT (`--grpc-addr unix:PATH`)"},
 	{name: "GRPC_HOST", how: refMapped, flag: "grpc-addr", note: "with GRPC_PORT, the gRPC address (default: all interfaces)"},

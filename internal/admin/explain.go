@@ -1,40 +1,21 @@
-package server
+package admin
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rls"
-)
-
-// maxAdminBody bounds the body of an admin POST, as /json's.
-const maxAdminBody = 4 << 20
-
-// adminStoreTimeout is the least time an admin call waits for the store:
-// operators are not Envoy's 20 ms deadline.
-const adminStoreTimeout = 2 * time.Second
-
-// The admin API's types of explain, by their names here.
-type (
-	explanation       = adminapi.Explanation
-	explained         = adminapi.Explained
-	ruleInfo          = adminapi.Rule
-	bucketExplanation = adminapi.BucketExplanation
 )
 
 // handleExplain answers POST /v1/explain: for a RateLimitRequest as POST
 // /json takes it, what each descriptor matched and the code the request
 // would get now, charging nothing (limiter.Peek); for {"domain": D,
 // "bucket": {k: v}}, the RLQS bucket's rule and division.
-func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleExplain(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
@@ -44,44 +25,55 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		Bucket map[string]string `json:"bucket"`
 	}
 	if json.Unmarshal(body, &bucket) == nil && bucket.Bucket != nil {
-		s.explainBucket(w, r, bucket.Domain, bucket.Bucket)
+		if err := a.checkSize(1, func(int) int { return len(bucket.Bucket) }); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		a.explainBucket(w, r, bucket.Domain, bucket.Bucket)
 		return
 	}
 	req, err := rls.ParseRequest(body)
+	if err == nil {
+		err = a.checkSize(len(req.Descriptors), func(i int) int { return len(req.Descriptors[i].Entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if s.limiter.Rules() == nil {
+	rs := a.o.Limiter.Rules()
+	if rs == nil {
 		storeError(w, limiter.ErrNoRules)
 		return
 	}
-	ctx, cancel := s.adminCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	p, err := limiter.Peek(ctx, s.limiter, req)
+	p, err := limiter.Peek(ctx, a.o.Limiter, req)
 	if err != nil {
 		storeError(w, err)
 		return
 	}
-	out := explanation{Domain: req.Domain, Code: p.Code.String(), Store: storeKind(s.opts), Descriptors: make([]explained, len(p.Statuses))}
+	out := Explanation{Domain: req.Domain, Code: p.Code.String(), Store: a.o.Store().Kind, Descriptors: make([]Explained, len(p.Statuses))}
+	if rs.Domain(req.Domain) == nil {
+		out.UnknownDomain, out.Domains = true, rs.Domains()
+	}
 	now := time.Now().UnixMilli()
 	for i := range p.Statuses {
-		out.Descriptors[i] = s.explain(req.Domain, req.Descriptors[i].Entries, p, i, now)
+		out.Descriptors[i] = a.explain(req.Domain, req.Descriptors[i].Entries, p, i, now)
 	}
 	writeJSON(w, out)
 }
 
 // explain describes the peeked status of descriptor i of p, and of a
 // rule with several limits each of them.
-func (s *Server) explain(domain string, entries []descriptors.Entry, p *limiter.Peeked, i int, now int64) explained {
+func (a *API) explain(domain string, entries []descriptors.Entry, p *limiter.Peeked, i int, now int64) Explained {
 	st := &p.Statuses[i]
-	e := explained{Entries: toEntries(entries), Code: st.Code.String(), Replaced: st.Replaced, Hits: st.Hits,
+	e := Explained{Entries: toEntries(entries), Code: st.Code.String(), Replaced: st.Replaced, Hits: st.Hits,
 		Refund: st.Refund, Quota: st.Quota, Shadowed: st.Shadowed}
 	lim := st.Limit
 	if lim == nil {
 		return e
 	}
-	e.Matched, e.Rule = true, s.ruleInfo(domain, lim)
+	e.Matched, e.Rule = true, a.ruleInfo(domain, lim)
 	if lim.Unlimited || p.Keys[i] == "" {
 		return e
 	}
@@ -93,7 +85,7 @@ func (s *Server) explain(domain string, entries []descriptors.Entry, p *limiter.
 	// in the same order; the others were replaced.
 	next := 0
 	for _, m := range lim.Group {
-		l := adminapi.ExplainedLimit{Label: m.Label(), Name: m.Name, Replaces: m.Replaces, Spec: limitSpec(m)}
+		l := ExplainedLimit{Label: m.Label(), Name: m.Name, Replaces: m.Replaces, Spec: limitSpec(m)}
 		if next < len(st.Parts) && st.Parts[next].Limit == m {
 			part := &st.Parts[next]
 			l.Decides, l.Code, l.Shadowed = m == lim, part.Code.String(), part.Shadowed
@@ -109,9 +101,9 @@ func (s *Server) explain(domain string, entries []descriptors.Entry, p *limiter.
 
 // limitState is the state of st's limit, a limited one whose base key is
 // key: its store keys and what is left before the charge.
-func limitState(st *limiter.Status, key string, now int64) adminapi.State {
+func limitState(st *limiter.Status, key string, now int64) State {
 	lim := st.Limit
-	e := adminapi.State{Keys: storeKeys(key, lim, now)}
+	e := State{Keys: storeKeys(key, lim, now)}
 	remaining, reset := st.Remaining, st.ResetMillis
 	e.ResetMs = &reset
 	if st.Code == limiter.OverLimit || st.Shadowed {
@@ -128,14 +120,14 @@ func limitState(st *limiter.Status, key string, now int64) adminapi.State {
 }
 
 // ruleInfo describes lim, a limit of domain.
-func (s *Server) ruleInfo(domain string, lim *descriptors.Limit) *ruleInfo {
-	ri := &ruleInfo{Domain: domain, Path: lim.Path, Source: lim.Source, From: "file", Name: lim.Name,
+func (a *API) ruleInfo(domain string, lim *descriptors.Limit) *Rule {
+	ri := &Rule{Domain: domain, Path: lim.Path, Source: lim.Source, From: "file", Name: lim.Name,
 		Unlimited: lim.Unlimited, ShadowMode: lim.ShadowMode, QuotaMode: lim.QuotaMode, Replaces: lim.Replaces,
-		Levels: make([]usageEntry, len(lim.Levels))}
+		Levels: make([]Entry, len(lim.Levels))}
 	for i, lv := range lim.Levels {
-		ri.Levels[i] = usageEntry{Key: lv.Key, Value: lv.Value}
+		ri.Levels[i] = Entry{Key: lv.Key, Value: lv.Value}
 	}
-	switch cur := s.rules.Current(); {
+	switch cur := a.o.Rules.Current(); {
 	case lim.Levels == nil:
 		ri.Source, ri.From = "request", "request"
 	case cur != nil && cur.FromXDS:
@@ -146,11 +138,11 @@ func (s *Server) ruleInfo(domain string, lim *descriptors.Limit) *ruleInfo {
 }
 
 // limitSpec is lim's size; nothing for an unlimited one.
-func limitSpec(lim *descriptors.Limit) adminapi.Spec {
+func limitSpec(lim *descriptors.Limit) Spec {
 	if lim.Unlimited {
-		return adminapi.Spec{}
+		return Spec{}
 	}
-	sp := adminapi.Spec{Algorithm: lim.Algorithm.String(), Unit: lim.Unit.String(), RequestsPerUnit: lim.RequestsPerUnit,
+	sp := Spec{Algorithm: lim.Algorithm.String(), Unit: lim.Unit.String(), RequestsPerUnit: lim.RequestsPerUnit,
 		UnitMultiplier: max(lim.UnitMultiplier, 1), Cost: float64(lim.Cost) / descriptors.Milli}
 	if lim.Algorithm == descriptors.TokenBucket {
 		burst := float64(lim.Burst) / descriptors.Milli
@@ -175,8 +167,8 @@ func storeKeys(base string, lim *descriptors.Limit, now int64) []string {
 }
 
 // explainBucket answers an RLQS bucket's explanation; 404 with --rlqs=false.
-func (s *Server) explainBucket(w http.ResponseWriter, r *http.Request, domain string, id map[string]string) {
-	if s.rlqs == nil {
+func (a *API) explainBucket(w http.ResponseWriter, r *http.Request, domain string, id map[string]string) {
+	if a.o.RLQS == nil {
 		http.Error(w, "the rate limit quota service is off (--rlqs=false)", http.StatusNotFound)
 		return
 	}
@@ -184,12 +176,12 @@ func (s *Server) explainBucket(w http.ResponseWriter, r *http.Request, domain st
 		http.Error(w, "domain is required", http.StatusBadRequest)
 		return
 	}
-	u := s.rlqs.Usage(domain, id)
-	out := bucketExplanation{Domain: domain, Bucket: id, Division: u}
+	u := a.o.RLQS.Usage(domain, id)
+	out := BucketExplanation{Domain: domain, Bucket: id, Division: u}
 	if u.Matched {
-		for _, l := range s.limiter.Rules().Limits() {
+		for _, l := range a.o.Limiter.Rules().Limits() {
 			if l.Path == u.Rule {
-				out.Rule = s.ruleInfo(domain, l)
+				out.Rule = a.ruleInfo(domain, l)
 				break
 			}
 		}
@@ -197,43 +189,10 @@ func (s *Server) explainBucket(w http.ResponseWriter, r *http.Request, domain st
 	writeJSON(w, out)
 }
 
-// readBody reads an admin POST's body, answering 413 or 400 itself.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		http.Error(w, "request body larger than 4 MiB", http.StatusRequestEntityTooLarge)
-		return nil, false
-	}
-	if err != nil {
-		http.Error(w, "cannot read body: "+err.Error(), http.StatusBadRequest)
-		return nil, false
-	}
-	return body, true
-}
-
-// adminCtx bounds an admin call's store work: --store-timeout, and at
-// least adminStoreTimeout.
-func (s *Server) adminCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), max(s.opts.StoreTimeout, adminStoreTimeout))
-}
-
-// storeError answers a limiter error: 400 for an invalid request, 503
-// before any rules or when the store fails.
-func storeError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, limiter.ErrInvalid):
-		http.Error(w, err.Error(), http.StatusBadRequest)
-	case errors.Is(err, limiter.ErrNoRules):
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	default:
-		http.Error(w, "rate-limit store unavailable: "+err.Error(), http.StatusServiceUnavailable)
-	}
-}
-
-func toEntries(entries []descriptors.Entry) []usageEntry {
-	out := make([]usageEntry, len(entries))
+func toEntries(entries []descriptors.Entry) []Entry {
+	out := make([]Entry, len(entries))
 	for i, e := range entries {
-		out[i] = usageEntry(e)
+		out[i] = Entry(e)
 	}
 	return out
 }

@@ -1,31 +1,25 @@
-package server
+package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
-)
-
-// The admin API's types, by their names here.
-type (
-	usage      = adminapi.Usage
-	usageLimit = adminapi.UsageLimit
-	usageEntry = adminapi.Entry
 )
 
 // handleUsage answers GET /v1/usage?domain=D&descriptor=k=v,k2=v2 with
 // the state of one descriptor (parseQuery), consuming nothing: the
 // request carries 0 hits, which the stores treat as a peek.
-func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 	domain, entries, err := parseQuery(r.URL.RawQuery, "descriptor")
+	if err == nil {
+		err = a.checkSize(1, func(int) int { return len(entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -35,12 +29,12 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 		Descriptors: []limiter.Descriptor[descriptors.Entry]{{Entries: entries, HasHits: true}},
 	}
 	ctx := r.Context()
-	if s.opts.StoreTimeout > 0 {
+	if a.o.Settings.StoreTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
+		ctx, cancel = context.WithTimeout(ctx, a.o.Settings.StoreTimeout)
 		defer cancel()
 	}
-	res, err := limiter.Check(ctx, s.limiter, &req)
+	res, err := limiter.Check(ctx, a.o.Limiter, &req)
 	switch {
 	case errors.Is(err, limiter.ErrInvalid):
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -55,12 +49,15 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 // handleRLQSUsage answers GET /v1/quota?domain=D&bucket=k=v,k2=v2 with
 // how the bucket's limit is divided on this replica (rlqs.Service.Usage),
 // changing nothing; 404 without --rlqs.
-func (s *Server) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
-	if s.rlqs == nil {
+func (a *API) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
+	if a.o.RLQS == nil {
 		http.NotFound(w, r)
 		return
 	}
 	domain, entries, err := parseQuery(r.URL.RawQuery, "bucket")
+	if err == nil {
+		err = a.checkSize(1, func(int) int { return len(entries) })
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -69,16 +66,11 @@ func (s *Server) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
 	for _, e := range entries {
 		id[e.Key] = e.Value
 	}
-	writeJSON(w, s.rlqs.Usage(domain, id))
+	writeJSON(w, a.o.RLQS.Usage(domain, id))
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usage {
-	u := usage{Domain: domain, Descriptor: toEntries(entries)}
+func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) Usage {
+	u := Usage{Domain: domain, Descriptor: toEntries(entries)}
 	lim := st.Limit
 	if lim == nil {
 		return u
@@ -92,9 +84,9 @@ func toUsage(domain string, entries []descriptors.Entry, st *limiter.Status) usa
 }
 
 // toUsageLimit is the state of st's limit; its rule is the limit's Label.
-func toUsageLimit(st *limiter.Status) usageLimit {
+func toUsageLimit(st *limiter.Status) UsageLimit {
 	lim := st.Limit
-	u := usageLimit{Rule: lim.Label(), Name: lim.Name}
+	u := UsageLimit{Rule: lim.Label(), Name: lim.Name}
 	if lim.Unlimited {
 		u.Unlimited = true
 		return u

@@ -1,12 +1,12 @@
-package server
+package admin_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
@@ -19,15 +19,13 @@ const groupRules = "domain: plan\ndescriptors:\n  - key: account\n" +
 func TestGroupListings(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"plan.yaml": groupRules})
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("plan", "account", "a")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "plan", "account", "a")
 	}
 	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/usage?domain=plan&descriptor=account=a")
 	if code != http.StatusOK {
 		t.Fatalf("/v1/usage: %d %s", code, body)
 	}
-	var u usage
+	var u admin.Usage
 	if err := json.Unmarshal([]byte(body), &u); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}

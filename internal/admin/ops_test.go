@@ -1,14 +1,13 @@
-package server
+package admin_test
 
 import (
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,57 +18,12 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
-	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
-	"github.com/fastlimit/fastlimit/pkg/limiter"
-	"github.com/fastlimit/fastlimit/pkg/store"
 )
-
-// opsRules are a window, a named sliding window that replaces another,
-// a shadowed bucket, and a rule of three limits, the third of which the
-// sliding window replaces.
-//
-//go:embed testdata/ops.yaml
-var opsRules string
-
-// call sends method to the admin listener's path with body and the
-// headers given as name, value pairs, and returns the status and body.
-func call(t *testing.T, c *http.Client, method, url, body string, headers ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	if c == nil {
-		c = &http.Client{Timeout: 30 * time.Second}
-	}
-	resp, err := c.Do(req)
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-func decode[T any](t *testing.T, body string) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("%v: %s", err, body)
-	}
-	return v
-}
 
 // TestMethodNotAllowed: every admin path answers 405 with an Allow header
 // to a method it does not serve, unknown paths included.
@@ -104,23 +58,20 @@ func TestMethodNotAllowed(t *testing.T) {
 // charging nothing; an RLQS bucket's explanation names its rule.
 func TestExplain(t *testing.T) {
 	s, dir := testServer(t, map[string]string{"ops.yaml": opsRules}, "--rlqs") // for the bucket's explanation
-	ctx := context.Background()
 	for range 2 {
-		if _, err := s.service.ShouldRateLimit(ctx, rlsRequest("ops", "user", "ann")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", "ann")
 	}
 	body := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"tokens","value":"t"}],"hits_addend":5},{"entries":[{"key":"none","value":"x"}]}]}`
 	url := "http://" + s.AdminAddr() + "/v1/explain"
-	var first explanation
+	var first admin.Explanation
 	for i := range 2 {
 		code, out := call(t, nil, http.MethodPost, url, body)
 		if code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
 		}
-		e := decode[explanation](t, out)
+		e := decode[admin.Explanation](t, out)
 		if i == 0 {
 			first = e
 		}
@@ -140,7 +91,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("descriptor 0: %+v %+v", d[0], r)
 	}
 	if r := d[1].Rule; d[1].Code != "OK" || r.Source != file+":8" || r.Algorithm != "sliding_window" || r.Name != "gold" ||
-		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (usageEntry{Key: "plan", Value: "gold"}) {
+		fmt.Sprint(r.Replaces) != "[other]" || len(d[1].Keys) != 2 || *d[1].Remaining != 9 || r.Levels[0] != (admin.Entry{Key: "plan", Value: "gold"}) {
 		t.Errorf("descriptor 1: %+v %+v", d[1], r)
 	}
 	if r := d[2].Rule; d[2].Code != "OK" || !d[2].Shadowed || !r.ShadowMode || *r.Burst != 3 || d[2].Hits != 5 || d[2].Keys[0] != d[2].Keys[0][:len(d[2].Keys[0])-6]+"tokens" {
@@ -154,8 +105,17 @@ func TestExplain(t *testing.T) {
 			t.Errorf("explain %s: %d, want 400", bad, code)
 		}
 	}
+	// A domain the rules lack (the commonest "my limit does nothing": a
+	// misspelt domain in Envoy's filter) says so, and names the domains.
+	if e := decode[admin.Explanation](t, second(call(t, nil, http.MethodPost, url, `{"domain":"opz","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`))); !e.UnknownDomain ||
+		fmt.Sprint(e.Domains) != "[ops]" || e.Code != "OK" {
+		t.Errorf("explain of an unknown domain: %+v", e)
+	}
+	if e := first; e.UnknownDomain || e.Domains != nil {
+		t.Errorf("explain of a known domain: unknown %v, domains %v", e.UnknownDomain, e.Domains)
+	}
 	code, out := call(t, nil, http.MethodPost, url, `{"domain":"ops","bucket":{"user":"ann"}}`)
-	if b := decode[bucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
+	if b := decode[admin.BucketExplanation](t, out); code != http.StatusOK || b.Rule == nil || b.Rule.Source != file+":3" || b.Division.Rule != "ops.user" {
 		t.Errorf("bucket explanation: %d %s", code, out)
 	}
 }
@@ -166,16 +126,14 @@ func TestExplain(t *testing.T) {
 func TestExplainSeveralLimits(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "account", "acme")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "account", "acme")
 	}
 	url := "http://" + s.AdminAddr() + "/v1/explain"
 	alone := `{"domain":"ops","descriptors":[{"entries":[{"key":"account","value":"acme"}]}]}`
-	var first []adminapi.ExplainedLimit
+	var first []admin.ExplainedLimit
 	for i := range 2 {
 		code, out := call(t, nil, http.MethodPost, url, alone)
-		e := decode[explanation](t, out)
+		e := decode[admin.Explanation](t, out)
 		if code != http.StatusOK || e.Code != "OVER_LIMIT" || len(e.Descriptors) != 1 {
 			t.Fatalf("%d %s", code, out)
 		}
@@ -218,7 +176,7 @@ func TestExplainSeveralLimits(t *testing.T) {
 	both := `{"domain":"ops","descriptors":[{"entries":[{"key":"plan","value":"gold"},{"key":"user","value":"ann"}]},
 		{"entries":[{"key":"account","value":"acme"}]}]}`
 	_, out := call(t, nil, http.MethodPost, url, both)
-	ls := decode[explanation](t, out).Descriptors[1].Limits
+	ls := decode[admin.Explanation](t, out).Descriptors[1].Limits
 	if len(ls) != 3 || !ls[2].Replaced || ls[2].Label != "ops.account#other" || ls[2].Code != "" || ls[2].Keys != nil ||
 		ls[0].Replaced || !ls[1].Decides {
 		t.Errorf("with the gold plan's limit: %s", out)
@@ -231,7 +189,7 @@ func TestExplainSeveralLimits(t *testing.T) {
 }
 
 // state is what an explained descriptor has left.
-func state(d explained) string {
+func state(d admin.Explained) string {
 	deref := func(p *uint32) string {
 		if p == nil {
 			return "-"
@@ -256,22 +214,20 @@ func TestCountersAuthorization(t *testing.T) {
 	}
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "# operators\nalice:s3cret-alice\nbob: s3cret-bob\n")
+	files.Write(t, tokens, "# operators\nalice:s3cret-alice-0123456\nbob: s3cret-bob-01234567\n")
 	core, logs := observer.New(zap.InfoLevel)
 	s := testServerOn(t, files.Dir(t, rules), zap.New(core), "--admin-token-file", tokens)
 	url := "http://" + s.AdminAddr() + "/v1/counters/reset"
-	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice"}} {
+	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice-0123456"}} {
 		if code, out := call(t, nil, http.MethodPost, url, reset, h...); code != http.StatusForbidden || !strings.Contains(out, "bearer token") {
 			t.Errorf("headers %q: %d %s", h, code, out)
 		}
 	}
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", "ann")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", "ann")
 	}
-	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob")
-	a := decode[countersAnswer](t, out)
+	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob-01234567")
+	a := decode[admin.CountersAnswer](t, out)
 	if code != http.StatusOK || a.Who != "token:bob" || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 2 {
 		t.Fatalf("reset with bob's token: %d %s", code, out)
 	}
@@ -280,7 +236,7 @@ func TestCountersAuthorization(t *testing.T) {
 		t.Fatalf("%d audit lines", len(audits))
 	}
 	f := audits[0].ContextMap()
-	if f["who"] != "token:bob" || f["action"] != "reset" || f["remote"] == "" || fmt.Sprint(f["descriptors"]) != "[user=ann]" ||
+	if f["who"] != "token:bob" || f["action"] != "reset" || f["remote"] == "" || fmt.Sprint(f["descriptors"]) != `[user="ann"]` ||
 		fmt.Sprint(f["before"]) != "[ops.user: count 2, 0/2 left]" || fmt.Sprint(f["after"]) != "[ops.user: count 0, 2/2 left]" {
 		t.Errorf("audit line %v", f)
 	}
@@ -289,14 +245,40 @@ func TestCountersAuthorization(t *testing.T) {
 			t.Errorf("a token was logged: %s %v", e.Message, e.ContextMap())
 		}
 	}
-	// A new file takes bob's token away.
-	time.Sleep(10 * time.Millisecond) // a new modification time
-	files.Write(t, tokens, "alice:s3cret-alice\n")
-	if code, _ := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob"); code != http.StatusForbidden {
-		t.Errorf("bob after his token was removed: %d", code)
+	// Each version of the file is taken whole or refused whole: bob's
+	// token removed, every token removed (emptied, or the file deleted),
+	// and a malformed version revoke as they say, none keeping the old
+	// tokens in force.
+	alice, bob := []string{"Authorization", "Bearer s3cret-alice-0123456"}, []string{"Authorization", "Bearer s3cret-bob-01234567"}
+	for _, step := range []struct {
+		name, file     string // file "-": deleted
+		alice, bob     int
+		refusedMessage bool
+	}{
+		{"bob's token removed", "alice:s3cret-alice-0123456\n", http.StatusOK, http.StatusForbidden, false},
+		{"emptied", "", http.StatusForbidden, http.StatusForbidden, false},
+		{"alice back", "alice:s3cret-alice-0123456\n", http.StatusOK, http.StatusForbidden, false},
+		{"deleted", "-", http.StatusForbidden, http.StatusForbidden, false},
+		{"both back", "alice:s3cret-alice-0123456\nbob:s3cret-bob-01234567\n", http.StatusOK, http.StatusOK, false},
+		{"malformed", "alice:s3cret-alice-0123456\nbob\n", http.StatusForbidden, http.StatusForbidden, true},
+	} {
+		if step.file == "-" {
+			if err := os.Remove(tokens); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			files.Replace(t, tokens, step.file) // a new file, as a Secret's update
+		}
+		for who, h := range map[string][]string{"alice": alice, "bob": bob} {
+			want := map[string]int{"alice": step.alice, "bob": step.bob}[who]
+			code, out := call(t, nil, http.MethodPost, url, reset, h...)
+			if code != want || (code == http.StatusForbidden && strings.Contains(out, "is refused") != step.refusedMessage) {
+				t.Errorf("%s: %s's write: %d %s, want %d", step.name, who, code, out, want)
+			}
+		}
 	}
-	if code, out := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-alice"); code != http.StatusOK {
-		t.Errorf("alice: %d %s", code, out)
+	if n := logs.FilterMessage("admin token file refused: no token is in force until it is mended").FilterLevelExact(zap.ErrorLevel).Len(); n != 1 {
+		t.Errorf("%d error lines for the malformed file, want 1", n)
 	}
 }
 
@@ -304,23 +286,21 @@ func TestCountersAuthorization(t *testing.T) {
 // bodies that are refused.
 func TestCounters(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "ci:tok\n")
+	files.Write(t, tokens, "ci:tok-0123456789abcdef\n")
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--admin-token-file", tokens)
 	base := "http://" + s.AdminAddr() + "/v1/counters/"
 	post := func(what, body string) (int, string) {
-		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok")
+		return call(t, nil, http.MethodPost, base+what, body, "Authorization", "Bearer tok-0123456789abcdef")
 	}
 	for range 9 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "plan", "gold", "user", "cy")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "plan", "gold", "user", "cy")
 	}
 	code, out := post("refund", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"],"hits":4}`)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 4 {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 4 {
 		t.Fatalf("refund: %d %s", code, out)
 	}
 	code, out = post("reset", `{"domain":"ops","rule":"ops.plan_gold.user","values":["cy"]}`)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].After.Remaining != 9 {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || *a.Descriptors[0].After.Remaining != 9 {
 		t.Fatalf("reset: %d %s", code, out)
 	}
 	for _, tc := range []struct {
@@ -366,42 +346,65 @@ func TestCountersClientCertificate(t *testing.T) {
 		t.Errorf("a write without a certificate: %d", code)
 	}
 	code, out := call(t, authed, http.MethodPost, base+"/v1/counters/reset", reset)
-	if a := decode[countersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
+	if a := decode[admin.CountersAnswer](t, out); code != http.StatusOK || a.Who != "cert:CN=client" {
 		t.Errorf("a write with a certificate: %d %s", code, out)
 	}
-	refused, audits := logs.FilterMessage("admin write refused").All(), logs.FilterMessage("admin write").All()
+	refused, audits := logs.FilterMessage("admin request refused").All(), logs.FilterMessage("admin write").All()
 	if len(refused) != 1 || len(audits) != 1 {
 		t.Fatalf("%d refusal and %d audit lines, want 1 each", len(refused), len(audits))
 	}
 	f := audits[0].ContextMap()
 	if audits[0].LoggerName != "audit" || f["who"] != "cert:CN=client" || f["action"] != "reset" || f["remote"] == "" ||
-		fmt.Sprint(f["descriptors"]) != "[user=ann]" {
+		fmt.Sprint(f["descriptors"]) != `[user="ann"]` {
 		t.Errorf("audit line of the certificate's write: %s %v", audits[0].LoggerName, f)
 	}
 }
 
-// TestTop: /v1/top answers the top identifiers as JSON; it needs a domain
-// and is off with --top-keys 0.
+// TestTop: /v1/top answers the top identifiers as JSON, of a domain or
+// of every domain; a domain or rule the rules lack is 404, naming the
+// domains; it is off with --top-keys 0.
 func TestTop(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules})
+	other := "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules, "edge.yaml": other})
 	for _, u := range []string{"ann", "ann", "ann", "bo"} {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("ops", "user", u)); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "ops", "user", u)
 	}
-	base := "http://" + s.AdminAddr() + "/v1/top?domain=ops"
-	code, out := call(t, nil, http.MethodGet, base, "")
+	s.decide(t, "edge", "ip", "10.0.0.7")
+	s.decide(t, "edge", "ip", "10.0.0.7")
+	base := "http://" + s.AdminAddr() + "/v1/top"
+	code, out := call(t, nil, http.MethodGet, base+"?domain=ops", "")
 	a := decode[top.Answer](t, out)
 	if code != http.StatusOK || len(a.Rules) != 1 || a.Rules[0].Entries[0].Values[0] != "ann" || a.Rules[0].Entries[0].Count != 1 {
 		t.Errorf("over-limit top: %d %s", code, out)
 	}
-	code, out = call(t, nil, http.MethodGet, base+"&by=hits&rule=ops.user&n=1", "")
+	code, out = call(t, nil, http.MethodGet, base+"?domain=ops&by=hits&rule=ops.user&n=1", "")
 	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules[0].Entries) != 1 || a.Rules[0].Entries[0].Count != 3 {
 		t.Errorf("hits top: %d %s", code, out)
 	}
-	for _, q := range []string{"", "?domain=ops&by=nope", "?domain=ops&n=-1"} {
-		if code, _ := call(t, nil, http.MethodGet, "http://"+s.AdminAddr()+"/v1/top"+q, ""); code != http.StatusBadRequest {
+	// Without a domain: every domain's rules, by domain.
+	code, out = call(t, nil, http.MethodGet, base, "")
+	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules) != 2 || a.Rules[0].Rule != "edge.ip" || a.Rules[1].Rule != "ops.user" ||
+		a.Replicas != 1 || a.Window == "" {
+		t.Errorf("top of every domain: %d %s", code, out)
+	}
+	code, out = call(t, nil, http.MethodGet, base+"?rule=ops.user&by=hits", "")
+	if a := decode[top.Answer](t, out); code != http.StatusOK || len(a.Rules) != 1 || a.Rules[0].Rule != "ops.user" {
+		t.Errorf("top of a rule without its domain: %d %s", code, out)
+	}
+	for _, q := range []string{"?domain=ops&by=nope", "?domain=ops&n=-1"} {
+		if code, _ := call(t, nil, http.MethodGet, base+q, ""); code != http.StatusBadRequest {
 			t.Errorf("/v1/top%s: %d", q, code)
+		}
+	}
+	for q, want := range map[string]string{
+		"?domain=opz":                `no domain opz in the rules in force; their domains: edge, ops`,
+		"?domain=ops&rule=ops.usr":   `no rule ops.usr in domain ops`,
+		"?rule=edge.user":            `no rule edge.user in the rules in force`,
+		"?domain=edge&rule=ops.user": `no rule ops.user in domain edge`,
+		"?domain=%1b%5b31m":          `no domain "\x1b[31m"`,
+	} {
+		if code, out := call(t, nil, http.MethodGet, base+q, ""); code != http.StatusNotFound || !strings.Contains(out, want) {
+			t.Errorf("/v1/top%s: %d %s, want 404 with %q", q, code, out, want)
 		}
 	}
 	off, _ := testServer(t, map[string]string{"ops.yaml": opsRules}, "--top-keys", "0")
@@ -421,9 +424,7 @@ func TestPage(t *testing.T) {
 	}
 	s, _ := testServer(t, map[string]string{"ops.yaml": opsRules, "big.yaml": b.String()})
 	for range 2 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("big", "k9999", "<script>alert(1)</script>")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "big", "k9999", "<script>alert(1)</script>")
 	}
 	base := "http://" + s.AdminAddr()
 	code, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html,application/xhtml+xml")
@@ -431,34 +432,61 @@ func TestPage(t *testing.T) {
 		strings.Contains(page, "<script>alert(1)") || len(page) > 100_000 || strings.Contains(page, "src=\"http") {
 		t.Errorf("page: %d, %d bytes, limited identifier shown: %v", code, len(page), strings.Contains(page, "big.k9999"))
 	}
+	// The page's script and style run by nonce, a new one each time, and
+	// no page may frame it.
+	var nonces []string
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+		req.Header.Set("Accept", "text/html")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		_, nonce, _ := strings.Cut(csp, "script-src 'nonce-")
+		nonce, _, _ = strings.Cut(nonce, "'")
+		if len(nonce) < 16 || strings.Contains(csp, "unsafe-inline") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+			!strings.Contains(csp, "default-src 'none'") || resp.Header.Get("X-Frame-Options") != "DENY" ||
+			!strings.Contains(string(body), `<script nonce="`+nonce+`">`) || !strings.Contains(string(body), `<style nonce="`+nonce+`">`) ||
+			strings.Count(string(body), "<script") != 1 {
+			t.Errorf("page CSP %q, X-Frame-Options %q; script and style by its nonce: %v", csp, resp.Header.Get("X-Frame-Options"),
+				strings.Contains(string(body), `<script nonce="`+nonce+`">`))
+		}
+		nonces = append(nonces, nonce)
+	}
+	if nonces[0] == nonces[1] {
+		t.Errorf("the same nonce twice: %s", nonces[0])
+	}
 	if _, index := call(t, nil, http.MethodGet, base+"/", ""); !strings.HasPrefix(index, "/metrics: ") {
 		t.Errorf("index for a client that is no browser:\n%s", index)
 	}
 	_, out := call(t, nil, http.MethodGet, base+"/v1/status/rules?q=K999&offset=5&limit=3", "")
-	p := decode[rulesPage](t, out)
+	p := decode[admin.RulesPage](t, out)
 	if p.Total != 11 || len(p.Rules) != 3 || p.Rules[0].Rule != "big.k9994" {
 		t.Errorf("filtered page: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status/rules?q=k9999", "")
-	if p := decode[rulesPage](t, out); len(p.Rules) != 1 || p.Rules[0].Hits != 2 || p.Rules[0].OverLimit != 1 || !strings.HasSuffix(p.Rules[0].Source, "big.yaml:20001") {
+	if p := decode[admin.RulesPage](t, out); len(p.Rules) != 1 || p.Rules[0].Hits != 2 || p.Rules[0].OverLimit != 1 || !strings.HasSuffix(p.Rules[0].Source, "big.yaml:20001") {
 		t.Errorf("counted rule: %+v", p)
 	}
 	_, out = call(t, nil, http.MethodGet, base+"/v1/status", "")
-	if st := decode[adminStatus](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
+	if st := decode[admin.Status](t, out); st.Store.Kind != "memory" || len(st.Limited) != 1 || st.Rules.Limits != 10_006 {
 		t.Errorf("status: %s", out)
 	}
 }
 
 // TestPageRLQSDivisions: the page and /v1/status show each RLQS division
-// with its rule, bucket, limit and clients, at most divisionsOnPage of them
-// and clientsOnPage clients of each, saying how many were left out.
+// with its rule, bucket, limit and clients, at most admin.DivisionsOnPage of them
+// and admin.ClientsOnPage clients of each, saying how many were left out.
 func TestPageRLQSDivisions(t *testing.T) {
 	rules := "domain: q\ndescriptors:\n" +
 		"  - key: tier\n    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 60}\n" +
 		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 120}\n"
 	s, _ := testServer(t, map[string]string{"q.yaml": rules}, "--rlqs")
 	// One stream: 7 tiers, clients of one division, and a division per user.
-	users := divisionsOnPage + 3
+	users := admin.DivisionsOnPage + 3
 	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "q"}
 	add := func(k, v string) {
 		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
@@ -472,7 +500,7 @@ func TestPageRLQSDivisions(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	stream, err := rlqspb.NewRateLimitQuotaServiceClient(bigClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(grpcClient(t, s.GRPCAddr())).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,17 +511,17 @@ func TestPageRLQSDivisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + s.AdminAddr()
-	var st adminStatus
+	var st admin.Status
 	if !wait.True(patience, func() bool {
 		_, out := call(t, nil, http.MethodGet, base+"/v1/status", "")
-		st = decode[adminStatus](t, out)
-		return len(st.Divisions) == divisionsOnPage
+		st = decode[admin.Status](t, out)
+		return len(st.Divisions) == admin.DivisionsOnPage
 	}) {
 		t.Fatalf("status: %d divisions, %d more", len(st.Divisions), st.MoreDivisions)
 	}
 	tiers := st.Divisions[0] // "{q/tier=*}" sorts before "{q/user=…}"
-	if st.MoreDivisions != users+1-divisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
-		len(tiers.Clients) != clientsOnPage || tiers.MoreClients != 7-clientsOnPage || tiers.Clients[0].AssignedRate == nil {
+	if st.MoreDivisions != users+1-admin.DivisionsOnPage || tiers.Rule != "q.tier_*" || tiers.LimitRate != 60 ||
+		len(tiers.Clients) != admin.ClientsOnPage || tiers.MoreClients != 7-admin.ClientsOnPage || tiers.Clients[0].AssignedRate == nil {
 		t.Errorf("divisions: %d more; the tiers' %+v", st.MoreDivisions, tiers)
 	}
 	if u := st.Divisions[1]; u.Rule != "q.user" || u.Bucket["user"] != "u000" || u.LimitRate != 2 || len(u.Clients) != 1 || u.MoreClients != 0 {
@@ -502,70 +530,12 @@ func TestPageRLQSDivisions(t *testing.T) {
 	_, page := call(t, nil, http.MethodGet, base+"/", "", "Accept", "text/html")
 	body := page[strings.Index(page, `<tbody id="divisions">`):]
 	body = body[:strings.Index(body, "</tbody>")]
-	if n := strings.Count(body, "<tr>"); n != divisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
+	if n := strings.Count(body, "<tr>"); n != admin.DivisionsOnPage || !strings.Contains(body, "<code>q.tier_*</code>") ||
 		!strings.Contains(body, "tier=a") || !strings.Contains(body, "and 2 more") || !strings.Contains(body, "user=u000") ||
 		strings.Contains(body, fmt.Sprintf("user=u%03d", users-1)) {
 		t.Errorf("the page's divisions: %d rows\n%s", n, body)
 	}
 	if !strings.Contains(page, `<p class="muted" id="moreDivisions">4 more divisions not shown`) {
 		t.Errorf("the page does not say how many divisions it left out")
-	}
-}
-
-// TestStoreFailureWarns: failures of one cause write one warn line a
-// second with their reason, the next naming how many were left out.
-func TestStoreFailureWarns(t *testing.T) {
-	core, logs := observer.New(zap.WarnLevel)
-	f := newFailureLog(zap.New(core), "error")
-	now := time.Unix(1000, 0)
-	f.now = func() time.Time { return now }
-	full := fmt.Errorf("memory take: %w: %w", limiter.ErrUnavailable, store.ErrFull)
-	for range 5 {
-		f.Failed("d", full, 0)
-		f.Failed("d", context.DeadlineExceeded, 0)
-		f.Failed("d", fmt.Errorf("x: %w", limiter.ErrInvalid), 0)
-		f.Failed("d", limiter.ErrNoRules, 0)
-	}
-	now = now.Add(1100 * time.Millisecond)
-	f.Failed("d", full, 0)
-	lines := logs.All()
-	if len(lines) != 3 {
-		t.Fatalf("%d lines: %v", len(lines), lines)
-	}
-	for i, want := range []struct {
-		cause      string
-		suppressed int64
-	}{{"memory store full", 0}, {"store timeout", 0}, {"memory store full", 4}} {
-		fs := lines[i].ContextMap()
-		if fs["cause"] != want.cause || fs["suppressed"] != want.suppressed || !strings.Contains(fmt.Sprint(fs["error"]), map[bool]string{true: "full", false: "deadline"}[i != 1]) {
-			t.Errorf("line %d: %v", i, fs)
-		}
-	}
-	if !errors.Is(full, store.ErrFull) {
-		t.Fatal("test error is not ErrFull")
-	}
-}
-
-// TestReloadStatus: after a failed reload /v1/rules names the error and
-// when; a good reload after it logs that good rules are back.
-func TestReloadStatus(t *testing.T) {
-	core, logs := observer.New(zap.InfoLevel)
-	dir := files.Dir(t, map[string]string{"ops.yaml": opsRules})
-	s := testServerOn(t, dir, zap.New(core))
-	path := filepath.Join(dir, "ops.yaml")
-	files.Write(t, path, "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	s.rules.reload(context.Background(), "test")
-	_, body := scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
-	if !strings.Contains(body, "# last failed reload at ") || !strings.Contains(body, "an earlier load, are in force") || !strings.Contains(body, path+":4:") {
-		t.Errorf("/v1/rules after a failed reload:\n%s", body)
-	}
-	files.Write(t, path, opsRules)
-	s.rules.reload(context.Background(), "test")
-	if n := logs.FilterMessage("rules reloaded after a failed reload: the rules in force are good and unchanged").Len(); n != 1 {
-		t.Errorf("%d recovery lines", n)
-	}
-	_, body = scrape.Get(t, "http://"+s.AdminAddr()+"/v1/rules")
-	if !strings.Contains(body, "(rules loaded since, last at ") {
-		t.Errorf("/v1/rules after recovering:\n%s", body)
 	}
 }

@@ -1,125 +1,45 @@
-package server
+package admin_test
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
-	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
-	"github.com/fastlimit/fastlimit/internal/settings"
-	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
-	"github.com/fastlimit/fastlimit/internal/testing/wait"
-	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
-
-// testServer opens a server on loopback ports chosen by the kernel, with
-// the memory store and rules from files, and closes it when the test ends.
-func testServer(t *testing.T, rules map[string]string, args ...string) (*Server, string) {
-	t.Helper()
-	dir := files.Dir(t, rules)
-	return testServerOn(t, dir, zaptest.NewLogger(t), args...), dir
-}
-
-func testServerOn(t *testing.T, dir string, log *zap.Logger, args ...string) *Server {
-	t.Helper()
-	s := newServer(t, log, loopbackArgs(dir, args...)...)
-	if err := s.Open(context.Background()); err != nil {
-		_ = s.Close(context.Background())
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return s
-}
-
-// newServer makes a server of args and no environment, not opened.
-func newServer(t *testing.T, log *zap.Logger, args ...string) *Server {
-	t.Helper()
-	s, err := New(parseSettings(t, args, func(string) string { return "" }), log, prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// loopbackArgs are the arguments of a server on the rules in dir, on
-// loopback ports chosen by the kernel, without a drain, then args.
-func loopbackArgs(dir string, args ...string) []string {
-	return append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--admin-addr", "127.0.0.1:0", "--drain", "0s"}, args...)
-}
-
-// rlsRequest is a request of one descriptor of key=value pairs.
-func rlsRequest(domain string, kv ...string) *rlspb.RateLimitRequest {
-	d := &common.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &common.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*common.RateLimitDescriptor{d}}
-}
-
-const adminRules = `
-domain: adm
-descriptors:
-  - key: win
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 10}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: odd
-    value: "a,b=c"
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 7, name: oddity}
-`
 
 func TestUsage(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
 	base := "http://" + s.AdminAddr() + "/v1/usage?"
 	// Spend two hits on win=x and three on bucket=y.
 	for range 2 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "adm", "win", "x")
 	}
 	for range 3 {
-		if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "bucket", "y")); err != nil {
-			t.Fatal(err)
-		}
+		s.decide(t, "adm", "bucket", "y")
 	}
 	u32 := func(v uint32) *uint32 { return &v }
 	cases := []struct {
 		query string
-		want  usage
+		want  admin.Usage
 	}{
-		{"domain=adm&descriptor=win=x", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "x"}}, Matched: true,
-			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}}},
-		{"domain=adm&descriptor=win=other", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "win", Value: "other"}}, Matched: true,
-			UsageLimit: usageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}}},
-		{"domain=adm&descriptor=bucket=y", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "bucket", Value: "y"}}, Matched: true,
-			UsageLimit: usageLimit{Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}}},
-		{"domain=adm&descriptor=free=z", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "free", Value: "z"}}, Matched: true,
-			UsageLimit: usageLimit{Rule: "adm.free", Unlimited: true}}},
-		{"domain=adm&descriptor=odd=a%2Cb%3Dc", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "odd", Value: "a,b=c"}}, Matched: true,
-			UsageLimit: usageLimit{Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7)}, ShadowMode: true}},
-		{"domain=adm&descriptor=nope=1", usage{Domain: "adm", Descriptor: []usageEntry{{Key: "nope", Value: "1"}}}},
-		{"domain=unknown&descriptor=win=x", usage{Domain: "unknown", Descriptor: []usageEntry{{Key: "win", Value: "x"}}}},
+		{"domain=adm&descriptor=win=x", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "win", Value: "x"}}, Matched: true,
+			UsageLimit: admin.UsageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(3)}}},
+		{"domain=adm&descriptor=win=other", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "win", Value: "other"}}, Matched: true,
+			UsageLimit: admin.UsageLimit{Rule: "adm.win", Algorithm: "fixed_window", Unit: "MINUTE", Limit: u32(5), Remaining: u32(5)}}},
+		{"domain=adm&descriptor=bucket=y", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "bucket", Value: "y"}}, Matched: true,
+			UsageLimit: admin.UsageLimit{Rule: "adm.bucket", Algorithm: "token_bucket", Unit: "HOUR", Limit: u32(1), Tokens: u32(7)}}},
+		{"domain=adm&descriptor=free=z", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "free", Value: "z"}}, Matched: true,
+			UsageLimit: admin.UsageLimit{Rule: "adm.free", Unlimited: true}}},
+		{"domain=adm&descriptor=odd=a%2Cb%3Dc", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "odd", Value: "a,b=c"}}, Matched: true,
+			UsageLimit: admin.UsageLimit{Rule: "adm.odd_a,b=c", Name: "oddity", Algorithm: "fixed_window", Unit: "HOUR", Limit: u32(7), Remaining: u32(7)}, ShadowMode: true}},
+		{"domain=adm&descriptor=nope=1", admin.Usage{Domain: "adm", Descriptor: []admin.Entry{{Key: "nope", Value: "1"}}}},
+		{"domain=unknown&descriptor=win=x", admin.Usage{Domain: "unknown", Descriptor: []admin.Entry{{Key: "win", Value: "x"}}}},
 	}
 	for _, tc := range cases {
 		code, body := scrape.Get(t, base+tc.query)
@@ -127,7 +47,7 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%s: %d %s", tc.query, code, body)
 			continue
 		}
-		var got usage
+		var got admin.Usage
 		if err := json.Unmarshal([]byte(body), &got); err != nil {
 			t.Fatalf("%s: %v: %s", tc.query, err, body)
 		}
@@ -209,42 +129,6 @@ func TestRLQSUsage(t *testing.T) {
 	}
 }
 
-// TestParseQuery: /v1/usage's and /v1/quota's parameters, each given
-// once, their entries percent-decoded after splitting.
-func TestParseQuery(t *testing.T) {
-	cases := []struct {
-		raw  string
-		want []descriptors.Entry
-	}{
-		{"domain=d&descriptor=k=v", []descriptors.Entry{{Key: "k", Value: "v"}}},
-		{"domain=d&descriptor=k=v,k2=v2", []descriptors.Entry{{Key: "k", Value: "v"}, {Key: "k2", Value: "v2"}}},
-		{"descriptor=k=&domain=d", []descriptors.Entry{{Key: "k", Value: ""}}},
-		{"domain=d&descriptor=k=a%2Cb%3Dc,x%3Dy=1+2", []descriptors.Entry{{Key: "k", Value: "a,b=c"}, {Key: "x=y", Value: "1 2"}}},
-		{"domain=d&descriptor=k=a=b", []descriptors.Entry{{Key: "k", Value: "a=b"}}},
-		{"domain=d&bucket=k=v&descriptor=x=y", []descriptors.Entry{{Key: "x", Value: "y"}}},
-	}
-	for _, tc := range cases {
-		domain, got, err := parseQuery(tc.raw, "descriptor")
-		if err != nil || domain != "d" || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseQuery(%q) = %q, %v, %v; want d, %v", tc.raw, domain, got, err, tc.want)
-		}
-	}
-	for _, raw := range []string{
-		"bucket=k=v",
-		"domain=d",
-		"domain=d&bucket=",
-		"domain=d&bucket=k",
-		"domain=d&bucket=k=%zz",
-		"domain=d&bucket=k=v&bucket=k=w",
-		"domain=d&domain=e&bucket=k=v",
-		"domain=%zz&bucket=k=v",
-	} {
-		if _, _, err := parseQuery(raw, "bucket"); err == nil {
-			t.Errorf("parseQuery(%q): no error", raw)
-		}
-	}
-}
-
 // TestRLConfig: /rlconfig is the reference's layout, one line per limit.
 func TestRLConfig(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
@@ -276,7 +160,7 @@ func TestAdminIndex(t *testing.T) {
 /v1/rules: the rules in force with FastLimit's fields, their hash and files
 /v1/status: the admin page's state as JSON: store, rules reload, top limited identifiers, RLQS
 /v1/status/rules: the rules in force with their files and decisions as JSON: ?[q=filter][&offset=N][&limit=N]
-/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?domain=D[&rule=R][&by=over_limit|hits][&n=N]
+/v1/top: the identifiers with the most over-limit hits (or hits) of each rule: ?[domain=D][&rule=R][&by=over_limit|hits][&n=N]
 /v1/usage: peek at a descriptor's counter without charging it
 `
 	for _, path := range []string{"/", "/nothing/here"} {
@@ -320,7 +204,7 @@ func TestRules(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
-	want := "# hash " + s.rules.Current().Hash + "\n# 1 files, 1 domains, 4 limits\n# file " + filepath.Join(dir, "adm.yaml") + "\n" +
+	want := "# hash " + s.hash(t) + "\n# 1 files, 1 domains, 4 limits\n# file " + filepath.Join(dir, "adm.yaml") + "\n" +
 		`adm.win: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
 adm.bucket: algorithm=token_bucket unit=HOUR requests_per_unit=1 unit_multiplier=1 burst=10 cost=1 shadow_mode=false quota_mode=false
 adm.free: unlimited=true shadow_mode=false quota_mode=false
@@ -333,9 +217,7 @@ adm.odd_a,b=c: name=oddity algorithm=fixed_window unit=HOUR requests_per_unit=7 
 
 func TestAdminMetrics(t *testing.T) {
 	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	if _, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("adm", "win", "x")); err != nil {
-		t.Fatal(err)
-	}
+	s.decide(t, "adm", "win", "x")
 	code, body := scrape.Get(t, "http://"+s.AdminAddr()+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
@@ -343,7 +225,7 @@ func TestAdminMetrics(t *testing.T) {
 	for _, want := range []string{
 		`fastlimit_rule_total_hits_total{domain="adm",rule="adm.win"} 1`,
 		`fastlimit_requests_total{code="OK"} 1`,
-		`fastlimit_config_info{hash="` + s.rules.Current().Hash + `"} 1`,
+		`fastlimit_config_info{hash="` + s.hash(t) + `"} 1`,
 		`fastlimit_config_loads_total{result="success"} 1`,
 		`fastlimit_config_last_reload_successful 1`,
 		"fastlimit_request_duration_seconds_bucket",
@@ -372,78 +254,4 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	if code, _ := scrape.Get(t, "http://"+on.AdminAddr()+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
 		t.Fatalf("goroutine profile: %d", code)
 	}
-}
-
-func TestAdminDisabled(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--admin-addr", "")
-	if s.AdminAddr() != "" {
-		t.Fatalf("admin listens on %s", s.AdminAddr())
-	}
-}
-
-func TestAdminAddrInUse(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
-	s2 := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir, "--admin-addr", s.AdminAddr())...)
-	err := s2.Open(context.Background())
-	_ = s2.Close(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "listen admin") {
-		t.Fatalf("Open on a taken admin address: %v", err)
-	}
-	// The message says which setting to change, and how to turn it off.
-	for _, want := range []string{"(--admin-addr)", "--admin-addr off", "ADMIN_ADDR=off"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q lacks %q", err, want)
-		}
-	}
-}
-
-func TestReadyFollowsDraining(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules})
-	ready := "http://" + s.HTTPAddr() + "/ready"
-	if code, body := scrape.Get(t, ready); code != http.StatusOK {
-		t.Fatalf("/ready %d %s", code, body)
-	}
-	s.draining.Store(true)
-	defer s.draining.Store(false)
-	if code, _ := scrape.Get(t, ready); code != http.StatusServiceUnavailable {
-		t.Fatalf("/ready while draining: %d", code)
-	}
-}
-
-func TestCloseBoundsAndOrder(t *testing.T) {
-	dir := files.Dir(t, map[string]string{"adm.yaml": adminRules})
-	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir, "--drain", "200ms")...)
-	if err := s.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ready, admin := "http://"+s.HTTPAddr()+"/ready", "http://"+s.AdminAddr()+"/metrics"
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- s.Close(context.Background()) }()
-	// While draining: readiness fails, metrics still answer.
-	wait.For(t, time.Second, func() bool { c, _ := scrape.Get(t, ready); return c == http.StatusServiceUnavailable })
-	if c, _ := scrape.Get(t, admin); c != http.StatusOK {
-		t.Fatalf("admin during drain: %d", c)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took < 200*time.Millisecond || took > 5*time.Second {
-		t.Fatalf("Close took %s with --drain 200ms", took)
-	}
-	if _, err := http.Get(admin); err == nil {
-		t.Fatal("admin still answers after Close")
-	}
-}
-
-// parseSettings parses args and the environment getenv reads as the
-// server's main does.
-func parseSettings(t testing.TB, args []string, getenv func(string) string) *settings.Settings {
-	t.Helper()
-	o, err := settings.Parse("test", args, getenv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
 }

@@ -1,9 +1,14 @@
-// Package adminapi is the JSON of the admin listener's endpoints: what
-// package server answers and package opsctl reads. The top identifiers'
-// answer is top.Answer.
-package adminapi
+package admin
 
-import "github.com/fastlimit/fastlimit/pkg/rlqs"
+import (
+	"time"
+
+	"github.com/fastlimit/fastlimit/internal/observe/top"
+	"github.com/fastlimit/fastlimit/pkg/rlqs"
+)
+
+// The JSON of the admin API's answers and bodies: what the handlers write
+// and package opsctl reads. The top identifiers' answer is top.Answer.
 
 // Entry is a descriptor entry, or a rule's level (Value "" for key-only).
 type Entry struct {
@@ -47,6 +52,10 @@ type Explanation struct {
 	Code        string      `json:"code"`
 	Descriptors []Explained `json:"descriptors"`
 	Store       string      `json:"store"` // memory or redis
+	// UnknownDomain: the rules in force have no rule of Domain (a
+	// misspelt domain: every descriptor is OK); Domains are theirs.
+	UnknownDomain bool     `json:"unknown_domain,omitempty"`
+	Domains       []string `json:"domains,omitempty"`
 }
 
 // Explained is one descriptor of an Explanation, or its state before or
@@ -162,4 +171,82 @@ type CountersAnswer struct {
 type CountersChange struct {
 	Before Explained `json:"before"`
 	After  Explained `json:"after"`
+}
+
+// Status is the answer of GET /v1/status: what the admin page shows but
+// the rules table.
+type Status struct {
+	Version   string      `json:"version"`
+	Time      time.Time   `json:"time"`
+	Store     StoreStatus `json:"store"`
+	Rules     RulesStatus `json:"rules"`
+	TopKeys   int         `json:"top_keys"` // 0: top identifiers are off
+	TopWindow string      `json:"top_window"`
+	// Limited are the rules with over-limit identifiers, most limited first.
+	Limited []top.Ranking                `json:"limited"`
+	RLQS    map[string]rlqs.DomainTotals `json:"rlqs,omitempty"`
+	// Divisions are the first divisionsOnPage RLQS divisions, as
+	// /v1/quota answers each; MoreDivisions counts those left out.
+	Divisions     []RLQSDivision `json:"rlqs_divisions,omitempty"`
+	MoreDivisions int            `json:"rlqs_more_divisions,omitempty"`
+}
+
+// RLQSDivision is an RLQS division on the page: its first clientsOnPage
+// clients, those assigned the most, and how many it left out.
+type RLQSDivision struct {
+	rlqs.Usage
+	MoreClients int `json:"more_clients,omitempty"`
+}
+
+// StoreStatus is the store's state.
+type StoreStatus struct {
+	Kind     string `json:"kind"` // memory or redis
+	Name     string `json:"name"`
+	Answered bool   `json:"answered"` // since the start
+	Breaker  string `json:"breaker,omitempty"`
+	// The embedded store's entries and refusals (--memory-max-keys).
+	MemoryKeys    *int64 `json:"memory_keys,omitempty"`
+	MemoryMaxKeys int    `json:"memory_max_keys,omitempty"`
+	MemoryRefused *int64 `json:"memory_refused,omitempty"`
+	// The over-limit cache's entries and hits (--over-limit-cache-bytes).
+	CacheEntries *int    `json:"cache_entries,omitempty"`
+	CacheHits    *uint64 `json:"cache_hits,omitempty"`
+}
+
+// RulesStatus is the rules in force and how their loads went.
+type RulesStatus struct {
+	Hash    string        `json:"hash"`
+	From    string        `json:"from"` // file or xds
+	Files   []string      `json:"files"`
+	Domains int           `json:"domains"`
+	Limits  int           `json:"limits"`
+	Reload  *ReloadStatus `json:"reload,omitempty"`
+}
+
+// ReloadStatus is how the loads of the rules went.
+type ReloadStatus struct {
+	Failing bool      `json:"failing"` // the last load failed: older rules are in force
+	At      time.Time `json:"at"`      // of the last load
+	// ErrorAt and Errors are the last failed load's, if any.
+	ErrorAt time.Time `json:"error_at,omitzero"`
+	Errors  []string  `json:"errors,omitempty"`
+}
+
+// RuleRow is one rule of /v1/status/rules.
+type RuleRow struct {
+	Domain string `json:"domain"`
+	Rule   string `json:"rule"`
+	Source string `json:"source"`
+	Limit  string `json:"limit"`
+	Shadow bool   `json:"shadow_mode,omitempty"`
+	// Hits and OverLimit are the process's counters since its start.
+	Hits      float64 `json:"hits"`
+	OverLimit float64 `json:"over_limit"`
+}
+
+// RulesPage is the answer of /v1/status/rules.
+type RulesPage struct {
+	Total  int       `json:"total"` // rules matching q
+	Offset int       `json:"offset"`
+	Rules  []RuleRow `json:"rules"`
 }
