@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,20 +107,20 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		domains []descriptors.DomainConfig
 		errs    []*Error
 		warns   []*Error
-		pos     = map[string]*positions{}
 		// files whose empty domain an error already reported
 		domainReported = map[string]bool{}
+		data           = map[string][]byte{} // by label
 	)
 	for _, name := range names {
 		label := filepath.Join(dir, name)
-		dc, d, reported := parseFile(label, files[name])
+		dc, d, reported := parseFile(label, files[name], false)
 		if dc != nil {
 			domains = append(domains, *dc)
 		}
 		errs = append(errs, d.errs...)
 		warns = append(warns, d.warns...)
-		maps.Copy(pos, d.pos)
 		domainReported[label] = reported
+		data[label] = files[name]
 		r.Files = append(r.Files, label)
 	}
 	if merge {
@@ -130,11 +129,16 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
+	pos := map[string]map[string]*positions{} // by file, recorded once it has an error
 	for _, e := range fromSet(err, true) {
 		if errors.Is(e.Err, descriptors.ErrEmptyDomain) && domainReported[e.File] {
 			continue
 		}
-		relocate(e, pos)
+		if _, ok := pos[e.File]; !ok && data[e.File] != nil { // parsed again: only a load that fails pays
+			_, d, _ := parseFile(e.File, data[e.File], true)
+			pos[e.File] = d.pos
+		}
+		relocate(e, pos[e.File])
 		if errors.Is(e.Err, descriptors.ErrDuplicateDomain) && !merge {
 			e.Msg += "; files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
 		}

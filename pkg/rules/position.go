@@ -111,8 +111,12 @@ func followOf(n int) string {
 	return "follow"
 }
 
-// place records the lines of descriptor n's keys under its source.
+// place records the lines of descriptor n's keys under its source, when
+// d records positions.
 func (d *decoder) place(n *yaml.Node, src, moved string) {
+	if d.pos == nil {
+		return
+	}
 	p := &positions{desc: keyLines(n), moved: moved}
 	if v := valueOf(n, "rate_limit"); v != nil && v.Kind == yaml.MappingNode {
 		p.limit = keyLines(v)

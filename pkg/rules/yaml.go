@@ -17,9 +17,13 @@ import (
 // empty (a top-level key that is not a string, as the reference's
 // `0.25: test-domain`, or a domain that is not one): NewSet's "empty
 // domain" would report the same problem again.
-func parseFile(file string, data []byte) (dc *descriptors.DomainConfig, d *decoder, domainReported bool) {
+// With places, d also records the lines of each descriptor's keys.
+func parseFile(file string, data []byte, places bool) (dc *descriptors.DomainConfig, d *decoder, domainReported bool) {
 	root, errs := document(file, data)
-	d = &decoder{file: file, errs: errs, pos: map[string]*positions{}}
+	d = &decoder{file: file, errs: errs}
+	if places {
+		d.pos = map[string]*positions{}
+	}
 	if errs != nil && root == nil {
 		return nil, d, false
 	}
@@ -135,7 +139,7 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 	placed, strays := d.fields(n, levelDescriptor, fs)
 	d.at = outer
 	var at nesting
-	if placed {
+	if placed && len(strays) > 0 { // for the hints
 		at = nesting{rateLimit: keyOf(n, "rate_limit"), rateLimits: keyOf(n, "rate_limits")}
 	}
 	strays, moved := d.dedented(n, strays, at, before)
