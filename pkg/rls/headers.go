@@ -29,6 +29,10 @@ type HeaderOptions struct {
 	// main's shape, and fastlimit.overLimit (docs/envoy.md#dynamic-metadata).
 	DynamicMetadata bool
 	ShadowMode      bool // global: overall OK whatever the statuses say
+	// RequestHeaders adds the legacy headers, under the Request names, to
+	// the request Envoy forwards upstream (request_headers_to_add).
+	RequestHeaders                                                 bool
+	RequestLimitHeader, RequestRemainingHeader, RequestResetHeader string
 }
 
 // Validate checks the header mode.
@@ -54,6 +58,9 @@ func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLi
 	}
 	if o.DynamicMetadata {
 		out.DynamicMetadata = dynamicMetadata(req, res)
+	}
+	if o.RequestHeaders {
+		out.RequestHeadersToAdd = o.requestHeaders(res.Statuses)
 	}
 }
 
