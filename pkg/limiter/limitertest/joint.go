@@ -17,7 +17,14 @@ import (
 // their own against Take deciding each joint's ops alone after the joints
 // that committed, with Take and, on an AtomicStore, with TakeAll.
 func testJoints(t *testing.T, newStore func(*testing.T) limiter.Store) {
-	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t)) })
+	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t), false) })
+	t.Run("AllOrNothingSecondAndDay", func(t *testing.T) {
+		st := newStore(t)
+		if _, ok := st.(limiter.AtomicStore); !ok {
+			t.Skip("store does not implement limiter.AtomicStore")
+		}
+		testSecondAndDay(t, st, true)
+	})
 	t.Run("Concurrent", func(t *testing.T) { testJointsConcurrent(t, newStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) {
 		testJointsMatchTake(t, newStore(t), false, [2]uint64{31, 37}, false)
@@ -77,27 +84,50 @@ func secondAndDaySteps() []jointStep {
 		jointStep{day, milli, []limiter.Result{allow(9*milli, second), allow(999*milli, day)}})
 }
 
-func testSecondAndDay(t *testing.T, st limiter.Store) {
+// testSecondAndDay runs secondAndDaySteps in one Take and one joint a
+// Take; with all, in TakeAll calls of ops that veto nothing, a joint a
+// call and an instant a call, where a denied joint is undone inside a
+// call that commits (a denial charged there shows in the peek after it).
+func testSecondAndDay(t *testing.T, st limiter.Store, all bool) {
 	ops := []limiter.Op{
 		{Algorithm: descriptors.FixedWindow, Limit: 10 * milli, Window: second},
 		{Algorithm: descriptors.FixedWindow, Limit: 1000 * milli, Window: day},
 	}
 	steps := secondAndDaySteps()
-	for _, perCall := range []int{len(steps), 1} {
+	modes := []string{"all in one call", "a joint a call"}
+	if all {
+		modes = []string{"TakeAll an instant a call", "TakeAll a joint a call"}
+	}
+	for _, mode := range modes {
 		keys := atomicKeys(t, len(ops))
 		var in []limiter.Op
-		for _, s := range steps {
+		var sizes []int // ops a call
+		for j, s := range steps {
 			for i, op := range ops {
 				op.Key, op.Now, op.Cost, op.Joined = keys[i], base+s.at, s.cost, i > 0
+				op.Veto = limiter.VetoNone
 				in = append(in, op)
 			}
+			if mode == "TakeAll an instant a call" && j > 0 && s.at == steps[j-1].at {
+				sizes[len(sizes)-1] += len(ops)
+			} else {
+				sizes = append(sizes, len(ops))
+			}
 		}
-		got := take(t, st, in, perCall*len(ops))
+		var got []limiter.Result
+		switch mode {
+		case "all in one call":
+			got = take(t, st, in, len(in))
+		case "a joint a call":
+			got = take(t, st, in, len(ops))
+		default:
+			got = takeAllCalls(t, st.(limiter.AtomicStore), in, sizes)
+		}
 		for j, s := range steps {
 			for i := range ops {
 				if r := got[j*len(ops)+i]; r != s.want[i] {
-					t.Errorf("%d joints a call: step %d (base%+d, cost %d) op %d = %s, want %s",
-						perCall, j, s.at, s.cost, i, fmtResult(r), fmtResult(s.want[i]))
+					t.Errorf("%s: step %d (base%+d, cost %d) op %d = %s, want %s",
+						mode, j, s.at, s.cost, i, fmtResult(r), fmtResult(s.want[i]))
 				}
 			}
 		}
@@ -105,6 +135,17 @@ func testSecondAndDay(t *testing.T, st limiter.Store) {
 		checkExpiries(t, st, keys[0], day-1, map[string]int64{windowSuffix(day): day + second})
 		checkExpiries(t, st, keys[1], day-1, map[string]int64{windowSuffix(0): day, windowSuffix(day): 2 * day})
 	}
+}
+
+// takeAllCalls decides ops with TakeAll in calls of the given sizes, in
+// order.
+func takeAllCalls(t *testing.T, st limiter.AtomicStore, ops []limiter.Op, sizes []int) []limiter.Result {
+	t.Helper()
+	res := make([]limiter.Result, 0, len(ops))
+	for _, n := range sizes {
+		res = append(res, takeAll(t, st, ops[len(res):len(res)+n])...)
+	}
+	return res
 }
 
 // testJointsConcurrent races joints of a sliding window of 30 a minute, a
