@@ -90,8 +90,8 @@ func storeReaders(st openStore) metrics.StoreReaders {
 }
 
 // cacheEntryBytes is what --over-limit-cache-bytes counts per key: an
-// entry measured 115 bytes of heap plus its key (about 50 bytes for keys
-// of 40), rounded up for longer keys and map growth.
+// entry's heap and its key's, with room for long keys and map growth
+// (docs/redis.md#local-over-limit-cache).
 const cacheEntryBytes = 256
 
 // guarded is a store behind a circuit breaker, and the over-limit cache

@@ -12,7 +12,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// Header modes of HeaderOptions.Mode (--response-headers).
+// Header modes of HeaderOptions.Mode.
 const (
 	HeadersOff    = "off"
 	HeadersIETF   = "ietf"   // RateLimit-Policy and RateLimit

@@ -180,7 +180,7 @@ func TestAllErrorsReported(t *testing.T) {
 func TestDuplicateDomain(t *testing.T) {
 	_, err := rules.Load("testdata/dupdomain")
 	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1); " +
-		"files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+		"files of one domain are merged only with MERGE_DOMAIN_CONFIG=true"
 	if err == nil || err.Error() != want {
 		t.Errorf("Load = %v, want %s", err, want)
 	}

@@ -11,7 +11,7 @@ import (
 
 // ErrFull is returned, wrapped with limiter.ErrUnavailable, by a Memory
 // holding MemoryOptions.MaxKeys entries for a call that would add one.
-var ErrFull = errors.New("memory store full: --memory-max-keys entries held")
+var ErrFull = errors.New("memory store full: MemoryOptions.MaxKeys entries held")
 
 // fullSweepEvery spaces the sweeps a full Memory runs before refusing.
 const fullSweepEvery = time.Second

@@ -19,8 +19,7 @@ import (
 // FreePort returns a loopback port nothing listened on a moment ago, below
 // the kernel's ephemeral range where it can: a port from that range is
 // soon handed out again, to the source end of any outgoing connection or a
-// listener on port 0 (CI: a server's --admin-addr picked that way was
-// taken before the server bound it).
+// listener on port 0, and may be taken before the child binds it.
 func FreePort() (int, error) {
 	if lo, ok := ephemeralLow(); ok && lo > firstPort+1000 {
 		for range 64 {
