@@ -58,6 +58,7 @@ type Process struct {
 	Name   string    // for messages: "redis-server for FastLimit"
 	Cmd    *exec.Cmd // Cmd.Process is set once started
 	exited chan struct{}
+	err    error   // Cmd.Wait's, once exited is closed
 	out    *Output // its output, when kept in memory
 	log    string  // its log file, when kept in one
 }
@@ -104,7 +105,7 @@ func (p *Process) start(f *os.File) error {
 		err := p.Cmd.Start()
 		started <- err
 		if err == nil {
-			_ = p.Cmd.Wait()
+			p.err = p.Cmd.Wait()
 		}
 		if f != nil {
 			_ = f.Close()
@@ -119,6 +120,14 @@ func (p *Process) start(f *os.File) error {
 
 // Exited is closed once the process has ended and been waited for.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Wait waits for the process to end and returns how it ended, as
+// exec.Cmd.Wait does (an *exec.ExitError for a non-zero status or a
+// signal).
+func (p *Process) Wait() error {
+	<-p.exited
+	return p.err
+}
 
 // Alive reports whether the process still runs.
 func (p *Process) Alive() bool {

@@ -1,6 +1,7 @@
 package child_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,10 @@ func TestOutput(t *testing.T) {
 	}
 	if p.Alive() {
 		t.Error("Alive() after exit")
+	}
+	var ee *exec.ExitError
+	if err := p.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Errorf("Wait() = %v, want exit status 3", err)
 	}
 	if msg := p.Failure(os.ErrClosed).Error(); !strings.Contains(msg, "printer") || !strings.Contains(msg, "exit status 3") ||
 		!strings.Contains(msg, "three") {
