@@ -328,10 +328,10 @@ func TestRLQSCompose(t *testing.T) {
 		}
 		var rulesMounted bool
 		for _, v := range s.volumes() {
-			rulesMounted = rulesMounted || v.target == st.ConfigDir && resolve(v.source) == filepath.Clean(rlqsRules)
+			rulesMounted = rulesMounted || v.target == st.Config && resolve(v.source) == filepath.Clean(rlqsRules)
 		}
 		if !rulesMounted {
-			t.Errorf("%s: --config %q is not the mounted %s", name, st.ConfigDir, rlqsRules)
+			t.Errorf("%s: --config %q is not the mounted %s", name, st.Config, rlqsRules)
 		}
 	}
 	if len(replicas) != 2 {

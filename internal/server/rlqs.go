@@ -35,7 +35,7 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	opts.Log = s.log
 	opts.StoreLog = flap.New(s.log.Named("rlqs"), flap.DefaultEvery, nil)
 	opts.KeyPrefix = o.KeyPrefix
-	limits := o.Limits() // bucket ids are bounded as descriptors are
+	limits := o.Limits // bucket ids are bounded as descriptors are
 	opts.IDLimits = &limits
 	if o.RLQS.RecvBytes(o.MaxRequestBytes) > o.RLQS.MaxReportBytes {
 		opts.MaxReportBytes = o.RLQS.MaxReportBytes // gRPC's limit is --max-request-bytes

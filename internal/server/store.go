@@ -27,37 +27,35 @@ type openStore interface {
 // given, the embedded in-memory store otherwise. It starts nothing.
 func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.RedisURL == "" {
-		return store.NewMemory(store.MemoryOptions{SweepInterval: o.MemorySweepInterval, MaxKeys: o.MemoryMaxKeys}), nil
+		return store.NewMemory(o.Memory), nil
 	}
 	r, pool, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
 	changes := flap.New(log, flap.DefaultEvery, nil).WithFlush() // OnChange observes changes only
-	b := breaker.New(r, breaker.Options{
-		Failures: o.BreakerFailures,
-		Cooldown: o.BreakerCooldown,
-		// A store that answers a PING only past --store-timeout would
-		// fail the requests again: it is not back yet.
-		ProbeTimeout: o.StoreTimeout,
-		// Logged at most once per flap.DefaultEvery: a store that times
-		// out under load can open and close it every cooldown.
-		OnChange: func(from, to breaker.State) {
-			if to == breaker.Closed {
-				changes.Up("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
-			} else {
-				changes.Down("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
-			}
-		},
-	})
+	bo := o.Breaker
+	// A store that answers a PING only past --store-timeout would fail the
+	// requests again: it is not back yet.
+	bo.ProbeTimeout = o.StoreTimeout
+	// Logged at most once per flap.DefaultEvery: a store that times out
+	// under load can open and close it every cooldown.
+	bo.OnChange = func(from, to breaker.State) {
+		if to == breaker.Closed {
+			changes.Up("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		} else {
+			changes.Down("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		}
+	}
+	b := breaker.New(r, bo)
 	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
-	if n := o.OverLimitCacheBytes / cacheEntryBytes; n > 0 {
+	if o.OverLimitCache.Bytes >= overlimit.EntryBytes {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
-		g.cache = overlimit.New(b, overlimit.Options{MaxEntries: n})
+		g.cache = overlimit.New(b, o.OverLimitCache)
 		g.AtomicStore = g.cache
 	}
 	return g, nil
@@ -88,11 +86,6 @@ func storeReaders(st openStore) metrics.StoreReaders {
 	}
 	return r
 }
-
-// cacheEntryBytes is what --over-limit-cache-bytes counts per key: an
-// entry's heap and its key's, with room for long keys and map growth
-// (docs/redis.md#local-over-limit-cache).
-const cacheEntryBytes = 256
 
 // guarded is a store behind a circuit breaker, and the over-limit cache
 // when there is one, opened through to the store.

@@ -106,8 +106,8 @@ func TestUseStatsdDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.RefStats.UseStatsd != tc.want {
-				t.Errorf("use statsd %v, want %v", o.RefStats.UseStatsd, tc.want)
+			if o.RefStats.Statsd != tc.want {
+				t.Errorf("use statsd %v, want %v", o.RefStats.Statsd, tc.want)
 			}
 			if tc.note == "" {
 				if hasPrefix(o.Notes(), "USE_STATSD") {

@@ -175,7 +175,7 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-redis-pool-size", "must not be negative"))
 	case o.StoreTimeout < time.Millisecond:
 		return s.Named(Bad("rlqs-store-timeout", "%v is under 1ms", o.StoreTimeout))
-	case o.RequireIdentity && s.TLS.ClientCA == "":
+	case o.RequireIdentity && s.GRPCTLS.ClientCA == "":
 		return s.Named(Bad("rlqs-require-client-identity", "needs --grpc-tls-client-ca: an identity is a verified client certificate"))
 	}
 	for _, b := range []struct {

@@ -235,7 +235,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte{3, 3, 'n', 'o', 'p', 0, 1, 1, 0, 1, 'x', 1, 9, 0, 0, 0, 0, 0, 0, 0, 9, 0}) // unknown domain
 	f.Add([]byte{0, 0, 1, 1, 0, 1, 'v', 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0})                   // override, unit UNKNOWN
 	f.Add([]byte{0, 0, 1, 1, 201, 3, '\xff', '\xfe', ':', 1, '\n', 0, 0})                   // invalid UTF-8, raw key
-	limits := &limiter.Limits{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 1024}
+	limits := &limiter.Limits{MaxDescriptors: 16, MaxEntries: 8, MaxEntryBytes: 1024}
 	rules := fuzzRules(f)
 	var ls [2]*limiter.Limiter
 	for i := range ls {

@@ -27,7 +27,7 @@ func TestAnswersEncodeNotUTF8(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	l := limiter.New(st, limiter.Options{})
 	l.SetRules(rs.Set)
-	s := New(l, Options{Headers: HeaderOptions{Mode: HeadersIETF, DynamicMetadata: true}}, zaptest.NewLogger(t))
+	s := New(l, Options{Headers: HeaderOptions{ResponseHeaders: HeadersIETF, DynamicMetadata: true}}, zaptest.NewLogger(t))
 	for _, tc := range []struct{ name, domain, key, value string }{
 		{"a domain", "d\xff\xfe", "k", "v"}, // no rules: answered OK, with its descriptors
 		{"a key", "d", "k\xc0", "v"},

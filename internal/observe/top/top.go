@@ -41,9 +41,9 @@ type Options struct {
 	// counts e^(-age/Window), so that at a steady rate a count is the
 	// hits of one Window.
 	Window time.Duration
-	// LogLimited logs, at most once per LogEvery per rule, the rule's top
+	// LogTopLimited logs, at most once per LogEvery per rule, the rule's top
 	// over-limit identifiers when it limited any.
-	LogLimited bool
+	LogTopLimited bool
 	Log        *zap.Logger // nil: no log lines
 	Clock      Clock       // the decay's clock, and Run's (default: the wall clock)
 }
@@ -229,7 +229,7 @@ func (t *Tracker) Run(ctx context.Context) {
 // and writes the log lines that are due.
 func (t *Tracker) Sync() {
 	tk := t.advance()
-	if !t.o.LogLimited {
+	if !t.o.LogTopLimited {
 		return
 	}
 	t.mu.Lock()
