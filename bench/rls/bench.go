@@ -114,6 +114,7 @@ type settings struct {
 	Conns      int     `json:"conns"`
 	Keys       int64   `json:"keys"`
 	Sweep      []int   `json:"sweep,omitempty"`
+	Rates      []int   `json:"rates,omitempty"`
 	Redis      string  `json:"redis"`
 	Timeout    float64 `json:"call_timeout_seconds"`
 }
@@ -306,7 +307,7 @@ func voidMark(void bool) string {
 // after the measured phase (no request is in flight at either moment).
 func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round int) (*sample, error) {
 	g, err := load.Dial(ctx, load.Config{
-		Addr: srv.grpc, Callers: spec.Callers, Conns: b.o.conns, Timeout: callTimeout,
+		Addr: srv.grpc, Callers: spec.Callers, Rate: float64(spec.Rate), Conns: b.o.conns, Timeout: callTimeout,
 		Keys: spec.keys(b.o.keys), Pick: load.PickUniform, Descriptors: spec.Descriptors,
 		Domain: rulesDomain, EntryKeys: []string{spec.Key}, ValuePrefix: valuePrefix,
 		// The same draws for every server in a round.

@@ -287,6 +287,44 @@ func TestQuickNullAndVariants(t *testing.T) {
 	)
 }
 
+// TestQuickOpenLoop runs the open scenario at one rate against FastLimit
+// and the null server: requests arrive whatever the servers do, the same
+// schedule for both, and the report has the open loop's table.
+func TestQuickOpenLoop(t *testing.T) {
+	needTools(t)
+	res, md := quick(t, "--compare-null", "--scenarios", "open", "--rates", "400", "--duration", "500ms", "--warmup", "50ms")
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 1 and 3 descriptors at 400/s", len(res.Runs))
+	}
+	for _, rr := range res.Runs {
+		if rr.Spec.Rate != 400 || rr.Spec.Callers != 0 {
+			t.Fatalf("run %+v", rr.Spec)
+		}
+		var arrivals []int64
+		for i, name := range []string{"FastLimit", "null server"} {
+			s := rr.Samples[i][0]
+			if i == 0 {
+				checkSample(t, rr.Spec, name, s)
+				checkRow(t, md, rr.Spec, name)
+			}
+			o := s.Report.Open
+			if o == nil || o.Rate != 400 || s.Report.Requests != o.Arrivals {
+				t.Fatalf("%s, %s: open loop %+v, %d requests", rr.Spec.title(), name, o, s.Report.Requests)
+			}
+			arrivals = append(arrivals, o.Arrivals)
+		}
+		// 200 expected; the same schedule for both servers.
+		if arrivals[0] != arrivals[1] || arrivals[0] < 120 || arrivals[0] > 280 {
+			t.Errorf("%s: arrivals %v, want the same, about 200", rr.Spec.title(), arrivals)
+		}
+	}
+	reportHas(t, md,
+		"### Open loop: requests arriving at a fixed mean rate",
+		"| fixed window per minute, 1 descriptor, 400 a second (open loop) | FastLimit | ",
+		"| fixed window per minute, 3 descriptors, 400 a second (open loop) | null server | ",
+	)
+}
+
 // The servers take turns forward in even rounds and backward in odd ones.
 func TestTurns(t *testing.T) {
 	for _, tc := range []struct {
