@@ -81,6 +81,7 @@ type batcher struct {
 	closed    bool
 	gathering bool      // a send waits for company (one at most)
 	gatherEnd time.Time // until then
+	kicked    bool      // and was told to stop waiting
 	company             // the rate calls arrive at while sends are active
 
 	sends, ops atomic.Int64 // counted for Stats
@@ -323,6 +324,7 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 		// made it full, or if no more company is expected before its
 		// window ends.
 		if b.queued >= b.opts.GatherOps || b.expectLate(b.gatherEnd.Sub(now)) < lastCompany {
+			b.kicked = true
 			select {
 			case b.kick <- struct{}{}:
 			default:
@@ -450,7 +452,7 @@ func (b *batcher) gather(t *timer) (active, ok bool) {
 		(*t).Stop()
 	}
 	b.mu.Lock()
-	b.gathering = false
+	b.gathering, b.kicked = false, false
 	b.waited(b.clock.Now())
 	b.mu.Unlock()
 	return true, true
