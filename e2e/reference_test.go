@@ -111,7 +111,7 @@ func (p *pair) run(t *testing.T, seq sequence) {
 	t.Helper()
 	for try := 0; ; try++ {
 		if seq.unit == 1 { // start with a whole second ahead
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			nextWindow(time.Second, 0)
 		}
 		start := time.Now().Unix() / seq.unit
 		reqs := seq.build(fmt.Sprintf("%d-%d", time.Now().UnixNano(), try))

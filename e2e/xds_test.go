@@ -148,12 +148,11 @@ func TestXDSRules(t *testing.T) {
 			set("v2", xdsRules(10))
 			start := time.Now()
 			n := 0
-			for call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 10 {
-				if time.Since(start) > 5*time.Second {
-					t.Fatal("v2 not in effect after 5 s")
-				}
+			if !wait.True(5*time.Second, func() bool {
 				n++
-				time.Sleep(5 * time.Millisecond)
+				return call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 10
+			}) {
+				t.Fatal("v2 not in effect after 5 s")
 			}
 			if took := time.Since(start); took >= time.Second {
 				t.Errorf("v2 took %v to take effect", took)
@@ -218,7 +217,8 @@ func TestXDSWaitsForRules(t *testing.T) {
 	srv, _ := startEnv(t, map[string]string{
 		"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": addr, "CONFIG_GRPC_XDS_NODE_ID": xdsNodeID,
 	}, false)
-	time.Sleep(500 * time.Millisecond)
+	// The client asks for rules, and the server waits for them.
+	wait.For(t, 15*time.Second, func() bool { return strings.Contains(srv.logs.String(), "rules come from an xDS server") })
 	if resp, err := http.Get("http://" + srv.HTTP + "/healthcheck"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("listening before the first rules: %d", resp.StatusCode)

@@ -28,6 +28,8 @@ import (
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/source/xds"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rls"
@@ -81,6 +83,15 @@ type Server struct {
 	cancel    context.CancelFunc
 	stopProbe context.CancelFunc // ends the gRPC health prober, if any
 	wg        sync.WaitGroup
+	// clock times the rules watcher and the xDS client that Open starts
+	// (nil: the wall clock); in-package tests set a fake one after New.
+	clock openClock
+}
+
+// openClock is the time of the parts Open starts.
+type openClock interface {
+	reload.Clock
+	xds.Clock
 }
 
 // New wires the server's parts from validated-on-the-way settings; reg

@@ -43,6 +43,7 @@ func (s *Server) openXDS(ctx context.Context) error {
 	opts, ignored := xdsClient(&s.opts.XDS, s.version)
 	refused := s.tlsRefused.WithLabelValues("xds_client")
 	opts.OnCertRefused = func(error) { refused.Inc() }
+	opts.Clock = s.clock
 	log := s.log.Named("xds")
 	if len(ignored) > 0 {
 		log.Warn("CONFIG_GRPC_XDS_NODE_METADATA: entries without '=' are ignored", zap.Strings("entries", ignored))

@@ -14,7 +14,7 @@ import (
 func TestJointPassesThrough(t *testing.T) {
 	clk := newClock()
 	f := &fake{next: func(limiter.Op) limiter.Result { return *deny(300) }}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk.Now})
+	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
 	other := with(fixed, func(op *limiter.Op) { op.Key = "other" })
 	joint := []limiter.Op{fixed, with(other, func(op *limiter.Op) { op.Joined = true })}
 	res := make([]limiter.Result, 2)

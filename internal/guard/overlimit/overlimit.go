@@ -27,9 +27,19 @@ type Options struct {
 	// MaxEntries bounds the keys held; zero or less holds none, and every
 	// call passes through.
 	MaxEntries int
-	// Clock is the time source (default time.Now), read as monotonic time.
-	Clock func() time.Time
+	// Clock is the time source (default: the wall clock), read as
+	// monotonic time.
+	Clock Clock
 }
+
+// Clock tells a Cache the time.
+type Clock interface {
+	Now() time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // Stats are a Cache's counters, for metrics.
 type Stats struct {
@@ -48,7 +58,7 @@ type Stats struct {
 // per call. docs/design.md#over-limit-cache says why this is safe.
 type Cache struct {
 	store limiter.Store
-	clock func() time.Time
+	clock Clock
 	base  time.Time // times are ns since base
 	seed  maphash.Seed
 	max   int64 // MaxEntries
@@ -85,9 +95,9 @@ type entry struct {
 func New(store limiter.Store, opts Options) *Cache {
 	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.MaxEntries, 0))}
 	if c.clock == nil {
-		c.clock = time.Now
+		c.clock = wallClock{}
 	}
-	c.base = c.clock()
+	c.base = c.clock.Now()
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]entry)
 		c.shards[i].minUntil = math.MaxInt64
@@ -95,7 +105,7 @@ func New(store limiter.Store, opts Options) *Cache {
 	return c
 }
 
-func (c *Cache) now() int64 { return int64(c.clock().Sub(c.base)) }
+func (c *Cache) now() int64 { return int64(c.clock.Now().Sub(c.base)) }
 
 func (c *Cache) shard(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)%shards]

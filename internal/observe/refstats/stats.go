@@ -61,6 +61,7 @@ type Stats struct {
 	methods   map[string]*methodStats // by full gRPC method
 	prom      *collector              // nil without USE_PROMETHEUS
 	timers    bool                    // statsd is on: keep the response timer's values
+	now       func() time.Time        // times the calls (time.Now; tests step a fake clock)
 }
 
 // ruleStats are one stat key's counters. A nil *ruleStats counts nothing.
@@ -101,6 +102,7 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 		loadError:    st.Counter(statLoadError),
 		globalShadow: st.Counter(statGlobalShadow),
 		methods:      map[string]*methodStats{},
+		now:          time.Now,
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
 	addRuntimeStats(st)
@@ -330,11 +332,11 @@ func (r *Stats) LoadFailed() { r.loadError.Add(1) }
 // milliseconds, as the reference's server reporter does:
 // ratelimit_server.METHOD.total_requests and .response_time.
 func (r *Stats) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
+	start := r.now()
 	ms := r.method(info.FullMethod)
 	ms.total.Add(1)
 	resp, err := h(ctx, req)
-	took := time.Since(start).Milliseconds()
+	took := r.now().Sub(start).Milliseconds()
 	if ms.time != nil {
 		ms.time.Observe(float64(took) * ms.scale)
 	}
