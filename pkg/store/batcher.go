@@ -31,7 +31,7 @@ type batchOptions struct {
 	// Group, when set, is shared by a Cluster's masters' batchers, which
 	// then gather on the sum of the calls waiting at all of them.
 	Group *gatherGroup
-	Clock clock // nil: the wall clock
+	Clock batchClock // nil: the wall clock
 }
 
 // gatherGroup sums the calls waiting, on average, at a set of batchers when
@@ -66,7 +66,7 @@ func (g *gatherGroup) update(b *batcher, avg float64) float64 {
 type batcher struct {
 	send  sendFunc
 	opts  batchOptions
-	clock clock
+	clock batchClock
 	wake  chan struct{} // a slot for a worker to hold; Slots buffered
 	stop  chan struct{} // closed by close: the workers end
 	kick  chan struct{} // ends a gathering send's wait; 1 buffered
@@ -363,7 +363,7 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 // work runs each slot it is handed until close. A worker keeps its stack,
 // grown by go-redis' calls, and its timer, for the sends that follow.
 func (b *batcher) work() {
-	var t timer
+	var t batchTimer
 	for {
 		select {
 		case <-b.wake:
@@ -376,7 +376,7 @@ func (b *batcher) work() {
 
 // run holds one slot and sends what waits until nothing does, or until
 // another send gathers what waits.
-func (b *batcher) run(t *timer) {
+func (b *batcher) run(t *batchTimer) {
 	var ws []*waiter
 	for {
 		active, ok := b.gather(t)
@@ -409,7 +409,7 @@ const (
 // marks it active when calls wait (active: next undoes that if another
 // send took them). It reports !ok, having freed the slot, when another
 // send is gathering: that one takes what waits.
-func (b *batcher) gather(t *timer) (active, ok bool) {
+func (b *batcher) gather(t *batchTimer) (active, ok bool) {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -233,7 +234,7 @@ func noSend(t *testing.T, g *gate) {
 func TestBatcherLoneCallerNeverWaits(t *testing.T) {
 	g := newGate()
 	close(g.release)
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Hour, Clock: clk})
 	for i := range 50 {
 		done := takeAsync(context.Background(), b, int64(i))
@@ -260,7 +261,7 @@ func TestBatcherLoneCallerNeverWaits(t *testing.T) {
 func TestBatcherGathersCompany(t *testing.T) {
 	g := newGate()
 	close(g.release)
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
 	setRate(b, 2000) // 2 calls expected in a window
 	ctx := context.Background()
@@ -313,7 +314,7 @@ func TestBatcherGathersCompany(t *testing.T) {
 // Gather from its arrival, the time it waited for a slot included.
 func TestBatcherGatherWindowFromArrival(t *testing.T) {
 	g := newGate()
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
 	ctx := context.Background()
 	first := takeAsync(ctx, b, 1)
@@ -347,7 +348,7 @@ func TestBatcherGatherWindowFromArrival(t *testing.T) {
 func TestBatcherGatherEnds(t *testing.T) {
 	g := newGate()
 	close(g.release)
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: time.Hour, GatherOps: 4, Clock: clk})
 	setRate(b, 1)
 	ctx := context.Background()
@@ -389,7 +390,7 @@ func TestBatcherGatherEnds(t *testing.T) {
 // it: one send, not two.
 func TestBatcherOneGathers(t *testing.T) {
 	g := newGate()
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
 	ctx := context.Background()
 	first := takeAsync(ctx, b, 1) // rate 0: at once
@@ -431,7 +432,7 @@ func TestBatcherOneGathers(t *testing.T) {
 func TestBatcherGathersWhenMany(t *testing.T) {
 	g := newGate()
 	close(g.release)
-	clk := newFakeClock()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
 	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second, Clock: clk})
 	setRate(b, 10) // company rare, but many wait
 	b.mu.Lock()
@@ -474,7 +475,7 @@ func TestBatcherGathersAsAGroup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGate()
 			close(g.release)
-			clk := newFakeClock()
+			clk := clock.New(time.Unix(1_700_000_000, 0))
 			group := new(gatherGroup)
 			b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second,
 				Group: group, Clock: clk})

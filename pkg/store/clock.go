@@ -2,16 +2,16 @@ package store
 
 import "time"
 
-// clock is the time a batcher reads and waits on: the wall clock, or a
-// test's. Its methods are those of internal/testing/clock's fake, whose
-// Timer is the same interface literal.
-type clock interface {
+// batchClock is the time a batcher reads and waits on: the wall clock, or a
+// test's (internal/testing/clock, whose Timer is the same interface
+// literal).
+type batchClock interface {
 	Now() time.Time
-	NewTimer(d time.Duration) timer
+	NewTimer(d time.Duration) batchTimer
 }
 
-// timer is a clock's timer: *time.Timer's methods, with C a method.
-type timer = interface {
+// batchTimer is a batchClock's timer: *time.Timer's methods, with C a method.
+type batchTimer = interface {
 	C() <-chan time.Time
 	Reset(d time.Duration) bool
 	Stop() bool
@@ -20,8 +20,8 @@ type timer = interface {
 // wallClock is the time package's clock.
 type wallClock struct{}
 
-func (wallClock) Now() time.Time                 { return time.Now() }
-func (wallClock) NewTimer(d time.Duration) timer { return wallTimer{time.NewTimer(d)} }
+func (wallClock) Now() time.Time                      { return time.Now() }
+func (wallClock) NewTimer(d time.Duration) batchTimer { return wallTimer{time.NewTimer(d)} }
 
 type wallTimer struct{ t *time.Timer }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -21,7 +22,7 @@ import (
 // on the batcher's rules alone, not on the machine.
 type openLoop struct {
 	t       *testing.T
-	clk     *fakeClock
+	clk     *clock.Clock
 	b       *batcher
 	rtt     time.Duration
 	started chan openSend // sends, as they start
@@ -68,7 +69,7 @@ func (r openLoopResult) mean() time.Duration {
 
 // runOpenLoop sends n calls shaped by load into a batcher of opts.
 func runOpenLoop(t *testing.T, opts batchOptions, load loadShape, n int, rtt time.Duration) openLoopResult {
-	o := &openLoop{t: t, clk: newFakeClock(), rtt: rtt, started: make(chan openSend, 64), answers: make(chan int, n),
+	o := &openLoop{t: t, clk: clock.New(time.Unix(1_700_000_000, 0)), rtt: rtt, started: make(chan openSend, 64), answers: make(chan int, n),
 		inSends: map[*openSend]int64{}}
 	opts.Clock = o.clk
 	o.b = newBatcher(func(_ context.Context, ops []limiter.Op, results []limiter.Result) error {
@@ -221,7 +222,7 @@ func TestGatherOpenLoop(t *testing.T) {
 		window   time.Duration
 		min, max float64 // decisions a send; 0: not checked
 	}{
-		{loadShape{rate: 500}, time.Millisecond, 1, 1.1}, // 0.5 expected in a window: no wait
+		{loadShape{rate: 500}, time.Millisecond, 1, 1.1},  // 0.5 expected in a window: no wait
 		{loadShape{rate: 1000}, time.Millisecond, 1, 2.1}, // 1 expected: on the edge
 		{loadShape{rate: 2000}, time.Millisecond, 2.5, 3.1},
 		{loadShape{rate: 5000}, time.Millisecond, 5.2, 6.2},
