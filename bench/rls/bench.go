@@ -249,7 +249,7 @@ func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, erro
 				return nil, err
 			}
 		}
-		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules, b.o.profile != "" && bin.kind == kindFastLimit)
+		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules, b.o.profile != "" && bin.kind != kindReference)
 		if err != nil {
 			return nil, err
 		}

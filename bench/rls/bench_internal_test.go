@@ -258,7 +258,7 @@ func TestQuickNullAndVariants(t *testing.T) {
 	res, md := quick(t, "--compare-null", "--variant", "batches 1=--redis-batches 1", "--scenarios", "sweepm", "--sweep", "1,4",
 		"--duration", "300ms", "--warmup", "50ms")
 	if len(res.Binaries) != 3 || res.Binaries[1].Role != roleVariant || res.Binaries[2].Role != roleNull ||
-		!slices.Equal(res.Binaries[1].Args, []string{"--store-timeout", "1s", "--drain", "0s", "--redis-batches", "1"}) {
+		!slices.Equal(res.Binaries[1].Args, []string{"--store-timeout", "2s", "--drain", "0s", "--redis-batches", "1"}) {
 		t.Fatalf("servers %+v", res.Binaries)
 	}
 	for _, rr := range res.Runs {
