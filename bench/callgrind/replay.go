@@ -477,6 +477,9 @@ type row struct {
 func measure(o *options, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.memory {
+		return measureMemory(ctx, o, stdout, stderr)
+	}
 	rec, err := startRecorder(ctx, o)
 	if err != nil {
 		return err
