@@ -11,16 +11,14 @@ import (
 )
 
 // budgetAlgorithms are the rules the token budget runs on: each user may
-// spend 100 tokens a day. A fixed window counts the hits a stream-done
-// charge brings past the limit, so that the next check is refused.
-// Sliding windows and token buckets count no denied hits, so a charge past
-// the limit would be lost: they join this table with `charge: always`,
-// which makes them count it too (rules.md), e.g.
-//
-//	{"sliding_window", "algorithm: sliding_window, charge: always"},
-//	{"token_bucket", "algorithm: token_bucket, burst: 100, charge: always"},
+// spend 100 tokens a day. A stream-done charge past what is left must be
+// counted, so that the next check is refused: a fixed window counts denied
+// hits anyway; a sliding window and a token bucket do with `charge:
+// always` (rules.md), the bucket going into debt that its refill pays back.
 var budgetAlgorithms = []struct{ name, rule string }{
 	{"fixed_window", "algorithm: fixed_window"},
+	{"sliding_window", "algorithm: sliding_window, charge: always"},
+	{"token_bucket", "algorithm: token_bucket, burst: 100, charge: always"},
 }
 
 // budgetSources are budget.yaml's two ways of reading the tokens a

@@ -132,11 +132,12 @@ descriptors:
 `
 
 // TestEnvoyRetryAfter: enable_retry_after_header (Envoy 1.40) makes
-// Envoy's 429 carry Retry-After from FastLimit's duration_until_reset (a
-// token bucket's: until it is full, 120 s here), and leaves FastLimit's
-// own Retry-After (--response-headers: until the request's cost has
-// refilled, 60 s) as it is; without it and without FastLimit's headers
-// the 429 has none.
+// Envoy's 429 carry Retry-After from FastLimit's duration_until_reset,
+// which over the limit is when the same request would pass (a token
+// bucket's: when the request's cost has refilled, 60 s here, not when it
+// is full, 120 s), and leaves FastLimit's own Retry-After
+// (--response-headers: the same 60 s) as it is; without it and without
+// FastLimit's headers the 429 has none.
 func TestEnvoyRetryAfter(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -144,7 +145,7 @@ func TestEnvoyRetryAfter(t *testing.T) {
 		headers string        // --response-headers
 		want    time.Duration // 0: no Retry-After
 	}{
-		{"envoy", true, "off", 120 * time.Second},
+		{"envoy", true, "off", 60 * time.Second},
 		{"fastlimit's kept", true, "ietf", 60 * time.Second},
 		{"none", false, "off", 0},
 	}

@@ -11,7 +11,8 @@ import (
 
 // TestParseProfile reads the total and the inclusive costs of the calls
 // into each function from a callgrind profile, names given once and then
-// referred to by number, a function's calls to itself left out.
+// referred to by number, a function's calls to itself left out, and the
+// calls into the allocator.
 func TestParseProfile(t *testing.T) {
 	const text = `positions: line
 events: Ir
@@ -34,22 +35,32 @@ fn=(1)
 cfn=(1)
 calls=1 0
 0 99
+cfn=(4) realloc
+calls=7 0
+0 70
+fn=(3)
+cfn=(5) free
+calls=5 0
+0 20
+cfn=(6) malloc
+calls=2 0
+0 30
 totals: 1000
 `
-	total, incl, err := parseProfile(strings.NewReader(text))
+	total, incl, allocs, err := parseProfile(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"evalShaCommand": 600, "scriptCall": 300, "call": 200}
-	if total != 1000 || len(incl) != len(want) {
-		t.Errorf("total %d, inclusive %v; want 1000, %v", total, incl, want)
+	want := map[string]int64{"evalShaCommand": 600, "scriptCall": 300, "call": 200, "realloc": 70, "free": 20, "malloc": 30}
+	if total != 1000 || len(incl) != len(want) || allocs != 9 {
+		t.Errorf("total %d, inclusive %v, allocations %d; want 1000, %v, 9", total, incl, allocs, want)
 	}
 	for k, v := range want {
 		if incl[k] != v {
 			t.Errorf("%s = %d, want %d", k, incl[k], v)
 		}
 	}
-	if _, _, err := parseProfile(strings.NewReader("events: Ir\n")); err == nil {
+	if _, _, _, err := parseProfile(strings.NewReader("events: Ir\n")); err == nil {
 		t.Error("a profile without a total parsed")
 	}
 }

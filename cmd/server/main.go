@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // the zones of rules' calendar windows, where the system has none (a scratch image)
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"

@@ -96,6 +96,12 @@ func (a *API) handleRules(w http.ResponseWriter, _ *http.Request) {
 	for _, f := range names {
 		_, _ = fmt.Fprintf(w, "# %s %s\n", kind, f)
 	}
+	if cur.Overlay != "" {
+		_, _ = fmt.Fprintf(w, "# rules overlay %s\n", cur.Overlay)
+	}
+	for _, wn := range cur.Warnings {
+		_, _ = fmt.Fprintf(w, "# warning: %s\n", strings.ReplaceAll(wn.Error(), "\n", " "))
+	}
 	if st := a.o.Rules.Reload(); st != nil && len(st.Errors) > 0 {
 		state := "the rules below, of an earlier load, are in force"
 		if !st.Failing {

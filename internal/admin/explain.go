@@ -156,12 +156,16 @@ func limitSpec(lim *descriptors.Limit) Spec {
 // a bucket's state.
 func storeKeys(base string, lim *descriptors.Limit, now int64) []string {
 	w := lim.WindowMillis()
-	ws := now - now%w
+	ws, prev := now-now%w, now-now%w-w
+	if c := lim.Periods(); c != nil { // a calendar's windows
+		ws, _ = c.Period(now)
+		prev, _ = c.Period(ws - 1)
+	}
 	switch lim.Algorithm {
 	case descriptors.TokenBucket:
 		return []string{base + "tokens"}
 	case descriptors.SlidingWindow:
-		return []string{base + strconv.FormatInt(ws/1000, 10), base + strconv.FormatInt((ws-w)/1000, 10)}
+		return []string{base + strconv.FormatInt(ws/1000, 10), base + strconv.FormatInt(prev/1000, 10)}
 	}
 	return []string{base + strconv.FormatInt(ws/1000, 10)}
 }

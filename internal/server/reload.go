@@ -39,6 +39,7 @@ func (s *Server) openRules(ctx context.Context) error {
 	cur := s.rules.Current()
 	s.log.Info("rules loaded", zap.String(logDir, layout.Dir), zap.Int(logFiles, len(cur.Files)),
 		zap.Int(logDomains, len(cur.Set.Domains())), zap.String(logHash, cur.Hash))
+	logWarnings(s.log.Named("rules"), cur, "start")
 	return nil
 }
 

@@ -29,7 +29,8 @@ const (
 	// logFailedAt is when the failed reload before a good one ran.
 	logFailedAt = "failed_reload_at"
 
-	logResources = "resources"
+	logResources   = "resources"
+	logWarningsKey = "warnings"
 )
 
 // ruleSource loads the rules directory (or takes rules from xDS) and
@@ -186,6 +187,7 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 			fields = append(fields, zap.Time(logFailedAt, prev.ErrorAt))
 		}
 		r.log.Info("rules reloaded", fields...)
+		logWarnings(r.log, cur, cause)
 		r.mu.Lock()
 		removed := r.removed
 		r.mu.Unlock()
@@ -201,6 +203,19 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 	}
 	r.status.Store(&next)
 	return err
+}
+
+// logWarnings logs what loaded but is ignored or may be a mistake, once
+// per rules that differ.
+func logWarnings(log *zap.Logger, r *rules.Loaded, cause string) {
+	if len(r.Warnings) == 0 {
+		return
+	}
+	ws := make([]string, len(r.Warnings))
+	for i, w := range r.Warnings {
+		ws[i] = w.Error()
+	}
+	log.Warn("rules loaded with warnings", zap.String(logCause, cause), zap.Strings(logWarningsKey, ws), zap.String(logHash, r.Hash))
 }
 
 // sources is the log field that counts where rules came from.

@@ -59,6 +59,7 @@ type Server struct {
 	rules    *ruleSource
 	reload   *hotReload         // nil until Open, and with rules from xDS
 	xds      *xdsRules          // nil unless rules come from xDS
+	xdsSrc   *xdsSource         // compiles xDS snapshots with the rules overlay
 	tracing  *tracing.Tracing   // nil with tracing off
 	admin    *httpserver.Server // nil without --admin-addr
 	adminAPI *admin.API

@@ -83,6 +83,8 @@ func addRulesFlags(fs *flag.FlagSet, s *Settings) {
 		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
 	fs.BoolVar(&s.MergeDomainConfig, "merge-domain-config", false,
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
+	fs.StringVar(&s.RulesOverlay, "rules-overlay", "",
+		"rules over xDS: a file of FastLimit's extensions (algorithm, burst, cost, ...) by domain and descriptor path, applied to every snapshot and re-read when it changes (docs/xds.md)")
 	fs.BoolVar(&s.Atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
 	fs.Int64Var(&s.RulesMaxFileBytes, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
@@ -154,6 +156,11 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&o.LimitHeader, "limit-limit-header", "RateLimit-Limit", "legacy mode: name of the limit header")
 	fs.StringVar(&o.RemainingHeader, "limit-remaining-header", "RateLimit-Remaining", "legacy mode: name of the remaining header")
 	fs.StringVar(&o.ResetHeader, "limit-reset-header", "RateLimit-Reset", "legacy mode: name of the reset header")
+	fs.BoolVar(&o.RequestHeaders, "request-headers", false,
+		"add the legacy limit, remaining and reset headers, of the status legacy response headers would describe, to the request Envoy forwards upstream (request_headers_to_add), on every answer with a limit")
+	fs.StringVar(&o.RequestLimitHeader, "limit-request-limit-header", "RateLimit-Limit", "--request-headers: name of the limit header")
+	fs.StringVar(&o.RequestRemainingHeader, "limit-request-remaining-header", "RateLimit-Remaining", "--request-headers: name of the remaining header")
+	fs.StringVar(&o.RequestResetHeader, "limit-request-reset-header", "RateLimit-Reset", "--request-headers: name of the reset header")
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
 		"answer with dynamic_metadata as envoyproxy/ratelimit's main builds it (every descriptor, the merged metadata of those that passed) and FastLimit's fastlimit.overLimit, the descriptors over their limit")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")

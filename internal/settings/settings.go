@@ -42,6 +42,7 @@ type Settings struct {
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
 
 	MergeDomainConfig                     bool
+	RulesOverlay                          string // --rules-overlay: extensions for rules over xDS
 	Atomic                                bool
 	QuotaMode                             bool
 	RulesMaxFileBytes, RulesMaxTotalBytes int64
@@ -174,6 +175,9 @@ type RulesLayout struct {
 	// symlink swap reloads (RUNTIME_WATCH_ROOT).
 	Recursive bool
 	Root      string
+	// Overlay is --rules-overlay's file: FastLimit's extensions for rules
+	// over xDS (rules.ParseOverlay); "" for none.
+	Overlay string
 }
 
 // Rules returns the rules layout in force: the reference's, or --config.
@@ -184,6 +188,7 @@ func (s *Settings) Rules() RulesLayout {
 	}
 	l.Load.MergeDomains = s.MergeDomainConfig
 	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFileBytes), noLimit(s.RulesMaxTotalBytes)
+	l.Overlay = s.RulesOverlay
 	return l
 }
 
@@ -413,6 +418,9 @@ func (s *Settings) Validate() error {
 	}
 	if err := s.XDS.validate(); err != nil {
 		return err
+	}
+	if s.RulesOverlay != "" && !s.XDS.Enabled() {
+		return s.Named(Bad("rules-overlay", "applies to rules over xDS (--config-type GRPC_XDS_SOTW); rules files carry FastLimit's extensions themselves"))
 	}
 	if !(s.Admin.NearLimitRatio > 0 && s.Admin.NearLimitRatio <= 1) {
 		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearLimitRatio))

@@ -53,8 +53,9 @@ type Stats struct {
 // its store allowed. It is safe for concurrent use.
 //
 // A denial is held until just before its retry_after ends, and answers the
-// ops with a cost, no Refund, no Now and no joint under the same
-// parameters and a cost at least the denied one's. Other ops go to the store in one Take
+// ops with a cost, no Refund, no Now, no joint and no Debit (charged even
+// when denied: the store must see it) under the same parameters and a
+// cost at least the denied one's. Other ops go to the store in one Take
 // per call. docs/design.md#over-limit-cache says why this is safe.
 type Cache struct {
 	store limiter.Store
@@ -146,7 +147,7 @@ func (c *Cache) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	hits := 0
 	if c.size.Load() > 0 {
 		for i := range ops {
-			if inJoint(ops, i) || !c.deny(&ops[i], sent, &results[i]) {
+			if inJoint(ops, i) || ops[i].Debit || !c.deny(&ops[i], sent, &results[i]) {
 				if b != nil {
 					b.add(i, &ops[i])
 				}
@@ -226,7 +227,7 @@ func (c *Cache) learn(ops []limiter.Op, results []limiter.Result, sent int64) {
 	for i := range ops {
 		op, r := &ops[i], &results[i]
 		switch {
-		case op.Cost > 0 && !r.Allowed && op.Now == 0 && r.RetryAfter > 0 && !inJoint(ops, i):
+		case op.Cost > 0 && !r.Allowed && op.Now == 0 && r.RetryAfter > 0 && !inJoint(ops, i) && !op.Debit:
 			c.put(op, r.RetryAfter, sent)
 		case op.Cost > 0 || (r.Allowed && op.Algorithm != descriptors.TokenBucket):
 			// A token bucket's peek is always allowed and says nothing.

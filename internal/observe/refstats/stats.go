@@ -33,8 +33,8 @@ const defaultMaxDynamicKeys = 10000
 
 // Stats counts decisions as envoyproxy/ratelimit ("the reference")
 // counts them, under its stat names, in a statsd.Store: per rule
-// total_hits, over_limit, near_limit, within_limit and shadow_mode, and
-// its service counters. collector exports the store to Prometheus,
+// total_hits, over_limit, near_limit, within_limit, shadow_mode and
+// total_negative_hits, and its service counters. collector exports the store to Prometheus,
 // a statsd.Client sends it to statsd. As an observer it is safe for
 // concurrent use and does not block.
 //
@@ -67,6 +67,7 @@ type Stats struct {
 // ruleStats are one stat key's counters. A nil *ruleStats counts nothing.
 type ruleStats struct {
 	hits, over, near, within, shadow *statsd.Counter
+	negative                         *statsd.Counter // hits given back (is_negative_hits)
 }
 
 // limitIndex holds the stats of a rule set's limits by their configured
@@ -144,6 +145,8 @@ func (r *Stats) statsOf(key string) *ruleStats {
 		near:   r.store.Counter(p + statNearLimit),
 		within: r.store.Counter(p + statWithinLimit),
 		shadow: r.store.Counter(p + statShadowMode),
+		// total_negative_hits, as upstream counts refunds since #1140.
+		negative: r.store.Counter(p + statNegativeHits),
 	}
 }
 
@@ -160,9 +163,9 @@ func (r *Stats) Decided(domain string, req limiter.View, res *limiter.Response, 
 	idx := r.rulesFor(set)
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		// A refund (is_negative_hits) is no hit: the reference predates
-		// the field and has no stat for hits given back.
-		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 || st.Refund {
+		// A refund (is_negative_hits) is no hit: it counts in
+		// total_negative_hits alone (count).
+		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 {
 			continue
 		}
 		override := req != nil && i < req.Len() && req.Override(i)
@@ -244,6 +247,10 @@ func (r *Stats) dynamicFor(key []byte, add func(key string) *ruleStats) *ruleSta
 // count adds one status to rs as the reference's base limiter does.
 func (r *Stats) count(rs *ruleStats, st *limiter.Status) {
 	if rs == nil {
+		return
+	}
+	if st.Refund { // the hits requested back, as upstream's #1140 counts them
+		rs.negative.Add(min(st.Hits, maxDecisionHits))
 		return
 	}
 	t := tallyOf(st, r.nearRatio)
