@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.refs, "refs", true, "add the rows of the plain script and of the reference's INCRBY+EXPIRE")
 	fs.BoolVar(&o.memory, "memory", false, "measure Redis memory per identifier (used_memory, MEMORY USAGE) instead of instructions")
 	hits := fs.String("hits", "1,10", "with -memory: hits of each identifier in its window, comma-separated (10 and more: a fixed window's count in thousandths passes Redis' shared integers)")
-	fs.StringVar(&o.keep, "keep", "", "directory to keep each row's callgrind profile in (for callgrind_annotate)")
+	fs.StringVar(&o.keep, "keep", "", "directory to keep each row's callgrind profiles in, NAME.callgrind and its setup's NAME.base.callgrind (for callgrind_annotate: the row's calls are the difference)")
 	fs.StringVar(&o.server, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.cli, "redis-cli", "redis-cli", "redis-cli binary")
 	if err := fs.Parse(args); err != nil {
