@@ -168,8 +168,16 @@ func (r *report) commandTimes() {
 			calls := metric{"", func(s *sample) float64 {
 				return float64(s.timed("evalsha").Calls) / max(s.decisions()*float64(max(s.Descriptors, 1)), 1)
 			}, fmtPerCall, true}
+			var plain []float64
+			for _, v := range values(rr.Samples[i], mOverPlain) {
+				if v > 0 {
+					plain = append(plain, v)
+				}
+			}
 			rows = append(rows, []string{rr.Spec.title(), b.Name,
 				orDash(fmtRange(values(rr.Samples[i], mEvalsha), mEvalsha.format)),
+				orDash(fmtRange(values(rr.Samples[i], mPlain), mPlain.format)),
+				orDash(fmtRange(plain, fmtRatio)),
 				orDash(fmtRange(values(rr.Samples[i], calls), fmtPerCall)),
 				orDash(fmtRange(values(rr.Samples[i], mIncrby), mIncrby.format)),
 				orDash(fmtRange(values(rr.Samples[i], mExpire), mExpire.format))})
@@ -181,9 +189,12 @@ func (r *report) commandTimes() {
 	r.line("### Redis' own time per command at 1 caller (INFO commandstats)")
 	r.line("")
 	r.line("`usec` over `calls` of each command in the measured phase: the time Redis runs it, without reading, " +
-		"parsing or replying. A script's own INCRBYs count under INCRBY as well as in its EVALSHA.")
+		"parsing or replying. A script's own INCRBYs count under INCRBY as well as in its EVALSHA. " +
+		"The plain script (TIME, INCRBY, PEXPIREAT when new: the least a script can do for the decision) is " +
+		"called on the same Redis right after FastLimit's run, as often, from one caller, on the identifiers " +
+		"FastLimit's caller drew, in the same order, each under a key of its own.")
 	r.line("")
-	r.header("run", "server", "EVALSHA µs a call", "EVALSHA calls per counter", "INCRBY µs a call", "EXPIRE µs a call")
+	r.header("run", "server", "EVALSHA µs a call", "plain script's EVALSHA µs a call", "/ plain script", "EVALSHA calls per counter", "INCRBY µs a call", "EXPIRE µs a call")
 	for _, row := range rows {
 		r.row(row...)
 	}

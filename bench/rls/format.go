@@ -44,6 +44,18 @@ var mLag = metric{"send lag p99", func(s *sample) float64 {
 	return s.Report.Open.Lag.P99
 }, fmtMicros, false}
 
+// mPlain is the plain script's EVALSHA µs a call after a run at one
+// caller (plainPhase), and mOverPlain FastLimit's over it.
+var (
+	mPlain     = metric{"plain script's EVALSHA µs a call", func(s *sample) float64 { return s.PlainTimed.PerCall() }, fmtCallTime, true}
+	mOverPlain = metric{"EVALSHA µs a call / the plain script's", func(s *sample) float64 {
+		if s.PlainTimed.PerCall() == 0 {
+			return 0
+		}
+		return s.timed("evalsha").PerCall() / s.PlainTimed.PerCall()
+	}, fmtRatio, true}
+)
+
 // timedMetric is the µs a call of command, from INFO commandstats.
 func timedMetric(command string) metric {
 	return metric{strings.ToUpper(command) + " µs a call", func(s *sample) float64 { return s.timed(command).PerCall() }, fmtCallTime, true}

@@ -100,6 +100,16 @@ func (r *report) fleetTargetList() []target {
 				values: differences(rr.Samples[0], rr.Samples[r.ref], mP99), ok: atMost(1500)})
 		}
 	}
+	if one := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: 1}); one != nil && one.Samples[0] != nil {
+		var v []float64
+		for _, s := range one.Samples[0] {
+			if mOverPlain.counts(s) && mOverPlain.value(s) > 0 {
+				v = append(v, mOverPlain.value(s))
+			}
+		}
+		out = append(out, target{what: fmt.Sprintf("%s's one-decision script call against the plain script's (EVALSHA µs a call, INFO commandstats, same Redis, same run), fixed window per minute, 1 caller",
+			r.names()[0]), goal: "≤ 1.3x", format: fmtRatio, values: v, ok: atMost(1.3)})
+	}
 	c := r.res.Settings.Callers
 	closed := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c})
 	at := fmt.Sprintf("closed loop, %s, fixed window per minute, 1 descriptor", plural(c, "caller"))
