@@ -31,13 +31,14 @@ type sample struct {
 	// RedisTimed is INFO commandstats' calls and µs of each of
 	// benchproc.TimedCommands.
 	RedisTimed [len(benchproc.TimedCommands)]benchproc.CommandTime `json:"redis_commandstats"`
-	// PlainTimed is INFO commandstats' EVALSHA of the plain script's
-	// calls on the same Redis after the run (plainPhase), when measured.
-	PlainTimed  benchproc.CommandTime `json:"plain_script_commandstats,omitzero"`
-	NoRedis     bool                  `json:"no_redis,omitempty"` // the null server
-	Descriptors int                   `json:"descriptors"`        // per decision
-	Load1       float64               `json:"load1_before"`
-	Load1After  float64               `json:"load1_after"`
+	// Plain is what INFO commandstats said of the plain script's calls
+	// and FastLimit's in a phase of their own after the run (plainPhase),
+	// when measured.
+	Plain       plainMeasure `json:"plain_script,omitzero"`
+	NoRedis     bool         `json:"no_redis,omitempty"` // the null server
+	Descriptors int          `json:"descriptors"`        // per decision
+	Load1       float64      `json:"load1_before"`
+	Load1After  float64      `json:"load1_after"`
 	// OtherCPU is the machine's busy CPU time during the measured phase
 	// less that of the server, its Redis and bench/rls: other processes'.
 	OtherCPU float64 `json:"other_cpu_seconds"`
@@ -320,9 +321,8 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 		return nil, srv.p.failure(err)
 	}
 	defer g.Close()
-	var warm int64
 	if b.o.warmup > 0 {
-		warm = g.Run(ctx, b.o.warmup).Requests
+		g.Run(ctx, b.o.warmup)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -364,7 +364,7 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 		s.OtherCPU = max((m1-m0).Seconds()-s.ServerCPU-s.RedisCPU-s.Report.CPUSeconds, 0)
 	}
 	if measuresPlain(srv, spec) && s.Report.Decisions() > 0 {
-		if s.PlainTimed, err = plainPhase(ctx, srv, spec, round, spec.keys(b.o.keys), warm, s.Report.Requests); err != nil {
+		if s.Plain, err = plainPhase(ctx, srv, g, spec, round, spec.keys(b.o.keys), b.o.duration); err != nil {
 			return nil, err
 		}
 	}

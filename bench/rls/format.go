@@ -44,16 +44,13 @@ var mLag = metric{"send lag p99", func(s *sample) float64 {
 	return s.Report.Open.Lag.P99
 }, fmtMicros, false}
 
-// mPlain is the plain script's EVALSHA µs a call after a run at one
-// caller (plainPhase), and mOverPlain FastLimit's over it.
+// mPlain is the plain script's µs a call (FCALL) beside FastLimit's
+// load, mPlainFL FastLimit's EVALSHA µs a call in that phase, and
+// mOverPlain the one over the other (plainPhase).
 var (
-	mPlain     = metric{"plain script's EVALSHA µs a call", func(s *sample) float64 { return s.PlainTimed.PerCall() }, fmtCallTime, true}
-	mOverPlain = metric{"EVALSHA µs a call / the plain script's", func(s *sample) float64 {
-		if s.PlainTimed.PerCall() == 0 {
-			return 0
-		}
-		return s.timed("evalsha").PerCall() / s.PlainTimed.PerCall()
-	}, fmtRatio, true}
+	mPlain     = metric{"plain script's µs a call", func(s *sample) float64 { return s.Plain.Plain.PerCall() }, fmtCallTime, true}
+	mPlainFL   = metric{"EVALSHA µs a call beside it", func(s *sample) float64 { return s.Plain.FastLimit.PerCall() }, fmtCallTime, true}
+	mOverPlain = metric{"/ the plain script's", func(s *sample) float64 { return s.Plain.ratio() }, fmtRatio, true}
 )
 
 // timedMetric is the µs a call of command, from INFO commandstats.
