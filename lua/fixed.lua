@@ -58,7 +58,7 @@ end
 
 -- One op's reply is a string: a table reply costs Redis more than a
 -- string built (docs/design.md, "The scripts").
-local out, v
+local out, v, x -- x: the end in ms, made once a counter is
 if n > 1 then
   out = {tag, s, us, unpack(K)} -- as long as the reply
 end
@@ -66,7 +66,10 @@ for i = 1, n do
   local k = K[i]
   v = call('INCRBY', k, cs)
   if v == cost then
-    call('PEXPIREAT', k, hi .. '000')
+    if not x then
+      x = hi .. '000'
+    end
+    call('PEXPIREAT', k, x)
   elseif v > MAX then
     v = MAX
     call('SET', k, '4503599627370496', 'KEEPTTL')
