@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -89,6 +91,61 @@ func TestFlags(t *testing.T) {
 		_, err := parseFlags(tc.args, io.Discard)
 		if (err == nil) != tc.ok {
 			t.Errorf("%q: error %v, want ok %v", tc.args, err, tc.ok)
+		}
+	}
+}
+
+// TestSizeClass follows jemalloc's small size classes, which decide what
+// a key costs: a key of 44 bytes (with its 3-byte header and NUL) fits in
+// 48, one of 45 takes 64.
+func TestSizeClass(t *testing.T) {
+	for n, want := range map[int]int{1: 8, 8: 8, 9: 16, 17: 32, 33: 48, 48: 48, 49: 64, 128: 128, 129: 160, 200: 224} {
+		if got := sizeClass(n); got != want {
+			t.Errorf("sizeClass(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// TestMemoryKeys: the memory rows' keys are pkg/limiter's and the
+// reference's, and the table of parts adds up to the whole key.
+func TestMemoryKeys(t *testing.T) {
+	if got, want := memoryKey("fixed", 7), "ratelimit:{bench/fw_hour=user-7}:default:"; got != want {
+		t.Errorf("memoryKey = %q, want %q", got, want)
+	}
+	if got, want := referenceKey(7, 1796414400), "bench_fw_hour_user-7_1796414400"; got != want {
+		t.Errorf("referenceKey = %q, want %q", got, want)
+	}
+	var b bytes.Buffer
+	printKeyParts(&b)
+	for _, want := range []string{"| prefix and its separator | `ratelimit:` | 10 | — | 0 |", "| the key | | 55 | | 35 |",
+		"| its allocation (3-byte header, NUL, jemalloc's class) | | 64 | | 48 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("parts lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestMemory runs -memory on a few identifiers: every row has a key an
+// identifier, and costs Redis something for each.
+func TestMemory(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("FASTLIMIT_REQUIRE_REDIS") == "1" {
+			t.Fatal("redis-server not found and FASTLIMIT_REQUIRE_REDIS=1")
+		}
+		t.Skip("redis-server not found")
+	}
+	o, err := parseFlags([]string{"-memory", "-ids", "2000", "-hits", "1,10"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := measure(o, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| fixed window, 1 hit an identifier | 2,000 | ", "| token bucket, 10 hits an identifier | 2,000 | ",
+		"| reference (INCRBY, EXPIRE), 10 hits an identifier | 2,000 | ", "| the key | | 55 | | 35 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -305,13 +305,14 @@ var (
 // count profiles base and base followed by measured, and returns the
 // difference over o.calls calls.
 func count(ctx context.Context, o *options, s *streams, name string) (cost, error) {
-	base, err := profile(ctx, o, s.base, s.funcs, "")
-	if err != nil {
-		return cost{}, err
-	}
-	keep := ""
+	keep, keepBase := "", ""
 	if o.keep != "" {
 		keep = filepath.Join(o.keep, name+".callgrind")
+		keepBase = filepath.Join(o.keep, name+".base.callgrind")
+	}
+	base, err := profile(ctx, o, s.base, s.funcs, keepBase)
+	if err != nil {
+		return cost{}, err
 	}
 	all, err := profile(ctx, o, append(bytes.Clone(s.base), s.measured...), s.funcs, keep)
 	if err != nil {
@@ -490,6 +491,9 @@ type row struct {
 func measure(o *options, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.memory {
+		return measureMemory(ctx, o, stdout, stderr)
+	}
 	rec, err := startRecorder(ctx, o)
 	if err != nil {
 		return err

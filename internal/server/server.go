@@ -329,7 +329,7 @@ func (s *Server) serve() {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil {
+		if err := s.grpc.Serve(s.bounds.listener(s.grpcLis)); err != nil {
 			s.log.Error("grpc server stopped", zap.Error(err))
 		}
 	}()

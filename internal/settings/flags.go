@@ -134,7 +134,7 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 	fs.IntVar(&s.RedisBatches, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
 	fs.DurationVar(&s.RedisPipelineWindow, "redis-pipeline-window", time.Millisecond,
-		"when many requests wait for Redis at once (a busy server), how long a script call waits for more before it is sent, so that Redis decides more per call (0: never); a lone caller, or a few, never wait")
+		"the longest a request waits for company before its script call to Redis is sent, so that Redis decides more per call, where requests arrive fast enough to expect some (or many wait at once) (0: never); a quiet server, and a lone caller, never wait")
 	fs.IntVar(&s.RedisPipelineLimit, "redis-pipeline-limit", 0,
 		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
 	fs.IntVar(&s.OverLimitCache.Bytes, "over-limit-cache-bytes", 0,

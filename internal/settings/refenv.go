@@ -185,7 +185,7 @@ var refVars = []refVar{
 	{name: "REDIS_TLS_CLIENT_KEY", how: refTwin, flag: "redis-tls-key"},
 	{name: "REDIS_TLS_CACERT", how: refTwin, flag: "redis-tls-ca"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", how: refTwin, flag: "redis-tls-skip-hostname-verification"},
-	{name: "REDIS_PIPELINE_WINDOW", how: refTwin, flag: "redis-pipeline-window", note: "how long a script call waits for more requests when many wait at once; FastLimit's default is 1ms (the reference's 0)"},
+	{name: "REDIS_PIPELINE_WINDOW", how: refTwin, flag: "redis-pipeline-window", note: "the longest a request waits for company before its script call is sent, where requests arrive fast enough to expect some; FastLimit's default is 1ms (the reference's 0)"},
 	{name: "REDIS_PIPELINE_LIMIT", how: refTwin, flag: "redis-pipeline-limit", note: "a script call stops waiting once this many decisions wait"},
 	{name: "REDIS_PERSECOND", how: refWarned, note: notePerSecond, fine: okFalse},
 	{name: "REDIS_PERSECOND_SOCKET_TYPE", how: refWarned, note: notePerSecond},

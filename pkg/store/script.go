@@ -224,7 +224,7 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 	e.script = s
 	if e.lean(ops, s.spread()) {
 		e.script = fixedScript
-		n = 1 + len(ops) + 5 // numkeys, a key an op, tag, cost, S, E, X
+		n = 1 + len(ops) + 4 // numkeys, a key an op, tag, cost, S, E
 		if ops[0].Now != 0 {
 			n++ // now
 		}
@@ -340,7 +340,6 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(scriptCost(op))
 		w.String(e.starts[0])
 		w.String(e.starts[1])
-		w.String(e.starts[2])
 		if op.Now != 0 {
 			w.Int(op.Now)
 		}

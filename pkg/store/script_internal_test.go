@@ -303,6 +303,12 @@ func TestWindowGuessWrong(t *testing.T) {
 		if want := []string{base + start, base + "a:" + start, base + "b:" + start, base + "tokens"}; !slices.Equal(keys, want) {
 			t.Errorf("off %d ms: keys %q, want %q", off, keys, want)
 		}
+		// Each counter ends with Redis' window, whichever script made it.
+		for _, k := range []string{base + start, base + "a:" + start, base + "b:" + start} {
+			if at, err := rdb.PExpireTime(ctx, k).Result(); err != nil || at != time.Duration(window*1000+day)*time.Millisecond {
+				t.Errorf("off %d ms: %s expires at %v (%v), want the window's end, %d ms", off, k, at, err, window*1000+day)
+			}
+		}
 		rdb.Del(ctx, keys...)
 	}
 	guessClock = func() int64 { return time.Now().UnixMilli() }
