@@ -321,7 +321,7 @@ func TestRLQSCompose(t *testing.T) {
 		if !st.RLQS.Enabled {
 			t.Errorf("%s does not run with --rlqs", name)
 		}
-		redisURLs[st.RedisURL] = true
+		redisURLs[st.Redis.Client.URL] = true
 		names[st.RLQS.Replica] = true
 		if _, p, err := net.SplitHostPort(st.GRPCAddr); err == nil {
 			grpcPorts[name], _ = strconv.Atoi(p)

@@ -211,15 +211,15 @@ func grpcConnCap(o *settings.Settings, files, httpConns int) (int, error) {
 // RLQS its demand exchanges' pool and subscriber. A Cluster's nodes are
 // not known before it answers: the seeds given, at least 6.
 func redisConns(o *settings.Settings) int {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return 0
 	}
-	pool := o.RedisPoolConns()
+	pool := o.Redis.PoolConns()
 	if o.RLQS.Enabled {
 		pool += o.RLQS.RedisPoolConns() + 1
 	}
-	addrs := len(strings.Split(o.RedisURL, ","))
-	switch strings.ToLower(o.Redis.Type) {
+	addrs := len(strings.Split(o.Redis.Client.URL, ","))
+	switch strings.ToLower(o.Redis.Client.Type) {
 	case "cluster":
 		return pool * max(addrs, 6)
 	case "sentinel":

@@ -47,10 +47,10 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	if r != nil {
 		timeout := o.RLQS.StoreTimeout
 		pool := o.RLQS.RedisPoolConns()
-		client, err := store.NewClient(o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
-			PoolSize: pool, MaxConns: pool, DialTimeout: o.RedisDialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			Name: RLQSRedisName,
-		}))
+		copts := o.Redis.ClientOptions()
+		copts.Conn = store.ConnOptions{PoolSize: pool, MaxConns: pool, DialTimeout: copts.Conn.DialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			Name: RLQSRedisName}
+		client, err := store.NewClient(copts)
 		if err != nil {
 			return fmt.Errorf("rlqs redis: %w", err)
 		}

@@ -104,7 +104,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	}
 	st, err := newStore(o, log)
 	if err != nil {
-		if o.RedisURL != "" {
+		if o.Redis.Client.URL != "" {
 			err = fmt.Errorf("%s: %w", o.Name("redis-url"), err)
 		}
 		return nil, err
@@ -216,7 +216,7 @@ func (s *Server) observer() rls.Observer {
 // storeWait bounds a request's store call: --store-timeout, or none for
 // the embedded store, which never waits.
 func storeWait(o *settings.Settings) time.Duration {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return 0
 	}
 	return o.StoreTimeout

@@ -26,7 +26,7 @@ type openStore interface {
 // newStore builds the store the options ask for: Redis when a URL is
 // given, the embedded in-memory store otherwise. It starts nothing.
 func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return store.NewMemory(o.Memory), nil
 	}
 	r, pool, err := newRedis(o, log)
@@ -131,13 +131,7 @@ func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 // connections open now, opened since the start (open now plus those the
 // pool closed), and closed by the pool (stale or unusable ones).
 func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
-	pool := o.RedisPoolConns()
-	copts := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
-		PoolSize:     pool,
-		DialTimeout:  o.RedisDialTimeout,
-		ReadTimeout:  o.RedisReadTimeout,
-		WriteTimeout: o.RedisWriteTimeout,
-	})
+	copts := o.Redis.ClientOptions()
 	client, err := store.NewClient(copts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
@@ -149,26 +143,21 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refst
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
 	logging.SetRedisLogger(log)
-	inFlight := o.RedisBatches
-	if inFlight <= 0 {
-		inFlight = store.NoMerging
-	}
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.RedisReadTimeout,
-		Gather: o.RedisPipelineWindow, GatherOps: o.RedisPipelineLimit}), poolStats, nil
+	return store.NewRedis(client, log, o.Redis.StoreOptions()), poolStats, nil
 }
 
 // storeName describes the store for logs, without credentials.
 // storeKind is "memory" or "redis".
 func storeKind(o *settings.Settings) string {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return "memory"
 	}
 	return "redis"
 }
 
 func storeName(o *settings.Settings) string {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return "memory"
 	}
-	return "redis " + o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{}).String()
+	return "redis " + o.Redis.ClientOptions().String()
 }

@@ -118,24 +118,24 @@ func addGRPCBoundsFlags(fs *flag.FlagSet, o *GRPCBounds) {
 
 // addStoreFlags defines the store: Redis or the embedded one, and its failure policy.
 func addStoreFlags(fs *flag.FlagSet, s *Settings) {
-	fs.StringVar(&s.RedisURL, "redis-url", "",
+	fs.StringVar(&s.Redis.Client.URL, "redis-url", "",
 		"Redis: redis:// or rediss:// URL, host:port, or a unix socket's path; empty runs on the embedded in-memory store")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
 	fs.DurationVar(&s.StoreTimeout, "store-timeout", 50*time.Millisecond,
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&s.OnStoreError, "on-store-error", limiter.FailError.String(),
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
-	fs.IntVar(&s.RedisPoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
-	fs.DurationVar(&s.RedisDialTimeout, "redis-dial-timeout", 0,
+	fs.IntVar(&s.Redis.Client.Conn.PoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
+	fs.DurationVar(&s.Redis.Client.Conn.DialTimeout, "redis-dial-timeout", 0,
 		"Redis connect timeout: dial, TLS and AUTH/SELECT, done in the background; requests wait for it no longer than --store-timeout (0: the URL's dial_timeout, else 1s)")
-	fs.DurationVar(&s.RedisReadTimeout, "redis-read-timeout", 0,
+	fs.DurationVar(&s.Redis.Client.Conn.ReadTimeout, "redis-read-timeout", 0,
 		"Redis read timeout (0: 3s): how long a script call may await its reply, whether or not its requests still wait (they wait at most --store-timeout)")
-	fs.DurationVar(&s.RedisWriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
-	fs.IntVar(&s.RedisBatches, "redis-batches", 2,
+	fs.DurationVar(&s.Redis.Client.Conn.WriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
+	fs.IntVar(&s.Redis.Store.Batches, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
-	fs.DurationVar(&s.RedisPipelineWindow, "redis-pipeline-window", time.Millisecond,
+	fs.DurationVar(&s.Redis.Store.PipelineWindow, "redis-pipeline-window", time.Millisecond,
 		"the longest a request waits for company before its script call to Redis is sent, so that Redis decides more per call, where requests arrive fast enough to expect some (or many wait at once) (0: never); a quiet server, and a lone caller, never wait")
-	fs.IntVar(&s.RedisPipelineLimit, "redis-pipeline-limit", 0,
+	fs.IntVar(&s.Redis.Store.PipelineLimit, "redis-pipeline-limit", 0,
 		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
 	fs.IntVar(&s.OverLimitCache.Bytes, "over-limit-cache-bytes", 0,
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
@@ -274,19 +274,19 @@ func addHealthFlags(fs *flag.FlagSet, o *Health) {
 		"health fails until rules of at least one domain are loaded")
 }
 func addRedisFlags(fs *flag.FlagSet, o *Redis) {
-	fs.StringVar(&o.Type, "redis-type", store.TypeSingle,
+	fs.StringVar(&o.Client.Type, "redis-type", store.TypeSingle,
 		"Redis deployment: single, cluster (--redis-url host:port,host:port,...) or sentinel (--redis-url MASTER_NAME,host:port,...); any case")
-	fs.StringVar(&o.SocketType, "redis-socket-type", "",
+	fs.StringVar(&o.Client.SocketType, "redis-socket-type", "",
 		"single Redis: tcp, or unix with --redis-url a socket path (/run/redis.sock or unix:///run/redis.sock); empty: from --redis-url")
-	fs.StringVar(&o.Username, "redis-username", "", "Redis ACL user (overrides the URL's)")
-	fs.StringVar(&o.Password, "redis-password", "", "Redis password (overrides the URL's); never logged")
-	fs.StringVar(&o.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass)")
-	fs.BoolVar(&o.TLS, "redis-tls", false, "connect to Redis (and the sentinels) over TLS; a rediss:// URL implies it")
-	fs.StringVar(&o.TLSCA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis' certificates (default: the system's)")
-	fs.StringVar(&o.TLSCert, "redis-tls-cert", "", "PEM client certificate, for servers with tls-auth-clients")
-	fs.StringVar(&o.TLSKey, "redis-tls-key", "", "PEM key of --redis-tls-cert")
-	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "name Redis' certificates must hold (default: the host dialled)")
-	fs.BoolVar(&o.TLSSkipVerify, "redis-tls-skip-verify", false, "accept any Redis certificate (insecure)")
-	fs.BoolVar(&o.TLSSkipHostnameVerification, "redis-tls-skip-hostname-verification", false,
+	fs.StringVar(&o.Client.Username, "redis-username", "", "Redis ACL user (overrides the URL's)")
+	fs.StringVar(&o.Client.Password, "redis-password", "", "Redis password (overrides the URL's); never logged")
+	fs.StringVar(&o.Client.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass)")
+	fs.BoolVar(&o.Client.TLS.Enabled, "redis-tls", false, "connect to Redis (and the sentinels) over TLS; a rediss:// URL implies it")
+	fs.StringVar(&o.Client.TLS.CA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis' certificates (default: the system's)")
+	fs.StringVar(&o.Client.TLS.Cert, "redis-tls-cert", "", "PEM client certificate, for servers with tls-auth-clients")
+	fs.StringVar(&o.Client.TLS.Key, "redis-tls-key", "", "PEM key of --redis-tls-cert")
+	fs.StringVar(&o.Client.TLS.ServerName, "redis-tls-server-name", "", "name Redis' certificates must hold (default: the host dialled)")
+	fs.BoolVar(&o.Client.TLS.SkipVerify, "redis-tls-skip-verify", false, "accept any Redis certificate (insecure)")
+	fs.BoolVar(&o.Client.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false,
 		"verify Redis' certificate chain but not the name it is issued to (envoyproxy/ratelimit's setting)")
 }

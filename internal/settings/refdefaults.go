@@ -31,7 +31,7 @@ func refEnvironment(m *refMapper) bool {
 // embedded store with a warning that each replica counts alone.
 func applyRedisDefault(m *refMapper) error {
 	o := m.o
-	if o.RedisURL != "" || o.src["redis-url"] != "" || !refEnvironment(m) {
+	if o.Redis.Client.URL != "" || o.src["redis-url"] != "" || !refEnvironment(m) {
 		return nil
 	}
 	st := m.get("REDIS_SOCKET_TYPE")

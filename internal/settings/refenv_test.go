@@ -193,8 +193,9 @@ func TestRefEnvMapping(t *testing.T) {
 		}},
 		{"redis", map[string]string{"REDIS_URL": "/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_SENTINEL_AUTH": "spw",
 			"REDIS_TIMEOUT": "2s", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(t *testing.T, o *Settings) {
-			if o.RedisURL != "/run/redis.sock" || o.Redis.SocketType != "unix" || o.Redis.SentinelPassword != "spw" ||
-				o.RedisDialTimeout != 2*time.Second || o.RedisReadTimeout != 2*time.Second || o.RedisWriteTimeout != 2*time.Second ||
+			c := o.Redis.Client
+			if c.URL != "/run/redis.sock" || c.SocketType != "unix" || c.SentinelPassword != "spw" ||
+				c.Conn.DialTimeout != 2*time.Second || c.Conn.ReadTimeout != 2*time.Second || c.Conn.WriteTimeout != 2*time.Second ||
 				!o.Health.RequiresRedis {
 				t.Errorf("redis options %+v", o)
 			}

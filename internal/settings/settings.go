@@ -30,7 +30,6 @@ type Settings struct {
 	Config       string // --config
 	GRPCAddr     string
 	HTTPAddr     string
-	RedisURL     string
 	KeyPrefix    string
 	LogLevel     string // a zap level: debug, info, warn, error, ...
 	LogFormat    string // LogJSON, LogText or LogConsole
@@ -53,11 +52,6 @@ type Settings struct {
 	QuotaMode                             bool
 	RulesMaxFileBytes, RulesMaxTotalBytes int64
 
-	RedisPoolSize                                         int
-	RedisDialTimeout, RedisReadTimeout, RedisWriteTimeout time.Duration
-	RedisBatches                                          int
-	RedisPipelineWindow                                   time.Duration
-	RedisPipelineLimit                                    int
 
 	Memory         store.MemoryOptions // the embedded store's
 	Breaker        breaker.Options     // the circuit breaker in front of Redis
@@ -437,7 +431,7 @@ func (s *Settings) Validate() error {
 	if err := s.RLQS.validate(s); err != nil {
 		return err
 	}
-	return s.Redis.validate(s.RedisURL)
+	return s.Redis.validate()
 }
 
 // validateBounds checks the gRPC bounds and the rules size limits.

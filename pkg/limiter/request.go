@@ -84,7 +84,7 @@ type Response struct {
 type Limits struct {
 	MaxDescriptors int // per request
 	MaxEntries     int // per descriptor
-	MaxEntryBytes    int // per entry key or value
+	MaxEntryBytes  int // per entry key or value
 }
 
 // DefaultLimits are generous for any real Envoy configuration.

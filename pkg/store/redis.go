@@ -30,23 +30,23 @@ var _ limiter.Store = (*Redis)(nil)
 type RedisOptions struct {
 	// CloseClient makes Close close the client as well.
 	CloseClient bool
-	// InFlight is how many pipelines may be at one server (Cluster master)
+	// Batches is how many pipelines may be at one server (Cluster master)
 	// at once; Takes arriving meanwhile merge into the next (default 2).
-	InFlight int
-	// Gather is how long a Take may wait for company before its call
+	Batches int
+	// PipelineWindow is how long a Take may wait for company before its call
 	// leaves, when Takes arrive while calls are under way at a rate that
 	// makes company likely, or pile up behind them (0: never; a quiet
 	// server, and a lone caller, never wait). docs/redis.md, "Batching and
 	// the gather window".
-	Gather time.Duration
-	// GatherOps ends that wait once this many ops wait (default 255).
-	GatherOps int
+	PipelineWindow time.Duration
+	// PipelineLimit ends that wait once this many ops wait (default 255).
+	PipelineLimit int
 	// SendTimeout bounds one pipeline, which goes on after its callers
 	// give up so that a connection being dialled gets ready (default 3s).
 	SendTimeout time.Duration
 }
 
-// NoMerging as RedisOptions.InFlight lets every Take send its own call.
+// NoMerging as RedisOptions.Batches lets every Take send its own call.
 const NoMerging = 1 << 30
 
 // DefaultDialTimeout bounds a connection's dial and handshake when neither
@@ -111,8 +111,8 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	if opts.InFlight <= 0 {
-		opts.InFlight = 2
+	if opts.Batches <= 0 {
+		opts.Batches = 2
 	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 3 * time.Second

@@ -47,8 +47,8 @@ func (r *Redis) BatchStats() BatchStats {
 }
 
 func (r *Redis) newBatcher(send sendFunc) *batcher {
-	return newBatcher(send, batchOptions{Slots: r.opts.InFlight, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
-		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps), Group: r.gathering})
+	return newBatcher(send, batchOptions{Slots: r.opts.Batches, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
+		Gather: r.opts.PipelineWindow, GatherOps: cmp.Or(r.opts.PipelineLimit, maxBatchOps), Group: r.gathering})
 }
 
 // takeCluster sends each op to its master's batcher and waits for them all.

@@ -44,8 +44,8 @@ type Options struct {
 	// LogTopLimited logs, at most once per LogEvery per rule, the rule's top
 	// over-limit identifiers when it limited any.
 	LogTopLimited bool
-	Log        *zap.Logger // nil: no log lines
-	Clock      Clock       // the decay's clock, and Run's (default: the wall clock)
+	Log           *zap.Logger // nil: no log lines
+	Clock         Clock       // the decay's clock, and Run's (default: the wall clock)
 }
 
 // Clock is the time a Tracker reads and waits on.
