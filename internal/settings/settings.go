@@ -52,7 +52,6 @@ type Settings struct {
 	QuotaMode                             bool
 	RulesMaxFileBytes, RulesMaxTotalBytes int64
 
-
 	Memory         store.MemoryOptions // the embedded store's
 	Breaker        breaker.Options     // the circuit breaker in front of Redis
 	OverLimitCache overlimit.Options   // the local cache of keys over their limit, in front of Redis
