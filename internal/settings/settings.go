@@ -25,7 +25,11 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// Settings are the server's settings, each field named after its flag.
+// Settings are the server's settings. Each flag sets a field named after
+// it, of Settings or of the Options of the package it configures, which
+// Settings holds; where a package needs more than its flags say, a
+// method returns its Options (Redis.ClientOptions, XDS.ClientOptions,
+// RLQS.Options). internal/server passes them on.
 type Settings struct {
 	Config       string // --config
 	GRPCAddr     string
@@ -68,7 +72,7 @@ type Settings struct {
 	Health   Health
 	RLQS     RLQS
 
-	layout     RulesLayout       // from RUNTIME_*; zero: ConfigDir, flat
+	layout     RulesLayout       // from RUNTIME_*; zero: Config, flat
 	src        map[string]string // flag -> how it was given (Name)
 	warnings   []string
 	notes      []string
