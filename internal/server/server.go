@@ -131,7 +131,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		return nil, err
 	}
 	limits := o.Limits
-	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &limits, Atomic: o.Atomic,
+	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &limits, AllOrNothing: o.Atomic,
 		QuotaMode: o.QuotaMode})
 	if err := s.newObservers(); err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 		}
 	}
 	b := breaker.New(r, bo)
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
+	g := &guarded{AllOrNothingStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -56,7 +56,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
 		g.cache = overlimit.New(b, o.OverLimitCache)
-		g.AtomicStore = g.cache
+		g.AllOrNothingStore = g.cache
 	}
 	return g, nil
 }
@@ -90,7 +90,7 @@ func storeReaders(st openStore) metrics.StoreReaders {
 // guarded is a store behind a circuit breaker, and the over-limit cache
 // when there is one, opened through to the store.
 type guarded struct {
-	limiter.AtomicStore
+	limiter.AllOrNothingStore
 	breaker *breaker.Breaker
 	open    func(context.Context) error
 	cache   *overlimit.Cache        // nil without --over-limit-cache-bytes

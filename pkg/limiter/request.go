@@ -66,12 +66,12 @@ type Status struct {
 	Quota            bool   // a quota descriptor
 	Replaced         bool
 	// Parts are the statuses of each limit of a rule with several
-	// (Limit.Group), in its order, replaced ones left out, each as if the
+	// (Limit.Joint), in its order, replaced ones left out, each as if the
 	// limit were the descriptor's only one; nil otherwise. A part's Code
 	// is its own limit's answer, though a joint denial charged none.
 	Parts []Status
 
-	dropped uint32 // bit i: Limit.Group[i] was replaced
+	dropped uint32 // bit i: Limit.Joint[i] was replaced
 }
 
 // Response is the decision for a whole request.

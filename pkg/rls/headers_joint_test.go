@@ -7,9 +7,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// TestHeadersGroup: the headers of a rule with several limits name each,
+// TestHeadersJoint: the headers of a joint (a rule with several limits) name each limit,
 // st's limit (the one that decides) first in the legacy limit header.
-func TestHeadersGroup(t *testing.T) {
+func TestHeadersJoint(t *testing.T) {
 	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{{Key: "account",
 		Limits: []*descriptors.Limit{
 			{Unit: descriptors.Second, RequestsPerUnit: 10},

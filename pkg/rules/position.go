@@ -132,8 +132,8 @@ func (d *decoder) place(n *yaml.Node, src, moved string) {
 	d.pos[src] = p
 }
 
-// groupMsg matches NewSet's messages about one limit of rate_limits.
-var groupMsg = regexp.MustCompile(`^rate_limits\[(\d+)\](: | is missing| replaces )`)
+// jointMsg matches NewSet's messages about one limit of rate_limits.
+var jointMsg = regexp.MustCompile(`^rate_limits\[(\d+)\](: | is missing| replaces )`)
 
 // sameNameMsg matches NewSet's message about two limits of one name.
 var sameNameMsg = regexp.MustCompile(`^rate_limits\[\d+\] and rate_limits\[(\d+)\] both count`)
@@ -157,8 +157,8 @@ func relocate(e *Error, pos map[string]*positions) {
 	case sameNameMsg.MatchString(msg):
 		i, _ := strconv.Atoi(sameNameMsg.FindStringSubmatch(msg)[1])
 		line = limitLine(p.limits, i, "")
-	case groupMsg.MatchString(msg):
-		m := groupMsg.FindStringSubmatch(msg)
+	case jointMsg.MatchString(msg):
+		m := jointMsg.FindStringSubmatch(msg)
 		i, _ := strconv.Atoi(m[1])
 		switch m[2] {
 		case ": ":

@@ -28,21 +28,21 @@ type batchOptions struct {
 	// leaves (0: never); see until.
 	Gather    time.Duration
 	GatherOps int // ops waiting that end that wait (default MaxOps)
-	// Group, when set, is shared by a Cluster's masters' batchers, which
+	// Sum, when set, is shared by a Cluster's masters' batchers, which
 	// then gather on the sum of the calls waiting at all of them.
-	Group *gatherGroup
+	Sum   *gatherSum
 	Clock batchClock // nil: the wall clock
 }
 
-// gatherGroup sums the calls waiting, on average, at a set of batchers when
+// gatherSum sums the calls waiting, on average, at a set of batchers when
 // their sends are due. It is safe for concurrent use.
-type gatherGroup struct {
+type gatherSum struct {
 	mu   sync.Mutex
 	avgs map[*batcher]float64
 }
 
-// update records b's average and returns the sum over the group.
-func (g *gatherGroup) update(b *batcher, avg float64) float64 {
+// update records b's average and returns the sum over the set.
+func (g *gatherSum) update(b *batcher, avg float64) float64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.avgs == nil {
@@ -424,8 +424,8 @@ func (b *batcher) gather(t *batchTimer) (active, ok bool) {
 	b.add(1, now)
 	b.avgReady += (float64(len(b.queue)) - b.avgReady) / 16
 	ready := b.avgReady
-	if b.opts.Group != nil {
-		ready = b.opts.Group.update(b, ready)
+	if b.opts.Sum != nil {
+		ready = b.opts.Sum.update(b, ready)
 	}
 	end := b.until(now, ready)
 	if !end.After(now) {
@@ -459,7 +459,7 @@ func (b *batcher) gather(t *batchTimer) (active, ok bool) {
 }
 
 // until returns when a send due at now stops waiting for company, ready
-// calls waiting on average when sends are due (over the Group): now for
+// calls waiting on average when sends are due (over the Sum): now for
 // not at all. A send does not wait when Gather is 0 or GatherOps ops wait.
 // Otherwise it waits Gather from now when ready reaches gatherFrom (many
 // callers, each waiting for its answer); or, when company expects

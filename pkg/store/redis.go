@@ -76,7 +76,7 @@ func (c ConnOptions) pipelinePool() int {
 	return 0
 }
 
-// Redis is a limiter.Store and limiter.AtomicStore on a Redis server, a
+// Redis is a limiter.Store and limiter.AllOrNothingStore on a Redis server, a
 // Cluster or a Sentinel-managed master: the algorithms run as Lua scripts
 // at Redis TIME, so every replica shares one state and one clock.
 // Concurrent Takes bound for one server (Cluster master) merge into shared
@@ -96,7 +96,7 @@ type Redis struct {
 
 	mu        sync.Mutex
 	nodes     map[*redis.Client]*batcher // a Cluster's, by master
-	gathering *gatherGroup               // shared by nodes' batchers
+	gathering *gatherSum                 // shared by nodes' batchers
 	perSlot   atomic.Bool                // Cluster nodes refuse cross-slot calls
 
 	close sync.Once
@@ -121,7 +121,7 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
 		r.nodes = make(map[*redis.Client]*batcher)
-		r.gathering = new(gatherGroup)
+		r.gathering = new(gatherSum)
 	} else {
 		r.single = r.newBatcher(func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 			return r.send(ctx, client, ops, results)
@@ -254,7 +254,7 @@ func (r *Redis) Open(ctx context.Context) error {
 
 // Load loads the scripts with SCRIPT LOAD (on every master of a Cluster).
 func (r *Redis) Load(ctx context.Context) error {
-	scripts := []*script{takeScript, fixedScript, atomicScript}
+	scripts := []*script{takeScript, fixedScript, takeAllScript}
 	if r.cluster != nil {
 		scripts = append(scripts, takeCrossScript)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // takeJoints decides a call that holds joints (limiter.Op.Joined) in
-// lua/atomic.lua calls (jointCalls), in order, every op vetoing nothing:
+// lua/takeall.lua calls (jointCalls), in order, every op vetoing nothing:
 // each call commits, and each joint writes only if all its ops are
 // allowed. The calls go out in one pipeline, detached as Take's sends.
 func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
@@ -20,7 +20,7 @@ func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limi
 	return r.detached(ctx, "take", all, results, r.takeJointCalls)
 }
 
-// jointCalls cuts ops into atomic.lua calls, never inside a joint: runs at
+// jointCalls cuts ops into takeall.lua calls, never inside a joint: runs at
 // one Now and, on a Cluster, of one slot, of at most maxBatchOps ops but
 // for a joint that would pass it.
 func (r *Redis) jointCalls(ops []limiter.Op) []takeChunk {
@@ -49,7 +49,7 @@ func (r *Redis) takeJointCalls(ctx context.Context, ops []limiter.Op, results []
 		for i := range calls {
 			ch := &calls[i]
 			ch.tag = nextTag()
-			cmds[i] = onceCmd{Cmder: atomicCmd(ctx, bySHA, ch.tag, ops[ch.from:ch.to]), live: liveOf(ctx), dropped: &dropped}
+			cmds[i] = onceCmd{Cmder: takeAllCmd(ctx, bySHA, ch.tag, ops[ch.from:ch.to]), live: liveOf(ctx), dropped: &dropped}
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below

@@ -78,8 +78,8 @@ type Cache struct {
 }
 
 var (
-	_ limiter.Store       = (*Cache)(nil)
-	_ limiter.AtomicStore = (*Cache)(nil)
+	_ limiter.Store             = (*Cache)(nil)
+	_ limiter.AllOrNothingStore = (*Cache)(nil)
 )
 
 type shard struct {
@@ -332,11 +332,11 @@ func (c *Cache) Ping(ctx context.Context) error { return c.store.Ping(ctx) }
 func (c *Cache) Close() error { return c.store.Close() }
 
 // TakeAll passes an all-or-nothing call straight to the store, which must
-// be a limiter.AtomicStore; such keys never meet those of Take.
+// be a limiter.AllOrNothingStore; such keys never meet those of Take.
 func (c *Cache) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	all, ok := c.store.(limiter.AtomicStore)
+	all, ok := c.store.(limiter.AllOrNothingStore)
 	if !ok {
-		return fmt.Errorf("overlimit: %T: %w", c.store, limiter.ErrNotAtomic)
+		return fmt.Errorf("overlimit: %T: %w", c.store, limiter.ErrNotAllOrNothing)
 	}
 	return all.TakeAll(ctx, ops, results)
 }

@@ -72,13 +72,13 @@ func (f *fake) reset() (calls int, seen []limiter.Op) {
 	return calls, seen
 }
 
-// atomicFake is a fake that is also a limiter.AtomicStore.
-type atomicFake struct {
+// allOrNothingFake is a fake that is also a limiter.AllOrNothingStore.
+type allOrNothingFake struct {
 	fake
 	all int
 }
 
-func (f *atomicFake) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
+func (f *allOrNothingFake) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
 	f.all++
 	return f.fake.Take(ctx, ops, res)
 }
@@ -546,7 +546,7 @@ func TestStoreError(t *testing.T) {
 // TestTakeAll: all-or-nothing calls go to the store even for held keys.
 func TestTakeAll(t *testing.T) {
 	clk := newClock()
-	f := &atomicFake{fake: fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}}
+	f := &allOrNothingFake{fake: fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}}
 	c := overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk})
 	ctx := context.Background()
 	res := make([]limiter.Result, 1)
@@ -562,8 +562,8 @@ func TestTakeAll(t *testing.T) {
 	}
 
 	plain := overlimit.New(&fake{}, overlimit.Options{Bytes: 10 * overlimit.EntryBytes})
-	if err := plain.TakeAll(ctx, []limiter.Op{fixed}, res); !errors.Is(err, limiter.ErrNotAtomic) {
-		t.Errorf("TakeAll over a plain store = %v, want ErrNotAtomic", err)
+	if err := plain.TakeAll(ctx, []limiter.Op{fixed}, res); !errors.Is(err, limiter.ErrNotAllOrNothing) {
+		t.Errorf("TakeAll over a plain store = %v, want ErrNotAllOrNothing", err)
 	}
 }
 

@@ -171,8 +171,8 @@ func (t *Tracker) Loaded(r *rules.Loaded, changed bool) {
 		if l.Unlimited {
 			continue
 		}
-		if l.Group != nil && l.Index > 0 { // one rule of several limits: its first's
-			idx[l] = idx[l.Group[0]]
+		if l.Joint != nil && l.Index > 0 { // one rule of several limits: its first's
+			idx[l] = idx[l.Joint[0]]
 			continue
 		}
 		nr := newRule(l)
