@@ -23,6 +23,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -517,22 +518,22 @@ func keysExpire(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 			t.Errorf("PTTL %s = %v, %v; want in (0, %v]", k, ttl, err, limit)
 		}
 	}
-	deadline := start.Add(5 * time.Second)
-	for {
+	// Redis expires keys on its own clock: wait for them to go.
+	err = wait.Until(ctx, 5*time.Second, func() error {
 		left, err := rdb.Keys(ctx, prefix+"*").Result()
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		size, _ := rdb.DBSize(ctx).Result()
 		if len(left) == 0 && (before != 0 || size == 0) {
-			t.Logf("all keys gone after %v", time.Since(start).Round(time.Millisecond))
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keys left after %v: %v (DBSIZE %d)", time.Since(start), left, size)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("keys left: %v (DBSIZE %d)", left, size)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Logf("all keys gone after %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestRedisUnavailable: a server that is down fails fast with
