@@ -213,7 +213,6 @@ func policy(l *descriptors.Limit) (quota int64, window int64) {
 	return l.Burst / descriptors.Milli, ceilSeconds((l.Burst*den + num - 1) / num)
 }
 
-// policyName is the limit's name, else its Label.
 func policyName(l *descriptors.Limit) string {
 	if l.Name != "" {
 		return l.Name

@@ -206,7 +206,6 @@ func IsRulesName(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
 
-// readDir reads the rules files of dir with r, keyed by name.
 func readDir(dir string, r *fileReader) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -21,7 +21,6 @@ type positions struct {
 	moved string
 }
 
-// keyOf returns the key node of name in mapping n, nil if absent.
 func keyOf(n *yaml.Node, name string) *yaml.Node {
 	for _, p := range pairs(n) {
 		if p.k.Kind == yaml.ScalarNode && p.k.Value == name {
@@ -31,7 +30,6 @@ func keyOf(n *yaml.Node, name string) *yaml.Node {
 	return nil
 }
 
-// valueOf returns the value of name in mapping n, nil if absent.
 func valueOf(n *yaml.Node, name string) *yaml.Node {
 	for _, p := range pairs(n) {
 		if p.k.Kind == yaml.ScalarNode && p.k.Value == name {
@@ -41,7 +39,6 @@ func valueOf(n *yaml.Node, name string) *yaml.Node {
 	return nil
 }
 
-// keyLines returns the line of each key of mapping n.
 func keyLines(n *yaml.Node) map[string]int {
 	m := map[string]int{}
 	if n.Kind != yaml.MappingNode {

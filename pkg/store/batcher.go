@@ -41,7 +41,6 @@ type gatherSum struct {
 	avgs map[*batcher]float64
 }
 
-// update records b's average and returns the sum over the set.
 func (g *gatherSum) update(b *batcher, avg float64) float64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -187,10 +186,8 @@ func (r *rateOf) fold() {
 	r.seen, r.span = 0, 0
 }
 
-// expected returns the calls expected in d at rate.
 func (r *rateOf) expected(d time.Duration) float64 { return r.rate * d.Seconds() }
 
-// arrive counts a call arriving at now.
 func (c *company) arrive(now time.Time, gathering bool) {
 	if c.active == 0 {
 		return
@@ -205,7 +202,6 @@ func (c *company) arrive(now time.Time, gathering bool) {
 	}
 }
 
-// add changes the active sends by delta at now.
 func (c *company) add(delta int, now time.Time) {
 	if c.active == 0 {
 		c.since = now

@@ -145,7 +145,6 @@ func (s *memShard) dropBucket(k string) {
 	s.grew(int64(len(s.buckets) - n))
 }
 
-// grew counts d more entries held (fewer when negative).
 func (s *memShard) grew(d int64) {
 	if s.keys != nil && d != 0 {
 		s.keys.Add(d)

@@ -96,7 +96,6 @@ func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at i
 	m.commit(stage, ops, now, at)
 }
 
-// stage copies into stage the state ops may read at now.
 func (m *Memory) stage(stage *memShard, ops []limiter.Op, now int64) {
 	m.visit(ops, now, func(s *memShard, k, _ windowKey, _ bool) {
 		if c, ok := s.windows[k]; ok {
@@ -120,10 +119,8 @@ func (s *memShard) debit(ops []limiter.Op, now, at int64) {
 	}
 }
 
-// debits reports whether op is a debit's charge.
 func debits(op *limiter.Op) bool { return op.Debit && op.Cost > 0 && !op.Refund }
 
-// debitOps returns the debit charges of ops, nil if none.
 func debitOps(ops []limiter.Op) []limiter.Op {
 	var out []limiter.Op
 	for i := range ops {

@@ -197,7 +197,6 @@ func (c ConnOptions) apply(opt *redis.Options) {
 	opt.ContextTimeoutEnabled = true
 }
 
-// positive sets *dst to v when v is above zero.
 func positive[T int | time.Duration](dst *T, v T) {
 	if v > 0 {
 		*dst = v

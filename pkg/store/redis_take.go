@@ -114,7 +114,6 @@ func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []lim
 	return nil
 }
 
-// nodeBatcher returns the batcher of a Cluster master.
 func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -61,7 +61,6 @@ func init() {
 	tags.Store(int64(binary.LittleEndian.Uint64(b[:]) >> 24))
 }
 
-// nextTag returns a fresh tag.
 func nextTag() int64 {
 	return tags.Add(1) & (1<<53 - 1)
 }
@@ -98,7 +97,6 @@ func sameParams(a, b *limiter.Op) bool {
 	return a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
 }
 
-// refunds reports whether op gives back: a refund of Cost 0 is a peek.
 func refunds(op *limiter.Op) bool { return op.Refund && op.Cost > 0 }
 
 // scriptCost is the cost the scripts take: at most 2^52, a refund's negated.
@@ -402,7 +400,6 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 	}
 }
 
-// replyClock is the Redis TIME of a reply's secs and usec, Unix ms.
 func replyClock(secs, usec int64) int64 { return secs*1000 + usec/1000 }
 
 // decodeFixed fills results from fixed.lua's reply, {tag, secs, usec,
@@ -597,7 +594,7 @@ func mismatch(v []int64, tag int64) error {
 	return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
 }
 
-// writeTakeAll writes an takeall.lua call's arguments after digest or source.
+// writeTakeAll writes a takeall.lua call's arguments after digest or source.
 func writeTakeAll(w argWriter, tag int64, ops []limiter.Op) {
 	w.Int(int64(len(ops)))
 	for i := range ops {
@@ -628,7 +625,7 @@ func writeTakeAll(w argWriter, tag int64, ops []limiter.Op) {
 	}
 }
 
-// takeAllArgCount is the number of arguments of an takeall.lua call of ops
+// takeAllArgCount is the number of arguments of a takeall.lua call of ops
 // after digest or source.
 func takeAllArgCount(ops []limiter.Op) int {
 	n := 3 + len(ops) + takeAllArgs*len(ops) // numkeys, keys, tag, now, the ops

@@ -157,7 +157,6 @@ func testVetoes(t *testing.T, st limiter.AllOrNothingStore) {
 	}
 }
 
-// peeks returns ops with cost 0.
 func peeks(ops []limiter.Op) []limiter.Op {
 	out := slices.Clone(ops)
 	for i := range out {

@@ -118,7 +118,6 @@ func takeCalls(t *testing.T, st limiter.Store, ops []limiter.Op, sizes []int) []
 	return res
 }
 
-// ones returns n sizes of 1: one op a call.
 func ones(n int) []int {
 	out := make([]int, n)
 	for i := range out {
