@@ -44,8 +44,7 @@ var errRequestTimeout = errors.New("call not finished within --grpc-request-time
 // listener; gRPC offers no per-message read deadline and counts none of
 // its own refusals, so both are done here. (A stats.Handler would see
 // connections too, but gRPC then reports every call's every message to
-// it, its headers copied: 15-25 % of the server's CPU a decision at 64
-// callers.)
+// it, its headers copied: BENCHMARKS.md has its cost.)
 //
 // The tap runs on a connection's reader when a call's headers arrive,
 // before the call is created. It counts the connection's calls in flight
