@@ -116,17 +116,9 @@ type waiter struct {
 const patienceShare = 10
 
 // company estimates the calls a send can expect if it waits: the rate at
-// which calls arrive while sends are active (gathering or under way), and
-// the rate at which they arrive in the second half of a gathering send's
-// wait. The first gates gathering: the calls that one closed-loop caller
-// makes once answered arrive when no send is active, so a lone caller's
-// sends never wait. The second decides it: an open loop's calls arrive at
-// their own rate whatever the sends do, late in a wait as early; a few
-// closed-loop callers, answered together, come back together early in the
-// next send's wait, and nothing comes after them, so that waiting longer
-// brings nobody. While the second says so, one send in probeEvery that
-// the first would make wait still waits, to see whether that changed. It
-// is guarded by its batcher's mu.
+// which calls arrive while sends are active (which gates waiting), and in
+// the second half of waits (which decides it; docs/redis.md, "Batching
+// and the gather window", says why). It is guarded by its batcher's mu.
 type company struct {
 	active int       // sends gathering or under way
 	since  time.Time // when active last rose from 0
@@ -149,8 +141,7 @@ type rateOf struct {
 
 // A fold averages what was seen over at least rateSpan of watched time,
 // or rateArrivals calls, whichever comes first, into the rate, with
-// weight 1/2 (the first fold is the rate): at 2,000 calls a second it
-// follows a change within a few milliseconds of active sends.
+// weight 1/2 (the first fold is the rate).
 const (
 	rateSpan     = 20 * time.Millisecond
 	rateArrivals = 16
