@@ -51,7 +51,7 @@ func BenchmarkClients(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(client.Close)
-			bt := newBatcher(rueidisSend(client), batchOptions{Slots: 2, MaxOps: 4 * maxBatchOps, Timeout: time.Second})
+			bt := newBatcher(rueidisSend(client), batchOptions{Slots: 2, MaxOps: 4 * maxCallOps, Timeout: time.Second})
 			return batchStore{bt}, bt.Stats
 		}},
 	} {

@@ -21,13 +21,13 @@ func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limi
 }
 
 // jointCalls cuts ops into takeall.lua calls, never inside a joint: runs at
-// one Now and, on a Cluster, of one slot, of at most maxBatchOps ops but
+// one Now and, on a Cluster, of one slot, of at most maxCallOps ops but
 // for a joint that would pass it.
 func (r *Redis) jointCalls(ops []limiter.Op) []takeChunk {
 	var calls []takeChunk
 	for i := 0; i < len(ops); {
 		j := jointEnd(ops, i)
-		if n := len(calls); n > 0 && ops[i].Now == ops[i-1].Now && j-calls[n-1].from <= maxBatchOps &&
+		if n := len(calls); n > 0 && ops[i].Now == ops[i-1].Now && j-calls[n-1].from <= maxCallOps &&
 			(r.cluster == nil || Slot(ops[i].Key) == Slot(ops[i-1].Key)) {
 			calls[n-1].to = j
 		} else {

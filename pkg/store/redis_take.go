@@ -47,8 +47,8 @@ func (r *Redis) BatchStats() BatchStats {
 }
 
 func (r *Redis) newBatcher(send sendFunc) *batcher {
-	return newBatcher(send, batchOptions{Slots: r.opts.Batches, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
-		Gather: r.opts.PipelineWindow, GatherOps: cmp.Or(r.opts.PipelineLimit, maxBatchOps), Sum: r.gathering})
+	return newBatcher(send, batchOptions{Slots: r.opts.Batches, MaxOps: 4 * maxCallOps, Timeout: r.opts.SendTimeout,
+		Gather: r.opts.PipelineWindow, GatherOps: cmp.Or(r.opts.PipelineLimit, maxCallOps), Sum: r.gathering})
 }
 
 // takeCluster sends each op to its master's batcher and waits for them all.

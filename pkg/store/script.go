@@ -46,8 +46,8 @@ var (
 	takeAllScript   = newScript("takeall", lua.TakeAll)
 )
 
-// maxBatchOps caps the ops of one take.lua call (its map has a byte an op).
-const maxBatchOps = 255
+// maxCallOps caps the ops of one take.lua call (its map has a byte an op).
+const maxCallOps = 255
 
 // takeAllArgs is the number of ARGV entries per op of lua/takeall.lua.
 const takeAllArgs = 8
@@ -107,10 +107,10 @@ func scriptCost(op *limiter.Op) int64 {
 	return min(op.Cost, maxCost)
 }
 
-// splitChunks appends to dst the calls that carry ops, maxBatchOps each.
+// splitChunks appends to dst the calls that carry ops, maxCallOps each.
 func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
-	for from := 0; from < len(ops); from += maxBatchOps {
-		dst = append(dst, takeChunk{from: from, to: min(from+maxBatchOps, len(ops))})
+	for from := 0; from < len(ops); from += maxCallOps {
+		dst = append(dst, takeChunk{from: from, to: min(from+maxCallOps, len(ops))})
 	}
 	return dst
 }
@@ -174,7 +174,7 @@ const bucketTail = "tokens"
 // groups cost more to set up (docs/redis.md has the counts).
 const leanRepeats = 10
 
-// plan prepares a call of ops (at most maxBatchOps, each key's together)
+// plan prepares a call of ops (at most maxCallOps, each key's together)
 // to s, take.lua or its cross-slot variant, and returns its argument count
 // after name and digest. The call goes to e.script: s, or fixed.lua when
 // the ops are fixed-window charges it decides (its keys declared: in

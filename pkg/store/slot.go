@@ -40,7 +40,7 @@ var crcTable = func() (t [256]uint16) {
 
 // slotCalls returns ops ordered by slot (ops of one slot, and so of one
 // key, keep their order), perm with sorted[i] = ops[perm[i]], and the calls
-// that carry them: one slot each, maxBatchOps ops at most.
+// that carry them: one slot each, maxCallOps ops at most.
 func slotCalls(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []takeChunk) {
 	slots := make([]int, len(ops))
 	perm = make([]int, len(ops))
@@ -55,7 +55,7 @@ func slotCalls(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []takeC
 	}
 	for from := 0; from < len(sorted); {
 		to := from + 1
-		for to < len(sorted) && to-from < maxBatchOps && slots[perm[to]] == slots[perm[from]] {
+		for to < len(sorted) && to-from < maxCallOps && slots[perm[to]] == slots[perm[from]] {
 			to++
 		}
 		calls = append(calls, takeChunk{from: from, to: to})
