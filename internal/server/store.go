@@ -29,7 +29,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 	if o.Redis.Client.URL == "" {
 		return store.NewMemory(o.Memory), nil
 	}
-	r, pool, err := newRedis(o, log)
+	r, pool, detachLog, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
 		}
 	}
 	b := breaker.New(r, bo)
-	g := &guarded{AllOrNothingStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
+	g := &guarded{AllOrNothingStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, detachLog: detachLog, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
@@ -97,6 +97,8 @@ type guarded struct {
 	batches func() store.BatchStats // how Takes were merged into script calls
 	pool    func() refstats.PoolStats
 	redis   *store.Redis // whose client the quota service shares
+	// detachLog takes go-redis' process-wide log off this server's logger
+	detachLog func()
 }
 
 // redisOf is the Redis of a store, nil for the embedded one.
@@ -125,16 +127,25 @@ func addStoreStats(st *refstats.Stats, s openStore) {
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
+// Close closes the store, then takes go-redis' log off the server's
+// logger: a dial still under way for the closed client (go-redis dials on
+// goroutines of its own) logs nowhere, not to a finished test's logger.
+func (g *guarded) Close() error {
+	err := g.AllOrNothingStore.Close()
+	g.detachLog()
+	return err
+}
+
 // newRedis builds the Redis store over a client for the deployment
 // --redis-type and --redis-url describe (single, cluster or sentinel),
 // and reads its connection pool's stats as the reference counts them:
 // connections open now, opened since the start (open now plus those the
 // pool closed), and closed by the pool (stale or unusable ones).
-func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, func(), error) {
 	copts := o.Redis.ClientOptions()
 	client, err := store.NewClient(copts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	poolStats := func() refstats.PoolStats {
 		ps := client.PoolStats()
@@ -142,8 +153,8 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refst
 		return refstats.PoolStats{Active: uint64(ps.TotalConns), Total: uint64(ps.TotalConns) + closed, Closed: closed}
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
-	logging.SetRedisLogger(log)
-	return store.NewRedis(client, log, o.Redis.StoreOptions()), poolStats, nil
+	detachLog := logging.SetRedisLogger(log)
+	return store.NewRedis(client, log, o.Redis.StoreOptions()), poolStats, detachLog, nil
 }
 
 // storeName describes the store for logs, without credentials.
