@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/fastlimit/fastlimit/internal/testing/child"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
@@ -185,8 +185,7 @@ func TestAdminDrainThenStop(t *testing.T) {
 	if code := httpCode(admin + "/metrics"); code != http.StatusOK {
 		t.Fatalf("admin during drain: %d", code)
 	}
-	err := waitExit(t, cmd, 10*time.Second)
-	srv.cmd = nil
+	err := waitExit(t, srv.p, 10*time.Second)
 	if err != nil {
 		t.Fatalf("exit after drain: %v\n%s", err, srv.logs.String())
 	}
@@ -210,8 +209,7 @@ func TestAdminSecondSignalExitsAtOnce(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err := waitExit(t, cmd, 5*time.Second)
-	srv.cmd = nil
+	err := waitExit(t, srv.p, 5*time.Second)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("second SIGTERM took %s to end the process", took)
 	}
@@ -224,17 +222,14 @@ func TestAdminSecondSignalExitsAtOnce(t *testing.T) {
 	}
 }
 
-// waitExit waits for cmd to exit, killing it after d.
-func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
+// waitExit waits for p to exit, killing it after d.
+func waitExit(t *testing.T, p *child.Process, d time.Duration) error {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		return err
+	case <-p.Exited():
+		return p.Wait()
 	case <-time.After(d):
-		_ = cmd.Process.Signal(os.Kill)
-		<-done
+		p.Kill()
 		t.Fatalf("process did not exit within %s", d)
 		return nil
 	}

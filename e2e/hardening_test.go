@@ -187,7 +187,7 @@ func testSpecialValues(t *testing.T, srv *fastlimit, rdb *redis.Client, id strin
 			t.Errorf("key %q: want one hash tag, escaped values", k)
 		}
 		if strings.HasPrefix(k, "ratelimit:{hardall}") != strings.Contains(k, "hardall") {
-			t.Errorf("key %q: atomic domains are tagged by the domain alone", k)
+			t.Errorf("key %q: all-or-nothing domains are tagged by the domain alone", k)
 		}
 	}
 }

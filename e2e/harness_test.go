@@ -46,8 +46,9 @@ func TestMain(m *testing.M) {
 // fastlimit is one server process.
 type fastlimit struct {
 	GRPC, HTTP string
-	Admin      string // the admin listener's address, when known
-	cmd        *exec.Cmd
+	Admin      string    // the admin listener's address, when known
+	cmd        *exec.Cmd // p's, for its pid and signals
+	p          *child.Process
 	logs       *child.Output
 	conn       *grpc.ClientConn
 	Client     rls.RateLimitServiceClient
@@ -119,8 +120,8 @@ func start(t testing.TB, l launch) *fastlimit {
 	for k, v := range env {
 		f.cmd.Env = append(f.cmd.Env, k+"="+v)
 	}
-	f.cmd.SysProcAttr = child.Attr()
-	if err := f.cmd.Start(); err != nil {
+	var err error
+	if f.p, err = child.Start("fastlimit", f.cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -183,21 +184,16 @@ func runToExit(env map[string]string, args ...string) (string, error) {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = child.Attr()
-	var out child.Output
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	p, err := child.Start("fastlimit", cmd)
+	if err != nil {
 		return "", err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		return out.String(), err
+	case <-p.Exited():
+		return p.Output(), p.Wait()
 	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		return out.String(), errors.New("still running after 15s")
+		p.Kill()
+		return p.Output(), errors.New("still running after 15s")
 	}
 }
 
@@ -231,17 +227,13 @@ func (f *fastlimit) Stop() {
 		f.conn.Close()
 		f.conn = nil
 	}
-	if f.cmd != nil && f.cmd.Process != nil {
-		_ = f.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = f.cmd.Wait(); close(done) }()
+	if f.p != nil && f.p.Alive() {
+		_ = f.p.Signal(os.Interrupt)
 		select {
-		case <-done:
+		case <-f.p.Exited():
 		case <-time.After(10 * time.Second):
-			_ = f.cmd.Process.Kill()
-			<-done
+			f.p.Kill()
 		}
-		f.cmd = nil
 	}
 }
 

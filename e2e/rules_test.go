@@ -18,7 +18,7 @@ func oneRule(domain, key, unit string, rpu int64) string {
 }
 
 // The rules files of testdata, by the tests that use them. The tests on
-// testdata/atomic (domains all and plain) and testdata/hard (hard and
+// testdata/allornothing (domains all and plain) and testdata/hard (hard and
 // hardall) use those directories as they are: an all-or-nothing domain
 // and a plain one with the same rules.
 var (

@@ -256,7 +256,7 @@ func TestEnvoyHeaderWindows(t *testing.T) {
 	defer mem.Close()
 	l := limiter.New(mem, limiter.Options{})
 	l.SetRules(set)
-	svc := rls.New(l, rls.Options{Headers: rls.HeaderOptions{Mode: mode}}, zap.NewNop())
+	svc := rls.New(l, rls.Options{Headers: rls.HeaderOptions{ResponseHeaders: mode}}, zap.NewNop())
 	policy := regexp.MustCompile(`^"[^"]*";q=(\d+);w=(\d+)$`)
 	checked := map[string]*descriptors.Limit{}
 	for _, entries := range envoyDescriptors(t, hcm) {

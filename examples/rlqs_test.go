@@ -321,17 +321,17 @@ func TestRLQSCompose(t *testing.T) {
 		if !st.RLQS.Enabled {
 			t.Errorf("%s does not run with --rlqs", name)
 		}
-		redisURLs[st.RedisURL] = true
+		redisURLs[st.Redis.Client.URL] = true
 		names[st.RLQS.Replica] = true
 		if _, p, err := net.SplitHostPort(st.GRPCAddr); err == nil {
 			grpcPorts[name], _ = strconv.Atoi(p)
 		}
 		var rulesMounted bool
 		for _, v := range s.volumes() {
-			rulesMounted = rulesMounted || v.target == st.ConfigDir && resolve(v.source) == filepath.Clean(rlqsRules)
+			rulesMounted = rulesMounted || v.target == st.Config && resolve(v.source) == filepath.Clean(rlqsRules)
 		}
 		if !rulesMounted {
-			t.Errorf("%s: --config %q is not the mounted %s", name, st.ConfigDir, rlqsRules)
+			t.Errorf("%s: --config %q is not the mounted %s", name, st.Config, rlqsRules)
 		}
 	}
 	if len(replicas) != 2 {

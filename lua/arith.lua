@@ -1,6 +1,6 @@
 -- arith.lua: the arithmetic the scripts share, without Redis calls. lua.go
 -- puts it where a script has the line "-- #include arith.lua" (take.lua,
--- atomic.lua); pkg/store/memory.go computes the same in Go.
+-- takeall.lua); pkg/store/memory.go computes the same in Go.
 --
 -- Every value is an integer below 2^53, exact in Lua's doubles; division
 -- rounds down as (a - a % b) / b, which is exact there. A call builds only

@@ -9,11 +9,11 @@ import (
 
 // Take decides independent ops of any algorithms, each on its own, in one
 // script call; Fixed decides fixed-window charges of one window, cost and
-// time as Take does, for less; Atomic decides a call's ops all or nothing.
+// time as Take does, for less; TakeAll decides a call's ops all or nothing.
 var (
-	Take   = include(takeSrc)
-	Fixed  = fixedSrc
-	Atomic = include(atomicSrc)
+	Take    = include(takeSrc)
+	Fixed   = fixedSrc
+	TakeAll = include(takeAllSrc)
 )
 
 // TakeCrossSlot is Take declaring the Redis 7 script flag
@@ -34,8 +34,8 @@ var (
 	takeSrc string
 	//go:embed fixed.lua
 	fixedSrc string
-	//go:embed atomic.lua
-	atomicSrc string
+	//go:embed takeall.lua
+	takeAllSrc string
 	//go:embed arith.lua
 	arith string
 )

@@ -9,8 +9,8 @@ import (
 // line, and open with their header.
 func TestInclude(t *testing.T) {
 	for name, tc := range map[string]struct{ script, src string }{
-		"take.lua":   {Take, takeSrc},
-		"atomic.lua": {Atomic, atomicSrc},
+		"take.lua":    {Take, takeSrc},
+		"takeall.lua": {TakeAll, takeAllSrc},
 	} {
 		if strings.Count(tc.src, includeLine) != 1 {
 			t.Errorf("%s: %d include lines, want 1", name, strings.Count(tc.src, includeLine))

@@ -119,7 +119,7 @@ call that has an op of it (fixed_window, sliding_window, token_bucket):
 one decides a group of its one op from the state read and writes it; step
 decides a run of its ops in a larger group on the group's cells, which
 group writes. pkg/store/memory.go mirrors this script step for step,
-fixed.lua decides fixed-window charges as it does for less, and atomic.lua
+fixed.lua decides fixed-window charges as it does for less, and takeall.lua
 decides the same ops all or nothing on the same state. How a call runs and
 what it costs Redis: docs/design.md, "The scripts".
 ]]
@@ -133,14 +133,14 @@ local MAXS = '4503599627370496' -- MAX as Redis takes it, without a sprintf a ca
 -- group g's size (nil: every group has one op); group g's key is
 -- K[koff + g], the parameters start at ARGV[a], and first runs the first
 -- command of a group (redis.pcall in cross-slot mode).
-local map, runs = ARGV[2], ARGV[3]
-local nops, ngroups = #map, #runs
+local map, groups = ARGV[2], ARGV[3]
+local nops, ngroups = #map, #groups
 local mb, gb
 if nops > 0 then
   mb = {byte(map, 1, nops)}
 end
 if ngroups > 0 then
-  gb = {byte(runs, 1, ngroups)}
+  gb = {byte(groups, 1, ngroups)}
 end
 local K, koff, a, first = KEYS, 0, 4, call
 local cross = #KEYS == 0

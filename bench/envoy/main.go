@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
 )
 
 func main() {
@@ -140,8 +142,8 @@ func execute(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ps := &procs{dir: dir}
-	defer ps.stopAll()
+	ps := &procs{Group: child.Group{Dir: dir}}
+	defer ps.StopAll()
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 
 	res, err := measure(ctx, o, ps, logf)

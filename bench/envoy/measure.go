@@ -9,16 +9,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // setup is one configuration measured: an Envoy, and the rate-limit
 // server and redis-server behind it, when it has them.
 type setup struct {
 	name   string
-	envoy  *proc
-	server *proc        // nil: no rate-limit filter
-	redis  *redisServer // nil: no Redis
+	envoy  *child.Process
+	server *child.Process // nil: no rate-limit filter
+	redis  *redisServer   // nil: no Redis
 	client *client
 }
 
@@ -30,11 +31,11 @@ type usage struct {
 func (s *setup) usage(ctx context.Context) (usage, error) {
 	var u usage
 	var err error
-	if u.envoy, err = s.envoy.cpu(); err != nil {
+	if u.envoy, err = cpu(s.envoy); err != nil {
 		return u, err
 	}
 	if s.server != nil {
-		if u.server, err = s.server.cpu(); err != nil {
+		if u.server, err = cpu(s.server); err != nil {
 			return u, err
 		}
 	}
@@ -85,17 +86,17 @@ func startSetups(ctx context.Context, o *options, ps *procs, logf func(string, .
 	if err != nil {
 		return nil, err
 	}
-	rulesDir := filepath.Join(ps.dir, "rules")
+	rulesDir := filepath.Join(ps.Dir, "rules")
 	if err := writeRules(rulesDir); err != nil {
 		return nil, err
 	}
 	logf("building ./cmd/server")
-	fl, err := buildFastLimit(ctx, ps.dir)
+	fl, err := buildFastLimit(ctx, ps.Dir)
 	if err != nil {
 		return nil, err
 	}
 	var setups []*setup
-	add := func(name string, server *proc, rls string, r *redisServer) error {
+	add := func(name string, server *child.Process, rls string, r *redisServer) error {
 		e, listen, err := startEnvoy(ctx, ps, o.envoy, name, func(listen, admin string) string {
 			return bootstrap(listen, admin, up, rls, o.timeout)
 		})
@@ -162,7 +163,7 @@ func measure(ctx context.Context, o *options, ps *procs, logf func(string, ...an
 		for _, l := range res.loads {
 			for i := range setups {
 				s := setups[(i+round)%len(setups)]
-				logf("round %d/%d, %s, %s (load average %s)", round+1, o.rounds, l, s.name, benchproc.LoadAverages())
+				logf("round %d/%d, %s, %s (load average %s)", round+1, o.rounds, l, s.name, procstat.LoadAverages())
 				if o.warmup > 0 {
 					s.client.run(ctx, l, o.warmup)
 				}
@@ -183,13 +184,13 @@ func measure(ctx context.Context, o *options, ps *procs, logf func(string, ...an
 			}
 		}
 	}
-	res.machine.loadAfter = benchproc.LoadAverages()
+	res.machine.loadAfter = procstat.LoadAverages()
 	return res, nil
 }
 
 // readMachine reads the CPU model, cores, load and Envoy's version.
 func readMachine(ctx context.Context, envoy string) machineInfo {
-	m := machineInfo{cpu: "unknown", envoy: envoyVersion(ctx, envoy), loadBefore: benchproc.LoadAverages(),
+	m := machineInfo{cpu: "unknown", envoy: envoyVersion(ctx, envoy), loadBefore: procstat.LoadAverages(),
 		date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), cores: runtime.NumCPU()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {

@@ -9,16 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -26,125 +25,30 @@ import (
 // for a loaded machine.
 const startTimeout = 60 * time.Second
 
-// procs starts the processes of a run and stops them all at the end, on
-// error and on Ctrl-C; on Linux they also die with bench/envoy
-// (parent-death signal).
+// procs starts the processes of a run, their logs in Dir, on ports
+// handed out once, and stops them all at the end, on error and on Ctrl-C;
+// on Linux they also die with bench/envoy (parent-death signal).
 type procs struct {
-	dir   string // logs go here, one file per process
-	ports benchproc.Ports
-	mu    sync.Mutex
-	list  []*proc
-}
-
-// proc is one child process; its output goes to a log file.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-}
-
-// start runs path with args and exactly env, its output in a log file.
-func (ps *procs) start(name, path string, args, env []string) (*proc, error) {
-	ps.mu.Lock()
-	logPath := filepath.Join(ps.dir, fmt.Sprintf("%02d-%s.log", len(ps.list), strings.NewReplacer(" ", "-", "/", "-", "(", "", ")", "").Replace(name)))
-	ps.mu.Unlock()
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	p := &proc{name: name, log: logPath, exited: make(chan struct{})}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// The parent-death signal follows the thread that started the
-	// process: that thread must live as long as the process.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err := p.cmd.Start()
-		started <- err
-		if err == nil {
-			_ = p.cmd.Wait()
-		}
-		_ = f.Close()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", name, path, err)
-	}
-	ps.mu.Lock()
-	ps.list = append(ps.list, p)
-	ps.mu.Unlock()
-	return p, nil
-}
-
-// stopAll stops every process: SIGTERM, then SIGKILL after 5 s.
-func (ps *procs) stopAll() {
-	ps.mu.Lock()
-	list := ps.list
-	ps.list = nil
-	ps.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range list {
-		wg.Go(func() {
-			if !p.alive() {
-				return
-			}
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(5 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.exited
-			}
-		})
-	}
-	wg.Wait()
+	child.Group
+	ports loopback.Ports
 }
 
 // addr returns a free loopback address for a child to listen on.
-func (ps *procs) addr() (string, error) {
-	port, err := ps.ports.Free()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
-}
+func (ps *procs) addr() (string, error) { return ps.ports.Addr() }
 
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
+// cpu returns p's CPU time so far.
+func cpu(p *child.Process) (time.Duration, error) {
+	if !p.Alive() {
+		return 0, p.Failure(errors.New("exited during the run"))
 	}
-}
-
-// cpu returns the process' CPU time so far.
-func (p *proc) cpu() (time.Duration, error) {
-	if !p.alive() {
-		return 0, p.failure(errors.New("exited during the run"))
-	}
-	return benchproc.ProcCPU(p.cmd.Process.Pid)
-}
-
-// failure describes p's failure with the end of its log.
-func (p *proc) failure(err error) error {
-	b, _ := os.ReadFile(p.log)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return fmt.Errorf("%s: %w; the end of its log:\n%s", p.name, err, strings.Join(lines, "\n"))
+	return procstat.ProcCPU(p.Pid())
 }
 
 // waitHTTP polls url until it answers 200, or p exits, or startTimeout.
-func waitHTTP(ctx context.Context, p *proc, url string) error {
+func waitHTTP(ctx context.Context, p *child.Process, url string) error {
 	c := &http.Client{Timeout: 2 * time.Second}
 	err := wait.Until(ctx, startTimeout, func() error {
-		if !p.alive() {
+		if !p.Alive() {
 			return errors.New("exited")
 		}
 		resp, err := c.Get(url)
@@ -158,14 +62,14 @@ func waitHTTP(ctx context.Context, p *proc, url string) error {
 		return nil
 	})
 	if err != nil {
-		return p.failure(err)
+		return p.Failure(err)
 	}
 	return nil
 }
 
 // redisServer is a redis-server of one setup.
 type redisServer struct {
-	p    *proc
+	p    *child.Process
 	addr string
 	c    *redis.Client
 }
@@ -181,23 +85,23 @@ func startRedis(ctx context.Context, ps *procs, name string) (*redisServer, erro
 		return nil, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	dir, err := os.MkdirTemp(ps.dir, "redis-")
+	dir, err := os.MkdirTemp(ps.Dir, "redis-")
 	if err != nil {
 		return nil, err
 	}
-	p, err := ps.start("redis-server for "+name, path, []string{"--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}, benchproc.ChildEnv())
+	p, err := ps.Start("redis-server for "+name, path, []string{"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}, child.Env())
 	if err != nil {
 		return nil, err
 	}
 	r := &redisServer{p: p, addr: addr, c: redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})}
 	if err := wait.Until(ctx, startTimeout, func() error {
-		if !p.alive() {
+		if !p.Alive() {
 			return errors.New("exited")
 		}
 		return r.c.Ping(ctx).Err()
 	}); err != nil {
-		return nil, p.failure(err)
+		return nil, p.Failure(err)
 	}
 	return r, nil
 }
@@ -206,9 +110,9 @@ func startRedis(ctx context.Context, ps *procs, name string) (*redisServer, erro
 func (r *redisServer) cpu(ctx context.Context) (time.Duration, error) {
 	info, err := r.c.Info(ctx, "cpu", "stats").Result()
 	if err != nil {
-		return 0, r.p.failure(err)
+		return 0, r.p.Failure(err)
 	}
-	st, err := benchproc.ParseInfo(info)
+	st, err := procstat.ParseInfo(info)
 	return st.CPU, err
 }
 
@@ -251,7 +155,7 @@ func buildFastLimit(ctx context.Context, dir string) (string, error) {
 
 // startFastLimit starts FastLimit on the bench's rules, on Redis when r is
 // set, and returns its gRPC address.
-func startFastLimit(ctx context.Context, ps *procs, bin, rulesDir, name string, r *redisServer) (*proc, string, error) {
+func startFastLimit(ctx context.Context, ps *procs, bin, rulesDir, name string, r *redisServer) (*child.Process, string, error) {
 	grpcAddr, err := ps.addr()
 	if err != nil {
 		return nil, "", err
@@ -265,7 +169,7 @@ func startFastLimit(ctx context.Context, ps *procs, bin, rulesDir, name string, 
 	if r != nil {
 		args = append(args, "--redis-url", "redis://"+r.addr+"/0")
 	}
-	p, err := ps.start(name, bin, args, benchproc.ChildEnv())
+	p, err := ps.Start(name, bin, args, child.Env())
 	if err != nil {
 		return nil, "", err
 	}
@@ -274,7 +178,7 @@ func startFastLimit(ctx context.Context, ps *procs, bin, rulesDir, name string, 
 
 // startReference starts envoyproxy/ratelimit on the bench's rules and r,
 // configured by its environment as its README says.
-func startReference(ctx context.Context, ps *procs, bin, rulesDir string, r *redisServer) (*proc, string, error) {
+func startReference(ctx context.Context, ps *procs, bin, rulesDir string, r *redisServer) (*child.Process, string, error) {
 	var ports [3]string
 	for i := range ports {
 		a, err := ps.addr()
@@ -283,11 +187,11 @@ func startReference(ctx context.Context, ps *procs, bin, rulesDir string, r *red
 		}
 		_, ports[i], _ = net.SplitHostPort(a)
 	}
-	env := benchproc.ChildEnv("USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE",
+	env := child.Env("USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE",
 		"REDIS_URL="+r.addr, "RUNTIME_ROOT="+filepath.Join(rulesDir, "reference"), "RUNTIME_SUBDIRECTORY=ratelimit",
 		"RUNTIME_WATCH_ROOT=false", "HOST=127.0.0.1", "PORT="+ports[0], "GRPC_HOST=127.0.0.1", "GRPC_PORT="+ports[1],
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+ports[2])
-	p, err := ps.start("reference", bin, nil, env)
+	p, err := ps.Start("reference", bin, nil, env)
 	if err != nil {
 		return nil, "", err
 	}
@@ -299,7 +203,7 @@ var envoyBaseIDs int
 
 // startEnvoy runs Envoy (--concurrency 1) on bootstrap(listen, admin) and
 // waits for its /ready.
-func startEnvoy(ctx context.Context, ps *procs, bin, name string, bootstrap func(listen, admin string) string) (*proc, string, error) {
+func startEnvoy(ctx context.Context, ps *procs, bin, name string, bootstrap func(listen, admin string) string) (*child.Process, string, error) {
 	listen, err := ps.addr()
 	if err != nil {
 		return nil, "", err
@@ -308,14 +212,14 @@ func startEnvoy(ctx context.Context, ps *procs, bin, name string, bootstrap func
 	if err != nil {
 		return nil, "", err
 	}
-	path := filepath.Join(ps.dir, strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(name)+".yaml")
+	path := filepath.Join(ps.Dir, strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(name)+".yaml")
 	if err := os.WriteFile(path, []byte(bootstrap(listen, admin)), 0o644); err != nil {
 		return nil, "", err
 	}
 	envoyBaseIDs++
 	baseID := (os.Getpid()%(1<<22))<<8 | envoyBaseIDs%256
-	p, err := ps.start("envoy for "+name, bin, []string{"-c", path, "--concurrency", "1",
-		"--base-id", strconv.Itoa(baseID), "--log-level", "warn"}, benchproc.ChildEnv())
+	p, err := ps.Start("envoy for "+name, bin, []string{"-c", path, "--concurrency", "1",
+		"--base-id", strconv.Itoa(baseID), "--log-level", "warn"}, child.Env())
 	if err != nil {
 		return nil, "", err
 	}

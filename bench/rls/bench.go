@@ -8,8 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/bench/load"
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // Load settings that are not flags.
@@ -29,8 +31,8 @@ type sample struct {
 	RedisCommands int64        `json:"redis_commands"`        // total_commands_processed delta, scripts' commands included
 	RedisScripts  int64        `json:"redis_script_calls"`    // EVALSHA, EVAL and FCALL calls
 	// RedisTimed is INFO commandstats' calls and µs of each of
-	// benchproc.TimedCommands.
-	RedisTimed [len(benchproc.TimedCommands)]benchproc.CommandTime `json:"redis_commandstats"`
+	// procstat.TimedCommands.
+	RedisTimed [len(procstat.TimedCommands)]procstat.CommandTime `json:"redis_commandstats"`
 	// Plain is what INFO commandstats said of the plain script's calls
 	// and FastLimit's in a phase of their own after the run (plainPhase),
 	// when measured.
@@ -46,8 +48,8 @@ type sample struct {
 }
 
 // timed returns the commandstats delta of command name.
-func (s *sample) timed(name string) benchproc.CommandTime {
-	return s.RedisTimed[slices.Index(benchproc.TimedCommands[:], name)]
+func (s *sample) timed(name string) procstat.CommandTime {
+	return s.RedisTimed[slices.Index(procstat.TimedCommands[:], name)]
 }
 
 func (s *sample) decisions() float64 { return float64(s.Report.Decisions()) }
@@ -151,8 +153,8 @@ type bench struct {
 	o     *options
 	bins  []*binary
 	tools redisTools
-	ps    *procs
-	pp    benchproc.Ports
+	ps    *child.Group
+	pp    loopback.Ports
 	rules string // directory of writeRules
 	log   io.Writer
 	start time.Time
@@ -258,9 +260,9 @@ func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, erro
 			return nil, err
 		}
 		if rd == nil {
-			b.logf("%s (pid %d) on %s", bin.name, srv.p.pid(), srv.grpc)
+			b.logf("%s (pid %d) on %s", bin.name, srv.p.Pid(), srv.grpc)
 		} else {
-			b.logf("%s (pid %d) on %s, with %s on %v", bin.name, srv.p.pid(), srv.grpc, rd.describe(), rd.addrs)
+			b.logf("%s (pid %d) on %s, with %s on %v", bin.name, srv.p.Pid(), srv.grpc, rd.describe(), rd.addrs)
 		}
 		out = append(out, srv)
 	}
@@ -318,7 +320,7 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 		Seed: uint64(round + 1),
 	})
 	if err != nil {
-		return nil, srv.p.failure(err)
+		return nil, srv.p.Failure(err)
 	}
 	defer g.Close()
 	if b.o.warmup > 0 {
@@ -333,9 +335,9 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 		return nil, err
 	}
 	prof := b.startProfile(ctx, srv, spec, round)
-	m0, _ := benchproc.MachineCPU()
+	m0, _ := procstat.MachineCPU()
 	s.Report = g.Run(ctx, b.o.duration)
-	m1, _ := benchproc.MachineCPU()
+	m1, _ := procstat.MachineCPU()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -370,10 +372,10 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	}
 	switch {
 	case s.Report.Decisions() == 0:
-		return nil, srv.p.failure(fmt.Errorf("no decision in %v: %d errors (%v), first: %s",
+		return nil, srv.p.Failure(fmt.Errorf("no decision in %v: %d errors (%v), first: %s",
 			b.o.duration, s.Report.Errors, s.Report.ErrorCodes, s.Report.FirstError))
 	case spec.store() && srv.redis != nil && s.RedisCommands <= 0:
-		return nil, srv.p.failure(errors.New("decided without sending any command to Redis: are its rules loaded?"))
+		return nil, srv.p.Failure(errors.New("decided without sending any command to Redis: are its rules loaded?"))
 	}
 	return s, nil
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // machine are the facts a reader needs to weigh the figures.
@@ -75,7 +75,7 @@ func procField(text, key string) string {
 }
 
 // loadAverages returns the 1, 5 and 15 minute load averages, or "".
-func loadAverages() string { return benchproc.LoadAverages() }
+func loadAverages() string { return procstat.LoadAverages() }
 
 // loadAverage returns the 1-minute load average, or 0; tests replace it.
 var loadAverage = readLoadAverage

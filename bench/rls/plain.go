@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/bench/load"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // plainLibrary is the least a script can do for a fixed window's decision
@@ -40,8 +40,8 @@ const plainEvery = time.Millisecond
 // plainMeasure is what the plain phase measured: the plain script's calls
 // (FCALL) and FastLimit's (EVALSHA) while both ran.
 type plainMeasure struct {
-	Plain     benchproc.CommandTime `json:"plain_fcall"`
-	FastLimit benchproc.CommandTime `json:"fastlimit_evalsha"`
+	Plain     procstat.CommandTime `json:"plain_fcall"`
+	FastLimit procstat.CommandTime `json:"fastlimit_evalsha"`
 }
 
 // ratio is FastLimit's µs a call over the plain script's, 0 unmeasured.
@@ -119,11 +119,11 @@ func plainPhase(ctx context.Context, srv *server, g *load.Generator, spec runSpe
 }
 
 // timedOf is commandstats' figures of command in s.
-func timedOf(s benchproc.RedisStats, command string) benchproc.CommandTime {
-	for i, name := range benchproc.TimedCommands {
+func timedOf(s procstat.RedisStats, command string) procstat.CommandTime {
+	for i, name := range procstat.TimedCommands {
 		if name == command {
 			return s.Timed[i]
 		}
 	}
-	return benchproc.CommandTime{}
+	return procstat.CommandTime{}
 }

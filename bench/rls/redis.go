@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -37,7 +39,7 @@ type redisTools struct {
 // own, so that one's keys and CPU never mix with the other's.
 type redisDeploy struct {
 	tools   redisTools
-	nodes   []*proc
+	nodes   []*child.Process
 	addrs   []string // host:port of each node, as nodes
 	cluster bool
 }
@@ -45,7 +47,7 @@ type redisDeploy struct {
 // startRedis starts one redis-server (or, with cluster, the masters of a
 // Redis Cluster joined with redis-cli --cluster create) on free loopback
 // ports, without persistence, and waits until it serves requests.
-func startRedis(ctx context.Context, ps *procs, pp *benchproc.Ports, tools redisTools, name string, cluster bool) (*redisDeploy, error) {
+func startRedis(ctx context.Context, ps *child.Group, pp *loopback.Ports, tools redisTools, name string, cluster bool) (*redisDeploy, error) {
 	d := &redisDeploy{tools: tools, cluster: cluster}
 	n := 1
 	if cluster {
@@ -73,12 +75,12 @@ func startRedis(ctx context.Context, ps *procs, pp *benchproc.Ports, tools redis
 	return d, nil
 }
 
-func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *benchproc.Ports, name string) (*proc, string, error) {
+func (d *redisDeploy) startNode(ctx context.Context, ps *child.Group, pp *loopback.Ports, name string) (*child.Process, string, error) {
 	port, err := pp.Free()
 	if err != nil {
 		return nil, "", err
 	}
-	dir, err := os.MkdirTemp(ps.dir, "redis-")
+	dir, err := os.MkdirTemp(ps.Dir, "redis-")
 	if err != nil {
 		return nil, "", err
 	}
@@ -101,13 +103,13 @@ func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *benchproc.Po
 		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
 	}
-	p, err := ps.start(name, d.tools.server, args, benchproc.ChildEnv())
+	p, err := ps.Start(name, d.tools.server, args, child.Env())
 	if err != nil {
 		return nil, "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	err = wait.Until(ctx, redisStartTimeout, func() error {
-		if !p.alive() {
+		if !p.Alive() {
 			return errors.New("exited")
 		}
 		out, err := redisCLI(ctx, d.tools.cli, addr, "PING")
@@ -117,8 +119,8 @@ func (d *redisDeploy) startNode(ctx context.Context, ps *procs, pp *benchproc.Po
 		return err
 	})
 	if err != nil {
-		ps.stop(p)
-		return nil, "", p.failure(fmt.Errorf("not serving on %s: %w", addr, err))
+		ps.Stop(p)
+		return nil, "", p.Failure(fmt.Errorf("not serving on %s: %w", addr, err))
 	}
 	return p, addr, nil
 }
@@ -149,8 +151,8 @@ func (d *redisDeploy) createCluster(ctx context.Context) error {
 }
 
 // stats returns the INFO counters summed over every node.
-func (d *redisDeploy) stats(ctx context.Context) (benchproc.RedisStats, error) {
-	var sum benchproc.RedisStats
+func (d *redisDeploy) stats(ctx context.Context) (procstat.RedisStats, error) {
+	var sum procstat.RedisStats
 	for _, addr := range d.addrs {
 		s, err := infoCPU(ctx, d.tools.cli, addr)
 		if err != nil {
@@ -164,16 +166,16 @@ func (d *redisDeploy) stats(ctx context.Context) (benchproc.RedisStats, error) {
 // alive returns an error naming the first node that has exited.
 func (d *redisDeploy) alive() error {
 	for _, p := range d.nodes {
-		if !p.alive() {
-			return p.failure(errors.New("exited during the run"))
+		if !p.Alive() {
+			return p.Failure(errors.New("exited during the run"))
 		}
 	}
 	return nil
 }
 
-func (d *redisDeploy) stop(ps *procs) {
+func (d *redisDeploy) stop(ps *child.Group) {
 	for _, p := range d.nodes {
-		ps.stop(p)
+		ps.Stop(p)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
 	"github.com/fastlimit/fastlimit/bench/load"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // reportHas fails t for each of wants that the report md lacks, and logs
@@ -224,12 +224,12 @@ func TestRenderConcurrency(t *testing.T) {
 	spec := func(c int) runSpec { return runSpec{Key: "fwm", Descriptors: 1, Callers: c} }
 	timed := func(s *sample, evalshaUS float64) *sample {
 		calls := int64(s.decisions())
-		s.RedisTimed[0] = benchproc.CommandTime{Calls: calls, Usec: int64(evalshaUS * float64(calls))}
+		s.RedisTimed[0] = procstat.CommandTime{Calls: calls, Usec: int64(evalshaUS * float64(calls))}
 		s.RedisScripts = calls
 		return s
 	}
 	plain := func(s *sample, us float64) *sample {
-		s.Plain = plainMeasure{Plain: benchproc.CommandTime{Calls: 1000, Usec: int64(us * 1000)}, FastLimit: s.RedisTimed[0]}
+		s.Plain = plainMeasure{Plain: procstat.CommandTime{Calls: 1000, Usec: int64(us * 1000)}, FastLimit: s.RedisTimed[0]}
 		return s
 	}
 	null := func(round int, rate, serverUS float64) *sample {
@@ -335,8 +335,8 @@ func TestRenderOpenLoop(t *testing.T) {
 	null := func(s *sample) *sample { s.NoRedis = true; return s }
 	one := runSpec{Key: "fwm", Descriptors: 1, Callers: 1}
 	withPlain := func(s *sample, evalsha, plain float64) *sample {
-		s.Plain = plainMeasure{FastLimit: benchproc.CommandTime{Calls: 1000, Usec: int64(evalsha * 1000)},
-			Plain: benchproc.CommandTime{Calls: 1000, Usec: int64(plain * 1000)}}
+		s.Plain = plainMeasure{FastLimit: procstat.CommandTime{Calls: 1000, Usec: int64(evalsha * 1000)},
+			Plain: procstat.CommandTime{Calls: 1000, Usec: int64(plain * 1000)}}
 		return s
 	}
 	r2000 := runSpec{Key: "fwm", Descriptors: 1, Rate: 2000}

@@ -14,7 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/child"
+	"github.com/fastlimit/fastlimit/internal/testing/loopback"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -163,7 +165,7 @@ func build(ctx context.Context, root, pkg, path string, flags ...string) (string
 // the null server).
 type server struct {
 	bin   *binary
-	p     *proc
+	p     *child.Process
 	grpc  string // host:port
 	admin string // host:port of its pprof, "" unless --profile
 	redis *redisDeploy
@@ -173,7 +175,7 @@ type server struct {
 // null server), with the rules written under rulesDir (see writeRules)
 // and, with profile, pprof on an admin port, and waits until its
 // /healthcheck answers 200.
-func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary, rd *redisDeploy, rulesDir string, profile bool) (*server, error) {
+func startServer(ctx context.Context, ps *child.Group, pp *loopback.Ports, b *binary, rd *redisDeploy, rulesDir string, profile bool) (*server, error) {
 	grpcPort, err := pp.Free()
 	if err != nil {
 		return nil, err
@@ -207,7 +209,7 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 			"--log-level", "warn", "--redis-type", redisType, "--redis-url", url,
 		}, admin...), b.args...)
-		env = benchproc.ChildEnv(b.env...)
+		env = child.Env(b.env...)
 	case kindNull:
 		args = []string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr}
 		if profile {
@@ -218,7 +220,7 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 			adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			args = append(args, "--pprof-addr", adminAddr)
 		}
-		env = benchproc.ChildEnv(b.env...)
+		env = child.Env(b.env...)
 	case kindReference:
 		debugPort, err := pp.Free()
 		if err != nil {
@@ -228,16 +230,16 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 		if rd.cluster {
 			redisType = "CLUSTER"
 		}
-		env = benchproc.ChildEnv(append(referenceEnv(rulesDir, redisType, strings.Join(rd.addrs, ","), grpcPort, httpPort, debugPort), b.env...)...)
+		env = child.Env(append(referenceEnv(rulesDir, redisType, strings.Join(rd.addrs, ","), grpcPort, httpPort, debugPort), b.env...)...)
 	}
-	p, err := ps.start(b.name+" server", b.path, args, env)
+	p, err := ps.Start(b.name+" server", b.path, args, env)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{bin: b, p: p, grpc: grpcAddr, admin: adminAddr, redis: rd}
 	if err := waitHealthy(ctx, p, "http://"+httpAddr+"/healthcheck"); err != nil {
-		ps.stop(p)
-		return nil, p.failure(err)
+		ps.Stop(p)
+		return nil, p.Failure(err)
 	}
 	return s, nil
 }
@@ -264,10 +266,10 @@ func referenceEnv(rulesDir, redisType, redisURL string, grpcPort, httpPort, debu
 }
 
 // waitHealthy polls url until it answers 200, p exits, or healthTimeout.
-func waitHealthy(ctx context.Context, p *proc, url string) error {
+func waitHealthy(ctx context.Context, p *child.Process, url string) error {
 	client := &http.Client{Timeout: time.Second}
 	return wait.Until(ctx, healthTimeout, func() error {
-		if !p.alive() {
+		if !p.Alive() {
 			return errors.New("exited")
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -287,18 +289,18 @@ func waitHealthy(ctx context.Context, p *proc, url string) error {
 }
 
 // usage reads the CPU the server and its Redis have used so far.
-func (s *server) usage(ctx context.Context) (time.Duration, benchproc.RedisStats, error) {
+func (s *server) usage(ctx context.Context) (time.Duration, procstat.RedisStats, error) {
 	cpu, err := s.cpu()
 	if err != nil || s.redis == nil {
-		return cpu, benchproc.RedisStats{}, err
+		return cpu, procstat.RedisStats{}, err
 	}
 	rs, err := s.redis.stats(ctx)
 	return cpu, rs, err
 }
 
 // stop stops the server and its Redis.
-func (s *server) stop(ps *procs) {
-	ps.stop(s.p)
+func (s *server) stop(ps *child.Group) {
+	ps.Stop(s.p)
 	if s.redis != nil {
 		s.redis.stop(ps)
 	}
@@ -306,8 +308,8 @@ func (s *server) stop(ps *procs) {
 
 // cpu returns the server process' CPU time so far.
 func (s *server) cpu() (time.Duration, error) {
-	if !s.p.alive() {
-		return 0, s.p.failure(errors.New("exited during the run"))
+	if !s.p.Alive() {
+		return 0, s.p.Failure(errors.New("exited during the run"))
 	}
-	return benchproc.ProcCPU(s.p.pid())
+	return procstat.ProcCPU(s.p.Pid())
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/testing/child"
 )
 
 // execute runs the benchmark o describes, prints the report to stdout and
@@ -23,10 +25,10 @@ func execute(ctx context.Context, o *options, stdout, stderr io.Writer) (*result
 	if err != nil {
 		return nil, err
 	}
-	ps := &procs{dir: dir}
+	ps := &child.Group{Dir: dir}
 	b := &bench{o: o, tools: tools, ps: ps, rules: filepath.Join(dir, "rules"), log: stderr, start: time.Now()}
 	res, err := b.execute(ctx)
-	ps.stopAll()
+	ps.StopAll()
 	if err != nil {
 		if ctx.Err() == nil {
 			fmt.Fprintf(stderr, "bench: logs of every process are in %s\n", dir)
@@ -109,7 +111,7 @@ func (b *bench) binaries(ctx context.Context) error {
 	} else {
 		b.logf("building ./cmd/server")
 		var err error
-		if fl, err = buildFastLimit(ctx, o.root, b.ps.dir); err != nil {
+		if fl, err = buildFastLimit(ctx, o.root, b.ps.Dir); err != nil {
 			return err
 		}
 	}
@@ -146,7 +148,7 @@ func (b *bench) binaries(ctx context.Context) error {
 			return errors.New("--compare-null builds ./bench/nullrls: run bench/rls in the FastLimit repository")
 		}
 		b.logf("building ./bench/nullrls")
-		null, err := buildNull(ctx, o.root, b.ps.dir)
+		null, err := buildNull(ctx, o.root, b.ps.Dir)
 		if err != nil {
 			return err
 		}

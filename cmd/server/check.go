@@ -44,7 +44,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
 		layout.Dir, len(r.Files), len(r.Set.Domains()), len(r.Set.Limits()))
-	writeGroups(stdout, r.Set.Limits())
+	writeJoints(stdout, r.Set.Limits())
 	return 0
 }
 
@@ -62,17 +62,17 @@ func checkOverlay(path string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// writeGroups lists the rules with several limits (rate_limits), one line
+// writeJoints lists the rules with several limits (rate_limits), one line
 // each: "  api.account: 2 limits, each must allow: api.account#0, api.account#daily".
-func writeGroups(w io.Writer, limits []*descriptors.Limit) {
+func writeJoints(w io.Writer, limits []*descriptors.Limit) {
 	for _, l := range limits {
-		if l.Group == nil || l.Index != 0 {
+		if l.Joint == nil || l.Index != 0 {
 			continue
 		}
-		labels := make([]string, len(l.Group))
-		for i, m := range l.Group {
+		labels := make([]string, len(l.Joint))
+		for i, m := range l.Joint {
 			labels[i] = m.Label()
 		}
-		fmt.Fprintf(w, "  %s: %d limits, each must allow: %s\n", l.Path, len(l.Group), strings.Join(labels, ", "))
+		fmt.Fprintf(w, "  %s: %d limits, each must allow: %s\n", l.Path, len(l.Joint), strings.Join(labels, ", "))
 	}
 }

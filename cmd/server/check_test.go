@@ -67,9 +67,9 @@ func TestCheckBadRules(t *testing.T) {
 	}
 }
 
-// TestCheckReportsGroups: a rule with several limits (rate_limits) gets a
+// TestCheckReportsJoints: a rule with several limits (rate_limits) gets a
 // line naming each of them.
-func TestCheckReportsGroups(t *testing.T) {
+func TestCheckReportsJoints(t *testing.T) {
 	dir := t.TempDir()
 	rules := "domain: api\ndescriptors:\n  - key: account\n    rate_limits:\n" +
 		"      - {unit: second, requests_per_unit: 10}\n      - {name: daily, unit: day, requests_per_unit: 1000}\n"

@@ -45,10 +45,10 @@ func (v *tokenVersions) write(body string) {
 }
 
 // TestTokenRevocation: each version of the token file is taken whole or
-// refused whole. Emptying it, commenting its tokens out or deleting it
-// revokes every token; a malformed version (a bad line among good ones,
-// a token under 16 bytes, a name twice) puts none in force, is logged
-// once at error and counted, until a good version.
+// refused whole, and read once. Emptying it, commenting its tokens out or
+// deleting it revokes every token; a malformed version (a bad line among
+// good ones, a token under 16 bytes, a name twice) puts none in force, is
+// logged once at error and counted, until a good version.
 func TestTokenRevocation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
 	v := &tokenVersions{t: t, path: path}
@@ -124,6 +124,11 @@ func TestTokenRevocation(t *testing.T) {
 	}
 	if n := logs.FilterMessage("admin token file missing: no token is in force").Len(); n != 1 {
 		t.Errorf("%d lines for the deleted file, want 1", n)
+	}
+	// An unchanged file is not read again: one line a version taken (the
+	// first and six others), however many lookups.
+	if n := logs.FilterMessage("admin tokens loaded").Len(); n != 7 {
+		t.Errorf("%d lines for the versions taken, want 7", n)
 	}
 	for _, e := range logs.All() {
 		if line := e.Message + " " + fmtFields(e); strings.Contains(line, "0123456789") {

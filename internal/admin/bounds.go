@@ -39,10 +39,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 // each.
 func (a *API) bounds() (descs, entries int) {
 	descs, entries = maxDescriptors, maxEntries
-	if m := a.o.Settings.MaxDescriptors; m > 0 {
+	if m := a.o.Settings.Limits.MaxDescriptors; m > 0 {
 		descs = min(descs, m)
 	}
-	if m := a.o.Settings.MaxEntries; m > 0 {
+	if m := a.o.Settings.Limits.MaxEntries; m > 0 {
 		entries = min(entries, m)
 	}
 	return descs, entries

@@ -84,7 +84,7 @@ func (a *API) explain(domain string, entries []descriptors.Entry, p *limiter.Pee
 	// Each limit of the rule, in its order: those in force are the Parts,
 	// in the same order; the others were replaced.
 	next := 0
-	for _, m := range lim.Group {
+	for _, m := range lim.Joint {
 		l := ExplainedLimit{Label: m.Label(), Name: m.Name, Replaces: m.Replaces, Spec: limitSpec(m)}
 		if next < len(st.Parts) && st.Parts[next].Limit == m {
 			part := &st.Parts[next]

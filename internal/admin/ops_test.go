@@ -22,6 +22,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -200,17 +201,24 @@ func state(d admin.Explained) string {
 }
 
 // TestCountersAuthorization: without a token file or client CA, writes
-// answer 403 naming the flags; with a token file, a write without a
-// token, or with a wrong one, answers 403; with a token it resets and is
-// audited with the token's name and the counts, never the token. The file
-// is read again when it changes.
+// (a reset, a refund) answer 403 naming the flags; with a token file, a
+// write without a token, or with a wrong one, answers 403, refused by the
+// guard (counted, audited); with a token it resets and is audited with
+// the token's name and the counts, never the token. The file is read
+// again when it changes.
 func TestCountersAuthorization(t *testing.T) {
 	rules := map[string]string{"ops.yaml": opsRules}
 	reset := `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`
+	writes := map[string]string{ // path: body
+		"/v1/counters/reset":  reset,
+		"/v1/counters/refund": `{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}],"hits":1}`,
+	}
 	off, _ := testServer(t, rules)
-	code, out := call(t, nil, http.MethodPost, "http://"+off.AdminAddr()+"/v1/counters/reset", reset)
-	if code != http.StatusForbidden || !strings.Contains(out, "--admin-token-file") || !strings.Contains(out, "--admin-tls-client-ca") {
-		t.Errorf("without authorization configured: %d %s", code, out)
+	for path, body := range writes {
+		code, out := call(t, nil, http.MethodPost, "http://"+off.AdminAddr()+path, body)
+		if code != http.StatusForbidden || !strings.Contains(out, "--admin-token-file") || !strings.Contains(out, "--admin-tls-client-ca") {
+			t.Errorf("%s without authorization configured: %d %s", path, code, out)
+		}
 	}
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
@@ -218,15 +226,22 @@ func TestCountersAuthorization(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	s := testServerOn(t, files.Dir(t, rules), zap.New(core), "--admin-token-file", tokens)
 	url := "http://" + s.AdminAddr() + "/v1/counters/reset"
-	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice-0123456"}} {
-		if code, out := call(t, nil, http.MethodPost, url, reset, h...); code != http.StatusForbidden || !strings.Contains(out, "bearer token") {
-			t.Errorf("headers %q: %d %s", h, code, out)
+	for path, body := range writes {
+		for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-alice-0123456"}} {
+			code, out := call(t, nil, http.MethodPost, "http://"+s.AdminAddr()+path, body, h...)
+			if code != http.StatusForbidden || !strings.Contains(out, "bearer token") {
+				t.Errorf("%s, headers %q: %d %s", path, h, code, out)
+			}
 		}
+	}
+	_, page := scrape.Get(t, "http://"+s.AdminAddr()+"/metrics")
+	if got, want := scrape.Value(t, page, `fastlimit_admin_requests_refused_total{reason="unauthorized"}`), float64(3*len(writes)); got != want {
+		t.Errorf("fastlimit_admin_requests_refused_total{reason=\"unauthorized\"} = %v, want %v: a write passed the guard", got, want)
 	}
 	for range 3 {
 		s.decide(t, "ops", "user", "ann")
 	}
-	code, out = call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob-01234567")
+	code, out := call(t, nil, http.MethodPost, url, reset, "Authorization", "Bearer s3cret-bob-01234567")
 	a := decode[admin.CountersAnswer](t, out)
 	if code != http.StatusOK || a.Who != "token:bob" || *a.Descriptors[0].Before.Remaining != 0 || *a.Descriptors[0].After.Remaining != 2 {
 		t.Fatalf("reset with bob's token: %d %s", code, out)

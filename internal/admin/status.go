@@ -25,9 +25,9 @@ const (
 func (a *API) handleStatus(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.status()) }
 
 func (a *API) status() Status {
-	o := a.o.Settings.Admin
+	o := a.o.Settings.Top
 	st := Status{Version: a.o.Version, Time: time.Now().UTC(), Store: a.o.Store(), Limited: []top.Ranking{},
-		TopKeys: o.TopKeys, TopWindow: o.TopWindow.String()}
+		TopKeys: o.Keys, TopWindow: o.Window.String()}
 	if cur := a.o.Rules.Current(); cur != nil {
 		st.Rules = RulesStatus{Hash: cur.Hash, From: "file", Files: cur.Files, Domains: len(cur.Set.Domains()), Limits: len(cur.Set.Limits())}
 		if cur.FromXDS {

@@ -172,7 +172,7 @@ func (s *Server) storeStatus() admin.StoreStatus {
 	switch g := s.store.(type) {
 	case *store.Memory:
 		ms := g.Stats()
-		st.MemoryKeys, st.MemoryRefused, st.MemoryMaxKeys = &ms.Keys, &ms.Refused, s.opts.MemoryMaxKeys
+		st.MemoryKeys, st.MemoryRefused, st.MemoryMaxKeys = &ms.Keys, &ms.Refused, s.opts.Memory.MaxKeys
 	case *guarded:
 		st.Breaker = g.breaker.State().String()
 		if g.cache != nil {

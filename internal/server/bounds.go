@@ -44,8 +44,7 @@ var errRequestTimeout = errors.New("call not finished within --grpc-request-time
 // listener; gRPC offers no per-message read deadline and counts none of
 // its own refusals, so both are done here. (A stats.Handler would see
 // connections too, but gRPC then reports every call's every message to
-// it, its headers copied: 15-25 % of the server's CPU a decision at 64
-// callers.)
+// it, its headers copied: BENCHMARKS.md has its cost.)
 //
 // The tap runs on a connection's reader when a call's headers arrive,
 // before the call is created. It counts the connection's calls in flight
@@ -211,15 +210,15 @@ func grpcConnCap(o *settings.Settings, files, httpConns int) (int, error) {
 // RLQS its demand exchanges' pool and subscriber. A Cluster's nodes are
 // not known before it answers: the seeds given, at least 6.
 func redisConns(o *settings.Settings) int {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return 0
 	}
-	pool := o.RedisPoolConns()
+	pool := o.Redis.PoolConns()
 	if o.RLQS.Enabled {
 		pool += o.RLQS.RedisPoolConns() + 1
 	}
-	addrs := len(strings.Split(o.RedisURL, ","))
-	switch strings.ToLower(o.Redis.Type) {
+	addrs := len(strings.Split(o.Redis.Client.URL, ","))
+	switch strings.ToLower(o.Redis.Client.Type) {
 	case "cluster":
 		return pool * max(addrs, 6)
 	case "sentinel":

@@ -50,9 +50,8 @@ func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
 func grpcOptions(s *Server) []grpc.ServerOption {
 	o := s.opts
 	// Each connection keeps its own write buffer: grpc.SharedWriteBuffer
-	// (returning it to a pool after every flush) cost 20-25 % of the rate
-	// of the unlimited rule at 64 callers (BENCHMARKS.md), and Envoy holds
-	// few connections.
+	// returns it to a pool after every flush, which costs more than Envoy's
+	// few connections save (BENCHMARKS.md).
 	ka := keepalive.ServerParameters{
 		MaxConnectionAge:      o.GRPCMaxConnectionAge,
 		MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace,

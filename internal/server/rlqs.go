@@ -35,7 +35,7 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	opts.Log = s.log
 	opts.StoreLog = flap.New(s.log.Named("rlqs"), flap.DefaultEvery, nil)
 	opts.KeyPrefix = o.KeyPrefix
-	limits := o.Limits() // bucket ids are bounded as descriptors are
+	limits := o.Limits // bucket ids are bounded as descriptors are
 	opts.IDLimits = &limits
 	if o.RLQS.RecvBytes(o.MaxRequestBytes) > o.RLQS.MaxReportBytes {
 		opts.MaxReportBytes = o.RLQS.MaxReportBytes // gRPC's limit is --max-request-bytes
@@ -47,10 +47,10 @@ func (s *Server) newRLQS(r *store.Redis) error {
 	if r != nil {
 		timeout := o.RLQS.StoreTimeout
 		pool := o.RLQS.RedisPoolConns()
-		client, err := store.NewClient(o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
-			PoolSize: pool, MaxConns: pool, DialTimeout: o.RedisDialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			Name: RLQSRedisName,
-		}))
+		copts := o.Redis.ClientOptions()
+		copts.Conn = store.ConnOptions{PoolSize: pool, MaxConns: pool, DialTimeout: copts.Conn.DialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			Name: RLQSRedisName}
+		client, err := store.NewClient(copts)
 		if err != nil {
 			return fmt.Errorf("rlqs redis: %w", err)
 		}

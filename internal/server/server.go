@@ -104,7 +104,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	}
 	st, err := newStore(o, log)
 	if err != nil {
-		if o.RedisURL != "" {
+		if o.Redis.Client.URL != "" {
 			err = fmt.Errorf("%s: %w", o.Name("redis-url"), err)
 		}
 		return nil, err
@@ -122,7 +122,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	var tlsOpts []grpc.ServerOption
-	if s.certs, tlsOpts, err = grpcTLS(o.TLS, s.tlsRefused.WithLabelValues(metrics.TLSGRPCServer).Inc, log.Named("tls")); err != nil {
+	if s.certs, tlsOpts, err = grpcTLS(o.GRPCTLS, s.tlsRefused.WithLabelValues(metrics.TLSGRPCServer).Inc, log.Named("tls")); err != nil {
 		return nil, err
 	}
 	to := o.Tracing
@@ -130,8 +130,8 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if s.tracing, err = tracing.New(to, log.Named("tracing")); err != nil {
 		return nil, err
 	}
-	limits := o.Limits()
-	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &limits, Atomic: o.Atomic,
+	limits := o.Limits
+	s.limiter = limiter.New(s.tracing.Store(st, storeKind(o)), limiter.Options{KeyPrefix: o.KeyPrefix, Limits: &limits, AllOrNothing: o.Atomic,
 		QuotaMode: o.QuotaMode})
 	if err := s.newObservers(); err != nil {
 		return nil, err
@@ -143,6 +143,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	s.service = rls.New(s.limiter, rls.Options{
 		Timeout:      storeWait(o),
 		OnStoreError: onStoreError,
+		ShadowMode:   o.ShadowMode,
 		Headers:      o.Headers,
 		Observer:     s.observer(),
 		Spans:        spans(s.tracing),
@@ -162,7 +163,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 func (s *Server) newObservers() error {
 	o := s.opts
 	var err error
-	if s.metrics, err = metrics.New(s.registry, metrics.Options{NearRatio: o.Admin.NearLimitRatio, MaxDetailed: o.Admin.MaxDetailedMetricSeries}); err != nil {
+	if s.metrics, err = metrics.New(s.registry, o.Metrics); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if err := metrics.RegisterStore(s.registry, storeReaders(s.store)); err != nil {
@@ -180,7 +181,6 @@ func (s *Server) newObservers() error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	ro := o.RefStats
-	ro.NearRatio = o.Admin.NearLimitRatio
 	ro.HTTP = httpserver.Options{MaxConns: s.httpOpts.MaxConns}
 	if s.ref, err = refstats.New(ro, s.limiter, s.registry, s.log.Named("refstats")); err != nil {
 		return err
@@ -190,8 +190,9 @@ func (s *Server) newObservers() error {
 		loads = append(loads, st)
 		addStoreStats(st, s.store)
 	}
-	if a := o.Admin; a.TopKeys > 0 {
-		s.top = top.New(top.Options{Keys: a.TopKeys, Window: a.TopWindow, LogLimited: a.LogTopLimited, Log: s.log.Named("top")})
+	if to := o.Top; to.Keys > 0 {
+		to.Log = s.log.Named("top")
+		s.top = top.New(to)
 		loads = append(loads, s.top)
 	}
 	s.failures = newFailureLog(s.log.Named("store"), o.OnStoreError)
@@ -215,7 +216,7 @@ func (s *Server) observer() rls.Observer {
 // storeWait bounds a request's store call: --store-timeout, or none for
 // the embedded store, which never waits.
 func storeWait(o *settings.Settings) time.Duration {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return 0
 	}
 	return o.StoreTimeout

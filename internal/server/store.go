@@ -26,39 +26,37 @@ type openStore interface {
 // newStore builds the store the options ask for: Redis when a URL is
 // given, the embedded in-memory store otherwise. It starts nothing.
 func newStore(o *settings.Settings, log *zap.Logger) (openStore, error) {
-	if o.RedisURL == "" {
-		return store.NewMemory(store.MemoryOptions{SweepInterval: o.MemorySweepInterval, MaxKeys: o.MemoryMaxKeys}), nil
+	if o.Redis.Client.URL == "" {
+		return store.NewMemory(o.Memory), nil
 	}
-	r, pool, err := newRedis(o, log)
+	r, pool, detachLog, err := newRedis(o, log)
 	if err != nil {
 		return nil, err
 	}
 	changes := flap.New(log, flap.DefaultEvery, nil).WithFlush() // OnChange observes changes only
-	b := breaker.New(r, breaker.Options{
-		Failures: o.BreakerFailures,
-		Cooldown: o.BreakerCooldown,
-		// A store that answers a PING only past --store-timeout would
-		// fail the requests again: it is not back yet.
-		ProbeTimeout: o.StoreTimeout,
-		// Logged at most once per flap.DefaultEvery: a store that times
-		// out under load can open and close it every cooldown.
-		OnChange: func(from, to breaker.State) {
-			if to == breaker.Closed {
-				changes.Up("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
-			} else {
-				changes.Down("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
-			}
-		},
-	})
-	g := &guarded{AtomicStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, open: func(ctx context.Context) error {
+	bo := o.Breaker
+	// A store that answers a PING only past --store-timeout would fail the
+	// requests again: it is not back yet.
+	bo.ProbeTimeout = o.StoreTimeout
+	// Logged at most once per flap.DefaultEvery: a store that times out
+	// under load can open and close it every cooldown.
+	bo.OnChange = func(from, to breaker.State) {
+		if to == breaker.Closed {
+			changes.Up("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		} else {
+			changes.Down("store circuit breaker", zap.Stringer("from", from), zap.Stringer("to", to))
+		}
+	}
+	b := breaker.New(r, bo)
+	g := &guarded{AllOrNothingStore: b, breaker: b, batches: r.BatchStats, pool: pool, redis: r, detachLog: detachLog, open: func(ctx context.Context) error {
 		_ = b.Open(ctx) // ties the breaker's prober to the store's life
 		return r.Open(ctx)
 	}}
-	if n := o.OverLimitCacheBytes / cacheEntryBytes; n > 0 {
+	if o.OverLimitCache.Bytes >= overlimit.EntryBytes {
 		// Outside the breaker: keys known to be over their limit stay
 		// denied while Redis is away.
-		g.cache = overlimit.New(b, overlimit.Options{MaxEntries: n})
-		g.AtomicStore = g.cache
+		g.cache = overlimit.New(b, o.OverLimitCache)
+		g.AllOrNothingStore = g.cache
 	}
 	return g, nil
 }
@@ -89,21 +87,18 @@ func storeReaders(st openStore) metrics.StoreReaders {
 	return r
 }
 
-// cacheEntryBytes is what --over-limit-cache-bytes counts per key: an
-// entry measured 115 bytes of heap plus its key (about 50 bytes for keys
-// of 40), rounded up for longer keys and map growth.
-const cacheEntryBytes = 256
-
 // guarded is a store behind a circuit breaker, and the over-limit cache
 // when there is one, opened through to the store.
 type guarded struct {
-	limiter.AtomicStore
+	limiter.AllOrNothingStore
 	breaker *breaker.Breaker
 	open    func(context.Context) error
 	cache   *overlimit.Cache        // nil without --over-limit-cache-bytes
 	batches func() store.BatchStats // how Takes were merged into script calls
 	pool    func() refstats.PoolStats
 	redis   *store.Redis // whose client the quota service shares
+	// detachLog takes go-redis' process-wide log off this server's logger
+	detachLog func()
 }
 
 // redisOf is the Redis of a store, nil for the embedded one.
@@ -132,22 +127,25 @@ func addStoreStats(st *refstats.Stats, s openStore) {
 
 func (g *guarded) Open(ctx context.Context) error { return g.open(ctx) }
 
+// Close closes the store, then takes go-redis' log off the server's
+// logger: a dial still under way for the closed client (go-redis dials on
+// goroutines of its own) logs nowhere, not to a finished test's logger.
+func (g *guarded) Close() error {
+	err := g.AllOrNothingStore.Close()
+	g.detachLog()
+	return err
+}
+
 // newRedis builds the Redis store over a client for the deployment
 // --redis-type and --redis-url describe (single, cluster or sentinel),
 // and reads its connection pool's stats as the reference counts them:
 // connections open now, opened since the start (open now plus those the
 // pool closed), and closed by the pool (stale or unusable ones).
-func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, error) {
-	pool := o.RedisPoolConns()
-	copts := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{
-		PoolSize:     pool,
-		DialTimeout:  o.RedisDialTimeout,
-		ReadTimeout:  o.RedisReadTimeout,
-		WriteTimeout: o.RedisWriteTimeout,
-	})
+func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refstats.PoolStats, func(), error) {
+	copts := o.Redis.ClientOptions()
 	client, err := store.NewClient(copts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	poolStats := func() refstats.PoolStats {
 		ps := client.PoolStats()
@@ -155,27 +153,22 @@ func newRedis(o *settings.Settings, log *zap.Logger) (*store.Redis, func() refst
 		return refstats.PoolStats{Active: uint64(ps.TotalConns), Total: uint64(ps.TotalConns) + closed, Closed: closed}
 	}
 	log = log.Named("redis").With(zap.String("redis", copts.String()))
-	logging.SetRedisLogger(log)
-	inFlight := o.RedisBatches
-	if inFlight <= 0 {
-		inFlight = store.NoMerging
-	}
-	return store.NewRedis(client, log, store.RedisOptions{CloseClient: true, InFlight: inFlight, SendTimeout: o.RedisReadTimeout,
-		Gather: o.RedisPipelineWindow, GatherOps: o.RedisPipelineLimit}), poolStats, nil
+	detachLog := logging.SetRedisLogger(log)
+	return store.NewRedis(client, log, o.Redis.StoreOptions()), poolStats, detachLog, nil
 }
 
 // storeName describes the store for logs, without credentials.
 // storeKind is "memory" or "redis".
 func storeKind(o *settings.Settings) string {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return "memory"
 	}
 	return "redis"
 }
 
 func storeName(o *settings.Settings) string {
-	if o.RedisURL == "" {
+	if o.Redis.Client.URL == "" {
 		return "memory"
 	}
-	return "redis " + o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{}).String()
+	return "redis " + o.Redis.ClientOptions().String()
 }

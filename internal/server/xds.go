@@ -7,40 +7,18 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/internal/source/xds"
-	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 // causeXDS is the cause logged for rules from the xDS server.
 const causeXDS = "xds"
-
-// xdsClient returns the xDS client's options; Validate has passed. It also
-// returns the node metadata entries that it ignores.
-func xdsClient(o *settings.XDS, version string) (xds.Options, []string) {
-	md, ignored := settings.ParseNodeMetadata(o.NodeMetadata)
-	headers, _ := settings.ParseHeaders(o.Headers)
-	return xds.Options{
-		ServerURL:        o.Server,
-		TypeURL:          rules.XDSTypeURL,
-		NodeID:           o.NodeID,
-		NodeMetadata:     md,
-		UserAgentName:    "fastlimit",
-		UserAgentVersion: version,
-		Headers:          headers,
-		TLS:              o.ClientTLS(),
-		Backoff:          o.Backoff,
-		ConnectRetry:     o.ConnectRetryInterval,
-		MaxRecvMsgSize:   o.MaxResponseBytes,
-	}, ignored
-}
 
 // openXDS starts the xDS client. Without --xds-start-without-rules
 // it waits until a first snapshot has been applied (bad ones are NACKed
 // and waited past), or until ctx ends; with it, it returns at once and
 // requests are answered with an error until rules arrive.
 func (s *Server) openXDS(ctx context.Context) error {
-	opts, ignored := xdsClient(&s.opts.XDS, s.version)
+	opts, ignored := s.opts.XDS.ClientOptions(s.version)
 	refused := s.tlsRefused.WithLabelValues("xds_client")
 	opts.OnCertRefused = func(error) { refused.Inc() }
 	opts.Clock = s.clock

@@ -265,7 +265,7 @@ func TestXDSClientOptions(t *testing.T) {
 	if !got.XDS.Enabled() || !got.XDS.StartWithoutRules {
 		t.Errorf("enabled %v, force start %v", got.XDS.Enabled(), got.XDS.StartWithoutRules)
 	}
-	c, ignored := xdsClient(&got.XDS, "v1")
+	c, ignored := got.XDS.ClientOptions("v1")
 	want := xds.Options{
 		ServerURL: "envoy-gateway:18001", TypeURL: xdstest.TypeURL, NodeID: "envoy-ratelimit",
 		NodeMetadata:  map[string]string{"a": "1", "b": "x=y"},

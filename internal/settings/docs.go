@@ -8,7 +8,8 @@ import (
 )
 
 // FlagsTable renders docs/settings.md's tables of flags, one per group:
-// each flag's environment twin, default and meaning, as -h prints them.
+// each flag's environment twin, the reference's variables that set it
+// (refVars), its default and meaning, as -h prints them.
 func FlagsTable() string {
 	var b strings.Builder
 	fs := flag.NewFlagSet("docs", flag.ContinueOnError)
@@ -16,7 +17,8 @@ func FlagsTable() string {
 	s, seen := &Settings{}, map[string]bool{}
 	for _, g := range flagGroups {
 		g.add(fs, s)
-		fmt.Fprintf(&b, "\n### %s\n\n%s| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n", g.title, groupNotes[g.title])
+		fmt.Fprintf(&b, "\n### %s\n\n%s| flag | environment | envoyproxy/ratelimit | default | meaning |\n| --- | --- | --- | --- | --- |\n",
+			g.title, groupNotes[g.title])
 		fs.VisitAll(func(f *flag.Flag) {
 			if seen[f.Name] {
 				return
@@ -26,11 +28,23 @@ func FlagsTable() string {
 			if f.DefValue == "" {
 				def = ""
 			}
-			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, escapeCell(f.Usage))
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, EnvName(f.Name), refCell(f.Name), def, escapeCell(f.Usage))
 		})
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// refCell lists the reference's variables that set flag: its twin, or
+// those mapped onto it (docs/migrating.md says how).
+func refCell(flag string) string {
+	var names []string
+	for _, v := range refVars {
+		if v.flag == flag && (v.how == refTwin || v.how == refMapped) {
+			names = append(names, "`"+v.name+"`")
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // RefTable renders the table of envoyproxy/ratelimit's variables and

@@ -30,9 +30,9 @@ var flagGroups = []flagGroup{
 	{"Redis deployment", func(fs *flag.FlagSet, s *Settings) { addRedisFlags(fs, &s.Redis) }},
 	{"Responses", addHeaderFlags},
 	{"Health", func(fs *flag.FlagSet, s *Settings) { addHealthFlags(fs, &s.Health) }},
-	{"Admin listener and metrics", func(fs *flag.FlagSet, s *Settings) { addAdminFlags(fs, &s.Admin) }},
+	{"Admin listener and metrics", addAdminFlags},
 	{"Rules over xDS", func(fs *flag.FlagSet, s *Settings) { addXDSFlags(fs, &s.XDS) }},
-	{"gRPC TLS", func(fs *flag.FlagSet, s *Settings) { addTLSFlags(fs, &s.TLS) }},
+	{"gRPC TLS", func(fs *flag.FlagSet, s *Settings) { addTLSFlags(fs, &s.GRPCTLS) }},
 	{"Tracing", func(fs *flag.FlagSet, s *Settings) { addTracingFlags(fs, &s.Tracing) }},
 	{"The reference's metrics", func(fs *flag.FlagSet, s *Settings) { addRefStatsFlags(fs, &s.RefStats) }},
 	{"Rate Limit Quota Service", func(fs *flag.FlagSet, s *Settings) { addRLQSFlags(fs, &s.RLQS) }},
@@ -67,9 +67,9 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 	addGRPCBoundsFlags(fs, &s.GRPC)
 	fs.IntVar(&s.MaxRequestBytes, "max-request-bytes", 4<<20,
 		"largest gRPC request accepted, in bytes: what bounds a request, as in envoyproxy/ratelimit (long values are hashed into keys)")
-	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
-	fs.IntVar(&s.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
-	fs.IntVar(&s.MaxEntryBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxDescriptors, "max-descriptors", 0, "most descriptors in one request (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxEntries, "max-entries", 0, "most entries in one descriptor (0: no cap but --max-request-bytes)")
+	fs.IntVar(&s.Limits.MaxEntryBytes, "max-entry-bytes", 0, "longest descriptor entry key or value, in bytes (0: no cap but --max-request-bytes)")
 	fs.DurationVar(&s.Drain, "drain", 5*time.Second,
 		"on SIGTERM, how long /ready and gRPC health fail while the server still answers, so that load balancers stop sending first (0: stop at once)")
 	s.LogLevel, s.LogFormat = "info", LogJSON
@@ -79,7 +79,7 @@ func addServingFlags(fs *flag.FlagSet, s *Settings) {
 
 // addRulesFlags defines where rules come from and how domains combine.
 func addRulesFlags(fs *flag.FlagSet, s *Settings) {
-	fs.StringVar(&s.ConfigDir, "config", "config",
+	fs.StringVar(&s.Config, "config", "config",
 		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
 	fs.BoolVar(&s.MergeDomainConfig, "merge-domain-config", false,
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
@@ -118,40 +118,40 @@ func addGRPCBoundsFlags(fs *flag.FlagSet, o *GRPCBounds) {
 
 // addStoreFlags defines the store: Redis or the embedded one, and its failure policy.
 func addStoreFlags(fs *flag.FlagSet, s *Settings) {
-	fs.StringVar(&s.RedisURL, "redis-url", "",
+	fs.StringVar(&s.Redis.Client.URL, "redis-url", "",
 		"Redis: redis:// or rediss:// URL, host:port, or a unix socket's path; empty runs on the embedded in-memory store")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", "ratelimit", "prefix of every store key")
 	fs.DurationVar(&s.StoreTimeout, "store-timeout", 50*time.Millisecond,
 		"longest wait for the store on one request; keep it at or below Envoy's rate-limit filter timeout")
 	fs.StringVar(&s.OnStoreError, "on-store-error", limiter.FailError.String(),
 		"when the store fails: allow (answer OK), deny (answer OVER_LIMIT) or error (answer Unavailable; Envoy's failure_mode_deny decides)")
-	fs.IntVar(&s.RedisPoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
-	fs.DurationVar(&s.RedisDialTimeout, "redis-dial-timeout", 0,
+	fs.IntVar(&s.Redis.Client.Conn.PoolSize, "redis-pool-size", 0, "Redis connections per server (0: 10 per CPU)")
+	fs.DurationVar(&s.Redis.Client.Conn.DialTimeout, "redis-dial-timeout", 0,
 		"Redis connect timeout: dial, TLS and AUTH/SELECT, done in the background; requests wait for it no longer than --store-timeout (0: the URL's dial_timeout, else 1s)")
-	fs.DurationVar(&s.RedisReadTimeout, "redis-read-timeout", 0,
+	fs.DurationVar(&s.Redis.Client.Conn.ReadTimeout, "redis-read-timeout", 0,
 		"Redis read timeout (0: 3s): how long a script call may await its reply, whether or not its requests still wait (they wait at most --store-timeout)")
-	fs.DurationVar(&s.RedisWriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
-	fs.IntVar(&s.RedisBatches, "redis-batches", 2,
+	fs.DurationVar(&s.Redis.Client.Conn.WriteTimeout, "redis-write-timeout", 0, "Redis socket write timeout (0: the read timeout)")
+	fs.IntVar(&s.Redis.Store.Batches, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
-	fs.DurationVar(&s.RedisPipelineWindow, "redis-pipeline-window", time.Millisecond,
+	fs.DurationVar(&s.Redis.Store.PipelineWindow, "redis-pipeline-window", time.Millisecond,
 		"the longest a request waits for company before its script call to Redis is sent, so that Redis decides more per call, where requests arrive fast enough to expect some (or many wait at once) (0: never); a quiet server, and a lone caller, never wait")
-	fs.IntVar(&s.RedisPipelineLimit, "redis-pipeline-limit", 0,
+	fs.IntVar(&s.Redis.Store.PipelineLimit, "redis-pipeline-limit", 0,
 		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
-	fs.IntVar(&s.OverLimitCacheBytes, "over-limit-cache-bytes", 0,
+	fs.IntVar(&s.OverLimitCache.Bytes, "over-limit-cache-bytes", 0,
 		"Redis: memory for a local cache of keys found over their limit, denied without a Redis round trip until Redis said they could pass (0: off; counted as 256 bytes a key)")
-	fs.IntVar(&s.BreakerFailures, "breaker-failures", 5,
+	fs.IntVar(&s.Breaker.Failures, "breaker-failures", 5,
 		"independent store failures in a row that open the circuit breaker; calls that fail together (one connection reset, one stall) count once, a success resets the count")
-	fs.DurationVar(&s.BreakerCooldown, "breaker-cooldown", 500*time.Millisecond,
+	fs.DurationVar(&s.Breaker.Cooldown, "breaker-cooldown", 500*time.Millisecond,
 		"while the circuit is open (requests answered at once), how often it pings the store in the background; the first answer closes it")
-	fs.DurationVar(&s.MemorySweepInterval, "memory-sweep-interval", time.Minute,
+	fs.DurationVar(&s.Memory.SweepInterval, "memory-sweep-interval", time.Minute,
 		"embedded store: how often expired windows and buckets are swept from memory")
-	fs.IntVar(&s.MemoryMaxKeys, "memory-max-keys", 1_000_000,
+	fs.IntVar(&s.Memory.MaxKeys, "memory-max-keys", 1_000_000,
 		"embedded store: most windows and buckets held (about 170 bytes each with 50-byte keys); when full, a request that needs a new one fails as a store error and --on-store-error answers it (0: no bound)")
 }
 
 func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	o := &s.Headers
-	fs.StringVar(&o.Mode, "response-headers", rls.HeadersOff,
+	fs.StringVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff,
 		"rate-limit response headers: off, ietf (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset)")
 	fs.StringVar(&o.LimitHeader, "limit-limit-header", "RateLimit-Limit", "legacy mode: name of the limit header")
 	fs.StringVar(&o.RemainingHeader, "limit-remaining-header", "RateLimit-Remaining", "legacy mode: name of the remaining header")
@@ -163,11 +163,12 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&o.RequestResetHeader, "limit-request-reset-header", "RateLimit-Reset", "--request-headers: name of the reset header")
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
 		"answer with dynamic_metadata as envoyproxy/ratelimit's main builds it (every descriptor, the merged metadata of those that passed) and FastLimit's fastlimit.overLimit, the descriptors over their limit")
-	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
+	fs.BoolVar(&s.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false,
 		"global quota mode: every descriptor but an unlimited one is a quota descriptor; the request is OVER_LIMIT only when all of them are over (envoyproxy/ratelimit#1059)")
 }
-func addAdminFlags(fs *flag.FlagSet, o *Admin) {
+func addAdminFlags(fs *flag.FlagSet, s *Settings) {
+	o := &s.Admin
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
 		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it. "+
 			"Bound beyond loopback, its reads of identifiers need the writes' authorization (docs/security.md)")
@@ -176,15 +177,15 @@ func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.AllowedHosts, "admin-allowed-hosts", "",
 		"names the admin listener answers to in the Host header besides IP addresses, localhost and --admin-addr's host, comma-separated (e.g. a headless Service's); others get 421, against DNS rebinding")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
-	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", 0.8,
+	fs.Float64Var(&s.Metrics.NearLimitRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
-	fs.IntVar(&o.MaxDetailedMetricSeries, "max-detailed-metric-series", metrics.DefaultMaxDetailedSeries,
+	fs.IntVar(&s.Metrics.MaxDetailedMetricSeries, "max-detailed-metric-series", metrics.DefaultMaxDetailedSeries,
 		"most rule series labelled with request values (detailed_metric, value_to_metric); past it, hits count under the rule's path and in fastlimit_rule_detailed_series_folded_total (0: no bound)")
-	fs.IntVar(&o.TopKeys, "top-keys", top.DefaultKeys,
+	fs.IntVar(&s.Top.Keys, "top-keys", top.DefaultKeys,
 		"identifiers (descriptor values) kept per rule, by hits and by over-limit hits, for /v1/top, fastlimit top and the admin page (0: none kept)")
-	fs.DurationVar(&o.TopWindow, "top-window", top.DefaultWindow,
+	fs.DurationVar(&s.Top.Window, "top-window", top.DefaultWindow,
 		"decay of the top identifiers' counts: a hit counts e^(-age/window), so that at a steady rate a count is the hits of one window")
-	fs.BoolVar(&o.LogTopLimited, "log-top-limited", true,
+	fs.BoolVar(&s.Top.LogTopLimited, "log-top-limited", true,
 		"log a rule's top over-limit identifiers, at most once a minute per rule, while it limits any (needs --top-keys above 0)")
 	fs.StringVar(&o.TokenFile, "admin-token-file", "",
 		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), and reads of identifiers beyond loopback: one name:token per line, tokens of 16 bytes or more; re-read when it changes, a missing, empty or malformed version putting no token in force")
@@ -236,34 +237,34 @@ func addTLSFlags(fs *flag.FlagSet, o *TLS) {
 func addTracingFlags(fs *flag.FlagSet, o *tracing.Options) {
 	fs.BoolVar(&o.Enabled, "tracing", false,
 		"export OpenTelemetry spans of every decision over OTLP (endpoint and the rest from OTEL_EXPORTER_OTLP_*); Envoy's W3C traceparent or B3 headers are continued")
-	fs.StringVar(&o.Service, "tracing-service-name", "RateLimit", "tracing: the resource's service.name")
-	fs.StringVar(&o.Namespace, "tracing-service-namespace", "", "tracing: the resource's service.namespace")
-	fs.StringVar(&o.InstanceID, "tracing-service-instance-id", "", "tracing: the resource's service.instance.id (empty: a random UUID)")
-	fs.StringVar(&o.Protocol, "tracing-exporter-protocol", "http", "tracing: OTLP over http (protobuf) or grpc")
-	fs.Float64Var(&o.Rate, "tracing-sampling-rate", 1,
+	fs.StringVar(&o.ServiceName, "tracing-service-name", "RateLimit", "tracing: the resource's service.name")
+	fs.StringVar(&o.ServiceNamespace, "tracing-service-namespace", "", "tracing: the resource's service.namespace")
+	fs.StringVar(&o.ServiceInstanceID, "tracing-service-instance-id", "", "tracing: the resource's service.instance.id (empty: a random UUID)")
+	fs.StringVar(&o.ExporterProtocol, "tracing-exporter-protocol", "http", "tracing: OTLP over http (protobuf) or grpc")
+	fs.Float64Var(&o.SamplingRate, "tracing-sampling-rate", 1,
 		"tracing: share of traces sampled when the caller did not decide, 0 to 1; a caller's sampled flag is followed")
 }
 func addRefStatsFlags(fs *flag.FlagSet, o *refstats.Options) {
-	fs.BoolVar(&o.UsePrometheus, "prometheus", false,
+	fs.BoolVar(&o.Prometheus, "prometheus", false,
 		"serve envoyproxy/ratelimit's metrics (ratelimit_service_*) and FastLimit's own on --prometheus-addr")
-	fs.StringVar(&o.PromAddr, "prometheus-addr", ":9090", "listen address of --prometheus")
-	fs.StringVar(&o.PromPath, "prometheus-path", "/metrics", "HTTP path of --prometheus")
-	fs.StringVar(&o.MapperYAML, "prometheus-mapper-yaml", "",
+	fs.StringVar(&o.PrometheusAddr, "prometheus-addr", ":9090", "listen address of --prometheus")
+	fs.StringVar(&o.PrometheusPath, "prometheus-path", "/metrics", "HTTP path of --prometheus")
+	fs.StringVar(&o.PrometheusMapperYAML, "prometheus-mapper-yaml", "",
 		"statsd_exporter mapping file from envoyproxy/ratelimit's stat names to Prometheus series (default: its built-in mapping)")
-	fs.BoolVar(&o.ResponseTimeMillis, "prometheus-response-time-as-milliseconds", false,
+	fs.BoolVar(&o.PrometheusResponseTimeAsMilliseconds, "prometheus-response-time-as-milliseconds", false,
 		"with the built-in mapping, ratelimit_service_response_time_seconds holds milliseconds (as before envoyproxy/ratelimit#1104), not seconds")
-	fs.BoolVar(&o.UseStatsd, "statsd", false,
+	fs.BoolVar(&o.Statsd, "statsd", false,
 		"send envoyproxy/ratelimit's stats (counters) to --statsd-host:--statsd-port every --statsd-flush-interval")
-	fs.BoolVar(&o.UseDogStatsd, "dogstatsd", false,
+	fs.BoolVar(&o.DogStatsd, "dogstatsd", false,
 		"send envoyproxy/ratelimit's stats (counters) as DogStatsD over UDP to --statsd-host:--statsd-port")
 	fs.StringVar(&o.StatsdHost, "statsd-host", "localhost", "statsd host of --statsd and --dogstatsd")
 	fs.IntVar(&o.StatsdPort, "statsd-port", 8125, "statsd port of --statsd and --dogstatsd")
 	fs.StringVar(&o.StatsdProtocol, "statsd-protocol", "tcp", "protocol of --statsd: tcp (as gostats) or udp")
-	fs.DurationVar(&o.FlushInterval, "statsd-flush-interval", 10*time.Second, "how often --statsd and --dogstatsd send")
-	fs.StringVar(&o.ExtraTags, "statsd-tags", "", "tags k1:v1,k2:v2 added to every statsd stat")
-	fs.BoolVar(&o.DisableStats, "stats-off", false,
+	fs.DurationVar(&o.StatsdFlushInterval, "statsd-flush-interval", 10*time.Second, "how often --statsd and --dogstatsd send")
+	fs.StringVar(&o.StatsdTags, "statsd-tags", "", "tags k1:v1,k2:v2 added to every statsd stat")
+	fs.BoolVar(&o.StatsOff, "stats-off", false,
 		"turn envoyproxy/ratelimit's stats off whatever --prometheus, --statsd and --dogstatsd say (fastlimit_* stay on the admin listener)")
-	fs.StringVar(&o.Mogrifiers, "dogstatsd-mogrifiers", "",
+	fs.StringVar(&o.DogStatsdMogrifiers, "dogstatsd-mogrifiers", "",
 		"DogStatsD mogrifiers NAME1,NAME2, each set by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS")
 }
 func addHealthFlags(fs *flag.FlagSet, o *Health) {
@@ -273,19 +274,19 @@ func addHealthFlags(fs *flag.FlagSet, o *Health) {
 		"health fails until rules of at least one domain are loaded")
 }
 func addRedisFlags(fs *flag.FlagSet, o *Redis) {
-	fs.StringVar(&o.Type, "redis-type", store.TypeSingle,
+	fs.StringVar(&o.Client.Type, "redis-type", store.TypeSingle,
 		"Redis deployment: single, cluster (--redis-url host:port,host:port,...) or sentinel (--redis-url MASTER_NAME,host:port,...); any case")
-	fs.StringVar(&o.SocketType, "redis-socket-type", "",
+	fs.StringVar(&o.Client.SocketType, "redis-socket-type", "",
 		"single Redis: tcp, or unix with --redis-url a socket path (/run/redis.sock or unix:///run/redis.sock); empty: from --redis-url")
-	fs.StringVar(&o.Username, "redis-username", "", "Redis ACL user (overrides the URL's)")
-	fs.StringVar(&o.Password, "redis-password", "", "Redis password (overrides the URL's); never logged")
-	fs.StringVar(&o.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass)")
-	fs.BoolVar(&o.TLS, "redis-tls", false, "connect to Redis (and the sentinels) over TLS; a rediss:// URL implies it")
-	fs.StringVar(&o.TLSCA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis' certificates (default: the system's)")
-	fs.StringVar(&o.TLSCert, "redis-tls-cert", "", "PEM client certificate, for servers with tls-auth-clients")
-	fs.StringVar(&o.TLSKey, "redis-tls-key", "", "PEM key of --redis-tls-cert")
-	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "name Redis' certificates must hold (default: the host dialled)")
-	fs.BoolVar(&o.TLSSkipVerify, "redis-tls-skip-verify", false, "accept any Redis certificate (insecure)")
-	fs.BoolVar(&o.TLSSkipHostnameVerification, "redis-tls-skip-hostname-verification", false,
+	fs.StringVar(&o.Client.Username, "redis-username", "", "Redis ACL user (overrides the URL's)")
+	fs.StringVar(&o.Client.Password, "redis-password", "", "Redis password (overrides the URL's); never logged")
+	fs.StringVar(&o.Client.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass)")
+	fs.BoolVar(&o.Client.TLS.Enabled, "redis-tls", false, "connect to Redis (and the sentinels) over TLS; a rediss:// URL implies it")
+	fs.StringVar(&o.Client.TLS.CA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis' certificates (default: the system's)")
+	fs.StringVar(&o.Client.TLS.Cert, "redis-tls-cert", "", "PEM client certificate, for servers with tls-auth-clients")
+	fs.StringVar(&o.Client.TLS.Key, "redis-tls-key", "", "PEM key of --redis-tls-cert")
+	fs.StringVar(&o.Client.TLS.ServerName, "redis-tls-server-name", "", "name Redis' certificates must hold (default: the host dialled)")
+	fs.BoolVar(&o.Client.TLS.SkipVerify, "redis-tls-skip-verify", false, "accept any Redis certificate (insecure)")
+	fs.BoolVar(&o.Client.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false,
 		"verify Redis' certificate chain but not the name it is issued to (envoyproxy/ratelimit's setting)")
 }

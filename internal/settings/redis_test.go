@@ -30,10 +30,11 @@ func TestRedisEnvironment(t *testing.T) {
 		"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
 		"REDIS_SENTINEL_PASSWORD":              "spw",
 	})
-	got := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{PoolSize: 3})
+	o.Redis.Client.Conn.PoolSize = 3
+	got := o.Redis.ClientOptions()
 	want := store.ClientOptions{Type: "SENTINEL", URL: "mymaster,s1:26379,s2:26379", Username: "app",
 		Password: "pw:with:colons", SentinelPassword: "spw", Conn: store.ConnOptions{PoolSize: 3},
-		TLS: store.TLSOptions{Enabled: true, CAFile: "/ca.pem", CertFile: "/cert.pem", KeyFile: "/key.pem",
+		TLS: store.TLSOptions{Enabled: true, CA: "/ca.pem", Cert: "/cert.pem", Key: "/key.pem",
 			SkipHostnameVerification: true}}
 	if got != want {
 		t.Errorf("client options\n got %+v\nwant %+v", got, want)
@@ -52,14 +53,14 @@ func TestRedisFlagsWin(t *testing.T) {
 		"REDIS_AUTH":            "refpw",
 		"REDIS_USERNAME":        "alice",
 	})
-	got := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{})
-	if got.TLS.CAFile != "/flag-ca.pem" || got.TLS.CertFile != "/our-cert.pem" || got.Password != "flagpw" ||
+	got := o.Redis.ClientOptions()
+	if got.TLS.CA != "/flag-ca.pem" || got.TLS.Cert != "/our-cert.pem" || got.Password != "flagpw" ||
 		got.Username != "alice" {
 		t.Errorf("client options %+v", got)
 	}
 	// REDIS_AUTH without a colon is a password, and keeps the username.
 	o = parseRedis(t, nil, map[string]string{"REDIS_URL": "h:1", "REDIS_AUTH": "refpw", "REDIS_USERNAME": "bob"})
-	if got := o.Redis.ClientOptions(o.RedisURL, store.ConnOptions{}); got.Password != "refpw" || got.Username != "bob" {
+	if got := o.Redis.ClientOptions(); got.Password != "refpw" || got.Username != "bob" {
 		t.Errorf("REDIS_AUTH=refpw: %+v", got)
 	}
 }

@@ -31,7 +31,7 @@ func refEnvironment(m *refMapper) bool {
 // embedded store with a warning that each replica counts alone.
 func applyRedisDefault(m *refMapper) error {
 	o := m.o
-	if o.RedisURL != "" || o.src["redis-url"] != "" || !refEnvironment(m) {
+	if o.Redis.Client.URL != "" || o.src["redis-url"] != "" || !refEnvironment(m) {
 		return nil
 	}
 	st := m.get("REDIS_SOCKET_TYPE")
@@ -73,7 +73,7 @@ func applyStatsdDefault(m *refMapper) error {
 	}
 	if host == "" && port == "" {
 		rs := &o.RefStats
-		if refOnlyEnvironment(m) && !rs.DisableStats && !rs.UsePrometheus && !rs.UseDogStatsd {
+		if refOnlyEnvironment(m) && !rs.StatsOff && !rs.Prometheus && !rs.DogStatsd {
 			o.warnings = append(o.warnings, "USE_STATSD: unset; the reference's default (true) sends its stats to statsd at "+
 				"localhost:8125, FastLimit sends none: USE_STATSD=true sends them (STATSD_HOST and STATSD_PORT say where), "+
 				"USE_STATSD=false says none are wanted")
@@ -82,9 +82,9 @@ func applyStatsdDefault(m *refMapper) error {
 	}
 	where := fmt.Sprintf("%s:%d", o.RefStats.StatsdHost, o.RefStats.StatsdPort)
 	switch {
-	case o.RefStats.DisableStats:
+	case o.RefStats.StatsOff:
 		o.notes = append(o.notes, "USE_STATSD is unset and DISABLE_STATS is true: no stats to statsd at "+where)
-	case o.RefStats.UsePrometheus || o.RefStats.UseDogStatsd:
+	case o.RefStats.Prometheus || o.RefStats.DogStatsd:
 		o.notes = append(o.notes, "USE_STATSD is unset: envoyproxy/ratelimit's stats go to USE_PROMETHEUS or USE_DOG_STATSD, not statsd at "+where)
 	default:
 		from := "STATSD_HOST"

@@ -46,8 +46,8 @@ func TestRedisURLUnset(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.RedisURL != tc.wantURL {
-				t.Errorf("redis url %q, want %q", o.RedisURL, tc.wantURL)
+			if o.Redis.Client.URL != tc.wantURL {
+				t.Errorf("redis url %q, want %q", o.Redis.Client.URL, tc.wantURL)
 			}
 			warned := hasPrefix(o.Warnings(), "REDIS_URL: unset")
 			if warned != tc.warn {
@@ -106,8 +106,8 @@ func TestUseStatsdDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.RefStats.UseStatsd != tc.want {
-				t.Errorf("use statsd %v, want %v", o.RefStats.UseStatsd, tc.want)
+			if o.RefStats.Statsd != tc.want {
+				t.Errorf("use statsd %v, want %v", o.RefStats.Statsd, tc.want)
 			}
 			if tc.note == "" {
 				if hasPrefix(o.Notes(), "USE_STATSD") {

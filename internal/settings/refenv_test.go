@@ -141,8 +141,8 @@ func TestRefEnvMapping(t *testing.T) {
 		check func(t *testing.T, o *Settings)
 	}{
 		{"nothing set: FastLimit's defaults", nil, func(t *testing.T, o *Settings) {
-			want := Settings{HTTPAddr: ":8080", GRPCAddr: ":8081", ConfigDir: "config", KeyPrefix: "ratelimit"}
-			if o.HTTPAddr != want.HTTPAddr || o.GRPCAddr != want.GRPCAddr || o.ConfigDir != want.ConfigDir ||
+			want := Settings{HTTPAddr: ":8080", GRPCAddr: ":8081", Config: "config", KeyPrefix: "ratelimit"}
+			if o.HTTPAddr != want.HTTPAddr || o.GRPCAddr != want.GRPCAddr || o.Config != want.Config ||
 				o.KeyPrefix != want.KeyPrefix || o.Admin.Addr != "127.0.0.1:6070" || o.Rules().Load.Tree {
 				t.Errorf("options %+v", o)
 			}
@@ -168,8 +168,8 @@ func TestRefEnvMapping(t *testing.T) {
 		{"runtime, watch root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, func(t *testing.T, o *Settings) {
 			want := RulesLayout{Dir: "/data/ratelimit", Load: rules.Options{Tree: true, DotFiles: true, Prefix: "config", MaxFileBytes: rules.DefaultMaxFileBytes, MaxTotalBytes: rules.DefaultMaxTotalBytes},
 				Recursive: true, Root: "/data"}
-			if got := o.Rules(); got != want || o.ConfigDir != "/data/ratelimit/config" {
-				t.Errorf("layout %+v (dir %s), want %+v", got, o.ConfigDir, want)
+			if got := o.Rules(); got != want || o.Config != "/data/ratelimit/config" {
+				t.Errorf("layout %+v (dir %s), want %+v", got, o.Config, want)
 			}
 		}},
 		{"runtime as Envoy Gateway sets it", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
@@ -193,8 +193,9 @@ func TestRefEnvMapping(t *testing.T) {
 		}},
 		{"redis", map[string]string{"REDIS_URL": "/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_SENTINEL_AUTH": "spw",
 			"REDIS_TIMEOUT": "2s", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(t *testing.T, o *Settings) {
-			if o.RedisURL != "/run/redis.sock" || o.Redis.SocketType != "unix" || o.Redis.SentinelPassword != "spw" ||
-				o.RedisDialTimeout != 2*time.Second || o.RedisReadTimeout != 2*time.Second || o.RedisWriteTimeout != 2*time.Second ||
+			c := o.Redis.Client
+			if c.URL != "/run/redis.sock" || c.SocketType != "unix" || c.SentinelPassword != "spw" ||
+				c.Conn.DialTimeout != 2*time.Second || c.Conn.ReadTimeout != 2*time.Second || c.Conn.WriteTimeout != 2*time.Second ||
 				!o.Health.RequiresRedis {
 				t.Errorf("redis options %+v", o)
 			}
@@ -202,7 +203,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"modes", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
 			"QUOTA_MODE": "true", "SHADOW_MODE": "true", "GRPC_MAX_CONNECTION_AGE": "1m", "GRPC_MAX_CONNECTION_AGE_GRACE": "5s",
 			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(t *testing.T, o *Settings) {
-			if !o.Atomic || o.Headers.Mode != rls.HeadersLegacy || !o.QuotaMode || !o.Headers.ShadowMode ||
+			if !o.Atomic || o.Headers.ResponseHeaders != rls.HeadersLegacy || !o.QuotaMode || !o.ShadowMode ||
 				o.GRPCMaxConnectionAge != time.Minute || o.GRPCMaxConnectionAgeGrace != 5*time.Second || !o.Health.RequiresRules {
 				t.Errorf("options %+v", o)
 			}
@@ -211,7 +212,7 @@ func TestRefEnvMapping(t *testing.T) {
 			"LIMIT_RESPONSE_HEADERS_ENABLED": "0", "USE_STATSD": "false", "CONFIG_TYPE": "FILE", "BACKEND_TYPE": "redis",
 			"REDIS_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0", "REDIS_URL": "127.0.0.1:6379",
 			"REDIS_STARTUP_MAX_ELAPSED_TIME": "0", "REDIS_CLUSTER_PIPELINE_PARALLELISM": "4"}, func(t *testing.T, o *Settings) {
-			if o.Atomic || o.Headers.Mode != rls.HeadersOff || len(o.warnings) != 0 {
+			if o.Atomic || o.Headers.ResponseHeaders != rls.HeadersOff || len(o.warnings) != 0 {
 				t.Errorf("options %+v, warnings %v", o, o.warnings)
 			}
 		}},
@@ -239,7 +240,7 @@ func TestRefEnvFlagsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.HTTPAddr != "127.0.0.1:1" || o.ConfigDir != "rules" || o.Rules().Load.Tree || o.KeyPrefix != "mine" {
+	if o.HTTPAddr != "127.0.0.1:1" || o.Config != "rules" || o.Rules().Load.Tree || o.KeyPrefix != "mine" {
 		t.Errorf("options %+v", o)
 	}
 	w := strings.Join(o.warnings, "\n")

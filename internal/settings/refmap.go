@@ -192,7 +192,7 @@ func mapRuntime(m *refMapper) error {
 	if watchRoot {
 		l.Dir, l.Load.Prefix, l.Root = filepath.Join(root, sub), app, root
 	}
-	m.o.layout, m.o.ConfigDir = l, appDir
+	m.o.layout, m.o.Config = l, appDir
 	m.o.src["config"] = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
 	return nil
 }

@@ -28,8 +28,8 @@ type RLQS struct {
 	// silent connections while RLQS is on.
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	MaxReportBytes                  int
-	// RequireIdentity refuses streams without a client certificate.
-	RequireIdentity bool
+	// RequireClientIdentity refuses streams without a client certificate.
+	RequireClientIdentity bool
 	// RedisPoolSize and StoreTimeout are the demand exchanges' own Redis
 	// connections (0: 2 per CPU) and time bound, apart from RLS's.
 	RedisPoolSize int
@@ -75,7 +75,7 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"most buckets all RLQS streams of this replica hold, about 3 KiB each (docs/operations.md, \"Bounds\"); new buckets past it are answered nothing and counted (0: no bound)")
 	fs.IntVar(&o.MaxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams,
 		"most RLQS streams open on this replica, besides --grpc-max-connections; another is refused with ResourceExhausted and counted (0: no bound)")
-	fs.BoolVar(&o.RequireIdentity, "rlqs-require-client-identity", false,
+	fs.BoolVar(&o.RequireClientIdentity, "rlqs-require-client-identity", false,
 		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
 		"Redis connections of the RLQS demand exchanges, apart from RateLimitService's --redis-pool-size (0: 2 per CPU)")
@@ -127,7 +127,7 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		OnStoreError:    policy,
 		StoreGrace:      o.StoreGrace,
 		StoreTimeout:    o.StoreTimeout,
-		RequireIdentity: o.RequireIdentity,
+		RequireIdentity: o.RequireClientIdentity,
 		Division:        quota.Config{Headroom: o.Headroom},
 		// A flag's 0 (no bound) is Options' negative.
 		MaxBucketsPerStream: noBound(o.MaxBucketsPerStream),
@@ -175,7 +175,7 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-redis-pool-size", "must not be negative"))
 	case o.StoreTimeout < time.Millisecond:
 		return s.Named(Bad("rlqs-store-timeout", "%v is under 1ms", o.StoreTimeout))
-	case o.RequireIdentity && s.TLS.ClientCA == "":
+	case o.RequireClientIdentity && s.GRPCTLS.ClientCA == "":
 		return s.Named(Bad("rlqs-require-client-identity", "needs --grpc-tls-client-ca: an identity is a verified client certificate"))
 	}
 	for _, b := range []struct {

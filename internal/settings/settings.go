@@ -12,20 +12,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/guard/breaker"
+	"github.com/fastlimit/fastlimit/internal/guard/overlimit"
 	"github.com/fastlimit/fastlimit/internal/observe/logging"
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/observe/refstats"
+	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rls"
 	"github.com/fastlimit/fastlimit/pkg/rules"
+	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// Settings are the server's settings, each field named after its flag.
+// Settings are the server's settings. Each flag sets a field named after
+// it, of Settings or of the Options of the package it configures, which
+// Settings holds; where a package needs more than its flags say, a
+// method returns its Options (Redis.ClientOptions, XDS.ClientOptions,
+// RLQS.Options). internal/server passes them on.
 type Settings struct {
-	ConfigDir    string // --config
+	Config       string // --config
 	GRPCAddr     string
 	HTTPAddr     string
-	RedisURL     string
 	KeyPrefix    string
 	LogLevel     string // a zap level: debug, info, warn, error, ...
 	LogFormat    string // LogJSON, LogText or LogConsole
@@ -38,37 +46,33 @@ type Settings struct {
 	GRPCStreamWorkers         int
 	GRPC                      GRPCBounds
 
-	MaxRequestBytes                           int
-	MaxDescriptors, MaxEntries, MaxEntryBytes int
+	MaxRequestBytes int
+	Limits          limiter.Limits // --max-descriptors, --max-entries, --max-entry-bytes
 
 	MergeDomainConfig                     bool
 	RulesOverlay                          string // --rules-overlay: extensions for rules over xDS
 	Atomic                                bool
+	ShadowMode                            bool // global shadow mode
 	QuotaMode                             bool
 	RulesMaxFileBytes, RulesMaxTotalBytes int64
 
-	RedisPoolSize                                         int
-	RedisDialTimeout, RedisReadTimeout, RedisWriteTimeout time.Duration
-	RedisBatches                                          int
-	RedisPipelineWindow                                   time.Duration
-	RedisPipelineLimit                                    int
-	OverLimitCacheBytes                                   int
-	BreakerFailures                                       int
-	BreakerCooldown                                       time.Duration
-	MemorySweepInterval                                   time.Duration
-	MemoryMaxKeys                                         int
+	Memory         store.MemoryOptions // the embedded store's
+	Breaker        breaker.Options     // the circuit breaker in front of Redis
+	OverLimitCache overlimit.Options   // the local cache of keys over their limit, in front of Redis
 
 	Redis    Redis
 	Headers  rls.HeaderOptions
 	Admin    Admin
+	Metrics  metrics.Options
+	Top      top.Options // /v1/top's identifiers (Keys 0: none)
 	XDS      XDS
-	TLS      TLS // the gRPC listener's
+	GRPCTLS  TLS // the gRPC listener's
 	Tracing  tracing.Options
 	RefStats refstats.Options // envoyproxy/ratelimit's stats
 	Health   Health
 	RLQS     RLQS
 
-	layout     RulesLayout       // from RUNTIME_*; zero: ConfigDir, flat
+	layout     RulesLayout       // from RUNTIME_*; zero: Config, flat
 	src        map[string]string // flag -> how it was given (Name)
 	warnings   []string
 	notes      []string
@@ -91,15 +95,8 @@ type Admin struct {
 	MetricsAddr string
 	// AllowedHosts are the names, comma-separated, that the admin
 	// listener answers to in Host besides IP addresses and localhost.
-	AllowedHosts            string
-	Pprof                   bool
-	NearLimitRatio          float64
-	MaxDetailedMetricSeries int
-	// TopKeys identifiers are kept per rule for /v1/top (0: none), their
-	// hits decayed over TopWindow; LogTopLimited logs the top over-limit ones.
-	TopKeys       int
-	TopWindow     time.Duration
-	LogTopLimited bool
+	AllowedHosts string
+	Pprof        bool
 	// TokenFile holds the bearer tokens of admin writes, and TLSCert,
 	// TLSKey and TLSClientCA serve the admin listener over TLS, a client
 	// certificate verified against TLSClientCA authorizing writes.
@@ -131,13 +128,9 @@ func (a *Admin) HostNames() []string {
 	return names
 }
 
-// validate checks the top-identifiers and authorization settings.
+// validate checks the authorization settings.
 func (a *Admin) validate() error {
 	switch {
-	case a.TopKeys < 0:
-		return Bad("top-keys", "%d is negative", a.TopKeys)
-	case a.TopWindow <= 0:
-		return Bad("top-window", "must be positive")
 	case (a.TLSCert == "") != (a.TLSKey == ""):
 		return Bad("admin-tls-cert", "give --admin-tls-cert and --admin-tls-key together")
 	case a.TLSClientCA != "" && a.TLSCert == "":
@@ -184,7 +177,7 @@ type RulesLayout struct {
 func (s *Settings) Rules() RulesLayout {
 	l := s.layout
 	if l.Dir == "" {
-		l = RulesLayout{Dir: s.ConfigDir}
+		l = RulesLayout{Dir: s.Config}
 	}
 	l.Load.MergeDomains = s.MergeDomainConfig
 	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFileBytes), noLimit(s.RulesMaxTotalBytes)
@@ -198,12 +191,6 @@ func noLimit(n int64) int64 {
 		return -1
 	}
 	return n
-}
-
-// Limits are the request size limits --max-descriptors, --max-entries
-// and --max-entry-bytes give.
-func (s *Settings) Limits() limiter.Limits {
-	return limiter.Limits{MaxDescriptors: s.MaxDescriptors, MaxEntries: s.MaxEntries, MaxKeyBytes: s.MaxEntryBytes}
 }
 
 // RefWarningMsg opens the startup warning that lists Warnings.
@@ -266,6 +253,7 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 		return nil, err
 	}
 	s.RefStats.Getenv = getenv
+	s.RefStats.NearLimitRatio = s.Metrics.NearLimitRatio
 	if err := applyRefEnv(s, fs, getenv); err != nil {
 		return nil, err
 	}
@@ -422,11 +410,17 @@ func (s *Settings) Validate() error {
 	if s.RulesOverlay != "" && !s.XDS.Enabled() {
 		return s.Named(Bad("rules-overlay", "applies to rules over xDS (--config-type GRPC_XDS_SOTW); rules files carry FastLimit's extensions themselves"))
 	}
-	if !(s.Admin.NearLimitRatio > 0 && s.Admin.NearLimitRatio <= 1) {
-		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearLimitRatio))
+	if !(s.Metrics.NearLimitRatio > 0 && s.Metrics.NearLimitRatio <= 1) {
+		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Metrics.NearLimitRatio))
 	}
-	if s.Admin.MaxDetailedMetricSeries < 0 {
-		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Admin.MaxDetailedMetricSeries))
+	if s.Metrics.MaxDetailedMetricSeries < 0 {
+		return s.Named(Bad("max-detailed-metric-series", "%d is negative", s.Metrics.MaxDetailedMetricSeries))
+	}
+	if s.Top.Keys < 0 {
+		return s.Named(Bad("top-keys", "%d is negative", s.Top.Keys))
+	}
+	if s.Top.Window <= 0 {
+		return s.Named(Bad("top-window", "must be positive"))
 	}
 	if err := s.Admin.validate(); err != nil {
 		return s.Named(err)
@@ -440,7 +434,7 @@ func (s *Settings) Validate() error {
 	if err := s.RLQS.validate(s); err != nil {
 		return err
 	}
-	return s.Redis.validate(s.RedisURL)
+	return s.Redis.validate()
 }
 
 // validateBounds checks the gRPC bounds and the rules size limits.

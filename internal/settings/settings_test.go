@@ -5,6 +5,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 )
 
 // TestNearLimitRatioFlag refuses ratios outside (0, 1], and reads the
@@ -26,9 +28,10 @@ func TestNearLimitRatioFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true, NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7,
-		TopKeys: 100, TopWindow: 5 * time.Minute, LogTopLimited: true}) {
-		t.Fatalf("environment twins: %+v", o.Admin)
+	if o.Admin != (Admin{Addr: "127.0.0.1:7000", Pprof: true}) ||
+		o.Metrics != (metrics.Options{NearLimitRatio: 0.9, MaxDetailedMetricSeries: 7}) || o.RefStats.NearLimitRatio != 0.9 ||
+		o.Top.Keys != 100 || o.Top.Window != 5*time.Minute || !o.Top.LogTopLimited {
+		t.Fatalf("environment twins: %+v %+v %+v", o.Admin, o.Metrics, o.Top)
 	}
 }
 

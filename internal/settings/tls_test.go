@@ -31,10 +31,10 @@ func TestTLSAndTracingEnvTwins(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantTLS := TLS{Enabled: true, Cert: "/c/tls.crt", Key: "/c/tls.key", ClientCA: "/c/ca.crt", ClientSAN: "envoy.example"}
-	if o.TLS != wantTLS {
-		t.Errorf("tls options %+v, want %+v", o.TLS, wantTLS)
+	if o.GRPCTLS != wantTLS {
+		t.Errorf("tls options %+v, want %+v", o.GRPCTLS, wantTLS)
 	}
-	wantTrace := tracing.Options{Enabled: true, Service: "rl", Namespace: "ns", InstanceID: "pod-1", Protocol: "grpc", Rate: 0.25}
+	wantTrace := tracing.Options{Enabled: true, ServiceName: "rl", ServiceNamespace: "ns", ServiceInstanceID: "pod-1", ExporterProtocol: "grpc", SamplingRate: 0.25}
 	if o.Tracing != wantTrace {
 		t.Errorf("tracing options %+v, want %+v", o.Tracing, wantTrace)
 	}
@@ -43,7 +43,7 @@ func TestTLSAndTracingEnvTwins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.TLS.Enabled || d.Tracing.Enabled || d.Tracing.Service != "RateLimit" || d.Tracing.Rate != 1 || d.Tracing.Protocol != "http" {
-		t.Errorf("defaults: tls %+v, tracing %+v", d.TLS, d.Tracing)
+	if d.GRPCTLS.Enabled || d.Tracing.Enabled || d.Tracing.ServiceName != "RateLimit" || d.Tracing.SamplingRate != 1 || d.Tracing.ExporterProtocol != "http" {
+		t.Errorf("defaults: tls %+v, tracing %+v", d.GRPCTLS, d.Tracing)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/source/xds"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
@@ -92,6 +93,27 @@ func (o *XDS) validate() error {
 // a '@'.
 func isUnixTarget(t string) bool {
 	return strings.HasPrefix(t, "unix:") || strings.HasPrefix(t, "unix-abstract:")
+}
+
+// ClientOptions are the xDS client's options for the server's version;
+// Validate has passed. It also returns the node metadata entries that it
+// ignores.
+func (o *XDS) ClientOptions(version string) (xds.Options, []string) {
+	md, ignored := ParseNodeMetadata(o.NodeMetadata)
+	headers, _ := ParseHeaders(o.Headers)
+	return xds.Options{
+		ServerURL:        o.Server,
+		TypeURL:          rules.XDSTypeURL,
+		NodeID:           o.NodeID,
+		NodeMetadata:     md,
+		UserAgentName:    "fastlimit",
+		UserAgentVersion: version,
+		Headers:          headers,
+		TLS:              o.ClientTLS(),
+		Backoff:          o.Backoff,
+		ConnectRetry:     o.ConnectRetryInterval,
+		MaxRecvMsgSize:   o.MaxResponseBytes,
+	}, ignored
 }
 
 // ClientTLS returns the TLS files of the connection to the xDS server, or

@@ -116,7 +116,6 @@ type civil struct {
 	d int
 }
 
-// days returns the days from 1970-01-01 to y-m-d.
 func days(y int, m time.Month, d int) int64 {
 	return floorDiv(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix(), 86400)
 }

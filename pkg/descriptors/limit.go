@@ -88,15 +88,15 @@ type Limit struct {
 	Levels []Level
 	// Source locates the rule, as its Descriptor's Source ("" for an override).
 	Source string
-	// Group is every limit of a rule with several (rate_limits), in file
-	// order, this one at Group[Index]; nil for a rule's only limit. A
+	// Joint is every limit of a rule with several (rate_limits), in file
+	// order, this one at Joint[Index]; nil for a rule's only limit. A
 	// request passes such a rule only if each of them allows it, and is
 	// charged to none of them if one does not.
-	Group []*Limit
+	Joint []*Limit
 	Index int
 
-	label         string    // Label, for one of a Group
-	groupReplaces bool      // a limit of the Group replaces others
+	label         string    // Label, for one of a Joint
+	jointReplaces bool      // a limit of the Joint replaces others
 	calendar      *Calendar // compiled from Calendar by NewSet
 
 	// shared[i] stands for the request's value at depth i in keys

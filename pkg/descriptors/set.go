@@ -29,7 +29,7 @@ type Descriptor struct {
 	Value string // "" matches any value; '*' is a wildcard
 	Limit *Limit // nil: no limit at this level
 	// Limits are several limits at this level (rules files' rate_limits),
-	// one decision (Limit.Group); a descriptor has Limit or Limits, not both.
+	// one decision (Limit.Joint); a descriptor has Limit or Limits, not both.
 	Limits []*Limit
 	// ShareThreshold: every value matching a wildcard Value shares a counter.
 	ShareThreshold bool
@@ -48,18 +48,18 @@ type DomainConfig struct {
 	Name string
 	// TenantKey is the descriptor key whose value is the tenant tier.
 	TenantKey string
-	// Atomic asks for all-or-nothing decisions over a request's descriptors.
-	Atomic      bool
-	Descriptors []Descriptor
-	Source      string
+	// AllOrNothing asks for all-or-nothing decisions over a request's descriptors.
+	AllOrNothing bool
+	Descriptors  []Descriptor
+	Source       string
 }
 
 // Domain is a compiled domain. It is immutable and safe for concurrent use.
 type Domain struct {
-	Name      string
-	TenantKey string
-	Atomic    bool
-	root      node
+	Name         string
+	TenantKey    string
+	AllOrNothing bool
+	root         node
 }
 
 // Set is a compiled, immutable set of domains, swapped whole on reload.
@@ -91,8 +91,8 @@ var (
 	ErrDuplicatePath   = errors.New("duplicate descriptor")
 )
 
-// MaxGroup is the most limits one descriptor may carry (Descriptor.Limits).
-const MaxGroup = 16
+// MaxJoint is the most limits one descriptor may carry (Descriptor.Limits).
+const MaxJoint = 16
 
 // Error is a rules error located at a source position.
 type Error struct {
@@ -117,7 +117,7 @@ func NewSet(domains []DomainConfig) (*Set, error) {
 	sources := make(map[string]string, len(domains))
 	var errs []error
 	for _, dc := range domains {
-		d := &Domain{Name: dc.Name, TenantKey: dc.TenantKey, Atomic: dc.Atomic}
+		d := &Domain{Name: dc.Name, TenantKey: dc.TenantKey, AllOrNothing: dc.AllOrNothing}
 		first, dup := sources[dc.Name]
 		switch {
 		case dc.Name == "":
@@ -192,7 +192,7 @@ func (s *Set) add(n *node, path string, d *Descriptor, shared []string, levels [
 		}
 		child.limit = l
 	case len(d.Limits) > 0:
-		l, gerrs := s.group(d, at)
+		l, gerrs := s.joint(d, at)
 		for _, err := range gerrs {
 			fail(err)
 		}
@@ -212,7 +212,7 @@ type placement struct {
 // limit compiles dl, a limit of d placed at, or returns nil and why not.
 func (s *Set) limit(d *Descriptor, dl *Limit, at placement) (*Limit, error) {
 	l := *dl
-	l.Group, l.Index, l.label = nil, 0, ""
+	l.Joint, l.Index, l.label = nil, 0, ""
 	l.fillDefaults()
 	if err := l.Validate(); err != nil {
 		return nil, err

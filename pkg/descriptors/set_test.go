@@ -190,14 +190,14 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 func TestNewSetCopiesLimits(t *testing.T) {
 	meta := map[string]any{"team": "a"}
 	in := &descriptors.Limit{Name: "n", Unit: descriptors.Minute, RequestsPerUnit: 7, Algorithm: descriptors.TokenBucket}
-	dcs := []descriptors.DomainConfig{{Name: "d", TenantKey: "plan", Atomic: true, Descriptors: ds{{
+	dcs := []descriptors.DomainConfig{{Name: "d", TenantKey: "plan", AllOrNothing: true, Descriptors: ds{{
 		Key: "k", Value: "v", Limit: in, Metadata: meta,
 		ShadowMode: true, QuotaMode: true, DetailedMetric: true, ValueToMetric: true,
 	}}}}
 	s := newSet(t, dcs)
 	in.RequestsPerUnit = 99
 	d := s.Domain("d")
-	if d.Name != "d" || d.TenantKey != "plan" || !d.Atomic {
+	if d.Name != "d" || d.TenantKey != "plan" || !d.AllOrNothing {
 		t.Errorf("domain = %+v", d)
 	}
 	l := descriptors.Match(d, e("k", "v"))

@@ -12,24 +12,24 @@ import (
 
 // recording is a Store that keeps the ops it was asked to take.
 type recording struct {
-	limiter.AtomicStore
+	limiter.AllOrNothingStore
 	ops []limiter.Op
 }
 
 func (r *recording) Take(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	r.ops = append(r.ops, ops...)
-	return r.AtomicStore.Take(ctx, ops, results)
+	return r.AllOrNothingStore.Take(ctx, ops, results)
 }
 
 func (r *recording) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	r.ops = append(r.ops, ops...)
-	return r.AtomicStore.TakeAll(ctx, ops, results)
+	return r.AllOrNothingStore.TakeAll(ctx, ops, results)
 }
 
 // TestChargeAlways: a limit's charge: always (descriptors.ChargeAlways)
 // makes its ops debits (limiter.Op.Debit), and its calendar their
 // Calendar; a 100,000-token daily budget charged 99,500 tokens, then a
-// response's 40,000, refuses the next request, in a plain and an atomic
+// response's 40,000, refuses the next request, in a plain and an all-or-nothing
 // domain, alone and as one of several limits.
 func TestChargeAlways(t *testing.T) {
 	budget := func(alg descriptors.Algorithm) *descriptors.Limit {
@@ -46,12 +46,12 @@ func TestChargeAlways(t *testing.T) {
 			{Unit: descriptors.Hour, RequestsPerUnit: 1_000_000, Algorithm: descriptors.TokenBucket, Charge: descriptors.ChargeAlways}}},
 	}
 	set := mustSet(t, descriptors.DomainConfig{Name: "plain", Descriptors: rules},
-		descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules})
+		descriptors.DomainConfig{Name: "all", AllOrNothing: true, Descriptors: rules})
 	for _, domain := range []string{"plain", "all"} {
 		for _, key := range []string{"fixed", "sliding", "bucket", "calendar", "several"} {
-			now := atomicNow
+			now := allOrNothingNow
 			m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return now }})
-			rec := &recording{AtomicStore: m}
+			rec := &recording{AllOrNothingStore: m}
 			l := limiter.New(rec, limiter.Options{})
 			l.SetRules(set)
 			for i, step := range []struct {

@@ -6,6 +6,6 @@
 // Build a Limiter with New over a Store (pkg/store has Redis and Memory),
 // give it rules with SetRules (pkg/rules or descriptors.NewSet builds them)
 // and call Check. A Limiter is safe for concurrent use, and SetRules may
-// swap the rules at any time. Store and AtomicStore state the contract a
+// swap the rules at any time. Store and AllOrNothingStore state the contract a
 // store implements; limitertest checks it.
 package limiter

@@ -14,8 +14,8 @@ import (
 )
 
 // FuzzAppendKey checks the key scheme on arbitrary domains, entries and
-// tenants, plain and atomic: exactly one '{' and one '}', the hash tag
-// free of ':' and whitespace, an atomic key's tag a function of the
+// tenants, plain and allOrNothing: exactly one '{' and one '}', the hash tag
+// free of ':' and whitespace, an all-or-nothing key's tag a function of the
 // domain alone, and distinct entry lists, tenants and schemes never
 // sharing a key.
 func FuzzAppendKey(f *testing.F) {
@@ -28,13 +28,13 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add(strings.Repeat("dom", 40), "default", "k", strings.Repeat("x", 300), "k", strings.Repeat("x", 301), true, true)
 	f.Add("é", "ünï", "k\x00", "\xff\xfe", " ", "\t", false, false)
 	lim := &descriptors.Limit{}
-	f.Fuzz(func(t *testing.T, domain, tenant, k1, v1, k2, v2 string, two, atomic bool) {
+	f.Fuzz(func(t *testing.T, domain, tenant, k1, v1, k2, v2 string, two, allOrNothing bool) {
 		if domain == "" {
 			t.Skip("Check refuses an empty domain before any key is built")
 		}
 		build := limiter.AppendKey[descriptors.Entry]
-		if atomic {
-			build = limiter.AppendAtomicKey[descriptors.Entry]
+		if allOrNothing {
+			build = limiter.AppendAllOrNothingKey[descriptors.Entry]
 		}
 		key := func(domain, tenant string, entries ...descriptors.Entry) string {
 			return string(build(nil, "ratelimit", domain, lim, entries, tenant))
@@ -65,12 +65,12 @@ func FuzzAppendKey(f *testing.F) {
 		if key(domain+"x", tenant, a...) == ka {
 			t.Errorf("domains %q and %q share key %q", domain, domain+"x", ka)
 		}
-		if atomic {
+		if allOrNothing {
 			if hashTag(ka) != hashTag(kb) {
-				t.Errorf("atomic keys of one domain hash differently: %q, %q", ka, kb)
+				t.Errorf("all-or-nothing keys of one domain hash differently: %q, %q", ka, kb)
 			}
 			if plain := string(limiter.AppendKey(nil, "ratelimit", domain, lim, a, tenant)); plain == ka {
-				t.Errorf("atomic and plain keys collide: %q", ka)
+				t.Errorf("all-or-nothing and plain keys collide: %q", ka)
 			}
 		}
 	})
@@ -113,8 +113,8 @@ func sameEntries(a, b []descriptors.Entry) bool {
 var fuzzKeys = []string{"a", "one", "sw", "tb", "free", "shadow", "q1", "q2", "qfree", "big", "small",
 	"half", "wild", "share", "plan", "user", "repl"}
 
-// fuzzRules are rules like atomicRules plus a fractional cost, wildcards, nesting,
-// share_threshold, replaces and a tenant key, in domains "all" (atomic),
+// fuzzRules are rules like allOrNothingRules plus a fractional cost, wildcards, nesting,
+// share_threshold, replaces and a tenant key, in domains "all" (allOrNothing),
 // "plain" and "tenants".
 func fuzzRules(t testing.TB) *descriptors.Set {
 	t.Helper()
@@ -135,9 +135,9 @@ func fuzzRules(t testing.TB) *descriptors.Set {
 		{Key: "user", Limit: &descriptors.Limit{Unit: descriptors.Minute, RequestsPerUnit: 3, Name: "named"},
 			Descriptors: []descriptors.Descriptor{{Key: "plan", Limit: hour(4, descriptors.TokenBucket)}}},
 	}
-	return mustSet(t, descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules},
+	return mustSet(t, descriptors.DomainConfig{Name: "all", AllOrNothing: true, Descriptors: rules},
 		descriptors.DomainConfig{Name: "plain", Descriptors: rules},
-		descriptors.DomainConfig{Name: "tenants", TenantKey: "plan", Atomic: true, Descriptors: rules})
+		descriptors.DomainConfig{Name: "tenants", TenantKey: "plan", AllOrNothing: true, Descriptors: rules})
 }
 
 // fuzzInput reads a request from fuzz bytes; reads past the end give 0.
@@ -222,7 +222,7 @@ func (in *fuzzInput) request() *limiter.Request[descriptors.Entry] {
 }
 
 // FuzzCheck decides random requests, well-formed or not, on the memory
-// store, with and without Options.Atomic: Check never panics, fails only
+// store, with and without Options.AllOrNothing: Check never panics, fails only
 // with ErrInvalid, answers one status per descriptor, and never answers
 // OK for hits beyond a limit's capacity.
 func FuzzCheck(f *testing.F) {
@@ -235,13 +235,13 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte{3, 3, 'n', 'o', 'p', 0, 1, 1, 0, 1, 'x', 1, 9, 0, 0, 0, 0, 0, 0, 0, 9, 0}) // unknown domain
 	f.Add([]byte{0, 0, 1, 1, 0, 1, 'v', 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0})                   // override, unit UNKNOWN
 	f.Add([]byte{0, 0, 1, 1, 201, 3, '\xff', '\xfe', ':', 1, '\n', 0, 0})                   // invalid UTF-8, raw key
-	limits := &limiter.Limits{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 1024}
+	limits := &limiter.Limits{MaxDescriptors: 16, MaxEntries: 8, MaxEntryBytes: 1024}
 	rules := fuzzRules(f)
 	var ls [2]*limiter.Limiter
 	for i := range ls {
 		m := store.NewMemory(store.MemoryOptions{})
 		f.Cleanup(func() { _ = m.Close() })
-		ls[i] = limiter.New(m, limiter.Options{Limits: limits, Atomic: i == 1})
+		ls[i] = limiter.New(m, limiter.Options{Limits: limits, AllOrNothing: i == 1})
 		ls[i].SetRules(rules)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

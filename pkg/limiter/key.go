@@ -22,35 +22,35 @@ const (
 // "{prefix}:{<domain>/<key>=<value>...}:{tenant}:", each part
 // percent-escaped so that none can collide or inject, share_threshold
 // values as their pattern, the braces a Redis Cluster hash tag, then
-// "#<Index>:" for a limit of a Group but its first, and an identifier
+// "#<Index>:" for a limit of a Joint but its first, and an identifier
 // that would pass MaxKeyLen digested (docs/rules.md, "Key scheme").
 func AppendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
 	return appendKey(dst, prefix, domain, l, entries, tenant, false)
 }
 
-// AppendAtomicKey appends the base key of an all-or-nothing domain's limit:
+// AppendAllOrNothingKey appends the base key of an all-or-nothing domain's limit:
 // AppendKey's, with the hash tag around the domain alone,
 // "{prefix}:{<domain>}/<entries>:{tenant}:", so that all keys of a request
 // share a Cluster slot. It never equals a plain key ("}/" against "}:").
-func AppendAtomicKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
+func AppendAllOrNothingKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string) []byte {
 	return appendKey(dst, prefix, domain, l, entries, tenant, true)
 }
 
-// maxDomainTag and maxTenant are the longest escaped atomic key's domain and
+// maxDomainTag and maxTenant are the longest escaped all-or-nothing key's domain and
 // tenant kept whole; longer ones keep readableTag bytes and a digest.
 const (
 	maxDomainTag = 64
 	maxTenant    = 64
 )
 
-func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string, atomic bool) []byte {
+func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descriptors.Limit, entries []E, tenant string, allOrNothing bool) []byte {
 	start := len(dst)
 	dst = append(dst, prefix...)
 	dst = append(dst, ':', '{')
 	idStart := len(dst)
 	dst = appendEscaped(dst, domain)
-	tagEnd := 0 // where an atomic key's entries start, after "}"
-	if atomic {
+	tagEnd := 0 // where an all-or-nothing key's entries start, after "}"
+	if allOrNothing {
 		if len(dst)-idStart > maxDomainTag {
 			sum := sha256.Sum256(dst[idStart:])
 			dst = append(dst[:idStart+readableTag], '~')
@@ -70,7 +70,7 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 		dst = appendEscaped(dst, v)
 	}
 	idEnd := len(dst)
-	if !atomic {
+	if !allOrNothing {
 		dst = append(dst, '}')
 	}
 	dst = append(dst, ':')
@@ -82,14 +82,14 @@ func appendKey[E descriptors.KV](dst []byte, prefix, domain string, l *descripto
 		dst = hex.AppendEncode(dst, sum[:tagDigestBytes])
 	}
 	dst = append(dst, ':')
-	if l.Group != nil && l.Index > 0 { // one of several limits: a key of its own
+	if l.Joint != nil && l.Index > 0 { // one of several limits: a key of its own
 		dst = strconv.AppendInt(append(dst, '#'), int64(l.Index), 10)
 		dst = append(dst, ':')
 	}
 	if len(dst)-start+windowSuffixRoom <= MaxKeyLen {
 		return dst
 	}
-	// Digest the identifier (an atomic key keeps its tag whole).
+	// Digest the identifier (an all-or-nothing key keeps its tag whole).
 	sum := sha256.Sum256(dst[idStart:idEnd])
 	tail := append([]byte(nil), dst[idEnd:]...)
 	keepFrom := max(idStart, tagEnd)

@@ -17,22 +17,22 @@ const maxCost = 1 << 52
 // Limiter decides requests against its rules and Store. It is safe for
 // concurrent use; a request finishes on the rules it started with.
 type Limiter struct {
-	store  Store
-	all    AtomicStore // store, if it decides all or nothing
-	atomic bool        // every domain decides all or nothing
-	quota  bool        // global quota mode: Options.QuotaMode
-	prefix string
-	limits Limits
-	rules  atomic.Pointer[descriptors.Set]
-	pool   sync.Pool // *scratch
+	store        Store
+	all          AllOrNothingStore // store, if it decides all or nothing
+	allOrNothing bool              // every domain decides all or nothing
+	quota        bool              // global quota mode: Options.QuotaMode
+	prefix       string
+	limits       Limits
+	rules        atomic.Pointer[descriptors.Set]
+	pool         sync.Pool // *scratch
 }
 
 // Options configure a Limiter.
 type Options struct {
 	KeyPrefix string  // starts every store key (default "ratelimit")
 	Limits    *Limits // bound request sizes (default DefaultLimits)
-	// Atomic decides every domain's requests all or nothing; see Check.
-	Atomic bool
+	// AllOrNothing decides every domain's requests all or nothing; see Check.
+	AllOrNothing bool
 	// QuotaMode makes every descriptor but an unlimited one a quota
 	// descriptor, matched or not (envoyproxy/ratelimit's QUOTA_MODE).
 	QuotaMode bool
@@ -40,8 +40,8 @@ type Options struct {
 
 // New returns a Limiter over store, with no rules until SetRules.
 func New(store Store, opts Options) *Limiter {
-	l := &Limiter{store: store, atomic: opts.Atomic, quota: opts.QuotaMode, prefix: opts.KeyPrefix, limits: DefaultLimits}
-	l.all, _ = store.(AtomicStore)
+	l := &Limiter{store: store, allOrNothing: opts.AllOrNothing, quota: opts.QuotaMode, prefix: opts.KeyPrefix, limits: DefaultLimits}
+	l.all, _ = store.(AllOrNothingStore)
 	if l.prefix == "" {
 		l.prefix = "ratelimit"
 	}
@@ -74,8 +74,8 @@ type scratch struct {
 
 // Check decides req: one status per descriptor, in request order, or an
 // error wrapping ErrInvalid (a malformed request), ErrUnavailable (a store
-// failure) or ErrNotAtomic. Quota descriptors make a request OVER_LIMIT
-// only all together, refunds never; an atomic domain's request is decided
+// failure) or ErrNotAllOrNothing. Quota descriptors make a request OVER_LIMIT
+// only all together, refunds never; an all-or-nothing domain's request is decided
 // all or nothing (docs/rules.md, "All-or-nothing decisions").
 func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (*Response, error) {
 	resp := new(Response)
@@ -90,7 +90,7 @@ func Check[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E]) (
 func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E], resp *Response) error {
 	sc := l.pool.Get().(*scratch)
 	defer l.pool.Put(sc)
-	atomic, err := prepare(l, req, resp, sc)
+	allOrNothing, err := prepare(l, req, resp, sc)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E
 			sc.results = make([]Result, len(sc.ops))
 		}
 		res := sc.results[:len(sc.ops)]
-		if atomic {
+		if allOrNothing {
 			if err := l.takeAll(ctx, sc, res, resp.Statuses); err != nil {
 				return err
 			}
@@ -119,7 +119,7 @@ func CheckInto[E descriptors.KV](ctx context.Context, l *Limiter, req *Request[E
 func applyResults(sc *scratch, res []Result, sts []Status) {
 	for j := 0; j < len(res); {
 		st := &sts[sc.index[j]]
-		if st.Limit.Group == nil {
+		if st.Limit.Joint == nil {
 			applyResult(st, res[j])
 			j++
 			continue
@@ -134,9 +134,9 @@ func applyResults(sc *scratch, res []Result, sts []Status) {
 }
 
 // prepare validates req, sets resp's statuses to their limits and queues
-// their store ops in sc (none for a domain without rules: all OK); atomic
+// their store ops in sc (none for a domain without rules: all OK); allOrNothing
 // says whether the domain decides all or nothing.
-func prepare[E descriptors.KV](l *Limiter, req *Request[E], resp *Response, sc *scratch) (atomic bool, err error) {
+func prepare[E descriptors.KV](l *Limiter, req *Request[E], resp *Response, sc *scratch) (allOrNothing bool, err error) {
 	if err := l.limits.validate(req.Domain, len(req.Descriptors)); err != nil {
 		return false, err
 	}
@@ -164,17 +164,17 @@ func prepare[E descriptors.KV](l *Limiter, req *Request[E], resp *Response, sc *
 			st.Quota = st.Limit == nil || !st.Limit.Unlimited
 		}
 	}
-	atomic = l.atomic || domain.Atomic
+	allOrNothing = l.allOrNothing || domain.AllOrNothing
 	for i := range req.Descriptors {
-		addOp(l, sc, domain, req, i, &resp.Statuses[i], atomic)
+		addOp(l, sc, domain, req, i, &resp.Statuses[i], allOrNothing)
 	}
-	return atomic, nil
+	return allOrNothing, nil
 }
 
 // takeAll decides sc.ops all or nothing, vetoes set to commit exactly when overall is OK.
 func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []Status) error {
 	if l.all == nil {
-		return fmt.Errorf("take all: %w", ErrNotAtomic)
+		return fmt.Errorf("take all: %w", ErrNotAllOrNothing)
 	}
 	// Quota descriptors fail only all together; an unlimited or shadowed one never does.
 	quotaCanFail := true
@@ -191,7 +191,7 @@ func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []S
 		case st.Limit.ShadowMode, st.Quota && !quotaCanFail:
 			sc.ops[j].Veto = VetoNone
 		case st.Quota:
-			sc.ops[j].Veto = VetoGroup
+			sc.ops[j].Veto = VetoQuota
 		}
 	}
 	if !slices.ContainsFunc(sc.ops, func(op Op) bool { return op.Refund }) {
@@ -263,26 +263,26 @@ func resolveLimits[E descriptors.KV](d *descriptors.Domain, req *Request[E], st 
 		lim := st[i].Limit
 		switch {
 		case lim == nil:
-		case lim.Group == nil:
+		case lim.Joint == nil:
 			if lim.Name != "" && replaced(st, lim.Name) {
 				st[i].Limit, st[i].Replaced = nil, true
 			}
 		default:
-			dropGroup(st, &st[i])
+			dropJoint(st, &st[i])
 		}
 	}
 }
 
-// dropGroup drops the limits of st's Group that st's request replaces; st
+// dropJoint drops the limits of st's Joint that st's request replaces; st
 // keeps the first left, or none (Replaced).
-func dropGroup(sts []Status, st *Status) {
-	group := st.Limit.Group
-	for k, m := range group {
+func dropJoint(sts []Status, st *Status) {
+	joint := st.Limit.Joint
+	for k, m := range joint {
 		if m.Name != "" && replaced(sts, m.Name) {
 			st.dropped |= 1 << k
 		}
 	}
-	for k, m := range group {
+	for k, m := range joint {
 		if st.dropped&(1<<k) == 0 {
 			st.Limit = m
 			return
@@ -297,12 +297,12 @@ func replaced(sts []Status, name string) bool {
 		lim := sts[i].Limit
 		switch {
 		case lim == nil:
-		case lim.Group == nil:
+		case lim.Joint == nil:
 			if slices.Contains(lim.Replaces, name) {
 				return true
 			}
 		default:
-			for k, m := range lim.Group {
+			for k, m := range lim.Joint {
 				if sts[i].dropped&(1<<k) == 0 && slices.Contains(m.Replaces, name) {
 					return true
 				}
@@ -313,7 +313,7 @@ func replaced(sts []Status, name string) bool {
 }
 
 // addOp queues descriptor i's store decision, or settles it without one.
-func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status, atomic bool) {
+func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req *Request[E], i int, st *Status, allOrNothing bool) {
 	lim := st.Limit
 	if lim == nil {
 		return
@@ -332,14 +332,14 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 		st.Remaining = math.MaxUint32
 		return
 	}
-	if lim.Group == nil {
-		appendOp(l, sc, d, rd, i, lim, hits, atomic, false)
+	if lim.Joint == nil {
+		appendOp(l, sc, d, rd, i, lim, hits, allOrNothing, false)
 		return
 	}
 	joined := false
-	for k, m := range lim.Group {
+	for k, m := range lim.Joint {
 		if st.dropped&(1<<k) == 0 {
-			appendOp(l, sc, d, rd, i, m, hits, atomic, joined)
+			appendOp(l, sc, d, rd, i, m, hits, allOrNothing, joined)
 			joined = true
 		}
 	}
@@ -348,13 +348,13 @@ func addOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, req
 // appendOp queues the op of limit lim for descriptor i, joined to the op
 // before it when joined.
 func appendOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, rd *Descriptor[E], i int,
-	lim *descriptors.Limit, hits uint64, atomic, joined bool) {
+	lim *descriptors.Limit, hits uint64, allOrNothing, joined bool) {
 	cost := int64(maxCost)
 	if hits <= maxCost/uint64(lim.Cost) {
 		cost = int64(hits) * lim.Cost
 	}
-	if atomic {
-		sc.key = AppendAtomicKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, Tenant(d, rd.Entries))
+	if allOrNothing {
+		sc.key = AppendAllOrNothingKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, Tenant(d, rd.Entries))
 	} else {
 		sc.key = AppendKey(sc.key[:0], l.prefix, d.Name, lim, rd.Entries, Tenant(d, rd.Entries))
 	}
@@ -411,7 +411,7 @@ func overall(st []Status) Code {
 	quota, quotaOver := 0, 0
 	for i := range st {
 		if st[i].Refund {
-			continue // OK, and no part of a quota group
+			continue // OK, and no part of a quota joint
 		}
 		if st[i].Quota {
 			quota++

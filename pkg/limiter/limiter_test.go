@@ -100,15 +100,15 @@ func TestDescriptorWithoutEntries(t *testing.T) {
 		{"override, second hit", []limiter.Descriptor[descriptors.Entry]{override, empty},
 			want{limiter.OverLimit, []limiter.Code{limiter.OverLimit, limiter.OK}, []bool{true, false}}},
 	}
-	for _, atomic := range []bool{false, true} {
+	for _, allOrNothing := range []bool{false, true} {
 		m := store.NewMemory(store.MemoryOptions{})
 		t.Cleanup(func() { _ = m.Close() })
-		l := limiter.New(m, limiter.Options{Atomic: atomic})
+		l := limiter.New(m, limiter.Options{AllOrNothing: allOrNothing})
 		l.SetRules(set)
 		for _, s := range steps {
 			resp, err := limiter.Check(context.Background(), l, &limiter.Request[descriptors.Entry]{Domain: "d", Descriptors: s.descs})
 			if err != nil {
-				t.Fatalf("atomic %v, %s: %v", atomic, s.name, err)
+				t.Fatalf("allOrNothing %v, %s: %v", allOrNothing, s.name, err)
 			}
 			got := want{overall: resp.Code}
 			for _, st := range resp.Statuses {
@@ -116,7 +116,7 @@ func TestDescriptorWithoutEntries(t *testing.T) {
 				got.limited = append(got.limited, st.Limit != nil)
 			}
 			if !reflect.DeepEqual(got, s.want) {
-				t.Errorf("atomic %v, %s: %+v, want %+v", atomic, s.name, got, s.want)
+				t.Errorf("allOrNothing %v, %s: %+v, want %+v", allOrNothing, s.name, got, s.want)
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// peekCases are requests of atomicRules' keys, each descriptor of hits
+// peekCases are requests of allOrNothingRules' keys, each descriptor of hits
 // (0: 1).
 var peekCases = map[string]struct {
 	keys []string
@@ -34,7 +34,7 @@ func TestPeek(t *testing.T) {
 	for name, tc := range peekCases {
 		for _, domain := range []string{"plain", "all"} {
 			t.Run(name+"/"+domain, func(t *testing.T) {
-				l, _ := newAtomicLimiter(t, limiter.Options{})
+				l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 				mk := func() *limiter.Request[descriptors.Entry] {
 					r := req(domain, tc.keys...)
 					if tc.hits > 0 {
@@ -74,7 +74,7 @@ func peek1(t *testing.T, l *limiter.Limiter, r *limiter.Request[descriptors.Entr
 func TestResetGivesTheLimitBack(t *testing.T) {
 	for _, domain := range []string{"plain", "all"} {
 		t.Run(domain, func(t *testing.T) {
-			l, m := newAtomicLimiter(t, limiter.Options{})
+			l, m := newAllOrNothingLimiter(t, limiter.Options{})
 			for range 6 {
 				check(t, l, req(domain, "a", "tb"))
 			}

@@ -15,7 +15,7 @@ import (
 func TestGlobalQuotaMode(t *testing.T) {
 	for _, domain := range []string{"plain", "all"} {
 		t.Run(domain, func(t *testing.T) {
-			l, _ := newAtomicLimiter(t, limiter.Options{QuotaMode: true})
+			l, _ := newAllOrNothingLimiter(t, limiter.Options{QuotaMode: true})
 			check(t, l, req(domain, "one")) // one: 1 of 1
 			if resp := check(t, l, req(domain, "one")); resp.Code != limiter.OverLimit || !resp.Statuses[0].Quota {
 				t.Fatalf("the only descriptor over: %v %+v, want OVER_LIMIT", resp.Code, resp.Statuses)

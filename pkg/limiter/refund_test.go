@@ -26,7 +26,7 @@ func hits(r *limiter.Request[descriptors.Entry], i int, n uint64) *limiter.Reque
 func TestRefund(t *testing.T) {
 	for _, key := range []string{"big", "sw", "small"} { // fixed window 100, sliding 3, bucket 50
 		t.Run(key, func(t *testing.T) {
-			l, _ := newAtomicLimiter(t, limiter.Options{})
+			l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 			limit := check(t, l, hits(req("plain", key), 0, 0)).Statuses[0].Remaining // a peek: the whole limit
 			resp := check(t, l, hits(req("plain", key), 0, uint64(limit)))
 			if st := resp.Statuses[0]; st.Code != limiter.OK || st.Remaining != 0 {
@@ -47,7 +47,7 @@ func TestRefund(t *testing.T) {
 	}
 
 	t.Run("over the limit", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
+		l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 		check(t, l, hits(req("plain", "one"), 0, 5)) // 5 of 1: over
 		resp := check(t, l, refund(req("plain", "one", "one"), 0, 2))
 		if resp.Code != limiter.OverLimit || resp.Statuses[0].Code != limiter.OK || resp.Statuses[1].Code != limiter.OverLimit {
@@ -55,7 +55,7 @@ func TestRefund(t *testing.T) {
 		}
 	})
 	t.Run("quota", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
+		l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 		check(t, l, req("plain", "q1"))
 		// q1 is over; the refund on q2 is no quota descriptor that is not.
 		resp := check(t, l, refund(req("plain", "q1", "q2"), 1, 1))
@@ -70,7 +70,7 @@ func TestRefund(t *testing.T) {
 // whatever the request answers, as envoyproxy/ratelimit#1140 applies it,
 // while the request's charges land only when it answers OK.
 func TestRefundAllOrNothing(t *testing.T) {
-	l, _ := newAtomicLimiter(t, limiter.Options{})
+	l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 	check(t, l, hits(req("all", "a"), 0, 4)) // 4 of 5
 	check(t, l, req("all", "one"))           // 1 of 1
 	resp := check(t, l, refund(req("all", "a", "one", "big"), 0, 3))

@@ -66,12 +66,12 @@ type Status struct {
 	Quota            bool   // a quota descriptor
 	Replaced         bool
 	// Parts are the statuses of each limit of a rule with several
-	// (Limit.Group), in its order, replaced ones left out, each as if the
+	// (Limit.Joint), in its order, replaced ones left out, each as if the
 	// limit were the descriptor's only one; nil otherwise. A part's Code
 	// is its own limit's answer, though a joint denial charged none.
 	Parts []Status
 
-	dropped uint32 // bit i: Limit.Group[i] was replaced
+	dropped uint32 // bit i: Limit.Joint[i] was replaced
 }
 
 // Response is the decision for a whole request.
@@ -84,11 +84,11 @@ type Response struct {
 type Limits struct {
 	MaxDescriptors int // per request
 	MaxEntries     int // per descriptor
-	MaxKeyBytes    int // per entry key or value
+	MaxEntryBytes  int // per entry key or value
 }
 
 // DefaultLimits are generous for any real Envoy configuration.
-var DefaultLimits = Limits{MaxDescriptors: 1000, MaxEntries: 64, MaxKeyBytes: 4096}
+var DefaultLimits = Limits{MaxDescriptors: 1000, MaxEntries: 64, MaxEntryBytes: 4096}
 
 // ErrInvalid marks requests that cannot be decided as given.
 var ErrInvalid = errors.New("invalid request")
@@ -116,10 +116,10 @@ func validateDescriptor[E descriptors.KV](lim Limits, i int, d *Descriptor[E]) e
 	if lim.MaxEntries > 0 && len(d.Entries) > lim.MaxEntries {
 		return invalid("descriptor %d has %d entries, more than the limit of %d", i, len(d.Entries), lim.MaxEntries)
 	}
-	if lim.MaxKeyBytes > 0 {
+	if lim.MaxEntryBytes > 0 {
 		for j, e := range d.Entries {
-			if len(e.GetKey()) > lim.MaxKeyBytes || len(e.GetValue()) > lim.MaxKeyBytes {
-				return invalid("descriptor %d entry %d is longer than %d bytes", i, j, lim.MaxKeyBytes)
+			if len(e.GetKey()) > lim.MaxEntryBytes || len(e.GetValue()) > lim.MaxEntryBytes {
+				return invalid("descriptor %d entry %d is longer than %d bytes", i, j, lim.MaxEntryBytes)
 			}
 		}
 	}

@@ -10,9 +10,9 @@ import (
 var (
 	// ErrUnavailable marks store failures: no answer, or an error answer.
 	ErrUnavailable = errors.New("store unavailable")
-	// ErrNotAtomic answers an all-or-nothing request on a store that is no
-	// AtomicStore: a wiring mistake, not a store failure.
-	ErrNotAtomic = errors.New("store cannot decide all or nothing")
+	// ErrNotAllOrNothing answers an all-or-nothing request on a store that is no
+	// AllOrNothingStore: a wiring mistake, not a store failure.
+	ErrNotAllOrNothing = errors.New("store cannot decide all or nothing")
 )
 
 // Op is one decision for a Store to make atomically: charge Cost against the
@@ -22,7 +22,7 @@ type Op struct {
 	// Key is the base key (AppendKey); the store appends its window's or bucket's suffix.
 	Key       string
 	Algorithm descriptors.Algorithm
-	// Veto weighs a denial in AtomicStore.TakeAll; Take ignores it.
+	// Veto weighs a denial in AllOrNothingStore.TakeAll; Take ignores it.
 	Veto Veto
 	// Limit is a window's capacity, or a token bucket's refill per Window.
 	Limit  int64
@@ -78,14 +78,14 @@ type Store interface {
 	Close() error
 }
 
-// AtomicStore is a Store that can also decide a call's ops all or nothing:
+// AllOrNothingStore is a Store that can also decide a call's ops all or nothing:
 // TakeAll decides them in order at their one Now and answers as Take would,
 // then commits, writing what Take would (nothing of a joint with a denied
 // op), or rejects (Rejects) and writes nothing, not even a denied
 // fixed-window hit. The call is one atomic step; on a Redis Cluster its
-// keys share a slot (AppendAtomicKey). Errors are as Take's; after one,
+// keys share a slot (AppendAllOrNothingKey). Errors are as Take's; after one,
 // the call may or may not have committed.
-type AtomicStore interface {
+type AllOrNothingStore interface {
 	Store
 	TakeAll(ctx context.Context, ops []Op, results []Result) error
 }
@@ -98,30 +98,30 @@ type Veto uint8
 const (
 	VetoAlone Veto = iota // a denial rejects the call
 	VetoNone              // a denial rejects nothing (shadow mode, refunds)
-	VetoGroup             // the call is rejected when every VetoGroup joint has a denied op (quota mode)
+	VetoQuota             // the call is rejected when every VetoQuota op or joint has a denied op (quota mode)
 )
 
 // Rejects reports whether an all-or-nothing call with these results must
 // write nothing. The ops of one joint (Op.Joined) share their Veto.
 func Rejects(ops []Op, results []Result) bool {
-	group, groupDenied := 0, 0
-	denied := false // within the current VetoGroup joint
+	quota, quotaDenied := 0, 0
+	denied := false // within the current VetoQuota joint
 	for i := range ops {
 		switch ops[i].Veto {
 		case VetoAlone:
 			if !results[i].Allowed {
 				return true
 			}
-		case VetoGroup:
+		case VetoQuota:
 			if !ops[i].Joined || i == 0 {
-				group++
+				quota++
 				denied = false
 			}
 			if !results[i].Allowed && !denied {
 				denied = true
-				groupDenied++
+				quotaDenied++
 			}
 		}
 	}
-	return group > 0 && groupDenied == group
+	return quota > 0 && quotaDenied == quota
 }

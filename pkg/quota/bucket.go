@@ -49,7 +49,6 @@ func (c Config) WithDefaults() Config {
 	return d
 }
 
-// positive sets *dst to v when v is above zero.
 func positive[T float64 | time.Duration](dst *T, v T) {
 	if v > 0 {
 		*dst = v

@@ -90,7 +90,6 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	return changed || len(old) != len(b.remote)
 }
 
-// onlySelf reports whether every demand is self's.
 func onlySelf(self string, all []Demand) bool {
 	for _, d := range all {
 		if d.Replica != self {
@@ -222,7 +221,6 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 	clear(ms)
 }
 
-// grow returns s resized to n, reusing its array if it can.
 func grow(s []float64, n int) []float64 {
 	if cap(s) < n {
 		return make([]float64, n)

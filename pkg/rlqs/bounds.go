@@ -21,9 +21,9 @@ func (s *Service) validID(id map[string]string) bool {
 	if lim.MaxEntries > 0 && len(id) > lim.MaxEntries {
 		return false
 	}
-	if lim.MaxKeyBytes > 0 {
+	if lim.MaxEntryBytes > 0 {
 		for k, v := range id {
-			if len(k) > lim.MaxKeyBytes || len(v) > lim.MaxKeyBytes {
+			if len(k) > lim.MaxEntryBytes || len(v) > lim.MaxEntryBytes {
 				return false
 			}
 		}

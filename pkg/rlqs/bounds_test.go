@@ -64,7 +64,7 @@ func TestBounds(t *testing.T) {
 	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) {
 		o.Observer = obs
 		o.MaxBucketsPerStream, o.MaxBuckets, o.MaxStreams = 3, 5, 2
-		o.IDLimits = &limiter.Limits{MaxEntries: 2, MaxKeyBytes: 16}
+		o.IDLimits = &limiter.Limits{MaxEntries: 2, MaxEntryBytes: 16}
 	}})
 	svc := c.replicas[0].svc
 	s1 := openRaw(t, c)

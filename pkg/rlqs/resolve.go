@@ -124,7 +124,7 @@ func (r *resolver) compute(set *descriptors.Set, domain string, entries []descri
 	}
 	// A rule with several limits is divided as the least rate and the least
 	// burst of them, which exceeds none (docs/rlqs.md, "Several limits").
-	members := l.Group
+	members := l.Joint
 	if members == nil {
 		members = []*descriptors.Limit{l}
 	}

@@ -57,7 +57,7 @@ const benchClients = 1024
 // --response-headers mode.
 func benchService(b *testing.B, timeout time.Duration, headers string) *Service {
 	b.Helper()
-	return edgeService(b, nil, Options{Timeout: timeout, OnStoreError: limiter.FailError, Headers: HeaderOptions{Mode: headers}})
+	return edgeService(b, nil, Options{Timeout: timeout, OnStoreError: limiter.FailError, Headers: HeaderOptions{ResponseHeaders: headers}})
 }
 
 // edgeService returns a service with opts on the memory store and the

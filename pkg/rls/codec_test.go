@@ -149,7 +149,7 @@ func TestDecidesValuesNotUTF8(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	l := limiter.New(st, limiter.Options{})
 	l.SetRules(rs.Set)
-	s := New(l, Options{Headers: HeaderOptions{Mode: HeadersIETF, DynamicMetadata: true}}, zaptest.NewLogger(t))
+	s := New(l, Options{Headers: HeaderOptions{ResponseHeaders: HeadersIETF, DynamicMetadata: true}}, zaptest.NewLogger(t))
 	codes := func(value string) []rlspb.RateLimitResponse_Code {
 		var out []rlspb.RateLimitResponse_Code
 		for range 3 {

@@ -12,7 +12,7 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// Header modes of HeaderOptions.Mode (--response-headers).
+// Header modes of HeaderOptions.Mode.
 const (
 	HeadersOff    = "off"
 	HeadersIETF   = "ietf"   // RateLimit-Policy and RateLimit
@@ -21,14 +21,13 @@ const (
 
 // HeaderOptions configure what a response carries besides the decision.
 type HeaderOptions struct {
-	Mode            string // HeadersOff, HeadersIETF or HeadersLegacy
+	ResponseHeaders string // HeadersOff, HeadersIETF or HeadersLegacy
 	LimitHeader     string // legacy names, as the reference server's settings
 	RemainingHeader string
 	ResetHeader     string
 	// DynamicMetadata answers with dynamic_metadata in envoyproxy/ratelimit
 	// main's shape, and fastlimit.overLimit (docs/envoy.md#dynamic-metadata).
 	DynamicMetadata bool
-	ShadowMode      bool // global: overall OK whatever the statuses say
 	// RequestHeaders adds the legacy headers, under the Request names, to
 	// the request Envoy forwards upstream (request_headers_to_add).
 	RequestHeaders                                                 bool
@@ -37,19 +36,19 @@ type HeaderOptions struct {
 
 // Validate checks the header mode.
 func (o *HeaderOptions) Validate() error {
-	switch o.Mode {
+	switch o.ResponseHeaders {
 	case HeadersOff, HeadersIETF, HeadersLegacy:
 		return nil
 	}
-	return fmt.Errorf("%q is not off, ietf or legacy", o.Mode)
+	return fmt.Errorf("%q is not off, ietf or legacy", o.ResponseHeaders)
 }
 
 // decorate adds headers and dynamic metadata to out, the answer to req;
 // Retry-After only when out's code, after shadow and quota modes, is over.
 func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, res *limiter.Response) {
-	if o.Mode != HeadersOff {
+	if o.ResponseHeaders != HeadersOff {
 		pick := mostRestrictive
-		if o.Mode == HeadersLegacy {
+		if o.ResponseHeaders == HeadersLegacy {
 			pick = referenceChoice
 		}
 		if st := pick(res.Statuses); st != nil {
@@ -119,7 +118,7 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 	var h headerList
 	lim := st.Limit
 	reset := ceilSeconds(untilReset(st))
-	if o.Mode == HeadersLegacy {
+	if o.ResponseHeaders == HeadersLegacy {
 		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
 		for i := range st.Parts {
 			quota, window := policy(st.Parts[i].Limit)
@@ -214,7 +213,6 @@ func policy(l *descriptors.Limit) (quota int64, window int64) {
 	return l.Burst / descriptors.Milli, ceilSeconds((l.Burst*den + num - 1) / num)
 }
 
-// policyName is the limit's name, else its Label.
 func policyName(l *descriptors.Limit) string {
 	if l.Name != "" {
 		return l.Name

@@ -24,7 +24,7 @@ func headersReference(o *HeaderOptions, st *limiter.Status, over bool) []*core.H
 		ms = st.RetryAfterMillis
 	}
 	reset := strconv.FormatInt(ceilSeconds(ms), 10)
-	if o.Mode == HeadersLegacy {
+	if o.ResponseHeaders == HeadersLegacy {
 		add(o.LimitHeader, strconv.FormatUint(uint64(lim.RequestsPerUnit), 10))
 		add(o.RemainingHeader, strconv.FormatUint(uint64(st.Remaining), 10))
 		add(o.ResetHeader, reset)
@@ -74,19 +74,19 @@ func TestHeaders(t *testing.T) {
 		{Code: limiter.OverLimit, Limit: long, Remaining: 1<<32 - 1, ResetMillis: 0, RetryAfterMillis: 1},
 	}
 	for _, o := range []HeaderOptions{
-		{Mode: HeadersIETF},
-		{Mode: HeadersLegacy, LimitHeader: "RateLimit-Limit", RemainingHeader: "X-Left", ResetHeader: "RateLimit-Reset"},
+		{ResponseHeaders: HeadersIETF},
+		{ResponseHeaders: HeadersLegacy, LimitHeader: "RateLimit-Limit", RemainingHeader: "X-Left", ResetHeader: "RateLimit-Reset"},
 	} {
 		for i := range statuses {
 			st := &statuses[i]
 			for _, over := range []bool{false, true} {
 				got, want := o.headers(st, over), headersReference(&o, st, over)
 				if len(got) != len(want) {
-					t.Fatalf("%s, status %d, over %v: %d headers, want %d", o.Mode, i, over, len(got), len(want))
+					t.Fatalf("%s, status %d, over %v: %d headers, want %d", o.ResponseHeaders, i, over, len(got), len(want))
 				}
 				for j := range got {
 					if !proto.Equal(got[j], want[j]) {
-						t.Errorf("%s, status %d, over %v: header %d = %v, want %v", o.Mode, i, over, j, got[j], want[j])
+						t.Errorf("%s, status %d, over %v: header %d = %v, want %v", o.ResponseHeaders, i, over, j, got[j], want[j])
 					}
 				}
 			}

@@ -27,8 +27,8 @@ func metadataService(t *testing.T, mode string) (*Service, *rules.Loaded) {
 	t.Cleanup(func() { _ = st.Close() })
 	l := limiter.New(st, limiter.Options{QuotaMode: mode == "quota"})
 	l.SetRules(rs.Set)
-	h := HeaderOptions{Mode: HeadersOff, DynamicMetadata: true, ShadowMode: mode == "shadow"}
-	return New(l, Options{Headers: h}, zaptest.NewLogger(t)), rs
+	h := HeaderOptions{ResponseHeaders: HeadersOff, DynamicMetadata: true}
+	return New(l, Options{Headers: h, ShadowMode: mode == "shadow"}, zaptest.NewLogger(t)), rs
 }
 
 // TestDynamicMetadata decides refserver's table, the dynamic metadata that

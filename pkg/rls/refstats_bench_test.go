@@ -16,7 +16,7 @@ import (
 // of rules whose stat keys do not depend on the request.
 func BenchmarkShouldRateLimitRefStats(b *testing.B) {
 	s := benchService(b, 0, HeadersOff)
-	rep, err := refstats.New(refstats.Options{UsePrometheus: true, PromPath: "/metrics", NearRatio: 0.8},
+	rep, err := refstats.New(refstats.Options{Prometheus: true, PrometheusPath: "/metrics", NearLimitRatio: 0.8},
 		s.limiter, prometheus.NewRegistry(), zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

@@ -16,7 +16,7 @@ func (o *HeaderOptions) requestHeaders(sts []limiter.Status) []*core.HeaderValue
 	if st == nil {
 		return nil
 	}
-	up := HeaderOptions{Mode: HeadersLegacy,
+	up := HeaderOptions{ResponseHeaders: HeadersLegacy,
 		LimitHeader: o.RequestLimitHeader, RemainingHeader: o.RequestRemainingHeader, ResetHeader: o.RequestResetHeader}
 	return up.headers(st, false)
 }

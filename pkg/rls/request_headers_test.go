@@ -51,11 +51,11 @@ func TestRequestHeaders(t *testing.T) {
 		response string // the first header's name, "" for none
 		upstream bool
 	}{
-		{"request headers alone", HeaderOptions{Mode: HeadersOff, RequestHeaders: true}, "", true},
-		{"both, names apart", HeaderOptions{RequestHeaders: true, Mode: HeadersLegacy, LimitHeader: "RateLimit-Limit",
+		{"request headers alone", HeaderOptions{ResponseHeaders: HeadersOff, RequestHeaders: true}, "", true},
+		{"both, names apart", HeaderOptions{RequestHeaders: true, ResponseHeaders: HeadersLegacy, LimitHeader: "RateLimit-Limit",
 			RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}, "RateLimit-Limit", true},
-		{"response headers alone", HeaderOptions{Mode: HeadersIETF}, "RateLimit-Policy", false},
-		{"neither", HeaderOptions{Mode: HeadersOff}, "", false},
+		{"response headers alone", HeaderOptions{ResponseHeaders: HeadersIETF}, "RateLimit-Policy", false},
+		{"neither", HeaderOptions{ResponseHeaders: HeadersOff}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts

@@ -62,7 +62,7 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 				t.Cleanup(func() { _ = st.Close() })
 				l := limiter.New(st, limiter.Options{QuotaMode: tc.quota})
 				l.SetRules(rs.Set)
-				s := New(l, Options{Headers: HeaderOptions{Mode: mode, ShadowMode: tc.shadow,
+				s := New(l, Options{ShadowMode: tc.shadow, Headers: HeaderOptions{ResponseHeaders: mode,
 					LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
 					zaptest.NewLogger(t))
 				req := rlsRequest("d", "k", "v")
@@ -129,7 +129,7 @@ func TestDurationUntilResetIsRetryTime(t *testing.T) {
 			t.Cleanup(func() { _ = st.Close() })
 			l := limiter.New(st, limiter.Options{})
 			l.SetRules(rs.Set)
-			s := New(l, Options{Headers: HeaderOptions{Mode: mode,
+			s := New(l, Options{Headers: HeaderOptions{ResponseHeaders: mode,
 				LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
 				zaptest.NewLogger(t))
 			var last *rlspb.RateLimitResponse

@@ -23,6 +23,9 @@ type Options struct {
 	// OnStoreError answers store failures: OK (FailAllow), OVER_LIMIT
 	// (FailDeny) or Unavailable (FailError, the default).
 	OnStoreError limiter.FailurePolicy
+	// ShadowMode answers OK whatever the statuses say (global shadow
+	// mode); the statuses still tell.
+	ShadowMode bool
 	// Headers say what an answer carries besides the decision.
 	Headers HeaderOptions
 	// Observer is told of every decision; nil: none.
@@ -117,11 +120,11 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 	}
 	out := toResponse(res)
 	h := &s.o.Headers
-	if h.ShadowMode && out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+	if s.o.ShadowMode && out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rlspb.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
 	}
-	if h.Mode != HeadersOff || h.DynamicMetadata || h.RequestHeaders {
+	if h.ResponseHeaders != HeadersOff || h.DynamicMetadata || h.RequestHeaders {
 		h.decorate(out, req, res)
 	}
 	if s.o.Spans != nil {

@@ -212,7 +212,6 @@ func (d *decoder) integer(n *yaml.Node, name string, max uint64) (uint64, bool) 
 	return 0, false
 }
 
-// positive is integer without zero.
 func (d *decoder) positive(n *yaml.Node, name string, max uint64) uint64 {
 	i, ok := d.integer(n, name, max)
 	if ok && i == 0 {

@@ -60,7 +60,7 @@ func ExampleParse_errors() {
 	// Output:
 	// api.yaml:3: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)
 	// api.yaml:4: unknown key 'rate_limt'; did you mean 'rate_limit'?
-	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1); files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)
+	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1); files of one domain are merged only with MERGE_DOMAIN_CONFIG=true
 }
 
 // FromXDS compiles the RateLimitConfig resources of an xDS snapshot.

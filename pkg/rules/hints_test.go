@@ -119,8 +119,7 @@ descriptors:
 		{"a top-level key in a descriptor", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    atomic: true\n"},
 			"a.yaml:4: unknown key 'atomic' in a descriptor; atomic belongs at the top of the rules file"},
 		{"duplicate domain", map[string]string{"a.yaml": "domain: d\n", "b.yaml": "# b\ndomain: d\n"},
-			"b.yaml:2: duplicate domain 'd' (first at a.yaml:1); files of one domain are merged only with " +
-				"--merge-domain-config (MERGE_DOMAIN_CONFIG=true)"},
+			"b.yaml:2: duplicate domain 'd' (first at a.yaml:1); files of one domain are merged only with MERGE_DOMAIN_CONFIG=true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := map[string][]byte{}

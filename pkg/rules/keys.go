@@ -47,7 +47,6 @@ type stray struct {
 	k, v *yaml.Node
 }
 
-// belongs reports whether key is a key of level.
 func belongs(key, level string) bool { return slices.Contains(homes[key], level) }
 
 // suggest returns the key of known (or, failing that, of any level) that

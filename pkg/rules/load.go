@@ -140,7 +140,7 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		}
 		relocate(e, pos[e.File])
 		if errors.Is(e.Err, descriptors.ErrDuplicateDomain) && !merge {
-			e.Msg += "; files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+			e.Msg += "; files of one domain are merged only with MERGE_DOMAIN_CONFIG=true"
 		}
 		errs = append(errs, e)
 	}
@@ -206,7 +206,6 @@ func IsRulesName(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
 
-// readDir reads the rules files of dir with r, keyed by name.
 func readDir(dir string, r *fileReader) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -180,7 +180,7 @@ func TestAllErrorsReported(t *testing.T) {
 func TestDuplicateDomain(t *testing.T) {
 	_, err := rules.Load("testdata/dupdomain")
 	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1); " +
-		"files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+		"files of one domain are merged only with MERGE_DOMAIN_CONFIG=true"
 	if err == nil || err.Error() != want {
 		t.Errorf("Load = %v, want %s", err, want)
 	}
@@ -288,7 +288,7 @@ func TestExtensions(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := r.Set.Domain("extensions")
-	if d.TenantKey != "plan" || !d.Atomic {
+	if d.TenantKey != "plan" || !d.AllOrNothing {
 		t.Errorf("domain = %+v", d)
 	}
 	bucket := func(burst, cost int64) func(*testing.T, *descriptors.Limit) {
@@ -346,7 +346,7 @@ func TestExtensions(t *testing.T) {
 		{domain: "extensions", entries: e("merged", "base"), none: true},
 		{domain: "extensions", entries: e("budget", "b"), rpu: 100000, unit: descriptors.Day,
 			check: func(t *testing.T, l *descriptors.Limit) {
-				month := l.Group[1]
+				month := l.Joint[1]
 				if l.Charge != descriptors.ChargeAlways || l.Periods() != nil ||
 					month.Charge != descriptors.ChargeWhenAllowed || month.Calendar != "Europe/Berlin" || month.Periods().Zone() != "Europe/Berlin" {
 					t.Errorf("budget: charge %s calendar %q; month: charge %s calendar %q", l.Charge, l.Calendar, month.Charge, month.Calendar)
@@ -390,8 +390,8 @@ func TestShippedRules(t *testing.T) {
 			t.Errorf("%s uses FastLimit's extensions: %s", l.Path, l)
 		}
 	}
-	if d := r.Set.Domain("fastlimit"); d.TenantKey != "" || d.Atomic {
-		t.Errorf("tenant key %q, atomic %v", d.TenantKey, d.Atomic)
+	if d := r.Set.Domain("fastlimit"); d.TenantKey != "" || d.AllOrNothing {
+		t.Errorf("tenant key %q, atomic %v", d.TenantKey, d.AllOrNothing)
 	}
 }
 

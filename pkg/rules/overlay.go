@@ -222,7 +222,7 @@ func (o *Overlay) apply(domains []descriptors.DomainConfig) (warns []*Error, unm
 			dc.TenantKey = *od.tenantKey
 		}
 		if od.atomic != nil {
-			dc.Atomic = *od.atomic
+			dc.AllOrNothing = *od.atomic
 		}
 		w, n := o.applyDescriptors(dc.Name, dc.Descriptors, od.descriptors)
 		warns, unmatched = append(warns, w...), unmatched+n

@@ -140,8 +140,8 @@ func TestOverlayUnmatched(t *testing.T) {
 		t.Errorf("warnings (%d unmatched):\n%s\nwant:\n%s", r.OverlayUnmatched, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	d := r.Set.Domain(egDomain)
-	if d.TenantKey != "plan" || !d.Atomic {
-		t.Errorf("domain tenant_key %q atomic %t", d.TenantKey, d.Atomic)
+	if d.TenantKey != "plan" || !d.AllOrNothing {
+		t.Errorf("domain tenant_key %q atomic %t", d.TenantKey, d.AllOrNothing)
 	}
 	if l := egUser(t, r, "bob"); l == nil || l.Algorithm != descriptors.TokenBucket {
 		t.Errorf("the matched entry did not apply: %+v", l)

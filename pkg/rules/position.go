@@ -21,7 +21,6 @@ type positions struct {
 	moved string
 }
 
-// keyOf returns the key node of name in mapping n, nil if absent.
 func keyOf(n *yaml.Node, name string) *yaml.Node {
 	for _, p := range pairs(n) {
 		if p.k.Kind == yaml.ScalarNode && p.k.Value == name {
@@ -31,7 +30,6 @@ func keyOf(n *yaml.Node, name string) *yaml.Node {
 	return nil
 }
 
-// valueOf returns the value of name in mapping n, nil if absent.
 func valueOf(n *yaml.Node, name string) *yaml.Node {
 	for _, p := range pairs(n) {
 		if p.k.Kind == yaml.ScalarNode && p.k.Value == name {
@@ -41,7 +39,6 @@ func valueOf(n *yaml.Node, name string) *yaml.Node {
 	return nil
 }
 
-// keyLines returns the line of each key of mapping n.
 func keyLines(n *yaml.Node) map[string]int {
 	m := map[string]int{}
 	if n.Kind != yaml.MappingNode {
@@ -132,8 +129,8 @@ func (d *decoder) place(n *yaml.Node, src, moved string) {
 	d.pos[src] = p
 }
 
-// groupMsg matches NewSet's messages about one limit of rate_limits.
-var groupMsg = regexp.MustCompile(`^rate_limits\[(\d+)\](: | is missing| replaces )`)
+// jointMsg matches NewSet's messages about one limit of rate_limits.
+var jointMsg = regexp.MustCompile(`^rate_limits\[(\d+)\](: | is missing| replaces )`)
 
 // sameNameMsg matches NewSet's message about two limits of one name.
 var sameNameMsg = regexp.MustCompile(`^rate_limits\[\d+\] and rate_limits\[(\d+)\] both count`)
@@ -157,8 +154,8 @@ func relocate(e *Error, pos map[string]*positions) {
 	case sameNameMsg.MatchString(msg):
 		i, _ := strconv.Atoi(sameNameMsg.FindStringSubmatch(msg)[1])
 		line = limitLine(p.limits, i, "")
-	case groupMsg.MatchString(msg):
-		m := groupMsg.FindStringSubmatch(msg)
+	case jointMsg.MatchString(msg):
+		m := jointMsg.FindStringSubmatch(msg)
 		i, _ := strconv.Atoi(m[1])
 		switch m[2] {
 		case ": ":

@@ -94,7 +94,7 @@ func mergeDomains(domains []descriptors.DomainConfig) ([]descriptors.DomainConfi
 				"tenant_key '%s' of domain '%s' differs from '%s' (at %s); merged files must agree",
 				dc.TenantKey, dc.Name, m.TenantKey, m.Source)))
 		}
-		m.Atomic = m.Atomic || dc.Atomic
+		m.AllOrNothing = m.AllOrNothing || dc.AllOrNothing
 		m.Descriptors = append(m.Descriptors[:len(m.Descriptors):len(m.Descriptors)], dc.Descriptors...)
 	}
 	return out, errs

@@ -249,8 +249,8 @@ func TestFromXDSFields(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := r.Set.Domain("d")
-			if d.TenantKey != "" || d.Atomic {
-				t.Errorf("domain extensions: tenant_key %q atomic %v", d.TenantKey, d.Atomic)
+			if d.TenantKey != "" || d.AllOrNothing {
+				t.Errorf("domain extensions: tenant_key %q atomic %v", d.TenantKey, d.AllOrNothing)
 			}
 			l := descriptors.Match(d, tc.entry)
 			if l == nil {

@@ -93,7 +93,7 @@ func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) (ok, report
 			reported = reported || len(d.errs) > before
 		},
 		"tenant_key":  func(v *yaml.Node) { dc.TenantKey = d.str(v, "tenant_key") },
-		"atomic":      func(v *yaml.Node) { dc.Atomic = d.boolean(v, "atomic") },
+		"atomic":      func(v *yaml.Node) { dc.AllOrNothing = d.boolean(v, "atomic") },
 		"descriptors": func(v *yaml.Node) { dc.Descriptors = d.descriptors(v) },
 	})
 	return ok, reported

@@ -28,21 +28,20 @@ type batchOptions struct {
 	// leaves (0: never); see until.
 	Gather    time.Duration
 	GatherOps int // ops waiting that end that wait (default MaxOps)
-	// Group, when set, is shared by a Cluster's masters' batchers, which
+	// Sum, when set, is shared by a Cluster's masters' batchers, which
 	// then gather on the sum of the calls waiting at all of them.
-	Group *gatherGroup
+	Sum   *gatherSum
 	Clock batchClock // nil: the wall clock
 }
 
-// gatherGroup sums the calls waiting, on average, at a set of batchers when
+// gatherSum sums the calls waiting, on average, at a set of batchers when
 // their sends are due. It is safe for concurrent use.
-type gatherGroup struct {
+type gatherSum struct {
 	mu   sync.Mutex
 	avgs map[*batcher]float64
 }
 
-// update records b's average and returns the sum over the group.
-func (g *gatherGroup) update(b *batcher, avg float64) float64 {
+func (g *gatherSum) update(b *batcher, avg float64) float64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.avgs == nil {
@@ -117,17 +116,9 @@ type waiter struct {
 const patienceShare = 10
 
 // company estimates the calls a send can expect if it waits: the rate at
-// which calls arrive while sends are active (gathering or under way), and
-// the rate at which they arrive in the second half of a gathering send's
-// wait. The first gates gathering: the calls that one closed-loop caller
-// makes once answered arrive when no send is active, so a lone caller's
-// sends never wait. The second decides it: an open loop's calls arrive at
-// their own rate whatever the sends do, late in a wait as early; a few
-// closed-loop callers, answered together, come back together early in the
-// next send's wait, and nothing comes after them, so that waiting longer
-// brings nobody. While the second says so, one send in probeEvery that
-// the first would make wait still waits, to see whether that changed. It
-// is guarded by its batcher's mu.
+// which calls arrive while sends are active (which gates waiting), and in
+// the second half of waits (which decides it; docs/redis.md, "Batching
+// and the gather window", says why). It is guarded by its batcher's mu.
 type company struct {
 	active int       // sends gathering or under way
 	since  time.Time // when active last rose from 0
@@ -150,8 +141,7 @@ type rateOf struct {
 
 // A fold averages what was seen over at least rateSpan of watched time,
 // or rateArrivals calls, whichever comes first, into the rate, with
-// weight 1/2 (the first fold is the rate): at 2,000 calls a second it
-// follows a change within a few milliseconds of active sends.
+// weight 1/2 (the first fold is the rate).
 const (
 	rateSpan     = 20 * time.Millisecond
 	rateArrivals = 16
@@ -187,10 +177,8 @@ func (r *rateOf) fold() {
 	r.seen, r.span = 0, 0
 }
 
-// expected returns the calls expected in d at rate.
 func (r *rateOf) expected(d time.Duration) float64 { return r.rate * d.Seconds() }
 
-// arrive counts a call arriving at now.
 func (c *company) arrive(now time.Time, gathering bool) {
 	if c.active == 0 {
 		return
@@ -205,7 +193,6 @@ func (c *company) arrive(now time.Time, gathering bool) {
 	}
 }
 
-// add changes the active sends by delta at now.
 func (c *company) add(delta int, now time.Time) {
 	if c.active == 0 {
 		c.since = now
@@ -424,8 +411,8 @@ func (b *batcher) gather(t *batchTimer) (active, ok bool) {
 	b.add(1, now)
 	b.avgReady += (float64(len(b.queue)) - b.avgReady) / 16
 	ready := b.avgReady
-	if b.opts.Group != nil {
-		ready = b.opts.Group.update(b, ready)
+	if b.opts.Sum != nil {
+		ready = b.opts.Sum.update(b, ready)
 	}
 	end := b.until(now, ready)
 	if !end.After(now) {
@@ -459,7 +446,7 @@ func (b *batcher) gather(t *batchTimer) (active, ok bool) {
 }
 
 // until returns when a send due at now stops waiting for company, ready
-// calls waiting on average when sends are due (over the Group): now for
+// calls waiting on average when sends are due (over the Sum): now for
 // not at all. A send does not wait when Gather is 0 or GatherOps ops wait.
 // Otherwise it waits Gather from now when ready reaches gatherFrom (many
 // callers, each waiting for its answer); or, when company expects

@@ -459,14 +459,14 @@ func TestBatcherGathersWhenMany(t *testing.T) {
 	}
 }
 
-// TestBatcherGathersAsAGroup: batchers that share a gatherGroup (a
+// TestBatcherGathersAsASet: batchers that share a gatherSum (a
 // Cluster's masters) gather when the calls waiting at all of them add up
 // to gatherFrom, though each sees fewer; without the others' share, the
 // same load does not gather.
-func TestBatcherGathersAsAGroup(t *testing.T) {
+func TestBatcherGathersAsASet(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		others float64 // what waits at the group's other batcher
+		others float64 // what waits at the set's other batcher
 		want   []int   // ops of the sends of 4 calls arriving 50 ms apart
 	}{
 		{"others busy", gatherFrom - 0.5, []int{4}},
@@ -476,11 +476,11 @@ func TestBatcherGathersAsAGroup(t *testing.T) {
 			g := newGate()
 			close(g.release)
 			clk := clock.New(time.Unix(1_700_000_000, 0))
-			group := new(gatherGroup)
+			sum := new(gatherSum)
 			b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second,
-				Group: group, Clock: clk})
-			other := newBatcher(g.send, batchOptions{Group: group})
-			group.update(other, tc.others)
+				Sum: sum, Clock: clk})
+			other := newBatcher(g.send, batchOptions{Sum: sum})
+			sum.update(other, tc.others)
 			// Company rare: 0.75 calls expected in the window, and 0.5
 			// or more in what is left of it at each arrival.
 			setRate(b, 0.25)

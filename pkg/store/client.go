@@ -381,7 +381,6 @@ func isConnError(err error) bool {
 	return !errors.As(err, &rerr)
 }
 
-// or returns d, or def when d is not positive.
 func or(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d

@@ -133,10 +133,10 @@ func TestNewClientErrors(t *testing.T) {
 		{"cluster empty", store.ClientOptions{Type: "cluster", URL: " , "}, "no cluster seed"},
 		{"sentinel no master", store.ClientOptions{Type: "sentinel", URL: "s1:26379,s2:26379"}, "MASTER_NAME"},
 		{"sentinel no sentinels", store.ClientOptions{Type: "sentinel", URL: "mymaster"}, "no sentinel"},
-		{"TLS settings, TLS off", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{CAFile: notPEM}}, "TLS is off"},
-		{"CA not PEM", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{Enabled: true, CAFile: notPEM}}, "no PEM"},
-		{"CA missing", store.ClientOptions{Type: "cluster", URL: "h:1", TLS: store.TLSOptions{Enabled: true, CAFile: dir + "/none"}}, "no such file"},
-		{"cert without key", store.ClientOptions{URL: "rediss://h:1", TLS: store.TLSOptions{CertFile: notPEM}}, "both"},
+		{"TLS settings, TLS off", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{CA: notPEM}}, "TLS is off"},
+		{"CA not PEM", store.ClientOptions{URL: "h:1", TLS: store.TLSOptions{Enabled: true, CA: notPEM}}, "no PEM"},
+		{"CA missing", store.ClientOptions{Type: "cluster", URL: "h:1", TLS: store.TLSOptions{Enabled: true, CA: dir + "/none"}}, "no such file"},
+		{"cert without key", store.ClientOptions{URL: "rediss://h:1", TLS: store.TLSOptions{Cert: notPEM}}, "both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.o.Password = secret
@@ -242,7 +242,7 @@ func TestClientTLS(t *testing.T) {
 	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	mutual := store.TLSOptions{Enabled: true, CAFile: f.CAFile, CertFile: f.ClientCert, KeyFile: f.ClientKey}
+	mutual := store.TLSOptions{Enabled: true, CA: f.CAFile, Cert: f.ClientCert, Key: f.ClientKey}
 	with := func(change func(*store.TLSOptions)) store.TLSOptions {
 		o := mutual
 		change(&o)
@@ -257,15 +257,15 @@ func TestClientTLS(t *testing.T) {
 		{"mutual", tlsAddr, mutual, true},
 		{"rediss URL", "rediss://" + tlsAddr, with(func(o *store.TLSOptions) { o.Enabled = false }), true},
 		{"localhost", "localhost:" + strconv.Itoa(tlsPort), mutual, true},
-		{"no client certificate", tlsAddr, with(func(o *store.TLSOptions) { o.CertFile, o.KeyFile = "", "" }), false},
-		{"system roots", tlsAddr, with(func(o *store.TLSOptions) { o.CAFile = "" }), false},
-		{"skip verify", tlsAddr, with(func(o *store.TLSOptions) { o.CAFile, o.InsecureSkipVerify = "", true }), true},
+		{"no client certificate", tlsAddr, with(func(o *store.TLSOptions) { o.Cert, o.Key = "", "" }), false},
+		{"system roots", tlsAddr, with(func(o *store.TLSOptions) { o.CA = "" }), false},
+		{"skip verify", tlsAddr, with(func(o *store.TLSOptions) { o.CA, o.SkipVerify = "", true }), true},
 		{"wrong name", tlsAddr, with(func(o *store.TLSOptions) { o.ServerName = "cache.example" }), false},
 		{"wrong name, hostname not verified", tlsAddr, with(func(o *store.TLSOptions) {
 			o.ServerName, o.SkipHostnameVerification = "cache.example", true
 		}), true},
 		{"hostname not verified, system roots", tlsAddr, with(func(o *store.TLSOptions) {
-			o.CAFile, o.SkipHostnameVerification = "", true
+			o.CA, o.SkipHostnameVerification = "", true
 		}), false},
 		{"plaintext", tlsAddr, store.TLSOptions{}, false},
 	} {

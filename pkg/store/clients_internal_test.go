@@ -40,7 +40,7 @@ func BenchmarkClients(b *testing.B) {
 	}{
 		{"go-redis", func(b *testing.B) (limiter.Store, func() BatchStats) {
 			client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-			r := NewRedis(client, nil, RedisOptions{CloseClient: true, InFlight: 2})
+			r := NewRedis(client, nil, RedisOptions{CloseClient: true, Batches: 2})
 			b.Cleanup(func() { _ = r.Close() })
 			return r, r.BatchStats
 		}},
@@ -51,7 +51,7 @@ func BenchmarkClients(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(client.Close)
-			bt := newBatcher(rueidisSend(client), batchOptions{Slots: 2, MaxOps: 4 * maxBatchOps, Timeout: time.Second})
+			bt := newBatcher(rueidisSend(client), batchOptions{Slots: 2, MaxOps: 4 * maxCallOps, Timeout: time.Second})
 			return batchStore{bt}, bt.Stats
 		}},
 	} {

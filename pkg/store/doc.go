@@ -1,4 +1,4 @@
-// Package store implements limiter.Store and limiter.AtomicStore twice:
+// Package store implements limiter.Store and limiter.AllOrNothingStore twice:
 // Redis runs the algorithms as Lua scripts (package lua) on a Redis server,
 // Cluster or Sentinel-managed master through go-redis, so that every replica
 // shares one state and one clock; Memory runs the same integer arithmetic in

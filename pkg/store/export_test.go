@@ -7,7 +7,7 @@ var (
 	TakeSHA      = takeScript.sha
 	TakeCrossSHA = takeCrossScript.sha
 	FixedSHA     = fixedScript.sha
-	AtomicSHA    = atomicScript.sha
+	TakeAllSHA   = takeAllScript.sha
 )
 
 // TakeArgs returns the script, KEYS and ARGV of the call of one op with

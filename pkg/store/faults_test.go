@@ -25,7 +25,7 @@ import (
 // key's count, Redis may count no more than the answered calls plus those
 // whose replies were lost, and the store comes back by itself.
 
-// faulter is a faultproxy.Proxy, or a Group in front of a Cluster's or a
+// faulter is a faultproxy.Proxy, or a Set in front of a Cluster's or a
 // sentinel setup's nodes.
 type faulter interface {
 	Add(faultproxy.Fault) *faultproxy.Rule
@@ -65,7 +65,7 @@ func faultPaths(t *testing.T) []*faultPath {
 	}
 
 	c := redistest.StartCluster(t)
-	cg := faultproxy.NewGroup(t, c.Addrs()[0])
+	cg := faultproxy.NewSet(t, c.Addrs()[0])
 	cadmin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = cadmin.Close() })
 	paths = append(paths, &faultPath{name: "cluster", fx: cg, admin: cadmin, open: func(t *testing.T) limiter.Store {
@@ -80,7 +80,7 @@ func faultPaths(t *testing.T) []*faultPath {
 
 	s := redistest.StartSentinel(t)
 	sentinels := sentinelAddrs(s)
-	sg := faultproxy.NewGroup(t, sentinels...)
+	sg := faultproxy.NewSet(t, sentinels...)
 	sadmin := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName, SentinelAddrs: sentinels})
 	t.Cleanup(func() { _ = sadmin.Close() })
 	paths = append(paths, &faultPath{name: "sentinel", fx: sg, admin: sadmin, open: func(t *testing.T) limiter.Store {
@@ -333,7 +333,7 @@ var faultScenarios = []struct {
 		counter := fmt.Sprintf("%s%d", base, (now-now%faultWindow)/1000)
 		res := make([]limiter.Result, 1)
 		takes := []func(context.Context, []limiter.Op, []limiter.Result) error{st.Take}
-		if all, ok := st.(limiter.AtomicStore); ok {
+		if all, ok := st.(limiter.AllOrNothingStore); ok {
 			takes = append(takes, all.TakeAll)
 		}
 		for _, take := range takes {

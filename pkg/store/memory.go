@@ -32,7 +32,7 @@ type MemoryOptions struct {
 	MaxKeys int
 }
 
-// Memory is a limiter.Store and limiter.AtomicStore in process, for one
+// Memory is a limiter.Store and limiter.AllOrNothingStore in process, for one
 // server or for tests, with the Lua scripts' integer arithmetic: it decides
 // exactly as Redis would. It is safe for concurrent use.
 //

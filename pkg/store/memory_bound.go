@@ -11,7 +11,7 @@ import (
 
 // ErrFull is returned, wrapped with limiter.ErrUnavailable, by a Memory
 // holding MemoryOptions.MaxKeys entries for a call that would add one.
-var ErrFull = errors.New("memory store full: --memory-max-keys entries held")
+var ErrFull = errors.New("memory store full: MemoryOptions.MaxKeys entries held")
 
 // fullSweepEvery spaces the sweeps a full Memory runs before refusing.
 const fullSweepEvery = time.Second
@@ -145,7 +145,6 @@ func (s *memShard) dropBucket(k string) {
 	s.grew(int64(len(s.buckets) - n))
 }
 
-// grew counts d more entries held (fewer when negative).
 func (s *memShard) grew(d int64) {
 	if s.keys != nil && d != 0 {
 		s.keys.Add(d)

@@ -47,12 +47,12 @@ func TestMemoryMaxKeys(t *testing.T) {
 			m := newMemory(t, store.MemoryOptions{Now: clock.Now, MaxKeys: 4 * perKey})
 			ctx := context.Background()
 			type step struct {
-				name    string
-				advance int64    // ms before the step
-				keys    []string // one op per key, cost 1000
-				peek    bool     // cost 0 instead
-				atomic  bool     // TakeAll instead of Take
-				refused bool     // the call fails with ErrFull
+				name         string
+				advance      int64    // ms before the step
+				keys         []string // one op per key, cost 1000
+				peek         bool     // cost 0 instead
+				allOrNothing bool     // TakeAll instead of Take
+				refused      bool     // the call fails with ErrFull
 			}
 			steps := []step{{name: "fill", keys: []string{"a", "b", "c", "d"}}}
 			if perKey == 2 {
@@ -61,9 +61,9 @@ func TestMemoryMaxKeys(t *testing.T) {
 			steps = append(steps, []step{
 				{name: "a new key", keys: []string{"e"}, refused: true},
 				{name: "a held key and a new one: refused whole", keys: []string{"a", "e"}, refused: true},
-				{name: "a new key, all or nothing", keys: []string{"e"}, atomic: true, refused: true},
+				{name: "a new key, all or nothing", keys: []string{"e"}, allOrNothing: true, refused: true},
 				{name: "held keys go on", keys: []string{"a", "b"}},
-				{name: "held keys, all or nothing", keys: []string{"c", "d"}, atomic: true},
+				{name: "held keys, all or nothing", keys: []string{"c", "d"}, allOrNothing: true},
 				{name: "a peek at a new key", keys: []string{"e"}, peek: true},
 				{name: "next window: held keys roll over", advance: 1000, keys: []string{"a", "b", "c", "d"}},
 				{name: "still full", keys: []string{"e"}, refused: true},
@@ -83,7 +83,7 @@ func TestMemoryMaxKeys(t *testing.T) {
 				before := peekAll(t, m, alg, "a")
 				res := make([]limiter.Result, len(ops))
 				var err error
-				if s.atomic {
+				if s.allOrNothing {
 					err = m.TakeAll(ctx, ops, res)
 				} else {
 					err = m.Take(ctx, ops, res)

@@ -30,23 +30,23 @@ var _ limiter.Store = (*Redis)(nil)
 type RedisOptions struct {
 	// CloseClient makes Close close the client as well.
 	CloseClient bool
-	// InFlight is how many pipelines may be at one server (Cluster master)
+	// Batches is how many pipelines may be at one server (Cluster master)
 	// at once; Takes arriving meanwhile merge into the next (default 2).
-	InFlight int
-	// Gather is how long a Take may wait for company before its call
+	Batches int
+	// PipelineWindow is how long a Take may wait for company before its call
 	// leaves, when Takes arrive while calls are under way at a rate that
 	// makes company likely, or pile up behind them (0: never; a quiet
 	// server, and a lone caller, never wait). docs/redis.md, "Batching and
 	// the gather window".
-	Gather time.Duration
-	// GatherOps ends that wait once this many ops wait (default 255).
-	GatherOps int
+	PipelineWindow time.Duration
+	// PipelineLimit ends that wait once this many ops wait (default 255).
+	PipelineLimit int
 	// SendTimeout bounds one pipeline, which goes on after its callers
 	// give up so that a connection being dialled gets ready (default 3s).
 	SendTimeout time.Duration
 }
 
-// NoMerging as RedisOptions.InFlight lets every Take send its own call.
+// NoMerging as RedisOptions.Batches lets every Take send its own call.
 const NoMerging = 1 << 30
 
 // DefaultDialTimeout bounds a connection's dial and handshake when neither
@@ -76,7 +76,7 @@ func (c ConnOptions) pipelinePool() int {
 	return 0
 }
 
-// Redis is a limiter.Store and limiter.AtomicStore on a Redis server, a
+// Redis is a limiter.Store and limiter.AllOrNothingStore on a Redis server, a
 // Cluster or a Sentinel-managed master: the algorithms run as Lua scripts
 // at Redis TIME, so every replica shares one state and one clock.
 // Concurrent Takes bound for one server (Cluster master) merge into shared
@@ -96,7 +96,7 @@ type Redis struct {
 
 	mu        sync.Mutex
 	nodes     map[*redis.Client]*batcher // a Cluster's, by master
-	gathering *gatherGroup               // shared by nodes' batchers
+	gathering *gatherSum                 // shared by nodes' batchers
 	perSlot   atomic.Bool                // Cluster nodes refuse cross-slot calls
 
 	close sync.Once
@@ -111,8 +111,8 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	if opts.InFlight <= 0 {
-		opts.InFlight = 2
+	if opts.Batches <= 0 {
+		opts.Batches = 2
 	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 3 * time.Second
@@ -121,7 +121,7 @@ func NewRedis(client redis.UniversalClient, logger *zap.Logger, opts RedisOption
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
 		r.nodes = make(map[*redis.Client]*batcher)
-		r.gathering = new(gatherGroup)
+		r.gathering = new(gatherSum)
 	} else {
 		r.single = r.newBatcher(func(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 			return r.send(ctx, client, ops, results)
@@ -197,7 +197,6 @@ func (c ConnOptions) apply(opt *redis.Options) {
 	opt.ContextTimeoutEnabled = true
 }
 
-// positive sets *dst to v when v is above zero.
 func positive[T int | time.Duration](dst *T, v T) {
 	if v > 0 {
 		*dst = v
@@ -254,7 +253,7 @@ func (r *Redis) Open(ctx context.Context) error {
 
 // Load loads the scripts with SCRIPT LOAD (on every master of a Cluster).
 func (r *Redis) Load(ctx context.Context) error {
-	scripts := []*script{takeScript, fixedScript, atomicScript}
+	scripts := []*script{takeScript, fixedScript, takeAllScript}
 	if r.cluster != nil {
 		scripts = append(scripts, takeCrossScript)
 	}

@@ -101,7 +101,7 @@ func TestRedisClusterConformance(t *testing.T) {
 
 // scriptSHAs returns the digests of the scripts Open loads on a Cluster.
 func scriptSHAs() []string {
-	return []string{store.TakeSHA, store.FixedSHA, store.AtomicSHA, store.TakeCrossSHA}
+	return []string{store.TakeSHA, store.FixedSHA, store.TakeAllSHA, store.TakeCrossSHA}
 }
 
 // spreadKeys returns n keys (base keys, as the limiter builds them) and

@@ -8,7 +8,7 @@ import (
 )
 
 // takeJoints decides a call that holds joints (limiter.Op.Joined) in
-// lua/atomic.lua calls (jointCalls), in order, every op vetoing nothing:
+// lua/takeall.lua calls (jointCalls), in order, every op vetoing nothing:
 // each call commits, and each joint writes only if all its ops are
 // allowed. The calls go out in one pipeline, detached as Take's sends.
 func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
@@ -20,14 +20,14 @@ func (r *Redis) takeJoints(ctx context.Context, ops []limiter.Op, results []limi
 	return r.detached(ctx, "take", all, results, r.takeJointCalls)
 }
 
-// jointCalls cuts ops into atomic.lua calls, never inside a joint: runs at
-// one Now and, on a Cluster, of one slot, of at most maxBatchOps ops but
+// jointCalls cuts ops into takeall.lua calls, never inside a joint: runs at
+// one Now and, on a Cluster, of one slot, of at most maxCallOps ops but
 // for a joint that would pass it.
 func (r *Redis) jointCalls(ops []limiter.Op) []takeChunk {
 	var calls []takeChunk
 	for i := 0; i < len(ops); {
 		j := jointEnd(ops, i)
-		if n := len(calls); n > 0 && ops[i].Now == ops[i-1].Now && j-calls[n-1].from <= maxBatchOps &&
+		if n := len(calls); n > 0 && ops[i].Now == ops[i-1].Now && j-calls[n-1].from <= maxCallOps &&
 			(r.cluster == nil || Slot(ops[i].Key) == Slot(ops[i-1].Key)) {
 			calls[n-1].to = j
 		} else {
@@ -49,7 +49,7 @@ func (r *Redis) takeJointCalls(ctx context.Context, ops []limiter.Op, results []
 		for i := range calls {
 			ch := &calls[i]
 			ch.tag = nextTag()
-			cmds[i] = onceCmd{Cmder: atomicCmd(ctx, bySHA, ch.tag, ops[ch.from:ch.to]), live: liveOf(ctx), dropped: &dropped}
+			cmds[i] = onceCmd{Cmder: takeAllCmd(ctx, bySHA, ch.tag, ops[ch.from:ch.to]), live: liveOf(ctx), dropped: &dropped}
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below

@@ -47,8 +47,8 @@ func (r *Redis) BatchStats() BatchStats {
 }
 
 func (r *Redis) newBatcher(send sendFunc) *batcher {
-	return newBatcher(send, batchOptions{Slots: r.opts.InFlight, MaxOps: 4 * maxBatchOps, Timeout: r.opts.SendTimeout,
-		Gather: r.opts.Gather, GatherOps: cmp.Or(r.opts.GatherOps, maxBatchOps), Group: r.gathering})
+	return newBatcher(send, batchOptions{Slots: r.opts.Batches, MaxOps: 4 * maxCallOps, Timeout: r.opts.SendTimeout,
+		Gather: r.opts.PipelineWindow, GatherOps: cmp.Or(r.opts.PipelineLimit, maxCallOps), Sum: r.gathering})
 }
 
 // takeCluster sends each op to its master's batcher and waits for them all.
@@ -114,7 +114,6 @@ func (r *Redis) takeCluster(ctx context.Context, ops []limiter.Op, results []lim
 	return nil
 }
 
-// nodeBatcher returns the batcher of a Cluster master.
 func (r *Redis) nodeBatcher(node *redis.Client) *batcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -155,7 +154,7 @@ func (r *Redis) send(ctx context.Context, c redis.Cmdable, ops []limiter.Op, res
 
 // sendBySlot sends ops in calls of one slot each, in one pipeline.
 func (r *Redis) sendBySlot(ctx context.Context, c redis.Cmdable, ops []limiter.Op, results []limiter.Result) error {
-	sorted, perm, calls := groupBySlot(ops)
+	sorted, perm, calls := slotCalls(ops)
 	res := make([]limiter.Result, len(ops))
 	if err := r.sendCalls(ctx, c, takeScript, sorted, res, calls); err != nil {
 		return err
@@ -292,7 +291,7 @@ func (c takeCall) decode(tag int64, ops []limiter.Op, results []limiter.Result, 
 func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.Result, calls []takeChunk) error {
 	r.cluster.ReloadState(ctx)
 	for _, ch := range calls {
-		sorted, perm, subs := groupBySlot(ops[ch.from:ch.to])
+		sorted, perm, subs := slotCalls(ops[ch.from:ch.to])
 		res := make([]limiter.Result, len(sorted))
 		for _, sub := range subs {
 			part := sorted[sub.from:sub.to]

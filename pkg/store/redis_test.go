@@ -23,6 +23,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/lua"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -63,7 +64,7 @@ func newRedis(t testing.TB, db int, prefix string) (*store.Redis, *redis.Client)
 
 // redisStore is what the Redis store offers to the shared tests.
 type redisStore interface {
-	limiter.AtomicStore
+	limiter.AllOrNothingStore
 	Open(ctx context.Context) error
 }
 
@@ -79,7 +80,7 @@ func forEachRedis(t *testing.T, db int, prefix string, f func(t *testing.T, st r
 
 // inspected is a Redis store that lists its keys for the suite.
 type inspected struct {
-	limiter.AtomicStore
+	limiter.AllOrNothingStore
 	rdb *redis.Client
 }
 
@@ -202,10 +203,10 @@ func gcd(a, b int64) int64 {
 func TestRedisMatchesMemory(t *testing.T) {
 	for _, tc := range []differential{
 		{name: "take", prefix: "differential:", seed: [2]uint64{3, 5}, rounds: 10, ops: 2000},
-		{name: "take all", prefix: "atomic-differential:", seed: [2]uint64{23, 29}, rounds: 5, ops: 1500, atomic: true},
+		{name: "take all", prefix: "takeall-differential:", seed: [2]uint64{23, 29}, rounds: 5, ops: 1500, allOrNothing: true},
 		{name: "take, largest limits", prefix: "large-differential:", seed: [2]uint64{47, 53}, rounds: 4, ops: 1500, gen: largeOps},
-		{name: "take all, largest limits", prefix: "large-atomic-differential:", seed: [2]uint64{59, 61}, rounds: 4, ops: 1500,
-			atomic: true, gen: largeOps},
+		{name: "take all, largest limits", prefix: "large-takeall-differential:", seed: [2]uint64{59, 61}, rounds: 4, ops: 1500,
+			allOrNothing: true, gen: largeOps},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachRedis(t, dbSuite, tc.prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
@@ -216,12 +217,12 @@ func TestRedisMatchesMemory(t *testing.T) {
 }
 
 // differential is a run of TestRedisMatchesMemory: rounds of ops random
-// from seed, in one Take a round or, atomic, in TakeAll calls of 1 to 5.
+// from seed, in one Take a round or, allOrNothing, in TakeAll calls of 1 to 5.
 type differential struct {
 	name, prefix string
 	seed         [2]uint64
 	rounds, ops  int
-	atomic       bool
+	allOrNothing bool
 	gen          func(rng *rand.Rand, prefix string, n int, now *int64) []limiter.Op // default randomOps
 }
 
@@ -231,8 +232,8 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 	rng := rand.New(rand.NewPCG(tc.seed[0], tc.seed[1]))
 	now := farBase
 	ctx := context.Background()
-	take := func(st limiter.AtomicStore, ops []limiter.Op, res []limiter.Result) error {
-		if tc.atomic {
+	take := func(st limiter.AllOrNothingStore, ops []limiter.Op, res []limiter.Result) error {
+		if tc.allOrNothing {
 			return st.TakeAll(ctx, ops, res)
 		}
 		return st.Take(ctx, ops, res)
@@ -245,7 +246,7 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 			gen = randomOps
 		}
 		var calls [][]limiter.Op
-		if tc.atomic {
+		if tc.allOrNothing {
 			calls = randomCalls(rng, gen(rng, roundPrefix, tc.ops, &now))
 		} else {
 			calls = [][]limiter.Op{gen(rng, roundPrefix, tc.ops, &now)}
@@ -275,7 +276,7 @@ func (tc differential) run(t *testing.T, r redisStore, rdb *redis.Client) {
 		}
 		sameExpiries(t, ins, m, roundPrefix, now)
 	}
-	if tc.atomic {
+	if tc.allOrNothing {
 		t.Logf("%d calls committed, %d rejected", commits, rejects)
 		if commits < 100 || rejects < 100 {
 			t.Errorf("%d commits, %d rejects: the test needs more of both", commits, rejects)
@@ -517,22 +518,22 @@ func keysExpire(t *testing.T, prefix string, r redisStore, rdb *redis.Client) {
 			t.Errorf("PTTL %s = %v, %v; want in (0, %v]", k, ttl, err, limit)
 		}
 	}
-	deadline := start.Add(5 * time.Second)
-	for {
+	// Redis expires keys on its own clock: wait for them to go.
+	err = wait.Until(ctx, 5*time.Second, func() error {
 		left, err := rdb.Keys(ctx, prefix+"*").Result()
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		size, _ := rdb.DBSize(ctx).Result()
 		if len(left) == 0 && (before != 0 || size == 0) {
-			t.Logf("all keys gone after %v", time.Since(start).Round(time.Millisecond))
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keys left after %v: %v (DBSIZE %d)", time.Since(start), left, size)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("keys left: %v (DBSIZE %d)", left, size)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Logf("all keys gone after %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestRedisUnavailable: a server that is down fails fast with
@@ -669,7 +670,7 @@ func TestRedisWarnsAboutClientRetries(t *testing.T) {
 }
 
 func TestScriptHeaders(t *testing.T) {
-	for name, src := range map[string]string{"take.lua": lua.Take, "fixed.lua": lua.Fixed, "atomic.lua": lua.Atomic} {
+	for name, src := range map[string]string{"take.lua": lua.Take, "fixed.lua": lua.Fixed, "takeall.lua": lua.TakeAll} {
 		head, _, ok := strings.Cut(src, "]]")
 		if !strings.HasPrefix(src, "--[[") || !ok {
 			t.Errorf("%s: no header comment", name)

@@ -43,14 +43,14 @@ var (
 	takeScript      = newScript("take", lua.Take)
 	takeCrossScript = newScript("take (cross-slot)", lua.TakeCrossSlot)
 	fixedScript     = newScript("fixed", lua.Fixed)
-	atomicScript    = newScript("atomic", lua.Atomic)
+	takeAllScript   = newScript("takeall", lua.TakeAll)
 )
 
-// maxBatchOps caps the ops of one take.lua call (its map has a byte an op).
-const maxBatchOps = 255
+// maxCallOps caps the ops of one take.lua call (its map has a byte an op).
+const maxCallOps = 255
 
-// atomicArgs is the number of ARGV entries per op of lua/atomic.lua.
-const atomicArgs = 8
+// takeAllArgs is the number of ARGV entries per op of lua/takeall.lua.
+const takeAllArgs = 8
 
 // tags numbers script calls, from a random point below 2^40, below 2^53.
 var tags atomic.Int64
@@ -61,7 +61,6 @@ func init() {
 	tags.Store(int64(binary.LittleEndian.Uint64(b[:]) >> 24))
 }
 
-// nextTag returns a fresh tag.
 func nextTag() int64 {
 	return tags.Add(1) & (1<<53 - 1)
 }
@@ -98,7 +97,6 @@ func sameParams(a, b *limiter.Op) bool {
 	return a.Burst == b.Burst && a.RateNum == b.RateNum && a.RateDen == b.RateDen
 }
 
-// refunds reports whether op gives back: a refund of Cost 0 is a peek.
 func refunds(op *limiter.Op) bool { return op.Refund && op.Cost > 0 }
 
 // scriptCost is the cost the scripts take: at most 2^52, a refund's negated.
@@ -109,10 +107,10 @@ func scriptCost(op *limiter.Op) int64 {
 	return min(op.Cost, maxCost)
 }
 
-// splitChunks appends to dst the calls that carry ops, maxBatchOps each.
+// splitChunks appends to dst the calls that carry ops, maxCallOps each.
 func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
-	for from := 0; from < len(ops); from += maxBatchOps {
-		dst = append(dst, takeChunk{from: from, to: min(from+maxBatchOps, len(ops))})
+	for from := 0; from < len(ops); from += maxCallOps {
+		dst = append(dst, takeChunk{from: from, to: min(from+maxCallOps, len(ops))})
 	}
 	return dst
 }
@@ -126,7 +124,7 @@ type takeEncoder struct {
 	// E and expiry X; a calendar's B0 to B5 (take.lua's header)
 	starts []string
 	mapb   []byte // each op's set, 1-based
-	runs   []byte // ops per group: a run of ops with one key
+	sizes  []byte // ops per group: the ops of one key, together
 	first  []int  // the first op of each group
 	clock  int64  // this process' clock, Unix ms, read once a call
 	// windows and periods keep the strings of the last windows written,
@@ -154,7 +152,7 @@ type periodStrings struct {
 	b          [setStrings]string
 }
 
-// kind is the first parameter of op's set in take.lua and atomic.lua: its
+// kind is the first parameter of op's set in take.lua and takeall.lua: its
 // algorithm, plus 3 when it is charged always, plus 6 on a calendar's
 // windows.
 func kind(op *limiter.Op) int64 {
@@ -176,22 +174,22 @@ const bucketTail = "tokens"
 // groups cost more to set up (docs/redis.md has the counts).
 const leanRepeats = 10
 
-// plan prepares a call of ops (at most maxBatchOps, each key's together)
+// plan prepares a call of ops (at most maxCallOps, each key's together)
 // to s, take.lua or its cross-slot variant, and returns its argument count
 // after name and digest. The call goes to e.script: s, or fixed.lua when
 // the ops are fixed-window charges it decides (its keys declared: in
 // cross-slot mode, a call of one op).
 func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
-	e.sets, e.starts, e.mapb, e.runs, e.first = e.sets[:0], e.starts[:0], e.mapb[:0], e.runs[:0], e.first[:0]
+	e.sets, e.starts, e.mapb, e.sizes, e.first = e.sets[:0], e.starts[:0], e.mapb[:0], e.sizes[:0], e.first[:0]
 	e.clock = 0
 	n := 4 // numkeys, tag, map, groups
 	for i := range ops {
 		if i == 0 || ops[i].Key != ops[i-1].Key {
-			e.runs = append(e.runs, 0)
+			e.sizes = append(e.sizes, 0)
 			e.first = append(e.first, i)
 			n++ // the group's key
 		}
-		e.runs[len(e.runs)-1]++
+		e.sizes[len(e.sizes)-1]++
 		k := 0
 		for k < len(e.sets) && !sameParams(&ops[e.sets[k]], &ops[i]) {
 			k++
@@ -239,7 +237,7 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 func (e *takeEncoder) lean(ops []limiter.Op, spread bool) bool {
 	op := &ops[0]
 	return len(e.sets) == 1 && op.Algorithm == descriptors.FixedWindow && op.Calendar == nil && !op.Refund && op.Cost > 0 &&
-		len(ops)-len(e.runs) <= leanRepeats && (!spread || len(ops) == 1)
+		len(ops)-len(e.sizes) <= leanRepeats && (!spread || len(ops) == 1)
 }
 
 // window returns the strings of op's fixed window by its Now, or by this
@@ -346,18 +344,18 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 		return
 	}
 	spread := e.script.spread()
-	mapb, runs := e.mapb, e.runs
+	mapb, sizes := e.mapb, e.sizes
 	if len(e.sets) == 1 {
 		mapb = nil // every op has set 1
 	}
-	if len(e.runs) == len(ops) && !spread {
-		runs = nil // every group has one op
+	if len(e.sizes) == len(ops) && !spread {
+		sizes = nil // every group has one op
 	}
 	if spread {
 		w.Int(0)
 		w.Int(tag)
 		w.Bytes(mapb)
-		w.Bytes(runs)
+		w.Bytes(sizes)
 	} else {
 		w.Int(int64(len(e.first)))
 	}
@@ -367,7 +365,7 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 	if !spread {
 		w.Int(tag)
 		w.Bytes(mapb)
-		w.Bytes(runs)
+		w.Bytes(sizes)
 	}
 	for k, i := range e.sets {
 		op := &ops[i]
@@ -402,7 +400,6 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 	}
 }
 
-// replyClock is the Redis TIME of a reply's secs and usec, Unix ms.
 func replyClock(secs, usec int64) int64 { return secs*1000 + usec/1000 }
 
 // decodeFixed fills results from fixed.lua's reply, {tag, secs, usec,
@@ -597,8 +594,8 @@ func mismatch(v []int64, tag int64) error {
 	return fmt.Errorf("%w: tag %s, want %d", ErrReplyMismatch, got, tag)
 }
 
-// writeAtomic writes an atomic.lua call's arguments after digest or source.
-func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
+// writeTakeAll writes a takeall.lua call's arguments after digest or source.
+func writeTakeAll(w argWriter, tag int64, ops []limiter.Op) {
 	w.Int(int64(len(ops)))
 	for i := range ops {
 		w.String(ops[i].Key)
@@ -628,10 +625,10 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 	}
 }
 
-// atomicArgCount is the number of arguments of an atomic.lua call of ops
+// takeAllArgCount is the number of arguments of a takeall.lua call of ops
 // after digest or source.
-func atomicArgCount(ops []limiter.Op) int {
-	n := 3 + len(ops) + atomicArgs*len(ops) // numkeys, keys, tag, now, the ops
+func takeAllArgCount(ops []limiter.Op) int {
+	n := 3 + len(ops) + takeAllArgs*len(ops) // numkeys, keys, tag, now, the ops
 	for i := range ops {
 		if ops[i].Calendar != nil {
 			n += setStrings
@@ -640,7 +637,7 @@ func atomicArgCount(ops []limiter.Op) int {
 	return n
 }
 
-// jointFlag is what atomic.lua adds to op i's veto: 4 for the first op of
+// jointFlag is what takeall.lua adds to op i's veto: 4 for the first op of
 // a joint (limiter.Op.Joined), 8 for the others, 0 for an op on its own.
 func jointFlag(ops []limiter.Op, i int) int64 {
 	switch {
@@ -652,7 +649,7 @@ func jointFlag(ops []limiter.Op, i int) int64 {
 	return 0
 }
 
-// decodeTagged fills results from atomic.lua's {tag, 4 integers an op}.
+// decodeTagged fills results from takeall.lua's {tag, 4 integers an op}.
 func decodeTagged(v []int64, tag int64, results []limiter.Result) error {
 	if len(v) == 0 || v[0] != tag {
 		return mismatch(v, tag)

@@ -317,7 +317,7 @@ func TestWindowGuessWrong(t *testing.T) {
 // TestCalendarGuessWrong: a calendar's window (limiter.Op.Calendar) at
 // Redis TIME is Redis' period, whatever period the store's clock guessed
 // (a day off either way here), in take.lua (alone, in a group, a sliding
-// window) and atomic.lua: the keys carry Redis' day.
+// window) and takeall.lua: the keys carry Redis' day.
 func TestCalendarGuessWrong(t *testing.T) {
 	addr := redistest.Addr(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})

@@ -38,10 +38,10 @@ var crcTable = func() (t [256]uint16) {
 	return t
 }()
 
-// groupBySlot returns ops ordered by slot (ops of one slot, and so of one
+// slotCalls returns ops ordered by slot (ops of one slot, and so of one
 // key, keep their order), perm with sorted[i] = ops[perm[i]], and the calls
-// that carry them: one slot each, maxBatchOps ops at most.
-func groupBySlot(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []takeChunk) {
+// that carry them: one slot each, maxCallOps ops at most.
+func slotCalls(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []takeChunk) {
 	slots := make([]int, len(ops))
 	perm = make([]int, len(ops))
 	for i := range ops {
@@ -55,7 +55,7 @@ func groupBySlot(ops []limiter.Op) (sorted []limiter.Op, perm []int, calls []tak
 	}
 	for from := 0; from < len(sorted); {
 		to := from + 1
-		for to < len(sorted) && to-from < maxBatchOps && slots[perm[to]] == slots[perm[from]] {
+		for to < len(sorted) && to-from < maxCallOps && slots[perm[to]] == slots[perm[from]] {
 			to++
 		}
 		calls = append(calls, takeChunk{from: from, to: to})

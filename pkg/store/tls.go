@@ -12,21 +12,23 @@ import (
 // other field set with TLS off is an error, not a plaintext connection.
 type TLSOptions struct {
 	Enabled bool
-	// CAFile holds PEM CAs of the servers' certificates (empty: the system's).
-	CAFile string
-	// CertFile and KeyFile are a PEM client certificate and key, both or neither.
-	CertFile, KeyFile string
+	// CA is a PEM file of the CAs of the servers' certificates (empty: the
+	// system's).
+	CA string
+	// Cert and Key are PEM files of a client certificate and its key, both
+	// or neither.
+	Cert, Key string
 	// ServerName is the name to verify (empty: the host dialled).
 	ServerName string
-	// InsecureSkipVerify accepts any server certificate.
-	InsecureSkipVerify bool
+	// SkipVerify accepts any server certificate.
+	SkipVerify bool
 	// SkipHostnameVerification checks the chain but not the name.
 	SkipHostnameVerification bool
 }
 
 func (o TLSOptions) set() bool {
-	return o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.ServerName != "" ||
-		o.InsecureSkipVerify || o.SkipHostnameVerification
+	return o.CA != "" || o.Cert != "" || o.Key != "" || o.ServerName != "" ||
+		o.SkipVerify || o.SkipHostnameVerification
 }
 
 // config returns the TLS configuration, nil when TLS is off. host, if
@@ -42,28 +44,28 @@ func (o TLSOptions) config(on bool, host string) (*tls.Config, error) {
 	if cfg.ServerName == "" {
 		cfg.ServerName = host
 	}
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+	if o.CA != "" {
+		pem, err := os.ReadFile(o.CA)
 		if err != nil {
 			return nil, fmt.Errorf("redis TLS CA: %w", err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA: no PEM certificate in %s", o.CAFile)
+			return nil, fmt.Errorf("redis TLS CA: no PEM certificate in %s", o.CA)
 		}
 	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
+	if (o.Cert == "") != (o.Key == "") {
 		return nil, errors.New("redis TLS client certificate: give both the certificate and the key")
 	}
-	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+	if o.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(o.Cert, o.Key)
 		if err != nil {
 			return nil, fmt.Errorf("redis TLS client certificate: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	switch {
-	case o.InsecureSkipVerify:
+	case o.SkipVerify:
 		cfg.InsecureSkipVerify = true
 	case o.SkipHostnameVerification: // Go checks chain and name together
 		cfg.InsecureSkipVerify = true

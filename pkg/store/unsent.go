@@ -41,7 +41,6 @@ func withLive(ctx context.Context, live func() bool) context.Context {
 	return context.WithValue(ctx, liveKey{}, live)
 }
 
-// liveOf returns the liveness check ctx carries, or nil.
 func liveOf(ctx context.Context) func() bool {
 	live, _ := ctx.Value(liveKey{}).(func() bool)
 	return live

@@ -76,7 +76,7 @@ type Prober interface {
 
 // Breaker is a limiter.Store that forwards to another until Failures
 // independent failures in a row (calls that started after the last failure
-// counted; not context.Canceled or limiter.ErrNotAtomic), then answers
+// counted; not context.Canceled or limiter.ErrNotAllOrNothing), then answers
 // ErrOpen at once while it probes the store every Cooldown; the first
 // probe that succeeds closes it. It changes state at most once per
 // Cooldown, and is safe for concurrent use (docs/design.md#circuit-breaker).
@@ -154,7 +154,7 @@ func (b *Breaker) record(ticket uint64, err error) {
 		if b.fails.Load() != 0 {
 			b.fails.Store(0)
 		}
-	case errors.Is(err, context.Canceled), errors.Is(err, limiter.ErrNotAtomic):
+	case errors.Is(err, context.Canceled), errors.Is(err, limiter.ErrNotAllOrNothing):
 	case b.gen.CompareAndSwap(ticket, ticket+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip()

@@ -30,7 +30,7 @@ func (nop) Close() error               { return nil }
 
 // benchCache returns a Cache over nop holding held hot keys.
 func benchCache(b *testing.B, held int) *overlimit.Cache {
-	c := overlimit.New(nop{}, overlimit.Options{MaxEntries: 10_000})
+	c := overlimit.New(nop{}, overlimit.Options{Bytes: 10_000 * overlimit.EntryBytes})
 	res := make([]limiter.Result, 1)
 	for i := range held {
 		op := fixed

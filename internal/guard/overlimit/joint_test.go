@@ -14,7 +14,7 @@ import (
 func TestJointPassesThrough(t *testing.T) {
 	clk := newClock()
 	f := &fake{next: func(limiter.Op) limiter.Result { return *deny(300) }}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
+	c := overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk})
 	other := with(fixed, func(op *limiter.Op) { op.Key = "other" })
 	joint := []limiter.Op{fixed, with(other, func(op *limiter.Op) { op.Joined = true })}
 	res := make([]limiter.Result, 2)
@@ -44,7 +44,7 @@ func TestJointPassesThrough(t *testing.T) {
 func TestDebitPassesThrough(t *testing.T) {
 	clk := newClock()
 	f := &fake{next: func(limiter.Op) limiter.Result { return *deny(300) }}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
+	c := overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk})
 	debit := with(fixed, func(op *limiter.Op) { op.Debit = true })
 	one := make([]limiter.Result, 1)
 	take := func(op limiter.Op) int {
@@ -59,8 +59,8 @@ func TestDebitPassesThrough(t *testing.T) {
 	if calls := take(debit); calls != 1 {
 		t.Errorf("a debit op on a held key reached the store %d times, want once", calls)
 	}
-	c = overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk}) // empty
-	take(debit)                                                         // denied: not held
+	c = overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk}) // empty
+	take(debit)                                                                           // denied: not held
 	if calls := take(fixed); calls != 1 {
 		t.Errorf("after a debit op's denial, the op reached the store %d times, want once", calls)
 	}

@@ -24,13 +24,19 @@ const (
 
 // Options configure a Cache.
 type Options struct {
-	// MaxEntries bounds the keys held; zero or less holds none, and every
-	// call passes through.
-	MaxEntries int
+	// Bytes is the memory the Cache may hold, counted as EntryBytes a
+	// key; under one entry's worth it holds none, and every call passes
+	// through.
+	Bytes int
 	// Clock is the time source (default: the wall clock), read as
 	// monotonic time.
 	Clock Clock
 }
+
+// EntryBytes is what Options.Bytes counts a key: an entry's heap and its
+// key's, with room for long keys and map growth (docs/redis.md has the
+// measure).
+const EntryBytes = 256
 
 // Clock tells a Cache the time.
 type Clock interface {
@@ -44,7 +50,7 @@ func (wallClock) Now() time.Time { return time.Now() }
 // Stats are a Cache's counters, for metrics.
 type Stats struct {
 	Hits    uint64 // ops the Cache denied itself
-	Full    uint64 // denials not remembered: MaxEntries held, none expired in the key's shard
+	Full    uint64 // denials not remembered: Bytes held, none expired in the key's shard
 	Entries int    // keys held, expired ones not yet dropped included
 }
 
@@ -62,7 +68,7 @@ type Cache struct {
 	clock Clock
 	base  time.Time // times are ns since base
 	seed  maphash.Seed
-	max   int64 // MaxEntries
+	max   int64 // entries: Bytes / EntryBytes
 
 	size atomic.Int64 // entries held, across shards
 	hits atomic.Uint64
@@ -72,8 +78,8 @@ type Cache struct {
 }
 
 var (
-	_ limiter.Store       = (*Cache)(nil)
-	_ limiter.AtomicStore = (*Cache)(nil)
+	_ limiter.Store             = (*Cache)(nil)
+	_ limiter.AllOrNothingStore = (*Cache)(nil)
 )
 
 type shard struct {
@@ -94,7 +100,7 @@ type entry struct {
 // New wraps store. It starts no goroutines: expired entries are dropped on
 // lookup, or when the Cache is full and a new key needs room in their shard.
 func New(store limiter.Store, opts Options) *Cache {
-	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.MaxEntries, 0))}
+	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.Bytes/EntryBytes, 0))}
 	if c.clock == nil {
 		c.clock = wallClock{}
 	}
@@ -326,11 +332,11 @@ func (c *Cache) Ping(ctx context.Context) error { return c.store.Ping(ctx) }
 func (c *Cache) Close() error { return c.store.Close() }
 
 // TakeAll passes an all-or-nothing call straight to the store, which must
-// be a limiter.AtomicStore; such keys never meet those of Take.
+// be a limiter.AllOrNothingStore; such keys never meet those of Take.
 func (c *Cache) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	all, ok := c.store.(limiter.AtomicStore)
+	all, ok := c.store.(limiter.AllOrNothingStore)
 	if !ok {
-		return fmt.Errorf("overlimit: %T: %w", c.store, limiter.ErrNotAtomic)
+		return fmt.Errorf("overlimit: %T: %w", c.store, limiter.ErrNotAllOrNothing)
 	}
 	return all.TakeAll(ctx, ops, results)
 }

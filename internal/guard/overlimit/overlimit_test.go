@@ -72,13 +72,13 @@ func (f *fake) reset() (calls int, seen []limiter.Op) {
 	return calls, seen
 }
 
-// atomicFake is a fake that is also a limiter.AtomicStore.
-type atomicFake struct {
+// allOrNothingFake is a fake that is also a limiter.AllOrNothingStore.
+type allOrNothingFake struct {
 	fake
 	all int
 }
 
-func (f *atomicFake) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
+func (f *allOrNothingFake) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
 	f.all++
 	return f.fake.Take(ctx, ops, res)
 }
@@ -214,7 +214,7 @@ func TestTake(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
 			f := &fake{}
-			c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk})
+			c := overlimit.New(f, overlimit.Options{Bytes: 100 * overlimit.EntryBytes, Clock: clk})
 			res := make([]limiter.Result, 1)
 			for i, s := range tt.steps {
 				clk.Advance(s.at - clk.Since(start))
@@ -253,7 +253,7 @@ func TestBatch(t *testing.T) {
 		}
 		return *allow(op.Cost)
 	}}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk})
+	c := overlimit.New(f, overlimit.Options{Bytes: 100 * overlimit.EntryBytes, Clock: clk})
 	key := func(op limiter.Op, k string) limiter.Op { op.Key = k; return op }
 	ctx := context.Background()
 
@@ -342,7 +342,7 @@ func TestDifferential(t *testing.T) {
 			storeNow := func() time.Time { return clk.Now().Add(123_456_789 * time.Nanosecond) }
 			under := &recorder{Store: store.NewMemory(store.MemoryOptions{Now: storeNow})}
 			alone := store.NewMemory(store.MemoryOptions{Now: storeNow})
-			c := overlimit.New(under, overlimit.Options{MaxEntries: 64, Clock: clk})
+			c := overlimit.New(under, overlimit.Options{Bytes: 64 * overlimit.EntryBytes, Clock: clk})
 			rng := rand.New(rand.NewPCG(1, uint64(tt.op.Algorithm)<<32|uint64(tt.op.Window)))
 			ctx := context.Background()
 
@@ -424,7 +424,7 @@ func TestMaxEntries(t *testing.T) {
 		const maxEntries, keys = 40, 1000
 		clk := newClock()
 		f := &fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}
-		c := overlimit.New(f, overlimit.Options{MaxEntries: maxEntries, Clock: clk})
+		c := overlimit.New(f, overlimit.Options{Bytes: maxEntries * overlimit.EntryBytes, Clock: clk})
 		res := make([]limiter.Result, 1)
 		for round := range 2 {
 			for i := range keys {
@@ -473,7 +473,7 @@ func TestMaxEntries(t *testing.T) {
 // alone decides what is allowed, so each key admits exactly its limit.
 func TestConcurrent(t *testing.T) {
 	clk := newClock()
-	c := overlimit.New(store.NewMemory(store.MemoryOptions{Now: clk.Now}), overlimit.Options{MaxEntries: 16, Clock: clk})
+	c := overlimit.New(store.NewMemory(store.MemoryOptions{Now: clk.Now}), overlimit.Options{Bytes: 16 * overlimit.EntryBytes, Clock: clk})
 	ops := []limiter.Op{
 		with(fixed, func(op *limiter.Op) { op.Key, op.Limit, op.Window = "f", 50*milli, 3_600_000 }),
 		with(sliding, func(op *limiter.Op) { op.Key, op.Limit, op.Window = "s", 30*milli, 3_600_000 }),
@@ -516,7 +516,7 @@ func TestConcurrent(t *testing.T) {
 func TestStoreError(t *testing.T) {
 	clk := newClock()
 	f := &fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
+	c := overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk})
 	ctx := context.Background()
 	res := make([]limiter.Result, 2)
 	if err := c.Take(ctx, []limiter.Op{fixed}, res); err != nil {
@@ -546,8 +546,8 @@ func TestStoreError(t *testing.T) {
 // TestTakeAll: all-or-nothing calls go to the store even for held keys.
 func TestTakeAll(t *testing.T) {
 	clk := newClock()
-	f := &atomicFake{fake: fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
+	f := &allOrNothingFake{fake: fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}}
+	c := overlimit.New(f, overlimit.Options{Bytes: 10 * overlimit.EntryBytes, Clock: clk})
 	ctx := context.Background()
 	res := make([]limiter.Result, 1)
 	if err := c.Take(ctx, []limiter.Op{fixed}, res); err != nil {
@@ -561,9 +561,9 @@ func TestTakeAll(t *testing.T) {
 		t.Errorf("Take after TakeAll = %v, %+v; want the held entry", err, res[0])
 	}
 
-	plain := overlimit.New(&fake{}, overlimit.Options{MaxEntries: 10})
-	if err := plain.TakeAll(ctx, []limiter.Op{fixed}, res); !errors.Is(err, limiter.ErrNotAtomic) {
-		t.Errorf("TakeAll over a plain store = %v, want ErrNotAtomic", err)
+	plain := overlimit.New(&fake{}, overlimit.Options{Bytes: 10 * overlimit.EntryBytes})
+	if err := plain.TakeAll(ctx, []limiter.Op{fixed}, res); !errors.Is(err, limiter.ErrNotAllOrNothing) {
+		t.Errorf("TakeAll over a plain store = %v, want ErrNotAllOrNothing", err)
 	}
 }
 
@@ -571,6 +571,6 @@ func TestTakeAll(t *testing.T) {
 // carry explicit times and pass through; the rest use the store's clock.
 func TestConformance(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T) limiter.Store {
-		return overlimit.New(store.NewMemory(store.MemoryOptions{}), overlimit.Options{MaxEntries: 1024})
+		return overlimit.New(store.NewMemory(store.MemoryOptions{}), overlimit.Options{Bytes: 1024 * overlimit.EntryBytes})
 	})
 }

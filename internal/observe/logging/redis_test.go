@@ -19,8 +19,8 @@ const secret = "Sup3r-s3cret-pw"
 
 func TestSetRedisLogger(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	logging.SetRedisLogger(zap.New(core))
-	defer logging.SetRedisLogger(zap.NewNop())
+	detach := logging.SetRedisLogger(zap.New(core))
+	defer detach()
 	closedAddr := loopback.Addr(t)
 	c, err := store.NewClient(store.ClientOptions{URL: closedAddr, Password: secret,
 		Conn: store.ConnOptions{DialTimeout: 100 * time.Millisecond}})
@@ -40,5 +40,17 @@ func TestSetRedisLogger(t *testing.T) {
 		if strings.Contains(e.ContextMap()["detail"].(string), secret) {
 			t.Errorf("log shows the password: %v", e.ContextMap())
 		}
+	}
+	// Detached, the logger gets nothing more, though dials go on failing
+	// (a server's test logger must not be written after its test).
+	detach()
+	before := logs.Len()
+	ctx, cancel = context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	for ctx.Err() == nil {
+		_ = c.Ping(ctx).Err()
+	}
+	if n := logs.Len() - before; n != 0 {
+		t.Errorf("%d go-redis lines logged after detach, want 0", n)
 	}
 }

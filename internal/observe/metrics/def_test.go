@@ -116,7 +116,7 @@ func TestEveryDefExported(t *testing.T) {
 // least one value in each series.
 func registerAll(t *testing.T, reg *prometheus.Registry) {
 	t.Helper()
-	m, err := New(reg, Options{NearRatio: 0.8, MaxDetailed: 1})
+	m, err := New(reg, Options{NearLimitRatio: 0.8, MaxDetailedMetricSeries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,12 +72,12 @@ type Metrics struct {
 
 // Options configure Metrics.
 type Options struct {
-	// NearRatio is the share of a limit used past which allowed hits also
+	// NearLimitRatio is the share of a limit used past which allowed hits also
 	// count as near the limit, in (0, 1] (default 0.8).
-	NearRatio float64
-	// MaxDetailed bounds the rule series labelled with request values
+	NearLimitRatio float64
+	// MaxDetailedMetricSeries bounds the rule series labelled with request values
 	// (detailed_metric, value_to_metric); 0: no bound.
-	MaxDetailed int
+	MaxDetailedMetricSeries int
 }
 
 // DefaultMaxDetailedSeries is --max-detailed-metric-series' default.
@@ -86,7 +86,7 @@ const DefaultMaxDetailedSeries = 10_000
 // New registers the server's metrics, and the Go runtime and process
 // collectors, on reg.
 func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
-	nearRatio := o.NearRatio
+	nearRatio := o.NearLimitRatio
 	if nearRatio == 0 {
 		nearRatio = 0.8
 	}
@@ -101,7 +101,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	}
 	m.newRequestSeries()
 	m.newConfigSeries()
-	m.detailed.max = o.MaxDetailed
+	m.detailed.max = o.MaxDetailedMetricSeries
 	m.detailed.folded = detailedFoldedDef.counter()
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleRefunded,

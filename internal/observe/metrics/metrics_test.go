@@ -24,7 +24,7 @@ import (
 func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, Options{NearRatio: 0.8, MaxDetailed: DefaultMaxDetailedSeries})
+	m, err := New(reg, Options{NearLimitRatio: 0.8, MaxDetailedMetricSeries: DefaultMaxDetailedSeries})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,10 +256,10 @@ func TestConfigMetrics(t *testing.T) {
 
 func TestNewMetricsTwiceOnOneRegistryFails(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg, Options{NearRatio: 0.8}); err != nil {
+	if _, err := New(reg, Options{NearLimitRatio: 0.8}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(reg, Options{NearRatio: 0.8})
+	_, err := New(reg, Options{NearLimitRatio: 0.8})
 	var are prometheus.AlreadyRegisteredError
 	if !errors.As(err, &are) {
 		t.Fatalf("second registration: %v", err)
@@ -269,7 +269,7 @@ func TestNewMetricsTwiceOnOneRegistryFails(t *testing.T) {
 // BenchmarkDecided counts one status of a limit that is not among the
 // loaded rules, as for an override: its counters are found by label.
 func BenchmarkDecided(b *testing.B) {
-	m, err := New(prometheus.NewRegistry(), Options{NearRatio: 0.8})
+	m, err := New(prometheus.NewRegistry(), Options{NearLimitRatio: 0.8})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func BenchmarkDecided(b *testing.B) {
 // BenchmarkDecidedLoaded is BenchmarkDecided for a limit of the rules in
 // force, whose counters are resolved once rather than per decision.
 func BenchmarkDecidedLoaded(b *testing.B) {
-	m, err := New(prometheus.NewRegistry(), Options{NearRatio: 0.8})
+	m, err := New(prometheus.NewRegistry(), Options{NearLimitRatio: 0.8})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -110,8 +110,8 @@ func TestStatsdResponseTimer(t *testing.T) {
 	addr := conn.LocalAddr().(*net.UDPAddr)
 	st := store.NewMemory(store.MemoryOptions{})
 	t.Cleanup(func() { _ = st.Close() })
-	m, err := New(Options{UseStatsd: true, StatsdHost: "127.0.0.1", StatsdPort: addr.Port, StatsdProtocol: "udp",
-		FlushInterval: time.Hour}, limiter.New(st, limiter.Options{}), prometheus.NewRegistry(), zaptest.NewLogger(t))
+	m, err := New(Options{Statsd: true, StatsdHost: "127.0.0.1", StatsdPort: addr.Port, StatsdProtocol: "udp",
+		StatsdFlushInterval: time.Hour}, limiter.New(st, limiter.Options{}), prometheus.NewRegistry(), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

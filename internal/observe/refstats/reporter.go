@@ -27,26 +27,26 @@ import (
 // Options select where envoyproxy/ratelimit's stats go. Each has a flag
 // whose environment twin is the reference's variable of the same meaning.
 type Options struct {
-	UsePrometheus bool   // USE_PROMETHEUS
-	PromAddr      string // PROMETHEUS_ADDR
-	PromPath      string // PROMETHEUS_PATH
-	MapperYAML    string // PROMETHEUS_MAPPER_YAML
-	// ResponseTimeMillis keeps the built-in mapping's response time in
+	Prometheus           bool   // USE_PROMETHEUS
+	PrometheusAddr       string // PROMETHEUS_ADDR
+	PrometheusPath       string // PROMETHEUS_PATH
+	PrometheusMapperYAML string // PROMETHEUS_MAPPER_YAML
+	// PrometheusResponseTimeAsMilliseconds keeps the built-in mapping's response time in
 	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS); by default
 	// it is scaled to seconds, as upstream's mapping does since #1104.
 	// A mapping file decides for itself.
-	ResponseTimeMillis bool
-	UseStatsd          bool   // USE_STATSD
-	UseDogStatsd       bool   // USE_DOG_STATSD
-	StatsdHost         string // STATSD_HOST
-	StatsdPort         int    // STATSD_PORT
-	StatsdProtocol     string // tcp (as gostats) or udp
-	FlushInterval      time.Duration
-	ExtraTags          string // EXTRA_TAGS
-	DisableStats       bool   // DISABLE_STATS
-	Mogrifiers         string // USE_DOG_STATSD_MOGRIFIERS
-	// NearRatio is the share of a limit past which hits are near it.
-	NearRatio float64
+	PrometheusResponseTimeAsMilliseconds bool
+	Statsd                               bool   // USE_STATSD
+	DogStatsd                            bool   // USE_DOG_STATSD
+	StatsdHost                           string // STATSD_HOST
+	StatsdPort                           int    // STATSD_PORT
+	StatsdProtocol                       string // tcp (as gostats) or udp
+	StatsdFlushInterval                  time.Duration
+	StatsdTags                           string // EXTRA_TAGS
+	StatsOff                             bool   // DISABLE_STATS
+	DogStatsdMogrifiers                  string // USE_DOG_STATSD_MOGRIFIERS
+	// NearLimitRatio is the share of a limit past which hits are near it.
+	NearLimitRatio float64
 	// Getenv reads DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}, whose
 	// names depend on USE_DOG_STATSD_MOGRIFIERS; nil: os.Getenv.
 	Getenv func(string) string
@@ -75,38 +75,38 @@ type Reporter struct {
 // server's own registry, served beside the reference's series and given
 // the counters of Stats' own trouble.
 func New(o Options, l *limiter.Limiter, main *prometheus.Registry, log *zap.Logger) (*Reporter, error) {
-	if o.DisableStats {
-		if o.UsePrometheus || o.UseStatsd || o.UseDogStatsd {
+	if o.StatsOff {
+		if o.Prometheus || o.Statsd || o.DogStatsd {
 			log.Info("DISABLE_STATS is set: envoyproxy/ratelimit's stats are off (fastlimit_* stay on the admin listener)")
 		}
 		return nil, nil
 	}
-	if !o.UsePrometheus && !o.UseStatsd && !o.UseDogStatsd {
-		if o.MapperYAML != "" {
+	if !o.Prometheus && !o.Statsd && !o.DogStatsd {
+		if o.PrometheusMapperYAML != "" {
 			log.Warn("PROMETHEUS_MAPPER_YAML has no effect without USE_PROMETHEUS=true")
 		}
 		return nil, nil
 	}
-	if o.UseStatsd && o.UseDogStatsd {
+	if o.Statsd && o.DogStatsd {
 		return nil, errors.New("USE_STATSD (--statsd) and USE_DOG_STATSD (--dogstatsd) both send to STATSD_HOST:STATSD_PORT: choose one")
 	}
-	stats, err := newStats(l, o.NearRatio, defaultMaxDynamicKeys, main)
+	stats, err := newStats(l, o.NearLimitRatio, defaultMaxDynamicKeys, main)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	m := &Reporter{opts: o, stats: stats, log: log}
-	if o.UsePrometheus {
+	if o.Prometheus {
 		if err := m.setupPrometheus(main); err != nil {
 			return nil, err
 		}
-	} else if o.MapperYAML != "" {
+	} else if o.PrometheusMapperYAML != "" {
 		log.Warn("PROMETHEUS_MAPPER_YAML has no effect without USE_PROMETHEUS=true")
 	}
-	if o.UseStatsd || o.UseDogStatsd {
+	if o.Statsd || o.DogStatsd {
 		if err := m.setupStatsd(); err != nil {
 			return nil, err
 		}
-	} else if o.ExtraTags != "" {
+	} else if o.StatsdTags != "" {
 		log.Warn("EXTRA_TAGS applies to statsd stats only: the Prometheus series do not carry them")
 	}
 	return m, nil
@@ -114,27 +114,27 @@ func New(o Options, l *limiter.Limiter, main *prometheus.Registry, log *zap.Logg
 
 func (m *Reporter) setupPrometheus(main *prometheus.Registry) error {
 	o := m.opts
-	if !strings.HasPrefix(o.PromPath, "/") {
-		return fmt.Errorf("PROMETHEUS_PATH (--prometheus-path) %q must start with '/'", o.PromPath)
+	if !strings.HasPrefix(o.PrometheusPath, "/") {
+		return fmt.Errorf("PROMETHEUS_PATH (--prometheus-path) %q must start with '/'", o.PrometheusPath)
 	}
 	mapper := statsmap.Default()
-	if !o.ResponseTimeMillis {
+	if !o.PrometheusResponseTimeAsMilliseconds {
 		mapper = statsmap.DefaultSeconds()
 	}
-	if o.MapperYAML != "" {
-		if o.ResponseTimeMillis {
+	if o.PrometheusMapperYAML != "" {
+		if o.PrometheusResponseTimeAsMilliseconds {
 			m.log.Warn("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS has no effect with PROMETHEUS_MAPPER_YAML: the file's scale decides")
 		}
-		data, err := os.ReadFile(o.MapperYAML)
+		data, err := os.ReadFile(o.PrometheusMapperYAML)
 		if err != nil {
 			return fmt.Errorf("PROMETHEUS_MAPPER_YAML (--prometheus-mapper-yaml): %w", err)
 		}
 		var warns []string
 		if mapper, warns, err = statsmap.Parse(data); err != nil {
-			return fmt.Errorf("PROMETHEUS_MAPPER_YAML (--prometheus-mapper-yaml) %s: %w", o.MapperYAML, err)
+			return fmt.Errorf("PROMETHEUS_MAPPER_YAML (--prometheus-mapper-yaml) %s: %w", o.PrometheusMapperYAML, err)
 		}
 		for _, w := range warns {
-			m.log.Warn("PROMETHEUS_MAPPER_YAML: "+w, zap.String("file", o.MapperYAML))
+			m.log.Warn("PROMETHEUS_MAPPER_YAML: "+w, zap.String("file", o.PrometheusMapperYAML))
 		}
 	}
 	reg := prometheus.NewRegistry()
@@ -152,22 +152,22 @@ func (m *Reporter) setupPrometheus(main *prometheus.Registry) error {
 
 func (m *Reporter) setupStatsd() error {
 	o := m.opts
-	tags, err := statsd.ParseTags(o.ExtraTags)
+	tags, err := statsd.ParseTags(o.StatsdTags)
 	if err != nil {
 		return fmt.Errorf("EXTRA_TAGS (--statsd-tags): %w", err)
 	}
-	if o.FlushInterval <= 0 {
+	if o.StatsdFlushInterval <= 0 {
 		return fmt.Errorf("STATS_FLUSH_INTERVAL (--statsd-flush-interval) must be positive")
 	}
 	so := statsd.Options{
 		Network: o.StatsdProtocol, Addr: net.JoinHostPort(o.StatsdHost, strconv.Itoa(o.StatsdPort)), Tags: tags,
 	}
-	if o.UseDogStatsd {
+	if o.DogStatsd {
 		so.Network, so.Format = "udp", statsd.DogStatsD
-		if so.Mogrifiers, err = mogrifiers(o.Mogrifiers, o.Getenv); err != nil {
+		if so.Mogrifiers, err = mogrifiers(o.DogStatsdMogrifiers, o.Getenv); err != nil {
 			return err
 		}
-	} else if o.Mogrifiers != "" {
+	} else if o.DogStatsdMogrifiers != "" {
 		m.log.Warn("USE_DOG_STATSD_MOGRIFIERS has no effect without USE_DOG_STATSD=true")
 	}
 	if m.client, err = statsd.NewClient(m.stats.store, so, m.log.Named("statsd")); err != nil {
@@ -240,12 +240,12 @@ func (m *Reporter) Open(ctx context.Context) error {
 	}
 	if m.gather != nil {
 		mux := http.NewServeMux()
-		mux.Handle(m.opts.PromPath, promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{
+		mux.Handle(m.opts.PrometheusPath, promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{
 			ErrorLog: zap.NewStdLog(m.log), ErrorHandling: promhttp.ContinueOnError,
 		}))
-		srv, err := httpserver.Listen(m.opts.PromAddr, mux, m.opts.HTTP)
+		srv, err := httpserver.Listen(m.opts.PrometheusAddr, mux, m.opts.HTTP)
 		if err != nil {
-			return fmt.Errorf("listen PROMETHEUS_ADDR (--prometheus-addr) %s: %w", m.opts.PromAddr, err)
+			return fmt.Errorf("listen PROMETHEUS_ADDR (--prometheus-addr) %s: %w", m.opts.PrometheusAddr, err)
 		}
 		m.srv = srv
 		go func() {
@@ -253,7 +253,7 @@ func (m *Reporter) Open(ctx context.Context) error {
 				m.log.Error("prometheus listener stopped", zap.Error(err))
 			}
 		}()
-		m.log.Info("serving envoyproxy/ratelimit's metrics", zap.String("addr", srv.Addr().String()), zap.String("path", m.opts.PromPath))
+		m.log.Info("serving envoyproxy/ratelimit's metrics", zap.String("addr", srv.Addr().String()), zap.String("path", m.opts.PrometheusPath))
 	}
 	if m.client != nil {
 		var cctx context.Context
@@ -261,10 +261,10 @@ func (m *Reporter) Open(ctx context.Context) error {
 		m.done = make(chan struct{})
 		go func() {
 			defer close(m.done)
-			m.client.Run(cctx, m.opts.FlushInterval)
+			m.client.Run(cctx, m.opts.StatsdFlushInterval)
 		}()
 		m.log.Info("sending envoyproxy/ratelimit's stats", zap.String("addr", net.JoinHostPort(m.opts.StatsdHost, strconv.Itoa(m.opts.StatsdPort))),
-			zap.Bool("dogstatsd", m.opts.UseDogStatsd), zap.Duration("every", m.opts.FlushInterval))
+			zap.Bool("dogstatsd", m.opts.DogStatsd), zap.Duration("every", m.opts.StatsdFlushInterval))
 	}
 	return nil
 }

@@ -527,14 +527,14 @@ func TestNewRefMetricsErrors(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"unparsable mapper", Options{UsePrometheus: true, PromPath: "/metrics", MapperYAML: bad}, "PROMETHEUS_MAPPER_YAML"},
-		{"missing mapper", Options{UsePrometheus: true, PromPath: "/metrics", MapperYAML: filepath.Join(dir, "none")}, "PROMETHEUS_MAPPER_YAML"},
-		{"path", Options{UsePrometheus: true, PromPath: "metrics"}, "PROMETHEUS_PATH"},
-		{"both statsd", Options{UseStatsd: true, UseDogStatsd: true}, "USE_DOG_STATSD"},
-		{"tags", Options{UseStatsd: true, StatsdHost: "localhost", StatsdPort: 8125, FlushInterval: time.Second, ExtraTags: "novalue"}, "EXTRA_TAGS"},
-		{"interval", Options{UseStatsd: true, StatsdHost: "localhost", StatsdPort: 8125}, "STATS_FLUSH_INTERVAL"},
-		{"protocol", Options{UseStatsd: true, StatsdHost: "localhost", StatsdPort: 8125, FlushInterval: time.Second, StatsdProtocol: "sctp"}, "STATSD_PROTOCOL"},
-		{"mogrifier", Options{UseDogStatsd: true, StatsdHost: "localhost", StatsdPort: 8125, FlushInterval: time.Second, Mogrifiers: "X",
+		{"unparsable mapper", Options{Prometheus: true, PrometheusPath: "/metrics", PrometheusMapperYAML: bad}, "PROMETHEUS_MAPPER_YAML"},
+		{"missing mapper", Options{Prometheus: true, PrometheusPath: "/metrics", PrometheusMapperYAML: filepath.Join(dir, "none")}, "PROMETHEUS_MAPPER_YAML"},
+		{"path", Options{Prometheus: true, PrometheusPath: "metrics"}, "PROMETHEUS_PATH"},
+		{"both statsd", Options{Statsd: true, DogStatsd: true}, "USE_DOG_STATSD"},
+		{"tags", Options{Statsd: true, StatsdHost: "localhost", StatsdPort: 8125, StatsdFlushInterval: time.Second, StatsdTags: "novalue"}, "EXTRA_TAGS"},
+		{"interval", Options{Statsd: true, StatsdHost: "localhost", StatsdPort: 8125}, "STATS_FLUSH_INTERVAL"},
+		{"protocol", Options{Statsd: true, StatsdHost: "localhost", StatsdPort: 8125, StatsdFlushInterval: time.Second, StatsdProtocol: "sctp"}, "STATSD_PROTOCOL"},
+		{"mogrifier", Options{DogStatsd: true, StatsdHost: "localhost", StatsdPort: 8125, StatsdFlushInterval: time.Second, DogStatsdMogrifiers: "X",
 			Getenv: func(string) string { return "" }}, "DOG_STATSD_MOGRIFIER_X_PATTERN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -551,7 +551,7 @@ func TestNewRefMetricsErrors(t *testing.T) {
 // USE_DOG_STATSD (or with DISABLE_STATS) nothing is counted or served.
 func TestRefMetricsOff(t *testing.T) {
 	l := limiter.New(store.NewMemory(store.MemoryOptions{}), limiter.Options{})
-	for _, o := range []Options{{}, {UsePrometheus: true, UseStatsd: true, DisableStats: true}} {
+	for _, o := range []Options{{}, {Prometheus: true, Statsd: true, StatsOff: true}} {
 		m, err := New(o, l, prometheus.NewRegistry(), zaptest.NewLogger(t))
 		if err != nil || m != nil {
 			t.Fatalf("New(%+v) = %v, %v; want nil, nil", o, m, err)

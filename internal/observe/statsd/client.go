@@ -30,7 +30,7 @@ type Tag struct{ Key, Value string }
 
 // Mogrifier rewrites a DogStatsD name, as envoyproxy/ratelimit's
 // USE_DOG_STATSD_MOGRIFIERS do: a name Pattern matches is sent as Name with
-// Tags added, $0, $1, ... in either replaced by the match and its groups.
+// Tags added, $0, $1, ... in either replaced by the match and its submatches.
 type Mogrifier struct {
 	Pattern *regexp.Regexp
 	Name    string
@@ -227,17 +227,17 @@ var groupRef = regexp.MustCompile(`\$\d+`)
 // mogrify applies the first mogrifier that matches name.
 func mogrify(ms []Mogrifier, name string) (string, []string) {
 	for _, m := range ms {
-		groups := m.Pattern.FindStringSubmatch(name)
-		if groups == nil {
+		subs := m.Pattern.FindStringSubmatch(name)
+		if subs == nil {
 			continue
 		}
 		expand := func(tmpl string) string {
 			return groupRef.ReplaceAllStringFunc(tmpl, func(ref string) string {
 				i, err := strconv.Atoi(ref[1:])
-				if err != nil || i >= len(groups) {
+				if err != nil || i >= len(subs) {
 					return ref
 				}
-				return groups[i]
+				return subs[i]
 			})
 		}
 		tags := make([]string, len(m.Tags))

@@ -41,11 +41,11 @@ type Options struct {
 	// counts e^(-age/Window), so that at a steady rate a count is the
 	// hits of one Window.
 	Window time.Duration
-	// LogLimited logs, at most once per LogEvery per rule, the rule's top
+	// LogTopLimited logs, at most once per LogEvery per rule, the rule's top
 	// over-limit identifiers when it limited any.
-	LogLimited bool
-	Log        *zap.Logger // nil: no log lines
-	Clock      Clock       // the decay's clock, and Run's (default: the wall clock)
+	LogTopLimited bool
+	Log           *zap.Logger // nil: no log lines
+	Clock         Clock       // the decay's clock, and Run's (default: the wall clock)
 }
 
 // Clock is the time a Tracker reads and waits on.
@@ -171,8 +171,8 @@ func (t *Tracker) Loaded(r *rules.Loaded, changed bool) {
 		if l.Unlimited {
 			continue
 		}
-		if l.Group != nil && l.Index > 0 { // one rule of several limits: its first's
-			idx[l] = idx[l.Group[0]]
+		if l.Joint != nil && l.Index > 0 { // one rule of several limits: its first's
+			idx[l] = idx[l.Joint[0]]
 			continue
 		}
 		nr := newRule(l)
@@ -229,7 +229,7 @@ func (t *Tracker) Run(ctx context.Context) {
 // and writes the log lines that are due.
 func (t *Tracker) Sync() {
 	tk := t.advance()
-	if !t.o.LogLimited {
+	if !t.o.LogTopLimited {
 		return
 	}
 	t.mu.Lock()

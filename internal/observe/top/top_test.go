@@ -278,7 +278,7 @@ func TestReloadKeepsRules(t *testing.T) {
 // the next Sync, then at most once a minute, and not while it limits none.
 func TestLogLine(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	f := newFixture(t, top.Options{LogLimited: true, Log: zap.New(core)})
+	f := newFixture(t, top.Options{LogTopLimited: true, Log: zap.New(core)})
 	f.t.Sync()
 	f.decide(user("bad"), limiter.OverLimit, 1)
 	for range 70 { // 70 s of limiting

@@ -17,10 +17,10 @@ type tracedStore struct {
 	kind   string // redis or memory
 }
 
-// tracedAtomicStore keeps TakeAll visible to the limiter.
-type tracedAtomicStore struct {
+// tracedAllOrNothingStore keeps TakeAll visible to the limiter.
+type tracedAllOrNothingStore struct {
 	*tracedStore
-	all limiter.AtomicStore
+	all limiter.AllOrNothingStore
 }
 
 // Store returns st traced; kind ("redis", "memory") names it in spans. A
@@ -30,8 +30,8 @@ func (t *Tracing) Store(st limiter.Store, kind string) limiter.Store {
 		return st
 	}
 	ts := &tracedStore{Store: st, tracer: t.tracer, kind: kind}
-	if all, ok := st.(limiter.AtomicStore); ok {
-		return &tracedAtomicStore{tracedStore: ts, all: all}
+	if all, ok := st.(limiter.AllOrNothingStore); ok {
+		return &tracedAllOrNothingStore{tracedStore: ts, all: all}
 	}
 	return ts
 }
@@ -40,7 +40,7 @@ func (s *tracedStore) Take(ctx context.Context, ops []limiter.Op, res []limiter.
 	return s.traced(ctx, "store.take", s.Store.Take, ops, res)
 }
 
-func (s *tracedAtomicStore) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
+func (s *tracedAllOrNothingStore) TakeAll(ctx context.Context, ops []limiter.Op, res []limiter.Result) error {
 	return s.traced(ctx, "store.take_all", s.all.TakeAll, ops, res)
 }
 

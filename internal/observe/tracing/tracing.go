@@ -57,13 +57,13 @@ const (
 // Options turn tracing on. The exporter's endpoint, headers, TLS and
 // timeouts come from the SDK's own OTEL_EXPORTER_OTLP_* variables.
 type Options struct {
-	Enabled    bool
-	Service    string  // the resource's service.name
-	Namespace  string  // service.namespace; empty: none
-	InstanceID string  // service.instance.id; empty: a random UUID
-	Protocol   string  // OTLP over http (protobuf) or grpc, in any case
-	Rate       float64 // share of traces sampled when the caller did not decide
-	Version    string  // the build's version: service.version
+	Enabled           bool
+	ServiceName       string  // the resource's service.name
+	ServiceNamespace  string  // service.namespace; empty: none
+	ServiceInstanceID string  // service.instance.id; empty: a random UUID
+	ExporterProtocol  string  // OTLP over http (protobuf) or grpc, in any case
+	SamplingRate      float64 // share of traces sampled when the caller did not decide
+	Version           string  // the build's version: service.version
 }
 
 // Validate checks the options of enabled tracing.
@@ -71,13 +71,13 @@ func (o Options) Validate() error {
 	if !o.Enabled {
 		return nil
 	}
-	switch strings.ToLower(o.Protocol) {
+	switch strings.ToLower(o.ExporterProtocol) {
 	case "http", "grpc":
 	default:
-		return fmt.Errorf("%s: %q is neither http nor grpc", envTracingProtocol, o.Protocol)
+		return fmt.Errorf("%s: %q is neither http nor grpc", envTracingProtocol, o.ExporterProtocol)
 	}
-	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > 1 {
-		return fmt.Errorf("%s: %v is not between 0 and 1", envTracingRate, o.Rate)
+	if math.IsNaN(o.SamplingRate) || o.SamplingRate < 0 || o.SamplingRate > 1 {
+		return fmt.Errorf("%s: %v is not between 0 and 1", envTracingRate, o.SamplingRate)
 	}
 	return nil
 }
@@ -107,10 +107,10 @@ func New(o Options, log *zap.Logger) (*Tracing, error) {
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.Rate))),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SamplingRate))),
 	)
 	t := NewWith(tp, o.Version)
-	t.protocol, t.log = strings.ToLower(o.Protocol), log
+	t.protocol, t.log = strings.ToLower(o.ExporterProtocol), log
 	return t, nil
 }
 
@@ -151,17 +151,17 @@ func (t *Tracing) Open(ctx context.Context) error {
 }
 
 func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
-	id := o.InstanceID
+	id := o.ServiceInstanceID
 	if id == "" {
 		id = uuid.NewString()
 	}
 	attrs := []attribute.KeyValue{
-		semconv.ServiceName(o.Service),
+		semconv.ServiceName(o.ServiceName),
 		semconv.ServiceInstanceID(id),
 		semconv.ServiceVersion(o.Version),
 	}
-	if o.Namespace != "" {
-		attrs = append(attrs, semconv.ServiceNamespace(o.Namespace))
+	if o.ServiceNamespace != "" {
+		attrs = append(attrs, semconv.ServiceNamespace(o.ServiceNamespace))
 	}
 	// OTEL_RESOURCE_ATTRIBUTES add to these; the TRACING_* settings win.
 	return resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),

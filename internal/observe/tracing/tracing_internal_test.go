@@ -24,12 +24,12 @@ func TestTracingOptions(t *testing.T) {
 		o    Options
 		want string // "" for valid
 	}{
-		{"off ignores the rest", Options{Protocol: "udp", Rate: 7}, ""},
-		{"http", Options{Enabled: true, Protocol: "http", Rate: 1}, ""},
-		{"GRPC in capitals", Options{Enabled: true, Protocol: "GRPC", Rate: 0}, ""},
-		{"other protocol", Options{Enabled: true, Protocol: "zipkin", Rate: 1}, `TRACING_EXPORTER_PROTOCOL: "zipkin" is neither http nor grpc`},
-		{"rate above 1", Options{Enabled: true, Protocol: "http", Rate: 100}, "TRACING_SAMPLING_RATE: 100 is not between 0 and 1"},
-		{"negative rate", Options{Enabled: true, Protocol: "http", Rate: -0.5}, "TRACING_SAMPLING_RATE: -0.5 is not between 0 and 1"},
+		{"off ignores the rest", Options{ExporterProtocol: "udp", SamplingRate: 7}, ""},
+		{"http", Options{Enabled: true, ExporterProtocol: "http", SamplingRate: 1}, ""},
+		{"GRPC in capitals", Options{Enabled: true, ExporterProtocol: "GRPC", SamplingRate: 0}, ""},
+		{"other protocol", Options{Enabled: true, ExporterProtocol: "zipkin", SamplingRate: 1}, `TRACING_EXPORTER_PROTOCOL: "zipkin" is neither http nor grpc`},
+		{"rate above 1", Options{Enabled: true, ExporterProtocol: "http", SamplingRate: 100}, "TRACING_SAMPLING_RATE: 100 is not between 0 and 1"},
+		{"negative rate", Options{Enabled: true, ExporterProtocol: "http", SamplingRate: -0.5}, "TRACING_SAMPLING_RATE: -0.5 is not between 0 and 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()
@@ -46,7 +46,7 @@ func TestTracingOptions(t *testing.T) {
 // TestTracingOff checks that tracing off installs nothing: no gRPC
 // option, the store and the HTTP handler unwrapped.
 func TestTracingOff(t *testing.T) {
-	tr, err := New(Options{Service: "RateLimit", Protocol: "http", Rate: 1}, zap.NewNop())
+	tr, err := New(Options{ServiceName: "RateLimit", ExporterProtocol: "http", SamplingRate: 1}, zap.NewNop())
 	if err != nil || tr != nil {
 		t.Fatalf("New(off) = %v, %v; want nil, nil", tr, err)
 	}

@@ -262,10 +262,10 @@ func TestInPlaceWritesSettle(t *testing.T) {
 	r.idle()
 }
 
-// TestAtomicReplacementsSkipSettle: with a Settle far longer than the
+// TestAllOrNothingReplacementsSkipSettle: with a Settle far longer than the
 // test, creates, renames into place (from a temporary dotfile written in
 // the directory), removals and ConfigMap swaps reload after the debounce.
-func TestAtomicReplacementsSkipSettle(t *testing.T) {
+func TestAllOrNothingReplacementsSkipSettle(t *testing.T) {
 	cases := []struct {
 		name   string
 		change func(t *testing.T, dir string)

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,9 +69,7 @@ type Envoy struct {
 	Admin string
 	// Config is the bootstrap the process runs, as written to disk.
 	Config []byte
-	cmd    *exec.Cmd
-	exited chan struct{}
-	logs   *child.Output
+	p      *child.Process
 	name   string
 }
 
@@ -118,14 +115,13 @@ func startNoWait(t testing.TB, bootstrap []byte, o Options) *Envoy {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
-	e := &Envoy{Admin: admin, Config: cfg, exited: make(chan struct{}), logs: &child.Output{}, name: o.Name}
+	e := &Envoy{Admin: admin, Config: cfg, name: o.Name}
 	args := append([]string{"-c", path, "--concurrency", "1", "--base-id", strconv.Itoa(nextBaseID()),
 		"--log-level", o.LogLevel, "--service-node", o.Name, "--service-cluster", "fastlimit-test"}, o.Args...)
-	e.cmd = exec.Command(bin, args...)
-	e.cmd.Dir = dir
-	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
-	if err := child.Run(e.cmd, e.exited); err != nil {
-		t.Fatalf("start envoy: %v", err)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	if e.p, err = child.Start("envoy "+o.Name, cmd); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		e.Stop()
@@ -143,7 +139,7 @@ func (e *Envoy) WaitReady(d time.Duration) error {
 	defer cancel(nil)
 	go func() {
 		select {
-		case <-e.exited:
+		case <-e.p.Exited():
 			cancel(errors.New("envoy exited before it was ready"))
 		case <-ctx.Done():
 		}
@@ -158,41 +154,18 @@ func (e *Envoy) WaitReady(d time.Duration) error {
 }
 
 // Exited reports whether the process has ended.
-func (e *Envoy) Exited() bool {
-	select {
-	case <-e.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (e *Envoy) Exited() bool { return !e.p.Alive() }
 
 // Stop ends the process (SIGTERM, then SIGKILL after 10 s) and waits for it.
 // It is idempotent.
-func (e *Envoy) Stop() {
-	if e.Exited() {
-		return
-	}
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.exited:
-	case <-time.After(10 * time.Second):
-		e.Kill()
-	}
-}
+func (e *Envoy) Stop() { e.p.Stop(10 * time.Second) }
 
 // Kill ends the process with SIGKILL, as a crash would, and waits for it.
-func (e *Envoy) Kill() {
-	if e.Exited() {
-		return
-	}
-	_ = e.cmd.Process.Kill()
-	<-e.exited
-}
+func (e *Envoy) Kill() { e.p.Kill() }
 
 // Log returns what the process has written so far (its log and any
 // stdout access log).
-func (e *Envoy) Log() string { return e.logs.String() }
+func (e *Envoy) Log() string { return e.p.Output() }
 
 // keepLog prints the log's tail in t's output and writes it whole to the
 // artifacts directory when FASTLIMIT_E2E_ARTIFACTS names one.

@@ -59,7 +59,7 @@ type upReply struct {
 }
 
 // connIDs numbers connections across every proxy of the process, so that
-// a Group's rules tell its proxies' connections apart.
+// a Set's rules tell its proxies' connections apart.
 var connIDs atomic.Int64
 
 func (p *Proxy) newConn(nc net.Conn) *conn {

@@ -92,11 +92,11 @@ func TestScopes(t *testing.T) {
 		wantValue(t, c.do("ECHO", "a"), fp.Bulk("a"))
 		wantValue(t, c.do("ECHO", "b"), fake)
 	})
-	t.Run("Group", func(t *testing.T) {
-		// Two proxies to the same Redis under two names: a group rule
+	t.Run("Set", func(t *testing.T) {
+		// Two proxies to the same Redis under two names: a set rule
 		// tells their connections apart.
 		_, port, _ := net.SplitHostPort(addr)
-		g := fp.NewGroup(t, addr, net.JoinHostPort("localhost", port))
+		g := fp.NewSet(t, addr, net.JoinHostPort("localhost", port))
 		ps := g.Proxies()
 		g.Add(&fp.ErrorReply{Match: fp.Match{NextConns: 1}, Err: "ERR faked"})
 		// The two proxies accept on goroutines of their own: b dials only
@@ -111,7 +111,7 @@ func TestScopes(t *testing.T) {
 		wantValue(t, a.do("PING"), pong)
 		wantValue(t, b.do("PING"), fake)
 		if s := g.Stats(); s.Accepted != 2 || s.Faked != 2 {
-			t.Errorf("group stats %+v: want 2 connections, 2 faked", s)
+			t.Errorf("set stats %+v: want 2 connections, 2 faked", s)
 		}
 	})
 	t.Run("Release and Clear", func(t *testing.T) {

@@ -3,6 +3,6 @@
 // (RESP2 and RESP3), so that a Fault can target the nth command, a command
 // by name, a handshake or a connection, and act at a reply's boundary or
 // inside it. Faults are added and released at run time; Stats counts what
-// Redis really did. A Group fronts every node of a Cluster or a sentinel
+// Redis really did. A Set fronts every node of a Cluster or a sentinel
 // setup. docs/development.md#the-fault-proxy has an example.
 package faultproxy

@@ -61,7 +61,7 @@ func (m *Match) matchCommand(c *Command) bool {
 	return m.Func == nil || m.Func(c)
 }
 
-// A Fault is one of this package's fault types, for Proxy.Add or Group.Add.
+// A Fault is one of this package's fault types, for Proxy.Add or Set.Add.
 type Fault interface {
 	match() *Match
 	Name() string // the type's name, as Stats.Faults counts it
@@ -171,7 +171,7 @@ func (*SplitReplies) Name() string { return "SplitReplies" }
 
 func (*ErrorReply) Name() string { return "ErrorReply" }
 
-// Rule is a fault added to a Proxy or a Group, safe for concurrent use.
+// Rule is a fault added to a Proxy or a Set, safe for concurrent use.
 type Rule struct {
 	fault Fault
 	set   *ruleSet
@@ -313,7 +313,7 @@ func (r *Rule) chunk(maxChunk int) int {
 	return 1 + r.rng.IntN(maxChunk)
 }
 
-// ruleSet is a Proxy's, or a Group's, rules in the order they were added.
+// ruleSet is a Proxy's, or a Set's, rules in the order they were added.
 type ruleSet struct {
 	mu    sync.Mutex
 	rules atomic.Pointer[[]*Rule] // copy on write

@@ -42,7 +42,7 @@ type Proxy struct {
 	ln     net.Listener
 	addr   string
 	rules  *ruleSet
-	shared *ruleSet // a Group's rules, or nil
+	shared *ruleSet // a Set's rules, or nil
 	mapper atomic.Pointer[func(string) (string, bool)]
 
 	closed    chan struct{}
@@ -129,7 +129,7 @@ func (p *Proxy) Addr() string { return p.addr }
 func (p *Proxy) Upstream() string { return p.o.Upstream }
 
 // Add starts applying fault f and returns its rule; Rule.Release stops
-// it. Rules apply in the order they were added (a Group's after the
+// it. Rules apply in the order they were added (a Set's after the
 // proxy's own). f must not be changed afterwards.
 func (p *Proxy) Add(f Fault) *Rule { return p.rules.add(f) }
 
@@ -140,7 +140,7 @@ func (p *Proxy) Clear() { p.rules.clear() }
 // addresses clients should use, in the replies that carry topology: those
 // of CLUSTER and SENTINEL commands, MOVED and ASK errors, and pub/sub
 // messages (+switch-master). m maps "host:port" to "host:port"; nil stops
-// rewriting. A Group sets this for its proxies.
+// rewriting. A Set sets this for its proxies.
 func (p *Proxy) SetAddrMap(m map[string]string) {
 	if m == nil {
 		p.mapper.Store(nil)

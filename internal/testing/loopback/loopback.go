@@ -4,12 +4,14 @@
 package loopback
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,8 +19,7 @@ import (
 // FreePort returns a loopback port nothing listened on a moment ago, below
 // the kernel's ephemeral range where it can: a port from that range is
 // soon handed out again, to the source end of any outgoing connection or a
-// listener on port 0 (CI: a server's --admin-addr picked that way was
-// taken before the server bound it).
+// listener on port 0, and may be taken before the child binds it.
 func FreePort() (int, error) {
 	if lo, ok := ephemeralLow(); ok && lo > firstPort+1000 {
 		for range 64 {
@@ -54,6 +55,50 @@ func ephemeralLow() (int, bool) {
 	}
 	lo, err := strconv.Atoi(f[0])
 	return lo, err == nil
+}
+
+// Ports hands out free loopback ports, each at most once: a harness that
+// starts several processes gives each its own, though FreePort may offer
+// one twice. Another program may still take a port before the child binds
+// it; the child then fails to start with a clear error. The zero value is
+// ready; it is safe for concurrent use.
+type Ports struct {
+	mu   sync.Mutex
+	used map[int]bool
+	free func() (int, error) // FreePort, or a test's
+}
+
+// Free returns a loopback port not handed out before.
+func (pp *Ports) Free() (int, error) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.used == nil {
+		pp.used = map[int]bool{}
+	}
+	free := pp.free
+	if free == nil {
+		free = FreePort
+	}
+	for range 100 {
+		port, err := free()
+		if err != nil {
+			return 0, err
+		}
+		if !pp.used[port] {
+			pp.used[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("find a free loopback port: every port offered was handed out already")
+}
+
+// Addr returns "127.0.0.1:port" for a Free port.
+func (pp *Ports) Addr() (string, error) {
+	port, err := pp.Free()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // Port is FreePort for a test: an error fails t.

@@ -25,3 +25,21 @@ func TestFreePort(t *testing.T) {
 		_ = l.Close()
 	}
 }
+
+// TestPortsOnce: a port FreePort offers again is not handed out twice.
+func TestPortsOnce(t *testing.T) {
+	offers := []int{30001, 30001, 30002}
+	n := 0
+	pp := Ports{free: func() (int, error) {
+		n++
+		return offers[(n-1)%len(offers)], nil
+	}}
+	for _, want := range []int{30001, 30002} {
+		if got, err := pp.Free(); err != nil || got != want {
+			t.Fatalf("Free() = %d, %v; want %d", got, err, want)
+		}
+	}
+	if got, err := pp.Free(); err == nil {
+		t.Fatalf("Free() = %d once every offer was handed out, want an error", got)
+	}
+}

@@ -121,7 +121,7 @@ func compact(ps []*proc) []*proc {
 func (c *Cluster) ready(replicas bool) error {
 	live := 0
 	for _, n := range c.nodes {
-		if !n.alive() {
+		if !n.Alive() {
 			continue
 		}
 		live++
@@ -198,7 +198,7 @@ func (c *Cluster) MasterOf(t testing.TB, key string) string {
 func (c *Cluster) masterOf(key string) (string, error) {
 	var errs []error
 	for _, n := range c.nodes {
-		if !n.alive() {
+		if !n.Alive() {
 			continue
 		}
 		addr, err := slotMaster(n.addr, key)
@@ -252,7 +252,7 @@ func (c *Cluster) Kill(t testing.TB, addr string) {
 	t.Helper()
 	for _, n := range c.nodes {
 		if n.addr == addr {
-			n.kill()
+			n.Kill()
 			return
 		}
 	}
@@ -290,7 +290,7 @@ func (c *Cluster) Logs() string { return logs(c.nodes, 40) }
 func (c *Cluster) Stop() {
 	c.stop.Do(func() {
 		for _, n := range c.nodes {
-			n.kill()
+			n.Kill()
 		}
 		_ = os.RemoveAll(c.dir)
 	})

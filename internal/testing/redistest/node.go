@@ -69,11 +69,13 @@ func setupDir(t testing.TB, what string, logs func() string, stop func()) string
 	return dir
 }
 
-// proc is one redis-server process (a node or a sentinel) of a Cluster or
-// a Sentinel setup. Like Addr's server, it dies with the test binary.
+// proc is one redis-server process: the shared server, a test's own, or
+// a node or a sentinel of a Cluster or a Sentinel setup. It dies with the
+// test binary (on Linux).
 type proc struct {
-	name string // for logs: "node 1", "sentinel 2"
-	*server
+	addr string
+	dir  string
+	*child.Process
 }
 
 // startProc starts path in a fresh directory under parent, on a free
@@ -95,12 +97,12 @@ func startProc(name, path, parent string, args func(port int, dir string) ([]str
 		if err != nil {
 			return nil, err
 		}
-		s, err := launch(path, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir, argv)
+		p, err := launch(name, path, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir, argv)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s, attempt %d, port %d: %w", name, attempt+1, port, err))
 			continue
 		}
-		return &proc{name: name, server: s}, nil
+		return p, nil
 	}
 	return nil, errors.Join(errs...)
 }
@@ -108,45 +110,17 @@ func startProc(name, path, parent string, args func(port int, dir string) ([]str
 // launch runs path with argv in dir and waits until it answers PING at
 // addr. On failure it has stopped the process and removed dir, and the
 // error holds the process' output.
-func launch(path, addr, dir string, argv []string) (*server, error) {
-	s := &server{addr: addr, dir: dir, exited: make(chan struct{}), out: &child.Output{}}
-	s.cmd = exec.Command(path, argv...)
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := child.Run(s.cmd, s.exited); err != nil {
+func launch(name, path, addr, dir string, argv []string) (*proc, error) {
+	c, err := child.Start(name, exec.Command(path, argv...))
+	if err != nil {
 		return nil, err
 	}
-	if err := s.waitReady(); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("%w; output:\n%s", err, s.out.String())
+	p := &proc{addr: addr, dir: dir, Process: c}
+	if err := p.waitReady(); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("%w; output:\n%s", err, p.Output())
 	}
-	return s, nil
-}
-
-// kill ends the process at once (SIGKILL) and waits for it, keeping its
-// directory and output. It is idempotent.
-func (p *proc) kill() {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-	}
-	<-p.exited
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// tail returns the last n lines of the process' output.
-func (p *proc) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(p.out.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return p, nil
 }
 
 // logs formats the output of procs for a failure message.
@@ -154,10 +128,10 @@ func logs(procs []*proc, n int) string {
 	var b strings.Builder
 	for _, p := range procs {
 		state := "running"
-		if !p.alive() {
+		if !p.Alive() {
 			state = "exited"
 		}
-		fmt.Fprintf(&b, "--- %s %s (%s), last %d lines:\n%s\n", p.name, p.addr, state, n, p.tail(n))
+		fmt.Fprintf(&b, "--- %s %s (%s), last %d lines:\n%s\n", p.Name, p.addr, state, n, p.Tail(n))
 	}
 	return b.String()
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fastlimit/fastlimit/internal/testing/child"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -35,7 +33,7 @@ const readyTimeout = 10 * time.Second
 
 var (
 	once   sync.Once
-	srv    *server
+	srv    *proc
 	srvErr error
 )
 
@@ -75,24 +73,12 @@ func Stop() {
 	}
 }
 
-type server struct {
-	addr   string
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when the process has exited
-	out    *child.Output
-}
-
 // start starts the shared server: a plain node, as the Cluster and
 // Sentinel setups start theirs.
-func start(path string) (*server, error) {
-	p, err := startProc("redis", path, "", func(port int, dir string) ([]string, error) {
+func start(path string) (*proc, error) {
+	return startProc("redis", path, "", func(port int, dir string) ([]string, error) {
 		return nodeArgs(port, dir), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return p.server, nil
 }
 
 // errExited is why waitReady stops when the process exits first.
@@ -101,12 +87,12 @@ var errExited = errors.New("exited before answering PING")
 // waitReady waits until the server answers PING and INFO names its own
 // process: another test's server may hold the port this one failed to bind,
 // and would answer PING in its place.
-func (s *server) waitReady() error {
+func (s *proc) waitReady() error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	go func() {
 		select {
-		case <-s.exited:
+		case <-s.Exited():
 			cancel(errExited)
 		case <-ctx.Done():
 		}
@@ -120,22 +106,20 @@ func (s *server) waitReady() error {
 }
 
 // owns checks that the server answering at s.addr is s's own process.
-func (s *server) owns() error {
+func (s *proc) owns() error {
 	info, err := doString(s.addr, "INFO", "server")
 	if err != nil {
 		return err
 	}
-	if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.cmd.Process.Pid) {
-		return fmt.Errorf("%s is served by process %s, not %d", s.addr, pid, s.cmd.Process.Pid)
+	if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.Pid()) {
+		return fmt.Errorf("%s is served by process %s, not %d", s.addr, pid, s.Pid())
 	}
 	return nil
 }
 
-func (s *server) stop() {
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-	}
-	<-s.exited
+// stop kills the process and removes its directory.
+func (s *proc) stop() {
+	s.Kill()
 	_ = os.RemoveAll(s.dir)
 }
 

@@ -157,7 +157,7 @@ func (s *Sentinel) master() (string, error) {
 	votes := map[string]int{}
 	var errs []error
 	for _, p := range s.sentinels {
-		if !p.alive() {
+		if !p.Alive() {
 			continue
 		}
 		v, err := do(p.addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MasterName)
@@ -187,7 +187,7 @@ func (s *Sentinel) Kill(t testing.TB, addr string) {
 	t.Helper()
 	for _, n := range s.nodes {
 		if n.addr == addr {
-			n.kill()
+			n.Kill()
 			return
 		}
 	}
@@ -233,7 +233,7 @@ func (s *Sentinel) Logs() string {
 func (s *Sentinel) Stop() {
 	s.stop.Do(func() {
 		for _, p := range append(append([]*proc{}, s.sentinels...), s.nodes...) {
-			p.kill()
+			p.Kill()
 		}
 		_ = os.RemoveAll(s.dir)
 	})

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fastlimit/fastlimit/bench/benchproc"
+	"github.com/fastlimit/fastlimit/internal/testing/procstat"
 )
 
 // Server is a redis-server of one test's own, from StartServer.
@@ -51,29 +51,29 @@ func (s *Server) Logs() string {
 // remove kills the server and removes its directory.
 func (s *Server) remove() {
 	if s.p != nil {
-		s.p.kill()
+		s.p.Kill()
 	}
 	_ = os.RemoveAll(s.dir)
 }
 
 // Stop kills the server with SIGKILL, as a crash would. It is idempotent.
-func (s *Server) Stop() { s.p.kill() }
+func (s *Server) Stop() { s.p.Kill() }
 
 // Restart stops the server if it runs and starts it again on the same
 // port with the same arguments, without the data.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	s.p.kill()
-	srv, err := launch(s.path, s.Addr, s.p.dir, s.argv)
+	s.p.Kill()
+	p, err := launch(s.p.Name, s.path, s.Addr, s.p.dir, s.argv)
 	if err != nil {
 		t.Fatalf("restart redis-server on port %d: %v", s.Port, err)
 	}
-	s.p = &proc{name: s.p.name, server: srv}
+	s.p = p
 }
 
 // Signal sends sig to the server process: SIGSTOP freezes it, SIGCONT
 // thaws it.
-func (s *Server) Signal(sig os.Signal) error { return s.p.cmd.Process.Signal(sig) }
+func (s *Server) Signal(sig os.Signal) error { return s.p.Signal(sig) }
 
 // CPU returns the CPU time (used_cpu_sys + used_cpu_user) the server at
 // addr has used so far, from its INFO.
@@ -83,7 +83,7 @@ func CPU(t testing.TB, addr string) time.Duration {
 	if err != nil {
 		t.Fatalf("INFO of %s: %v", addr, err)
 	}
-	st, err := benchproc.ParseInfo(info)
+	st, err := procstat.ParseInfo(info)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -53,9 +52,7 @@ type Server struct {
 	GRPC, HTTP, Debug string
 	Conn              *grpc.ClientConn // for calls Client cannot make (raw bytes)
 	Client            rlspb.RateLimitServiceClient
-	cmd               *exec.Cmd
-	exited            chan struct{}
-	logs              *child.Output
+	p                 *child.Process
 }
 
 // Start starts the reference (Bin) as its README runs it, with Settings:
@@ -86,23 +83,23 @@ func Start(t testing.TB, o Options) *Server {
 		env[k] = v
 	}
 	s := &Server{GRPC: "127.0.0.1:" + env["GRPC_PORT"], HTTP: "127.0.0.1:" + env["PORT"],
-		Debug: "127.0.0.1:" + env["DEBUG_PORT"], logs: &child.Output{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(bin)
+		Debug: "127.0.0.1:" + env["DEBUG_PORT"]}
+	cmd := exec.Command(bin)
 	for k, v := range env {
-		s.cmd.Env = append(s.cmd.Env, k+"="+v)
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := child.Run(s.cmd, s.exited); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
+	var err error
+	if s.p, err = child.Start("envoyproxy/ratelimit", cmd); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.stop()
+		s.p.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("envoyproxy/ratelimit %s logs:\n%s", s.GRPC, s.logs.String())
+			t.Logf("envoyproxy/ratelimit %s logs:\n%s", s.GRPC, s.Logs())
 		}
 	})
 	if err := s.waitServing(); err != nil {
-		t.Fatalf("envoyproxy/ratelimit: %v; logs:\n%s", err, s.logs.String())
+		t.Fatalf("envoyproxy/ratelimit: %v; logs:\n%s", err, s.Logs())
 	}
 	conn, err := grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -118,10 +115,8 @@ func Start(t testing.TB, o Options) *Server {
 func (s *Server) waitServing() error {
 	c := http.Client{Timeout: 5 * time.Second}
 	ok := wait.True(startTimeout, func() bool {
-		select {
-		case <-s.exited:
+		if !s.p.Alive() {
 			return true
-		default:
 		}
 		resp, err := c.Get("http://" + s.HTTP + "/healthcheck")
 		if err != nil {
@@ -137,10 +132,8 @@ func (s *Server) waitServing() error {
 		}
 		return err == nil
 	})
-	select {
-	case <-s.exited:
+	if !s.p.Alive() {
 		return errors.New("exited at start")
-	default:
 	}
 	if !ok {
 		return fmt.Errorf("not serving after %v", startTimeout)
@@ -154,22 +147,11 @@ var loadError = regexp.MustCompile(`Error loading new configuration: ([^"\n]*)`)
 // LoadError returns why the reference refused its rules (it then answers
 // every request Unknown), or nil when it loaded them.
 func (s *Server) LoadError() error {
-	if m := loadError.FindStringSubmatch(s.logs.String()); m != nil {
+	if m := loadError.FindStringSubmatch(s.Logs()); m != nil {
 		return errors.New(m[1])
 	}
 	return nil
 }
 
 // Logs returns what the reference has written so far.
-func (s *Server) Logs() string { return s.logs.String() }
-
-// stop ends the reference with SIGTERM, then SIGKILL after 10 s.
-func (s *Server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
+func (s *Server) Logs() string { return s.p.Output() }

@@ -97,7 +97,7 @@ func debitTables() []table {
 // ignored) refuses the next request once such a charge has passed it: 99,500
 // tokens used, then a response of 40,000, then a request of 1 token. On
 // every algorithm, the budget alone and with a second limit of 1,000,000
-// an hour (a joint), by Take and, on an AtomicStore, by TakeAll (which
+// an hour (a joint), by Take and, on an AllOrNothingStore, by TakeAll (which
 // rejects the call). Charged always (Debit), every limit is charged each
 // time, as the same charges alone would be; charged only when allowed,
 // the 40,000 are dropped and the request passes, but for a fixed window
@@ -115,16 +115,16 @@ func testBudget(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	// hits_addend is 0 before its response is charged.
 	steps := []struct{ at, cost int64 }{{0, 99_500 * milli}, {second, 40_000 * milli}, {2 * second, milli}, {2 * second, 0}}
 	st := newStore(t)
-	all, atomic := st.(limiter.AtomicStore)
+	all, allOrNothing := st.(limiter.AllOrNothingStore)
 	for _, l := range limits {
 		for _, joint := range []bool{false, true} {
 			for _, byAll := range []bool{false, true} {
 				for _, debit := range []bool{true, false} {
-					if byAll && !atomic {
+					if byAll && !allOrNothing {
 						continue
 					}
 					name := fmt.Sprintf("%s, joint %v, all or nothing %v, charged always %v", l.budget.Algorithm, joint, byAll, debit)
-					keys, alone := atomicKeys(t, 2), atomicKeys(t, 2)
+					keys, alone := taggedKeys(t, 2), taggedKeys(t, 2)
 					call := func(at, cost int64) []limiter.Op {
 						ops := []limiter.Op{withKey(l.budget, keys[0])}
 						if joint {

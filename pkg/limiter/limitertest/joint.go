@@ -15,17 +15,24 @@ import (
 // testJoints checks joints (limiter.Op.Joined): by hand, 10 a second and
 // 1,000 a day on one descriptor; then random calls of joints and ops on
 // their own against Take deciding each joint's ops alone after the joints
-// that committed, with Take and, on an AtomicStore, with TakeAll.
+// that committed, with Take and, on an AllOrNothingStore, with TakeAll.
 func testJoints(t *testing.T, newStore func(*testing.T) limiter.Store) {
-	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t)) })
+	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t), false) })
+	t.Run("AllOrNothingSecondAndDay", func(t *testing.T) {
+		st := newStore(t)
+		if _, ok := st.(limiter.AllOrNothingStore); !ok {
+			t.Skip("store does not implement limiter.AllOrNothingStore")
+		}
+		testSecondAndDay(t, st, true)
+	})
 	t.Run("Concurrent", func(t *testing.T) { testJointsConcurrent(t, newStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) {
 		testJointsMatchTake(t, newStore(t), false, [2]uint64{31, 37}, false)
 	})
 	t.Run("AllOrNothingMatchesTake", func(t *testing.T) {
 		st := newStore(t)
-		if _, ok := st.(limiter.AtomicStore); !ok {
-			t.Skip("store does not implement limiter.AtomicStore")
+		if _, ok := st.(limiter.AllOrNothingStore); !ok {
+			t.Skip("store does not implement limiter.AllOrNothingStore")
 		}
 		testJointsMatchTake(t, st, true, [2]uint64{41, 43}, false)
 	})
@@ -34,8 +41,8 @@ func testJoints(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	})
 	t.Run("AllOrNothingDebitMatchesTake", func(t *testing.T) {
 		st := newStore(t)
-		if _, ok := st.(limiter.AtomicStore); !ok {
-			t.Skip("store does not implement limiter.AtomicStore")
+		if _, ok := st.(limiter.AllOrNothingStore); !ok {
+			t.Skip("store does not implement limiter.AllOrNothingStore")
 		}
 		testJointsMatchTake(t, st, true, [2]uint64{59, 61}, true)
 	})
@@ -77,27 +84,50 @@ func secondAndDaySteps() []jointStep {
 		jointStep{day, milli, []limiter.Result{allow(9*milli, second), allow(999*milli, day)}})
 }
 
-func testSecondAndDay(t *testing.T, st limiter.Store) {
+// testSecondAndDay runs secondAndDaySteps in one Take and one joint a
+// Take; with all, in TakeAll calls of ops that veto nothing, a joint a
+// call and an instant a call, where a denied joint is undone inside a
+// call that commits (a denial charged there shows in the peek after it).
+func testSecondAndDay(t *testing.T, st limiter.Store, all bool) {
 	ops := []limiter.Op{
 		{Algorithm: descriptors.FixedWindow, Limit: 10 * milli, Window: second},
 		{Algorithm: descriptors.FixedWindow, Limit: 1000 * milli, Window: day},
 	}
 	steps := secondAndDaySteps()
-	for _, perCall := range []int{len(steps), 1} {
-		keys := atomicKeys(t, len(ops))
+	modes := []string{"all in one call", "a joint a call"}
+	if all {
+		modes = []string{"TakeAll an instant a call", "TakeAll a joint a call"}
+	}
+	for _, mode := range modes {
+		keys := taggedKeys(t, len(ops))
 		var in []limiter.Op
-		for _, s := range steps {
+		var sizes []int // ops a call
+		for j, s := range steps {
 			for i, op := range ops {
 				op.Key, op.Now, op.Cost, op.Joined = keys[i], base+s.at, s.cost, i > 0
+				op.Veto = limiter.VetoNone
 				in = append(in, op)
 			}
+			if mode == "TakeAll an instant a call" && j > 0 && s.at == steps[j-1].at {
+				sizes[len(sizes)-1] += len(ops)
+			} else {
+				sizes = append(sizes, len(ops))
+			}
 		}
-		got := take(t, st, in, perCall*len(ops))
+		var got []limiter.Result
+		switch mode {
+		case "all in one call":
+			got = take(t, st, in, len(in))
+		case "a joint a call":
+			got = take(t, st, in, len(ops))
+		default:
+			got = takeAllCalls(t, st.(limiter.AllOrNothingStore), in, sizes)
+		}
 		for j, s := range steps {
 			for i := range ops {
 				if r := got[j*len(ops)+i]; r != s.want[i] {
-					t.Errorf("%d joints a call: step %d (base%+d, cost %d) op %d = %s, want %s",
-						perCall, j, s.at, s.cost, i, fmtResult(r), fmtResult(s.want[i]))
+					t.Errorf("%s: step %d (base%+d, cost %d) op %d = %s, want %s",
+						mode, j, s.at, s.cost, i, fmtResult(r), fmtResult(s.want[i]))
 				}
 			}
 		}
@@ -107,13 +137,24 @@ func testSecondAndDay(t *testing.T, st limiter.Store) {
 	}
 }
 
+// takeAllCalls decides ops with TakeAll in calls of the given sizes, in
+// order.
+func takeAllCalls(t *testing.T, st limiter.AllOrNothingStore, ops []limiter.Op, sizes []int) []limiter.Result {
+	t.Helper()
+	res := make([]limiter.Result, 0, len(ops))
+	for _, n := range sizes {
+		res = append(res, takeAll(t, st, ops[len(res):len(res)+n])...)
+	}
+	return res
+}
+
 // testJointsConcurrent races joints of a sliding window of 30 a minute, a
 // fixed window of 20 a day and a bucket of burst 25, all at one instant:
 // exactly 20 pass, and a denied joint charges none of its limits, so that
 // the window and the bucket are left with 10 and 5.
 func testJointsConcurrent(t *testing.T, st limiter.Store) {
 	const callers, each = 8, 50
-	keys := atomicKeys(t, 3)
+	keys := taggedKeys(t, 3)
 	joint := func(cost int64) []limiter.Op {
 		ops := []limiter.Op{
 			{Algorithm: descriptors.SlidingWindow, Limit: 30 * milli, Window: minute},
@@ -175,7 +216,7 @@ type oracle struct {
 // replay runs the history and then ops on fresh keys in one Take, and
 // returns ops' results and the keys.
 func (o *oracle) replay(ops []limiter.Op) ([]limiter.Result, []string) {
-	fresh := atomicKeys(o.t, o.slots)
+	fresh := taggedKeys(o.t, o.slots)
 	in := make([]limiter.Op, 0, len(o.history)+len(ops))
 	for _, op := range slices.Concat(o.history, ops) {
 		op.Key, op.Joined = fresh[slotOf(op.Key)], false
@@ -186,14 +227,14 @@ func (o *oracle) replay(ops []limiter.Op) ([]limiter.Result, []string) {
 }
 
 // testJointsMatchTake sends random calls of joints and ops on their own
-// (refunds and peeks among them; with atomic, in TakeAll with random
+// (refunds and peeks among them; with allOrNothing, in TakeAll with random
 // vetoes) and checks each result against the oracle: a joint's ops answer
 // as Take answers them alone, and are written only if all are allowed;
 // an all-or-nothing call commits as Rejects says. With debit, half the
 // limits are charged always (limiter.Op.Debit): their charges are written
 // all the same, as alone, from a denied joint or a rejected call. Then
 // every key's expiry.
-func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]uint64, debit bool) {
+func testJointsMatchTake(t *testing.T, st limiter.Store, allOrNothing bool, seed [2]uint64, debit bool) {
 	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	const slots, calls = 6, 150
 	windows := []int64{second, minute, hour}
@@ -202,7 +243,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 	for i := range tmpl {
 		tmpl[i].Debit = debit && rng.IntN(2) == 0
 	}
-	keys := atomicKeys(t, slots)
+	keys := taggedKeys(t, slots)
 	o := &oracle{t: t, st: st, slots: slots}
 	var stats struct{ written, undone, commits, rejects int }
 	now := base + rng.Int64N(hour)
@@ -217,7 +258,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 			if rng.IntN(3) > 0 {
 				n = 2 + rng.IntN(2)
 			}
-			veto := []limiter.Veto{limiter.VetoAlone, limiter.VetoAlone, limiter.VetoNone, limiter.VetoGroup}[rng.IntN(4)]
+			veto := []limiter.Veto{limiter.VetoAlone, limiter.VetoAlone, limiter.VetoNone, limiter.VetoQuota}[rng.IntN(4)]
 			if refund {
 				veto = limiter.VetoNone
 			}
@@ -225,7 +266,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 			for j, s := range rng.Perm(slots)[:n] {
 				op := tmpl[s]
 				op.Key, op.Now, op.Cost, op.Refund, op.Joined = strconv.Itoa(s), now, cost, refund, j > 0
-				if atomic {
+				if allOrNothing {
 					op.Veto = veto
 				}
 				call = append(call, op)
@@ -252,8 +293,8 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 		}
 		got := make([]limiter.Result, len(real))
 		var err error
-		if atomic {
-			err = st.(limiter.AtomicStore).TakeAll(context.Background(), real, got)
+		if allOrNothing {
+			err = st.(limiter.AllOrNothingStore).TakeAll(context.Background(), real, got)
 		} else {
 			err = st.Take(context.Background(), real, got)
 		}
@@ -266,7 +307,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 					call[i].Algorithm, call[i].Key, call[i].Cost, call[i].Refund, call[i].Joined, call[i].Veto, call[i].Debit, fmtResult(got[i]), fmtResult(want[i]))
 			}
 		}
-		if atomic && limiter.Rejects(call, want) {
+		if allOrNothing && limiter.Rejects(call, want) {
 			stats.rejects++
 			o.history = append(o.history, debitCharges(call)...)
 			continue
@@ -274,7 +315,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 		stats.commits++
 		o.history = append(o.history, wrote...)
 	}
-	if stats.written < calls/4 || stats.undone < calls/4 || atomic && (stats.commits < calls/5 || stats.rejects < calls/5) {
+	if stats.written < calls/4 || stats.undone < calls/4 || allOrNothing && (stats.commits < calls/5 || stats.rejects < calls/5) {
 		t.Errorf("%+v: the test needs more of each", stats)
 	}
 

@@ -2,7 +2,7 @@
 // implementations. Call Run from a test with a function that returns a store
 // for each subtest: Run checks the algorithms with time-stepped ops whose
 // results were worked out by hand, races concurrent calls, checks TakeAll
-// when the store is a limiter.AtomicStore, joints (limiter.Op.Joined), and
+// when the store is a limiter.AllOrNothingStore, joints (limiter.Op.Joined), and
 // every key's expiry when it is an Inspector. Its keys start with KeyPrefix.
 package limitertest
 
@@ -46,7 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("Accuracy", func(t *testing.T) { testAccuracy(t, newStore) })
 	t.Run("LongRunRate", func(t *testing.T) { testLongRunRate(t, newStore) })
 	t.Run("RetryAfter", func(t *testing.T) { testRetryAfter(t, newStore) })
-	t.Run("Atomic", func(t *testing.T) { testAtomic(t, newStore) })
+	t.Run("Races", func(t *testing.T) { testRaces(t, newStore) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
 	t.Run("Joints", func(t *testing.T) { testJoints(t, newStore) })
@@ -118,7 +118,6 @@ func takeCalls(t *testing.T, st limiter.Store, ops []limiter.Op, sizes []int) []
 	return res
 }
 
-// ones returns n sizes of 1: one op a call.
 func ones(n int) []int {
 	out := make([]int, n)
 	for i := range out {

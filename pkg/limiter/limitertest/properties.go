@@ -130,9 +130,9 @@ func never(op limiter.Op) bool {
 	return op.Cost > op.Limit
 }
 
-// testAtomic races goroutines for one key: each op is atomic, so exactly
-// the limit passes.
-func testAtomic(t *testing.T, newStore func(*testing.T) limiter.Store) {
+// testRaces races goroutines for one key: each op is decided whole, so
+// exactly the limit passes.
+func testRaces(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	st := newStore(t)
 	const workers, calls, perCall, limit = 8, 10, 5, 100
 	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {

@@ -84,13 +84,13 @@ func refundTables() []table {
 	return out
 }
 
-// testAtomicRefunds: a refund (VetoNone, as the limiter sends it) in an
+// testAllOrNothingRefunds: a refund (VetoNone, as the limiter sends it) in an
 // all-or-nothing call answers as Take would, and gives back only if the
 // call commits; on each algorithm, 10 an hour, 5 charged, 2 given back.
-func testAtomicRefunds(t *testing.T, st limiter.AtomicStore) {
+func testAllOrNothingRefunds(t *testing.T, st limiter.AllOrNothingStore) {
 	for _, op := range algorithmOps(10, 17*minute) {
 		name := op.Algorithm.String()
-		keys := atomicKeys(t, 3)
+		keys := taggedKeys(t, 3)
 		mirror, probe := newKey(t), newKey(t) // Take's: the calls that commit; the refund alone
 		charge, give := op, op
 		charge.Cost = 5 * milli

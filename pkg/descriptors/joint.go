@@ -7,7 +7,7 @@ import (
 )
 
 // Label is the limit's name in metrics and stats: its Path, followed for
-// one of a Group by '#' and its Name, or its Index when it has none
+// one of a Joint by '#' and its Name, or its Index when it has none
 // ("api.account#0", "api.account#daily").
 func (l *Limit) Label() string {
 	if l.label != "" {
@@ -16,15 +16,15 @@ func (l *Limit) Label() string {
 	return l.Path
 }
 
-// Replacing reports whether the limit, or another of its Group, replaces
+// Replacing reports whether the limit, or another of its Joint, replaces
 // other limits.
-func (l *Limit) Replacing() bool { return len(l.Replaces) > 0 || l.groupReplaces }
+func (l *Limit) Replacing() bool { return len(l.Replaces) > 0 || l.jointReplaces }
 
-// group compiles d's several limits, placed at, into one Group, and
+// joint compiles d's several limits, placed at, into one Joint, and
 // returns its first, or nil and every problem.
-func (s *Set) group(d *Descriptor, at placement) (*Limit, []error) {
-	if len(d.Limits) > MaxGroup {
-		return nil, []error{fmt.Errorf("rate_limits has %d limits, more than %d", len(d.Limits), MaxGroup)}
+func (s *Set) joint(d *Descriptor, at placement) (*Limit, []error) {
+	if len(d.Limits) > MaxJoint {
+		return nil, []error{fmt.Errorf("rate_limits has %d limits, more than %d", len(d.Limits), MaxJoint)}
 	}
 	if len(d.Limits) == 1 && d.Limits[0] != nil {
 		l, err := s.limit(d, d.Limits[0], at)
@@ -35,7 +35,7 @@ func (s *Set) group(d *Descriptor, at placement) (*Limit, []error) {
 		return l, nil
 	}
 	var errs []error
-	group := make([]*Limit, len(d.Limits))
+	joint := make([]*Limit, len(d.Limits))
 	members := make(map[string]int, len(d.Limits))
 	for i, dl := range d.Limits {
 		if dl == nil {
@@ -59,13 +59,13 @@ func (s *Set) group(d *Descriptor, at placement) (*Limit, []error) {
 		}
 		members[member] = i
 		l.Index, l.label = i, at.path+"#"+member
-		group[i] = l
+		joint[i] = l
 	}
 	replacing := false
-	for i, l := range group {
+	for i, l := range joint {
 		for _, r := range limitReplaces(l) {
 			replacing = true
-			if j, ok := members[r]; ok && j != i && group[j] != nil && group[j].Name == r {
+			if j, ok := members[r]; ok && j != i && joint[j] != nil && joint[j].Name == r {
 				errs = append(errs, fmt.Errorf("rate_limits[%d] replaces '%s', a limit of the same descriptor", i, r))
 			}
 		}
@@ -73,11 +73,11 @@ func (s *Set) group(d *Descriptor, at placement) (*Limit, []error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	for _, l := range group {
-		l.Group, l.groupReplaces = group, replacing
+	for _, l := range joint {
+		l.Joint, l.jointReplaces = joint, replacing
 		s.limits = append(s.limits, l)
 	}
-	return group[0], nil
+	return joint[0], nil
 }
 
 func limitReplaces(l *Limit) []string {

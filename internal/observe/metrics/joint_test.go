@@ -11,10 +11,10 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
-// TestRuleCountersOfGroups: each limit of a rule with several counts its
+// TestRuleCountersOfJoints: each limit of a rule with several counts its
 // part of a decision under its own label, its own verdict: a hit the day
 // denied is within the second's limit, though neither was charged.
-func TestRuleCountersOfGroups(t *testing.T) {
+func TestRuleCountersOfJoints(t *testing.T) {
 	m, _ := newTestMetrics(t)
 	plan := "    rate_limits: [{unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 1000}]\n"
 	r, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: account\n" + plan +
@@ -26,7 +26,7 @@ func TestRuleCountersOfGroups(t *testing.T) {
 	d := r.Set.Domain("d")
 	decide := func(entries []descriptors.Entry, codes ...limiter.Code) {
 		t.Helper()
-		g := descriptors.Match(d, entries).Group
+		g := descriptors.Match(d, entries).Joint
 		st := limiter.Status{Hits: 1, Parts: make([]limiter.Status, len(g))}
 		for i, c := range codes {
 			st.Parts[i] = limiter.Status{Code: c, Limit: g[i], Hits: 1, Remaining: 5}

@@ -22,7 +22,7 @@ func hashTag(key string) string {
 	return tag
 }
 
-func TestAppendAtomicKey(t *testing.T) {
+func TestAppendAllOrNothingKey(t *testing.T) {
 	lim := &descriptors.Limit{}
 	e := func(kv ...string) []descriptors.Entry {
 		var out []descriptors.Entry
@@ -31,8 +31,8 @@ func TestAppendAtomicKey(t *testing.T) {
 		}
 		return out
 	}
-	atomicKey := func(domain string, entries []descriptors.Entry, tenant string) string {
-		return string(limiter.AppendAtomicKey(nil, "ratelimit", domain, lim, entries, tenant))
+	allOrNothingKey := func(domain string, entries []descriptors.Entry, tenant string) string {
+		return string(limiter.AppendAllOrNothingKey(nil, "ratelimit", domain, lim, entries, tenant))
 	}
 	for _, tc := range []struct {
 		domain  string
@@ -44,8 +44,8 @@ func TestAppendAtomicKey(t *testing.T) {
 		{"api", e("a", "1", "b", "2"), "premium", "ratelimit:{api}/a=1/b=2:premium:"},
 		{"my api", e("k", "a:b{c}~"), "default", "ratelimit:{my%20api}/k=a%3Ab%7Bc%7D%7E:default:"},
 	} {
-		if got := atomicKey(tc.domain, tc.entries, tc.tenant); got != tc.want {
-			t.Errorf("AppendAtomicKey(%q, %v) = %q, want %q", tc.domain, tc.entries, got, tc.want)
+		if got := allOrNothingKey(tc.domain, tc.entries, tc.tenant); got != tc.want {
+			t.Errorf("AppendAllOrNothingKey(%q, %v) = %q, want %q", tc.domain, tc.entries, got, tc.want)
 		}
 	}
 
@@ -53,20 +53,20 @@ func TestAppendAtomicKey(t *testing.T) {
 	long := strings.Repeat("x", 300)
 	longDomain := strings.Repeat("d", 100)
 	keys := []string{
-		atomicKey("api", e("k", "alice"), "default"),
-		atomicKey("api", e("a", "1", "b", "2"), "premium"),
-		atomicKey("api", e("k", long), "default"),
+		allOrNothingKey("api", e("k", "alice"), "default"),
+		allOrNothingKey("api", e("a", "1", "b", "2"), "premium"),
+		allOrNothingKey("api", e("k", long), "default"),
 	}
 	for _, k := range keys {
 		if tag := hashTag(k); tag != "api" {
 			t.Errorf("%q hashes by %q, want the domain", k, tag)
 		}
 	}
-	k1, k2 := atomicKey(longDomain, e("k", long+"1"), "default"), atomicKey(longDomain, e("k", long+"2"), "default")
+	k1, k2 := allOrNothingKey(longDomain, e("k", long+"1"), "default"), allOrNothingKey(longDomain, e("k", long+"2"), "default")
 	if k1 == k2 || hashTag(k1) != hashTag(k2) || len(hashTag(k1)) > 64 {
 		t.Errorf("long domain keys %q and %q: want different keys with one short tag", k1, k2)
 	}
-	if hashTag(k1) == hashTag(atomicKey(longDomain+"e", e("k", "v"), "default")) {
+	if hashTag(k1) == hashTag(allOrNothingKey(longDomain+"e", e("k", "v"), "default")) {
 		t.Error("two long domains share a tag")
 	}
 	for _, k := range append(keys, k1, k2) {
@@ -75,9 +75,9 @@ func TestAppendAtomicKey(t *testing.T) {
 		}
 	}
 
-	// Atomic and plain keys of the same descriptor differ.
+	// All-or-nothing and plain keys of the same descriptor differ.
 	if plain := string(limiter.AppendKey(nil, "ratelimit", "api", lim, e("k", "alice"), "default")); plain == keys[0] {
-		t.Errorf("atomic and plain keys collide: %q", plain)
+		t.Errorf("all-or-nothing and plain keys collide: %q", plain)
 	}
 }
 
@@ -96,14 +96,14 @@ func TestAppendKeyTildeIsEscaped(t *testing.T) {
 	}
 }
 
-func TestAppendAtomicKeyDoesNotAllocate(t *testing.T) {
+func TestAppendAllOrNothingKeyDoesNotAllocate(t *testing.T) {
 	lim := &descriptors.Limit{}
 	entries := []descriptors.Entry{{Key: "k", Value: "alice"}}
 	buf := make([]byte, 0, 256)
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = limiter.AppendAtomicKey(buf[:0], "ratelimit", "d", lim, entries, "default")
+		buf = limiter.AppendAllOrNothingKey(buf[:0], "ratelimit", "d", lim, entries, "default")
 	})
 	if allocs != 0 {
-		t.Fatalf("AppendAtomicKey allocates %v times per call", allocs)
+		t.Fatalf("AppendAllOrNothingKey allocates %v times per call", allocs)
 	}
 }

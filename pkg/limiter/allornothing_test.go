@@ -15,13 +15,13 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// atomicNow is the memory store's clock in these tests: mid-hour, so that
+// allOrNothingNow is the memory store's clock in these tests: mid-hour, so that
 // hour windows do not roll over.
-var atomicNow = time.UnixMilli(1_750_000_000_000 + 30*60_000)
+var allOrNothingNow = time.UnixMilli(1_750_000_000_000 + 30*60_000)
 
-// atomicRules are the rules of domain "all" (atomic: true) and "plain"
+// allOrNothingRules are the rules of domain "all" (atomic: true) and "plain"
 // (the same rules, decided descriptor by descriptor).
-func atomicRules(t testing.TB) *descriptors.Set {
+func allOrNothingRules(t testing.TB) *descriptors.Set {
 	t.Helper()
 	rules := []descriptors.Descriptor{
 		{Key: "a", Limit: hour(5, descriptors.FixedWindow)},
@@ -36,7 +36,7 @@ func atomicRules(t testing.TB) *descriptors.Set {
 		{Key: "big", Limit: hour(100, descriptors.FixedWindow)},
 		{Key: "small", Limit: hour(50, descriptors.TokenBucket)},
 	}
-	return mustSet(t, descriptors.DomainConfig{Name: "all", Atomic: true, Descriptors: rules},
+	return mustSet(t, descriptors.DomainConfig{Name: "all", AllOrNothing: true, Descriptors: rules},
 		descriptors.DomainConfig{Name: "plain", Descriptors: rules})
 }
 
@@ -45,14 +45,14 @@ func hour(rpu uint32, alg descriptors.Algorithm) *descriptors.Limit {
 	return &descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: rpu, Algorithm: alg}
 }
 
-// newAtomicLimiter returns a limiter with atomicRules on a fresh memory
+// newAllOrNothingLimiter returns a limiter with allOrNothingRules on a fresh memory
 // store, and the store.
-func newAtomicLimiter(t testing.TB, opts limiter.Options) (*limiter.Limiter, *store.Memory) {
+func newAllOrNothingLimiter(t testing.TB, opts limiter.Options) (*limiter.Limiter, *store.Memory) {
 	t.Helper()
-	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return atomicNow }})
+	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return allOrNothingNow }})
 	t.Cleanup(func() { _ = m.Close() })
 	l := limiter.New(m, opts)
-	l.SetRules(atomicRules(t))
+	l.SetRules(allOrNothingRules(t))
 	return l, m
 }
 
@@ -108,13 +108,13 @@ const (
 	over = limiter.OverLimit
 )
 
-// TestAtomicRejectChargesNothing: in an atomic domain a request with one
+// TestAllOrNothingRejectChargesNothing: in an all-or-nothing domain a request with one
 // descriptor over its limit charges none, fixed windows included; in a
 // plain domain the others are charged and the fixed window counts the
 // denied hit, as envoyproxy/ratelimit does.
-func TestAtomicRejectChargesNothing(t *testing.T) {
+func TestAllOrNothingRejectChargesNothing(t *testing.T) {
 	for _, others := range [][]string{{"a"}, {"sw", "tb"}, {"a", "sw", "tb"}} {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
+		l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 		for _, domain := range []string{"all", "plain"} {
 			keys := append([]string{"one"}, others...)
 			first := check(t, l, req(domain, keys...))
@@ -135,7 +135,7 @@ func TestAtomicRejectChargesNothing(t *testing.T) {
 				}
 			}
 			// "one" is a fixed window: plain counted the denied hit (2 of 1),
-			// atomic did not (1 of 1, so a peek still passes).
+			// all-or-nothing did not (1 of 1, so a peek still passes).
 			wantOne := map[string]limiter.Code{"all": ok, "plain": over}[domain]
 			if st := peek(t, l, domain, "one"); st.Code != wantOne {
 				t.Errorf("%s: peek of the used-up fixed window = %v, want %v", domain, st.Code, wantOne)
@@ -152,9 +152,9 @@ func repeat(c limiter.Code, n int) []limiter.Code {
 	return out
 }
 
-// TestAtomicOption: Options.Atomic makes every domain all or nothing.
-func TestAtomicOption(t *testing.T) {
-	l, _ := newAtomicLimiter(t, limiter.Options{Atomic: true})
+// TestAllOrNothingOption: Options.AllOrNothing makes every domain all or nothing.
+func TestAllOrNothingOption(t *testing.T) {
+	l, _ := newAllOrNothingLimiter(t, limiter.Options{AllOrNothing: true})
 	check(t, l, req("plain", "one", "a"))
 	wantCodes(t, "second", check(t, l, req("plain", "one", "a")), over, over, ok)
 	if got := peek(t, l, "plain", "a").Remaining; got != 4 {
@@ -162,12 +162,12 @@ func TestAtomicOption(t *testing.T) {
 	}
 }
 
-// TestAtomicShadowAndQuota: a request commits exactly when its answer is
+// TestAllOrNothingShadowAndQuota: a request commits exactly when its answer is
 // OK: a shadowed descriptor over its limit does not stop it, nor does a
 // quota descriptor over its limit while another quota descriptor is not.
-func TestAtomicShadowAndQuota(t *testing.T) {
+func TestAllOrNothingShadowAndQuota(t *testing.T) {
 	t.Run("shadow", func(t *testing.T) {
-		l, _ := newAtomicLimiter(t, limiter.Options{})
+		l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 		check(t, l, req("all", "a", "shadow"))
 		resp := check(t, l, req("all", "a", "shadow"))
 		wantCodes(t, "second", resp, ok, ok, ok)
@@ -192,7 +192,7 @@ func TestAtomicShadowAndQuota(t *testing.T) {
 			map[string]uint32{"a": 4}}, // answered OK
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, _ := newAtomicLimiter(t, limiter.Options{})
+			l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 			check(t, l, req("all", tc.first...))
 			wantCodes(t, "second", check(t, l, req("all", tc.second...)), tc.want[0], tc.want[1:]...)
 			for key, want := range tc.left {
@@ -204,10 +204,10 @@ func TestAtomicShadowAndQuota(t *testing.T) {
 	}
 }
 
-// TestAtomicUnlimitedAndUnmatched: descriptors without a store decision
+// TestAllOrNothingUnlimitedAndUnmatched: descriptors without a store decision
 // take no part; a descriptor repeated in one request counts twice.
-func TestAtomicUnlimitedAndUnmatched(t *testing.T) {
-	l, _ := newAtomicLimiter(t, limiter.Options{})
+func TestAllOrNothingUnlimitedAndUnmatched(t *testing.T) {
+	l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 	resp := check(t, l, req("all", "free", "nomatch", "a"))
 	wantCodes(t, "free, unmatched, a", resp, ok, ok, ok, ok)
 	if resp.Statuses[0].Remaining != math.MaxUint32 || resp.Statuses[1].Limit != nil || resp.Statuses[2].Remaining != 4 {
@@ -219,10 +219,10 @@ func TestAtomicUnlimitedAndUnmatched(t *testing.T) {
 	}
 }
 
-// TestAtomicPeeks: a request of checks without counting writes nothing,
+// TestAllOrNothingPeeks: a request of checks without counting writes nothing,
 // and a check of a window already over is over in every domain.
-func TestAtomicPeeks(t *testing.T) {
-	l, m := newAtomicLimiter(t, limiter.Options{})
+func TestAllOrNothingPeeks(t *testing.T) {
+	l, m := newAllOrNothingLimiter(t, limiter.Options{})
 	for range 3 {
 		if st := peek(t, l, "all", "one"); st.Code != ok || st.Remaining != 1 {
 			t.Errorf("peek = %v, %d left", st.Code, st.Remaining)
@@ -238,10 +238,10 @@ func TestAtomicPeeks(t *testing.T) {
 	}
 }
 
-// TestAtomicHitsOverflow: hits_addend 2^32-1 and a descriptor's
+// TestAllOrNothingHitsOverflow: hits_addend 2^32-1 and a descriptor's
 // hits_addend 2^64-1 saturate: OVER_LIMIT, never OK, and nothing wraps.
-func TestAtomicHitsOverflow(t *testing.T) {
-	l, _ := newAtomicLimiter(t, limiter.Options{})
+func TestAllOrNothingHitsOverflow(t *testing.T) {
+	l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 	for _, domain := range []string{"all", "plain"} {
 		for _, keys := range [][]string{{"a"}, {"sw"}, {"tb"}, {"a", "sw", "tb"}} {
 			r := req(domain, keys...)
@@ -262,7 +262,7 @@ func TestAtomicHitsOverflow(t *testing.T) {
 		}
 		// Sliding windows and buckets never charge a denied hit: they are
 		// untouched. The fixed window saturates at 2^52 in the plain domain
-		// and is untouched in the atomic one.
+		// and is untouched in the all-or-nothing one.
 		for _, k := range []string{"sw", "tb"} {
 			if st := peek(t, l, domain, k); st.Code != ok || st.Remaining != st.Limit.RequestsPerUnit {
 				t.Errorf("%s %s after huge hits: %v with %d left", domain, k, st.Code, st.Remaining)
@@ -278,43 +278,43 @@ func TestAtomicHitsOverflow(t *testing.T) {
 // plainStore hides a store's TakeAll.
 type plainStore struct{ limiter.Store }
 
-// TestAtomicNeedsAtomicStore: without an AtomicStore, atomic domains fail
-// with ErrNotAtomic and plain ones work.
-func TestAtomicNeedsAtomicStore(t *testing.T) {
+// TestAllOrNothingNeedsAllOrNothingStore: without an AllOrNothingStore, all-or-nothing domains fail
+// with ErrNotAllOrNothing and plain ones work.
+func TestAllOrNothingNeedsAllOrNothingStore(t *testing.T) {
 	m := store.NewMemory(store.MemoryOptions{})
 	l := limiter.New(plainStore{m}, limiter.Options{})
-	l.SetRules(atomicRules(t))
+	l.SetRules(allOrNothingRules(t))
 	_, err := limiter.Check(context.Background(), l, req("all", "a"))
-	if !errors.Is(err, limiter.ErrNotAtomic) || errors.Is(err, limiter.ErrInvalid) {
-		t.Errorf("atomic domain on a plain store: %v, want ErrNotAtomic", err)
+	if !errors.Is(err, limiter.ErrNotAllOrNothing) || errors.Is(err, limiter.ErrInvalid) {
+		t.Errorf("all-or-nothing domain on a plain store: %v, want ErrNotAllOrNothing", err)
 	}
 	check(t, l, req("plain", "a"))
 }
 
-// TestAtomicDomainKeys: an atomic domain's counters live under
-// AppendAtomicKey's keys.
-func TestAtomicDomainKeys(t *testing.T) {
-	l, m := newAtomicLimiter(t, limiter.Options{})
+// TestAllOrNothingDomainKeys: an all-or-nothing domain's counters live under
+// AppendAllOrNothingKey's keys.
+func TestAllOrNothingDomainKeys(t *testing.T) {
+	l, m := newAllOrNothingLimiter(t, limiter.Options{})
 	check(t, l, req("all", "a"))
 	entries := []descriptors.Entry{{Key: "a", Value: "v"}}
-	lim := descriptors.Match(atomicRules(t).Domain("all"), entries)
+	lim := descriptors.Match(allOrNothingRules(t).Domain("all"), entries)
 	op := limiter.Op{Algorithm: descriptors.FixedWindow, Limit: lim.Capacity(), Window: lim.WindowMillis()}
 	res := make([]limiter.Result, 2)
 	ops := []limiter.Op{op, op}
-	ops[0].Key = string(limiter.AppendAtomicKey(nil, "ratelimit", "all", lim, entries, limiter.DefaultTenant))
+	ops[0].Key = string(limiter.AppendAllOrNothingKey(nil, "ratelimit", "all", lim, entries, limiter.DefaultTenant))
 	ops[1].Key = string(limiter.AppendKey(nil, "ratelimit", "all", lim, entries, limiter.DefaultTenant))
 	if err := m.Take(context.Background(), ops, res); err != nil {
 		t.Fatal(err)
 	}
 	if res[0].Remaining != 4000 || res[1].Remaining != 5000 {
-		t.Errorf("atomic key has %d left, plain key %d; want the charge under the atomic key", res[0].Remaining, res[1].Remaining)
+		t.Errorf("all-or-nothing key has %d left, plain key %d; want the charge under the all-or-nothing key", res[0].Remaining, res[1].Remaining)
 	}
 }
 
-// TestAtomicConcurrent races requests for "big" (100 per hour) and
+// TestAllOrNothingConcurrent races requests for "big" (100 per hour) and
 // "small" (50): exactly 50 answer OK, and big is charged by those only.
-func TestAtomicConcurrent(t *testing.T) {
-	l, _ := newAtomicLimiter(t, limiter.Options{})
+func TestAllOrNothingConcurrent(t *testing.T) {
+	l, _ := newAllOrNothingLimiter(t, limiter.Options{})
 	var oks atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -344,16 +344,16 @@ func TestAtomicConcurrent(t *testing.T) {
 	}
 }
 
-// BenchmarkCheckAtomic compares a decision of an atomic domain with the
+// BenchmarkCheckAllOrNothing compares a decision of an all-or-nothing domain with the
 // same decision in a plain domain, on the memory store.
-func BenchmarkCheckAtomic(b *testing.B) {
+func BenchmarkCheckAllOrNothing(b *testing.B) {
 	for _, domain := range []string{"plain", "all"} {
 		for _, keys := range [][]string{{"big"}, {"big", "a", "sw"}} {
 			b.Run(fmt.Sprintf("%s/descriptors=%d", domain, len(keys)), func(b *testing.B) {
 				m := store.NewMemory(store.MemoryOptions{})
 				b.Cleanup(func() { _ = m.Close() })
 				l := limiter.New(m, limiter.Options{})
-				l.SetRules(atomicRules(b))
+				l.SetRules(allOrNothingRules(b))
 				r := req(domain, keys...)
 				for i := range r.Descriptors {
 					r.Descriptors[i].HasHits = true // peeks: nothing runs out

@@ -36,11 +36,11 @@ func codesOf(resp *rls.RateLimitResponse) string {
 	return b.String()
 }
 
-// TestAtomicDomain: in an atomic domain a request with a descriptor over
+// TestAllOrNothingDomain: in an all-or-nothing domain a request with a descriptor over
 // its limit charges nothing, while a plain domain keeps counting the
 // other descriptors (and the fixed window's denied hit), as
-// envoyproxy/ratelimit does. With --atomic every domain is atomic.
-func TestAtomicDomain(t *testing.T) {
+// envoyproxy/ratelimit does. With --atomic every domain is all or nothing.
+func TestAllOrNothingDomain(t *testing.T) {
 	stores(t, func(t *testing.T, extra ...string) {
 		for _, flag := range []bool{false, true} {
 			name := "per domain"
@@ -49,11 +49,11 @@ func TestAtomicDomain(t *testing.T) {
 				name, args = "--atomic", append(append([]string{}, extra...), "--atomic")
 			}
 			t.Run(name, func(t *testing.T) {
-				srv := startServer(t, "testdata/atomic", true, args...)
+				srv := startServer(t, "testdata/allornothing", true, args...)
 				ctx := ctxTimeout(t, 30*time.Second)
 				id := fmt.Sprint(time.Now().UnixNano())
 				for _, domain := range []string{"all", "plain"} {
-					atomic := domain == "all" || flag
+					allOrNothing := domain == "all" || flag
 					keys := []string{"a", "sw", "tb", "one", "free"}
 					var resps []*rls.RateLimitResponse
 					for range 2 {
@@ -74,16 +74,16 @@ func TestAtomicDomain(t *testing.T) {
 						t.Errorf("%s second request: a reports %d left, want 3", domain, r)
 					}
 					wantLeft, wantOne := uint32(3), rls.RateLimitResponse_OVER_LIMIT
-					if atomic {
+					if allOrNothing {
 						wantLeft, wantOne = 4, rls.RateLimitResponse_OK
 					}
 					for _, k := range []string{"a", "sw", "tb"} {
 						if left, _ := remaining(t, srv.Client, domain, id, k); left != wantLeft {
-							t.Errorf("%s (atomic %v): %s has %d left, want %d", domain, atomic, k, left, wantLeft)
+							t.Errorf("%s (allOrNothing %v): %s has %d left, want %d", domain, allOrNothing, k, left, wantLeft)
 						}
 					}
 					if _, code := remaining(t, srv.Client, domain, id, "one"); code != wantOne {
-						t.Errorf("%s (atomic %v): peek of the used-up fixed window = %v, want %v", domain, atomic, code, wantOne)
+						t.Errorf("%s (allOrNothing %v): peek of the used-up fixed window = %v, want %v", domain, allOrNothing, code, wantOne)
 					}
 				}
 			})
@@ -91,11 +91,11 @@ func TestAtomicDomain(t *testing.T) {
 	})
 }
 
-// TestAtomicRedisKeys: an atomic domain's keys carry the domain as their
+// TestAllOrNothingRedisKeys: an all-or-nothing domain's keys carry the domain as their
 // hash tag, and the rejected request's fixed-window hit is not in Redis.
-func TestAtomicRedisKeys(t *testing.T) {
+func TestAllOrNothingRedisKeys(t *testing.T) {
 	r := redistest.StartServer(t)
-	srv := startServer(t, "testdata/atomic", true, "--redis-url", "redis://"+r.Addr+"/0")
+	srv := startServer(t, "testdata/allornothing", true, "--redis-url", "redis://"+r.Addr+"/0")
 	ctx := ctxTimeout(t, 30*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())
 	for range 2 {
@@ -123,15 +123,15 @@ func TestAtomicRedisKeys(t *testing.T) {
 	}
 }
 
-// TestAtomicCluster: on a Redis Cluster an atomic domain's request is one
+// TestAllOrNothingCluster: on a Redis Cluster an all-or-nothing domain's request is one
 // script call on the domain's shard, whatever slots its plain keys would
 // have.
-func TestAtomicCluster(t *testing.T) {
+func TestAllOrNothingCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a six-node Redis Cluster")
 	}
 	c := redistest.StartCluster(t)
-	srv := startServer(t, "testdata/atomic", true, "--redis-type", "cluster", "--redis-url", c.Seeds())
+	srv := startServer(t, "testdata/allornothing", true, "--redis-type", "cluster", "--redis-url", c.Seeds())
 	ctx := ctxTimeout(t, 30*time.Second)
 	id := fmt.Sprint(time.Now().UnixNano())
 	keys := []string{"a", "sw", "tb", "one", "free"}

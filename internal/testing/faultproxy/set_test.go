@@ -15,12 +15,12 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
-// TestGroupCluster: a cluster client that starts from proxies reaches
+// TestSetCluster: a cluster client that starts from proxies reaches
 // every node through proxies only (CLUSTER SLOTS and MOVED carry proxy
-// addresses), and the group's faults apply on every node.
-func TestGroupCluster(t *testing.T) {
+// addresses), and the set's faults apply on every node.
+func TestSetCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	g := fp.NewGroup(t, c.Addrs()[0]) // one seed; the others are discovered
+	g := fp.NewSet(t, c.Addrs()[0]) // one seed; the others are discovered
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{g.Addr(c.Addrs()[0])},
 		MaxRetries: -1, DialTimeout: ioTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout})
 	t.Cleanup(func() { _ = client.Close() })
@@ -68,7 +68,7 @@ func TestGroupCluster(t *testing.T) {
 			t.Errorf("GET on another node = %v, want MOVED to %s (the master's proxy)", moved, g.Addr(master))
 		}
 	})
-	// A group fault counts across nodes. go-redis' cluster client gives
+	// A set fault counts across nodes. go-redis' cluster client gives
 	// an OOM to its caller, but retries a READONLY (after reloading the
 	// slot map) on its own.
 	for _, tc := range []struct {
@@ -114,14 +114,14 @@ func TestGroupCluster(t *testing.T) {
 	})
 }
 
-// TestGroupSentinel: a failover client that knows only the sentinels'
+// TestSetSentinel: a failover client that knows only the sentinels'
 // proxies reaches the master, and after a failover the new master,
 // through proxies (the sentinels' replies and +switch-master carry proxy
 // addresses).
-func TestGroupSentinel(t *testing.T) {
+func TestSetSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	sentinels := strings.Split(s.URL(), ",")[1:]
-	g := fp.NewGroup(t, sentinels...)
+	g := fp.NewSet(t, sentinels...)
 	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName,
 		SentinelAddrs: g.Addrs(sentinels...), MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})

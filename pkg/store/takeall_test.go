@@ -23,11 +23,11 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-func TestAtomicInvalidOps(t *testing.T) {
-	r, _ := newRedis(t, dbSuite, "atomic-invalid:")
-	for name, st := range map[string]limiter.AtomicStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r} {
+func TestAllOrNothingInvalidOps(t *testing.T) {
+	r, _ := newRedis(t, dbSuite, "takeall-invalid:")
+	for name, st := range map[string]limiter.AllOrNothingStore{"memory": newMemory(t, store.MemoryOptions{}), "redis": r} {
 		t.Run(name, func(t *testing.T) {
-			valid := limiter.Op{Key: "atomic-invalid:{" + name + "}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000, Now: farBase}
+			valid := limiter.Op{Key: "takeall-invalid:{" + name + "}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000, Now: farBase}
 			bad := map[string]limiter.Op{}
 			for _, tc := range invalidOps {
 				tc.op.Key, tc.op.Now = valid.Key, farBase
@@ -64,13 +64,13 @@ func TestAtomicInvalidOps(t *testing.T) {
 	}
 }
 
-func TestAtomicCanceled(t *testing.T) {
-	r, _ := newRedis(t, dbSuite, "atomic-canceled:")
+func TestAllOrNothingCanceled(t *testing.T) {
+	r, _ := newRedis(t, dbSuite, "takeall-canceled:")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	op := limiter.Op{Key: "atomic-canceled:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
+	op := limiter.Op{Key: "takeall-canceled:{a}:", Algorithm: descriptors.FixedWindow, Limit: 1000, Window: 1000, Cost: 1000}
 	m := newMemory(t, store.MemoryOptions{})
-	for name, st := range map[string]limiter.AtomicStore{"memory": m, "redis": r} {
+	for name, st := range map[string]limiter.AllOrNothingStore{"memory": m, "redis": r} {
 		err := st.TakeAll(ctx, []limiter.Op{op}, make([]limiter.Result, 1))
 		if !errors.Is(err, limiter.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: TakeAll(canceled) = %v, want ErrUnavailable and context.Canceled", name, err)
@@ -81,10 +81,10 @@ func TestAtomicCanceled(t *testing.T) {
 	}
 }
 
-// TestAtomicRedisNoScript: after SCRIPT FLUSH the next call re-sends the
+// TestAllOrNothingRedisNoScript: after SCRIPT FLUSH the next call re-sends the
 // script with EVAL, and every op still counts exactly once.
-func TestAtomicRedisNoScript(t *testing.T) {
-	const prefix = "atomic-noscript:"
+func TestAllOrNothingRedisNoScript(t *testing.T) {
+	const prefix = "takeall-noscript:"
 	forEachRedis(t, dbSuite, prefix, func(t *testing.T, r redisStore, rdb *redis.Client) {
 		takeAfterFlushes(t, rdb, r.TakeAll, prefix+"{a}/x:")
 	})
@@ -123,11 +123,11 @@ func TestMemoryTakeAllNoDeadlock(t *testing.T) {
 	}
 }
 
-// TestAtomicLuaHeader: the script documents its interface like the others.
-func TestAtomicLuaHeader(t *testing.T) {
-	head, _, ok := strings.Cut(lua.Atomic, "]]")
-	if !strings.HasPrefix(lua.Atomic, "--[[") || !ok {
-		t.Fatal("atomic.lua has no header comment")
+// TestTakeAllHeader: the script documents its interface like the others.
+func TestTakeAllHeader(t *testing.T) {
+	head, _, ok := strings.Cut(lua.TakeAll, "]]")
+	if !strings.HasPrefix(lua.TakeAll, "--[[") || !ok {
+		t.Fatal("takeall.lua has no header comment")
 	}
 	for _, want := range []string{"KEYS[i]", "ARGV[1]", "Returns", "ms", "milli", "veto"} {
 		if !strings.Contains(head, want) {
@@ -136,11 +136,11 @@ func TestAtomicLuaHeader(t *testing.T) {
 	}
 }
 
-// TestAtomicCluster decides all-or-nothing requests through a Limiter on a
-// real Redis Cluster: the keys of an atomic domain share the domain's hash
+// TestAllOrNothingCluster decides all-or-nothing requests through a Limiter on a
+// real Redis Cluster: the keys of an all-or-nothing domain share the domain's hash
 // tag, so one script call decides them, while the same descriptors' plain
 // keys spread over several slots.
-func TestAtomicCluster(t *testing.T) {
+func TestAllOrNothingCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a six-node Redis Cluster")
 	}
@@ -159,7 +159,7 @@ func TestAtomicCluster(t *testing.T) {
 		{Key: "one", Limit: lim(1, descriptors.FixedWindow)},
 	}
 	set, err := descriptors.NewSet([]descriptors.DomainConfig{
-		{Name: "all", Atomic: true, Descriptors: rules},
+		{Name: "all", AllOrNothing: true, Descriptors: rules},
 		{Name: "plain", Descriptors: rules},
 	})
 	if err != nil {
@@ -228,10 +228,10 @@ func (lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return next
 }
 
-// TestAtomicClusterDoesNotResend: a Cluster client re-sends a command
+// TestAllOrNothingClusterDoesNotResend: a Cluster client re-sends a command
 // whose reply was lost, whatever its MaxRetries; TakeAll's script must run
 // once all the same, or a request would be charged twice.
-func TestAtomicClusterDoesNotResend(t *testing.T) {
+func TestAllOrNothingClusterDoesNotResend(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a six-node Redis Cluster")
 	}

@@ -12,12 +12,12 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
-// groupDay is the start of a day in Unix ms, the clock's origin in these
+// jointDay is the start of a day in Unix ms, the clock's origin in these
 // tests.
-const groupDay = 1_750_032_000_000
+const jointDay = 1_750_032_000_000
 
-// groupRules are the rules of domain "plain" and its twin "all" (atomic).
-const groupRules = `
+// jointRules are the rules of domain "plain" and its twin "all" (atomic: true).
+const jointRules = `
 descriptors:
   - {key: plan, rate_limits: [{unit: second, requests_per_unit: 10}, {unit: day, requests_per_unit: 1000}]}
   - key: mixed
@@ -37,11 +37,11 @@ descriptors:
     rate_limits: [{unit: second, unit_multiplier: 10, requests_per_unit: 3}, {unit: minute, requests_per_unit: 100}]
 `
 
-func groupSet(t testing.TB) *descriptors.Set {
+func jointSet(t testing.TB) *descriptors.Set {
 	t.Helper()
 	r, err := rules.Parse(map[string][]byte{
-		"plain.yaml": []byte("domain: plain" + groupRules),
-		"all.yaml":   []byte("domain: all\natomic: true" + groupRules),
+		"plain.yaml": []byte("domain: plain" + jointRules),
+		"all.yaml":   []byte("domain: all\natomic: true" + jointRules),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -49,24 +49,24 @@ func groupSet(t testing.TB) *descriptors.Set {
 	return r.Set
 }
 
-// newGroupLimiter returns a limiter with groupRules on a fresh memory
-// store, and the store's clock (ms after groupDay).
-func newGroupLimiter(t testing.TB) (*limiter.Limiter, *groupClock) {
+// newJointLimiter returns a limiter with jointRules on a fresh memory
+// store, and the store's clock (ms after jointDay).
+func newJointLimiter(t testing.TB) (*limiter.Limiter, *jointClock) {
 	t.Helper()
-	clock := new(groupClock)
-	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return time.UnixMilli(groupDay + clock.ms) }})
+	clock := new(jointClock)
+	m := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return time.UnixMilli(jointDay + clock.ms) }})
 	t.Cleanup(func() { _ = m.Close() })
 	l := limiter.New(m, limiter.Options{})
-	l.SetRules(groupSet(t))
+	l.SetRules(jointSet(t))
 	return l, clock
 }
 
-// groupClock is the store's clock, ms after groupDay; the tests read and
+// jointClock is the store's clock, ms after jointDay; the tests read and
 // set it from one goroutine.
-type groupClock struct{ ms int64 }
+type jointClock struct{ ms int64 }
 
-func (c *groupClock) Store(ms int64) { c.ms = ms }
-func (c *groupClock) Add(ms int64)   { c.ms += ms }
+func (c *jointClock) Store(ms int64) { c.ms = ms }
+func (c *jointClock) Add(ms int64)   { c.ms += ms }
 
 // parts lists the remaining of each part of st.
 func parts(st limiter.Status) []uint32 {
@@ -77,14 +77,14 @@ func parts(st limiter.Status) []uint32 {
 	return out
 }
 
-// TestGroupSecondAndDay: 10 a second and 1,000 a day on one key. Ten in a
+// TestJointSecondAndDay: 10 a second and 1,000 a day on one key. Ten in a
 // second pass, the eleventh is OVER_LIMIT by the second and charges
 // neither; after 1,000 in a day the day denies though the second is
 // fresh, and charges neither either.
-func TestGroupSecondAndDay(t *testing.T) {
+func TestJointSecondAndDay(t *testing.T) {
 	for _, domain := range []string{"plain", "all"} {
 		t.Run(domain, func(t *testing.T) {
-			l, clock := newGroupLimiter(t)
+			l, clock := newJointLimiter(t)
 			for s := range int64(100) {
 				clock.Store(s * 1000)
 				for i := range 10 {
@@ -126,10 +126,10 @@ func TestGroupSecondAndDay(t *testing.T) {
 	}
 }
 
-// TestGroupStatus: the status is the limit that denied (the longest
+// TestJointStatus: the status is the limit that denied (the longest
 // wait of several) or, when all allow, the one with the least share left.
-func TestGroupStatus(t *testing.T) {
-	l, clock := newGroupLimiter(t)
+func TestJointStatus(t *testing.T) {
+	l, clock := newJointLimiter(t)
 	clock.Store(30 * 60_000)
 	for i := range 5 {
 		st := check(t, l, req("plain", "share")).Statuses[0]
@@ -170,10 +170,10 @@ func TestGroupStatus(t *testing.T) {
 	}
 }
 
-// TestGroupReplaces: a limit of a group is replaced on its own; a group
+// TestJointReplaces: a limit of a joint is replaced on its own; a joint
 // all of whose limits are replaced is as a replaced limit.
-func TestGroupReplaces(t *testing.T) {
-	l, _ := newGroupLimiter(t)
+func TestJointReplaces(t *testing.T) {
+	l, _ := newJointLimiter(t)
 	for range 3 {
 		check(t, l, req("plain", "named"))
 	}
@@ -193,13 +193,13 @@ func TestGroupReplaces(t *testing.T) {
 	}
 }
 
-// TestGroupShadowQuotaRefund: shadow mode answers a group's denial OK and
-// charges none; a quota group counts as one quota descriptor; a refund
+// TestJointShadowQuotaRefund: shadow mode answers a joint's denial OK and
+// charges none; a quota joint counts as one quota descriptor; a refund
 // gives back to every limit.
-func TestGroupShadowQuotaRefund(t *testing.T) {
+func TestJointShadowQuotaRefund(t *testing.T) {
 	for _, domain := range []string{"plain", "all"} {
 		t.Run(domain, func(t *testing.T) {
-			l, clock := newGroupLimiter(t)
+			l, clock := newJointLimiter(t)
 			clock.Store(30 * 60_000)
 			check(t, l, req(domain, "shadow"))
 			check(t, l, req(domain, "shadow"))
@@ -211,7 +211,7 @@ func TestGroupShadowQuotaRefund(t *testing.T) {
 				t.Errorf("after the shadowed denial, remaining %v, want [0 1]: charged to neither", p)
 			}
 			if st := peek(t, l, domain, "single"); st.Remaining != 4 {
-				t.Errorf("single beside the shadowed group: remaining %d, want 4", st.Remaining)
+				t.Errorf("single beside the shadowed joint: remaining %d, want 4", st.Remaining)
 			}
 
 			check(t, l, req(domain, "qa")) // qa's hour used up
@@ -241,11 +241,11 @@ func TestGroupShadowQuotaRefund(t *testing.T) {
 	}
 }
 
-// TestGroupAtomic: in an all-or-nothing domain a group is one more set of
+// TestJointAllOrNothing: in an all-or-nothing domain a joint is one more set of
 // ops: a denial by one of its limits rejects the request, and nothing of
 // it is charged.
-func TestGroupAtomic(t *testing.T) {
-	l, _ := newGroupLimiter(t)
+func TestJointAllOrNothing(t *testing.T) {
+	l, _ := newJointLimiter(t)
 	for range 3 {
 		check(t, l, req("all", "named", "single"))
 	}
@@ -261,9 +261,9 @@ func TestGroupAtomic(t *testing.T) {
 	}
 }
 
-// TestGroupUnitMultiplier: each limit of a group keeps its own window.
-func TestGroupUnitMultiplier(t *testing.T) {
-	l, clock := newGroupLimiter(t)
+// TestJointUnitMultiplier: each limit of a joint keeps its own window.
+func TestJointUnitMultiplier(t *testing.T) {
+	l, clock := newJointLimiter(t)
 	for range 3 {
 		check(t, l, req("plain", "stretch"))
 	}
@@ -277,19 +277,19 @@ func TestGroupUnitMultiplier(t *testing.T) {
 	}
 }
 
-// TestGroupKeys: the limits of a group count on keys of their own, the
+// TestJointKeys: the limits of a joint count on keys of their own, the
 // first on the key a rule's only limit would have; all share its hash tag.
-func TestGroupKeys(t *testing.T) {
-	set := groupSet(t)
+func TestJointKeys(t *testing.T) {
+	set := jointSet(t)
 	for _, domain := range []string{"plain", "all"} {
 		l := descriptors.Match(set.Domain(domain), []descriptors.Entry{{Key: "plan", Value: "v"}})
 		entries := []descriptors.Entry{{Key: "plan", Value: "v"}}
 		appendKey := limiter.AppendKey[descriptors.Entry]
 		if domain == "all" {
-			appendKey = limiter.AppendAtomicKey[descriptors.Entry]
+			appendKey = limiter.AppendAllOrNothingKey[descriptors.Entry]
 		}
-		first := string(appendKey(nil, "rl", domain, l.Group[0], entries, "default"))
-		second := string(appendKey(nil, "rl", domain, l.Group[1], entries, "default"))
+		first := string(appendKey(nil, "rl", domain, l.Joint[0], entries, "default"))
+		second := string(appendKey(nil, "rl", domain, l.Joint[1], entries, "default"))
 		want := map[string][2]string{
 			"plain": {"rl:{plain/plan=v}:default:", "rl:{plain/plan=v}:default:#1:"},
 			"all":   {"rl:{all}/plan=v:default:", "rl:{all}/plan=v:default:#1:"},
@@ -304,7 +304,7 @@ func TestGroupKeys(t *testing.T) {
 // when one of its ops is, and the call rejected when every quota joint or
 // op is.
 func TestRejectsJoints(t *testing.T) {
-	q := func(joined bool) limiter.Op { return limiter.Op{Veto: limiter.VetoGroup, Joined: joined} }
+	q := func(joined bool) limiter.Op { return limiter.Op{Veto: limiter.VetoQuota, Joined: joined} }
 	ok, no := limiter.Result{Allowed: true}, limiter.Result{}
 	for _, tc := range []struct {
 		name   string
@@ -324,10 +324,10 @@ func TestRejectsJoints(t *testing.T) {
 	}
 }
 
-// TestGroupPeek: Peek foretells a rule of several limits as Check decides
+// TestJointPeek: Peek foretells a rule of several limits as Check decides
 // it, charging nothing, with the key of the limit that decides.
-func TestGroupPeek(t *testing.T) {
-	l, _ := newGroupLimiter(t)
+func TestJointPeek(t *testing.T) {
+	l, _ := newJointLimiter(t)
 	for range 3 {
 		check(t, l, req("plain", "named"))
 	}

@@ -1,8 +1,6 @@
-// Package benchproc measures the processes of the project's benchmarks
-// (bench/rls, bench/rlqs): their CPU time from /proc, Redis' from INFO,
-// and starts them apart from the caller's environment on loopback ports
-// handed out once.
-package benchproc
+// Package procstat measures processes for the benchmarks and the tests:
+// their CPU time and the machine's from /proc, Redis' from INFO.
+package procstat
 
 import (
 	"bytes"
@@ -230,4 +228,17 @@ func ParseInfo(text string) (RedisStats, error) {
 		return s, fmt.Errorf("%w INFO: used_cpu_sys, used_cpu_user or total_commands_processed missing", ErrParse)
 	}
 	return s, nil
+}
+
+// LoadAverages returns the machine's 1, 5 and 15 minute load averages, or "" off Linux.
+func LoadAverages() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

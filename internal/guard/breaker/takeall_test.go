@@ -27,7 +27,7 @@ func (g *gateAll) TakeAll(context.Context, []limiter.Op, []limiter.Result) error
 
 // TestBreakerTakeAll: TakeAll goes to the store's TakeAll and counts
 // towards the circuit like Take; a store without TakeAll answers
-// ErrNotAtomic and leaves the circuit closed.
+// ErrNotAllOrNothing and leaves the circuit closed.
 func TestBreakerTakeAll(t *testing.T) {
 	ctx := context.Background()
 	store := &gateAll{gate: newGate()}
@@ -51,11 +51,11 @@ func TestBreakerTakeAll(t *testing.T) {
 	plain := breaker.New(newGate(), breaker.Options{Failures: 1})
 	defer plain.Close()
 	for range 3 {
-		if err := plain.TakeAll(ctx, nil, nil); !errors.Is(err, limiter.ErrNotAtomic) {
-			t.Fatalf("TakeAll on a plain store = %v, want ErrNotAtomic", err)
+		if err := plain.TakeAll(ctx, nil, nil); !errors.Is(err, limiter.ErrNotAllOrNothing) {
+			t.Fatalf("TakeAll on a plain store = %v, want ErrNotAllOrNothing", err)
 		}
 	}
 	if plain.State() != breaker.Closed {
-		t.Errorf("ErrNotAtomic opened the circuit")
+		t.Errorf("ErrNotAllOrNothing opened the circuit")
 	}
 }

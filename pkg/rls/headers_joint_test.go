@@ -7,9 +7,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// TestHeadersGroup: the headers of a rule with several limits name each,
+// TestHeadersJoint: the headers of a joint (a rule with several limits) name each limit,
 // st's limit (the one that decides) first in the legacy limit header.
-func TestHeadersGroup(t *testing.T) {
+func TestHeadersJoint(t *testing.T) {
 	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "d", Descriptors: []descriptors.Descriptor{{Key: "account",
 		Limits: []*descriptors.Limit{
 			{Unit: descriptors.Second, RequestsPerUnit: 10},
@@ -31,12 +31,12 @@ func TestHeadersGroup(t *testing.T) {
 		o    HeaderOptions
 		want map[string]string
 	}{
-		{HeaderOptions{Mode: HeadersIETF}, map[string]string{
+		{HeaderOptions{ResponseHeaders: HeadersIETF}, map[string]string{
 			"RateLimit-Policy": `"d.account#0";q=10;w=1, "daily";q=1000;w=86400, "bucket";q=5;w=5`,
 			"RateLimit":        `"d.account#0";r=9;t=1, "daily";r=0;t=3600, "bucket";r=4;t=1`,
 			"Retry-After":      "3600",
 		}},
-		{HeaderOptions{Mode: HeadersLegacy, LimitHeader: "X-RateLimit-Limit", RemainingHeader: "X-RateLimit-Remaining", ResetHeader: "X-RateLimit-Reset"},
+		{HeaderOptions{ResponseHeaders: HeadersLegacy, LimitHeader: "X-RateLimit-Limit", RemainingHeader: "X-RateLimit-Remaining", ResetHeader: "X-RateLimit-Reset"},
 			map[string]string{
 				"X-RateLimit-Limit":     "1000, 10;w=1, 1000;w=86400, 5;w=5",
 				"X-RateLimit-Remaining": "0",
@@ -49,11 +49,11 @@ func TestHeadersGroup(t *testing.T) {
 			got[h.GetKey()] = h.GetValue()
 		}
 		if len(got) != len(tc.want) {
-			t.Errorf("%s: %v, want %v", tc.o.Mode, got, tc.want)
+			t.Errorf("%s: %v, want %v", tc.o.ResponseHeaders, got, tc.want)
 		}
 		for k, v := range tc.want {
 			if got[k] != v {
-				t.Errorf("%s: %s = %q, want %q", tc.o.Mode, k, got[k], v)
+				t.Errorf("%s: %s = %q, want %q", tc.o.ResponseHeaders, k, got[k], v)
 			}
 		}
 	}

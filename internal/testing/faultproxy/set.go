@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// Group is a set of proxies, one per node of a Redis Cluster or a
+// Set is a set of proxies, one per node of a Redis Cluster or a
 // sentinel setup. Each rewrites the node addresses the servers hand out
 // (CLUSTER SLOTS, MOVED, ASK, SENTINEL replies, +switch-master) into proxy
 // addresses, starting a proxy for a new node on the spot. Rules added to
-// the Group apply on every proxy, present and future, with Skip and Times
+// the Set apply on every proxy, present and future, with Skip and Times
 // counted across them. Its methods are safe for concurrent use.
-type Group struct {
+type Set struct {
 	o     Options // a template: Upstream is set per proxy
 	rules *ruleSet
 
@@ -27,11 +27,11 @@ type Group struct {
 	lastErr error
 }
 
-// NewGroup starts a group with a proxy for each of upstreams (say a
+// NewSet starts a set with a proxy for each of upstreams (say a
 // cluster's seeds, or the sentinels), and closes it when t ends.
-func NewGroup(t testing.TB, upstreams ...string) *Group {
+func NewSet(t testing.TB, upstreams ...string) *Set {
 	t.Helper()
-	g, err := StartGroup(Options{Logf: t.Logf}, upstreams...)
+	g, err := StartSet(Options{Logf: t.Logf}, upstreams...)
 	if err != nil {
 		t.Fatalf("faultproxy: %v", err)
 	}
@@ -39,11 +39,11 @@ func NewGroup(t testing.TB, upstreams ...string) *Group {
 	return g
 }
 
-// StartGroup starts a group whose proxies take their options from o (its
+// StartSet starts a set whose proxies take their options from o (its
 // Upstream and Listen are ignored), with a proxy for each of upstreams.
-func StartGroup(o Options, upstreams ...string) (*Group, error) {
+func StartSet(o Options, upstreams ...string) (*Set, error) {
 	o.Upstream, o.Listen = "", ""
-	g := &Group{o: o, rules: &ruleSet{}, byUp: map[string]*Proxy{}, own: map[string]bool{}}
+	g := &Set{o: o, rules: &ruleSet{}, byUp: map[string]*Proxy{}, own: map[string]bool{}}
 	for _, u := range upstreams {
 		if _, err := g.proxy(u); err != nil {
 			_ = g.Close()
@@ -54,15 +54,15 @@ func StartGroup(o Options, upstreams ...string) (*Group, error) {
 }
 
 // Proxy returns the proxy for upstream, starting one if there is none;
-// nil once the group is closed or if it cannot listen (Err says why).
-func (g *Group) Proxy(upstream string) *Proxy {
+// nil once the set is closed or if it cannot listen (Err says why).
+func (g *Set) Proxy(upstream string) *Proxy {
 	p, _ := g.proxy(upstream)
 	return p
 }
 
 // Addr returns the address of the proxy for upstream, as Proxy does; ""
 // when there is none.
-func (g *Group) Addr(upstream string) string {
+func (g *Set) Addr(upstream string) string {
 	if p := g.Proxy(upstream); p != nil {
 		return p.Addr()
 	}
@@ -70,7 +70,7 @@ func (g *Group) Addr(upstream string) string {
 }
 
 // Addrs returns Addr of each of upstreams.
-func (g *Group) Addrs(upstreams ...string) []string {
+func (g *Set) Addrs(upstreams ...string) []string {
 	out := make([]string, len(upstreams))
 	for i, u := range upstreams {
 		out[i] = g.Addr(u)
@@ -78,15 +78,15 @@ func (g *Group) Addrs(upstreams ...string) []string {
 	return out
 }
 
-// Proxies returns the group's proxies, in the order they started.
-func (g *Group) Proxies() []*Proxy {
+// Proxies returns the set's proxies, in the order they started.
+func (g *Set) Proxies() []*Proxy {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]*Proxy(nil), g.order...)
 }
 
 // Upstreams maps each upstream address to its proxy's address.
-func (g *Group) Upstreams() map[string]string {
+func (g *Set) Upstreams() map[string]string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make(map[string]string, len(g.byUp))
@@ -97,17 +97,17 @@ func (g *Group) Upstreams() map[string]string {
 }
 
 // Err returns the last error starting a proxy on demand.
-func (g *Group) Err() error {
+func (g *Set) Err() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.lastErr
 }
 
-func (g *Group) proxy(upstream string) (*Proxy, error) {
+func (g *Set) proxy(upstream string) (*Proxy, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return nil, errors.New("group closed")
+		return nil, errors.New("set closed")
 	}
 	if p := g.byUp[upstream]; p != nil {
 		return p, nil
@@ -128,7 +128,7 @@ func (g *Group) proxy(upstream string) (*Proxy, error) {
 
 // lookup maps an upstream address to its proxy's, starting one if need
 // be; the proxies' own addresses map to nothing.
-func (g *Group) lookup(addr string) (string, bool) {
+func (g *Set) lookup(addr string) (string, bool) {
 	g.mu.Lock()
 	own := g.own[addr]
 	g.mu.Unlock()
@@ -145,22 +145,22 @@ func (g *Group) lookup(addr string) (string, bool) {
 	return p.Addr(), true
 }
 
-// Add applies fault f on every proxy of the group, present and future.
-func (g *Group) Add(f Fault) *Rule { return g.rules.add(f) }
+// Add applies fault f on every proxy of the set, present and future.
+func (g *Set) Add(f Fault) *Rule { return g.rules.add(f) }
 
 // Clear releases every rule added with Add (not those added to a single
 // proxy).
-func (g *Group) Clear() { g.rules.clear() }
+func (g *Set) Clear() { g.rules.clear() }
 
 // CutAll is Proxy.CutAll on every proxy.
-func (g *Group) CutAll(refuseFor time.Duration) {
+func (g *Set) CutAll(refuseFor time.Duration) {
 	for _, p := range g.Proxies() {
 		p.CutAll(refuseFor)
 	}
 }
 
 // Stats sums the counters of every proxy.
-func (g *Group) Stats() Stats {
+func (g *Set) Stats() Stats {
 	sum := Stats{Commands: map[string]int64{}, Faults: map[string]int64{}}
 	for _, p := range g.Proxies() {
 		s := p.Stats()
@@ -186,7 +186,7 @@ func addCounts(dst, src map[string]int64) {
 }
 
 // Close closes every proxy; no new one starts afterwards.
-func (g *Group) Close() error {
+func (g *Set) Close() error {
 	g.mu.Lock()
 	g.closed = true
 	ps := append([]*Proxy(nil), g.order...)

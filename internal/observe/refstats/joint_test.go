@@ -4,10 +4,10 @@ import (
 	"testing"
 )
 
-// TestGroupStats: each limit of a rule with several counts under its
+// TestJointStats: each limit of a rule with several counts under its
 // own stat key, its Label: the rule's key with "#" and the limit's name
 // or place; a value_to_metric rule's with the request's value before it.
-func TestGroupStats(t *testing.T) {
+func TestJointStats(t *testing.T) {
 	h := newRefHarness(t, "domain: d\ndescriptors:\n"+
 		"  - {key: account, rate_limits: [{unit: minute, requests_per_unit: 2}, {name: daily, unit: day, requests_per_unit: 1000}]}\n"+
 		"  - {key: user, value_to_metric: true, rate_limits: [{unit: minute, requests_per_unit: 1}, {name: daily, unit: day, requests_per_unit: 1}]}\n",

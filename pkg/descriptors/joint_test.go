@@ -15,10 +15,10 @@ func plan(extra ...*descriptors.Limit) []*descriptors.Limit {
 	}, extra...)
 }
 
-// TestGroup: the limits of a descriptor with several compile into one
-// Group that Match reaches through its first, each with the descriptor's
+// TestJoint: the limits of a descriptor with several compile into one
+// Joint that Match reaches through its first, each with the descriptor's
 // flags, its own defaults, Index and Label; Limits and Dump list each.
-func TestGroup(t *testing.T) {
+func TestJoint(t *testing.T) {
 	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "api", Descriptors: []descriptors.Descriptor{
 		{Key: "account", ShadowMode: true, Metadata: map[string]any{"tier": "pro"}, Limits: plan()},
 		{Key: "one", Limits: []*descriptors.Limit{{Unit: descriptors.Minute, RequestsPerUnit: 5}}},
@@ -27,22 +27,22 @@ func TestGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := descriptors.Match(set.Domain("api"), []descriptors.Entry{{Key: "account", Value: "a"}})
-	if l == nil || len(l.Group) != 2 || l.Group[0] != l {
-		t.Fatalf("Match = %+v, want the first of a group of 2", l)
+	if l == nil || len(l.Joint) != 2 || l.Joint[0] != l {
+		t.Fatalf("Match = %+v, want the first of a joint of 2", l)
 	}
-	for i, m := range l.Group {
-		if m.Index != i || &m.Group[0] != &l.Group[0] || !m.ShadowMode || m.Metadata["tier"] != "pro" || m.Path != "api.account" {
+	for i, m := range l.Joint {
+		if m.Index != i || &m.Joint[0] != &l.Joint[0] || !m.ShadowMode || m.Metadata["tier"] != "pro" || m.Path != "api.account" {
 			t.Errorf("limit %d: %+v", i, m)
 		}
 	}
-	if got := []string{l.Group[0].Label(), l.Group[1].Label()}; got[0] != "api.account#0" || got[1] != "api.account#daily" {
+	if got := []string{l.Joint[0].Label(), l.Joint[1].Label()}; got[0] != "api.account#0" || got[1] != "api.account#daily" {
 		t.Errorf("labels %q", got)
 	}
-	if l.Group[1].Burst != 1000*descriptors.Milli || l.Group[1].Cost != descriptors.Milli {
-		t.Errorf("defaults: burst %d cost %d", l.Group[1].Burst, l.Group[1].Cost)
+	if l.Joint[1].Burst != 1000*descriptors.Milli || l.Joint[1].Cost != descriptors.Milli {
+		t.Errorf("defaults: burst %d cost %d", l.Joint[1].Burst, l.Joint[1].Cost)
 	}
 	// A list of one is a descriptor's only limit.
-	if one := descriptors.Match(set.Domain("api"), []descriptors.Entry{{Key: "one", Value: "x"}}); one == nil || one.Group != nil || one.Label() != "api.one" {
+	if one := descriptors.Match(set.Domain("api"), []descriptors.Entry{{Key: "one", Value: "x"}}); one == nil || one.Joint != nil || one.Label() != "api.one" {
 		t.Errorf("a list of one: %+v", one)
 	}
 	if n := len(set.Limits()); n != 3 {
@@ -59,14 +59,14 @@ api.one: algorithm=fixed_window unit=MINUTE requests_per_unit=5 unit_multiplier=
 	if got := b.String(); got != want {
 		t.Errorf("Dump:\n%s\nwant:\n%s", got, want)
 	}
-	if l.Group[0].Replacing() {
-		t.Error("a group without replaces is Replacing")
+	if l.Joint[0].Replacing() {
+		t.Error("a joint without replaces is Replacing")
 	}
 }
 
-// TestGroupReplacing: a limit of a group that replaces makes every limit
-// of its group Replacing.
-func TestGroupReplacing(t *testing.T) {
+// TestJointReplacing: a limit of a joint that replaces makes every limit
+// of its joint Replacing.
+func TestJointReplacing(t *testing.T) {
 	set, err := descriptors.NewSet([]descriptors.DomainConfig{{Name: "api", Descriptors: []descriptors.Descriptor{
 		{Key: "account", Limits: plan(&descriptors.Limit{Unit: descriptors.Hour, RequestsPerUnit: 100, Replaces: []string{"x"}})},
 	}}})
@@ -74,15 +74,15 @@ func TestGroupReplacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := descriptors.Match(set.Domain("api"), []descriptors.Entry{{Key: "account", Value: "a"}})
-	if !l.Replacing() || !l.Group[1].Replacing() {
+	if !l.Replacing() || !l.Joint[1].Replacing() {
 		t.Error("not Replacing")
 	}
 }
 
-// TestGroupErrors: what rules files cannot say of several limits, said
+// TestJointErrors: what rules files cannot say of several limits, said
 // through the API.
-func TestGroupErrors(t *testing.T) {
-	many := make([]*descriptors.Limit, descriptors.MaxGroup+1)
+func TestJointErrors(t *testing.T) {
+	many := make([]*descriptors.Limit, descriptors.MaxJoint+1)
 	for i := range many {
 		many[i] = &descriptors.Limit{Unit: descriptors.Second, RequestsPerUnit: uint32(i + 1)}
 	}

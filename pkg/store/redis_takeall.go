@@ -9,13 +9,13 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-var _ limiter.AtomicStore = (*Redis)(nil)
+var _ limiter.AllOrNothingStore = (*Redis)(nil)
 
-// TakeAll decides ops all or nothing in one atomic.lua call of its own, as
-// limiter.AtomicStore says; on a Cluster all keys must share a slot. An
+// TakeAll decides ops all or nothing in one takeall.lua call of its own, as
+// limiter.AllOrNothingStore says; on a Cluster all keys must share a slot. An
 // error wraps limiter.ErrUnavailable, or is ErrInvalidOp's (nothing sent).
 func (r *Redis) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
-	if send, err := begin(ctx, "take all", checkAtomicOps(ops, results), len(ops)); !send {
+	if send, err := begin(ctx, "take all", checkTakeAllOps(ops, results), len(ops)); !send {
 		return err
 	}
 	return r.detached(ctx, "take all", ops, results, r.takeAll)
@@ -47,10 +47,10 @@ func (r *Redis) detached(ctx context.Context, what string, ops []limiter.Op, res
 
 func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	tag := nextTag()
-	cmd := r.evalAtomic(ctx, true, tag, ops)
+	cmd := r.evalTakeAll(ctx, true, tag, ops)
 	if err := cmd.Err(); err != nil && isNoScript(err) {
 		tag = nextTag()
-		cmd = r.evalAtomic(ctx, false, tag, ops)
+		cmd = r.evalTakeAll(ctx, false, tag, ops)
 	}
 	v, err := cmd.Int64Slice()
 	if err == nil {
@@ -59,9 +59,9 @@ func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter
 	return err
 }
 
-// evalAtomic runs lua.Atomic by digest or source as an onceCmd.
-func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
-	cmd := atomicCmd(ctx, bySHA, tag, ops)
+// evalTakeAll runs lua.TakeAll by digest or source as an onceCmd.
+func (r *Redis) evalTakeAll(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+	cmd := takeAllCmd(ctx, bySHA, tag, ops)
 	var dropped atomic.Bool
 	_ = r.client.Process(ctx, onceCmd{Cmder: cmd, live: liveOf(ctx), dropped: &dropped})
 	if dropped.Load() {
@@ -70,14 +70,14 @@ func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []lim
 	return cmd
 }
 
-// atomicCmd is the lua.Atomic call of ops, by digest or source.
-func atomicCmd(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
-	args := make(anyArgs, 0, 2+atomicArgCount(ops))
+// takeAllCmd is the lua.TakeAll call of ops, by digest or source.
+func takeAllCmd(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
+	args := make(anyArgs, 0, 2+takeAllArgCount(ops))
 	if bySHA {
-		args = append(args, "evalsha", atomicScript.sha)
+		args = append(args, "evalsha", takeAllScript.sha)
 	} else {
-		args = append(args, "eval", atomicScript.src)
+		args = append(args, "eval", takeAllScript.src)
 	}
-	writeAtomic(&args, tag, ops)
+	writeTakeAll(&args, tag, ops)
 	return redis.NewCmd(ctx, args...)
 }

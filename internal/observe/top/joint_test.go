@@ -9,9 +9,9 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
-// TestGroupIsOneRule: a rule of several limits ranks as one rule, whichever
+// TestJointIsOneRule: a rule of several limits ranks as one rule, whichever
 // of its limits decided a status.
-func TestGroupIsOneRule(t *testing.T) {
+func TestJointIsOneRule(t *testing.T) {
 	loaded, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: account\n" +
 		"    rate_limits: [{unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 1000}]\n")})
 	if err != nil {
@@ -20,7 +20,7 @@ func TestGroupIsOneRule(t *testing.T) {
 	tr := top.New(top.Options{Clock: newClock()})
 	tr.Loaded(loaded, true)
 	entries := []descriptors.Entry{{Key: "account", Value: "a"}}
-	g := descriptors.Match(loaded.Set.Domain("d"), entries).Group
+	g := descriptors.Match(loaded.Set.Domain("d"), entries).Joint
 	for _, l := range []*descriptors.Limit{g[0], g[1], g[1]} {
 		res := &limiter.Response{Statuses: []limiter.Status{{Limit: l, Hits: 1}}}
 		tr.Decided("d", view{entries}, res, 0)

@@ -7,7 +7,6 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// hasJoint reports whether ops hold a joint (limiter.Op.Joined).
 func hasJoint(ops []limiter.Op) bool {
 	return slices.ContainsFunc(ops, func(op limiter.Op) bool { return op.Joined })
 }
@@ -22,7 +21,6 @@ func jointEnd(ops []limiter.Op, i int) int {
 	return j
 }
 
-// denied reports whether a result of a joint is a denial.
 func denied(results []limiter.Result) bool {
 	return slices.ContainsFunc(results, func(r limiter.Result) bool { return !r.Allowed })
 }

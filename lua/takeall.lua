@@ -1,5 +1,5 @@
 --[[
-atomic.lua: several ops decided all or nothing. The ops run in order at one
+takeall.lua: several ops decided all or nothing. The ops run in order at one
 instant, each with exactly the arithmetic of take.lua's fixed_window,
 sliding_window and token_bucket (arith.lua) and each seeing
 the writes of the ops before it; those writes are staged in the script and
@@ -53,7 +53,7 @@ from the state before the call (their answers stand). A denied joint's
 debit ops are likewise charged again once the joint is undone.
 
 All numbers stay below 2^53, so Lua's doubles hold them exactly;
-pkg/store/memory_atomic.go mirrors this script.
+pkg/store/memory_takeall.go mirrors this script.
 ]]
 
 -- #include arith.lua
@@ -325,7 +325,7 @@ end
 
 local out = {tonumber(ARGV[1])}
 local reject = false
-local group, group_denied = 0, 0
+local quotas, quotas_denied = 0, 0 -- veto 2 ops (or joints), and those denied
 local quota_denied -- the running veto 2 joint has a denied op
 for i = 1, #KEYS do
   local v = veto[i]
@@ -351,10 +351,10 @@ for i = 1, #KEYS do
   end
   if v == 2 then
     if not joined then
-      group, quota_denied = group + 1, false
+      quotas, quota_denied = quotas + 1, false
     end
     if allowed == 0 and not quota_denied then
-      group_denied, quota_denied = group_denied + 1, true
+      quotas_denied, quota_denied = quotas_denied + 1, true
     end
   elseif v == 0 and allowed == 0 then
     reject = true
@@ -363,7 +363,7 @@ end
 if undo then
   close(#KEYS)
 end
-if group > 0 and group_denied == group then
+if quotas > 0 and quotas_denied == quotas then
   reject = true
 end
 

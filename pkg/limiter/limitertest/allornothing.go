@@ -13,28 +13,28 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-// testAllOrNothing checks limiter.AtomicStore.TakeAll on stores that
+// testAllOrNothing checks limiter.AllOrNothingStore.TakeAll on stores that
 // implement it. The oracle is Take: a call's results must be what Take
 // answers for the same ops after the calls that committed, and the store
 // must hold afterwards what Take would have left.
 func testAllOrNothing(t *testing.T, newStore func(*testing.T) limiter.Store) {
-	if _, ok := newStore(t).(limiter.AtomicStore); !ok {
-		t.Skip("store does not implement limiter.AtomicStore")
+	if _, ok := newStore(t).(limiter.AllOrNothingStore); !ok {
+		t.Skip("store does not implement limiter.AllOrNothingStore")
 	}
-	atomicStore := func(t *testing.T) limiter.AtomicStore { return newStore(t).(limiter.AtomicStore) }
-	t.Run("RejectWritesNothing", func(t *testing.T) { testRejectWritesNothing(t, atomicStore(t)) })
-	t.Run("Vetoes", func(t *testing.T) { testVetoes(t, atomicStore(t)) })
-	t.Run("Peeks", func(t *testing.T) { testAtomicPeeks(t, atomicStore(t)) })
-	t.Run("OneInstant", func(t *testing.T) { testOneInstant(t, atomicStore(t)) })
-	t.Run("MatchesTake", func(t *testing.T) { testMatchesTake(t, atomicStore(t)) })
-	t.Run("Concurrent", func(t *testing.T) { testAllOrNothingConcurrent(t, atomicStore(t)) })
-	t.Run("Refunds", func(t *testing.T) { testAtomicRefunds(t, atomicStore(t)) })
+	allOrNothingStore := func(t *testing.T) limiter.AllOrNothingStore { return newStore(t).(limiter.AllOrNothingStore) }
+	t.Run("RejectWritesNothing", func(t *testing.T) { testRejectWritesNothing(t, allOrNothingStore(t)) })
+	t.Run("Vetoes", func(t *testing.T) { testVetoes(t, allOrNothingStore(t)) })
+	t.Run("Peeks", func(t *testing.T) { testAllOrNothingPeeks(t, allOrNothingStore(t)) })
+	t.Run("OneInstant", func(t *testing.T) { testOneInstant(t, allOrNothingStore(t)) })
+	t.Run("MatchesTake", func(t *testing.T) { testMatchesTake(t, allOrNothingStore(t)) })
+	t.Run("Concurrent", func(t *testing.T) { testAllOrNothingConcurrent(t, allOrNothingStore(t)) })
+	t.Run("Refunds", func(t *testing.T) { testAllOrNothingRefunds(t, allOrNothingStore(t)) })
 }
 
-// atomicKeys returns n fresh base keys sharing one hash tag, in the scheme
-// of limiter.AppendAtomicKey, so that one call may use them all in Redis
+// taggedKeys returns n fresh base keys sharing one hash tag, in the scheme
+// of limiter.AppendAllOrNothingKey, so that one call may use them all in Redis
 // Cluster too.
-func atomicKeys(t *testing.T, n int) []string {
+func taggedKeys(t *testing.T, n int) []string {
 	tag := strings.TrimSuffix(strings.TrimPrefix(newKey(t), KeyPrefix), ":default:")
 	keys := make([]string, n)
 	for i := range keys {
@@ -43,7 +43,7 @@ func atomicKeys(t *testing.T, n int) []string {
 	return keys
 }
 
-func takeAll(t *testing.T, st limiter.AtomicStore, ops []limiter.Op) []limiter.Result {
+func takeAll(t *testing.T, st limiter.AllOrNothingStore, ops []limiter.Op) []limiter.Result {
 	t.Helper()
 	res := make([]limiter.Result, len(ops))
 	if err := st.TakeAll(context.Background(), ops, res); err != nil {
@@ -69,11 +69,11 @@ func algorithmOps(requests, at int64) []limiter.Op {
 // testRejectWritesNothing: for every pair of algorithms, a call whose
 // second op is over its limit answers as Take would, and leaves both keys
 // as they were, the over one's fixed-window count included.
-func testRejectWritesNothing(t *testing.T, st limiter.AtomicStore) {
+func testRejectWritesNothing(t *testing.T, st limiter.AllOrNothingStore) {
 	const at = 5 * minute
 	for _, a := range algorithmOps(5, at) {
 		for _, b := range algorithmOps(1, at) {
-			keys, twins := atomicKeys(t, 2), atomicKeys(t, 2)
+			keys, twins := taggedKeys(t, 2), taggedKeys(t, 2)
 			a.Key, b.Key = keys[0], keys[1]
 			// Use b up, on both key sets.
 			take(t, st, []limiter.Op{b, withKey(b, twins[1])}, 2)
@@ -89,7 +89,7 @@ func testRejectWritesNothing(t *testing.T, st limiter.AtomicStore) {
 			// The keys are as before the call: a untouched, b used up once.
 			peekA, peekB := a, b
 			peekA.Cost, peekB.Cost = 0, 0
-			fresh, once := atomicKeys(t, 2), atomicKeys(t, 1)
+			fresh, once := taggedKeys(t, 2), taggedKeys(t, 1)
 			take(t, st, []limiter.Op{withKey(b, once[0])}, 1)
 			got = take(t, st, []limiter.Op{peekA, peekB}, 2)
 			want = take(t, st, []limiter.Op{withKey(peekA, fresh[0]), withKey(peekB, once[0])}, 2)
@@ -108,9 +108,9 @@ func withKey(op limiter.Op, key string) limiter.Op {
 }
 
 // testVetoes checks when a denial rejects a call: always (VetoAlone),
-// never (VetoNone, shadow mode), or when every VetoGroup op is denied
+// never (VetoNone, shadow mode), or when every VetoQuota op is denied
 // (quota mode).
-func testVetoes(t *testing.T, st limiter.AtomicStore) {
+func testVetoes(t *testing.T, st limiter.AllOrNothingStore) {
 	const at = 7 * minute
 	fixed := func(requests int64, veto limiter.Veto) limiter.Op {
 		return limiter.Op{Algorithm: descriptors.FixedWindow, Limit: requests * milli, Window: hour,
@@ -123,16 +123,16 @@ func testVetoes(t *testing.T, st limiter.AtomicStore) {
 		ops    []limiter.Op
 		commit bool
 	}{
-		{"all allowed", []limiter.Op{ok(limiter.VetoAlone), ok(limiter.VetoNone), ok(limiter.VetoGroup)}, true},
+		{"all allowed", []limiter.Op{ok(limiter.VetoAlone), ok(limiter.VetoNone), ok(limiter.VetoQuota)}, true},
 		{"one denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoAlone)}, false},
 		{"shadow denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoNone)}, true},
-		{"one of two quota denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoGroup), ok(limiter.VetoGroup)}, true},
-		{"every quota denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoGroup), over(limiter.VetoGroup)}, false},
-		{"the only quota denied", []limiter.Op{over(limiter.VetoGroup), ok(limiter.VetoNone)}, false},
-		{"quota and shadow denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoGroup), ok(limiter.VetoGroup), over(limiter.VetoNone)}, true},
+		{"one of two quota denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoQuota), ok(limiter.VetoQuota)}, true},
+		{"every quota denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoQuota), over(limiter.VetoQuota)}, false},
+		{"the only quota denied", []limiter.Op{over(limiter.VetoQuota), ok(limiter.VetoNone)}, false},
+		{"quota and shadow denied", []limiter.Op{ok(limiter.VetoAlone), over(limiter.VetoQuota), ok(limiter.VetoQuota), over(limiter.VetoNone)}, true},
 	}
 	for _, tc := range cases {
-		keys := atomicKeys(t, len(tc.ops))
+		keys := taggedKeys(t, len(tc.ops))
 		for i := range tc.ops {
 			tc.ops[i].Key = keys[i]
 		}
@@ -157,7 +157,6 @@ func testVetoes(t *testing.T, st limiter.AtomicStore) {
 	}
 }
 
-// peeks returns ops with cost 0.
 func peeks(ops []limiter.Op) []limiter.Op {
 	out := slices.Clone(ops)
 	for i := range out {
@@ -166,10 +165,10 @@ func peeks(ops []limiter.Op) []limiter.Op {
 	return out
 }
 
-// testAtomicPeeks: a call of peeks writes nothing, allowed or not.
-func testAtomicPeeks(t *testing.T, st limiter.AtomicStore) {
+// testAllOrNothingPeeks: a call of peeks writes nothing, allowed or not.
+func testAllOrNothingPeeks(t *testing.T, st limiter.AllOrNothingStore) {
 	ops := algorithmOps(2, 9*minute)
-	keys := atomicKeys(t, len(ops))
+	keys := taggedKeys(t, len(ops))
 	for i := range ops {
 		ops[i].Key = keys[i]
 	}
@@ -192,9 +191,9 @@ func testAtomicPeeks(t *testing.T, st limiter.AtomicStore) {
 }
 
 // testOneInstant: ops of one call must share one Now.
-func testOneInstant(t *testing.T, st limiter.AtomicStore) {
+func testOneInstant(t *testing.T, st limiter.AllOrNothingStore) {
 	ops := algorithmOps(2, 11*minute)
-	keys := atomicKeys(t, len(ops))
+	keys := taggedKeys(t, len(ops))
 	for i := range ops {
 		ops[i].Key = keys[i]
 	}
@@ -210,18 +209,18 @@ func testOneInstant(t *testing.T, st limiter.AtomicStore) {
 // testMatchesTake checks random calls (repeated keys, peeks, odd costs,
 // every veto) against Take replaying the committed calls on fresh keys,
 // and every key's expiry at the end.
-func testMatchesTake(t *testing.T, st limiter.AtomicStore) {
+func testMatchesTake(t *testing.T, st limiter.AllOrNothingStore) {
 	rng := rand.New(rand.NewPCG(17, 19))
 	const slots, calls = 6, 120
 	windows := []int64{second, minute, hour, day}
 	costs := []int64{0, 500, 1000, 1000, 1000, 1500, 3000}
 	tmpl := randomTemplates(rng, slots, windows)
-	keys := atomicKeys(t, slots)
+	keys := taggedKeys(t, slots)
 	var history [][]limiter.Op // committed calls, by slot in Key
 	// replay runs history and then call through Take on fresh keys and
 	// returns call's results and the keys used.
 	replay := func(call []limiter.Op) ([]limiter.Result, []string) {
-		fresh := atomicKeys(t, slots)
+		fresh := taggedKeys(t, slots)
 		var in []limiter.Op
 		for _, c := range append(slices.Clone(history), call) {
 			for _, op := range c {
@@ -244,7 +243,7 @@ func testMatchesTake(t *testing.T, st limiter.AtomicStore) {
 			call[i] = tmpl[s]
 			call[i].Key = fmt.Sprint(s) // a slot for replay; the real key below
 			call[i].Now, call[i].Cost = now, costs[rng.IntN(len(costs))]
-			call[i].Veto = []limiter.Veto{limiter.VetoAlone, limiter.VetoAlone, limiter.VetoNone, limiter.VetoGroup}[rng.IntN(4)]
+			call[i].Veto = []limiter.Veto{limiter.VetoAlone, limiter.VetoAlone, limiter.VetoNone, limiter.VetoQuota}[rng.IntN(4)]
 		}
 		want, _ := replay(call)
 		real := slices.Clone(call)
@@ -290,12 +289,12 @@ func trimKeys(m map[string]int64, prefix string) map[string]int64 {
 
 // testAllOrNothingConcurrent races calls on a limit of 100 and one of 50,
 // in both orders: exactly 50 commit, charging the larger limit 50 times.
-func testAllOrNothingConcurrent(t *testing.T, st limiter.AtomicStore) {
+func testAllOrNothingConcurrent(t *testing.T, st limiter.AllOrNothingStore) {
 	const workers, calls = 8, 20
 	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.TokenBucket} {
 		big := algorithmOps(100, 13*minute)[alg]
 		small := algorithmOps(50, 13*minute)[alg]
-		keys := atomicKeys(t, 2)
+		keys := taggedKeys(t, 2)
 		big.Key, small.Key = keys[0], keys[1]
 		var mu sync.Mutex
 		commits := 0

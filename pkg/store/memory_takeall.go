@@ -11,21 +11,21 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
-var _ limiter.AtomicStore = (*Memory)(nil)
+var _ limiter.AllOrNothingStore = (*Memory)(nil)
 
 // stagePool recycles the scratch shards TakeAll stages its writes in.
 var stagePool = sync.Pool{New: func() any {
 	return &memShard{windows: make(map[windowKey]counter), buckets: make(map[string]bucket)}
 }}
 
-// TakeAll decides ops all or nothing, as limiter.AtomicStore says: under
+// TakeAll decides ops all or nothing, as limiter.AllOrNothingStore says: under
 // the locks of their shards (taken in shard order), on a scratch copy of
 // their state, written back only on commit. It fails as Take does.
 func (m *Memory) TakeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory take all: %w: %w", limiter.ErrUnavailable, err)
 	}
-	if err := checkAtomicOps(ops, results); err != nil {
+	if err := checkTakeAllOps(ops, results); err != nil {
 		return err
 	}
 	if len(ops) == 0 {
@@ -96,7 +96,6 @@ func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at i
 	m.commit(stage, ops, now, at)
 }
 
-// stage copies into stage the state ops may read at now.
 func (m *Memory) stage(stage *memShard, ops []limiter.Op, now int64) {
 	m.visit(ops, now, func(s *memShard, k, _ windowKey, _ bool) {
 		if c, ok := s.windows[k]; ok {
@@ -120,10 +119,8 @@ func (s *memShard) debit(ops []limiter.Op, now, at int64) {
 	}
 }
 
-// debits reports whether op is a debit's charge.
 func debits(op *limiter.Op) bool { return op.Debit && op.Cost > 0 && !op.Refund }
 
-// debitOps returns the debit charges of ops, nil if none.
 func debitOps(ops []limiter.Op) []limiter.Op {
 	var out []limiter.Op
 	for i := range ops {
@@ -179,8 +176,8 @@ func (m *Memory) visit(ops []limiter.Op, now int64, counter func(s *memShard, k,
 	}
 }
 
-// checkAtomicOps is checkOps plus one Now for all ops, and known vetoes.
-func checkAtomicOps(ops []limiter.Op, results []limiter.Result) error {
+// checkTakeAllOps is checkOps plus one Now for all ops, and known vetoes.
+func checkTakeAllOps(ops []limiter.Op, results []limiter.Result) error {
 	if err := checkOps(ops, results); err != nil {
 		return err
 	}
@@ -189,7 +186,7 @@ func checkAtomicOps(ops []limiter.Op, results []limiter.Result) error {
 			return fmt.Errorf("%w: op %d: now %d differs from op 0's %d; an all-or-nothing call has one time",
 				ErrInvalidOp, i, ops[i].Now, ops[0].Now)
 		}
-		if ops[i].Veto > limiter.VetoGroup {
+		if ops[i].Veto > limiter.VetoQuota {
 			return fmt.Errorf("%w: op %d: unknown veto %d", ErrInvalidOp, i, ops[i].Veto)
 		}
 	}

@@ -10,14 +10,14 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 )
 
-const groupRules = "domain: plan\ndescriptors:\n  - key: account\n" +
+const jointRules = "domain: plan\ndescriptors:\n  - key: account\n" +
 	"    rate_limits: [{unit: second, requests_per_unit: 10}, {name: daily, unit: day, requests_per_unit: 1000}]\n"
 
-// TestGroupListings: /v1/usage shows each limit of a rule with several,
+// TestJointListings: /v1/usage shows each limit of a rule with several,
 // the one that decides on top; /v1/rules and /rlconfig have a line for
 // each, by its Label.
-func TestGroupListings(t *testing.T) {
-	s, _ := testServer(t, map[string]string{"plan.yaml": groupRules})
+func TestJointListings(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"plan.yaml": jointRules})
 	for range 3 {
 		s.decide(t, "plan", "account", "a")
 	}

@@ -31,10 +31,10 @@ descriptors:
 	}
 	d := r.Set.Domain("api")
 	l := descriptors.Match(d, []descriptors.Entry{{Key: "account", Value: "a"}})
-	if l == nil || len(l.Group) != 3 {
-		t.Fatalf("Match = %+v, want a group of 3", l)
+	if l == nil || len(l.Joint) != 3 {
+		t.Fatalf("Match = %+v, want a joint of 3", l)
 	}
-	g := l.Group
+	g := l.Joint
 	if g[0].Unit != descriptors.Second || g[0].RequestsPerUnit != 10 || g[0].Label() != "api.account#0" {
 		t.Errorf("limit 0: %s", g[0])
 	}
@@ -49,7 +49,7 @@ descriptors:
 			t.Errorf("limit %d: quota mode %v, replacing %v", i, m.QuotaMode, m.Replacing())
 		}
 	}
-	if one := descriptors.Match(d, []descriptors.Entry{{Key: "single", Value: "x"}}); one == nil || one.Group != nil || one.RequestsPerUnit != 3 {
+	if one := descriptors.Match(d, []descriptors.Entry{{Key: "single", Value: "x"}}); one == nil || one.Joint != nil || one.RequestsPerUnit != 3 {
 		t.Errorf("a list of one: %+v", one)
 	}
 	if n := len(r.Set.Limits()); n != 4 {
