@@ -95,9 +95,10 @@ type Client struct {
 
 	// carry and carryAllowed are the requests, and the allowed ones, of
 	// reports too close to measure yet; heldAt is Assigned at the last
-	// measured report.
+	// report that was measured or subscribed (heldSet once there is one).
 	carry, carryAllowed uint64
 	heldAt              float64
+	heldSet             bool
 }
 
 // Observe takes a report of n requests, all taken as allowed (Report).
@@ -119,8 +120,8 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 		if elapsed >= time.Second {
 			s := elapsed.Seconds()
 			c.sample(c.earned(float64(allowed)/s, float64(denied)/s, cfg), elapsed, cfg)
-			c.heldAt = c.Assigned
 		}
+		c.heldAt, c.heldSet = c.Assigned, true
 		return
 	}
 	c.carry += n
@@ -134,16 +135,17 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 	a := float64(c.carryAllowed) / s
 	c.sample(c.earned(a, float64(c.carry)/s-a, cfg), interval, cfg)
 	c.carry, c.carryAllowed = 0, 0
-	c.heldAt = c.Assigned
+	c.heldAt, c.heldSet = c.Assigned, true
 }
 
 // earned is the demand rates of allowed and denied requests support: all
 // of it, unless the client was denied requests while it used less than
 // cfg.Earn of what it held (the least of Assigned now and at the last
-// report); then what it used and cfg.Probe of what it held.
+// report, its subscription included: a raise since does not count
+// against it); then what it used and cfg.Probe of what it held.
 func (c *Client) earned(allowed, denied float64, cfg *Config) float64 {
 	held := c.Assigned
-	if c.heldAt > 0 {
+	if c.heldSet {
 		held = min(held, c.heldAt)
 	}
 	if denied <= 0 || held <= 0 || allowed >= cfg.Earn*held {

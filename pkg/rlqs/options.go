@@ -161,7 +161,9 @@ type Options struct {
 	// items; a larger one is sent as several (default 1s).
 	StoreTimeout time.Duration
 	// Refresh is when other replicas' demand is read again (default
-	// ReportPeriod).
+	// three quarters of ReportPeriod: an Envoy's report comes a period
+	// after the one before, give or take its timer's and the network's
+	// jitter, and each must find the read due).
 	Refresh time.Duration
 	// SilenceCheck is how often, on the wall clock, an open stream checks
 	// on Now's clock whether it went silent (default Division.Stale; a
@@ -250,7 +252,7 @@ func (o *Options) fill() error {
 		o.StoreTimeout = time.Second
 	}
 	if o.Refresh <= 0 {
-		o.Refresh = o.ReportPeriod
+		o.Refresh = o.ReportPeriod * 3 / 4
 	}
 	o.MaxBucketsPerStream = orDefault(o.MaxBucketsPerStream, DefaultMaxBucketsPerStream)
 	o.MaxBuckets = orDefault(o.MaxBuckets, DefaultMaxBuckets)

@@ -59,17 +59,18 @@ type Config struct {
 
 // Replace is how Envoy starts a token bucket that replaces another
 // (createTokenBucketFromAction; docs/rlqs.md, "The replaced bucket's
-// start"): both readings of its source.
+// start").
 type Replace uint8
 
 const (
-	// ReplaceFullOrEmpty passes max_tokens * remaining / old max_tokens,
-	// truncated, as the bool init_fill of every AtomicTokenBucketImpl
-	// read: full, or empty when that is 0. The default.
-	ReplaceFullOrEmpty Replace = iota
-	// ReplacePartial starts it at that count, as envoyproxy/envoy#37624
-	// describes.
-	ReplacePartial
+	// ReplacePartial starts it at max_tokens * remaining / old max_tokens,
+	// truncated, as envoyproxy/envoy#37624 describes and Envoy 1.40.0
+	// does (e2e TestEnvoyRLQSFacts measures it). The default.
+	ReplacePartial Replace = iota
+	// ReplaceFullOrEmpty reads that count as a bool init_fill, as some
+	// AtomicTokenBucketImpl sources declare it: full, or empty when it is
+	// 0. Kept for the bound tests, which hold under both readings.
+	ReplaceFullOrEmpty
 )
 
 // Envoy is one of the filter's global clients, safe for concurrent use.
