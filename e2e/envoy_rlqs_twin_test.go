@@ -242,13 +242,13 @@ func (r *realTwin) killReplica(i int) { _ = r.reps[i].cmd.Process.Kill() }
 // ---- the simulator, the service in process, on a manual clock ----
 
 type simTwin struct {
-	t       *testing.T
-	sc      *twinScenario
-	clock   *envoysim.ManualClock
-	fleet   envoysim.Fleet
-	reps    []*simReplica
-	envoys  []*envoysim.Envoy
-	traffic []*envoysim.Traffic
+	t        *testing.T
+	sc       *twinScenario
+	clock    *envoysim.ManualClock
+	fleet    envoysim.Fleet
+	reps     []*simReplica
+	envoys   []*envoysim.Envoy
+	traffic  []*envoysim.Traffic
 	clusters []*envoysim.Priorities
 }
 
@@ -300,6 +300,9 @@ func runSim(t *testing.T, sc *twinScenario) twinResult {
 	}
 	s.fleet.Tally = tally
 	s.fleet.Idle = func() bool {
+		if mem.Notices() != 0 {
+			return false
+		}
 		for _, r := range s.reps {
 			if !r.dead && !r.svc.Idle() {
 				return false

@@ -101,6 +101,13 @@ type Client struct {
 	heldSet             bool
 }
 
+// Credit records that the client holds rate already, as an Envoy that
+// moved from another stream does: what it is assigned, and what it held
+// at its last report (Report's earned demand).
+func (c *Client) Credit(rate float64) {
+	c.Assigned, c.heldAt, c.heldSet = rate, rate, true
+}
+
 // Observe takes a report of n requests, all taken as allowed (Report).
 func (c *Client) Observe(n uint64, elapsed time.Duration, now time.Time, cfg *Config) {
 	c.Report(n, 0, elapsed, now, cfg)

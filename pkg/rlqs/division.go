@@ -3,6 +3,7 @@ package rlqs
 import (
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,8 @@ type division struct {
 	q       *quota.Bucket
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
+	// wantedAt is the last notice of a rate wanted here (Notifier).
+	wantedAt time.Time
 	// dirty says the inputs changed since the last division (in mode), so
 	// that the targets are computed again; a new division is dirty.
 	dirty bool
@@ -36,8 +39,9 @@ type division struct {
 
 // leftHeld is a rate held by the Envoy of a client that left, until.
 type leftHeld struct {
-	rate  float64
-	until time.Time
+	client string
+	rate   float64
+	until  time.Time
 }
 
 // acquire returns the division of key, adding a reference.
@@ -86,7 +90,7 @@ func (dv *division) leave(b *envoyBucket, now, until time.Time) float64 {
 		held = c.Assigned
 	}
 	if held > 0 && until.After(now) {
-		dv.left = append(dv.left, leftHeld{rate: held, until: until})
+		dv.left = append(dv.left, leftHeld{client: b.client, rate: held, until: until})
 	}
 	dv.q.Leave(b.client)
 	delete(dv.buckets, b.client)
@@ -148,6 +152,18 @@ func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 		return false
 	}
 	dv.readAt = now
+	return true
+}
+
+// claimWanted reports whether a notice of a rate wanted is due, at most
+// every gap, and claims it.
+func (dv *division) claimWanted(now time.Time, gap time.Duration) bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if !dv.wantedAt.IsZero() && now.Sub(dv.wantedAt) < gap {
+		return false
+	}
+	dv.wantedAt = now
 	return true
 }
 
@@ -241,43 +257,77 @@ func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
 }
 
 // moved records that b's Envoy came from another stream, having admitted
-// allowed there over elapsed (truncated to whole seconds): it holds that
-// rate (up to the limit) already, or the share of another replica's
-// client that the truncation or a share just above its demand explains
-// (its old value, which its token bucket keeps), counted twice in the
-// ledger until its client adopts it from its old stream's value
-// (quota.Item.Adopt), or that value expires. It adopts from this
-// replica's clients gone at once.
+// allowed there over elapsed (truncated to whole seconds), if a client of
+// its bucket held a rate there that can be its: this replica's client
+// that left, or another replica's as last read (live, or left), of the
+// same bucket id (and the same identity, under one), holding at least
+// what it admitted. It holds that rate then (nearest what it admitted,
+// up to the 5% that settling ignores above it, and the limit): its old
+// value, so that its token bucket is kept. It is counted twice in the
+// ledger until its client adopts the old value (quota.Item.Adopt) or the
+// value expires; it adopts from this replica's clients gone at once. A
+// bucket that no one held is credited nothing: its Envoy named it late
+// because its subscription was lost (the stream was down) or refused, and
+// decided it by no_assignment_behavior meanwhile (docs/rlqs.md, "An
+// Envoy that moved").
 func (dv *division) moved(b *envoyBucket, allowed uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	c := dv.q.Client(b.client)
 	secs := elapsed.Seconds()
-	rate := float64(allowed) / secs
-	rate = min(oldShare(dv.q, rate, float64(allowed)/(secs+1), rate*(1+cfg.Raise)), dv.q.Limit.Rate)
-	if c == nil || rate <= c.Assigned {
+	claim := float64(allowed) / secs
+	old, ok := dv.oldValueLocked(b.client, float64(allowed)/(secs+1), claim, now)
+	if c == nil || !ok {
 		return
 	}
-	c.Assigned = rate
+	rate := min(old, claim*(1+cfg.Raise), dv.q.Limit.Rate)
+	if rate <= c.Assigned {
+		return
+	}
+	c.Credit(rate)
 	b.adoptLeft, b.movedAt = rate, now
-	b.adoptLeft -= dv.adoptLocked(rate, now)
+	b.adoptLeft -= dv.adoptLocked(b.client, rate, now)
 	dv.holdLocked(b, c)
 	// The bucket it holds is no bigger than its share's: a bigger one
 	// could start full.
 	b.maxTokens = dv.q.Limit.BurstOf(rate)
 }
 
-// oldShare is the held rate of another replica's client, as last read,
-// nearest rate within [lo, hi]; rate if there is none.
-func oldShare(q *quota.Bucket, rate, lo, hi float64) float64 {
-	remote, _ := q.Remote()
-	best, found := rate, false
-	for _, d := range remote {
-		if d.Assigned >= lo && d.Assigned <= hi && (!found || math.Abs(d.Assigned-rate) < math.Abs(best-rate)) {
-			best, found = d.Assigned, true
+// oldValueLocked is the rate held by a client gone from this replica or
+// of another replica, of client's bucket (and identity), at least lo and
+// nearest claim; false if there is none. dv.mu is held.
+func (dv *division) oldValueLocked(client string, lo, claim float64, now time.Time) (float64, bool) {
+	best, found := 0.0, false
+	consider := func(other string, held float64) {
+		if held >= lo && held > 0 && sameBucket(client, other) &&
+			(!found || math.Abs(held-claim) < math.Abs(best-claim)) {
+			best, found = held, true
 		}
 	}
-	return best
+	for _, l := range dv.left {
+		if l.until.After(now) {
+			consider(l.client, l.rate)
+		}
+	}
+	remote, _ := dv.q.Remote()
+	for _, d := range remote {
+		consider(d.Client, d.Assigned)
+	}
+	for _, d := range dv.q.RemoteLeft() {
+		consider(d.Client, d.Assigned)
+	}
+	return best, found
+}
+
+// sameBucket reports whether two clients (clientID) are of one bucket id
+// and, if a is of an identity's group, of that identity.
+func sameBucket(a, b string) bool {
+	digest := func(c string) string { return c[strings.LastIndexByte(c, '-')+1:] }
+	if digest(a) != digest(b) {
+		return false
+	}
+	ga := quota.GroupOf(a)
+	return !strings.HasPrefix(ga, "i") || ga == quota.GroupOf(b)
 }
 
 // holdLocked holds b's client out of the division while it has some to
@@ -288,13 +338,13 @@ func (dv *division) holdLocked(b *envoyBucket, c *quota.Client) {
 	}
 }
 
-// adoptLocked takes up to rate from the rates held by clients gone and
-// returns what it took; dv.mu is held.
-func (dv *division) adoptLocked(rate float64, now time.Time) float64 {
+// adoptLocked takes up to rate from the rates held by client's bucket's
+// clients gone and returns what it took; dv.mu is held.
+func (dv *division) adoptLocked(client string, rate float64, now time.Time) float64 {
 	took := 0.0
 	for i := range dv.left {
 		l := &dv.left[i]
-		if !l.until.After(now) || took >= rate {
+		if !l.until.After(now) || took >= rate || !sameBucket(client, l.client) {
 			continue
 		}
 		t := min(l.rate, rate-took)

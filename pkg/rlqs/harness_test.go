@@ -153,7 +153,11 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
 	c.fleet.Tally = c.tally
+	mem, _ := shared.(*demand.Memory)
 	c.fleet.Idle = func() bool {
+		if mem != nil && mem.Notices() != 0 {
+			return false
+		}
 		for _, r := range c.replicas {
 			if !r.dead && !r.svc.Idle() {
 				return false

@@ -36,11 +36,14 @@ type DemandStore interface {
 // "A replica lost").
 const DefaultTTLPeriods = 6
 
-// Notifier is a DemandStore that carries word of rates freed: a replica
-// that lowered what its clients hold in a bucket shared with other
-// replicas tells them, so that they grant it at once rather than at their
-// next read (demand.Redis and demand.Memory implement it). Notify may
-// lose words; Watch calls f, from one goroutine, until ctx ends.
+// Notifier is a DemandStore that carries word between replicas that share
+// a bucket: of rates freed (a replica that lowered what its clients hold
+// tells the others, so that they grant it at once rather than at their
+// next read) and of rates wanted (a replica whose client's share is held
+// by others' clients tells them, so that they read its demand and cut
+// theirs at once). demand.Redis and demand.Memory implement it. A key
+// may carry a mark of the service's; Notify may lose words; Watch calls
+// f, from one goroutine, until ctx ends.
 type Notifier interface {
 	Notify(ctx context.Context, from string, keys []string) error
 	Watch(ctx context.Context, f func(from, key string)) error

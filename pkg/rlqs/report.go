@@ -30,6 +30,16 @@ type report struct {
 	blanket kind
 	failed  bool
 	refused [3]int // new buckets refused, by refusal
+	// moved are the new buckets named with a time_elapsed: their Envoy
+	// may have held them on another stream (division.moved).
+	moved []movedClaim
+}
+
+// movedClaim is a new bucket's first usage, named with a time_elapsed.
+type movedClaim struct {
+	b       *envoyBucket
+	allowed uint64
+	elapsed time.Duration
 }
 
 // handle records a report's usages, answers its subscriptions of blanket
@@ -62,6 +72,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	st.abandonIdle(r)
 	st.dropUnnamed(r)
+	s.credit(ctx, r)
 	s.exchange(ctx, r)
 	if r.failed {
 		span.SetStatus(codes.Error, "demand store failed")
@@ -90,7 +101,11 @@ func (st *stream) answerEarly(r *report) bool {
 	return len(r.early) > 0
 }
 
-// settleReport settles the divisions the report named.
+// settleReport settles the divisions the report named. Where the store
+// granted a raise short of its target, the replicas whose clients hold
+// the rest are told the rate is wanted, so that they read this one's
+// demand and cut theirs at once rather than at their next report (at
+// most once a quarter period for each division).
 func (st *stream) settleReport(ctx context.Context, r *report) {
 	var dvs divisions
 	for _, b := range r.all {
@@ -98,7 +113,14 @@ func (st *stream) settleReport(ctx context.Context, r *report) {
 			dvs.add(b.div)
 		}
 	}
-	st.svc.settle(ctx, dvs.list, r.modes, st)
+	s := st.svc
+	var wanted []string
+	for _, dv := range s.settle(ctx, dvs.list, r.modes, st) {
+		if dv.shared() && dv.claimWanted(r.now, s.opts.ReportPeriod/4) {
+			wanted = append(wanted, wantedMark+dv.key)
+		}
+	}
+	s.notify(wanted)
 }
 
 // bind binds the stream to the domain of its first report.
@@ -145,9 +167,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		b.lastActive = r.now
 	}
 	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
-		// An Envoy that moved from another stream: it holds what it was
-		// assigned there, which it may adopt (quota.Item.Adopt).
-		b.div.moved(b, u.GetNumRequestsAllowed(), elapsed, r.now, &st.svc.opts.Division)
+		r.moved = append(r.moved, movedClaim{b: b, allowed: u.GetNumRequestsAllowed(), elapsed: elapsed})
 	}
 	if b.div != nil {
 		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
@@ -217,6 +237,43 @@ func (st *stream) dropUnnamed(r *report) {
 		}
 		st.abandon(b)
 		s.obs.Abandoned(s.label(st.domain))
+	}
+}
+
+// credit credits the report's new buckets that an Envoy held on another
+// stream with what they held there (division.moved), after reading their
+// divisions afresh: the old stream's value, on another replica, is what
+// says that it was assigned. Without a demand store only this replica's
+// streams that ended can have held it.
+func (s *Service) credit(ctx context.Context, r *report) {
+	if len(r.moved) == 0 {
+		return
+	}
+	if s.opts.Store != nil {
+		var dvs divisions
+		for _, m := range r.moved {
+			if m.b.div != nil {
+				dvs.add(m.b.div)
+			}
+		}
+		items := make([]quota.Item, len(dvs.list))
+		for i, dv := range dvs.list {
+			dv.claimRead(r.now, 0)
+			items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+		}
+		got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
+		if err != nil {
+			s.noteStoreFailed(err)
+		} else {
+			for i, dv := range dvs.list {
+				dv.setRemote(s.opts.Replica, got[i], r.now)
+			}
+		}
+	}
+	for _, m := range r.moved {
+		if m.b.div != nil {
+			m.b.div.moved(m.b, m.allowed, m.elapsed, r.now, &s.opts.Division)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -451,25 +452,35 @@ func (s *Service) watch() {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.unwatch = cancel
 		s.watchers.Go(func() {
-			if err := n.Watch(ctx, s.freed); err != nil {
-				s.log.Debug("watching freed rates stopped", zap.Error(err))
+			if err := n.Watch(ctx, s.heard); err != nil {
+				s.log.Debug("watching other replicas' notices stopped", zap.Error(err))
 			}
 		})
 	})
 }
 
-// freed is told that another replica freed rates in a bucket: a division
-// with a local client that wants more reads the bucket again and settles.
-func (s *Service) freed(from, key string) {
+// wantedMark starts the keys of notices of rates wanted (Notifier); a
+// key without it is of rates freed.
+const wantedMark = "\x01"
+
+// heard is told that another replica freed rates in a bucket, or wants
+// some for a client of its: a division with a local client that wants
+// more (freed), or any local division of the bucket (wanted), reads the
+// bucket again and settles; the settle cuts what the others' demand asks
+// and tells them what it freed.
+func (s *Service) heard(from, key string) {
 	if from == s.opts.Replica {
 		return
 	}
+	key, wanted := strings.CutPrefix(key, wantedMark)
 	s.mu.Lock()
 	dv := s.divisions[key]
 	s.mu.Unlock()
-	if dv == nil || !dv.wants() {
+	if dv == nil || !wanted && !dv.wants() {
 		return
 	}
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
@@ -483,7 +494,7 @@ func (s *Service) freed(from, key string) {
 }
 
 // notify tells the other replicas serving the divisions of keys that
-// rates were freed there.
+// rates were freed there (or, keys marked wantedMark, are wanted).
 func (s *Service) notify(keys []string) {
 	n, ok := s.opts.Store.(Notifier)
 	if !ok || len(keys) == 0 {
@@ -492,6 +503,6 @@ func (s *Service) notify(keys []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	if err := n.Notify(ctx, s.opts.Replica, keys); err != nil {
-		s.log.Debug("notifying freed rates failed", zap.Error(err))
+		s.log.Debug("notifying the other replicas failed", zap.Error(err))
 	}
 }

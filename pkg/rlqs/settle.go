@@ -20,6 +20,9 @@ type settlement struct {
 	kinds   []itemKind
 	cuts    []held
 	granted []held
+	// short says the store granted a raise less than was asked: other
+	// replicas' clients hold the rest.
+	short bool
 }
 
 // itemKind is what an item of a settlement asks of the store.
@@ -36,10 +39,12 @@ const (
 // from what no Envoy may hold, a cut counting at its old rate until it
 // has been sent; with a demand store, the store grants it against every
 // replica's ledger. modes gives each division's mode (nil: the last);
-// from is the stream whose report asked, whose actions are no pushes.
-func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from *stream) {
+// from is the stream whose report asked, whose actions are no pushes. It
+// returns the divisions where the store granted a raise short of what was
+// asked.
+func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from *stream) (short []*division) {
 	if p := s.opts.OnStoreError; s.storeDown.Load() && (p == StoreAllow || p == StoreDeny) {
-		return // blanket rules answer every report meanwhile
+		return nil // blanket rules answer every report meanwhile
 	}
 	s.inHand.Add(1)
 	defer s.inHand.Add(-1)
@@ -64,12 +69,16 @@ func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*divisi
 			for _, h := range p.granted {
 				s.queueHeld(h, from)
 			}
+			if p.short && !slices.Contains(short, p.dv) {
+				short = append(short, p.dv)
+			}
 			if p.dv.done() || slices.Contains(adopted, p.dv) {
 				again = append(again, p.dv)
 			}
 		}
 		dvs, modes = again, nil
 	}
+	return short
 }
 
 // plan takes a division's settle on: nil if another goroutine runs one,
@@ -268,7 +277,9 @@ func (p *settlement) apply(got [][]quota.Demand) bool {
 		b.adoptLeft = max(0, b.adoptLeft-got[j][0].Adopted)
 		dv.holdLocked(b, c)
 		adopted = adopted || got[j][0].Adopted > 0
-		if g := got[j][0].Assigned; p.kinds[j] == ask && g > c.Assigned && !b.cutting {
+		g := got[j][0].Assigned
+		p.short = p.short || p.kinds[j] == ask && g < it.Demand.Assigned
+		if p.kinds[j] == ask && g > c.Assigned && !b.cutting {
 			c.Assigned = g
 			p.granted = append(p.granted, dv.heldLocked(b))
 		}
