@@ -20,6 +20,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -298,6 +299,17 @@ func runSim(t *testing.T, sc *twinScenario) twinResult {
 			_ = svc.Close(ctx)
 		})
 	}
+	// Each replica watches for the others' notices from its first
+	// stream on: open one now, so that no notice of the run is lost to a
+	// watch not yet listening.
+	for _, r := range s.reps {
+		st, err := r.dial(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.CloseSend()
+	}
+	wait.For(t, 10*time.Second, func() bool { return mem.Watchers() == len(s.reps) })
 	s.fleet.Tally = tally
 	s.fleet.Idle = func() bool {
 		if mem.Notices() != 0 {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -130,6 +131,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	if shared == nil {
 		shared = demand.NewMemory(c.clock.Now)
 	}
+	mem, _ := shared.(*demand.Memory)
 	if co.wrap != nil {
 		shared = co.wrap(shared)
 	}
@@ -138,6 +140,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		set := testRules(t)
 		rules = func() *descriptors.Set { return set }
 	}
+	warm := mem != nil // whether to start the replicas' watches now
 	for i := range co.replicas {
 		opts := rlqs.Options{
 			Rules:        rules,
@@ -150,10 +153,24 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		if co.opts != nil {
 			co.opts(&opts)
 		}
+		// A test of identities counts the streams it names.
+		warm = warm && opts.Identity == nil && !opts.RequireIdentity
 		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
 	}
 	c.fleet.Tally = c.tally
-	mem, _ := shared.(*demand.Memory)
+	if warm {
+		// Each replica watches for the others' notices from its first
+		// stream on: open one now, so that none of the run's is lost to a
+		// watch not yet listening.
+		for _, r := range c.replicas {
+			st, err := r.sw.Dial(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = st.CloseSend()
+		}
+		wait.For(t, 10*time.Second, func() bool { return mem.Watchers() == len(c.replicas) })
+	}
 	c.fleet.Idle = func() bool {
 		if mem != nil && mem.Notices() != 0 {
 			return false

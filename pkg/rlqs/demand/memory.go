@@ -228,6 +228,13 @@ func (m *Memory) Watch(ctx context.Context, f func(from, key string)) error {
 	}
 }
 
+// Watchers is the number of Watch calls listening.
+func (m *Memory) Watchers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.watchers)
+}
+
 // Notices is the number of notices sent and not yet handled by a watcher:
 // a test that steps a clock waits for none before the next step.
 func (m *Memory) Notices() int64 { return m.notices.Load() }
