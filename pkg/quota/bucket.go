@@ -140,9 +140,51 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 	c.LastReport = now
 	s := interval.Seconds()
 	a := float64(c.carryAllowed) / s
-	c.sample(c.earned(a, float64(c.carry)/s-a, cfg), interval, cfg)
+	rate := c.earned(a, float64(c.carry)/s-a, cfg)
+	if x, ok := c.stepped(a, float64(c.carry)/s-a); ok && x < rate {
+		rate = x
+	}
+	c.sample(rate, interval, cfg)
 	c.carry, c.carryAllowed = 0, 0
 	c.heldAt, c.heldSet = c.Assigned, true
+}
+
+// held is what the client held over its last report interval: the least
+// of Assigned now and at the report before.
+func (c *Client) held() float64 {
+	if c.heldSet {
+		return min(c.Assigned, c.heldAt)
+	}
+	return c.Assigned
+}
+
+// Bounds of a report that stepped's reading fits: the client left at
+// least stepUnused of what it held unused, and was denied for no more
+// than stepMost of the interval.
+const (
+	stepUnused = 0.05
+	stepMost   = 0.95
+)
+
+// stepped reads a report of allowed and denied rates over an interval as
+// one step down of the client's demand, from the demand it had to a rate
+// under what it held, and returns the rate it stepped to. A client whose
+// demand D was above what it held, H, is denied D - H a second while D
+// lasts, and none after a step down to x < H: over the interval, a step at
+// fraction f of it gives denied = (D - H)·f and allowed = H·f + x·(1 - f),
+// so the two counts fix f and x (docs/rlqs.md, "A shift between two
+// reports"). It applies only to such a client that was denied in part of
+// the interval and left part of what it held unused.
+func (c *Client) stepped(allowed, denied float64) (float64, bool) {
+	h := c.held()
+	if !c.Known || !(c.Demand > h) || h <= 0 || denied <= 0 || allowed >= (1-stepUnused)*h {
+		return 0, false
+	}
+	f := denied / (c.Demand - h)
+	if f >= stepMost {
+		return 0, false
+	}
+	return max(0, (allowed-h*f)/(1-f)), true
 }
 
 // earned is the demand rates of allowed and denied requests support: all
@@ -151,10 +193,7 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 // report, its subscription included: a raise since does not count
 // against it); then what it used and cfg.Probe of what it held.
 func (c *Client) earned(allowed, denied float64, cfg *Config) float64 {
-	held := c.Assigned
-	if c.heldSet {
-		held = min(held, c.heldAt)
-	}
+	held := c.held()
 	if denied <= 0 || held <= 0 || allowed >= cfg.Earn*held {
 		return allowed + denied
 	}
