@@ -19,12 +19,14 @@ func (e *Envoy) Step() {
 	for {
 		select {
 		case m := <-e.inbox:
-			e.handle(m, now)
+			e.receive(m, now)
 			continue
 		default:
 		}
 		break
 	}
+	e.applyDue(now)
+	e.created(now)
 	e.expire(now)
 	if e.started && !now.Before(e.nextReport) {
 		e.tick(now)
@@ -59,9 +61,10 @@ func (e *Envoy) drain() int {
 	for {
 		select {
 		case m := <-e.inbox:
-			e.handle(m, e.clock.Now())
+			e.receive(m, e.clock.Now())
 			n++
 		default:
+			e.applyDue(e.clock.Now())
 			return n
 		}
 	}
@@ -82,7 +85,8 @@ func (e *Envoy) Await(timeout time.Duration) bool {
 	select {
 	case m := <-e.inbox:
 		e.mu.Lock()
-		e.handle(m, e.clock.Now())
+		e.receive(m, e.clock.Now())
+		e.applyDue(e.clock.Now())
 		e.mu.Unlock()
 		return true
 	case <-t.C:
@@ -118,6 +122,33 @@ func answerable(r *rlqspb.RateLimitQuotaUsageReports) bool {
 	return false
 }
 
+// receive takes one message of a stream as it arrives: a frame for the
+// keepalive, an answer the fleet no longer waits for; it is applied
+// Latency later (applyDue).
+func (e *Envoy) receive(m message, now time.Time) {
+	switch {
+	case m.gen != e.streamGen || e.stream == nil:
+	case m.err != nil:
+		e.expect = 0 // nothing more will be answered on it
+	default:
+		e.ka.frame(now)
+		if e.expect > 0 {
+			e.expect--
+		}
+	}
+	e.delayed = append(e.delayed, delayed{due: now.Add(e.cfg.Latency), m: m})
+}
+
+// applyDue applies the messages received Latency ago, in order.
+func (e *Envoy) applyDue(now time.Time) {
+	n := 0
+	for n < len(e.delayed) && !now.Before(e.delayed[n].due) {
+		e.handle(e.delayed[n].m, now)
+		n++
+	}
+	e.delayed = append(e.delayed[:0], e.delayed[n:]...)
+}
+
 // handle applies one message of a stream.
 func (e *Envoy) handle(m message, now time.Time) {
 	if m.gen != e.streamGen || e.stream == nil {
@@ -130,10 +161,6 @@ func (e *Envoy) handle(m message, now time.Time) {
 		e.stream = nil
 		e.expect = 0
 		return
-	}
-	e.ka.frame(now)
-	if e.expect > 0 {
-		e.expect--
 	}
 	e.apply(m.resp, now)
 }
