@@ -176,7 +176,13 @@ const (
 // reports"). It applies only to such a client that was denied in part of
 // the interval and left part of what it held unused.
 func (c *Client) stepped(allowed, denied float64) (float64, bool) {
-	h := c.held()
+	// What it held through the interval: its assignment at the last
+	// report (a cut sent since, just before this report was handled,
+	// came after the counts).
+	h := c.Assigned
+	if c.heldSet {
+		h = c.heldAt
+	}
 	if !c.Known || !(c.Demand > h) || h <= 0 || denied <= 0 || allowed >= (1-stepUnused)*h {
 		return 0, false
 	}

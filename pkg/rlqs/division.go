@@ -22,8 +22,7 @@ type division struct {
 	q       *quota.Bucket
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
-	// wantedAt is the last notice of a rate wanted here (Notifier).
-	wantedAt time.Time
+
 	// dirty says the inputs changed since the last division (in mode), so
 	// that the targets are computed again; a new division is dirty.
 	dirty bool
@@ -155,15 +154,23 @@ func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 	return true
 }
 
-// claimWanted reports whether a notice of a rate wanted is due, at most
-// every gap, and claims it.
-func (dv *division) claimWanted(now time.Time, gap time.Duration) bool {
+// unread makes the next report's exchange read the other replicas'
+// demand again.
+func (dv *division) unread() {
+	dv.mu.Lock()
+	dv.readAt = time.Time{}
+	dv.mu.Unlock()
+}
+
+// claimWanted reports whether a notice that b's client wants a rate
+// others hold is due (at most every gap for each client), and claims it.
+func (dv *division) claimWanted(b *envoyBucket, now time.Time, gap time.Duration) bool {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
-	if !dv.wantedAt.IsZero() && now.Sub(dv.wantedAt) < gap {
+	if dv.buckets[b.client] != b || !b.wantedAt.IsZero() && now.Sub(b.wantedAt) < gap {
 		return false
 	}
-	dv.wantedAt = now
+	b.wantedAt = now
 	return true
 }
 
@@ -180,7 +187,9 @@ func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
 // the latest one, a cut, lowers what it holds (and, with a store, leaves
 // the store's higher until published); an older one changes nothing, the
 // ledger counting the larger of what it and the later ones assign. It
-// reports whether that freed a rate for others.
+// reports whether the division is to settle again: the cut freed a rate
+// for others, or b's target rose while its cut was on its way (a raise
+// is not granted meanwhile).
 func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) bool {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
@@ -188,9 +197,10 @@ func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) b
 	if c == nil || dv.buckets[b.client] != b || seq != b.seq {
 		return false
 	}
+	wasCutting := b.cutting
 	b.cutting = false
 	if rate >= c.Assigned {
-		return false
+		return wasCutting && b.target > c.Assigned
 	}
 	c.Assigned = rate
 	b.unpublished = b.unpublished || store
@@ -273,21 +283,22 @@ func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
 func (dv *division) moved(b *envoyBucket, allowed uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
+	b.crediting = false
 	c := dv.q.Client(b.client)
+	if c == nil {
+		return
+	}
+	defer dv.holdLocked(b, c) // out of the division while it adopts, else in
 	secs := elapsed.Seconds()
 	claim := float64(allowed) / secs
 	old, ok := dv.oldValueLocked(b.client, float64(allowed)/(secs+1), claim, now)
-	if c == nil || !ok {
-		return
-	}
 	rate := min(old, claim*(1+cfg.Raise), dv.q.Limit.Rate)
-	if rate <= c.Assigned {
+	if !ok || rate <= c.Assigned {
 		return
 	}
 	c.Credit(rate)
 	b.adoptLeft, b.movedAt = rate, now
 	b.adoptLeft -= dv.adoptLocked(b.client, rate, now)
-	dv.holdLocked(b, c)
 	// The bucket it holds is no bigger than its share's: a bigger one
 	// could start full.
 	b.maxTokens = dv.q.Limit.BurstOf(rate)
@@ -328,6 +339,28 @@ func sameBucket(a, b string) bool {
 	}
 	ga := quota.GroupOf(a)
 	return !strings.HasPrefix(ga, "i") || ga == quota.GroupOf(b)
+}
+
+// holdOut holds b's client out of the division until moved decides.
+func (dv *division) holdOut(b *envoyBucket) {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	b.crediting = true
+	if c := dv.q.Client(b.client); c != nil && !c.Hold {
+		c.Hold, dv.dirty = true, true
+	}
+}
+
+// releaseHolds lets back into the division the clients that adopted all
+// they had to (its view of the others read since).
+func (dv *division) releaseHolds() {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	for _, b := range dv.buckets {
+		if c := dv.q.Client(b.client); c != nil && c.Hold && b.adoptLeft <= 0 && !b.crediting {
+			dv.holdLocked(b, c)
+		}
+	}
 }
 
 // holdLocked holds b's client out of the division while it has some to

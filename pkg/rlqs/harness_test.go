@@ -106,6 +106,7 @@ type cluster struct {
 	envoys   []*envoysim.Envoy
 	period   time.Duration
 	tally    *envoysim.Tally // the servers' pushes in flight
+	clusters []envoyCluster  // each Envoy's
 }
 
 type clusterOptions struct {
@@ -208,17 +209,42 @@ func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
 	if cfg.ReportPeriod == 0 {
 		cfg.ReportPeriod = c.period
 	}
+	// Its RLQS cluster: the replicas in priority order from first,
+	// health-checked as the example's are (every second, two failures).
+	order := make([]int, len(c.replicas))
 	dialers := make([]envoysim.Dialer, len(c.replicas))
-	for i, r := range c.replicas {
-		dialers[i] = r.sw.Dial
+	for i := range c.replicas {
+		order[i] = (first + i) % len(c.replicas)
+		dialers[i] = c.replicas[order[i]].sw.Dial
 	}
-	e, err := envoysim.New(cfg, c.clock, envoysim.Failover(first, dialers...))
+	p := envoysim.NewPriorities(c.clock, envoysim.HealthCheck{Interval: time.Second, Unhealthy: 2, Healthy: 1}, dialers...)
+	e, err := envoysim.New(cfg, c.clock, p.Dial)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.fleet.Add(e)
 	c.envoys = append(c.envoys, e)
+	c.clusters = append(c.clusters, envoyCluster{p, order})
 	return e
+}
+
+// envoyCluster is an Envoy's RLQS cluster, and the replica of each of its
+// priorities.
+type envoyCluster struct {
+	p     *envoysim.Priorities
+	order []int
+}
+
+// down tells every Envoy's cluster that replica i is down: its health
+// checks find it so two seconds on.
+func (c *cluster) down(i int) {
+	for _, ec := range c.clusters {
+		for k, r := range ec.order {
+			if r == i {
+				ec.p.SetDown(k, true)
+			}
+		}
+	}
 }
 
 // run advances the fleet by d.
@@ -232,6 +258,7 @@ func (c *cluster) kill(i int) {
 	r.gs.Stop()
 	_ = r.cc.Close()
 	r.dead = true
+	c.down(i)
 }
 
 // blackHole makes a replica lost without a reset: cut off from the
@@ -240,6 +267,7 @@ func (c *cluster) blackHole(i int) {
 	r := c.replicas[i]
 	r.store.down.Store(true)
 	r.sw.BlackHole()
+	c.down(i)
 }
 
 func (c *cluster) stop() {

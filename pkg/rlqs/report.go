@@ -101,11 +101,7 @@ func (st *stream) answerEarly(r *report) bool {
 	return len(r.early) > 0
 }
 
-// settleReport settles the divisions the report named. Where the store
-// granted a raise short of its target, the replicas whose clients hold
-// the rest are told the rate is wanted, so that they read this one's
-// demand and cut theirs at once rather than at their next report (at
-// most once a quarter period for each division).
+// settleReport settles the divisions the report named.
 func (st *stream) settleReport(ctx context.Context, r *report) {
 	var dvs divisions
 	for _, b := range r.all {
@@ -113,14 +109,7 @@ func (st *stream) settleReport(ctx context.Context, r *report) {
 			dvs.add(b.div)
 		}
 	}
-	s := st.svc
-	var wanted []string
-	for _, dv := range s.settle(ctx, dvs.list, r.modes, st) {
-		if dv.shared() && dv.claimWanted(r.now, s.opts.ReportPeriod/4) {
-			wanted = append(wanted, wantedMark+dv.key)
-		}
-	}
-	s.notify(wanted)
+	st.svc.settle(ctx, dvs.list, r.modes, st)
 }
 
 // bind binds the stream to the domain of its first report.
@@ -167,6 +156,9 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		b.lastActive = r.now
 	}
 	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
+		// Held out of its division until credit decides whether it
+		// moved: a settle meanwhile would count it beside its old value.
+		b.div.holdOut(b)
 		r.moved = append(r.moved, movedClaim{b: b, allowed: u.GetNumRequestsAllowed(), elapsed: elapsed})
 	}
 	if b.div != nil {

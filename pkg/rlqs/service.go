@@ -476,7 +476,14 @@ func (s *Service) heard(from, key string) {
 	s.mu.Lock()
 	dv := s.divisions[key]
 	s.mu.Unlock()
-	if dv == nil || !wanted && !dv.wants() {
+	if dv == nil {
+		return
+	}
+	if !wanted && !dv.wants() {
+		// None of its clients wants more now, but the next report may:
+		// it reads the bucket again rather than divide by what it last
+		// read.
+		dv.unread()
 		return
 	}
 	s.inHand.Add(1)
