@@ -203,19 +203,27 @@ func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.Se
 // the next that accepts one).
 func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
 	c.t.Helper()
+	order := make([]int, len(c.replicas))
+	for i := range c.replicas {
+		order[i] = (first + i) % len(c.replicas)
+	}
+	return c.envoyOn(order, cfg)
+}
+
+// envoyOn adds a simulated Envoy whose RLQS cluster holds the replicas
+// of order, in that priority, health-checked as the example's are (every
+// second, down after two failures).
+func (c *cluster) envoyOn(order []int, cfg envoysim.Config) *envoysim.Envoy {
+	c.t.Helper()
 	if cfg.Domain == "" {
 		cfg.Domain = "d"
 	}
 	if cfg.ReportPeriod == 0 {
 		cfg.ReportPeriod = c.period
 	}
-	// Its RLQS cluster: the replicas in priority order from first,
-	// health-checked as the example's are (every second, two failures).
-	order := make([]int, len(c.replicas))
-	dialers := make([]envoysim.Dialer, len(c.replicas))
-	for i := range c.replicas {
-		order[i] = (first + i) % len(c.replicas)
-		dialers[i] = c.replicas[order[i]].sw.Dial
+	dialers := make([]envoysim.Dialer, len(order))
+	for i, r := range order {
+		dialers[i] = c.replicas[r].sw.Dial
 	}
 	p := envoysim.NewPriorities(c.clock, envoysim.HealthCheck{Interval: time.Second, Unhealthy: 2, Healthy: 1}, dialers...)
 	e, err := envoysim.New(cfg, c.clock, p.Dial)
@@ -235,13 +243,17 @@ type envoyCluster struct {
 	order []int
 }
 
-// down tells every Envoy's cluster that replica i is down: its health
-// checks find it so two seconds on.
-func (c *cluster) down(i int) {
+// down tells every Envoy's cluster that replica i is down (up): its
+// health checks find it so two seconds (one) on.
+func (c *cluster) down(i int) { c.setDown(i, true) }
+
+func (c *cluster) up(i int) { c.setDown(i, false) }
+
+func (c *cluster) setDown(i int, down bool) {
 	for _, ec := range c.clusters {
 		for k, r := range ec.order {
 			if r == i {
-				ec.p.SetDown(k, true)
+				ec.p.SetDown(k, down)
 			}
 		}
 	}
