@@ -309,7 +309,7 @@ func runSim(t *testing.T, sc *twinScenario) twinResult {
 	for i := range sc.replicas {
 		rep := &simReplica{}
 		svc, err := rlqs.New(rlqs.Options{Rules: func() *descriptors.Set { return set }, Store: downable{mem, rep},
-			Now: s.clock.Now, Replica: fmt.Sprintf("r%d", i), Log: zaptest.NewLogger(t), SilenceCheck: time.Millisecond})
+			Clock: s.clock, Replica: fmt.Sprintf("r%d", i), Log: zaptest.NewLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

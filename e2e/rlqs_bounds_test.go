@@ -18,6 +18,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // rlqsRSSBoundKiB is docs/operations.md's bound ("Bounds") on the RSS of
@@ -123,12 +124,11 @@ func TestRLQSBucketFlood(t *testing.T) {
 	}
 	// Every bucket named is reported held or counted refused, once the
 	// replica has handled the last report.
-	deadline := time.Now().Add(60 * time.Second)
-	for counted() < named && time.Now().Before(deadline) {
+	wait.True(60*time.Second, func() bool {
 		sample()
 		checkHeld()
-		time.Sleep(200 * time.Millisecond)
-	}
+		return counted() >= named
+	})
 	sample()
 	checkHeld()
 	stopRLS()
@@ -197,11 +197,12 @@ func TestRLQSStoreFlapsLogged(t *testing.T) {
 					}
 				}
 			}()
-			for time.Now().Before(deadline) {
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for now := time.Now(); now.Before(deadline); now = <-tick.C {
 				if stream.Send(report) != nil {
 					return
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 			_ = stream.CloseSend()
 		})

@@ -121,7 +121,7 @@ func TestRLQSExampleLimits(t *testing.T) {
 	set := loadDir(t, rlqsRules).Set
 	clock := envoysim.NewManualClock(time.Unix(1_900_000_000, 0))
 	svc, err := rlqs.New(rlqs.Options{Rules: func() *descriptors.Set { return set }, Store: demand.NewMemory(clock.Now),
-		Now: clock.Now, SilenceCheck: time.Millisecond})
+		Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

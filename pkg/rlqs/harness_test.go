@@ -146,10 +146,9 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		opts := rlqs.Options{
 			Rules:        rules,
 			Log:          zaptest.NewLogger(t),
-			Now:          c.clock.Now,
+			Clock:        c.clock,
 			Replica:      "r" + string(rune('0'+i)),
 			ReportPeriod: co.period,
-			SilenceCheck: time.Millisecond,
 		}
 		if co.opts != nil {
 			co.opts(&opts)

@@ -139,8 +139,10 @@ type Options struct {
 	// answering again); nil writes each change to Log. A flapping store
 	// wants one that rate-limits its lines.
 	StoreLog StateLog
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the service's time, and its timers (default the wall
+	// clock; with it, demand is stamped with the store's clock, one for
+	// every replica).
+	Clock Clock
 	// Replica names this replica in the store: letters, digits, '-', '_',
 	// '.', ':' (default: random). Two live replicas must not share one.
 	Replica string
@@ -168,10 +170,6 @@ type Options struct {
 	// after the one before, give or take its timer's and the network's
 	// jitter, and each must find the read due).
 	Refresh time.Duration
-	// SilenceCheck is how often, on the wall clock, an open stream checks
-	// on Now's clock whether it went silent (default Division.Stale; a
-	// test driving Now sets it short).
-	SilenceCheck time.Duration
 	// MaxReportBytes, if positive, refuses larger usage reports, ending
 	// their stream with ResourceExhausted (the gRPC server's receive
 	// limit refuses those above it before they reach the service).
@@ -203,7 +201,7 @@ type Options struct {
 	// RequireIdentity refuses streams without an identity, Unauthenticated.
 	RequireIdentity bool
 
-	storeClock bool // Now was not given: demand is stamped by the store
+	storeClock bool // Clock was not given: demand is stamped by the store
 }
 
 func (o *Options) fill() error {
@@ -219,8 +217,8 @@ func (o *Options) fill() error {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	if o.Now == nil {
-		o.Now, o.storeClock = time.Now, true
+	if o.Clock == nil {
+		o.Clock, o.storeClock = wallClock{}, true
 	}
 	if o.Replica == "" {
 		var b [6]byte
@@ -265,10 +263,27 @@ func (o *Options) fill() error {
 	}
 	o.Division.Period = o.ReportPeriod
 	o.Division = o.Division.WithDefaults()
-	if o.SilenceCheck <= 0 || o.SilenceCheck > o.Division.Stale {
-		o.SilenceCheck = o.Division.Stale
-	}
 	return nil
+}
+
+// Clock tells the service the time and wakes it when a time has passed:
+// a stream's silence ends it at the clock's Division.Stale after its last
+// report. The wall clock is the default; a test steps one of its own.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f, in a goroutine of its own, once d has passed on
+	// the clock, unless stop is called first (it reports whether it
+	// stopped the call).
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// wallClock is the real time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
 
 // orDefault is n, def for 0, or no bound (math.MaxInt) if negative.

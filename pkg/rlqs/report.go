@@ -55,7 +55,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.report")
 	defer span.End()
-	r := &report{now: s.opts.Now()}
+	r := &report{now: s.opts.Clock.Now()}
 	st.reported(r.now)
 	set := s.opts.Rules()
 	for _, u := range m.GetBucketQuotaUsages() {

@@ -93,7 +93,7 @@ func (s *Service) Idle() bool {
 	if s.inHand.Load() != 0 {
 		return false
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for st := range s.streams {
@@ -141,9 +141,20 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			}
 		}
 	}()
-	stale, check := s.opts.Division.Stale, s.opts.SilenceCheck
-	silence := time.NewTimer(check)
-	defer silence.Stop()
+	// The silence timer, on the service's clock: it fires Stale after
+	// the stream's last report, or its opening.
+	stale := s.opts.Division.Stale
+	silence := make(chan struct{}, 1)
+	arm := func(d time.Duration) func() bool {
+		return s.opts.Clock.AfterFunc(d, func() {
+			select {
+			case silence <- struct{}{}:
+			default:
+			}
+		})
+	}
+	stop := arm(stale)
+	defer func() { stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,10 +172,11 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 				cancel(err)
 				return err
 			}
-			silence.Reset(check)
-		case <-silence.C:
-			if quiet := s.opts.Now().Sub(st.silentSince()); quiet < stale {
-				silence.Reset(min(check, stale-quiet))
+			stop()
+			stop = arm(stale)
+		case <-silence:
+			if quiet := s.opts.Clock.Now().Sub(st.silentSince()); quiet < stale {
+				stop = arm(stale - quiet)
 				continue
 			}
 			cancel(errSilent)
@@ -207,7 +219,7 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
 	st.group = groupOf(identity, s.opts.Replica, st.id)
-	st.lastReport = s.opts.Now()
+	st.lastReport = s.opts.Clock.Now()
 	s.streams[st] = struct{}{}
 	s.handlers.Add(1)
 	return st, nil
@@ -231,7 +243,7 @@ func (s *Service) closeStream(st *stream, cause error) {
 		s.log.Info("RLQS stream ended: no usage report for 3 report periods",
 			zap.String("stream", st.id), zap.String("peer", peerOf(st.srv)), zap.String("domain", st.domain))
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	until := now.Add(s.leftFor())
 	if silent {
 		until = now
@@ -289,7 +301,7 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
-	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Clock.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 		return
@@ -491,12 +503,12 @@ func (s *Service) heard(from, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
-	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Now()))
+	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
 		return
 	}
-	dv.setRemote(s.opts.Replica, got[0], s.opts.Now())
+	dv.setRemote(s.opts.Replica, got[0], s.opts.Clock.Now())
 	s.settle(ctx, []*division{dv}, nil, nil)
 }
 

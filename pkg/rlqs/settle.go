@@ -52,7 +52,7 @@ func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*divisi
 	defer s.inHand.Add(-1)
 	for len(dvs) > 0 {
 		useStore := s.opts.Store != nil && !s.storeDown.Load()
-		now := s.opts.Now()
+		now := s.opts.Clock.Now()
 		var parts []*settlement
 		for _, dv := range dvs {
 			if p := s.plan(dv, modes, useStore, now); p != nil {
@@ -95,7 +95,7 @@ type shortRaise struct {
 // their next report (at most once a quarter period for each client).
 func (s *Service) wanted(short []shortRaise) {
 	var dvs divisions
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	for _, sr := range short {
 		if sr.dv.shared() && sr.dv.claimWanted(sr.b, now, s.opts.ReportPeriod/4) {
 			dvs.add(sr.dv)
@@ -230,7 +230,7 @@ func (s *Service) reserve(ctx context.Context, parts []*settlement) []*division 
 		}
 		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 		start := time.Now()
-		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 		cancel()
 		s.obs.Exchanged(time.Since(start), len(items))
 		if err != nil {
@@ -263,11 +263,11 @@ func (s *Service) reread(ctx context.Context, dvs []*division) {
 	for i, dv := range dvs {
 		items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
 	}
-	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Now()))
+	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	for i, dv := range dvs {
 		if err == nil {
 			dv.setRemote(s.opts.Replica, got[i], now)
