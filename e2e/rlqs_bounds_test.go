@@ -169,7 +169,7 @@ func TestRLQSStoreFlapsLogged(t *testing.T) {
 	const run, every = 14 * time.Second, 10 * time.Second
 	r := redistest.StartServer(t)
 	p := faultproxy.New(t, r.Addr)
-	fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + p.Addr()}, 1, time.Second)
+	fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + p.Addr()}, 1, envoyPeriod)
 	f := fs[0]
 	// Replies are held in every other 600 ms of the wall clock, whatever
 	// number of commands an exchange sends or exchanges a call carries.
