@@ -164,6 +164,21 @@ func TestRLQSExampleLimits(t *testing.T) {
 	}
 }
 
+// TestRLQSExampleTTL: every TTL the example's comments state is
+// FastLimit's default, --rlqs-ttl-periods of Envoy's 5 s period.
+func TestRLQSExampleTTL(t *testing.T) {
+	ttl := quota.TTL(5*time.Second, rlqs.DefaultTTLPeriods)
+	said := regexp.MustCompile(`TTL\s*(?:#\s*)?(?:\(|of )(\d+) s`).FindAllStringSubmatch(string(files.Read(t, rlqsYAML)), -1)
+	if len(said) == 0 {
+		t.Fatalf("%s states no TTL", rlqsYAML)
+	}
+	for _, m := range said {
+		if n, _ := strconv.ParseInt(m[1], 10, 64); n != ttl {
+			t.Errorf("%s says %q: the TTL is %d s", rlqsYAML, m[0], ttl)
+		}
+	}
+}
+
 func loadRLQSBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
 	return loadBootstrapFile(t, rlqsYAML)
