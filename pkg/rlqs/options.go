@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ const (
 	DefaultMaxBuckets          = 300_000
 	DefaultMaxStreams          = 10_000
 )
+
+// DefaultReportWorkers is Options.ReportWorkers' default: one per CPU
+// (GOMAXPROCS), at least 2.
+func DefaultReportWorkers() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
@@ -182,6 +187,13 @@ type Options struct {
 	// that Envoy's no_assignment_behavior applies; its known ones are
 	// answered.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	// ReportWorkers bounds the reports the replica handles at once (0:
+	// DefaultReportWorkers; negative: no bound), so that quota work cannot
+	// take every CPU from what else the process serves (RateLimitService):
+	// a stream's report waits for a worker, and the reports the stream
+	// sends meanwhile are merged into it, their counts added (counted by
+	// Observer.ReportsShed).
+	ReportWorkers int
 	// IDLimits bound bucket ids as they bound RateLimitService
 	// descriptors: MaxEntries entries, keys and values of MaxKeyBytes
 	// (nil: limiter.DefaultLimits; MaxDescriptors does not apply). A new
@@ -258,6 +270,12 @@ func (o *Options) fill() error {
 	o.MaxBucketsPerStream = orDefault(o.MaxBucketsPerStream, DefaultMaxBucketsPerStream)
 	o.MaxBuckets = orDefault(o.MaxBuckets, DefaultMaxBuckets)
 	o.MaxStreams = orDefault(o.MaxStreams, DefaultMaxStreams)
+	switch {
+	case o.ReportWorkers == 0:
+		o.ReportWorkers = DefaultReportWorkers()
+	case o.ReportWorkers < 0:
+		o.ReportWorkers = 0 // no bound
+	}
 	if o.IDLimits == nil {
 		o.IDLimits = &limiter.DefaultLimits
 	}

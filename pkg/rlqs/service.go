@@ -52,6 +52,7 @@ type Service struct {
 	unwatch  context.CancelFunc // stops it; guarded by mu
 	watchers sync.WaitGroup
 
+	workers   chan struct{} // Options.ReportWorkers' slots, nil: no bound
 	seq       atomic.Uint64
 	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
 	storeDown atomic.Bool  // the last exchange failed
@@ -81,6 +82,9 @@ func New(opts Options) (*Service, error) {
 		idLines:   lineBudget{max: maxIDLines},
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
+	}
+	if opts.ReportWorkers > 0 {
+		s.workers = make(chan struct{}, opts.ReportWorkers)
 	}
 	return s, nil
 }
@@ -123,20 +127,22 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 		return err
 	}
 	defer func() { s.closeStream(st, context.Cause(ctx)) }()
-	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	// The reader takes every report as it comes, merging those that come
+	// while one waits for a worker (inbox).
 	go func() {
 		for {
 			m, err := srv.Recv()
+			if err == nil {
+				err = s.checkSize(m)
+			}
+			if err == nil {
+				err = st.offer(m)
+			}
 			if err != nil {
 				if status.Code(err) == codes.ResourceExhausted {
 					s.refused(st, err)
 				}
 				cancel(err)
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
 				return
 			}
 		}
@@ -156,24 +162,30 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	stop := arm(stale)
 	defer func() { stop() }()
 	for {
+		// A report waits: with a worker budget, for a worker.
+		var acquire chan<- struct{}
+		if s.workers != nil && st.pendingReport() {
+			acquire = s.workers
+		}
 		select {
 		case <-ctx.Done():
 			return streamEnd(context.Cause(ctx))
-		case m := <-msgs:
-			if limit := s.opts.MaxReportBytes; limit > 0 {
-				if n := proto.Size(m); n > limit {
-					err := status.Errorf(codes.ResourceExhausted, "usage report of %d bytes is larger than the limit of %d bytes", n, limit)
-					s.refused(st, err)
+		case <-st.in.ready:
+			stop()
+			stop = arm(stale)
+			if s.workers == nil {
+				if err := st.handleNext(ctx); err != nil {
 					cancel(err)
 					return err
 				}
 			}
-			if err := st.handle(ctx, m); err != nil {
+		case acquire <- struct{}{}:
+			err := st.handleNext(ctx)
+			<-s.workers
+			if err != nil {
 				cancel(err)
 				return err
 			}
-			stop()
-			stop = arm(stale)
 		case <-silence:
 			if quiet := s.opts.Clock.Now().Sub(st.silentSince()); quiet < stale {
 				stop = arm(stale - quiet)
@@ -187,6 +199,26 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			return streamEnd(err)
 		}
 	}
+}
+
+// checkSize refuses a report larger than Options.MaxReportBytes.
+func (s *Service) checkSize(m *rlqspb.RateLimitQuotaUsageReports) error {
+	if limit := s.opts.MaxReportBytes; limit > 0 {
+		if n := proto.Size(m); n > limit {
+			return status.Errorf(codes.ResourceExhausted, "usage report of %d bytes is larger than the limit of %d bytes", n, limit)
+		}
+	}
+	return nil
+}
+
+// handleNext handles the stream's waiting report, if one waits.
+func (st *stream) handleNext(ctx context.Context) error {
+	m := st.take()
+	if m == nil {
+		return nil
+	}
+	defer st.svc.inHand.Add(-1) // offer's
+	return st.handle(ctx, m)
 }
 
 // streamEnd is the status a stream ends with after err.

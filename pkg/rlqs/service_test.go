@@ -222,8 +222,9 @@ func (r *recorder) Unidentified()               { r.add("unidentified", 1) }
 func (r *recorder) BucketsRefused(d, why string, n int) {
 	r.add("refused_buckets "+d+" "+why, float64(n))
 }
-func (r *recorder) StreamRefused() { r.add("refused_streams", 1) }
-func (r *recorder) StoreFailed()   { r.add("store_errors", 1) }
+func (r *recorder) StreamRefused()              { r.add("refused_streams", 1) }
+func (r *recorder) ReportsShed(d string, n int) { r.add("shed "+d, float64(n)) }
+func (r *recorder) StoreFailed()                { r.add("store_errors", 1) }
 func (r *recorder) Exchanged(_ time.Duration, items int) {
 	r.add("exchanges", 1)
 	r.add("items", float64(items))

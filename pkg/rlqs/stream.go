@@ -35,6 +35,7 @@ type stream struct {
 	pending    map[string]pending
 	order      []string
 	wake       chan struct{} // signalled when actions are queued
+	in         inbox         // the report waiting, guarded by mu
 	lastReport time.Time     // of the last report handled (Options.Now)
 	swept      time.Time     // the buckets' last staleness check; the handler's
 }
@@ -83,6 +84,7 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 		buckets: map[string]*envoyBucket{},
 		pending: map[string]pending{},
 		wake:    make(chan struct{}, 1),
+		in:      inbox{ready: make(chan struct{}, 1)},
 	}
 }
 
