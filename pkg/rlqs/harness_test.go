@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
@@ -107,6 +108,8 @@ type cluster struct {
 	period   time.Duration
 	tally    *envoysim.Tally // the servers' pushes in flight
 	clusters []envoyCluster  // each Envoy's
+	slow     slowSends       // the replicas' sends to slow Envoys
+	slowNext bool            // the next Envoy added is slow
 }
 
 type clusterOptions struct {
@@ -117,6 +120,9 @@ type clusterOptions struct {
 	opts     func(*rlqs.Options)
 	rules    func() *descriptors.Set // nil: testRules
 	server   []grpc.ServerOption
+	// noStore runs the replicas without a demand store: each divides
+	// alone, its ledger its own.
+	noStore bool
 }
 
 func newCluster(t *testing.T, co clusterOptions) *cluster {
@@ -141,7 +147,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		set := testRules(t)
 		rules = func() *descriptors.Set { return set }
 	}
-	warm := mem != nil // whether to start the replicas' watches now
+	warm := mem != nil && !co.noStore // whether to start the replicas' watches now
 	for i := range co.replicas {
 		opts := rlqs.Options{
 			Rules:        rules,
@@ -155,7 +161,11 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		}
 		// A test of identities counts the streams it names.
 		warm = warm && opts.Identity == nil && !opts.RequireIdentity
-		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
+		st := &failing{DemandStore: shared}
+		if co.noStore {
+			st = nil
+		}
+		c.replicas = append(c.replicas, c.startReplica(opts, st, co.server...))
 	}
 	c.fleet.Tally = c.tally
 	if warm {
@@ -188,14 +198,70 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 
 func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.ServerOption) *replica {
 	c.t.Helper()
-	opts.Store = st
+	if st != nil {
+		opts.Store = st
+	} else {
+		st = &failing{} // none: kill's switch off reaches nothing
+	}
 	svc, err := rlqs.New(opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	server = append([]grpc.ServerOption{grpc.ChainStreamInterceptor(c.tally.Interceptor())}, server...)
+	server = append([]grpc.ServerOption{grpc.ChainStreamInterceptor(c.tally.Interceptor(), c.slow.interceptor())}, server...)
 	cc, gs := envoysim.InProcess(c.t, svc.Register, server...)
 	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(c.tally.Dialer(envoysim.GRPCDialer(cc)))}
+}
+
+// slowSends delays what the replicas send on the streams of slow Envoys
+// (envoyOn's slow) while it is shut: a push the server queued stays on
+// its way, as on a congested connection.
+type slowSends struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil: open
+}
+
+const slowKey = "x-test-slow"
+
+// hold shuts the way to slow Envoys; let opens it.
+func (s *slowSends) hold() {
+	s.mu.Lock()
+	s.shut = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *slowSends) let() {
+	s.mu.Lock()
+	close(s.shut)
+	s.shut = nil
+	s.mu.Unlock()
+}
+
+func (s *slowSends) interceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if len(metadata.ValueFromIncomingContext(ss.Context(), slowKey)) == 0 {
+			return handler(srv, ss)
+		}
+		return handler(srv, &slowStream{ServerStream: ss, s: s})
+	}
+}
+
+type slowStream struct {
+	grpc.ServerStream
+	s *slowSends
+}
+
+func (st *slowStream) SendMsg(m any) error {
+	st.s.mu.Lock()
+	shut := st.s.shut
+	st.s.mu.Unlock()
+	if shut != nil {
+		select {
+		case <-shut:
+		case <-st.Context().Done():
+			return st.Context().Err()
+		}
+	}
+	return st.ServerStream.SendMsg(m)
 }
 
 // envoy adds a simulated Envoy whose streams go to replica first (then to
@@ -223,6 +289,14 @@ func (c *cluster) envoyOn(order []int, cfg envoysim.Config) *envoysim.Envoy {
 	dialers := make([]envoysim.Dialer, len(order))
 	for i, r := range order {
 		dialers[i] = c.replicas[r].sw.Dial
+	}
+	if c.slowNext {
+		c.slowNext = false
+		for i, d := range dialers {
+			dialers[i] = func(ctx context.Context) (envoysim.Stream, error) {
+				return d(metadata.AppendToOutgoingContext(ctx, slowKey, "1"))
+			}
+		}
 	}
 	p := envoysim.NewPriorities(c.clock, envoysim.HealthCheck{Interval: time.Second, Unhealthy: 2, Healthy: 1}, dialers...)
 	e, err := envoysim.New(cfg, c.clock, p.Dial)
