@@ -105,10 +105,13 @@ type Envoy struct {
 	v          Violations
 	stats      Stats
 	counts     map[BucketKey]*Counts // over the Envoy's life
-	expect     int                   // reports sent that the server has not answered yet
-	closed     bool
-	delayed    []delayed               // messages received, applied Latency later
-	creating   map[BucketKey]*creation // buckets a worker met, not yet created (CreateGap)
+	// awaiting are the buckets that reports sent named and no action
+	// named since: the server answers every bucket a report names, in
+	// one response or several, a report merged with others or not.
+	awaiting map[BucketKey]bool
+	closed   bool
+	delayed  []delayed               // messages received, applied Latency later
+	creating map[BucketKey]*creation // buckets a worker met, not yet created (CreateGap)
 }
 
 // delayed is a message the Envoy received and applies at due.
@@ -196,6 +199,7 @@ func New(cfg Config, clock Clock, dial Dialer) (*Envoy, error) {
 		done:     make(chan struct{}),
 		counts:   map[BucketKey]*Counts{},
 		creating: map[BucketKey]*creation{},
+		awaiting: map[BucketKey]bool{},
 	}, nil
 }
 
@@ -386,9 +390,19 @@ func (e *Envoy) create(key BucketKey, id map[string]string, settings *rlqsv3.Rat
 	report.BucketQuotaUsages = append(report.BucketQuotaUsages, e.usage(b, now))
 	e.stats.Subscriptions++
 	if e.send(report) && len(id) > 0 {
-		e.expect++
+		e.await(report)
 	}
 	return b
+}
+
+// await notes that a report sent names its buckets, which the server is
+// to answer.
+func (e *Envoy) await(r *rlqspb.RateLimitQuotaUsageReports) {
+	for _, u := range r.GetBucketQuotaUsages() {
+		if id := u.GetBucketId().GetBucket(); len(id) > 0 {
+			e.awaiting[Key(id)] = true
+		}
+	}
 }
 
 func copyID(id map[string]string) map[string]string {

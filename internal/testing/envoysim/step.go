@@ -38,14 +38,14 @@ func (e *Envoy) Step() {
 func (e *Envoy) Settle(timeout time.Duration) bool {
 	for {
 		e.mu.Lock()
-		n := e.expect
+		n := len(e.awaiting)
 		e.mu.Unlock()
 		if n <= 0 {
 			return true
 		}
 		if !e.Await(timeout) {
 			e.mu.Lock()
-			e.expect = 0
+			clear(e.awaiting)
 			e.mu.Unlock()
 			return false
 		}
@@ -107,19 +107,9 @@ func (e *Envoy) tick(now time.Time) {
 		return
 	}
 	e.stats.Reports++
-	if e.send(report) && answerable(report) {
-		e.expect++
+	if e.send(report) {
+		e.await(report)
 	}
-}
-
-// answerable reports whether a report names a non-empty bucket id.
-func answerable(r *rlqspb.RateLimitQuotaUsageReports) bool {
-	for _, u := range r.GetBucketQuotaUsages() {
-		if len(u.GetBucketId().GetBucket()) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // receive takes one message of a stream as it arrives: a frame for the
@@ -129,11 +119,11 @@ func (e *Envoy) receive(m message, now time.Time) {
 	switch {
 	case m.gen != e.streamGen || e.stream == nil:
 	case m.err != nil:
-		e.expect = 0 // nothing more will be answered on it
+		clear(e.awaiting) // nothing more will be answered on it
 	default:
 		e.ka.frame(now)
-		if e.expect > 0 {
-			e.expect--
+		for _, a := range m.resp.GetBucketAction() {
+			delete(e.awaiting, Key(a.GetBucketId().GetBucket()))
 		}
 	}
 	e.delayed = append(e.delayed, delayed{due: now.Add(e.cfg.Latency), m: m})
@@ -159,7 +149,7 @@ func (e *Envoy) handle(m message, now time.Time) {
 		e.stats.StreamsClosed++
 		e.cancel()
 		e.stream = nil
-		e.expect = 0
+		clear(e.awaiting)
 		return
 	}
 	e.apply(m.resp, now)
