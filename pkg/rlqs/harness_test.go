@@ -361,17 +361,16 @@ func (c *cluster) stop() {
 		e.Close()
 	}
 	for _, r := range c.replicas {
-		if r.dead {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = r.svc.Close(ctx)
-			r.gs.Stop()
-			_ = r.cc.Close()
+			_ = r.svc.Close(ctx) // a dead one's too: its watch of notices ends
+			if !r.dead {
+				r.gs.Stop()
+				_ = r.cc.Close()
+			}
 		}()
 	}
 	wg.Wait()
