@@ -264,6 +264,10 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 // ledger for that long (Options.leftFor), its demand counting no more.
 func (s *Service) closeStream(st *stream, cause error) {
 	defer s.handlers.Done()
+	// In hand from before the stream leaves s.streams (Idle sees a silent
+	// one there) until what it freed is settled.
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	held := st.snapshot()
 	s.held.Add(-int64(len(held))) // before it leaves s.streams (Totals)
 	s.mu.Lock()
