@@ -22,6 +22,11 @@ type division struct {
 	q       *quota.Bucket
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
+	// reads numbers the reads of the store issued for the division, and
+	// readApplied is the number of the latest whose answer was recorded:
+	// an answer to an earlier one, slower, would undo what a later saw
+	// (a client's adoption, say).
+	reads, readApplied uint64
 
 	// dirty says the inputs changed since the last division (in mode), so
 	// that the targets are computed again; a new division is dirty.
@@ -65,14 +70,18 @@ func (s *Service) release(dv *division) {
 	}
 }
 
-// join adds an Envoy bucket's client, under the limit in force.
-func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time) {
+// join adds an Envoy bucket's client, under the limit in force; a new
+// one joins held out of the division if heldOut, until moved decides
+// (in one step: a settle in between would count it beside its old
+// value).
+func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time, heldOut bool) {
 	dv.mu.Lock()
 	if dv.q.Limit != l {
 		dv.q.Limit, dv.dirty = l, true
 	}
 	if dv.q.Client(b.client) == nil {
-		dv.q.Join(b.client, now)
+		c := dv.q.Join(b.client, now)
+		c.Hold, b.crediting = heldOut, heldOut
 		dv.dirty = true
 	}
 	dv.buckets[b.client] = b
@@ -174,13 +183,27 @@ func (dv *division) claimWanted(b *envoyBucket, now time.Time, gap time.Duration
 	return true
 }
 
-// setRemote records every client's demand as read at now.
-func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
+// readTicket numbers a read of the store about to be issued for the
+// division (setRemote).
+func (dv *division) readTicket() uint64 {
 	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	dv.reads++
+	return dv.reads
+}
+
+// setRemote records every client's demand as read at now by the read
+// numbered ticket, unless a read issued after it was recorded already.
+func (dv *division) setRemote(self string, all []quota.Demand, now time.Time, ticket uint64) {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if ticket <= dv.readApplied {
+		return
+	}
+	dv.readApplied = ticket
 	if dv.q.SetRemote(self, all, now) {
 		dv.dirty = true
 	}
-	dv.mu.Unlock()
 }
 
 // sent records that b's Envoy was sent its held share of sequence seq:
@@ -339,16 +362,6 @@ func sameBucket(a, b string) bool {
 	}
 	ga := quota.GroupOf(a)
 	return !strings.HasPrefix(ga, "i") || ga == quota.GroupOf(b)
-}
-
-// holdOut holds b's client out of the division until moved decides.
-func (dv *division) holdOut(b *envoyBucket) {
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	b.crediting = true
-	if c := dv.q.Client(b.client); c != nil && !c.Hold {
-		c.Hold, dv.dirty = true, true
-	}
 }
 
 // releaseHolds lets back into the division the clients that adopted all

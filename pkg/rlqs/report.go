@@ -150,15 +150,17 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		r.subs = append(r.subs, b)
 	}
 	b.lastNamed = r.now
-	st.resolve(r, b, set, entries)
+	// A new bucket an Envoy reports a second's use of or more may have
+	// moved: it joins its division held out until credit decides, since
+	// a settle meanwhile would count it beside its old value.
+	elapsed := u.GetTimeElapsed().AsDuration()
+	mayHaveMoved := isNew && elapsed >= time.Second
+	st.resolve(r, b, set, entries, mayHaveMoved)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
 		b.lastActive = r.now
 	}
-	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
-		// Held out of its division until credit decides whether it
-		// moved: a settle meanwhile would count it beside its old value.
-		b.div.holdOut(b)
+	if b.div != nil && mayHaveMoved {
 		r.moved = append(r.moved, movedClaim{b: b, allowed: u.GetNumRequestsAllowed(), elapsed: elapsed})
 	}
 	if b.div != nil {
@@ -169,8 +171,9 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 }
 
 // resolve resolves b again when the rules changed, moving its client to
-// its new rule's division (the exchange deletes the old demand).
-func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry) {
+// its new rule's division (the exchange deletes the old demand); a new
+// client joins held out if heldOut (division.join).
+func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry, heldOut bool) {
 	if b.res != nil && b.set == set {
 		return
 	}
@@ -186,7 +189,7 @@ func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entri
 		if b.div == nil {
 			b.div = s.acquire(res.storeKey, st.domain, res.global)
 		}
-		b.div.join(b, res.global, r.now)
+		b.div.join(b, res.global, r.now, heldOut)
 	}
 	b.set, b.res = set, res
 }
@@ -249,8 +252,10 @@ func (s *Service) credit(ctx context.Context, r *report) {
 			}
 		}
 		items := make([]quota.Item, len(dvs.list))
+		tickets := make([]uint64, len(dvs.list))
 		for i, dv := range dvs.list {
 			dv.claimRead(r.now, 0)
+			tickets[i] = dv.readTicket()
 			items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
 		}
 		got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
@@ -258,7 +263,7 @@ func (s *Service) credit(ctx context.Context, r *report) {
 			s.noteStoreFailed(err)
 		} else {
 			for i, dv := range dvs.list {
-				dv.setRemote(s.opts.Replica, got[i], r.now)
+				dv.setRemote(s.opts.Replica, got[i], r.now, tickets[i])
 			}
 		}
 	}
@@ -277,6 +282,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
 	copy(items, r.gone)
 	readers := make([]*division, len(r.gone), cap(items)) // the division of each item that reads, else nil
+	tickets := make([]uint64, len(r.gone), cap(items))
 	for _, b := range r.all {
 		dv := b.div
 		if dv == nil {
@@ -284,14 +290,16 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 		}
 		op := quota.Write
 		var reader *division
+		var ticket uint64
 		if _, seen := r.modes[dv]; !seen {
 			r.modes[dv] = quota.Global
 			if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
-				reader = dv
+				reader, ticket = dv, dv.readTicket()
 			}
 		}
 		readers = append(readers, reader)
+		tickets = append(tickets, ticket)
 		d := dv.published(b.client)
 		d.Replica, d.Client = s.opts.Replica, b.client
 		items = append(items, quota.Item{Key: dv.key, Op: op, Demand: d, Fresh: s.opts.Division.Stale})
@@ -313,7 +321,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	s.notify(itemKeys(r.gone))
 	for i, dv := range readers {
 		if dv != nil {
-			dv.setRemote(s.opts.Replica, got[i], r.now)
+			dv.setRemote(s.opts.Replica, got[i], r.now, tickets[i])
 		}
 	}
 }

@@ -539,12 +539,13 @@ func (s *Service) heard(from, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+	ticket := dv.readTicket()
 	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
 		return
 	}
-	dv.setRemote(s.opts.Replica, got[0], s.opts.Clock.Now())
+	dv.setRemote(s.opts.Replica, got[0], s.opts.Clock.Now(), ticket)
 	s.settle(ctx, []*division{dv}, nil, nil)
 }
 

@@ -260,8 +260,10 @@ func (s *Service) reread(ctx context.Context, dvs []*division) {
 		return
 	}
 	items := make([]quota.Item, len(dvs))
+	tickets := make([]uint64, len(dvs))
 	for i, dv := range dvs {
 		items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+		tickets[i] = dv.readTicket()
 	}
 	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
@@ -270,7 +272,7 @@ func (s *Service) reread(ctx context.Context, dvs []*division) {
 	now := s.opts.Clock.Now()
 	for i, dv := range dvs {
 		if err == nil {
-			dv.setRemote(s.opts.Replica, got[i], now)
+			dv.setRemote(s.opts.Replica, got[i], now, tickets[i])
 		}
 		dv.releaseHolds()
 	}

@@ -72,7 +72,7 @@ type envoyBucket struct {
 	unpublished bool      // the store holds a higher rate than its Assigned
 	maxTokens   float64   // the burst of its last assignment
 	adoptLeft   float64   // what it holds of its old stream's, to adopt (moved)
-	crediting   bool      // held out until moved decides (holdOut)
+	crediting   bool      // held out until moved decides (division.join)
 	movedAt     time.Time // when its Envoy came from another stream
 	wantedAt    time.Time // its last notice of a rate wanted (claimWanted)
 	seq         uint64    // of its last action queued
