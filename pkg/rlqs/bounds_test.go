@@ -94,7 +94,7 @@ func TestBounds(t *testing.T) {
 
 	s3 := openRaw(t, c)
 	_ = s3.Send(named("z0"))
-	if code := recvCode(s3); code != codes.ResourceExhausted {
+	if code := recvCode(t, s3); code != codes.ResourceExhausted {
 		t.Errorf("a third stream: %v, want ResourceExhausted", code)
 	}
 	want := map[string]float64{

@@ -165,7 +165,7 @@ func TestReportTooLarge(t *testing.T) {
 				big.BucketQuotaUsages = append(big.BucketQuotaUsages, usage(map[string]string{"name": "a", "tenant": strings.Repeat("x", 20) + fmt.Sprint(i)}, 1, time.Second))
 			}
 			_ = s.Send(big)
-			if code := recvCode(s); code != codes.ResourceExhausted {
+			if code := recvCode(t, s); code != codes.ResourceExhausted {
 				t.Errorf("stream ended with %v, want ResourceExhausted", code)
 			}
 			if !wait.True(10*time.Second, func() bool { return obs.get("refused "+rlqs.UnknownDomain) == 1 }) {
