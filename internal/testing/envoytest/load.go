@@ -19,7 +19,7 @@ func (c Count) Add(d Count) Count {
 }
 
 // slot is a Load's resolution: answers are counted by the slot in which
-// their request was sent.
+// their request was due.
 const slot = 10 * time.Millisecond
 
 // loadWorkers bounds a Load's requests in flight (and its connections).
@@ -27,13 +27,15 @@ const loadWorkers = 16
 
 // Load sends GET requests with its headers to an HTTP address at a set
 // rate, spread evenly, and counts the answers by when each request was
-// sent. It stops when the test ends.
+// due: if the Load's own goroutines are held up (a busy machine), the
+// requests it then sends late count in the period they were due in, not
+// in the next one. It stops when the test ends.
 type Load struct {
 	start  time.Time
 	url    string
 	header http.Header
 	client *http.Client
-	jobs   chan struct{}
+	jobs   chan time.Time // each request's due time
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -49,7 +51,7 @@ func StartLoad(t testing.TB, addr string, header map[string]string, rate float64
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Load{
 		start: time.Now(), url: "http://" + addr + "/", header: http.Header{}, rate: rate, stop: cancel,
-		jobs: make(chan struct{}, 1<<14),
+		jobs: make(chan time.Time, 1<<14),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: loadWorkers, MaxConnsPerHost: loadWorkers, DisableCompression: true}},
 	}
@@ -81,7 +83,8 @@ func (l *Load) Stop() {
 	l.client.CloseIdleConnections()
 }
 
-// pace queues the requests owed every millisecond or so.
+// pace queues the requests owed every millisecond or so, each with the
+// time it fell due (spread evenly over the time since the last tick).
 func (l *Load) pace(ctx context.Context) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -92,14 +95,16 @@ func (l *Load) pace(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			l.mu.Lock()
-			owed += l.rate * now.Sub(last).Seconds()
+			rate := l.rate
 			l.mu.Unlock()
+			owed += rate * now.Sub(last).Seconds()
 			last = now
 			for ; owed >= 1; owed-- {
+				due := now.Add(-time.Duration((owed - 1) / rate * float64(time.Second)))
 				select {
-				case l.jobs <- struct{}{}:
+				case l.jobs <- due:
 				default: // the workers are this far behind: count it failed
-					l.count(now, func(c *Count) { c.Failed++ })
+					l.count(due, func(c *Count) { c.Failed++ })
 				}
 			}
 		}
@@ -107,18 +112,18 @@ func (l *Load) pace(ctx context.Context) {
 }
 
 func (l *Load) work(ctx context.Context) {
+	var due time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.jobs:
+		case due = <-l.jobs:
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url, nil)
 		if err != nil {
 			panic(err)
 		}
 		req.Header = l.header.Clone()
-		sent := time.Now()
 		resp, err := l.client.Do(req)
 		code := 0
 		if err == nil {
@@ -128,7 +133,7 @@ func (l *Load) work(ctx context.Context) {
 		} else if ctx.Err() != nil {
 			return
 		}
-		l.count(sent, func(c *Count) {
+		l.count(due, func(c *Count) {
 			switch code {
 			case http.StatusOK:
 				c.OK++
@@ -151,7 +156,7 @@ func (l *Load) count(at time.Time, f func(*Count)) {
 	f(&l.slots[i])
 }
 
-// Between sums the answers to the requests sent in [from, to).
+// Between sums the answers to the requests due in [from, to).
 func (l *Load) Between(from, to time.Time) Count {
 	i, j := int(from.Sub(l.start)/slot), int(to.Sub(l.start)/slot)
 	l.mu.Lock()
