@@ -211,9 +211,7 @@ func TestDescriptorWithoutEntries(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		id := fmt.Sprint("noentries-", time.Now().UnixNano())
 		req := request(&common.RateLimitDescriptor{}, desc("small", id))
-		if time.Now().Second() >= 58 { // keep the four calls in one minute window
-			time.Sleep(3 * time.Second)
-		}
+		clearOfWindowEnd(t, time.Minute, 3*time.Second) // the four calls in one minute window
 		for i := range 4 {
 			resp, err := srv.Client.ShouldRateLimit(ctx, req)
 			if err != nil {
@@ -332,13 +330,7 @@ func checkExactness(t *testing.T, servers []*fastlimit, callers int, domain stri
 }
 
 // waitOutDayBoundary keeps day-long windows from rolling over mid-test.
-func waitOutDayBoundary(t *testing.T) {
-	left := time.Until(time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour))
-	if left < 30*time.Second {
-		t.Logf("waiting %v for the day window to roll over", left)
-		time.Sleep(left + time.Second)
-	}
-}
+func waitOutDayBoundary(t *testing.T) { clearOfWindowEnd(t, 24*time.Hour, 30*time.Second) }
 
 func TestCheckCommand(t *testing.T) {
 	good := files.Dir(t, map[string]string{"e2e.yaml": coreRules})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // startDeployServers starts n servers on deployRules with extra flags.
@@ -73,7 +74,9 @@ func failover(t *testing.T, what string, servers []*fastlimit, ids map[string]st
 		loads[label] = &failoverLoad{servers: servers, id: id}
 		stops = append(stops, loads[label].run(6/len(ids)))
 	}
-	time.Sleep(time.Second)
+	for _, l := range loads { // the loads run: 50 decisions each before the kill
+		wait.For(t, 30*time.Second, func() bool { return l.Figures().OK >= 50 })
+	}
 	killAt := time.Now()
 	for _, l := range loads {
 		l.Kill(killAt)

@@ -309,7 +309,10 @@ func TestStatsdDefaultAndTimer(t *testing.T) {
 	wait.True(10*time.Second, func() bool {
 		return len(sd.matching(timer)) == 3 && len(refSD.matching(timer)) == 3 && len(missing()) == 0
 	})
-	time.Sleep(time.Second) // more flushes: stats the reference sends later
+	// Five more flushes of each: stats the reference sends later.
+	flush := regexp.MustCompile(`^ratelimit\.go\.numGoroutine:`) // a gauge of every flush
+	n, m := len(sd.matching(flush)), len(refSD.matching(flush))
+	wait.For(t, 30*time.Second, func() bool { return len(sd.matching(flush)) >= n+5 && len(refSD.matching(flush)) >= m+5 })
 	if n, m := len(sd.matching(timer)), len(refSD.matching(timer)); n != 3 || m != 3 {
 		t.Errorf("response timer lines: FastLimit %d, reference %d, want one a call", n, m)
 	}
@@ -366,9 +369,18 @@ func TestReferencePrometheusRuntimeSeries(t *testing.T) {
 		}
 		return out
 	}
-	// The reference's gauges come with its first flushes.
+	// The reference's gauges come with its first flushes; then five more
+	// flushes (its allocated-bytes gauge is set at each): series it serves later.
 	wait.For(t, 10*time.Second, func() bool { return families(refProm)["ratelimit_go_alloc"] })
-	time.Sleep(time.Second)
+	flushes := 0
+	for last := -1.0; flushes < 5; {
+		var v float64
+		wait.For(t, 30*time.Second, func() bool {
+			v = scrape.Series(t, metricsPage(t, refProm))["ratelimit_go_totalAlloc"]
+			return v != last
+		})
+		last, flushes = v, flushes+1
+	}
 	got := families(prom)
 	for name := range families(refProm) {
 		if !got[name] && refNotSent[name] == "" {

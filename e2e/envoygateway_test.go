@@ -138,11 +138,12 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	// A new snapshot is in effect in under a second.
 	set("v2", egRules(10))
 	start := time.Now()
-	for n := 0; call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 10; n++ {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("v2 not in effect after 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
+	n := 0
+	if !wait.True(5*time.Second, func() bool {
+		n++
+		return call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 10
+	}) {
+		t.Fatal("v2 not in effect after 5 s")
 	}
 	if took := time.Since(start); took >= time.Second {
 		t.Errorf("v2 took %v to take effect, want under 1 s", took)

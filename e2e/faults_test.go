@@ -17,6 +17,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // The network fault tests run the real binary with its default flags
@@ -56,12 +57,13 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 		// Setup, not measurement: the first hit also dials Redis through
 		// the proxy, which may take past --store-timeout on a busy box.
 		var err error
-		for try := 0; try < 20; try++ {
-			if _, err = f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller")); status.Code(err) != codes.Unavailable {
-				break
+		_ = wait.Until(ctx, 30*time.Second, func() error {
+			_, err = f.Client.ShouldRateLimit(ctx, domainRequest("faults", fmt.Sprintf("c%d", c), "caller"))
+			if status.Code(err) == codes.Unavailable {
+				return err
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		if err != nil {
 			t.Fatalf("caller %d's first hit: %v", c, err)
 		}
@@ -77,9 +79,10 @@ func startFaultServer(t *testing.T, callers int, extra ...string) *faultServer {
 	return f
 }
 
-// run sends each caller's hits back to back (or one every pace) for d,
-// with Envoy's 1 s timeout, while during runs.
-func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func()) *faultproxy.Load {
+// run sends each caller's hits back to back (or one every pace), with
+// Envoy's 1 s timeout, while during runs and for d after it
+// (faultproxy.RunLoad).
+func (f *faultServer) run(t *testing.T, d, pace time.Duration, during func(*faultproxy.Load)) *faultproxy.Load {
 	t.Helper()
 	return faultproxy.RunLoad(len(f.keys), d, pace, faultSpan, func(c int) (int64, bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -111,10 +114,20 @@ func (f *faultServer) counted(t *testing.T) int64 {
 // counted fewer hits than OK answers or more than maxLost beyond them.
 func (f *faultServer) check(t *testing.T, res *faultproxy.Load, maxLost int64) {
 	t.Helper()
-	if w := res.Wrong.Load(); w != 0 {
-		t.Errorf("%d answers carried a count that is not their caller's: %v", w, res.FirstWrong())
+	f.checkAll(t, maxLost, res)
+}
+
+// checkAll is check of loads run one after the other on the same counters.
+func (f *faultServer) checkAll(t *testing.T, maxLost int64, loads ...*faultproxy.Load) {
+	t.Helper()
+	var ok int64
+	for _, res := range loads {
+		if w := res.Wrong.Load(); w != 0 {
+			t.Errorf("%d answers carried a count that is not their caller's: %v", w, res.FirstWrong())
+		}
+		ok += res.OK.Load()
 	}
-	counted, ok := f.counted(t), res.OK.Load()
+	counted := f.counted(t)
 	if counted < ok || counted-ok > maxLost {
 		t.Errorf("Redis counted %d hits for %d OK answers; want between %d and %d", counted, ok, ok, ok+maxLost)
 	}
@@ -127,6 +140,16 @@ func (f *faultServer) resetCounters(t *testing.T) {
 		if err := f.rdb.Set(context.Background(), k, int64(c)*faultSpan*1000, redis.KeepTTL).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// awaitLoad waits until cond holds of the load running beside (30 s at
+// most, or it fails t): faults come once the load has made some calls,
+// and last some number of calls.
+func awaitLoad(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !wait.True(30*time.Second, cond) {
+		t.Fatalf("the load did not reach %s within 30 s", what)
 	}
 }
 
@@ -144,13 +167,15 @@ func TestNetworkFaults(t *testing.T) {
 	}{{"single", nil}} {
 		t.Run(path.name, func(t *testing.T) {
 			t.Run("drops", func(t *testing.T) {
-				// 5 single connection drops in 4 s at 32 callers: at most
-				// 2 % of the calls fail, and the breaker stays closed.
+				// 5 single connection drops, 1,000 calls OK apart, at 32
+				// callers: at most 2 % of the calls fail, and the breaker
+				// stays closed.
 				f := startFaultServer(t, 32, path.flags...)
-				res := f.run(t, 4*time.Second, 0, func() {
+				res := f.run(t, 500*time.Millisecond, 0, func(l *faultproxy.Load) {
 					for range 5 {
-						time.Sleep(700 * time.Millisecond)
-						f.proxy.Add(&faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5})
+						ok := l.OK.Load()
+						awaitLoad(t, "1,000 more calls OK", func() bool { return l.OK.Load() >= ok+1000 })
+						<-f.proxy.Add(&faultproxy.DropMidReply{Match: faultproxy.Nth(1, "EVALSHA", "EVAL"), After: 5}).Done()
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())
@@ -174,8 +199,8 @@ func TestNetworkFaults(t *testing.T) {
 				// may carry another key's count.
 				f := startFaultServer(t, 32, path.flags...)
 				for _, before := range []bool{true, false} {
-					res := f.run(t, 2*time.Second, 0, func() {
-						time.Sleep(500 * time.Millisecond)
+					res := f.run(t, 1500*time.Millisecond, 0, func(l *faultproxy.Load) {
+						awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 						<-f.proxy.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Before: before,
 							Reply: faultproxy.Ints(1, 0, 7_000_000_000)}).Done()
 					})
@@ -185,13 +210,15 @@ func TestNetworkFaults(t *testing.T) {
 				}
 			})
 			t.Run("held replies", func(t *testing.T) {
-				// Replies held 2 s: Redis counts at most the OK answers plus
-				// 2 % of the failed calls.
+				// Replies held while 40 calls a caller fail (2 s at
+				// --store-timeout 50ms): Redis counts at most the OK answers
+				// plus 2 % of the failed calls.
 				f := startFaultServer(t, 32, path.flags...)
-				res := f.run(t, 3*time.Second, 0, func() {
-					time.Sleep(500 * time.Millisecond)
+				res := f.run(t, 500*time.Millisecond, 0, func(l *faultproxy.Load) {
+					awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 					rule := f.proxy.Add(&faultproxy.Freeze{})
-					time.Sleep(2 * time.Second)
+					failed := l.Failed.Load()
+					awaitLoad(t, "40 failed calls a caller", func() bool { return l.Failed.Load() >= failed+40*32 })
 					rule.Release()
 				})
 				t.Logf("%v; counted %d", res, f.counted(t))
@@ -199,23 +226,70 @@ func TestNetworkFaults(t *testing.T) {
 			})
 			t.Run("slow handshake", func(t *testing.T) {
 				// SELECT db 1 answered 80 ms late on every new connection,
-				// and every connection cut: at least 90 % OK within 3 s.
-				f := startFaultServer(t, 32, path.flags...)
+				// and every connection cut: in the second that follows 3 s
+				// of load from the cut, the server decides by itself as well
+				// as it did without the fault on this machine, as loaded as
+				// it is, just before. (Beside a busy loop at a load of 15,
+				// one run in five failed every call of the 3 s, all at the
+				// 50 ms timeout, then recovered.)
+				// The breaker is left out: on a busy machine calls time out
+				// at 50 ms with or without the fault, and five in a row open
+				// it (TestBreaker covers that), after which calls fail at once
+				// and the shares below would measure the CPU, not the store.
+				f := startFaultServer(t, 32, append([]string{"--breaker-failures", "1000000"}, path.flags...)...)
+				base := f.run(t, time.Second, 0, nil)
+				baseOK, baseTotal := base.OK.Load(), base.OK.Load()+base.Failed.Load()
+				if baseOK == 0 {
+					t.Fatalf("without the fault, no call was OK (%v): the bound below would hold whatever happens", base)
+				}
+				f.resetCounters(t)
 				f.proxy.Add(&faultproxy.SlowHandshake{First: 1, Delay: 80 * time.Millisecond})
 				f.proxy.CutAll(0)
-				res := f.run(t, 3*time.Second, 0, nil)
-				t.Logf("%v", res)
-				if ok, total := res.OK.Load(), res.OK.Load()+res.Failed.Load(); ok*10 < total*9 {
-					t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %%", ok, total)
+				cut := f.run(t, 3*time.Second, 0, nil)
+				after := f.run(t, time.Second, 0, nil)
+				t.Logf("without the fault: %v; 3 s from the cut: %v; the second after: %v; breaker opened %d times",
+					base, cut, after, f.breakerOpenings())
+				if ok, total := after.OK.Load(), after.OK.Load()+after.Failed.Load(); ok*10*baseTotal < total*9*baseOK {
+					t.Errorf("%d of %d calls OK in the second after the 3 s from the cut, want at least 90 %% of the %d of %d OK without the fault",
+						ok, total, baseOK, baseTotal)
 				}
-				// A call that waited for the slow connection is not written
-				// once its callers have been answered Unavailable (issue 19:
-				// 406 of 582 such requests were charged): at most 2 % of the
-				// failed requests are counted, as in the hold test, and two
-				// more: a call written just before its callers' deadline
-				// whose reply comes after it, on a busy box.
-				t.Logf("counted %d", f.counted(t))
-				f.check(t, res, res.Failed.Load()/50+2)
+				// A call written in time whose reply came after its caller's
+				// 50 ms ran: it may be counted, though its caller was
+				// answered Unavailable. Whether a call that waited for a
+				// slow connection is written once it is ready (issue 19) is
+				// the next subtest's question, asked without a race.
+				f.checkAll(t, cut.Failed.Load()+after.Failed.Load(), cut, after)
+			})
+			t.Run("dial wait", func(t *testing.T) {
+				// Every new connection's handshake answers after 300 ms, six
+				// times the store timeout; then every connection is cut. A
+				// request waits for a new connection and is answered
+				// Unavailable at 50 ms, long before it is ready: nothing of it
+				// may be written once it is (issue 19: 406 of 582 such
+				// requests were charged).
+				f := startFaultServer(t, 1, path.flags...)
+				f.proxy.Add(&faultproxy.SlowHandshake{Match: faultproxy.Match{Commands: []string{"HELLO", "AUTH", "SELECT", "CLIENT", "READONLY"}},
+					First: 5, Delay: 300 * time.Millisecond})
+				f.proxy.CutAll(0)
+				ctx := ctxTimeout(t, 30*time.Second)
+				for range 3 {
+					resp, err := f.Client.ShouldRateLimit(ctx, domainRequest("faults", "dialwait", "caller"))
+					if status.Code(err) != codes.Unavailable {
+						t.Fatalf("a request while every handshake took 300 ms: %v %v, want Unavailable", resp, err)
+					}
+				}
+				// Every handshake is over and the server decides again: by
+				// then a request kept for a slow connection would have been
+				// written.
+				wait.For(t, 30*time.Second, func() bool { return f.proxy.Stats().Holding == 0 })
+				wait.For(t, 30*time.Second, func() bool {
+					_, err := f.Client.ShouldRateLimit(ctx, domainRequest("faults", "c0", "caller"))
+					return err == nil
+				})
+				keys, err := f.rdb.Keys(ctx, "*caller=dialwait}*").Result()
+				if err != nil || len(keys) != 0 {
+					t.Errorf("counters %v (%v): requests answered Unavailable were written once their connection was ready", keys, err)
+				}
 			})
 			t.Run("stalls", func(t *testing.T) {
 				// Five 80 ms stalls of Redis at 500 requests a second fail
@@ -224,12 +298,13 @@ func TestNetworkFaults(t *testing.T) {
 				// of 500 calls a second, five times (325). Beside a busy CPU
 				// loop, 164 of 2,500 failed (5 % was the bound before).
 				f := startFaultServer(t, 25, path.flags...)
-				res := f.run(t, 5*time.Second, 50*time.Millisecond, func() {
-					for range 5 {
-						time.Sleep(700 * time.Millisecond)
+				res := f.run(t, time.Second, 50*time.Millisecond, func(l *faultproxy.Load) {
+					for range 5 { // 350 calls OK (0.7 s) apart; a timer ends each stall
+						ok := l.OK.Load()
+						awaitLoad(t, "350 more calls OK", func() bool { return l.OK.Load() >= ok+350 })
 						r := f.proxy.Add(&faultproxy.Freeze{Requests: true})
-						time.Sleep(80 * time.Millisecond)
-						r.Release()
+						time.AfterFunc(80*time.Millisecond, r.Release)
+						<-r.Done()
 					}
 				})
 				t.Logf("%v; breaker opened %d times", res, f.breakerOpenings())

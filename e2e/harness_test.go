@@ -252,13 +252,37 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 }
 
 // loop calls call(worker, n) from workers goroutines, each call after the
-// worker's last (n counts them) and pause, until stop is called. stop
-// waits for the workers; it is idempotent.
+// worker's last (n counts them), one every pause at most, until stop is
+// called. stop waits for the workers; it is idempotent.
+// nextWindow waits until a window of unit starts on the wall clock, and
+// margin more. The servers' fixed windows follow the wall clock, so that
+// calls made within unit of it share a window: the time waited for is the
+// condition, not a guess at how long something takes.
+func nextWindow(unit, margin time.Duration) {
+	at := time.NewTimer(time.Until(time.Now().Truncate(unit).Add(unit + margin)))
+	<-at.C
+}
+
+// clearOfWindowEnd waits for the next window of unit if the current one
+// ends within margin.
+func clearOfWindowEnd(t *testing.T, unit, margin time.Duration) {
+	if left := time.Until(time.Now().Truncate(unit).Add(unit)); left < margin {
+		t.Logf("waiting %v for the %v window to roll over", left.Round(time.Millisecond), unit)
+		nextWindow(unit, time.Second)
+	}
+}
+
 func loop(workers int, pause time.Duration, call func(worker, n int)) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
+			var pace <-chan time.Time // nil: back to back
+			if pause > 0 {
+				tk := time.NewTicker(pause)
+				defer tk.Stop()
+				pace = tk.C
+			}
 			for n := 0; ; n++ {
 				select {
 				case <-done:
@@ -266,7 +290,13 @@ func loop(workers int, pause time.Duration, call func(worker, n int)) (stop func
 				default:
 				}
 				call(w, n)
-				time.Sleep(pause)
+				if pace != nil {
+					select {
+					case <-done:
+						return
+					case <-pace:
+					}
+				}
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // planRules are 10 a second and 1,000 a day on one key (the issue's), and
@@ -69,7 +70,7 @@ func TestSeveralLimits(t *testing.T) {
 		// a second, and try again if the machine was too slow for it.
 		for attempt := 1; ; attempt++ {
 			id := fmt.Sprint(time.Now().UnixNano())
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+			nextWindow(time.Second, 20*time.Millisecond)
 			start := time.Now()
 			var resps []*rls.RateLimitResponse
 			for range 11 {
@@ -106,11 +107,12 @@ func TestSeveralLimits(t *testing.T) {
 		// 10 a second and 15 a day: 10 now, 5 a second later, then the
 		// day denies though the second has 5 left, charging neither.
 		id := fmt.Sprint(time.Now().UnixNano())
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+		nextWindow(time.Second, 20*time.Millisecond)
 		for range 10 {
 			call("small", id)
 		}
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+		// The second's window rolls over: its 10 are back, the day's 5 are not.
+		wait.For(t, 10*time.Second, func() bool { second, _ := usage("small", id); return second == 10 })
 		for i := range 5 {
 			if r := call("small", id); r.OverallCode != rls.RateLimitResponse_OK {
 				t.Fatalf("request %d of the second second: %v", i+1, r.OverallCode)

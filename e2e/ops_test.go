@@ -3,9 +3,11 @@ package e2e_test
 import (
 	_ "embed"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -179,9 +181,9 @@ func TestOpsExplain(t *testing.T) {
 func TestOpsResetOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	files.Write(t, tokens, "oncall:e2e-secret\n")
+	files.Write(t, tokens, "oncall:e2e-secret-0123456789\n")
 	mine := filepath.Join(t.TempDir(), "mine")
-	files.Write(t, mine, "e2e-secret\n")
+	files.Write(t, mine, "e2e-secret-0123456789\n")
 	srv, admin := startOps(t, files.Dir(t, map[string]string{"ops.yaml": opsRules}),
 		"--redis-type", "CLUSTER", "--redis-url", c.Seeds(), "--store-timeout", "5s", "--admin-token-file", tokens)
 	ctx := ctxTimeout(t, time.Minute)
@@ -267,3 +269,123 @@ func TestOpsWarnLines(t *testing.T) {
 		})
 	}
 }
+
+// updateDocs rewrites the docs' log examples from the binary's output
+// (TestLogExamples).
+var updateDocs = flag.Bool("update", false, "rewrite the log examples of docs/operations.md and docs/security.md")
+
+// logDocs are the docs whose log examples TestLogExamples keeps.
+var logDocs = []string{"../docs/operations.md", "../docs/security.md"}
+
+// logExample is a log example of the docs: a marker naming the line,
+// then a fenced block of the line alone.
+var logExample = regexp.MustCompile("(<!-- log: ([a-z-]+) [^>]*-->\n *```\n *)([^\n]*)(\n *```)")
+
+// TestLogExamples: the log lines the docs show are the binary's own, in
+// its JSON format (the chart's and the reference's default), only their
+// times, addresses and paths made up: alerts copied from the docs match
+// what the binary writes. -update rewrites them.
+func TestLogExamples(t *testing.T) {
+	edge := "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	dir := files.Dir(t, map[string]string{"edge.yaml": edge})
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	files.Write(t, tokens, "oncall:"+logToken+"\n")
+	srv, admin := startOps(t, dir, "--log-format", "json", "--admin-token-file", tokens, "--memory-max-keys", "2")
+	ctx := ctxTimeout(t, time.Minute)
+	decide := func(ip string) {
+		t.Helper()
+		if _, err := srv.Client.ShouldRateLimit(ctx, requestIn("edge", desc("remote_address", ip))); err != nil && status.Code(err) != codes.Unavailable {
+			t.Fatal(err)
+		}
+	}
+	for range 5 { // 3 allowed, 2 over the limit
+		decide("10.0.0.7")
+	}
+	post := func(path, body, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+admin+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	reset := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.7"}]}]}`
+	// The top line comes within a second of the first over-limit hit:
+	// before the reset, which forgets nothing of the top identifiers.
+	lines := map[string]string{}
+	grab := func(name, message string) bool {
+		for _, l := range strings.Split(srv.logs.String(), "\n") {
+			if strings.Contains(l, `"@message":"`+message+`"`) {
+				lines[name] = l
+				return true
+			}
+		}
+		return false
+	}
+	if !wait.True(30*time.Second, func() bool { return grab("top", "top over-limit identifiers") }) {
+		t.Fatalf("no top line:\n%s", srv.logs.String())
+	}
+	if code := post("/v1/counters/reset", reset, logToken); code != http.StatusOK {
+		t.Fatalf("reset: %d", code)
+	}
+	if code := post("/v1/counters/reset", reset, "wrong-0123456789abcdef"); code != http.StatusForbidden {
+		t.Fatalf("reset with a wrong token: %d", code)
+	}
+	for _, ip := range []string{"10.0.0.8", "10.0.0.9", "10.0.0.10"} { // the embedded store holds 2 keys
+		decide(ip)
+	}
+	files.Replace(t, tokens, "oncall:"+logToken+"\nbob\n")
+	if code := post("/v1/counters/reset", reset, logToken); code != http.StatusForbidden {
+		t.Fatalf("reset under a malformed token file: %d", code)
+	}
+	for name, message := range map[string]string{
+		"audit": "admin write", "refused": "admin request refused", "store-failure": "store failure: answered by --on-store-error",
+		"token-file-refused": "admin token file refused: no token is in force until it is mended",
+	} {
+		if !wait.True(10*time.Second, func() bool { return grab(name, message) }) {
+			t.Errorf("no %s line (%q) in the log:\n%s", name, message, srv.logs.String())
+		}
+	}
+	for name, l := range lines {
+		l = regexp.MustCompile(`"@timestamp":"[^"]*"`).ReplaceAllString(l, `"@timestamp":"2026-03-02T10:15:04.512Z"`)
+		l = regexp.MustCompile(`"remote":"127\.0\.0\.1:[0-9]+"`).ReplaceAllString(l, `"remote":"10.1.2.3:51522"`)
+		l = strings.ReplaceAll(l, tokens, "/etc/fastlimit/admin-tokens/tokens")
+		if name == "top" { // 2 over-limit hits, decayed by however long the line took on a busy machine
+			l = regexp.MustCompile(`"10\.0\.0\.7 \([0-9.]+\)"`).ReplaceAllString(l, `"10.0.0.7 (2)"`)
+		}
+		lines[name] = strings.ReplaceAll(l, dir, "/rules")
+	}
+	shown := map[string]bool{}
+	for _, doc := range logDocs {
+		old := string(files.Read(t, doc))
+		updated := logExample.ReplaceAllStringFunc(old, func(m string) string {
+			g := logExample.FindStringSubmatch(m)
+			name := g[2]
+			shown[name] = true
+			want, ok := lines[name]
+			if !ok {
+				t.Errorf("%s: a log example %q that the test does not write", doc, name)
+				return m
+			}
+			if g[3] != want && !*updateDocs {
+				t.Errorf("%s: log example %s is not the binary's line (go test ./e2e -run TestLogExamples -update):\n got %s\nwant %s", doc, name, g[3], want)
+			}
+			return g[1] + want + g[4]
+		})
+		if *updateDocs && updated != old {
+			files.Write(t, doc, updated)
+		}
+	}
+	for name := range lines {
+		if !shown[name] {
+			t.Errorf("no doc shows the %s line", name)
+		}
+	}
+}
+
+// logToken is TestLogExamples' token.
+const logToken = "oncall-0123456789abcdef"

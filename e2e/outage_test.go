@@ -83,6 +83,17 @@ func (l *outageLoad) Stop() []answer {
 
 func (l *outageLoad) since() time.Duration { return time.Since(l.start) }
 
+// through waits until the load has answered a call it sent at or after
+// at (since it started): the load ran until then. It fails t after 60 s.
+func (l *outageLoad) through(t *testing.T, at time.Duration) {
+	t.Helper()
+	wait.For(t, at-l.since()+60*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.answers) > 0 && l.answers[len(l.answers)-1].at >= at
+	})
+}
+
 // serverRedisConns counts pid's established TCP connections to port, by
 // matching its socket inodes in /proc/net/tcp.
 func serverRedisConns(t *testing.T, pid, port int) int {
@@ -221,7 +232,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 
 	idleGoroutines := goroutines(t, admin)
 	load := startOutageLoad(srv, req, classify)
-	time.Sleep(2 * time.Second)
+	load.through(t, 2*time.Second)
 	loadedGoroutines := goroutineFloor(t, admin)
 	baseConns, baseClients := serverRedisConns(t, pid, r.Port), redisClients(t, r.Addr)
 
@@ -233,7 +244,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 	} else {
 		r.Stop()
 	}
-	time.Sleep(outageDuration)
+	load.through(t, downAt+outageDuration) // Redis stays away while the load runs for outageDuration
 	upAt := load.since()
 	if freeze {
 		if err := r.Signal(syscall.SIGCONT); err != nil {
@@ -243,7 +254,7 @@ func testOutage(t *testing.T, policy string, freeze bool) {
 		r.Restart(t)
 	}
 	readyAt := load.since() // Redis answers PING
-	time.Sleep(outageRecovery + time.Second)
+	load.through(t, readyAt+outageRecovery+time.Second)
 	afterConns, afterClients := serverRedisConns(t, pid, r.Port), redisClients(t, r.Addr)
 	afterLoaded := goroutineFloor(t, admin)
 	answers := load.Stop()
@@ -375,9 +386,11 @@ func goroutines(t *testing.T, admin string) float64 {
 // all 8 workers' calls, another none), while a leak raises every scrape.
 func goroutineFloor(t *testing.T, admin string) float64 {
 	t.Helper()
+	pace := time.NewTicker(100 * time.Millisecond)
+	defer pace.Stop()
 	least := goroutines(t, admin)
 	for range 4 {
-		time.Sleep(100 * time.Millisecond)
+		<-pace.C
 		least = min(least, goroutines(t, admin))
 	}
 	return least

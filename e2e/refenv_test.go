@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/loopback"
@@ -72,7 +74,8 @@ func decideN(t *testing.T, c rls.RateLimitServiceClient, domain, key, value stri
 // no flags. It decides on Redis with the rules found where the reference
 // finds them (nested ones too), serves /healthcheck on PORT and its admin
 // listener on DEBUG_PORT, logs as text, names the variable it does not
-// honour in its startup warning, and reloads a nested file.
+// honour in its startup warning (and that the reference's default statsd
+// is not sent), and reloads a nested file.
 func TestReferenceEnvironment(t *testing.T) {
 	waitOutDayBoundary(t)
 	r := redistest.StartServer(t)
@@ -108,6 +111,11 @@ func TestReferenceEnvironment(t *testing.T) {
 	if !strings.Contains(logs, "envoyproxy/ratelimit settings that FastLimit does not honour") ||
 		!strings.Contains(logs, "MEMCACHE_HOST_PORT: ignored") {
 		t.Errorf("no startup warning naming MEMCACHE_HOST_PORT:\n%s", logs)
+	}
+	// USE_STATSD unset: the reference would send statsd to localhost:8125.
+	if !strings.Contains(logs, "USE_STATSD: unset; the reference's default (true) sends its stats to statsd at localhost:8125, "+
+		"FastLimit sends none: USE_STATSD=true sends them") {
+		t.Errorf("no startup warning that statsd is not sent:\n%s", logs)
 	}
 
 	// A change to the nested file reloads.
@@ -170,11 +178,14 @@ func TestHealthcheckWithRedisDown(t *testing.T) {
 				wait.For(t, 10*time.Second, func() bool { return httpCode(health) == http.StatusOK })
 				return
 			}
+			// Ten checks over a second of Redis down.
+			pace := time.NewTicker(100 * time.Millisecond)
+			defer pace.Stop()
 			for range 10 {
 				if code := httpCode(health); code != http.StatusOK {
 					t.Fatalf("/healthcheck %d with Redis down, want 200", code)
 				}
-				time.Sleep(100 * time.Millisecond)
+				<-pace.C
 			}
 			if code := httpCode(srv.HTTP + "/ready"); code != http.StatusOK {
 				t.Errorf("/ready %d with Redis down after it answered once, want 200", code)
@@ -203,4 +214,97 @@ func TestReferenceEnvironmentUnixSocket(t *testing.T) {
 	if !strings.Contains(srv.logs.String(), `store="redis single `+sock) {
 		t.Errorf("logs do not show the socket store:\n%s", srv.logs.String())
 	}
+}
+
+// TestReferenceUpstreamVariables starts the binary with the variables
+// upstream added after the pin: LIMIT_REQUEST_HEADERS_ENABLED (#1168) puts
+// the limit, remaining and reset of the request's descriptor in
+// request_headers_to_add, under LIMIT_REQUEST_*_HEADER's names, on OK and
+// OVER_LIMIT answers alike, with no response headers asked for; and
+// REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR (#1191), which FastLimit always
+// follows, is named in the startup warning only when false.
+func TestReferenceUpstreamVariables(t *testing.T) {
+	r := redistest.StartServer(t)
+	root := files.Dir(t, refRules)
+	for _, readonly := range []string{"true", "false"} {
+		t.Run("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR="+readonly, func(t *testing.T) {
+			waitOutDayBoundary(t)
+			env := refEnv(t, root, r.Addr)
+			env["LIMIT_REQUEST_HEADERS_ENABLED"] = "true"
+			env["LIMIT_REQUEST_REMAINING_HEADER"] = "X-Upstream-Remaining"
+			env["REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"] = readonly
+			srv := startRef(t, env)
+			user := fmt.Sprintf("up-%s-%d", readonly, time.Now().UnixNano())
+			for i, want := range []string{"RateLimit-Limit=3 X-Upstream-Remaining=2", "RateLimit-Limit=3 X-Upstream-Remaining=1",
+				"RateLimit-Limit=3 X-Upstream-Remaining=0", "RateLimit-Limit=3 X-Upstream-Remaining=0"} {
+				resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), domainRequest("ref", user, "user"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, h := range resp.GetRequestHeadersToAdd() {
+					if h.GetKey() != "RateLimit-Reset" {
+						got = append(got, h.GetKey()+"="+h.GetValue())
+					}
+				}
+				hs := resp.GetRequestHeadersToAdd()
+				if strings.Join(got, " ") != want || len(hs) != 3 || hs[2].GetKey() != "RateLimit-Reset" || len(resp.GetResponseHeadersToAdd()) != 0 {
+					t.Errorf("hit %d (%v): request headers %v, response headers %v; want %s and RateLimit-Reset, no response headers",
+						i+1, resp.GetOverallCode(), hs, resp.GetResponseHeadersToAdd(), want)
+				}
+			}
+			warned := strings.Contains(srv.logs.String(), "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR: FastLimit always does what true asks")
+			if warned != (readonly == "false") {
+				t.Errorf("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=%s: warned %t; logs:\n%s", readonly, warned, srv.logs.String())
+			}
+		})
+	}
+}
+
+// TestReferenceRefunds: is_negative_hits as upstream has it since #1140,
+// in the reference's environment with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
+// a refund answers OK with the limit, what remains after it and the time
+// to reset; it lands though the request it came in is rejected (whose
+// charges do not); and the reference's per-rule total_negative_hits
+// counts it, on USE_PROMETHEUS's listener.
+func TestReferenceRefunds(t *testing.T) {
+	waitOutDayBoundary(t)
+	r := redistest.StartServer(t)
+	root := files.Dir(t, map[string]string{"ratelimit/config/neg.yaml": "domain: neg\ndescriptors:\n" +
+		"  - key: tokens\n    rate_limit: {unit: day, requests_per_unit: 100}\n" +
+		"  - key: small\n    rate_limit: {unit: day, requests_per_unit: 1}\n"})
+	env := refEnv(t, root, r.Addr)
+	prom := fmt.Sprint(loopback.Port(t))
+	env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"], env["USE_STATSD"] = "true", "false"
+	env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"] = "true", "127.0.0.1:"+prom
+	srv := startRef(t, env)
+	id := fmt.Sprint(time.Now().UnixNano())
+	call := func(ds ...*common.RateLimitDescriptor) *rls.RateLimitResponse {
+		t.Helper()
+		resp, err := srv.Client.ShouldRateLimit(ctxTimeout(t, 5*time.Second), &rls.RateLimitRequest{Domain: "neg", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	with := func(key string, hits uint64, refund bool) *common.RateLimitDescriptor {
+		d := desc(key, id)
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), refund
+		return d
+	}
+	call(with("tokens", 10, false))
+	call(with("small", 1, false)) // small is spent
+	resp := call(with("tokens", 4, true), with("small", 1, false), with("tokens", 5, false))
+	st := resp.GetStatuses()[0]
+	if resp.GetOverallCode() != rls.RateLimitResponse_OVER_LIMIT || st.GetCode() != rls.RateLimitResponse_OK ||
+		st.GetCurrentLimit().GetRequestsPerUnit() != 100 || st.GetLimitRemaining() != 94 || st.GetDurationUntilReset().GetSeconds() <= 0 {
+		t.Fatalf("a refund beside a denial: %v, refund status %v; want OVER_LIMIT, the refund OK with 100/DAY, 94 left and a reset", resp.GetOverallCode(), st)
+	}
+	if left := call(with("tokens", 0, false)).GetStatuses()[0].GetLimitRemaining(); left != 94 {
+		t.Errorf("after the rejected request: %d tokens left, want 94 (the refund landed, its charge of 5 did not)", left)
+	}
+	wantSeries(t, metricsPage(t, "127.0.0.1:"+prom), map[string]float64{
+		"ratelimit_service_rate_limit_neg_tokens_total_negative_hits":         4,
+		`ratelimit_service_rate_limit_total_hits{domain="neg",key1="tokens"}`: 15, // 10, then the rejected 5; the peek of 0 is none
+	})
 }

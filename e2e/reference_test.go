@@ -29,7 +29,8 @@ import (
 // dynamic metadata on), over the project's rules files: config/, the
 // Kubernetes example's and the chart's rules, e2e's drop-in rules and
 // testdata/reference (every feature, also under SHADOW_MODE and
-// QUOTA_MODE). The requests are built from the rules: each rule counted
+// QUOTA_MODE), and the reference's keys where they mean nothing
+// (pkg/rules/testdata/refkeys). The requests are built from the rules: each rule counted
 // past its limit, every rule of a domain in one request, hits_addend on
 // the request and on a descriptor, a limit override, a descriptor no rule
 // matches, an unknown domain. Codes, statuses, headers and the dynamic
@@ -50,6 +51,7 @@ func TestSameAnswersAsReference(t *testing.T) {
 		{"features", map[string]string{"features.yaml": features}, nil},
 		{"features, SHADOW_MODE", map[string]string{"features.yaml": features}, map[string]string{"SHADOW_MODE": "true"}},
 		{"features, QUOTA_MODE", map[string]string{"features.yaml": features}, map[string]string{"QUOTA_MODE": "true"}},
+		{"keys the reference ignores", refKeyRules(t), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startPair(t, tc.rules, tc.env)
@@ -111,7 +113,7 @@ func (p *pair) run(t *testing.T, seq sequence) {
 	t.Helper()
 	for try := 0; ; try++ {
 		if seq.unit == 1 { // start with a whole second ahead
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			nextWindow(time.Second, 0)
 		}
 		start := time.Now().Unix() / seq.unit
 		reqs := seq.build(fmt.Sprintf("%d-%d", time.Now().UnixNano(), try))
@@ -263,6 +265,22 @@ func shippedRules(t *testing.T) map[string]string {
 	})
 	if err != nil || len(out) == 0 {
 		t.Fatalf("rules under config/: %v %v", out, err)
+	}
+	return out
+}
+
+// refKeyRules are pkg/rules/testdata/refkeys: a file for each key of the
+// reference's valid set in each mapping where it means nothing, which
+// both servers load and ignore.
+func refKeyRules(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("../pkg/rules/testdata/refkeys/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("pkg/rules/testdata/refkeys: %v %v", paths, err)
+	}
+	out := map[string]string{}
+	for _, p := range paths {
+		out[filepath.Base(p)] = string(files.Read(t, p))
 	}
 	return out
 }

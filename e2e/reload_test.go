@@ -71,19 +71,21 @@ func timeToEffect(t *testing.T, client rls.RateLimitServiceClient, want uint32, 
 	t.Helper()
 	start := time.Now()
 	edit()
-	for {
-		if currentLimit(t, client) == want {
-			took := time.Since(start)
-			if took >= inEffectWithin {
-				t.Fatalf("edit to %d took %s to take effect, want < %s", want, took, inEffectWithin)
-			}
-			return took
-		}
-		if time.Since(start) > 5*inEffectWithin {
-			t.Fatalf("edit to %d not in effect after %s", want, time.Since(start))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !wait.True(5*inEffectWithin, func() bool { return currentLimit(t, client) == want }) {
+		t.Fatalf("edit to %d not in effect after %s", want, time.Since(start))
 	}
+	took := time.Since(start)
+	if took >= inEffectWithin {
+		t.Fatalf("edit to %d took %s to take effect, want < %s", want, took, inEffectWithin)
+	}
+	return took
+}
+
+// running waits until the load has made n more calls.
+func (l *load) running(t *testing.T, n int64) {
+	t.Helper()
+	calls := l.calls.Load()
+	wait.For(t, 30*time.Second, func() bool { return l.calls.Load() >= calls+n })
 }
 
 // TestReloadUnderLoad edits the rules (good, bad, good) of a server under
@@ -100,7 +102,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			t.Fatalf("initial limit %d", got)
 		}
 		l := startLoad(t, srv.Client, 4)
-		time.Sleep(200 * time.Millisecond) // load running before the first edit
+		l.running(t, 100) // before the first edit
 
 		took1 := timeToEffect(t, srv.Client, 2_000_000, func() { files.Replace(t, path, reloadRules(2_000_000)) })
 
@@ -124,7 +126,7 @@ func TestReloadUnderLoad(t *testing.T) {
 
 		took2 := timeToEffect(t, srv.Client, 3_000_000, func() { files.Replace(t, path, reloadRules(3_000_000)) })
 
-		time.Sleep(200 * time.Millisecond) // load running after the last edit
+		l.running(t, 100) // after the last edit
 		l.Stop()
 		if n := l.failures.Load(); n != 0 {
 			t.Fatalf("%d of %d requests failed during reloads; first: %v", n, l.calls.Load(), l.firstErr.Load())
@@ -199,11 +201,8 @@ func limitOf(t *testing.T, srv *fastlimit, domain string) uint32 {
 // rpu, failing past followWithin (and giving up after 10 s).
 func inEffect(t *testing.T, srv *fastlimit, domain string, rpu uint32, since time.Time, what string) {
 	t.Helper()
-	for limitOf(t, srv, domain) != rpu {
-		if time.Since(since) > 10*time.Second {
-			t.Fatalf("%s: %s not answering %d after 10 s", what, domain, rpu)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.True(10*time.Second, func() bool { return limitOf(t, srv, domain) == rpu }) {
+		t.Fatalf("%s: %s not answering %d after 10 s", what, domain, rpu)
 	}
 	took := time.Since(since)
 	t.Logf("%s: in effect after %v", what, took.Round(time.Millisecond))
@@ -253,10 +252,10 @@ func TestReloadGitSyncSwap(t *testing.T) {
 	if n := scrape.Value(t, metricsPage(t, admin), "fastlimit_config_domains_removed_total"); n != 1 {
 		t.Errorf("fastlimit_config_domains_removed_total = %v, want 1", n)
 	}
+	// The old checkout is watched no longer: its removal makes no event.
 	if err := os.RemoveAll(filepath.Join(base, ".worktrees", "r1")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
 	if got := limitOf(t, srv, "swap"); got != 20 {
 		t.Errorf("after the old checkout's removal, swap answers %d", got)
 	}
@@ -264,24 +263,38 @@ func TestReloadGitSyncSwap(t *testing.T) {
 
 // TestReloadDirectoryRecreated removes the rules directory and creates it
 // again with new rules (rm -rf, mkdir, a file written in place), at once
-// and at a human's pace: the new rules answer within 2 s of the write.
+// and step by step, each step once the server has seen the last (the
+// directory gone, then back): the new rules answer within 2 s of the
+// write.
 func TestReloadDirectoryRecreated(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "rules")
 	files.Tree(t, dir, map[string]string{"swap.yaml": oneRule("swap", "k", "hour", 10)})
 	srv := start(t, launch{rules: dir})
-	for i, pause := range []time.Duration{0, 700 * time.Millisecond} {
+	// seen waits until the server has logged msg once more than before.
+	seen := func(msg string, before int) {
+		t.Helper()
+		wait.For(t, 30*time.Second, func() bool { return strings.Count(srv.logs.String(), msg) > before })
+	}
+	const gone, back = "rules directory went away", "rules directory is back"
+	for i, paced := range []bool{false, true} {
 		rpu := 30 + 10*i
+		logs := srv.logs.String()
+		goneBefore, backBefore := strings.Count(logs, gone), strings.Count(logs, back)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(pause)
+		if paced {
+			seen(gone, goneBefore)
+		}
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(pause)
+		if paced {
+			seen(back, backBefore)
+		}
 		written := time.Now()
 		files.Write(t, filepath.Join(dir, "swap.yaml"), oneRule("swap", "k", "hour", int64(rpu)))
-		inEffect(t, srv, "swap", uint32(rpu), written, fmt.Sprintf("re-created, pause %v", pause))
+		inEffect(t, srv, "swap", uint32(rpu), written, fmt.Sprintf("re-created, paced %v", paced))
 	}
 }
 

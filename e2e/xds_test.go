@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,8 +18,10 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"gopkg.in/yaml.v3"
 
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
@@ -148,12 +151,11 @@ func TestXDSRules(t *testing.T) {
 			set("v2", xdsRules(10))
 			start := time.Now()
 			n := 0
-			for call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 10 {
-				if time.Since(start) > 5*time.Second {
-					t.Fatal("v2 not in effect after 5 s")
-				}
+			if !wait.True(5*time.Second, func() bool {
 				n++
-				time.Sleep(5 * time.Millisecond)
+				return call(fmt.Sprintf("poll-%d", n)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 10
+			}) {
+				t.Fatal("v2 not in effect after 5 s")
 			}
 			if took := time.Since(start); took >= time.Second {
 				t.Errorf("v2 took %v to take effect", took)
@@ -218,7 +220,8 @@ func TestXDSWaitsForRules(t *testing.T) {
 	srv, _ := startEnv(t, map[string]string{
 		"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": addr, "CONFIG_GRPC_XDS_NODE_ID": xdsNodeID,
 	}, false)
-	time.Sleep(500 * time.Millisecond)
+	// The client asks for rules, and the server waits for them.
+	wait.For(t, 15*time.Second, func() bool { return strings.Contains(srv.logs.String(), "rules come from an xDS server") })
 	if resp, err := http.Get("http://" + srv.HTTP + "/healthcheck"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("listening before the first rules: %d", resp.StatusCode)
@@ -249,5 +252,92 @@ func TestXDSConfigTypeRefused(t *testing.T) {
 	}
 	if !strings.Contains(out, "CONFIG_TYPE") || !strings.Contains(out, "GRPC_XDS_DELTA") {
 		t.Errorf("output does not name CONFIG_TYPE:\n%s", out)
+	}
+}
+
+// egOverlayRules is the RateLimitConfig Envoy Gateway sends for
+// examples/envoy-gateway: each x-user-id 3 a minute, on the route of the
+// Gateway's listener default/eg/http.
+func egOverlayRules() *rlsconf.RateLimitConfig {
+	const route, rule = "httproute/default/echo/rule/0/match/0/www_example_com", "default/echo-global-limit/rule/0"
+	return &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{{
+		Key: route, Value: route, Descriptors: []*rlsconf.RateLimitDescriptor{{
+			Key: rule, Value: rule, Descriptors: []*rlsconf.RateLimitDescriptor{
+				xdstest.Limit("rule-0-match-0", "", rlsconf.RateLimitUnit_MINUTE, 3),
+			},
+		}},
+	}}}
+}
+
+// exampleOverlay is the overlay of examples/envoy-gateway/overlay.yaml's
+// ConfigMap.
+func exampleOverlay(t *testing.T) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(files.Read(t, "../examples/envoy-gateway/overlay.yaml"), &cm); err != nil || cm.Data["overlay.yaml"] == "" {
+		t.Fatalf("the example's overlay: %v", err)
+	}
+	return cm.Data["overlay.yaml"]
+}
+
+// TestXDSOverlay starts the binary on an Envoy Gateway snapshot with
+// RULES_OVERLAY: an empty overlay decides as today (a fixed window: the
+// 4th hit of a user in a minute is refused), and the example's, written
+// in while it runs, makes the user's limit a token bucket holding 10.
+func TestXDSOverlay(t *testing.T) {
+	addr, set, cp := startControlPlane(t, nil)
+	set("v1", egOverlayRules())
+	overlay := filepath.Join(t.TempDir(), "overlay.yaml")
+	files.Write(t, overlay, "domains: []\n")
+	srv, admin := startEnv(t, map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": addr, "CONFIG_GRPC_XDS_NODE_ID": xdsNodeID,
+		"RULES_OVERLAY": overlay,
+	}, true)
+	if _, err := cp.WaitACK(15*time.Second, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, time.Minute)
+	hits := func(user string, n int) (ok int) {
+		t.Helper()
+		for range n {
+			resp, err := srv.Client.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*common.RateLimitDescriptor{
+				desc("httproute/default/echo/rule/0/match/0/www_example_com", "httproute/default/echo/rule/0/match/0/www_example_com",
+					"default/echo-global-limit/rule/0", "default/echo-global-limit/rule/0", "rule-0-match-0", user)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetOverallCode() == rls.RateLimitResponse_OK {
+				ok++
+			}
+		}
+		return ok
+	}
+	if ok := hits("alice", 5); ok != 3 {
+		t.Errorf("without extensions, %d of 5 hits in a minute passed, want 3 (a fixed window of 3)", ok)
+	}
+
+	files.Write(t, overlay, exampleOverlay(t))
+	var rulesPage string
+	if !wait.True(15*time.Second, func() bool {
+		_, rulesPage = scrape.Get(t, "http://"+admin+"/v1/rules")
+		return strings.Contains(rulesPage, "algorithm=token_bucket")
+	}) {
+		_, metrics := scrape.Get(t, "http://"+admin+"/metrics")
+		var loads []string
+		for _, l := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(l, "fastlimit_config_") {
+				loads = append(loads, l)
+			}
+		}
+		t.Fatalf("the overlay written in place did not take effect in 15 s; /v1/rules:\n%s\nconfig series:\n%s\noverlay:\n%s",
+			rulesPage, strings.Join(loads, "\n"), files.Read(t, overlay))
+	}
+	if ok := hits("bob", 12); ok != 10 {
+		t.Errorf("with the example's overlay, %d of 12 hits passed at once, want 10 (a token bucket holding 10)", ok)
+	}
+	if _, body := scrape.Get(t, "http://"+admin+"/metrics"); !strings.Contains(body, "fastlimit_config_overlay_unmatched 0") {
+		t.Error("/metrics lacks fastlimit_config_overlay_unmatched 0")
 	}
 }

@@ -1,11 +1,17 @@
 package examples_test
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/fastlimit/fastlimit/pkg/descriptors"
+	"github.com/fastlimit/fastlimit/pkg/rules"
 )
 
 const envoyGatewayDir = "envoy-gateway"
@@ -34,7 +40,24 @@ type (
 					Replicas  int `yaml:"replicas"`
 					Container struct {
 						Image string `yaml:"image"`
+						Env   []struct {
+							Name  string `yaml:"name"`
+							Value string `yaml:"value"`
+						} `yaml:"env"`
+						VolumeMounts []struct {
+							Name      string `yaml:"name"`
+							MountPath string `yaml:"mountPath"`
+							ReadOnly  bool   `yaml:"readOnly"`
+						} `yaml:"volumeMounts"`
 					} `yaml:"container"`
+					Pod struct {
+						Volumes []struct {
+							Name      string `yaml:"name"`
+							ConfigMap struct {
+								Name string `yaml:"name"`
+							} `yaml:"configMap"`
+						} `yaml:"volumes"`
+					} `yaml:"pod"`
 				} `yaml:"rateLimitDeployment"`
 			} `yaml:"kubernetes"`
 		} `yaml:"provider"`
@@ -262,5 +285,97 @@ func checkSelects(t *testing.T, svc service, o *k8sObject) {
 		if resolvePort(sp.TargetPort, named) == 0 {
 			t.Errorf("Service %s port %d: target port %v is no container port", svc.Metadata.Name, sp.Port, sp.TargetPort)
 		}
+	}
+}
+
+// TestEnvoyGatewayOverlay checks overlay.yaml: the ConfigMap is mounted
+// into Envoy Gateway's rate-limit Deployment where RULES_OVERLAY points,
+// the overlay parses, and applied to the RateLimitConfig Envoy Gateway
+// builds from the example's Gateway, HTTPRoute and BackendTrafficPolicy
+// it extends every entry: the per-user limit becomes a token bucket.
+func TestEnvoyGatewayOverlay(t *testing.T) {
+	objs := loadManifestsIn(t, envoyGatewayDir)
+	find := func(kind, name string) *k8sObject {
+		t.Helper()
+		for _, o := range objs {
+			if o.Kind == kind && o.Metadata.Name == name {
+				return o
+			}
+		}
+		t.Fatalf("no %s %s in %s", kind, name, envoyGatewayDir)
+		return nil
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	decodeNode(t, find("ConfigMap", "envoy-gateway-config"), &cm)
+	var eg envoyGatewayConfig
+	decodeStrictYAML(t, "envoy-gateway.yaml", []byte(cm.Data["envoy-gateway.yaml"]), &eg)
+	dep := eg.Provider.Kubernetes.RateLimitDeployment
+	overlayCM := find("ConfigMap", "fastlimit-overlay")
+	var path string
+	for _, e := range dep.Container.Env {
+		if e.Name == "RULES_OVERLAY" {
+			path = e.Value
+		}
+	}
+	var mounted bool
+	for _, m := range dep.Container.VolumeMounts {
+		for _, v := range dep.Pod.Volumes {
+			if v.Name == m.Name && v.ConfigMap.Name == overlayCM.Metadata.Name && m.ReadOnly {
+				mounted = mounted || strings.HasPrefix(path, m.MountPath+"/")
+				path = strings.TrimPrefix(path, m.MountPath+"/")
+			}
+		}
+	}
+	if !mounted || overlayCM.Metadata.Namespace != "envoy-gateway-system" {
+		t.Fatalf("RULES_OVERLAY %q is not a file of ConfigMap %s/%s mounted read-only into the rate-limit Deployment",
+			path, overlayCM.Metadata.Namespace, overlayCM.Metadata.Name)
+	}
+	var data struct {
+		Data map[string]string `yaml:"data"`
+	}
+	decodeNode(t, overlayCM, &data)
+	ov, err := rules.ParseOverlay(path, []byte(data.Data[path]))
+	if err != nil {
+		t.Fatalf("%s in ConfigMap %s: %v", path, overlayCM.Metadata.Name, err)
+	}
+
+	// Envoy Gateway's RateLimitConfig for the example.
+	var gw gateway
+	decodeNode(t, find("Gateway", "eg"), &gw)
+	var route httpRoute
+	decodeNode(t, find("HTTPRoute", "echo"), &route)
+	var btp backendTrafficPolicy
+	decodeNode(t, find("BackendTrafficPolicy", "echo-global-limit"), &btp)
+	routeKey := fmt.Sprintf("httproute/%s/%s/rule/0/match/0/%s", route.Metadata.Namespace, route.Metadata.Name,
+		strings.ReplaceAll(route.Spec.Hostnames[0], ".", "_"))
+	top := &rlsconf.RateLimitDescriptor{Key: routeKey, Value: routeKey}
+	for i, r := range btp.Spec.RateLimit.Global.Rules {
+		ruleKey := fmt.Sprintf("%s/%s/rule/%d", btp.Metadata.Namespace, btp.Metadata.Name, i)
+		policy := &rlsconf.RateLimitPolicy{RequestsPerUnit: uint32(r.Limit.Requests),
+			Unit: rlsconf.RateLimitUnit(rlsconf.RateLimitUnit_value[strings.ToUpper(r.Limit.Unit)])}
+		match := &rlsconf.RateLimitDescriptor{Key: fmt.Sprintf("rule-%d-match--1", i), RateLimit: policy}
+		match.Value = match.Key
+		if len(r.ClientSelectors) > 0 { // the example's selectors: one Distinct header
+			match = &rlsconf.RateLimitDescriptor{Key: fmt.Sprintf("rule-%d-match-0", i), RateLimit: policy}
+		}
+		top.Descriptors = append(top.Descriptors, &rlsconf.RateLimitDescriptor{Key: ruleKey, Value: ruleKey,
+			Descriptors: []*rlsconf.RateLimitDescriptor{match}})
+	}
+	domain := gw.Metadata.Namespace + "/" + gw.Metadata.Name + "/" + gw.Spec.Listeners[0].Name
+	loaded, err := rules.FromXDSWith([]*rlsconf.RateLimitConfig{{Name: domain, Domain: domain,
+		Descriptors: []*rlsconf.RateLimitDescriptor{top}}}, ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.OverlayUnmatched != 0 {
+		t.Errorf("overlay entries that extend nothing: %v", loaded.Warnings)
+	}
+	user := descriptors.Match(loaded.Set.Domain(domain), []descriptors.Entry{{Key: routeKey, Value: routeKey},
+		{Key: btp.Metadata.Namespace + "/" + btp.Metadata.Name + "/rule/0", Value: btp.Metadata.Namespace + "/" + btp.Metadata.Name + "/rule/0"},
+		{Key: "rule-0-match-0", Value: "alice"}})
+	if user == nil || user.Algorithm != descriptors.TokenBucket || user.Burst != 10*descriptors.Milli || user.RequestsPerUnit != 3 {
+		t.Errorf("the per-user limit %+v, want a token bucket of 3 a minute holding 10", user)
 	}
 }

@@ -67,6 +67,17 @@ func TestRulesLoadOnReference(t *testing.T) {
 		rlqsRules[filepath.Base(p)] = string(files.Read(t, p))
 	}
 	loadsOnReference(t, "envoy-rlqs/rules/", rlqsRules)
+	// The reference's keys where they mean nothing, which FastLimit loads
+	// with a warning (pkg/rules' TestReferenceKeysLoad).
+	refKeys := map[string]string{}
+	keyFiles, err := filepath.Glob("../pkg/rules/testdata/refkeys/*.yaml")
+	if err != nil || len(keyFiles) == 0 {
+		t.Fatalf("rules under pkg/rules/testdata/refkeys: %v %v", keyFiles, err)
+	}
+	for _, p := range keyFiles {
+		refKeys[filepath.Base(p)] = string(files.Read(t, p))
+	}
+	loadsOnReference(t, "pkg/rules/testdata/refkeys/", refKeys)
 	for _, p := range extensionRules {
 		b := files.Read(t, p)
 		if p == "istio/rules-configmap.yaml" {

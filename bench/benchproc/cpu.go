@@ -152,7 +152,7 @@ func (c CommandTime) PerCall() float64 {
 
 // TimedCommands are the commands whose time RedisStats keeps: the
 // scripts', and the reference's.
-var TimedCommands = [...]string{"evalsha", "eval", "incrby", "expire"}
+var TimedCommands = [...]string{"evalsha", "eval", "incrby", "expire", "fcall"}
 
 // Add returns s + o, field by field.
 func (s RedisStats) Add(o RedisStats) RedisStats {

@@ -12,6 +12,13 @@
 //
 //	go run ./bench/callgrind                          # every shape, a markdown table
 //	go run ./bench/callgrind -ops 1 -algs fixed -keys new
+//	go run ./bench/callgrind -memory                  # Redis memory per identifier
+//
+// With -memory it measures Redis memory instead (no valgrind): -ids
+// identifiers a row, each hit -hits times in one window, through pkg/store
+// for each algorithm and as the reference writes them; used_memory's
+// growth per identifier, MEMORY USAGE per key, and a fixed window's key by
+// part against the reference's.
 //
 // Needs redis-server, redis-cli, valgrind (Debian:
 // redis-server, redis-tools, valgrind).
@@ -50,6 +57,8 @@ type options struct {
 	ids    int
 	calls  int
 	refs   bool
+	memory bool   // -memory: measure Redis memory per identifier
+	hits   []int  // -hits: of each identifier, in -memory
 	keep   string // directory for the profiles, "" for none
 	args   []string
 	server string // redis-server
@@ -66,7 +75,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.ids, "ids", 100000, "identifiers the keys are drawn from (1: every decision on one hot key)")
 	fs.IntVar(&o.calls, "calls", 200, "measured calls a row")
 	fs.BoolVar(&o.refs, "refs", true, "add the rows of the plain script and of the reference's INCRBY+EXPIRE")
-	fs.StringVar(&o.keep, "keep", "", "directory to keep each row's callgrind profile in (for callgrind_annotate)")
+	fs.BoolVar(&o.memory, "memory", false, "measure Redis memory per identifier (used_memory, MEMORY USAGE) instead of instructions")
+	hits := fs.String("hits", "1,10", "with -memory: hits of each identifier in its window, comma-separated (10 and more: a fixed window's count in thousandths passes Redis' shared integers)")
+	fs.StringVar(&o.keep, "keep", "", "directory to keep each row's callgrind profiles in, NAME.callgrind and its setup's NAME.base.callgrind (for callgrind_annotate: the row's calls are the difference)")
 	fs.StringVar(&o.server, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.cli, "redis-cli", "redis-cli", "redis-cli binary")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +88,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	var err error
 	if o.ops, err = ints(*ops); err != nil {
+		return nil, err
+	}
+	if o.hits, err = ints(*hits); err != nil {
 		return nil, err
 	}
 	o.algs, o.keys = list(*algs), list(*keys)

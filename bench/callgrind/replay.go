@@ -287,6 +287,7 @@ func writeCommand(b *bytes.Buffer, args ...any) {
 // replying included). -1: the profile does not name the function.
 type cost struct {
 	command, inner, total int64
+	allocs                int64 // calls into the allocator (allocFuncs), the whole server's
 }
 
 // The redis-server functions that run the rows' commands (a script's
@@ -295,18 +296,23 @@ var (
 	scriptFuncs    = []string{"evalShaCommand", "evalCommand"}
 	referenceFuncs = []string{"incrbyCommand", "expireCommand"}
 	scriptFunc     = "scriptCall"
+	// allocFuncs allocate: Lua's allocator calls realloc, Redis' zmalloc
+	// malloc, calloc and realloc (Debian's redis-server links jemalloc
+	// under these names). free is not counted.
+	allocFuncs = map[string]bool{"malloc": true, "calloc": true, "realloc": true}
 )
 
 // count profiles base and base followed by measured, and returns the
 // difference over o.calls calls.
 func count(ctx context.Context, o *options, s *streams, name string) (cost, error) {
-	base, err := profile(ctx, o, s.base, s.funcs, "")
-	if err != nil {
-		return cost{}, err
-	}
-	keep := ""
+	keep, keepBase := "", ""
 	if o.keep != "" {
 		keep = filepath.Join(o.keep, name+".callgrind")
+		keepBase = filepath.Join(o.keep, name+".base.callgrind")
+	}
+	base, err := profile(ctx, o, s.base, s.funcs, keepBase)
+	if err != nil {
+		return cost{}, err
 	}
 	all, err := profile(ctx, o, append(bytes.Clone(s.base), s.measured...), s.funcs, keep)
 	if err != nil {
@@ -316,7 +322,7 @@ func count(ctx context.Context, o *options, s *streams, name string) (cost, erro
 		return cost{}, errors.New("the hour turned between recording and replay (the store's window guesses are stale): run again")
 	}
 	n := int64(o.calls)
-	c := cost{total: (all.total - base.total) / n, command: -1, inner: -1}
+	c := cost{total: (all.total - base.total) / n, command: -1, inner: -1, allocs: (all.allocs - base.allocs) / n}
 	if all.command >= 0 {
 		c.command = (all.command - max(base.command, 0)) / n
 	}
@@ -388,11 +394,11 @@ func profile(ctx context.Context, o *options, stream []byte, funcs []string, kee
 		return cost{}, err
 	}
 	defer f.Close()
-	total, incl, err := parseProfile(f)
+	total, incl, allocs, err := parseProfile(f)
 	if err != nil {
 		return cost{}, fmt.Errorf("%s: %w", out, err)
 	}
-	c := cost{total: total, command: -1, inner: -1}
+	c := cost{total: total, command: -1, inner: -1, allocs: allocs}
 	for _, name := range funcs {
 		if v, ok := incl[name]; ok {
 			c.command = max(c.command, 0) + v
@@ -405,10 +411,11 @@ func profile(ctx context.Context, o *options, stream []byte, funcs []string, kee
 }
 
 // parseProfile reads a callgrind profile (one event, Ir; positions by
-// line): its total, and the inclusive cost of each named function, summed
-// over the calls into it from other functions. (callgrind_annotate's
-// inclusive figures count some cycles twice.)
-func parseProfile(r io.Reader) (total int64, incl map[string]int64, err error) {
+// line): its total, the inclusive cost of each named function, summed
+// over the calls into it from other functions (callgrind_annotate's
+// inclusive figures count some cycles twice), and the calls into
+// allocFuncs.
+func parseProfile(r io.Reader) (total int64, incl map[string]int64, allocs int64, err error) {
 	names := map[string]string{} // "(id)" -> name
 	name := func(ref string) string {
 		id, rest, _ := strings.Cut(ref, " ")
@@ -432,15 +439,22 @@ func parseProfile(r io.Reader) (total int64, incl map[string]int64, err error) {
 			callee = name(line[4:])
 		case strings.HasPrefix(line, "calls="):
 			afterCalls = true
+			if allocFuncs[callee] {
+				n, err := strconv.ParseInt(strings.Fields(line[6:])[0], 10, 64)
+				if err != nil {
+					return 0, nil, 0, fmt.Errorf("%w: %q", errProfile, line)
+				}
+				allocs += n
+			}
 		case afterCalls:
 			afterCalls = false
 			f := strings.Fields(line)
 			if len(f) < 2 {
-				return 0, nil, fmt.Errorf("%w: call cost %q", errProfile, line)
+				return 0, nil, 0, fmt.Errorf("%w: call cost %q", errProfile, line)
 			}
 			v, err := strconv.ParseInt(f[len(f)-1], 10, 64)
 			if err != nil {
-				return 0, nil, fmt.Errorf("%w: call cost %q", errProfile, line)
+				return 0, nil, 0, fmt.Errorf("%w: call cost %q", errProfile, line)
 			}
 			if callee != fn {
 				incl[callee] += v
@@ -448,18 +462,18 @@ func parseProfile(r io.Reader) (total int64, incl map[string]int64, err error) {
 		case strings.HasPrefix(line, "totals:"), strings.HasPrefix(line, "summary:"):
 			v, err := strconv.ParseInt(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), 10, 64)
 			if err != nil {
-				return 0, nil, fmt.Errorf("%w: %q", errProfile, line)
+				return 0, nil, 0, fmt.Errorf("%w: %q", errProfile, line)
 			}
 			total = v
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	if total == 0 {
-		return 0, nil, fmt.Errorf("%w: no total", errProfile)
+		return 0, nil, 0, fmt.Errorf("%w: no total", errProfile)
 	}
-	return total, incl, nil
+	return total, incl, allocs, nil
 }
 
 // errProfile marks a callgrind profile that does not parse.
@@ -477,6 +491,9 @@ type row struct {
 func measure(o *options, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.memory {
+		return measureMemory(ctx, o, stdout, stderr)
+	}
 	rec, err := startRecorder(ctx, o)
 	if err != nil {
 		return err
@@ -532,10 +549,11 @@ func plural(n int, word string) string {
 func printTable(w io.Writer, o *options, rows []row, took time.Duration) {
 	fmt.Fprintf(w, "`go run ./bench/callgrind%s`: %d calls a row, keys drawn from %d identifiers, windows of an hour, limits that never deny, %s.\n\n",
 		quoteArgs(o.args), o.calls, o.ids, took.Round(time.Second))
-	fmt.Fprintln(w, "| call | command, a call | of which redis.call | server, a call | server, a decision |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| call | command, a call | of which redis.call | server, a call | server, a decision | allocations, a decision |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows {
 		c := r.cost
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.what, thousands(c.command), thousands(c.inner), thousands(c.total), thousands(c.total/int64(r.decisions)))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.1f |\n", r.what, thousands(c.command), thousands(c.inner), thousands(c.total),
+			thousands(c.total/int64(r.decisions)), float64(c.allocs)/float64(r.decisions))
 	}
 }

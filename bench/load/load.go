@@ -1,18 +1,24 @@
 // Package load drives an envoy.service.ratelimit.v3 RateLimitService over
-// gRPC with closed-loop callers and measures decisions per second, answers,
-// errors, latency percentiles and the CPU time it used itself.
+// gRPC and measures decisions per second, answers, errors, latency
+// percentiles and the CPU time it used itself.
 //
-// N callers share M connections round-robin; each caller has one request
-// in flight, carrying one or more descriptors of one entry whose values are
-// drawn from a keyspace, uniformly or in sequence. bench/loadgen is its
-// command line; bench/rls runs it between CPU readings of the server and
-// Redis.
+// Closed loop (the default): N callers share M connections round-robin;
+// each caller has one request in flight, so a slow server slows the load.
+// Open loop (Config.Rate): requests arrive at a fixed mean rate, as a
+// Poisson process, whatever the server does; each is sent at its intended
+// time by an idle sender (a new one when none is idle), and its latency
+// runs from that intended time, so that a server's stall counts in full
+// for every request it delayed (no coordinated omission). Each request
+// carries one or more descriptors of one entry whose values are drawn from
+// a keyspace, uniformly or in sequence. bench/loadgen is its command line;
+// bench/rls runs it between CPU readings of the server and Redis.
 package load
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -39,7 +45,8 @@ const (
 // Config is what a Generator sends, and how.
 type Config struct {
 	Addr        string        // gRPC address of the server
-	Callers     int           // concurrent callers, each with one request in flight
+	Callers     int           // concurrent callers, each with one request in flight (closed loop)
+	Rate        float64       // requests a second, Poisson arrivals (open loop); 0: closed loop
 	Conns       int           // gRPC connections the callers share round-robin
 	Requests    int64         // requests per phase at most (0: only the duration bounds it)
 	Timeout     time.Duration // deadline of each call
@@ -58,8 +65,10 @@ var ErrConfig = errors.New("invalid load config")
 
 func (c *Config) check() error {
 	switch {
-	case c.Callers < 1, c.Conns < 1, c.Keys < 1, c.Descriptors < 1, len(c.EntryKeys) == 0:
-		return fmt.Errorf("%w: callers, conns, keys, descriptors and entry keys must be at least 1", ErrConfig)
+	case c.Callers < 1 && c.Rate == 0, c.Conns < 1, c.Keys < 1, c.Descriptors < 1, len(c.EntryKeys) == 0:
+		return fmt.Errorf("%w: callers (or a rate), conns, keys, descriptors and entry keys must be at least 1", ErrConfig)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("%w: the rate must be a positive number of requests a second (0: closed loop)", ErrConfig)
 	case c.Timeout <= 0:
 		return fmt.Errorf("%w: the call timeout must be positive", ErrConfig)
 	case c.Pick != PickUniform && c.Pick != PickSeq:
@@ -76,8 +85,10 @@ func (c *Config) check() error {
 type Generator struct {
 	cfg     Config
 	conns   []*grpc.ClientConn
+	clients []rls.RateLimitServiceClient
 	callers []*caller
 	seq     atomic.Int64
+	phases  uint64 // open-loop phases run, for their arrival schedules
 }
 
 // Dial connects to the server and waits until every connection is ready.
@@ -101,6 +112,10 @@ func Dial(ctx context.Context, cfg Config) (*Generator, error) {
 		}
 		clients[i] = rls.NewRateLimitServiceClient(conn)
 	}
+	g.clients = clients
+	if cfg.Rate > 0 {
+		return g, nil // senders are made as arrivals need them
+	}
 	g.callers = make([]*caller, cfg.Callers)
 	for i := range g.callers {
 		g.callers[i] = newCaller(&g.cfg, clients[i%len(clients)], uint64(i))
@@ -121,6 +136,14 @@ func (g *Generator) Close() {
 // counted in it, not returned as errors. Cancelling ctx ends the phase
 // early and reports what was measured.
 func (g *Generator) Run(ctx context.Context, d time.Duration) *Report {
+	if g.cfg.Rate > 0 {
+		g.phases++
+		cpu0 := cpuTime()
+		total, took, open := g.runOpen(ctx, d, g.phases)
+		rep := newReport(&g.cfg, total, took, cpuTime()-cpu0)
+		rep.Open = open
+		return rep
+	}
 	for _, cl := range g.callers {
 		cl.st.reset()
 	}
@@ -221,17 +244,22 @@ func (cl *caller) loop(ctx context.Context, p *phase) {
 			return
 		}
 		for _, e := range cl.entries {
-			cl.buf = strconv.AppendInt(append(cl.buf[:0], cl.cfg.ValuePrefix...), p.next(cl.rng), 10)
-			e.Value = string(cl.buf)
+			cl.set(e, p.next(cl.rng))
 		}
-		cl.call(ctx)
+		cl.call(ctx, time.Now())
 	}
 }
 
-// call sends the request once and records the outcome.
-func (cl *caller) call(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, cl.cfg.Timeout)
-	start := time.Now()
+// set gives entry e identifier id.
+func (cl *caller) set(e *common.RateLimitDescriptor_Entry, id int64) {
+	cl.buf = strconv.AppendInt(append(cl.buf[:0], cl.cfg.ValuePrefix...), id, 10)
+	e.Value = string(cl.buf)
+}
+
+// call sends the request once and records the outcome, its latency from
+// start (when it was sent, or meant to be).
+func (cl *caller) call(ctx context.Context, start time.Time) {
+	cctx, cancel := context.WithDeadline(ctx, start.Add(cl.cfg.Timeout))
 	resp, err := cl.client.ShouldRateLimit(cctx, cl.req)
 	took := time.Since(start)
 	cancel()

@@ -156,7 +156,7 @@ type Report struct {
 	Domain      string   `json:"domain"`
 	Keys        []string `json:"keys"`
 	Descriptors int      `json:"descriptors"`
-	Callers     int      `json:"callers"`
+	Callers     int      `json:"callers"` // closed loop
 	Conns       int      `json:"conns"`
 	Keyspace    int64    `json:"keyspace"`
 	Pick        string   `json:"pick"`
@@ -174,6 +174,9 @@ type Report struct {
 	CPUSeconds float64          `json:"loadgen_cpu_seconds"`
 	ErrorCodes map[string]int64 `json:"error_codes,omitempty"`
 	FirstError string           `json:"first_error,omitempty"`
+	// Open describes an open-loop phase (nil: closed loop); Latency then
+	// runs from each request's intended send time.
+	Open *OpenLoop `json:"open_loop,omitempty"`
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -215,7 +218,14 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "target     %s domain=%s key=%s descriptors=%d\n", r.Addr, r.Domain, strings.Join(r.Keys, ","), r.Descriptors)
-	fmt.Fprintf(&b, "load       %d callers over %d conns, %d identifiers (%s)\n", r.Callers, r.Conns, r.Keyspace, r.Pick)
+	if o := r.Open; o != nil {
+		fmt.Fprintf(&b, "load       open loop: %.0f requests/s meant (Poisson), %d sent by up to %d in flight over %d conns, %d identifiers (%s)\n",
+			o.Rate, o.Arrivals, o.Senders, r.Conns, r.Keyspace, r.Pick)
+		fmt.Fprintf(&b, "send lag   p50 %s  p99 %s  max %s after the intended times (counted in latency)\n",
+			fmtUS(o.Lag.P50), fmtUS(o.Lag.P99), fmtUS(o.Lag.Max))
+	} else {
+		fmt.Fprintf(&b, "load       %d callers over %d conns, %d identifiers (%s)\n", r.Callers, r.Conns, r.Keyspace, r.Pick)
+	}
 	fmt.Fprintf(&b, "requests   %d in %.2fs: %.0f decisions/s (%.0f descriptors/s)\n", r.Requests, r.Seconds, r.DecisionsPerSec, r.DescriptorsPerSec)
 	fmt.Fprintf(&b, "answers    OK %d, OVER_LIMIT %d, errors %d\n", r.OK, r.Over, r.Errors)
 	fmt.Fprintf(&b, "loadgen    %.2f CPU seconds\n", r.CPUSeconds)

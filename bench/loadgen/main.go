@@ -2,12 +2,16 @@
 // speaks envoy.service.ratelimit.v3) over gRPC and reports decisions per
 // second, OK/OVER_LIMIT counts, errors and latency percentiles.
 //
-// N callers share M connections round-robin; each request carries 1..n
+// N callers share M connections round-robin, each with one request in
+// flight (closed loop); or, with -rate, requests arrive at that mean rate
+// as a Poisson process whatever the server does (open loop), each timed
+// from its intended send time. Each request carries 1..n
 // descriptors of one entry, whose values are drawn from a keyspace of K
 // identifiers, uniformly or in sequence. A run lasts -d, or stops earlier
 // after -n requests; every call is bounded by -timeout.
 //
 //	loadgen -addr 127.0.0.1:8081 -c 64 -conns 4 -d 10s -keys 10000 -domain bench -key fw
+//	loadgen -addr 127.0.0.1:8081 -rate 2000 -d 10s -keys 100000 -key fw
 package main
 
 import (
@@ -80,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var keys string
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8081", "gRPC address of the rate-limit server")
 	fs.IntVar(&c.Callers, "c", 64, "concurrent callers, each with one request in flight")
+	fs.Float64Var(&c.Rate, "rate", 0, "open loop: requests a second, arriving as a Poisson process whatever the server does, latency from each one's intended send time (-c is then ignored)")
 	fs.IntVar(&c.Conns, "conns", 4, "gRPC connections; callers are spread over them round-robin")
 	fs.DurationVar(&c.duration, "d", 10*time.Second, "measured duration (always bounds the run)")
 	fs.Int64Var(&c.Requests, "n", 0, "stop after this many requests (0: only -d bounds the run)")
@@ -110,8 +115,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c *config) validate() error {
 	switch {
-	case c.Callers < 1:
+	case c.Callers < 1 && c.Rate == 0:
 		return errors.New("-c must be at least 1")
+	case c.Rate < 0:
+		return errors.New("-rate must not be negative")
 	case c.Conns < 1:
 		return errors.New("-conns must be at least 1")
 	case c.duration <= 0:

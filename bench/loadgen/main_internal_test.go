@@ -125,8 +125,16 @@ func TestUniformRunStopsOnTime(t *testing.T) {
 	}
 }
 
+func TestOpenLoopRun(t *testing.T) {
+	addr, _ := startFake(t)
+	r := runJSON(t, "-addr", addr, "-rate", "500", "-c", "0", "-d", "400ms", "-warmup", "0", "-keys", "10")
+	if r.Open == nil || r.Open.Rate != 500 || r.Open.Arrivals < 100 || r.Requests != r.Open.Arrivals {
+		t.Fatalf("open loop %+v, %d requests: want about 200 arrivals at 500/s, each sent", r.Open, r.Requests)
+	}
+}
+
 func TestBadFlagsAndUnreachableServer(t *testing.T) {
-	for _, args := range [][]string{{"-c", "0"}, {"-d", "0"}, {"-pick", "zipf"}, {"-key", ","}, {"extra"}} {
+	for _, args := range [][]string{{"-c", "0"}, {"-rate", "-1"}, {"-d", "0"}, {"-pick", "zipf"}, {"-key", ","}, {"extra"}} {
 		if code := run(args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

@@ -3,7 +3,9 @@
 // bench/rls measures it beside FastLimit as the floor of the protocol, the
 // server CPU a decision costs before any rule, store or observer. Its gRPC
 // server has FastLimit's settings (internal/server: window sizes, header
-// list, message size, streams, keepalive, codec); it serves /healthcheck.
+// list, message size, streams, keepalive, codec); it serves /healthcheck,
+// and with --pprof-addr net/http/pprof (bench/rls --profile profiles it
+// beside FastLimit, so that the two can be compared function by function).
 //
 //	nullrls --grpc-addr 127.0.0.1:8081 --http-addr 127.0.0.1:8080
 package main
@@ -16,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -39,6 +42,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:8081", "gRPC address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP address of /healthcheck")
+	pprofAddr := fs.String("pprof-addr", "", "HTTP address of /debug/pprof (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -47,15 +51,16 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, *grpcAddr, *httpAddr); err != nil {
+	if err := serve(ctx, *grpcAddr, *httpAddr, *pprofAddr); err != nil {
 		fmt.Fprintln(stderr, "nullrls:", err)
 		return 1
 	}
 	return 0
 }
 
-// serve serves gRPC on grpcAddr and /healthcheck on httpAddr until ctx ends.
-func serve(ctx context.Context, grpcAddr, httpAddr string) error {
+// serve serves gRPC on grpcAddr, /healthcheck on httpAddr and, unless
+// pprofAddr is empty, /debug/pprof on it, until ctx ends.
+func serve(ctx context.Context, grpcAddr, httpAddr, pprofAddr string) error {
 	gl, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
 		return err
@@ -64,6 +69,20 @@ func serve(ctx context.Context, grpcAddr, httpAddr string) error {
 	if err != nil {
 		gl.Close()
 		return err
+	}
+	if pprofAddr != "" {
+		pl, err := net.Listen("tcp", pprofAddr)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		p := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = p.Serve(pl) }()
+		defer p.Close()
 	}
 	g := grpc.NewServer(serverOptions()...)
 	rlspb.RegisterRateLimitServiceServer(g, null{})

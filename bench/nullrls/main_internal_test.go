@@ -16,13 +16,13 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
-// TestServe answers OK, one status a descriptor, and /healthcheck 200,
-// until its context ends.
+// TestServe answers OK, one status a descriptor, /healthcheck 200 and
+// /debug/pprof/ 200, until its context ends.
 func TestServe(t *testing.T) {
-	grpcAddr, httpAddr := loopback.Addr(t), loopback.Addr(t)
+	grpcAddr, httpAddr, pprofAddr := loopback.Addr(t), loopback.Addr(t), loopback.Addr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, grpcAddr, httpAddr) }()
+	go func() { done <- serve(ctx, grpcAddr, httpAddr, pprofAddr) }()
 	err := wait.Until(ctx, 10*time.Second, func() error {
 		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
 		if err != nil {
@@ -50,6 +50,14 @@ func TestServe(t *testing.T) {
 	}
 	if resp.OverallCode != rlspb.RateLimitResponse_OK || len(resp.Statuses) != 3 || resp.Statuses[2].Code != rlspb.RateLimitResponse_OK {
 		t.Errorf("response %v, want OK with three OK statuses", resp)
+	}
+	pr, err := http.Get("http://" + pprofAddr + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Body.Close()
+	if pr.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/: %s", pr.Status)
 	}
 	cancel()
 	if err := <-done; err != nil {

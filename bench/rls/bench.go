@@ -30,11 +30,15 @@ type sample struct {
 	RedisScripts  int64        `json:"redis_script_calls"`    // EVALSHA, EVAL and FCALL calls
 	// RedisTimed is INFO commandstats' calls and µs of each of
 	// benchproc.TimedCommands.
-	RedisTimed  [len(benchproc.TimedCommands)]benchproc.CommandTime `json:"redis_commandstats"`
-	NoRedis     bool                                                `json:"no_redis,omitempty"` // the null server
-	Descriptors int                                                 `json:"descriptors"`        // per decision
-	Load1       float64                                             `json:"load1_before"`
-	Load1After  float64                                             `json:"load1_after"`
+	RedisTimed [len(benchproc.TimedCommands)]benchproc.CommandTime `json:"redis_commandstats"`
+	// Plain is what INFO commandstats said of the plain script's calls
+	// and FastLimit's in a phase of their own after the run (plainPhase),
+	// when measured.
+	Plain       plainMeasure `json:"plain_script,omitzero"`
+	NoRedis     bool         `json:"no_redis,omitempty"` // the null server
+	Descriptors int          `json:"descriptors"`        // per decision
+	Load1       float64      `json:"load1_before"`
+	Load1After  float64      `json:"load1_after"`
 	// OtherCPU is the machine's busy CPU time during the measured phase
 	// less that of the server, its Redis and bench/rls: other processes'.
 	OtherCPU float64 `json:"other_cpu_seconds"`
@@ -114,6 +118,7 @@ type settings struct {
 	Conns      int     `json:"conns"`
 	Keys       int64   `json:"keys"`
 	Sweep      []int   `json:"sweep,omitempty"`
+	Rates      []int   `json:"rates,omitempty"`
 	Redis      string  `json:"redis"`
 	Timeout    float64 `json:"call_timeout_seconds"`
 }
@@ -248,7 +253,7 @@ func (b *bench) startServers(ctx context.Context, cluster bool) ([]*server, erro
 				return nil, err
 			}
 		}
-		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules, b.o.profile != "" && bin.kind == kindFastLimit)
+		srv, err := startServer(ctx, b.ps, &b.pp, bin, rd, b.rules, b.o.profile != "" && bin.kind != kindReference)
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +311,7 @@ func voidMark(void bool) string {
 // after the measured phase (no request is in flight at either moment).
 func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round int) (*sample, error) {
 	g, err := load.Dial(ctx, load.Config{
-		Addr: srv.grpc, Callers: spec.Callers, Conns: b.o.conns, Timeout: callTimeout,
+		Addr: srv.grpc, Callers: spec.Callers, Rate: float64(spec.Rate), Conns: b.o.conns, Timeout: callTimeout,
 		Keys: spec.keys(b.o.keys), Pick: load.PickUniform, Descriptors: spec.Descriptors,
 		Domain: rulesDomain, EntryKeys: []string{spec.Key}, ValuePrefix: valuePrefix,
 		// The same draws for every server in a round.
@@ -357,6 +362,11 @@ func (b *bench) measure(ctx context.Context, srv *server, spec runSpec, round in
 	}
 	if m0 > 0 && m1 > m0 {
 		s.OtherCPU = max((m1-m0).Seconds()-s.ServerCPU-s.RedisCPU-s.Report.CPUSeconds, 0)
+	}
+	if measuresPlain(srv, spec) && s.Report.Decisions() > 0 {
+		if s.Plain, err = plainPhase(ctx, srv, g, spec, round, spec.keys(b.o.keys), b.o.duration); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case s.Report.Decisions() == 0:

@@ -258,7 +258,7 @@ func TestQuickNullAndVariants(t *testing.T) {
 	res, md := quick(t, "--compare-null", "--variant", "batches 1=--redis-batches 1", "--scenarios", "sweepm", "--sweep", "1,4",
 		"--duration", "300ms", "--warmup", "50ms")
 	if len(res.Binaries) != 3 || res.Binaries[1].Role != roleVariant || res.Binaries[2].Role != roleNull ||
-		!slices.Equal(res.Binaries[1].Args, []string{"--store-timeout", "1s", "--drain", "0s", "--redis-batches", "1"}) {
+		!slices.Equal(res.Binaries[1].Args, []string{"--store-timeout", "2s", "--drain", "0s", "--redis-batches", "1"}) {
 		t.Fatalf("servers %+v", res.Binaries)
 	}
 	for _, rr := range res.Runs {
@@ -273,6 +273,11 @@ func TestQuickNullAndVariants(t *testing.T) {
 			if s.NoRedis != (i == 2) || i < 2 && (s.RedisCPU <= 0 || s.timed("evalsha").Calls <= 0) || s.Report.Decisions() == 0 {
 				t.Errorf("%s, %s: %+v", rr.Spec.title(), name, s)
 			}
+			// One caller: a phase of FastLimit's load and the plain script
+			// beside it follows, on the same Redis.
+			if p := s.Plain; (i < 2 && rr.Spec.Callers == 1) != (p.ratio() > 0) {
+				t.Errorf("%s, %s: plain phase %+v", rr.Spec.title(), name, p)
+			}
 		}
 	}
 	reportHas(t, md,
@@ -280,10 +285,49 @@ func TestQuickNullAndVariants(t *testing.T) {
 		"| server CPU per decision, FastLimit / null server |",
 		"### Redis' own time per command at 1 caller (INFO commandstats)",
 		"| fixed window per minute, 1 descriptor, 1 caller | FastLimit | ",
+		"| plain script's µs a call (FCALL) | / plain script |",
 		"### FastLimit variants",
 		"| fixed window per minute, 1 descriptor, 4 callers | batches 1 | ",
 		"### Rounds and the machine's load",
 		"| null server | `./bench/nullrls`",
+	)
+}
+
+// TestQuickOpenLoop runs the open scenario at one rate against FastLimit
+// and the null server: requests arrive whatever the servers do, the same
+// schedule for both, and the report has the open loop's table.
+func TestQuickOpenLoop(t *testing.T) {
+	needTools(t)
+	res, md := quick(t, "--compare-null", "--scenarios", "open", "--rates", "400", "--duration", "500ms", "--warmup", "50ms")
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 1 and 3 descriptors at 400/s", len(res.Runs))
+	}
+	for _, rr := range res.Runs {
+		if rr.Spec.Rate != 400 || rr.Spec.Callers != 0 {
+			t.Fatalf("run %+v", rr.Spec)
+		}
+		var arrivals []int64
+		for i, name := range []string{"FastLimit", "null server"} {
+			s := rr.Samples[i][0]
+			if i == 0 {
+				checkSample(t, rr.Spec, name, s)
+				checkRow(t, md, rr.Spec, name)
+			}
+			o := s.Report.Open
+			if o == nil || o.Rate != 400 || s.Report.Requests != o.Arrivals {
+				t.Fatalf("%s, %s: open loop %+v, %d requests", rr.Spec.title(), name, o, s.Report.Requests)
+			}
+			arrivals = append(arrivals, o.Arrivals)
+		}
+		// 200 expected; the same schedule for both servers.
+		if arrivals[0] != arrivals[1] || arrivals[0] < 120 || arrivals[0] > 280 {
+			t.Errorf("%s: arrivals %v, want the same, about 200", rr.Spec.title(), arrivals)
+		}
+	}
+	reportHas(t, md,
+		"### Open loop: requests arriving at a fixed mean rate",
+		"| fixed window per minute, 1 descriptor, 400 a second (open loop) | FastLimit | ",
+		"| fixed window per minute, 3 descriptors, 400 a second (open loop) | null server | ",
 	)
 }
 

@@ -20,6 +20,7 @@ var (
 	mRate    = metric{"decisions/s", func(s *sample) float64 { return s.Report.DecisionsPerSec }, fmtRate, false}
 	mP50     = metric{"p50", func(s *sample) float64 { return s.Report.Latency.P50 }, fmtMicros, false}
 	mP99     = metric{"p99", func(s *sample) float64 { return s.Report.Latency.P99 }, fmtMicros, false}
+	mP999    = metric{"p99.9", func(s *sample) float64 { return s.Report.Latency.P999 }, fmtMicros, false}
 	mServer  = metric{"server CPU per decision", func(s *sample) float64 { return s.perDecision(s.ServerCPU) }, fmtCPU, false}
 	mRedis   = metric{"Redis CPU per decision", func(s *sample) float64 { return s.perDecision(s.RedisCPU) }, fmtCPU, true}
 	mLoadgen = metric{"loadgen CPU per decision", func(s *sample) float64 { return s.perDecision(s.Report.CPUSeconds) }, fmtCPU, false}
@@ -32,6 +33,24 @@ var (
 	mEvalsha = timedMetric("evalsha")
 	mIncrby  = timedMetric("incrby")
 	mExpire  = timedMetric("expire")
+)
+
+// mLag is an open loop's send lag, p99: how late the load generator
+// sent requests after their intended times (in every latency).
+var mLag = metric{"send lag p99", func(s *sample) float64 {
+	if s.Report.Open == nil {
+		return 0
+	}
+	return s.Report.Open.Lag.P99
+}, fmtMicros, false}
+
+// mPlain is the plain script's µs a call (FCALL) beside FastLimit's
+// load, mPlainFL FastLimit's EVALSHA µs a call in that phase, and
+// mOverPlain the one over the other (plainPhase).
+var (
+	mPlain     = metric{"plain script's µs a call", func(s *sample) float64 { return s.Plain.Plain.PerCall() }, fmtCallTime, true}
+	mPlainFL   = metric{"EVALSHA µs a call beside it", func(s *sample) float64 { return s.Plain.FastLimit.PerCall() }, fmtCallTime, true}
+	mOverPlain = metric{"/ the plain script's", func(s *sample) float64 { return s.Plain.ratio() }, fmtRatio, true}
 )
 
 // timedMetric is the µs a call of command, from INFO commandstats.
@@ -69,6 +88,20 @@ func ratios(a, b []*sample, m metric) []float64 {
 	return out
 }
 
+// differences returns m of a's samples less m of b's, round by round, for
+// the rounds both have and that count for m.
+func differences(a, b []*sample, m metric) []float64 {
+	var out []float64
+	for _, sa := range a {
+		for _, sb := range b {
+			if sa.Round == sb.Round && m.counts(sa) && m.counts(sb) {
+				out = append(out, m.value(sa)-m.value(sb))
+			}
+		}
+	}
+	return out
+}
+
 // fmtRange prints vs as "lo–hi unit" (or one value when they print the
 // same), "" when there are none.
 func fmtRange(vs []float64, format func(lo, hi float64) string) string {
@@ -99,6 +132,27 @@ func fmtMicros(lo, hi float64) string {
 		return span(lo/1000, hi/1000, 1, " ms")
 	}
 	return span(lo/1000, hi/1000, 0, " ms")
+}
+
+// fmtDiffMicros prints differences of durations given in µs, signed:
+// "+0.42–0.97 ms", "-120–+80 µs".
+func fmtDiffMicros(lo, hi float64) string {
+	unit, scale, decimals := " µs", 1.0, 0
+	if math.Max(math.Abs(lo), math.Abs(hi)) >= 1000 {
+		unit, scale, decimals = " ms", 1000, 2
+	}
+	a := strconv.FormatFloat(lo/scale, 'f', decimals, 64)
+	b := strconv.FormatFloat(hi/scale, 'f', decimals, 64)
+	if lo >= 0 {
+		a = "+" + a
+	}
+	if a == b || a == "+"+b {
+		return a + unit
+	}
+	if lo < 0 && hi >= 0 {
+		b = "+" + b
+	}
+	return a + "–" + b + unit
 }
 
 // fmtUS prints one duration in µs, for progress lines.

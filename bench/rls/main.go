@@ -61,6 +61,7 @@ type options struct {
 	conns       int
 	keys        int64
 	sweep       []int
+	rates       []int  // of the open scenario, requests a second
 	out         string // "-": stdout only
 	raw         string // "": no raw JSON
 	quick       bool
@@ -103,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{args: args}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var scen, sweep, serverFlags string
+	var scen, sweep, rates, serverFlags string
 	fs.StringVar(&o.compare, "compare", "", "path of a second server binary to run under the same load: envoyproxy/ratelimit's service_cmd (configured by its environment variables) or another FastLimit build (configured by flags)")
 	fs.StringVar(&o.compareName, "compare-name", "", `column title of --compare (default "reference", or "FastLimit B" for a FastLimit build)`)
 	fs.Func("compare-env", "KEY=VALUE added to --compare's environment, e.g. REDIS_PIPELINE_WINDOW=150us (repeatable)", func(s string) error {
@@ -125,10 +126,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.maxLoad, "max-load", 1.0, "a round that starts with the machine's 1-minute load above this is void: reported, left out of ranges and ratios")
 	fs.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each round, wait up to this long for the 1-minute load to fall to --max-load (the runs' own load decays too)")
 	fs.BoolVar(&o.ignoreLoad, "ignore-load", false, "no round is void whatever the load: for smoke runs (--quick sets it)")
-	fs.StringVar(&o.profile, "profile", "", "directory to write a CPU profile of each FastLimit server's measured phase to (pprof, on an admin port)")
+	fs.StringVar(&o.profile, "profile", "", "directory to write a CPU profile of each FastLimit server's and the null server's measured phase to (pprof, on an admin port)")
 	fs.StringVar(&o.server, "server", "", "FastLimit binary to measure (default: go build ./cmd/server of this tree)")
-	fs.StringVar(&serverFlags, "server-flags", "--store-timeout 1s --drain 0s", "extra flags of every FastLimit server (a generous store timeout: a starved machine shows as latency, not as errors; no drain when a run stops it)")
-	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+"; redis-cost for "+redisCostScenarios+"; concurrency for "+concurrencyScenarios+"; or all")
+	fs.StringVar(&serverFlags, "server-flags", "--store-timeout 2s --drain 0s", "extra flags of every FastLimit server (a generous store timeout, the calls' own deadline: a starved machine shows as latency, not as errors, and, as where Envoy's deadline comes before the store timeout, the server adds no timer of its own; no drain when a run stops it)")
+	fs.StringVar(&scen, "scenarios", defaultScenarios, "comma-separated scenarios to run: "+scenarioNames()+"; redis-cost for "+redisCostScenarios+"; concurrency for "+concurrencyScenarios+"; fleet for "+fleetScenarios+"; or all")
 	fs.IntVar(&o.rounds, "rounds", 3, "measurements of each run per server, interleaved between the servers")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
@@ -136,6 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share")
 	fs.Int64Var(&o.keys, "keys", 100000, "identifiers, drawn uniformly")
 	fs.StringVar(&sweep, "sweep", "1,4,16,64,256", "caller counts of the sweep scenario")
+	fs.StringVar(&rates, "rates", "500,2000,5000", "request rates a second of the open scenario (open loop: Poisson arrivals at that mean, whatever the server does)")
 	fs.StringVar(&o.out, "out", "", `markdown file whose bench section is rewritten; "-" prints only (default BENCHMARKS.md of the repository; "-" with --quick)`)
 	fs.StringVar(&o.raw, "raw", "", `file for every measurement as JSON; "-" for none (default .tmp/bench/results.json of the repository)`)
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 s runs, 200 ms warmup, 1 round, figures to stdout only, unless those flags are given")
@@ -172,7 +174,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.scenarios, err = parseScenarios(scen); err != nil {
 		return nil, err
 	}
-	if o.sweep, err = parseCallers(sweep); err != nil {
+	if o.sweep, err = parseCallers("--sweep", sweep); err != nil {
+		return nil, err
+	}
+	if o.rates, err = parseCallers("--rates", rates); err != nil {
 		return nil, err
 	}
 	o.root = repoRoot()
@@ -205,8 +210,9 @@ type variant struct {
 	flags []string
 }
 
-// parseCallers reads a comma-separated list of caller counts.
-func parseCallers(list string) ([]int, error) {
+// parseCallers reads flag name's comma-separated list of positive counts
+// (callers, rates).
+func parseCallers(name, list string) ([]int, error) {
 	var out []int
 	for f := range strings.SplitSeq(list, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -214,7 +220,7 @@ func parseCallers(list string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--sweep: %q is not a caller count", f)
+			return nil, fmt.Errorf("%s: %q is not a positive count", name, f)
 		}
 		out = append(out, n)
 	}

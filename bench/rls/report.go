@@ -48,6 +48,8 @@ func (r *report) header(cells ...string) {
 func render(res *results) string {
 	r := &report{res: res, ref: res.index(roleCompare), null: res.index(roleNull)}
 	r.intro()
+	r.openLoop()
+	r.fleetTargets()
 	r.concurrency()
 	r.concurrencyTargets()
 	r.commandTimes()
@@ -124,11 +126,11 @@ func (r *report) intro() {
 	}
 	r.printf("Each server has its own Redis on loopback. Every run is measured %s%s: "+
 		"%s of warmup, then %s measured. The load is bench/rls's own load generator (`bench/load`, "+
-		"the code of `bench/loadgen`): closed-loop callers, each with one request in flight, over %d gRPC "+
+		"the code of `bench/loadgen`): closed-loop callers, each with one request in flight%s, over %d gRPC "+
 		"connections, identifiers drawn uniformly from %s (`%s0`, `%s1`, ...), domain `%s` with %s "+
 		"(identical fixed-window and `unlimited` rules for every server). A decision is one "+
 		"`ShouldRateLimit` answer; with 3 descriptors it decides 3 counters.\n\n",
-		times, turns, s.Warmup, s.Duration, s.Conns, thousands(s.Keys), valuePrefix, valuePrefix, rulesDomain, rulesDescription)
+		times, turns, s.Warmup, s.Duration, r.openNote(), s.Conns, thousands(s.Keys), valuePrefix, valuePrefix, rulesDomain, rulesDescription)
 	r.line("CPU per decision is CPU time over the measured phase divided by its decisions: the server's from " +
 		"`/proc/PID/stat` (utime + stime, every thread), Redis' from `INFO` (`used_cpu_sys` + `used_cpu_user`, " +
 		"summed over a Cluster's masters), the load generator's from `getrusage`. Ranges are min–max over rounds. " +
@@ -143,6 +145,14 @@ func (r *report) intro() {
 		"Other processes' CPU is the machine's busy time (`/proc/stat`) during a measured phase less that of the server, "+
 		"its Redis and bench/rls.\n", s.MaxLoad, r.loadPolicy())
 	r.line("")
+}
+
+// openNote says, for the intro, that some runs are open loops.
+func (r *report) openNote() string {
+	if len(r.openRuns()) == 0 {
+		return ""
+	}
+	return " (in the open loop's runs, requests arriving at a fixed mean rate instead: below)"
 }
 
 // loadPolicy says how the run treated the load, for the intro.

@@ -143,6 +143,11 @@ func TestFormats(t *testing.T) {
 		{fmtCPU(5.21, 5.24), "5.2 µs"},
 		{fmtRatio(1.6, 1.8), "1.60–1.80x"},
 		{fmtPercent(0.87, 0.931), "87–93 %"},
+		{fmtDiffMicros(420, 970), "+420–970 µs"},
+		{fmtDiffMicros(420, 1970), "+0.42–1.97 ms"},
+		{fmtDiffMicros(-120, 80), "-120–+80 µs"},
+		{fmtDiffMicros(-300, -100), "-300–-100 µs"},
+		{fmtDiffMicros(1500, 1500), "+1.50 ms"},
 		{fmtRange(nil, fmtRate), ""},
 		{fmtRange([]float64{3, 1, 2}, fmtCount), "1–3"},
 		{thousands(100000), "100,000"},
@@ -223,6 +228,10 @@ func TestRenderConcurrency(t *testing.T) {
 		s.RedisScripts = calls
 		return s
 	}
+	plain := func(s *sample, us float64) *sample {
+		s.Plain = plainMeasure{Plain: benchproc.CommandTime{Calls: 1000, Usec: int64(us * 1000)}, FastLimit: s.RedisTimed[0]}
+		return s
+	}
 	null := func(round int, rate, serverUS float64) *sample {
 		s := fake(round, rate, 0, serverUS, 0)
 		s.NoRedis = true
@@ -236,7 +245,7 @@ func TestRenderConcurrency(t *testing.T) {
 			{Name: "reference", Role: roleCompare}, {Name: "null server", Role: roleNull}},
 		Runs: []*runResult{
 			{Spec: spec(1), Samples: [][]*sample{
-				{timed(fake(1, 1000, 2000, 150, 30), 8), timed(fake(2, 1000, 2000, 140, 32), 9), void},
+				{plain(timed(fake(1, 1000, 2000, 150, 30), 8), 6), plain(timed(fake(2, 1000, 2000, 140, 32), 9), 6), void},
 				{timed(fake(1, 1000, 2000, 160, 30), 8), timed(fake(2, 1000, 2000, 160, 30), 8)},
 				{fake(1, 1000, 1000, 250, 25), fake(2, 1000, 1000, 250, 25), fake(3, 1000, 1000, 100, 100)},
 				{null(1, 2000, 100), null(2, 2000, 100), null(3, 2000, 100)}},
@@ -263,7 +272,8 @@ func TestRenderConcurrency(t *testing.T) {
 		"| FastLimit Redis time of a one-decision script call (EVALSHA, INFO commandstats), fixed window per minute, 1 caller | ≤ 10 µs | 8.0–9.0 µs | yes |",
 		"| server CPU per decision against the null server, fixed window per minute, 1 caller | ≤ 1.4x | 1.40–1.50x | in 1 of 2 rounds |",
 		"| server CPU per decision against the null server, fixed window per minute, 64 callers | ≤ 1.5x | 1.25x | yes |",
-		"| fixed window per minute, 1 descriptor, 1 caller | FastLimit | 8.0–9.0 µs | 1.0 |",
+		"| fixed window per minute, 1 descriptor, 1 caller | FastLimit | 8.0–9.0 µs | 8.0–9.0 µs | 6.0 µs | 1.33–1.50x | 1.0 |",
+		"| fixed window per minute, 1 descriptor, 1 caller | batches 1 | 8.0 µs | — | — | — | 1.0 |",
 		"| fixed window per minute, 1 descriptor, 1 caller | batches 1 | 30 µs | 1.20x | 160 µs |",
 		"batches 1: `--redis-batches 1`",
 		"| fixed window per minute, 1 descriptor, 1 caller | 3 | 2.50 | 2.70 |",
@@ -312,4 +322,54 @@ func TestStartRound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenderOpenLoop checks issue 39's tables: the open loop, every
+// server, and the targets, the p99 one a difference round by round.
+func TestRenderOpenLoop(t *testing.T) {
+	open := func(s *sample, lagUS float64) *sample {
+		s.Report.Open = &load.OpenLoop{Rate: s.Report.DecisionsPerSec, Arrivals: s.Report.OK, Lag: load.Latency{P99: lagUS}}
+		s.Report.Latency.P999 = 2 * s.Report.Latency.P99
+		return s
+	}
+	null := func(s *sample) *sample { s.NoRedis = true; return s }
+	one := runSpec{Key: "fwm", Descriptors: 1, Callers: 1}
+	withPlain := func(s *sample, evalsha, plain float64) *sample {
+		s.Plain = plainMeasure{FastLimit: benchproc.CommandTime{Calls: 1000, Usec: int64(evalsha * 1000)},
+			Plain: benchproc.CommandTime{Calls: 1000, Usec: int64(plain * 1000)}}
+		return s
+	}
+	r2000 := runSpec{Key: "fwm", Descriptors: 1, Rate: 2000}
+	r5000 := runSpec{Key: "fwm", Descriptors: 1, Rate: 5000}
+	res := &results{
+		Settings: settings{Command: "go run ./bench/rls --scenarios fleet", Rounds: 2, Duration: "1s", Warmup: "0s", Callers: 64, Conns: 4, Keys: 100000, Rates: []int{2000, 5000}},
+		Binaries: []binaryInfo{{Name: "FastLimit", Role: roleFastLimit}, {Name: "reference", Role: roleCompare}, {Name: "null server", Role: roleNull}},
+		Runs: []*runResult{
+			// p99 1.5 ms and 2.6 ms against the reference's 1.0 ms: +0.5 and +1.6 ms.
+			{Spec: r2000, Samples: [][]*sample{
+				{open(fake(1, 2000, 1500, 150, 20), 40), open(fake(2, 2000, 2600, 150, 24), 50)},
+				{open(fake(1, 2000, 1000, 300, 30), 40), open(fake(2, 2000, 1000, 300, 30), 40)},
+				{null(open(fake(1, 2000, 900, 100, 0), 40)), null(open(fake(2, 2000, 900, 100, 0), 40))}}},
+			{Spec: one, Samples: [][]*sample{
+				{withPlain(fake(1, 2000, 500, 200, 40), 9, 7.5), withPlain(fake(2, 2000, 500, 200, 40), 9, 6)},
+				{fake(1, 2000, 500, 300, 30), fake(2, 2000, 500, 300, 30)},
+				{null(fake(1, 4000, 400, 100, 0)), null(fake(2, 4000, 400, 100, 0))}}},
+			{Spec: r5000, Samples: [][]*sample{
+				{open(fake(1, 5000, 1500, 100, 10), 40), open(fake(2, 5000, 1500, 100, 10), 40)},
+				{open(fake(1, 5000, 1000, 200, 20), 40), open(fake(2, 5000, 1000, 200, 20), 40)},
+				{null(open(fake(1, 5000, 900, 80, 0), 40)), null(open(fake(2, 5000, 900, 80, 0), 40))}}},
+		},
+	}
+	md := render(res)
+	reportHas(t, md,
+		"### Open loop: requests arriving at a fixed mean rate",
+		"| fixed window per minute, 1 descriptor, 2,000 a second (open loop) | FastLimit | 20–24 µs | 0.67–0.80x | 150 µs | 1.50x | 375–650 µs | 1.50–2.60 ms | 3.00–5.20 ms |",
+		"| fixed window per minute, 1 descriptor, 2,000 a second (open loop) | reference | 30 µs |  | 300 µs |  |",
+		"| fixed window per minute, 1 descriptor, 5,000 a second (open loop) | null server | — |  | 80 µs |  |",
+		"| Redis CPU per decision against reference, open loop, 2,000 a second, 1 descriptor | ≤ 0.8x | 0.67–0.80x | yes |",
+		"| p99 against reference's, open loop, 2,000 a second, 1 descriptor | ≤ +1.5 ms | +0.50–1.60 ms | in 1 of 2 rounds |",
+		"| Redis CPU per decision against reference, open loop, 5,000 a second, 1 descriptor | ≤ 0.6x | 0.50x | yes |",
+		"The p99 target is a difference",
+		"| FastLimit's one-decision script call against the plain script's (EVALSHA µs a call, INFO commandstats, same Redis, same run), fixed window per minute, 1 caller | ≤ 1.3x | 1.20–1.50x | in 1 of 2 rounds |",
+	)
 }

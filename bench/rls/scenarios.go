@@ -7,13 +7,15 @@ import (
 )
 
 // runSpec is one load to measure: requests with Descriptors descriptors on
-// rule Key from Callers callers, identifiers drawn from Keys (0: --keys),
-// against a server on one redis-server or on a Redis Cluster. Every server
-// that supports the rule runs it, in turn, once per round.
+// rule Key from Callers callers (closed loop), or arriving at Rate a
+// second (open loop: Callers is 0), identifiers drawn from Keys (0:
+// --keys), against a server on one redis-server or on a Redis Cluster.
+// Every server that supports the rule runs it, in turn, once per round.
 type runSpec struct {
 	Key         string `json:"key"`
 	Descriptors int    `json:"descriptors"`
-	Callers     int    `json:"callers"`
+	Callers     int    `json:"callers,omitempty"`
+	Rate        int    `json:"rate,omitempty"`
 	Keys        int64  `json:"keys,omitempty"`
 	Cluster     bool   `json:"cluster,omitempty"`
 }
@@ -36,7 +38,11 @@ func (s runSpec) store() bool {
 // callers, Redis Cluster".
 func (s runSpec) title() string {
 	r, _ := ruleByKey(s.Key)
-	t := fmt.Sprintf("%s, %s, %s", r.title, plural(s.Descriptors, "descriptor"), plural(s.Callers, "caller"))
+	load := plural(s.Callers, "caller")
+	if s.Rate > 0 {
+		load = thousands(int64(s.Rate)) + " a second (open loop)"
+	}
+	t := fmt.Sprintf("%s, %s, %s", r.title, plural(s.Descriptors, "descriptor"), load)
 	if s.Keys > 0 {
 		t += ", " + plural64(s.Keys, "identifier")
 	}
@@ -49,6 +55,9 @@ func (s runSpec) title() string {
 // short names the run in progress lines: "fw d3 c64 cluster".
 func (s runSpec) short() string {
 	t := fmt.Sprintf("%s d%d c%d", s.Key, s.Descriptors, s.Callers)
+	if s.Rate > 0 {
+		t = fmt.Sprintf("%s d%d r%d", s.Key, s.Descriptors, s.Rate)
+	}
 	if s.Keys > 0 {
 		t += fmt.Sprintf(" k%d", s.Keys)
 	}
@@ -123,6 +132,15 @@ var scenarios = []scenario{
 	{"fwmhot", "fixed window of a minute, 1 descriptor, every caller on one identifier", func(o *options) []runSpec {
 		return []runSpec{{Key: "fwm", Descriptors: 1, Callers: o.callers, Keys: 1}}
 	}},
+	{"open", "fixed window of a minute, 1 and 3 descriptors, open loop: requests arriving at each --rates rate (Poisson), whatever the server does", func(o *options) []runSpec {
+		var out []runSpec
+		for _, d := range []int{1, 3} {
+			for _, r := range o.rates {
+				out = append(out, runSpec{Key: "fwm", Descriptors: d, Rate: r})
+			}
+		}
+		return out
+	}},
 	{"cluster", "fixed window, 1 and 3 descriptors, on a Redis Cluster of 3 masters started for each server", func(o *options) []runSpec {
 		return []runSpec{
 			{Key: "fw", Descriptors: 1, Callers: o.callers, Cluster: true},
@@ -147,15 +165,17 @@ const idsFew = 1000
 // defaultScenarios are the runs of issue 12's table; redisCostScenarios
 // those of issue 18's (Redis cost, round 2); concurrencyScenarios those of
 // issue 24's (Redis cost at every concurrency: the fixed window of a
-// minute, the reference has it).
+// minute, the reference has it); fleetScenarios those of issue 39's (the
+// open loop, and the closed loop's sweep for 1 and 64 callers).
 const (
 	defaultScenarios     = "unlimited,fw,fw3,fwm,sw,tb,sweep"
 	redisCostScenarios   = "fw,fwm,fwm3,swm,tbm,ids1k,hot,sweepm"
 	concurrencyScenarios = "sweepm,fwm3,fwm1k,fwmhot"
+	fleetScenarios       = "open,sweepm"
 )
 
 // scenarioAliases name lists of scenarios.
-var scenarioAliases = map[string]string{"redis-cost": redisCostScenarios, "concurrency": concurrencyScenarios}
+var scenarioAliases = map[string]string{"redis-cost": redisCostScenarios, "concurrency": concurrencyScenarios, "fleet": fleetScenarios}
 
 // parseScenarios checks a comma-separated list of scenario names ("all"
 // is every one).
@@ -176,12 +196,12 @@ func parseScenarios(list string) ([]string, error) {
 			names = append(names, sub...)
 			continue
 		case !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == n }):
-			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, redis-cost, concurrency, all)", n, scenarioNames())
+			return nil, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, redis-cost, concurrency, fleet, all)", n, scenarioNames())
 		}
 		names = append(names, n)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, redis-cost, concurrency, all)", scenarioNames())
+		return nil, fmt.Errorf("--scenarios: no scenario (known: %s, redis-cost, concurrency, fleet, all)", scenarioNames())
 	}
 	return names, nil
 }

@@ -100,7 +100,7 @@ func TestFlags(t *testing.T) {
 	if !slices.Equal(o.sweep, []int{1, 8}) || !slices.Equal(o.compareEnv, []string{"A=b"}) {
 		t.Fatalf("sweep %v compare-env %v", o.sweep, o.compareEnv)
 	}
-	if !slices.Equal(o.serverFlags, []string{"--store-timeout", "1s", "--drain", "0s"}) {
+	if !slices.Equal(o.serverFlags, []string{"--store-timeout", "2s", "--drain", "0s"}) {
 		t.Fatalf("server flags %q", o.serverFlags)
 	}
 	for _, args := range [][]string{

@@ -210,6 +210,14 @@ func startServer(ctx context.Context, ps *procs, pp *benchproc.Ports, b *binary,
 		env = benchproc.ChildEnv(b.env...)
 	case kindNull:
 		args = []string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr}
+		if profile {
+			port, err := pp.Free()
+			if err != nil {
+				return nil, err
+			}
+			adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			args = append(args, "--pprof-addr", adminAddr)
+		}
 		env = benchproc.ChildEnv(b.env...)
 	case kindReference:
 		debugPort, err := pp.Free()

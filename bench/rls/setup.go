@@ -67,6 +67,7 @@ func (b *bench) execute(ctx context.Context) (*results, error) {
 		Conns:      o.conns,
 		Keys:       o.keys,
 		Sweep:      o.sweep,
+		Rates:      o.rates,
 		Redis:      "one per server, on loopback, without persistence (`--save '' --appendonly no`); for the cluster runs, a Redis Cluster of 3 masters per server",
 		Timeout:    callTimeout.Seconds(),
 	}}

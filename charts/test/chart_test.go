@@ -66,7 +66,7 @@ func TestDefaults(t *testing.T) {
 	}
 	wantEnv := map[string]string{
 		"LOG_LEVEL": "info", "LOG_FORMAT": "json", "PORT": "8080", "GRPC_PORT": "8081",
-		"DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "6070",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "6070", "METRICS_ADDR": "0.0.0.0:6071",
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
 		"RUNTIME_IGNOREDOTFILES": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "USE_STATSD": "false",
 		"RLQS": "false", "MEMORY_MAX_KEYS": "1000000", "GOMEMLIMIT": "362387865", // 90% of 384Mi
@@ -75,7 +75,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("env\n got %v\nwant %v", got, wantEnv)
 	}
 	checkPod(t, o, fullname+"-rules", "/data/ratelimit/config")
-	checkService(t, o, []string{"http", "grpc", "http-debug"})
+	checkService(t, o, []string{"http", "grpc", "http-metrics"})
 
 	// The chart's rules, as values.yaml gives them; that FastLimit and the
 	// reference load them is examples' TestChartRules.
@@ -124,7 +124,7 @@ func TestProduction(t *testing.T) {
 		t.Error("no checksum/redis annotation: a new Redis URL would not restart the pods")
 	}
 	checkPod(t, o, fullname+"-rules", "/data/ratelimit/config")
-	checkService(t, o, []string{"http", "grpc", "http-debug", "prometheus"})
+	checkService(t, o, []string{"http", "grpc", "http-metrics", "prometheus"})
 
 	pdb := only(t, o.pdbs, fullname)
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 ||
@@ -149,7 +149,7 @@ func TestProduction(t *testing.T) {
 			t.Errorf("endpoint %s path %s", ep.Port, ep.Path)
 		}
 	}
-	if !slices.Equal(ports, []string{"http-debug", "prometheus"}) {
+	if !slices.Equal(ports, []string{"http-metrics", "prometheus"}) {
 		t.Errorf("ServiceMonitor endpoints %q", ports)
 	}
 	if !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{namespace}) {

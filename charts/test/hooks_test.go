@@ -437,10 +437,12 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// waitHealthy waits up to 10 s for url to answer 200.
+// waitHealthy polls url every 50 ms, up to 30 s, until it answers 200.
 func waitHealthy(t *testing.T, url string, log fmt.Stringer) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); <-poll.C {
 		if resp, err := http.Get(url); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

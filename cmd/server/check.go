@@ -13,7 +13,8 @@ import (
 )
 
 // runCheck validates a rules directory, printing every error with file and
-// line: "fastlimit check --config DIR" for CI pipelines that lint rules.
+// line: "fastlimit check --config DIR" for CI pipelines that lint rules;
+// with --rules-overlay, the overlay of rules over xDS instead.
 // It reads only the rules settings (settings.ParseRules), so the server's
 // environment, RUNTIME_ROOT and the rest, finds the same files.
 func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -28,6 +29,9 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
+	if layout.Overlay != "" {
+		return checkOverlay(layout.Overlay, stdout, stderr)
+	}
 	r, err := rules.LoadWith(layout.Dir, layout.Load)
 	if err != nil {
 		for _, e := range rules.Flatten(err) {
@@ -35,9 +39,26 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		return 1
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintln(stderr, "warning: "+w.Error())
+	}
 	fmt.Fprintf(stdout, "%s: %d files, %d domains, %d limits: OK\n",
 		layout.Dir, len(r.Files), len(r.Set.Domains()), len(r.Set.Limits()))
 	writeGroups(stdout, r.Set.Limits())
+	return 0
+}
+
+// checkOverlay validates the overlay of rules over xDS (--rules-overlay)
+// alone: the rules it extends come from the xDS server.
+func checkOverlay(path string, stdout, stderr io.Writer) int {
+	ov, err := rules.LoadOverlay(path)
+	if err != nil {
+		for _, e := range rules.Flatten(err) {
+			fmt.Fprintln(stderr, e)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: rules overlay of %d domains: OK\n", path, ov.Domains())
 	return 0
 }
 

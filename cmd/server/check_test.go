@@ -83,3 +83,51 @@ func TestCheckReportsGroups(t *testing.T) {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
 }
+
+// TestCheckWarns: keys of the reference's valid set where they mean
+// nothing load, and check names each with its line, exiting 0.
+func TestCheckWarns(t *testing.T) {
+	dir := t.TempDir()
+	files.Write(t, filepath.Join(dir, "a.yaml"), "name: eg/http\ndomain: a\ndescriptors:\n  - key: k\n    unit: minute\n"+
+		"    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	var stdout, stderr strings.Builder
+	if code := run([]string{"check", "--config", dir}, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := "warning: " + dir + "/a.yaml:1: 'name' means nothing in a rules file's top level and is ignored, as envoyproxy/ratelimit ignores it\n" +
+		"warning: " + dir + "/a.yaml:5: 'unit' means nothing in a descriptor and is ignored, as envoyproxy/ratelimit ignores it; " +
+		"unit belongs in rate_limit (line 6): indent it below rate_limit\n"
+	if stderr.String() != want || !strings.Contains(stdout.String(), "1 files, 1 domains, 1 limits: OK") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant stderr:\n%s", stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestCheckOverlay: --rules-overlay (or RULES_OVERLAY) checks the overlay
+// of rules over xDS, its errors with file and line.
+func TestCheckOverlay(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	files.Write(t, good, "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {algorithm: token_bucket, burst: 5}\n")
+	files.Write(t, bad, "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {unit: second}\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		out  string
+	}{
+		{"good", []string{"--rules-overlay", good}, nil, 0, good + ": rules overlay of 1 domains: OK\n"},
+		{"good, from the environment", nil, map[string]string{"RULES_OVERLAY": good}, 0, good + ": rules overlay of 1 domains: OK\n"},
+		{"bad", []string{"--rules-overlay", bad}, nil, 1,
+			bad + ":5: the overlay holds FastLimit's extensions only: unit comes from the rules over xDS\n"},
+		{"missing", []string{"--rules-overlay", filepath.Join(dir, "none.yaml")}, nil, 1, "read rules overlay: open "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			code := run(append([]string{"check"}, tc.args...), func(k string) string { return tc.env[k] }, &out, &out)
+			if code != tc.code || !strings.HasPrefix(out.String(), tc.out) {
+				t.Errorf("exit %d, output:\n%s\nwant exit %d, output starting %q", code, out.String(), tc.code, tc.out)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // the zones of rules' calendar windows, where the system has none (a scratch image)
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -35,6 +36,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		if cmd, ok := commands()[args[0]]; ok {
 			return cmd(args[1:], getenv, stdout, stderr)
 		}
+	}
+	if len(args) > 0 && args[0] == "help" {
+		return runHelp(args[1:], getenv, stdout, stderr)
 	}
 	s, err := settings.Parse("fastlimit", args, getenv, stderr)
 	if err != nil {

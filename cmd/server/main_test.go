@@ -12,10 +12,10 @@ import (
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
-// TestPositionalArgument: "fastlimit help" and other stray words are
-// errors, not a start with every later flag ignored.
+// TestPositionalArgument: stray words are errors, not a start with
+// every later flag ignored.
 func TestPositionalArgument(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"--log-level", "debug", "serve", "--http-addr", ":1"}} {
+	for _, args := range [][]string{{"serve"}, {"--log-level", "debug", "serve", "--http-addr", ":1"}} {
 		var stderr strings.Builder
 		if code := run(args, func(string) string { return "" }, io.Discard, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -57,6 +57,31 @@ func TestLogFormats(t *testing.T) {
 	for _, bad := range []string{"verbose", "infos"} {
 		if _, err := settings.Parse("test", []string{"--log-level", bad}, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("level %q accepted", bad)
+		}
+	}
+}
+
+// TestHelp: "fastlimit help" prints the usage, its commands and their
+// exit codes, and exits 0; "help COMMAND" prints the command's flags; an
+// unknown command is a usage error.
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"help"}, 0, "Commands:\n  help "},
+		{[]string{"help"}, 0, "2 on bad usage"},
+		{[]string{"help"}, 0, "-admin-addr"},
+		{[]string{"help", "top"}, 0, "usage: fastlimit top [--domain D]"},
+		{[]string{"help", "reset"}, 0, "-token-file"},
+		{[]string{"help", "nope"}, 2, ""},
+		{[]string{"help", "top", "explain"}, 2, ""},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(tc.args, func(string) string { return "" }, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String(), tc.out) {
+			t.Errorf("%q: exit %d, want %d; stdout\n%s\nwant %q in it; stderr %s", tc.args, code, tc.code, stdout.String(), tc.out, stderr.String())
 		}
 	}
 }

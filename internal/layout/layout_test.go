@@ -18,12 +18,13 @@ var layers = map[string]int{
 	"internal/edge/certs": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,
 	"pkg/limiter": 1, "pkg/rules": 1, "internal/observe/statsd": 1, "internal/source/xds": 1, "internal/edge/httpserver": 1,
 	"pkg/limiter/limitertest": 2, "pkg/store": 2, "internal/guard/breaker": 2, "internal/guard/overlimit": 2, "internal/observe/metrics": 2,
-	"internal/observe/top": 2, "internal/opsctl": 6, "internal/adminapi": 5,
-	"pkg/rlqs/demand": 3, "internal/observe/tracing": 3, "internal/observe/refstats": 3,
+	"internal/observe/top": 2,
+	"pkg/rlqs/demand":      3, "internal/observe/tracing": 3, "internal/observe/refstats": 3,
 	"pkg/rls": 4, "pkg/rlqs": 4,
 	"internal/settings": 5,
-	"internal/server":   6,
-	"cmd/server":        7,
+	"internal/admin":    6,
+	"internal/server":   7, "internal/opsctl": 7,
+	"cmd/server": 8,
 }
 
 // owners says which packages may import a dependency: Envoy's service

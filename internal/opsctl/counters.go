@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 )
-
-type countersAnswer = adminapi.CountersAnswer
 
 // valueList is a repeatable string flag.
 type valueList []string
@@ -38,7 +36,6 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 	fs.Var(&ds, "descriptor", "a descriptor, key=value,key2=value2 (percent-encode ',' and '='); repeatable")
 	fs.StringVar(&rule, "rule", "", "instead of --descriptor: a rule's path, e.g. edge.remote_address, with --value")
 	fs.Var(&values, "value", "with --rule: the value of its next key-only or wildcard level; repeatable")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file of the bearer token of admin writes: the token alone, or a name:token line of --admin-token-file")
 	if action == "refund" {
 		fs.Uint64Var(&hits, "hits", 0, "hits to give back (required)")
 	}
@@ -49,15 +46,15 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return exit(err, stderr)
 	}
-	cl, err := newClient(c)
+	cl, err := newClient(c, stderr)
 	if err != nil {
 		return exit(err, stderr)
 	}
 	if action == "refund" {
 		cl.bases = cl.bases[:1]
 	}
-	answers, bases, err := each(cl, func(ctx context.Context, base string) (countersAnswer, error) {
-		var a countersAnswer
+	answers, bases, err := each(cl, func(ctx context.Context, base string) (admin.CountersAnswer, error) {
+		var a admin.CountersAnswer
 		return a, cl.do(ctx, base, http.MethodPost, "/v1/counters/"+action, body, &a)
 	})
 	if c.json {
@@ -71,7 +68,7 @@ func runCounters(action string, args []string, getenv func(string) string, stdou
 }
 
 // countersBody builds the body of a counters write from the flags.
-func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (*adminapi.CountersBody, error) {
+func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, values []string, hits uint64) (*admin.CountersBody, error) {
 	switch {
 	case domain == "":
 		return nil, fmt.Errorf("%w: --domain is required", errUsage)
@@ -82,23 +79,23 @@ func countersBody(fs *flag.FlagSet, domain, rule string, ds descriptorList, valu
 	case fs.Lookup("hits") != nil && hits == 0:
 		return nil, fmt.Errorf("%w: --hits is required", errUsage)
 	}
-	body := &adminapi.CountersBody{Domain: domain, Rule: rule, Values: values, Hits: hits}
+	body := &admin.CountersBody{Domain: domain, Rule: rule, Values: values, Hits: hits}
 	for _, d := range ds {
-		body.Descriptors = append(body.Descriptors, adminapi.Descriptor{Entries: d})
+		body.Descriptors = append(body.Descriptors, admin.Descriptor{Entries: d})
 	}
 	return body, nil
 }
 
 // printCounters writes one replica's answer: each descriptor before and
 // after.
-func printCounters(w io.Writer, base string, a *countersAnswer) {
-	fmt.Fprintf(w, "%s: %s by %s\n", base, a.Action, a.Who)
+func printCounters(w io.Writer, base string, a *admin.CountersAnswer) {
+	fmt.Fprintf(w, "%s: %s by %s\n", term(base), term(a.Action), term(a.Who))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DESCRIPTOR\tRULE\tBEFORE\tAFTER")
 	for _, d := range a.Descriptors {
 		rule := "(no rule)"
 		if d.Before.Rule != nil {
-			rule = d.Before.Rule.Path
+			rule = term(d.Before.Rule.Path)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", entriesText(d.Before.Entries), rule, left(&d.Before), left(&d.After))
 	}
@@ -106,7 +103,7 @@ func printCounters(w io.Writer, base string, a *countersAnswer) {
 }
 
 // left is what a descriptor has left: "3/5" or "7 tokens".
-func left(e *explained) string {
+func left(e *admin.Explained) string {
 	switch {
 	case e.Remaining != nil && e.Rule != nil:
 		return fmt.Sprintf("%d/%d left", *e.Remaining, e.Rule.RequestsPerUnit)

@@ -11,14 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
-)
-
-// The admin API's types of explain.
-type (
-	explanation = adminapi.Explanation
-	explained   = adminapi.Explained
-	ruleInfo    = adminapi.Rule
+	"github.com/fastlimit/fastlimit/internal/admin"
 )
 
 // replicaAnswer is one replica's raw answer, for --json.
@@ -49,7 +42,7 @@ func runExplain(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if err != nil {
 		return exit(err, stderr)
 	}
-	cl, err := newClient(c)
+	cl, err := newClient(c, stderr)
 	if err != nil {
 		return exit(err, stderr)
 	}
@@ -69,7 +62,7 @@ func runExplain(args []string, getenv func(string) string, stdout, stderr io.Wri
 			texts = append(texts, string(raw))
 			continue
 		}
-		var e explanation
+		var e admin.Explanation
 		if jerr := json.Unmarshal(raw, &e); jerr != nil {
 			return exit(fmt.Errorf("%s: %w", bases[i], jerr), stderr)
 		}
@@ -128,12 +121,12 @@ func explainBody(domain, file, bucket string, ds descriptorList, hits uint) (any
 	}
 	// A RateLimitRequest as protojson reads it.
 	req := struct {
-		Domain      string                `json:"domain"`
-		Descriptors []adminapi.Descriptor `json:"descriptors"`
-		HitsAddend  uint                  `json:"hits_addend,omitempty"`
+		Domain      string             `json:"domain"`
+		Descriptors []admin.Descriptor `json:"descriptors"`
+		HitsAddend  uint               `json:"hits_addend,omitempty"`
 	}{Domain: domain, HitsAddend: hits}
 	for _, d := range ds {
-		req.Descriptors = append(req.Descriptors, adminapi.Descriptor{Entries: d})
+		req.Descriptors = append(req.Descriptors, admin.Descriptor{Entries: d})
 	}
 	return req, nil
 }
@@ -146,22 +139,28 @@ func printExplain(w io.Writer, bases, texts []string) {
 	}
 	if same {
 		if len(bases) > 1 {
-			fmt.Fprintf(w, "%d replicas agree:\n", len(bases))
+			fmt.Fprintf(w, "%s agree:\n", replicas(len(bases)))
 		}
 		fmt.Fprint(w, texts[0])
 		return
 	}
 	for i, t := range texts {
-		fmt.Fprintf(w, "== %s\n%s\n", bases[i], t)
+		fmt.Fprintf(w, "== %s\n%s\n", term(bases[i]), t)
 	}
 }
 
 // explainText is an explanation as a table, without times that change
-// from one replica to the next. A rule with several limits has a row
-// under its descriptor's for each of them, the one that decides marked.
-func explainText(e *explanation) string {
+// from one replica to the next, what clients chose escaped (term). A
+// rule with several limits has a row under its descriptor's for each of
+// them, the one that decides marked. A domain without rules says so
+// first.
+func explainText(e *admin.Explanation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "domain %s: the request would be %s (store %s; nothing charged)\n", e.Domain, e.Code, e.Store)
+	if e.UnknownDomain {
+		fmt.Fprintf(&b, "domain %s has no rules in force: every descriptor is OK (no rule). Their domains: %s\n",
+			term(e.Domain), term(strings.Join(e.Domains, ", ")))
+	}
+	fmt.Fprintf(&b, "domain %s: the request would be %s (store %s; nothing charged)\n", term(e.Domain), term(e.Code), term(e.Store))
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DESCRIPTOR\tCODE\tRULE\tSOURCE\tLIMIT\tLEFT\tKEYS")
 	for _, d := range e.Descriptors {
@@ -170,21 +169,21 @@ func explainText(e *explanation) string {
 			rule = "(replaced)"
 		}
 		if r := d.Rule; r != nil {
-			rule, source, limit, left = r.Path, r.Source, limitText(r), leftText(&d.State, r.RequestsPerUnit)
+			rule, source, limit, left = term(r.Path), term(r.Source), limitText(r), leftText(&d.State, r.RequestsPerUnit)
 			if r.Name != "" {
-				rule += " (" + r.Name + ")"
+				rule += " (" + term(r.Name) + ")"
 			}
 		}
-		code := d.Code
+		code := term(d.Code)
 		if d.Shadowed {
 			code += " (shadowed: over)"
 		}
 		if d.Quota {
 			code += " (quota)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", entriesText(d.Entries), code, rule, source, limit, left, strings.Join(d.Keys, " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", entriesText(d.Entries), code, rule, source, limit, left, keysText(d.Keys))
 		for i, l := range d.Limits {
-			label, code, limit := l.Label, l.Code, specText(&l.Spec)
+			label, code, limit := term(l.Label), term(l.Code), specText(&l.Spec)
 			switch {
 			case l.Replaced:
 				code, limit = "(replaced)", ""
@@ -192,21 +191,30 @@ func explainText(e *explanation) string {
 				code += " (shadowed: over)"
 			}
 			if len(l.Replaces) > 0 {
-				limit += " replaces " + strings.Join(l.Replaces, ",")
+				limit += " replaces " + term(strings.Join(l.Replaces, ","))
 			}
 			if l.Decides {
 				label += " (decides)"
 			}
 			fmt.Fprintf(tw, "  limit %d of %d\t%s\t%s\t\t%s\t%s\t%s\n", i+1, len(d.Limits), code, label, limit,
-				leftText(&l.State, l.RequestsPerUnit), strings.Join(l.Keys, " "))
+				leftText(&l.State, l.RequestsPerUnit), keysText(l.Keys))
 		}
 	}
 	_ = tw.Flush()
 	return b.String()
 }
 
+// keysText is store keys for a table: they hold the descriptors' values.
+func keysText(keys []string) string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = term(k)
+	}
+	return strings.Join(out, " ")
+}
+
 // leftText is what a limit of size requests has left, before the charge.
-func leftText(st *adminapi.State, size uint32) string {
+func leftText(st *admin.State, size uint32) string {
 	switch {
 	case st.Remaining != nil:
 		return fmt.Sprintf("%d of %d (count %d)", *st.Remaining, size, *st.Count)
@@ -217,7 +225,7 @@ func leftText(st *adminapi.State, size uint32) string {
 }
 
 // limitText is a rule's limit in short: "5/MINUTE fixed_window".
-func limitText(r *ruleInfo) string {
+func limitText(r *admin.Rule) string {
 	if r.Unlimited {
 		return "unlimited"
 	}
@@ -229,14 +237,14 @@ func limitText(r *ruleInfo) string {
 		s += " quota"
 	}
 	if len(r.Replaces) > 0 {
-		s += " replaces " + strings.Join(r.Replaces, ",")
+		s += " replaces " + term(strings.Join(r.Replaces, ","))
 	}
 	return s
 }
 
 // specText is a limit's size in short: "5/MINUTE fixed_window", a
 // bucket's burst after it.
-func specText(sp *adminapi.Spec) string {
+func specText(sp *admin.Spec) string {
 	s := strconv.FormatUint(uint64(sp.RequestsPerUnit), 10) + "/"
 	if sp.UnitMultiplier > 1 {
 		s += strconv.FormatUint(uint64(sp.UnitMultiplier), 10) + " "

@@ -13,13 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
@@ -40,8 +44,12 @@ var Commands = map[string]func(args []string, getenv func(string) string, stdout
 	"usage":   runUsage,
 }
 
-// errUsage marks a command line that cannot run.
-var errUsage = errors.New("usage")
+// errUsage marks a command line that cannot run; errUsageShown one whose
+// error the flag package printed already.
+var (
+	errUsage      = errors.New("usage")
+	errUsageShown = errors.New("usage shown")
+)
 
 // common are the flags of every command.
 type common struct {
@@ -54,7 +62,8 @@ type common struct {
 }
 
 // newFlags returns the flag set of command name with the common flags;
-// FASTLIMIT_ADMIN gives --admin's default.
+// FASTLIMIT_ADMIN gives --admin's default, FASTLIMIT_TOKEN_FILE
+// --token-file's.
 func newFlags(name, synopsis string, c *common, getenv func(string) string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("fastlimit "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,23 +76,31 @@ func newFlags(name, synopsis string, c *common, getenv func(string) string, stde
 	if def == "" {
 		def = "127.0.0.1:6070"
 	}
-	fs.StringVar(&c.admin, "admin", def, "admin listeners of the replicas, host:port (or https://host:port) comma-separated (env FASTLIMIT_ADMIN)")
+	fs.StringVar(&c.admin, "admin", def, "admin listeners of the replicas, host:port (or https://host:port) comma-separated, "+
+		"or dns:///name:port for every address of a name, a headless Service's (env FASTLIMIT_ADMIN)")
 	fs.Lookup("admin").DefValue = settings.MaskCredentials(def) // as -h prints it
 	fs.BoolVar(&c.json, "json", false, "print the (merged) answer as JSON, for scripts")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "longest wait for each replica")
+	fs.StringVar(&c.tokenFile, "token-file", getenv("FASTLIMIT_TOKEN_FILE"),
+		"file of the bearer token the server's --admin-token-file holds: the token alone, or its name:token line; writes need it, "+
+			"and reads of identifiers from an admin listener beyond loopback (env FASTLIMIT_TOKEN_FILE)")
 	fs.StringVar(&c.ca, "tls-ca", "", "CA file (PEM) that verifies admin listeners served over TLS (--admin-tls-cert); implies https")
-	fs.StringVar(&c.cert, "tls-cert", "", "client certificate file (PEM) for admin writes authorized by certificate; implies https")
+	fs.StringVar(&c.cert, "tls-cert", "", "client certificate file (PEM), instead of a token; implies https")
 	fs.StringVar(&c.key, "tls-key", "", "key file (PEM) of --tls-cert")
 	return fs
 }
 
-// parse parses args with fs; a positional argument is a usage error.
+// parse parses args with fs; a bad flag or a positional argument is a
+// usage error, -h none.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsageShown, err) // the flag package printed it, and the usage
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q (-h lists the flags)", errUsage, settings.MaskCredentials(fs.Arg(0)))
+		return fmt.Errorf("%w: unexpected argument %q (-h lists the flags)", errUsage, term(settings.MaskCredentials(fs.Arg(0))))
 	}
 	return nil
 }
@@ -95,6 +112,8 @@ func exit(err error, stderr io.Writer) int {
 		return ExitOK
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK
+	case errors.Is(err, errUsageShown):
+		return ExitUsage
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, strings.TrimPrefix(err.Error(), "usage: "))
 		return ExitUsage
@@ -112,8 +131,9 @@ type client struct {
 	token string            // "" without --token-file
 }
 
-// newClient builds the client of the common flags.
-func newClient(c common) (*client, error) {
+// newClient builds the client of the common flags, warning on stderr of
+// a token that would cross the network in clear.
+func newClient(c common, stderr io.Writer) (*client, error) {
 	cl := &client{c: c, urls: map[string]string{}}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	https := c.ca != "" || c.cert != ""
@@ -130,10 +150,25 @@ func newClient(c common) (*client, error) {
 		}
 		conf.Certificates = []tls.Certificate{pair}
 	}
-	cl.http = &http.Client{Timeout: c.timeout, Transport: &http.Transport{TLSClientConfig: conf}}
+	tr := &http.Transport{TLSClientConfig: conf}
+	cl.http = &http.Client{Timeout: c.timeout, Transport: tr}
+	names := map[string]string{} // a dns:/// replica's address -> its name, for TLS
 	for _, a := range strings.Split(c.admin, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
+			continue
+		}
+		if name, ok := strings.CutPrefix(a, "dns:///"); ok {
+			addrs, err := resolve(name, c.timeout)
+			if err != nil {
+				return nil, err
+			}
+			scheme := map[bool]string{true: "https://", false: "http://"}[https]
+			for _, addr := range addrs {
+				cl.bases = append(cl.bases, scheme+addr)
+				host, _, _ := net.SplitHostPort(name)
+				names[addr] = host
+			}
 			continue
 		}
 		if !strings.Contains(a, "://") {
@@ -141,7 +176,7 @@ func newClient(c common) (*client, error) {
 		}
 		u, err := url.Parse(a)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("%w: --admin %q is not host:port", errUsage, settings.MaskCredentials(a))
+			return nil, fmt.Errorf("%w: --admin %q is not host:port", errUsage, term(settings.MaskCredentials(a)))
 		}
 		base := strings.TrimSuffix(a, "/")
 		shown := settings.MaskCredentials(base)
@@ -149,6 +184,16 @@ func newClient(c common) (*client, error) {
 			cl.urls[shown] = base
 		}
 		cl.bases = append(cl.bases, shown)
+	}
+	if len(names) > 0 {
+		// A replica found by name is dialled by address; its certificate
+		// names the name.
+		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cfg := conf.Clone()
+			cfg.ServerName = names[addr]
+			d := &tls.Dialer{Config: cfg}
+			return d.DialContext(ctx, network, addr)
+		}
 	}
 	if len(cl.bases) == 0 {
 		return nil, fmt.Errorf("%w: --admin names no replica", errUsage)
@@ -162,8 +207,59 @@ func newClient(c common) (*client, error) {
 		if _, tok, ok := strings.Cut(cl.token, ":"); ok && !strings.Contains(cl.token, "\n") {
 			cl.token = tok // a name:token line of the server's file
 		}
+		var clear []string
+		for _, b := range cl.bases {
+			if u, err := url.Parse(cl.target(b)); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+				clear = append(clear, term(b))
+			}
+		}
+		if len(clear) > 0 {
+			fmt.Fprintf(stderr, "fastlimit: warning: the token goes to %s over plain http, readable on the way: "+
+				"serve the admin listener over TLS (--admin-tls-cert) and use https:// or --tls-ca\n", strings.Join(clear, ", "))
+		}
 	}
 	return cl, nil
+}
+
+// lookupHost resolves a host name (tests replace it).
+var lookupHost = net.DefaultResolver.LookupHost
+
+// resolve returns every address of name (host:port), sorted: each
+// replica behind a headless Service.
+func resolve(name string, timeout time.Duration) ([]string, error) {
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --admin dns:///%s: give dns:///name:port", errUsage, term(name))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ips, err := lookupHost(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("--admin dns:///%s: %w", term(name), err)
+	}
+	slices.Sort(ips)
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = net.JoinHostPort(ip, port)
+	}
+	return out, nil
+}
+
+// loopbackHost reports whether host is a loopback address or localhost.
+func loopbackHost(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
+}
+
+// target is the URL of a base as printed.
+func (cl *client) target(base string) string {
+	if u := cl.urls[base]; u != "" {
+		return u
+	}
+	return base
 }
 
 // caPool reads --tls-ca's PEM certificates.
@@ -187,7 +283,11 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%s: %d %s: %s", e.base, e.code, http.StatusText(e.code), strings.TrimSpace(e.msg))
+	msg := strings.TrimSpace(e.msg)
+	if e.code == http.StatusNotFound && msg == "404 page not found" || strings.Contains(msg, "not on the HTTP port") {
+		msg += " (is this an admin listener? it is --admin-addr, 127.0.0.1:6070 by default, not the HTTP port)"
+	}
+	return fmt.Sprintf("%s: %d %s: %s", term(e.base), e.code, http.StatusText(e.code), term(msg))
 }
 
 // do sends method to base+path with body (nil: none) and decodes the JSON
@@ -201,15 +301,11 @@ func (cl *client) do(ctx context.Context, base, method, path string, body any, o
 		}
 		rd = bytes.NewReader(b)
 	}
-	target := base
-	if u := cl.urls[base]; u != "" {
-		target = u
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, cl.target(base)+path, rd)
 	if err != nil {
 		return err
 	}
-	if cl.token != "" && method == http.MethodPost {
+	if cl.token != "" {
 		req.Header.Set("Authorization", "Bearer "+cl.token)
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -220,13 +316,13 @@ func (cl *client) do(ctx context.Context, base, method, path string, body any, o
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%s: %w", base, err)
+		return fmt.Errorf("%s: %w", term(base), err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return &statusError{base: base, code: resp.StatusCode, msg: string(b)}
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s: %w", base, err)
+		return fmt.Errorf("%s: %w", term(base), err)
 	}
 	return nil
 }
@@ -259,13 +355,10 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// entry is a descriptor entry as the admin API takes it.
-type entry = adminapi.Entry
-
 // descriptorList is a repeatable flag of descriptors, each
 // "key=value,key2=value2", keys and values percent-decoded after
 // splitting so that they may hold ',' and '=' (%2C, %3D).
-type descriptorList [][]entry
+type descriptorList [][]admin.Entry
 
 func (l *descriptorList) String() string { return fmt.Sprint(*l) }
 
@@ -278,14 +371,14 @@ func (l *descriptorList) Set(s string) error {
 	return nil
 }
 
-func parseEntries(s string) ([]entry, error) {
-	var d []entry
+func parseEntries(s string) ([]admin.Entry, error) {
+	var d []admin.Entry
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok {
 			return nil, fmt.Errorf("%q is not key=value", part)
 		}
-		var e entry
+		var e admin.Entry
 		var err error
 		if e.Key, err = url.QueryUnescape(k); err == nil {
 			e.Value, err = url.QueryUnescape(v)
@@ -299,7 +392,7 @@ func parseEntries(s string) ([]entry, error) {
 }
 
 // query is a descriptor's entries as /v1/usage's descriptor parameter.
-func query(d []entry) string {
+func query(d []admin.Entry) string {
 	parts := make([]string, len(d))
 	for i, e := range d {
 		parts[i] = url.QueryEscape(e.Key) + "=" + url.QueryEscape(e.Value)
@@ -307,11 +400,56 @@ func query(d []entry) string {
 	return strings.Join(parts, ",")
 }
 
-// entriesText is a descriptor for a table: "key=value,key2=value2".
-func entriesText(d []entry) string {
+// entriesText is a descriptor for a table: "key=value,key2=value2",
+// escaped for a terminal (term).
+func entriesText(d []admin.Entry) string {
 	parts := make([]string, len(d))
 	for i, e := range d {
-		parts[i] = e.Key + "=" + e.Value
+		parts[i] = term(e.Key) + "=" + term(e.Value)
 	}
 	return strings.Join(parts, ",")
+}
+
+// term is s for a terminal: what a client chose (a descriptor's value,
+// an Envoy's identity) shown, never obeyed. Control characters (an
+// escape sequence, a newline that would fake a row, a tab that would
+// shift columns) and Unicode's format characters (bidirectional
+// overrides) show as Go escapes, \x1b, \n, \u202e; bytes that are not
+// UTF-8 as \xff; a backslash as \\, so that no value can read as
+// another's escape.
+func term(s string) string {
+	clean := true
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '\\' || r == utf8.RuneError || r >= 0x80 && (r <= 0x9f || unicode.Is(unicode.Cf, r)) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r >= 0x80 && r <= 0x9f, unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,11 +55,15 @@ func startReplica(t *testing.T, args ...string) replica {
 // decide posts a one-descriptor request to r's /json n times.
 func (r replica) decide(t *testing.T, n int, kv ...string) {
 	t.Helper()
-	var es []string
+	var es []map[string]string
 	for i := 0; i+1 < len(kv); i += 2 {
-		es = append(es, `{"key":"`+kv[i]+`","value":"`+kv[i+1]+`"}`)
+		es = append(es, map[string]string{"key": kv[i], "value": kv[i+1]})
 	}
-	body := `{"domain":"edge","descriptors":[{"entries":[` + strings.Join(es, ",") + `]}]}`
+	b, err := json.Marshal(map[string]any{"domain": "edge", "descriptors": []any{map[string]any{"entries": es}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(b)
 	for range n {
 		resp, err := http.Post("http://"+r.http+"/json", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -98,8 +105,12 @@ func TestTopMerges(t *testing.T) {
 		strings.Contains(out, "2.2.2.2") || !hasRow(out, "edge.ip hits (any other) <= 3") {
 		t.Errorf("table:\n%s", out)
 	}
-	if code, _, errs := run(t, "top", "--admin", admins); code != opsctl.ExitUsage || !strings.Contains(errs, "--domain") {
-		t.Errorf("without --domain: exit %d %s", code, errs)
+	// Without --domain, every domain's rules.
+	if code, out, errs := run(t, "top", "--admin", admins, "--by", "hits"); code != opsctl.ExitOK || !hasRow(out, "edge.ip hits 1.1.1.1 9 0 ip=1.1.1.1") {
+		t.Errorf("without --domain: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := run(t, "top", "--admin", a.admin); code != opsctl.ExitOK || !strings.HasPrefix(out, "1 replica,") {
+		t.Errorf("one replica: exit %d\n%s", code, out)
 	}
 	if code, _, _ := run(t, "top", "--admin", a.admin+",127.0.0.1:1", "--domain", "edge"); code != opsctl.ExitError {
 		t.Errorf("a replica down: exit %d, want 1", code)
@@ -177,8 +188,8 @@ func TestExplainSeveralLimits(t *testing.T) {
 func TestResetAndRefund(t *testing.T) {
 	dir := t.TempDir()
 	tokens, mine := filepath.Join(dir, "tokens"), filepath.Join(dir, "mine")
-	files.Write(t, tokens, "oncall:t0k\n")
-	files.Write(t, mine, "t0k\n")
+	files.Write(t, tokens, "oncall:t0k-0123456789abcdef\n")
+	files.Write(t, mine, "t0k-0123456789abcdef\n")
 	a, b := startReplica(t, "--admin-token-file", tokens), startReplica(t, "--admin-token-file", tokens)
 	for _, r := range []replica{a, b} {
 		r.decide(t, 3, "ip", "5.5.5.5")
@@ -232,5 +243,123 @@ func TestAdminPasswordMasked(t *testing.T) {
 	code, out, errs = run(t, "top", "--admin", "http://ops:s3cret@"+r.admin+"/%zz", "--domain", "edge")
 	if code != opsctl.ExitUsage || !strings.Contains(errs, "ops:xxxxx@") || strings.Contains(out+errs, "s3cret") {
 		t.Errorf("top with a bad --admin: %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestExitCodes: bad usage exits 2 (the usage says so), -h 0; a replica
+// that refuses exits 1, saying why: a rule or domain the rules lack, the
+// HTTP port given for the admin listener's.
+func TestExitCodes(t *testing.T) {
+	r := startReplica(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		err  string // in stderr
+	}{
+		{[]string{"reset", "--admin", r.admin, "--domain", "edge", "--descriptor", "user"}, opsctl.ExitUsage, `"user" is not key=value`},
+		{[]string{"top", "--bogus"}, opsctl.ExitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"top", "stray"}, opsctl.ExitUsage, `unexpected argument "stray"`},
+		{[]string{"top", "-n", "-1"}, opsctl.ExitUsage, "-n -1"},
+		{[]string{"explain", "--hits", "x"}, opsctl.ExitUsage, "invalid value"},
+		{[]string{"usage", "--admin", r.admin}, opsctl.ExitUsage, "give --domain"},
+		{[]string{"top", "-h"}, opsctl.ExitOK, "Exit codes: 0 ok, 1 a replica failed or refused, 2 bad usage"},
+		{[]string{"top", "--admin", r.admin, "--domain", "edge", "--rule", "edge.nope"}, opsctl.ExitError, "no rule edge.nope in domain edge"},
+		{[]string{"top", "--admin", r.admin, "--domain", "edgy"}, opsctl.ExitError, "no domain edgy in the rules in force; their domains: edge"},
+		{[]string{"top", "--admin", r.http}, opsctl.ExitError, "the admin API is on the admin listener"},
+		{[]string{"usage", "--admin", r.http, "--domain", "edge", "--descriptor", "ip=1"}, opsctl.ExitError, "not the HTTP port"},
+	} {
+		code, _, errs := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.err) {
+			t.Errorf("%q: exit %d, want %d; stderr:\n%s\nwant %q in it", tc.args, code, tc.code, errs, tc.err)
+		}
+	}
+}
+
+// TestTerminalEscaped: what clients chose (descriptor values, which
+// become identifiers, store keys and Envoy identities) is printed
+// escaped: an escape sequence cannot set the terminal's title or fake
+// colours, a newline cannot fake a row.
+func TestTerminalEscaped(t *testing.T) {
+	r := startReplica(t)
+	evil := "\x1b]0;pwned\x07\x1b[31mred\nip=1.1.1.1 fake\u202e"
+	shown := `\x1b]0;pwned\x07\x1b[31mred\nip=1.1.1.1 fake\u202e`
+	r.decide(t, 3, "ip", evil)
+	code, out, errs := run(t, "top", "--admin", r.admin, "--domain", "edge")
+	if code != opsctl.ExitOK || !strings.Contains(out, shown) || strings.ContainsAny(out, "\x1b\x07\u202e") || strings.Count(out, "\n") != 3 {
+		t.Errorf("top: exit %d\n%q%s", code, out, errs)
+	}
+	code, out, errs = run(t, "explain", "--admin", r.admin, "--domain", "edge", "--descriptor", "ip="+url.QueryEscape(evil))
+	if code != opsctl.ExitLimited || !strings.Contains(out, "ip="+shown) || strings.ContainsAny(out, "\x1b\x07\u202e") {
+		t.Errorf("explain: exit %d\n%q%s", code, out, errs)
+	}
+	for in, want := range map[string]string{
+		"plain": "plain", `a\b`: `a\\b`, "tab\there": `tab\there`, "\xff": `\xff`, "é": "é", "\u0085": `\u0085`, "\r": `\r`,
+	} {
+		if got := opsctl.Term(in); got != want {
+			t.Errorf("term(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestExplainUnknownDomain: explain of a domain the rules lack (a
+// misspelt domain, the commonest "my limit does nothing") says so and
+// names the domains.
+func TestExplainUnknownDomain(t *testing.T) {
+	r := startReplica(t)
+	code, out, errs := run(t, "explain", "--admin", r.admin, "--domain", "edgy", "--descriptor", "ip=1.1.1.1")
+	if code != opsctl.ExitOK || !strings.Contains(out, "domain edgy has no rules in force") || !strings.Contains(out, "Their domains: edge") {
+		t.Errorf("explain of an unknown domain: exit %d\n%s%s", code, out, errs)
+	}
+	if _, out, _ := run(t, "explain", "--admin", r.admin, "--domain", "edge", "--descriptor", "ip=1.1.1.1"); strings.Contains(out, "no rules") {
+		t.Errorf("explain of a known domain:\n%s", out)
+	}
+}
+
+// TestTokenOverPlainHTTP: a token that would go over plain http to
+// another host is warned of; to loopback it is not.
+func TestTokenOverPlainHTTP(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "tok")
+	files.Write(t, tok, "t0k-0123456789abcdef\n")
+	_, _, errs := run(t, "top", "--admin", "192.0.2.1:6070", "--timeout", "100ms", "--token-file", tok)
+	if !strings.Contains(errs, "warning: the token goes to http://192.0.2.1:6070 over plain http") {
+		t.Errorf("a token to another host over http: stderr\n%s", errs)
+	}
+	for _, admin := range []string{"127.0.0.1:1", "localhost:1", "[::1]:1", "https://192.0.2.1:6070"} {
+		if _, _, errs := run(t, "top", "--admin", admin, "--timeout", "100ms", "--token-file", tok); strings.Contains(errs, "warning") {
+			t.Errorf("--admin %s: stderr\n%s", admin, errs)
+		}
+	}
+	if _, _, errs := run(t, "top", "--admin", "192.0.2.1:6070", "--timeout", "100ms"); strings.Contains(errs, "warning") {
+		t.Errorf("no token: stderr\n%s", errs)
+	}
+}
+
+// TestEveryReplicaByName: dns:///name:port addresses every address the
+// name resolves to, as a headless Service's does: a reset reaches each
+// replica.
+func TestEveryReplicaByName(t *testing.T) {
+	a := startReplica(t)
+	_, port, _ := net.SplitHostPort(a.admin)
+	b := startReplica(t, "--admin-addr", "127.0.0.2:"+port)
+	defer opsctl.SetLookupHost(func(_ context.Context, host string) ([]string, error) {
+		if host != "rl-fastlimit-admin.limits.svc" {
+			return nil, fmt.Errorf("no such host %s", host)
+		}
+		return []string{"127.0.0.2", "127.0.0.1"}, nil
+	})()
+	for _, r := range []replica{a, b} {
+		r.decide(t, 3, "ip", "6.6.6.6")
+	}
+	admin := "dns:///rl-fastlimit-admin.limits.svc:" + port
+	code, out, errs := run(t, "top", "--admin", admin, "--domain", "edge", "--json")
+	var m top.Answer
+	if code != opsctl.ExitOK || json.Unmarshal([]byte(out), &m) != nil || m.Replicas != 2 || m.Rules[0].Entries[0].Count != 2 {
+		t.Errorf("top of every replica by name: exit %d\n%s%s", code, out, errs)
+	}
+	if code, _, errs := run(t, "top", "--admin", "dns:///elsewhere:1"); code != opsctl.ExitError || !strings.Contains(errs, "no such host elsewhere") {
+		t.Errorf("a name that does not resolve: exit %d %s", code, errs)
+	}
+	if code, _, _ := run(t, "top", "--admin", "dns:///no-port"); code != opsctl.ExitUsage {
+		t.Errorf("dns:/// without a port: exit %d", code)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/fastlimit/fastlimit/internal/adminapi"
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -34,7 +34,7 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 	if err != nil {
 		return exit(fmt.Errorf("%w: %w", errUsage, err), stderr)
 	}
-	cl, err := newClient(c)
+	cl, err := newClient(c, stderr)
 	if err != nil {
 		return exit(err, stderr)
 	}
@@ -42,8 +42,8 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 		return quotaUsage(cl, domain, es, stdout, stderr)
 	}
 	path := "/v1/usage?domain=" + url.QueryEscape(domain) + "&descriptor=" + query(es)
-	us, bases, err := each(cl, func(ctx context.Context, base string) (adminapi.Usage, error) {
-		var u adminapi.Usage
+	us, bases, err := each(cl, func(ctx context.Context, base string) (admin.Usage, error) {
+		var u admin.Usage
 		return u, cl.do(ctx, base, http.MethodGet, path, nil, &u)
 	})
 	if c.json {
@@ -55,7 +55,7 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 	for i, u := range us {
 		rule, limit, left, reset := "(no rule)", "", "", ""
 		if u.Matched {
-			rule = u.Rule
+			rule = term(u.Rule)
 		}
 		switch {
 		case u.Unlimited:
@@ -69,7 +69,7 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 		case u.Tokens != nil:
 			left, reset = fmt.Sprintf("%d tokens", *u.Tokens), fmt.Sprint(*u.FullInMs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", bases[i], rule, limit, left, reset)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", term(bases[i]), rule, limit, left, reset)
 	}
 	_ = tw.Flush()
 	return exit(err, stderr)
@@ -77,7 +77,7 @@ func runUsage(args []string, getenv func(string) string, stdout, stderr io.Write
 
 // quotaUsage prints a bucket's division: the replicas' answers merged,
 // each Envoy once, as the replica serving it reports it.
-func quotaUsage(cl *client, domain string, id []entry, stdout, stderr io.Writer) int {
+func quotaUsage(cl *client, domain string, id []admin.Entry, stdout, stderr io.Writer) int {
 	path := "/v1/quota?domain=" + url.QueryEscape(domain) + "&bucket=" + query(id)
 	us, _, err := each(cl, func(ctx context.Context, base string) (rlqs.Usage, error) {
 		var u rlqs.Usage
@@ -91,11 +91,11 @@ func quotaUsage(cl *client, domain string, id []entry, stdout, stderr io.Writer)
 		_ = printJSON(stdout, m)
 		return exit(err, stderr)
 	}
-	fmt.Fprintf(stdout, "bucket of rule %s: %s, %v/s (burst %v), %d replicas\n", m.Rule, m.Assignment, m.LimitRate, m.Burst, m.Replicas)
+	fmt.Fprintf(stdout, "bucket of rule %s: %s, %v/s (burst %v), %s\n", term(m.Rule), term(m.Assignment), m.LimitRate, m.Burst, replicas(m.Replicas))
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tCLIENT\tDEMAND/S\tASSIGNED/S")
 	for _, c := range m.Clients {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Replica, c.Client, rate(c.DemandRate), rate(c.AssignedRate))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", term(c.Replica), term(c.Client), rate(c.DemandRate), rate(c.AssignedRate))
 	}
 	_ = tw.Flush()
 	return exit(err, stderr)

@@ -16,6 +16,10 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET /healthcheck", s.handleHealth)
 	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.Handle("POST /json", s.tracing.HTTP("POST /json", s.service.JSON()))
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not found: the admin API is on the admin listener ("+s.opts.Name("admin-addr")+", by default 127.0.0.1:6070), "+
+			"not on the HTTP port", http.StatusNotFound)
+	})
 	return mux
 }
 

@@ -23,7 +23,7 @@ func (s *Server) openRules(ctx context.Context) error {
 	}
 	// Watch before the first load, so that no change goes unseen.
 	layout := s.opts.Rules()
-	s.reload = startReload(context.WithoutCancel(ctx), layout, s.rules.reload, s.log.Named("reload"))
+	s.reload = startReload(context.WithoutCancel(ctx), layout, s.rules.reload, s.clock, s.log.Named("reload"))
 	if _, err := s.rules.load(); err != nil {
 		if !errors.Is(err, rules.ErrNoFiles) {
 			return fmt.Errorf("load rules from %s (%s): %w", layout.Dir, s.opts.Name("config"), err)
@@ -39,6 +39,7 @@ func (s *Server) openRules(ctx context.Context) error {
 	cur := s.rules.Current()
 	s.log.Info("rules loaded", zap.String(logDir, layout.Dir), zap.Int(logFiles, len(cur.Files)),
 		zap.Int(logDomains, len(cur.Set.Domains())), zap.String(logHash, cur.Hash))
+	logWarnings(s.log.Named("rules"), cur, "start")
 	return nil
 }
 
@@ -51,9 +52,10 @@ type hotReload struct {
 	done    chan struct{}
 }
 
-// startReload starts watching the rules directory and SIGHUP; fn
-// reloads. It returns once both are watched; Close stops them.
-func startReload(ctx context.Context, layout settings.RulesLayout, fn reload.Func, log *zap.Logger) *hotReload {
+// startReload starts watching the rules directory, on clk (nil: the wall
+// clock), and SIGHUP; fn reloads. It returns once both are watched; Close
+// stops them.
+func startReload(ctx context.Context, layout settings.RulesLayout, fn reload.Func, clk reload.Clock, log *zap.Logger) *hotReload {
 	ctx, cancel := context.WithCancel(ctx)
 	h := &hotReload{cancel: cancel, done: make(chan struct{})}
 	w := reload.New(layout.Dir, fn, reload.Options{
@@ -61,6 +63,7 @@ func startReload(ctx context.Context, layout settings.RulesLayout, fn reload.Fun
 		Root:        layout.Root,
 		Loaded:      layout.Load.IsRulesName,
 		Fingerprint: func() (string, error) { return rules.FingerprintWith(layout.Dir, layout.Load) },
+		Clock:       clk,
 	}, log)
 	if err := w.Open(ctx); err != nil {
 		log.Warn("cannot watch the rules directory; SIGHUP reloads it", zap.String(logDir, layout.Dir), zap.Error(err))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,10 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/observe/metrics"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
@@ -125,6 +129,53 @@ func TestRulesFirstLoadFails(t *testing.T) {
 	r.reload(context.Background(), "test") // logs without rules in force: must not panic
 }
 
+// clockedServer is testServer with its rules watcher on a fake clock.
+func clockedServer(t *testing.T, rules map[string]string) (*Server, string, *clock.Clock) {
+	t.Helper()
+	dir := files.Dir(t, rules)
+	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(dir)...)
+	clk := clock.New(time.Now())
+	s.clock = clk
+	if err := s.Open(context.Background()); err != nil {
+		_ = s.Close(context.Background())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, dir, clk
+}
+
+// stepUntil advances clk to the rules watcher's next debounce or settle
+// time (never to its content check), one at a time as the watcher arms
+// them, until cond holds; it fails after 30 s of real time. seen, if not
+// nil, is called after each step.
+func stepUntil(t *testing.T, clk *clock.Clock, cond func() bool, seen func()) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within 30 s (clock timers pending: %v)", clk.Pending())
+		}
+		p := clk.Pending()
+		if len(p) == 0 || p[0] > reload.DefaultSettle {
+			<-time.After(time.Millisecond) // an event on its way
+			continue
+		}
+		s := clk.Started()
+		clk.Advance(p[0])
+		// The watcher arms its next timer, or reloads.
+		for clk.Started() == s && !cond() && time.Now().Before(deadline) {
+			<-time.After(time.Millisecond)
+		}
+		if seen != nil {
+			seen()
+		}
+	}
+}
+
 // TestServerReloads edits the rules of a running server: file changes and
 // SIGHUP both take effect, and a bad edit keeps the server ready.
 func TestServerReloads(t *testing.T) {
@@ -132,7 +183,7 @@ func TestServerReloads(t *testing.T) {
 	// to the watcher, so only SIGHUP can pick them up.
 	target := filepath.Join(t.TempDir(), "linked.yaml")
 	files.Write(t, target, rulesYAML(100))
-	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)})
+	s, dir, clk := clockedServer(t, map[string]string{"r.yaml": rulesYAML(10)})
 	path := filepath.Join(dir, "r.yaml")
 	limit := func() uint32 {
 		resp, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("r", "k", "v"))
@@ -142,10 +193,10 @@ func TestServerReloads(t *testing.T) {
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
 	files.Write(t, path, rulesYAML(20))
-	wait.For(t, 5*time.Second, func() bool { return limit() == 20 })
+	stepUntil(t, clk, func() bool { return limit() == 20 }, nil)
 
 	files.Write(t, path, badYAML)
-	wait.For(t, 5*time.Second, func() bool { return metricValue(t, s.registry, "fastlimit_config_last_reload_successful") == 0 })
+	stepUntil(t, clk, func() bool { return metricValue(t, s.registry, "fastlimit_config_last_reload_successful") == 0 }, nil)
 	if got := limit(); got != 20 {
 		t.Fatalf("limit %d after a bad edit", got)
 	}
@@ -159,24 +210,25 @@ func TestServerReloads(t *testing.T) {
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
-	wait.For(t, 5*time.Second, func() bool { return limit() == 100 })
+	stepUntil(t, clk, func() bool { return limit() == 100 }, nil)
+	// The clock stands still from here: the watcher's debounce and content
+	// check cannot reload, only SIGHUP can.
 	files.Write(t, target, rulesYAML(30))
-	time.Sleep(300 * time.Millisecond)
 	if got := limit(); got != 100 {
 		t.Fatalf("limit %d: the watcher saw an edit outside the directory", got)
 	}
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	wait.For(t, 5*time.Second, func() bool { return limit() == 30 })
+	wait.For(t, 30*time.Second, func() bool { return limit() == 30 })
 }
 
 // TestRulesFileWrittenInTwoPieces writes a rules file in place in two
-// pieces 0.5 s apart, within the watcher's settle time (1 s); the first
-// piece alone parses (requests_per_unit 5 of the final 50). The
-// half-written file is never live: the limit goes from 10 straight to 50.
+// pieces half the watcher's settle time (1 s) apart; the first piece
+// alone parses (requests_per_unit 5 of the final 50). The half-written
+// file is never live: the limit goes from 10 straight to 50.
 func TestRulesFileWrittenInTwoPieces(t *testing.T) {
-	s, dir := testServer(t, map[string]string{"r.yaml": rulesYAML(10)}, "--drain", "0s")
+	s, dir, clk := clockedServer(t, map[string]string{"r.yaml": rulesYAML(10)})
 	limit := func() uint32 {
 		resp, err := s.service.ShouldRateLimit(context.Background(), rlsRequest("r", "k", "v"))
 		if err != nil {
@@ -184,6 +236,9 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 		}
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
+	seen := map[uint32]int{}
+	see := func() { seen[limit()]++ }
+	debounced := func(p []time.Duration) bool { return len(p) > 0 && p[0] == reload.DefaultDebounce }
 	f, err := os.OpenFile(filepath.Join(dir, "r.yaml"), os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -192,25 +247,19 @@ func TestRulesFileWrittenInTwoPieces(t *testing.T) {
 	if _, err := f.WriteString("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 5"); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[uint32]int{}
-	second := time.Now().Add(500 * time.Millisecond)
-	deadline := second.Add(10 * time.Second)
-	wrote := false
-	for time.Now().Before(deadline) {
-		if !wrote && time.Now().After(second) {
-			if _, err := f.WriteString("0\n"); err != nil {
-				t.Fatal(err)
-			}
-			wrote = true
-		}
-		n := limit()
-		seen[n]++
-		if n == 50 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	clk.WaitFor(t, "the debounce of the first piece", debounced)
+	clk.Advance(reload.DefaultDebounce)
+	// The watcher takes a fingerprint and waits for the settle time; a
+	// reload now would put the half-written file live.
+	wait.For(t, 30*time.Second, func() bool { return limit() != 10 || slices.Contains(clk.Pending(), reload.DefaultSettle) })
+	clk.Advance(reload.DefaultSettle / 2)
+	see()
+	if _, err := f.WriteString("0\n"); err != nil {
+		t.Fatal(err)
 	}
-	if seen[5] != 0 || seen[50] == 0 {
+	clk.WaitFor(t, "the debounce of the second piece", debounced)
+	stepUntil(t, clk, func() bool { return limit() == 50 }, see)
+	if seen[5] != 0 || seen[10] == 0 {
 		t.Fatalf("limits seen (value: times): %v; want 10 then 50, never the half-written 5", seen)
 	}
 }

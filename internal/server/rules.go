@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/settings"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
@@ -28,7 +29,8 @@ const (
 	// logFailedAt is when the failed reload before a good one ran.
 	logFailedAt = "failed_reload_at"
 
-	logResources = "resources"
+	logResources   = "resources"
+	logWarningsKey = "warnings"
 )
 
 // ruleSource loads the rules directory (or takes rules from xDS) and
@@ -48,16 +50,7 @@ type ruleSource struct {
 	mu      sync.Mutex // serialises loads
 	current atomic.Pointer[rules.Loaded]
 	removed []string // the domains the last swap removed, for update to log
-	status  atomic.Pointer[reloadStatus]
-}
-
-// reloadStatus is how the loads of the rules went, for /v1/rules.
-type reloadStatus struct {
-	Failing bool      `json:"failing"` // the last load failed: older rules are in force
-	At      time.Time `json:"at"`      // of the last load
-	// ErrorAt and Errors are the last failed load's, if any.
-	ErrorAt time.Time `json:"error_at,omitzero"`
-	Errors  []string  `json:"errors,omitempty"`
+	status  atomic.Pointer[admin.ReloadStatus]
 }
 
 // loadObserver is told of every load of the rules: metrics.Metrics and
@@ -152,6 +145,9 @@ func removedDomains(prev, next *rules.Loaded) []string {
 // Current returns the rules in force, nil before the first load.
 func (r *ruleSource) Current() *rules.Loaded { return r.current.Load() }
 
+// Reload returns how the loads went, nil before any reload.
+func (r *ruleSource) Reload() *admin.ReloadStatus { return r.status.Load() }
+
 // reload is the reload.Func: it loads and logs the outcome once.
 func (r *ruleSource) reload(_ context.Context, cause string) {
 	_ = r.update(cause, r.load)
@@ -165,7 +161,7 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 	took := zap.Duration(logTook, time.Since(start))
 	prev := r.status.Load()
 	if prev == nil {
-		prev = &reloadStatus{}
+		prev = &admin.ReloadStatus{}
 	}
 	next := *prev
 	next.At, next.Failing = start, err != nil
@@ -191,6 +187,7 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 			fields = append(fields, zap.Time(logFailedAt, prev.ErrorAt))
 		}
 		r.log.Info("rules reloaded", fields...)
+		logWarnings(r.log, cur, cause)
 		r.mu.Lock()
 		removed := r.removed
 		r.mu.Unlock()
@@ -206,6 +203,19 @@ func (r *ruleSource) update(cause string, load func() (bool, error)) error {
 	}
 	r.status.Store(&next)
 	return err
+}
+
+// logWarnings logs what loaded but is ignored or may be a mistake, once
+// per rules that differ.
+func logWarnings(log *zap.Logger, r *rules.Loaded, cause string) {
+	if len(r.Warnings) == 0 {
+		return
+	}
+	ws := make([]string, len(r.Warnings))
+	for i, w := range r.Warnings {
+		ws[i] = w.Error()
+	}
+	log.Warn("rules loaded with warnings", zap.String(logCause, cause), zap.Strings(logWarningsKey, ws), zap.String(logHash, r.Hash))
 }
 
 // sources is the log field that counts where rules came from.

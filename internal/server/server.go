@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/fastlimit/fastlimit/internal/admin"
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/edge/connlimit"
 	"github.com/fastlimit/fastlimit/internal/edge/httpserver"
@@ -27,6 +28,8 @@ import (
 	"github.com/fastlimit/fastlimit/internal/observe/top"
 	"github.com/fastlimit/fastlimit/internal/observe/tracing"
 	"github.com/fastlimit/fastlimit/internal/settings"
+	"github.com/fastlimit/fastlimit/internal/source/reload"
+	"github.com/fastlimit/fastlimit/internal/source/xds"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 	"github.com/fastlimit/fastlimit/pkg/rls"
@@ -56,16 +59,18 @@ type Server struct {
 	rules    *ruleSource
 	reload   *hotReload         // nil until Open, and with rules from xDS
 	xds      *xdsRules          // nil unless rules come from xDS
+	xdsSrc   *xdsSource         // compiles xDS snapshots with the rules overlay
 	tracing  *tracing.Tracing   // nil with tracing off
-	admin    *admin             // nil without --admin-addr
-	ref      *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
-	top      *top.Tracker       // nil with --top-keys 0
-	stopTop  func()             // ends the top tracker's Run
-	failures *failureLog        // logs store failures
-	auth     adminAuth          // authorizes admin writes
+	admin    *httpserver.Server // nil without --admin-addr
+	adminAPI *admin.API
+	// metricsSrv serves --metrics-addr, nil without it.
+	metricsSrv *httpserver.Server
+	ref        *refstats.Reporter // nil unless USE_PROMETHEUS, USE_STATSD or USE_DOG_STATSD
+	top        *top.Tracker       // nil with --top-keys 0
+	stopTop    func()             // ends the top tracker's Run
+	failures   *failureLog        // logs store failures
 	// adminCerts serves the admin listener's TLS, nil without --admin-tls-cert.
 	adminCerts *certs.Reloader
-	counts     countsCache // the rule counters the admin page shows
 	// httpOpts and adminOpts bound the HTTP and admin listeners.
 	httpOpts, adminOpts httpserver.Options
 	tlsRefused          *prometheus.CounterVec // certificates refused on rotation, by use
@@ -79,6 +84,15 @@ type Server struct {
 	cancel    context.CancelFunc
 	stopProbe context.CancelFunc // ends the gRPC health prober, if any
 	wg        sync.WaitGroup
+	// clock times the rules watcher and the xDS client that Open starts
+	// (nil: the wall clock); in-package tests set a fake one after New.
+	clock openClock
+}
+
+// openClock is the time of the parts Open starts.
+type openClock interface {
+	reload.Clock
+	xds.Clock
 }
 
 // New wires the server's parts from validated-on-the-way settings; reg
@@ -122,9 +136,6 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if err := s.newObservers(); err != nil {
 		return nil, err
 	}
-	if err := s.newAdminAuth(); err != nil {
-		return nil, o.Named(err)
-	}
 	onStoreError, err := limiter.ParseFailurePolicy(o.OnStoreError)
 	if err != nil {
 		return nil, o.Named(settings.Bad("on-store-error", "%w", err))
@@ -138,6 +149,9 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	}, log.Named("service"))
 	if err := s.newRLQS(redisOf(st)); err != nil {
 		return nil, err
+	}
+	if err := s.newAdmin(); err != nil {
+		return nil, o.Named(err)
 	}
 	s.grpc = s.newGRPC(tlsOpts)
 	return s, nil
@@ -246,7 +260,7 @@ func (s *Server) Open(ctx context.Context) error {
 		s.probeHealth()
 	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),
-		zap.String("admin", s.AdminAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
+		zap.String("admin", s.AdminAddr()), zap.String("metrics", s.MetricsAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
 		zap.Int64("grpc_max_connections", s.grpcLis.Stats().Max))
 	return nil
 }
@@ -254,8 +268,13 @@ func (s *Server) Open(ctx context.Context) error {
 // listen binds the gRPC, HTTP and admin listeners, each capped so that
 // the gRPC listener at its cap leaves descriptors to the others.
 func (s *Server) listen() error {
-	// HTTP, admin and the reference's Prometheus listeners.
-	grpcCap, err := grpcConnCap(s.opts, s.files, 3*s.httpOpts.MaxConns)
+	// HTTP, admin and the reference's Prometheus listeners, and
+	// --metrics-addr's.
+	listeners := 3
+	if !s.opts.Admin.MetricsOff() {
+		listeners++
+	}
+	grpcCap, err := grpcConnCap(s.opts, s.files, listeners*s.httpOpts.MaxConns)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Name("grpc-max-connections"), err)
 	}
@@ -267,7 +286,10 @@ func (s *Server) listen() error {
 	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
 		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
 	}
-	return s.openAdmin(s.adminHandler())
+	if err := s.openAdmin(); err != nil {
+		return err
+	}
+	return s.openMetrics()
 }
 
 // registerListenerMetrics registers the HTTP listeners' connection
@@ -279,7 +301,9 @@ func (s *Server) registerListenerMetrics() error {
 			case name == "http" && s.http != nil:
 				return s.http.Stats(), true
 			case name == "admin" && s.admin != nil:
-				return s.admin.srv.Stats(), true
+				return s.admin.Stats(), true
+			case name == "metrics" && s.metricsSrv != nil:
+				return s.metricsSrv.Stats(), true
 			case name == "prometheus":
 				return s.ref.ListenerStats()
 			}
@@ -287,7 +311,7 @@ func (s *Server) registerListenerMetrics() error {
 		}
 	}
 	return metrics.RegisterHTTPListeners(s.registry, map[string]func() (connlimit.Stats, bool){
-		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"),
+		"http": stats("http"), "admin": stats("admin"), "prometheus": stats("prometheus"), "metrics": stats("metrics"),
 	})
 }
 
@@ -304,7 +328,7 @@ func (s *Server) serve() {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil {
+		if err := s.grpc.Serve(s.bounds.listener(s.grpcLis)); err != nil {
 			s.log.Error("grpc server stopped", zap.Error(err))
 		}
 	}()

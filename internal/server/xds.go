@@ -43,10 +43,16 @@ func (s *Server) openXDS(ctx context.Context) error {
 	opts, ignored := xdsClient(&s.opts.XDS, s.version)
 	refused := s.tlsRefused.WithLabelValues("xds_client")
 	opts.OnCertRefused = func(error) { refused.Inc() }
+	opts.Clock = s.clock
 	log := s.log.Named("xds")
 	if len(ignored) > 0 {
 		log.Warn("CONFIG_GRPC_XDS_NODE_METADATA: entries without '=' are ignored", zap.Strings("entries", ignored))
 	}
+	src, err := newXDSSource(s.rules, s.opts.Rules().Overlay, s.clock, log.Named("overlay"))
+	if err != nil {
+		return fmt.Errorf("load the rules overlay (%s): %w", s.opts.Name("rules-overlay"), err)
+	}
+	s.xdsSrc = src
 	first := make(chan struct{})
 	applied := false
 	apply := func(_ context.Context, res []*anypb.Any) error {
@@ -59,7 +65,7 @@ func (s *Server) openXDS(ctx context.Context) error {
 		}
 		return nil
 	}
-	s.xds = startXDS(context.WithoutCancel(ctx), opts, apply, log)
+	s.xds = startXDS(context.WithoutCancel(ctx), opts, apply, src, log)
 	log.Info("rules come from an xDS server", zap.String("server", opts.ServerURL), zap.String("node", opts.NodeID),
 		zap.Bool("tls", opts.TLS != nil), zap.Bool("force_start", s.opts.XDS.StartWithoutRules))
 	if s.opts.XDS.StartWithoutRules {
@@ -78,30 +84,39 @@ func (s *Server) openXDS(ctx context.Context) error {
 // process).
 type xdsRules struct {
 	client *xds.Client
+	source *xdsSource // watches the overlay
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func startXDS(ctx context.Context, opts xds.Options, apply xds.Apply, log *zap.Logger) *xdsRules {
+func startXDS(ctx context.Context, opts xds.Options, apply xds.Apply, src *xdsSource, log *zap.Logger) *xdsRules {
 	ctx, cancel := context.WithCancel(ctx)
-	x := &xdsRules{client: xds.New(opts, apply, log), cancel: cancel, done: make(chan struct{})}
+	x := &xdsRules{client: xds.New(opts, apply, log), source: src, cancel: cancel, done: make(chan struct{})}
+	src.watch(ctx)
 	x.client.Open(ctx)
-	onSIGHUP(ctx, x.done, func() { log.Info("SIGHUP: rules come from the xDS server; nothing to reload") })
+	onSIGHUP(ctx, x.done, func() {
+		if !src.trigger(ctx) {
+			log.Info("SIGHUP: rules come from the xDS server; nothing to reload")
+		}
+	})
 	return x
 }
 
-// Close stops the client; an update in progress finishes first. It is
-// idempotent.
+// Close stops the client and the overlay's watch; an update in progress
+// finishes first. It is idempotent.
 func (x *xdsRules) Close() {
 	x.cancel()
 	<-x.done
 	x.client.Close()
+	x.source.close()
 }
 
-// applyXDS validates the RateLimitConfig resources of a snapshot and swaps
-// them in, as a reload of files does; its error NACKs the snapshot.
+// applyXDS validates the RateLimitConfig resources of a snapshot, with the
+// rules overlay, and swaps them in, as a reload of files does; its error
+// NACKs the snapshot.
 func (s *Server) applyXDS(res []*anypb.Any) error {
-	return s.rules.update(causeXDS, func() (bool, error) {
-		return s.rules.swap(func() (*rules.Loaded, error) { return rules.FromAny(res) })
-	})
+	if s.xdsSrc == nil { // a test's server, not opened
+		s.xdsSrc = &xdsSource{rules: s.rules, log: s.log}
+	}
+	return s.xdsSrc.apply(res)
 }

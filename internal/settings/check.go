@@ -9,7 +9,7 @@ import (
 
 // rulesCheckFlags are the flags of `fastlimit check`: those that change
 // which files load and how.
-var rulesCheckFlags = []string{"config", "merge-domain-config", "rules-max-file-bytes", "rules-max-total-bytes"}
+var rulesCheckFlags = []string{"config", "merge-domain-config", "rules-max-file-bytes", "rules-max-total-bytes", "rules-overlay"}
 
 // ParseRules reads what `fastlimit check` needs, the rules layout: the
 // rulesCheckFlags, their environment twins and the reference's RUNTIME_*
@@ -26,7 +26,8 @@ func ParseRules(name string, args []string, getenv func(string) string, out io.W
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n\nValidates a rules directory as the server loads it, printing every error with file and line.\n"+
+		fmt.Fprintf(out, "Usage: %s [flags]\n\nValidates a rules directory as the server loads it, printing every error with file and line\n"+
+			"(with --rules-overlay, the overlay of rules over xDS instead).\n"+
 			"Each flag has an environment twin; without --config, the reference's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY\n"+
 			"and RUNTIME_APPDIRECTORY give the directory.\n\n", name)
 		fs.PrintDefaults()

@@ -83,6 +83,8 @@ func addRulesFlags(fs *flag.FlagSet, s *Settings) {
 		"directory of rules files (YAML, one domain each); without it, envoyproxy/ratelimit's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY give it, if set")
 	fs.BoolVar(&s.MergeDomainConfig, "merge-domain-config", false,
 		"merge rules files of the same domain (their top-level descriptors side by side) instead of refusing them")
+	fs.StringVar(&s.RulesOverlay, "rules-overlay", "",
+		"rules over xDS: a file of FastLimit's extensions (algorithm, burst, cost, ...) by domain and descriptor path, applied to every snapshot and re-read when it changes (docs/xds.md)")
 	fs.BoolVar(&s.Atomic, "atomic", false,
 		"decide every request's descriptors all or nothing (a domain's atomic: true does the same for that domain)")
 	fs.Int64Var(&s.RulesMaxFileBytes, "rules-max-file-bytes", rules.DefaultMaxFileBytes,
@@ -132,7 +134,7 @@ func addStoreFlags(fs *flag.FlagSet, s *Settings) {
 	fs.IntVar(&s.RedisBatches, "redis-batches", 2,
 		"script calls in flight per Redis server (per cluster master); requests that arrive meanwhile share the next (0: one call per request)")
 	fs.DurationVar(&s.RedisPipelineWindow, "redis-pipeline-window", time.Millisecond,
-		"when many requests wait for Redis at once (a busy server), how long a script call waits for more before it is sent, so that Redis decides more per call (0: never); a lone caller, or a few, never wait")
+		"the longest a request waits for company before its script call to Redis is sent, so that Redis decides more per call, where requests arrive fast enough to expect some (or many wait at once) (0: never); a quiet server, and a lone caller, never wait")
 	fs.IntVar(&s.RedisPipelineLimit, "redis-pipeline-limit", 0,
 		"a script call stops waiting (--redis-pipeline-window) once this many decisions wait (0: 255)")
 	fs.IntVar(&s.OverLimitCacheBytes, "over-limit-cache-bytes", 0,
@@ -154,6 +156,11 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 	fs.StringVar(&o.LimitHeader, "limit-limit-header", "RateLimit-Limit", "legacy mode: name of the limit header")
 	fs.StringVar(&o.RemainingHeader, "limit-remaining-header", "RateLimit-Remaining", "legacy mode: name of the remaining header")
 	fs.StringVar(&o.ResetHeader, "limit-reset-header", "RateLimit-Reset", "legacy mode: name of the reset header")
+	fs.BoolVar(&o.RequestHeaders, "request-headers", false,
+		"add the legacy limit, remaining and reset headers, of the status legacy response headers would describe, to the request Envoy forwards upstream (request_headers_to_add), on every answer with a limit")
+	fs.StringVar(&o.RequestLimitHeader, "limit-request-limit-header", "RateLimit-Limit", "--request-headers: name of the limit header")
+	fs.StringVar(&o.RequestRemainingHeader, "limit-request-remaining-header", "RateLimit-Remaining", "--request-headers: name of the remaining header")
+	fs.StringVar(&o.RequestResetHeader, "limit-request-reset-header", "RateLimit-Reset", "--request-headers: name of the reset header")
 	fs.BoolVar(&o.DynamicMetadata, "response-dynamic-metadata", false,
 		"answer with dynamic_metadata as envoyproxy/ratelimit's main builds it (every descriptor, the merged metadata of those that passed) and FastLimit's fastlimit.overLimit, the descriptors over their limit")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "global shadow mode: the overall code is always OK; statuses still tell")
@@ -162,7 +169,12 @@ func addHeaderFlags(fs *flag.FlagSet, s *Settings) {
 }
 func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.StringVar(&o.Addr, "admin-addr", "127.0.0.1:6070",
-		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it")
+		"admin HTTP address: /metrics, /rlconfig, /stats, /v1/rules, /v1/usage, /v1/quota, /v1/top, /v1/explain, /v1/counters/ (and /debug/pprof/ with --pprof), a page or index at /; empty or off disables it. "+
+			"Bound beyond loopback, its reads of identifiers need the writes' authorization (docs/security.md)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "",
+		"a second address that serves /metrics alone, for Prometheus, when the admin address stays on loopback; empty or off: none")
+	fs.StringVar(&o.AllowedHosts, "admin-allowed-hosts", "",
+		"names the admin listener answers to in the Host header besides IP addresses, localhost and --admin-addr's host, comma-separated (e.g. a headless Service's); others get 421, against DNS rebinding")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", 0.8,
 		"share of a limit used past which allowed hits also count as near the limit, in (0, 1]")
@@ -175,11 +187,11 @@ func addAdminFlags(fs *flag.FlagSet, o *Admin) {
 	fs.BoolVar(&o.LogTopLimited, "log-top-limited", true,
 		"log a rule's top over-limit identifiers, at most once a minute per rule, while it limits any (needs --top-keys above 0)")
 	fs.StringVar(&o.TokenFile, "admin-token-file", "",
-		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), one name:token per line; re-read when it changes")
+		"file of the bearer tokens that authorize admin writes (/v1/counters/reset, /v1/counters/refund), and reads of identifiers beyond loopback: one name:token per line, tokens of 16 bytes or more; re-read when it changes, a missing, empty or malformed version putting no token in force")
 	fs.StringVar(&o.TLSCert, "admin-tls-cert", "", "certificate file (PEM) of the admin listener, which then serves HTTPS only; rotations are taken in")
 	fs.StringVar(&o.TLSKey, "admin-tls-key", "", "private key file (PEM) of --admin-tls-cert")
 	fs.StringVar(&o.TLSClientCA, "admin-tls-client-ca", "",
-		"CA file (PEM) of the client certificates that authorize admin writes; reads need none")
+		"CA file (PEM) of the client certificates that authorize what --admin-token-file's tokens authorize")
 }
 func addXDSFlags(fs *flag.FlagSet, o *XDS) {
 	fs.StringVar(&o.ConfigType, "config-type", configTypeFile,

@@ -48,13 +48,36 @@ func applyRedisDefault(m *refMapper) error {
 	return nil
 }
 
+// refOnlyEnvironment reports whether a variable only the reference reads
+// is set: not one that is also a FastLimit flag's twin (REDIS_URL,
+// LOG_LEVEL), which FastLimit's own deployments set.
+func refOnlyEnvironment(m *refMapper) bool {
+	for _, v := range refVars {
+		if m.get(v.name) != "" && !(v.how == refTwin && EnvName(v.flag) == v.name) {
+			return true
+		}
+	}
+	return false
+}
+
 // applyStatsdDefault follows the reference's USE_STATSD default (true)
 // when STATSD_HOST or STATSD_PORT is set, unless another output was
-// chosen; a note says what was decided.
+// chosen; a note says what was decided. With neither set, in the
+// reference's environment, a warning says that the stats the reference
+// would send to localhost:8125 are not sent (docs/migrating.md says why).
 func applyStatsdDefault(m *refMapper) error {
 	o := m.o
 	host, port := m.get("STATSD_HOST"), m.get("STATSD_PORT")
-	if m.get("USE_STATSD") != "" || o.src["statsd"] != "" || (host == "" && port == "") {
+	if m.get("USE_STATSD") != "" || o.src["statsd"] != "" {
+		return nil
+	}
+	if host == "" && port == "" {
+		rs := &o.RefStats
+		if refOnlyEnvironment(m) && !rs.DisableStats && !rs.UsePrometheus && !rs.UseDogStatsd {
+			o.warnings = append(o.warnings, "USE_STATSD: unset; the reference's default (true) sends its stats to statsd at "+
+				"localhost:8125, FastLimit sends none: USE_STATSD=true sends them (STATSD_HOST and STATSD_PORT say where), "+
+				"USE_STATSD=false says none are wanted")
+		}
 		return nil
 	}
 	where := fmt.Sprintf("%s:%d", o.RefStats.StatsdHost, o.RefStats.StatsdPort)

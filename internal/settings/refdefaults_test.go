@@ -98,6 +98,7 @@ func TestUseStatsdDefault(t *testing.T) {
 		{"USE_PROMETHEUS", map[string]string{"STATSD_HOST": "statsd", "USE_PROMETHEUS": "true", "REDIS_URL": "r:1"}, false, "USE_STATSD is unset: envoyproxy/ratelimit's stats go to USE_PROMETHEUS"},
 		{"DISABLE_STATS", map[string]string{"STATSD_HOST": "statsd", "DISABLE_STATS": "true", "REDIS_URL": "r:1"}, false, "USE_STATSD is unset and DISABLE_STATS"},
 		{"no statsd address", map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1"}, false, ""},
+		{"FastLimit's own variables", map[string]string{"LOG_LEVEL": "debug", "REDIS_URL": "r:1"}, false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,6 +117,31 @@ func TestUseStatsdDefault(t *testing.T) {
 				t.Errorf("notes %q lack %q", o.Notes(), tc.note)
 			}
 		})
+	}
+	// Without a statsd address, in the reference's environment, a warning
+	// says what is not sent and how to send it; FastLimit's own
+	// variables, another output or USE_STATSD=false say nothing.
+	const warn = "USE_STATSD: unset; the reference's default (true) sends its stats to statsd at localhost:8125, FastLimit sends none: " +
+		"USE_STATSD=true sends them (STATSD_HOST and STATSD_PORT say where), USE_STATSD=false says none are wanted"
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1"}, true},
+		{map[string]string{"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "REDIS_URL": "r:1"}, true},
+		{map[string]string{"LOG_LEVEL": "debug", "REDIS_URL": "r:1", "SHADOW_MODE": "true"}, false},
+		{map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1", "USE_STATSD": "false"}, false},
+		{map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1", "USE_PROMETHEUS": "true"}, false},
+		{map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1", "DISABLE_STATS": "true"}, false},
+		{map[string]string{"RUNTIME_ROOT": "/d", "REDIS_URL": "r:1", "USE_STATSD": "true"}, false},
+	} {
+		o, err := readRef(t, nil, tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(o.Warnings(), warn); got != tc.want {
+			t.Errorf("%v: warned %t, want %t; warnings %q", tc.env, got, tc.want, o.Warnings())
+		}
 	}
 	o, err := readRef(t, nil, map[string]string{"STATSD_HOST": "statsd.monitoring", "STATSD_PORT": "9125", "REDIS_URL": "r:1"})
 	if err != nil {

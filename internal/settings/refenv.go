@@ -51,6 +51,9 @@ const (
 	// refMain is upstream main after the pin, where a variable appeared
 	// later.
 	refMain = "main f2fb157 (2026-07-05)"
+	// Pull requests merged after refMain, where a variable appeared.
+	refPR1168 = "envoyproxy/ratelimit#1168"
+	refPR1191 = "envoyproxy/ratelimit#1191"
 )
 
 func (v refVar) checkedAgainst() string {
@@ -70,6 +73,7 @@ type refOK struct {
 
 var (
 	okFalse = refOK{match: isFalse, doc: "false"}
+	okTrue  = refOK{match: isTrue, doc: "true"}
 	okZero  = refOK{match: isZero, doc: "0"}
 )
 
@@ -112,7 +116,7 @@ const (
 var refVars = []refVar{
 	{name: "HOST", how: refMapped, flag: "http-addr", note: "with PORT, the HTTP address `HOST:PORT` (default: all interfaces)"},
 	{name: "PORT", how: refMapped, flag: "http-addr", note: "with HOST, the HTTP address (default 8080)"},
-	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: FastLimit's admin listener's reads have no authentication"},
+	{name: "DEBUG_HOST", how: refMapped, flag: "admin-addr", note: "with DEBUG_PORT, the admin address; default 127.0.0.1, where the reference binds 0.0.0.0: bound beyond loopback, FastLimit's admin listener answers reads of identifiers only with authorization (docs/security.md)"},
 	{name: "DEBUG_PORT", how: refMapped, flag: "admin-addr", note: "with DEBUG_HOST, the admin address (default 6070)"},
 	{name: "GRPC_UDS", how: refMapped, flag: "grpc-addr", note: "gRPC on this unix socket instead of GRPC_HOST:GRPC_PORT (`--grpc-addr unix:PATH`)"},
 	{name: "GRPC_HOST", how: refMapped, flag: "grpc-addr", note: "with GRPC_PORT, the gRPC address (default: all interfaces)"},
@@ -165,7 +169,7 @@ var refVars = []refVar{
 	{name: "NEAR_LIMIT_RATIO", how: refTwin, flag: "near-limit-ratio", note: "in (0, 1]"},
 	{name: "CACHE_KEY_PREFIX", how: refMapped, flag: "key-prefix", note: "the prefix of every Redis key, a trailing `:` dropped (FastLimit puts one after the prefix); keys differ from the reference's anyway"},
 	{name: "BACKEND_TYPE", how: refRefused, note: "only `redis` (Redis at REDIS_URL, or the embedded store without it): FastLimit has no memcache backend", fine: okFold("redis")},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", how: refMapped, flag: "atomic", note: "true sets `--atomic`: a request over any of its limits charges none of them (the reference still charges the limit that is over)"},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", how: refMapped, flag: "atomic", note: "true sets `--atomic`: a request over any of its limits charges none of them (the reference still charges the limit that is over); its refunds (`is_negative_hits`) land whatever it answers, as upstream applies them since #1140"},
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", how: refMapped, flag: "response-headers", note: "true sets `--response-headers legacy`"},
 	{name: "LIMIT_LIMIT_HEADER", how: refTwin, flag: "limit-limit-header"},
 	{name: "LIMIT_REMAINING_HEADER", how: refTwin, flag: "limit-remaining-header"},
@@ -181,7 +185,7 @@ var refVars = []refVar{
 	{name: "REDIS_TLS_CLIENT_KEY", how: refTwin, flag: "redis-tls-key"},
 	{name: "REDIS_TLS_CACERT", how: refTwin, flag: "redis-tls-ca"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", how: refTwin, flag: "redis-tls-skip-hostname-verification"},
-	{name: "REDIS_PIPELINE_WINDOW", how: refTwin, flag: "redis-pipeline-window", note: "how long a script call waits for more requests when many wait at once; FastLimit's default is 1ms (the reference's 0)"},
+	{name: "REDIS_PIPELINE_WINDOW", how: refTwin, flag: "redis-pipeline-window", note: "the longest a request waits for company before its script call is sent, where requests arrive fast enough to expect some; FastLimit's default is 1ms (the reference's 0)"},
 	{name: "REDIS_PIPELINE_LIMIT", how: refTwin, flag: "redis-pipeline-limit", note: "a script call stops waiting once this many decisions wait"},
 	{name: "REDIS_PERSECOND", how: refWarned, note: notePerSecond, fine: okFalse},
 	{name: "REDIS_PERSECOND_SOCKET_TYPE", how: refWarned, note: notePerSecond},
@@ -229,6 +233,13 @@ var refVars = []refVar{
 	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", how: refRefused, checked: refMain, fine: refOK{match: isNonNegativeInt, doc: "a number >= 0"},
 		note: "FastLimit sends a cluster's script calls to all its masters at once, whatever the value; a negative one is refused, as by the reference"},
 	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", how: refWarned, checked: refMain, note: notePerSecond},
+	{name: "LIMIT_REQUEST_HEADERS_ENABLED", how: refTwin, flag: "request-headers", checked: refPR1168,
+		note: "true adds LIMIT_REQUEST_LIMIT_HEADER, LIMIT_REQUEST_REMAINING_HEADER and LIMIT_REQUEST_RESET_HEADER, of the descriptor the response headers would describe, to the request Envoy forwards upstream (`request_headers_to_add`), on every answer with a limit, whether or not the response headers are on (see [envoy.md](envoy.md#response-headers))"},
+	{name: "LIMIT_REQUEST_LIMIT_HEADER", how: refTwin, flag: "limit-request-limit-header", checked: refPR1168, note: "default `RateLimit-Limit`"},
+	{name: "LIMIT_REQUEST_REMAINING_HEADER", how: refTwin, flag: "limit-request-remaining-header", checked: refPR1168, note: "default `RateLimit-Remaining`"},
+	{name: "LIMIT_REQUEST_RESET_HEADER", how: refTwin, flag: "limit-request-reset-header", checked: refPR1168, note: "default `RateLimit-Reset`"},
+	{name: "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", how: refWarned, fine: okTrue, checked: refPR1191,
+		note: "FastLimit always does what true asks: a connection that answers READONLY (a master demoted behind an address that now leads to the new one) is closed, and the next call dials again through REDIS_URL; false cannot keep it (see [redis.md](redis.md#when-redis-fails))"},
 	// Not in settings.go, but set by deployments of the reference.
 	{name: "GRPC_SERVER_TLS_CA_CERT", how: refWarned, note: "ignored, as by the reference (Envoy Gateway sets it): client certificates are asked for only with GRPC_CLIENT_TLS_CACERT"},
 }
@@ -237,6 +248,12 @@ var refVars = []refVar{
 func isFalse(v string) bool {
 	b, err := strconv.ParseBool(v)
 	return err == nil && !b
+}
+
+// isTrue accepts a boolean true.
+func isTrue(v string) bool {
+	b, err := strconv.ParseBool(v)
+	return err == nil && b
 }
 
 // isNonNegativeInt accepts an integer >= 0.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -41,6 +42,7 @@ type Settings struct {
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
 
 	MergeDomainConfig                     bool
+	RulesOverlay                          string // --rules-overlay: extensions for rules over xDS
 	Atomic                                bool
 	QuotaMode                             bool
 	RulesMaxFileBytes, RulesMaxTotalBytes int64
@@ -84,7 +86,12 @@ type GRPCBounds struct {
 
 // Admin configures metrics and the admin listener.
 type Admin struct {
-	Addr                    string // empty or "off": none
+	Addr string // empty or "off": none
+	// MetricsAddr serves /metrics alone; empty or "off": none.
+	MetricsAddr string
+	// AllowedHosts are the names, comma-separated, that the admin
+	// listener answers to in Host besides IP addresses and localhost.
+	AllowedHosts            string
 	Pprof                   bool
 	NearLimitRatio          float64
 	MaxDetailedMetricSeries int
@@ -101,7 +108,28 @@ type Admin struct {
 }
 
 // Off reports whether the admin listener is turned off.
-func (a *Admin) Off() bool { return a.Addr == "" || strings.EqualFold(a.Addr, "off") }
+func (a *Admin) Off() bool { return off(a.Addr) }
+
+// MetricsOff reports whether --metrics-addr is not given.
+func (a *Admin) MetricsOff() bool { return off(a.MetricsAddr) }
+
+func off(addr string) bool { return addr == "" || strings.EqualFold(addr, "off") }
+
+// HostNames are the names the admin listener answers to in Host besides
+// IP addresses and localhost: --admin-allowed-hosts and --admin-addr's
+// host if it is a name, in lower case.
+func (a *Admin) HostNames() []string {
+	var names []string
+	for _, n := range strings.Split(a.AllowedHosts, ",") {
+		if n = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(n), ".")); n != "" {
+			names = append(names, n)
+		}
+	}
+	if host, _, err := net.SplitHostPort(a.Addr); err == nil && host != "" && net.ParseIP(host) == nil {
+		names = append(names, strings.ToLower(strings.TrimSuffix(host, ".")))
+	}
+	return names
+}
 
 // validate checks the top-identifiers and authorization settings.
 func (a *Admin) validate() error {
@@ -114,6 +142,13 @@ func (a *Admin) validate() error {
 		return Bad("admin-tls-cert", "give --admin-tls-cert and --admin-tls-key together")
 	case a.TLSClientCA != "" && a.TLSCert == "":
 		return Bad("admin-tls-client-ca", "needs --admin-tls-cert and --admin-tls-key: client certificates are checked on a TLS listener")
+	case !a.MetricsOff() && !a.Off() && a.MetricsAddr == a.Addr:
+		return Bad("metrics-addr", "%s is --admin-addr's too: give another address, or none", a.MetricsAddr)
+	}
+	for _, n := range a.HostNames() {
+		if strings.ContainsAny(n, "/:@ ") {
+			return Bad("admin-allowed-hosts", "%q is not a host name", n)
+		}
 	}
 	return nil
 }
@@ -140,6 +175,9 @@ type RulesLayout struct {
 	// symlink swap reloads (RUNTIME_WATCH_ROOT).
 	Recursive bool
 	Root      string
+	// Overlay is --rules-overlay's file: FastLimit's extensions for rules
+	// over xDS (rules.ParseOverlay); "" for none.
+	Overlay string
 }
 
 // Rules returns the rules layout in force: the reference's, or --config.
@@ -150,6 +188,7 @@ func (s *Settings) Rules() RulesLayout {
 	}
 	l.Load.MergeDomains = s.MergeDomainConfig
 	l.Load.MaxFileBytes, l.Load.MaxTotalBytes = noLimit(s.RulesMaxFileBytes), noLimit(s.RulesMaxTotalBytes)
+	l.Overlay = s.RulesOverlay
 	return l
 }
 
@@ -196,6 +235,7 @@ const commandsUsage = `Usage:
   %[1]s COMMAND [flags]      run a command; %[1]s COMMAND -h lists its flags
 
 Commands:
+  help      this, or with a command's name its flags
   check     validate a rules directory as the server loads it, every error with file and line
   version   print the version (also --version, anywhere among the flags)
   top       the top identifiers of each rule, from running servers' admin listeners
@@ -203,6 +243,9 @@ Commands:
   reset     clear a descriptor's counters on running servers
   refund    give hits back to a descriptor on running servers
   usage     a descriptor's state, or an RLQS bucket's division, on running servers
+
+top, explain, reset, refund and usage exit 0 when done, 1 when a replica failed or
+refused, 2 on bad usage, and explain 3 when the request would be OVER_LIMIT.
 
 Flags (docs/settings.md describes them):
 `
@@ -241,7 +284,7 @@ func (s *Settings) parseFlags(fs *flag.FlagSet, args []string, getenv func(strin
 		return ErrVersion
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
+		return fmt.Errorf("unexpected argument %q: settings are flags (-h lists them); the commands are help, check, version, top, explain, reset, refund and usage", MaskCredentials(fs.Arg(0)))
 	}
 	s.src = map[string]string{}
 	fs.Visit(func(f *flag.Flag) { s.src[canonical(f.Name)] = "--" + f.Name })
@@ -375,6 +418,9 @@ func (s *Settings) Validate() error {
 	}
 	if err := s.XDS.validate(); err != nil {
 		return err
+	}
+	if s.RulesOverlay != "" && !s.XDS.Enabled() {
+		return s.Named(Bad("rules-overlay", "applies to rules over xDS (--config-type GRPC_XDS_SOTW); rules files carry FastLimit's extensions themselves"))
 	}
 	if !(s.Admin.NearLimitRatio > 0 && s.Admin.NearLimitRatio <= 1) {
 		return s.Named(Bad("near-limit-ratio", "%v is not in (0, 1]", s.Admin.NearLimitRatio))

@@ -191,3 +191,17 @@ func FuzzXDSEnvFormats(f *testing.F) {
 		}
 	})
 }
+
+// TestRulesOverlay: RULES_OVERLAY is --rules-overlay's twin, in the rules
+// layout; it applies to rules over xDS, and with rules files it stops the
+// start.
+func TestRulesOverlay(t *testing.T) {
+	o, err := xdsEnv(t, map[string]string{"RULES_OVERLAY": "/etc/overlay.yaml", "CONFIG_TYPE": "GRPC_XDS_SOTW"})
+	if err != nil || o.Rules().Overlay != "/etc/overlay.yaml" {
+		t.Fatalf("overlay %q, %v", o.Rules().Overlay, err)
+	}
+	_, err = xdsEnv(t, map[string]string{"RULES_OVERLAY": "/etc/overlay.yaml"})
+	if want := "RULES_OVERLAY: applies to rules over xDS (--config-type GRPC_XDS_SOTW)"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("with rules files: %v, want %q", err, want)
+	}
+}

@@ -33,6 +33,12 @@ func (l *Limit) String() string {
 			kv("burst", milli(l.Burst))
 		}
 		kv("cost", milli(l.Cost))
+		if l.Charge != ChargeWhenAllowed {
+			kv("charge", l.Charge.String())
+		}
+		if l.Calendar != "" {
+			kv("calendar", l.Calendar)
+		}
 	}
 	kv("shadow_mode", strconv.FormatBool(l.ShadowMode))
 	kv("quota_mode", strconv.FormatBool(l.QuotaMode))

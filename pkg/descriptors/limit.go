@@ -69,6 +69,11 @@ type Limit struct {
 	Burst int64
 	// Cost is what one hit charges, in milli-requests (default Milli).
 	Cost int64
+	// Charge says whether a hit that does not fit is charged all the same.
+	Charge Charge
+	// Calendar, an IANA time zone, aligns the windows to its calendar
+	// (Periods); "" aligns them to the Unix epoch, as the reference does.
+	Calendar string
 	// Replaces names the limits this one drops from a request.
 	Replaces []string
 	// The flags and metadata of the descriptor that holds the limit.
@@ -90,8 +95,9 @@ type Limit struct {
 	Group []*Limit
 	Index int
 
-	label         string // Label, for one of a Group
-	groupReplaces bool   // a limit of the Group replaces others
+	label         string    // Label, for one of a Group
+	groupReplaces bool      // a limit of the Group replaces others
+	calendar      *Calendar // compiled from Calendar by NewSet
 
 	// shared[i] stands for the request's value at depth i in keys
 	// (share_threshold), or "" for the request's own value.
@@ -148,6 +154,10 @@ func (l *Limit) Allowance() int64 {
 	return l.Capacity()
 }
 
+// Periods returns the calendar of the limit's windows, or nil when they
+// are aligned to the Unix epoch (WindowMillis long each).
+func (l *Limit) Periods() *Calendar { return l.calendar }
+
 // SharedValue returns the share_threshold pattern that keys use at depth i.
 func (l *Limit) SharedValue(i int) (string, bool) {
 	if !l.hasShared || i >= len(l.shared) || l.shared[i] == "" {
@@ -160,8 +170,13 @@ func (l *Limit) SharedValue(i int) (string, bool) {
 // arithmetic), not its Replaces against other limits.
 func (l *Limit) Validate() error {
 	if l.Unlimited {
-		if l.Unit != UnitUnknown {
+		switch {
+		case l.Unit != UnitUnknown:
 			return fmt.Errorf("should not specify rate limit unit when unlimited")
+		case l.Calendar != "":
+			return fmt.Errorf("should not specify calendar when unlimited")
+		case l.Charge != ChargeWhenAllowed:
+			return fmt.Errorf("should not specify charge when unlimited")
 		}
 		return nil
 	}
@@ -190,6 +205,17 @@ func (l *Limit) Validate() error {
 	if l.Burst > MaxAmount {
 		return fmt.Errorf("burst %s is larger than %s", milli(l.Burst), milli(MaxAmount))
 	}
+	if l.Charge > ChargeAlways {
+		return fmt.Errorf("unknown charge %s", l.Charge)
+	}
+	if l.Calendar != "" {
+		if l.Algorithm == TokenBucket {
+			return errors.New("calendar needs fixed_window or sliding_window: a token bucket has no windows")
+		}
+		if _, err := NewCalendar(l.Calendar, l.Unit, l.UnitMultiplier); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -198,10 +224,15 @@ const maxNow = 1 << 50
 
 // exactBucket reports whether a token bucket's numbers stay below MaxExact:
 // (Burst + num) * den, and the time it takes to fill from empty after any
-// time the stores take, when its key expires.
+// time the stores take, when its key expires. Charged always, a bucket
+// may hold down to -Burst: twice Burst below full.
 func (l *Limit) exactBucket() bool {
 	num, den := l.RefillRate()
-	b, n, d := big.NewInt(l.Burst), big.NewInt(num), big.NewInt(den)
+	span := l.Burst
+	if l.Charge == ChargeAlways {
+		span *= 2
+	}
+	b, n, d := big.NewInt(span), big.NewInt(num), big.NewInt(den)
 	if new(big.Int).Mul(new(big.Int).Add(b, n), d).Cmp(big.NewInt(MaxExact)) >= 0 {
 		return false
 	}

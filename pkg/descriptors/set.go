@@ -217,6 +217,9 @@ func (s *Set) limit(d *Descriptor, dl *Limit, at placement) (*Limit, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
+	if l.Calendar != "" {
+		l.calendar, _ = NewCalendar(l.Calendar, l.Unit, l.UnitMultiplier) // Validate made one
+	}
 	for _, r := range l.Replaces {
 		if r == "" {
 			return nil, errors.New("should not have an empty replaces entry")

@@ -194,8 +194,47 @@ func (l *Limiter) takeAll(ctx context.Context, sc *scratch, res []Result, st []S
 			sc.ops[j].Veto = VetoGroup
 		}
 	}
-	if err := l.all.TakeAll(ctx, sc.ops, res); err != nil {
-		return fmt.Errorf("take all: %w", err)
+	if !slices.ContainsFunc(sc.ops, func(op Op) bool { return op.Refund }) {
+		if err := l.all.TakeAll(ctx, sc.ops, res); err != nil {
+			return fmt.Errorf("take all: %w", err)
+		}
+		return nil
+	}
+	return l.takeRefundsApart(ctx, sc.ops, res)
+}
+
+// takeRefundsApart takes the refunds among ops first, in a call of their
+// own, then the rest all or nothing: a refund lands whatever the request
+// answers, as envoyproxy/ratelimit applies refunds under
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (#1140). A refund gives back
+// what an earlier request was charged: dropped with a rejected request,
+// it would be lost. The ops of one descriptor are all refunds or none.
+func (l *Limiter) takeRefundsApart(ctx context.Context, ops []Op, res []Result) error {
+	var refunds, rest []int
+	for j := range ops {
+		if ops[j].Refund {
+			refunds = append(refunds, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	for _, part := range []struct {
+		idx  []int
+		take func(context.Context, []Op, []Result) error
+	}{{refunds, l.store.Take}, {rest, l.all.TakeAll}} {
+		if len(part.idx) == 0 {
+			continue
+		}
+		sub, subRes := make([]Op, len(part.idx)), make([]Result, len(part.idx))
+		for k, j := range part.idx {
+			sub[k] = ops[j]
+		}
+		if err := part.take(ctx, sub, subRes); err != nil {
+			return fmt.Errorf("take all: %w", err)
+		}
+		for k, j := range part.idx {
+			res[j] = subRes[k]
+		}
 	}
 	return nil
 }
@@ -328,6 +367,8 @@ func appendOp[E descriptors.KV](l *Limiter, sc *scratch, d *descriptors.Domain, 
 		Refund:    rd.Refund,
 		Burst:     lim.Burst,
 		Joined:    joined,
+		Debit:     lim.Charge == descriptors.ChargeAlways,
+		Calendar:  lim.Periods(),
 	}
 	if lim.Algorithm == descriptors.TokenBucket {
 		op.RateNum, op.RateDen = lim.RefillRate()

@@ -65,25 +65,33 @@ func TestRefund(t *testing.T) {
 	})
 }
 
-// TestRefundAllOrNothing: in an all-or-nothing domain a refund lands with
-// the request's charges when it answers OK, and not at all when it answers
-// OVER_LIMIT.
+// TestRefundAllOrNothing: in an all-or-nothing domain (as under the
+// reference's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) a refund lands
+// whatever the request answers, as envoyproxy/ratelimit#1140 applies it,
+// while the request's charges land only when it answers OK.
 func TestRefundAllOrNothing(t *testing.T) {
 	l, _ := newAtomicLimiter(t, limiter.Options{})
 	check(t, l, hits(req("all", "a"), 0, 4)) // 4 of 5
 	check(t, l, req("all", "one"))           // 1 of 1
-	resp := check(t, l, refund(req("all", "a", "one"), 0, 3))
+	resp := check(t, l, refund(req("all", "a", "one", "big"), 0, 3))
 	if resp.Code != limiter.OverLimit || resp.Statuses[0].Code != limiter.OK || resp.Statuses[0].Remaining != 4 {
-		t.Fatalf("refund beside a denial: %v %+v, want OVER_LIMIT, the refund answering what it would have left", resp.Code, resp.Statuses)
-	}
-	if st := check(t, l, hits(req("all", "a"), 0, 0)).Statuses[0]; st.Remaining != 1 {
-		t.Fatalf("a rejected request's refund was written: remaining %d, want 1", st.Remaining)
-	}
-	resp = check(t, l, refund(req("all", "a", "big"), 0, 3))
-	if resp.Code != limiter.OK || resp.Statuses[0].Remaining != 4 {
-		t.Fatalf("refund with an allowed charge: %v %+v", resp.Code, resp.Statuses)
+		t.Fatalf("refund beside a denial: %v %+v, want OVER_LIMIT, the refund answering what it left", resp.Code, resp.Statuses)
 	}
 	if st := check(t, l, hits(req("all", "a"), 0, 0)).Statuses[0]; st.Remaining != 4 {
-		t.Fatalf("a committed request's refund was not written: remaining %d, want 4", st.Remaining)
+		t.Fatalf("a rejected request's refund was not written: remaining %d, want 4", st.Remaining)
+	}
+	if st := check(t, l, hits(req("all", "big"), 0, 0)).Statuses[0]; st.Remaining != 100 {
+		t.Fatalf("a rejected request's charge was written: big's remaining %d, want 100", st.Remaining)
+	}
+	resp = check(t, l, refund(req("all", "a", "big"), 0, 3))
+	if resp.Code != limiter.OK || resp.Statuses[0].Remaining != 5 || resp.Statuses[1].Remaining != 99 {
+		t.Fatalf("refund with an allowed charge: %v %+v", resp.Code, resp.Statuses)
+	}
+	if a, big := peek(t, l, "all", "a"), peek(t, l, "all", "big"); a.Remaining != 5 || big.Remaining != 99 {
+		t.Fatalf("a committed request's refund or charge was not written: remaining %d and %d, want 5 and 99", a.Remaining, big.Remaining)
+	}
+	// Refunds alone, and a refund of several limits.
+	if resp := check(t, l, refund(req("all", "a"), 0, 1)); resp.Code != limiter.OK || resp.Statuses[0].Remaining != 5 {
+		t.Fatalf("a refund alone: %v %+v", resp.Code, resp.Statuses)
 	}
 }

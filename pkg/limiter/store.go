@@ -37,6 +37,16 @@ type Op struct {
 	RateNum, RateDen int64
 	// Now is the decision time, Unix ms; 0 means the store's own clock.
 	Now int64
+	// Debit charges Cost even when it does not fit (descriptors.ChargeAlways):
+	// the op is denied all the same, a sliding window then holds more than
+	// its limit and a token bucket goes below zero (to -Burst at most), and
+	// the same op is next allowed once its refill or sliding has paid the
+	// debt back (RetryAfter). A fixed window counts a denied charge anyway;
+	// in a joint, or a rejected TakeAll, a debit op is still charged.
+	Debit bool
+	// Calendar, if set, cuts a window op's time into its periods instead of
+	// Window-long windows from the Unix epoch; Window is then only nominal.
+	Calendar *descriptors.Calendar
 	// Joined puts the op in one joint with the op before it: the ops of a
 	// joint (a first op, then those Joined) are one decision, for the
 	// several limits of one descriptor. Each is decided as alone, at one

@@ -77,7 +77,7 @@ func (b *statusBlock) set(st *limiter.Status) *rlspb.RateLimitResponse_Descripto
 		b.limit.Unit = rlspb.RateLimitResponse_RateLimit_Unit(lim.Unit)
 		ds.CurrentLimit = &b.limit
 		ds.LimitRemaining = st.Remaining
-		b.reset.Seconds, b.reset.Nanos = resetSeconds(st.ResetMillis), 0
+		b.reset.Seconds, b.reset.Nanos = resetSeconds(untilReset(st)), 0
 		ds.DurationUntilReset = &b.reset
 	}
 	return ds
@@ -93,6 +93,20 @@ func toCode(c limiter.Code) rlspb.RateLimitResponse_Code {
 // resetSeconds is duration_until_reset as the reference gives it: whole
 // seconds, rounded up (docs/design.md#ratelimitservice-adapter).
 func resetSeconds(ms int64) int64 { return ceilSeconds(ms) }
+
+// untilReset is the ms that duration_until_reset and the reset headers
+// give for st: over its limit, until the same request would next be
+// allowed (its RetryAfterMillis: a fixed window's end, but a sliding
+// window's or a token bucket's may come well before or after its window's
+// end or its bucket's refill), so that Envoy's Retry-After, which it
+// takes from duration_until_reset, tells the truth; else until its
+// window ends or its bucket is full.
+func untilReset(st *limiter.Status) int64 {
+	if st.Code == limiter.OverLimit && st.RetryAfterMillis > 0 {
+		return st.RetryAfterMillis
+	}
+	return st.ResetMillis
+}
 
 // view shows a request to observers as a limiter.View, without copying.
 type view rlspb.RateLimitRequest

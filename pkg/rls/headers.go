@@ -29,6 +29,10 @@ type HeaderOptions struct {
 	// main's shape, and fastlimit.overLimit (docs/envoy.md#dynamic-metadata).
 	DynamicMetadata bool
 	ShadowMode      bool // global: overall OK whatever the statuses say
+	// RequestHeaders adds the legacy headers, under the Request names, to
+	// the request Envoy forwards upstream (request_headers_to_add).
+	RequestHeaders                                                 bool
+	RequestLimitHeader, RequestRemainingHeader, RequestResetHeader string
 }
 
 // Validate checks the header mode.
@@ -54,6 +58,9 @@ func (o *HeaderOptions) decorate(out *rlspb.RateLimitResponse, req *rlspb.RateLi
 	}
 	if o.DynamicMetadata {
 		out.DynamicMetadata = dynamicMetadata(req, res)
+	}
+	if o.RequestHeaders {
+		out.RequestHeadersToAdd = o.requestHeaders(res.Statuses)
 	}
 }
 
@@ -99,7 +106,7 @@ func restrictier(a, b *limiter.Status) bool {
 	if a.Remaining != b.Remaining {
 		return a.Remaining < b.Remaining
 	}
-	return a.ResetMillis > b.ResetMillis
+	return untilReset(a) > untilReset(b)
 }
 
 // headers describes st in the mode's headers, with Retry-After if over.
@@ -111,7 +118,7 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 	b := scratch[:0]
 	var h headerList
 	lim := st.Limit
-	reset := ceilSeconds(st.ResetMillis)
+	reset := ceilSeconds(untilReset(st))
 	if o.Mode == HeadersLegacy {
 		b = strconv.AppendUint(b, uint64(lim.RequestsPerUnit), 10)
 		for i := range st.Parts {
@@ -144,7 +151,7 @@ func (o *HeaderOptions) headers(st *limiter.Status, over bool) []*core.HeaderVal
 		h.end("RateLimit-Policy", len(b))
 		b = appendParts(b, st.Parts, func(b []byte, p *limiter.Status) []byte {
 			b = strconv.AppendUint(append(b, ";r="...), uint64(p.Remaining), 10)
-			return strconv.AppendInt(append(b, ";t="...), ceilSeconds(p.ResetMillis), 10)
+			return strconv.AppendInt(append(b, ";t="...), ceilSeconds(untilReset(p)), 10)
 		})
 		h.end("RateLimit", len(b))
 	}

@@ -19,7 +19,11 @@ func headersReference(o *HeaderOptions, st *limiter.Status, over bool) []*core.H
 	var hs []*core.HeaderValue
 	add := func(k, v string) { hs = append(hs, &core.HeaderValue{Key: k, Value: v}) }
 	lim := st.Limit
-	reset := strconv.FormatInt(ceilSeconds(st.ResetMillis), 10)
+	ms := st.ResetMillis
+	if st.Code == limiter.OverLimit && st.RetryAfterMillis > 0 { // over: when the request would pass
+		ms = st.RetryAfterMillis
+	}
+	reset := strconv.FormatInt(ceilSeconds(ms), 10)
 	if o.Mode == HeadersLegacy {
 		add(o.LimitHeader, strconv.FormatUint(uint64(lim.RequestsPerUnit), 10))
 		add(o.RemainingHeader, strconv.FormatUint(uint64(st.Remaining), 10))

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,6 +91,77 @@ func TestRetryAfterOnlyWhenEnforced(t *testing.T) {
 						last.GetOverallCode(), retry, others, tc.wantCode, tc.wantRetryAfter, last.GetResponseHeadersToAdd())
 				}
 			})
+		}
+	}
+}
+
+// TestDurationUntilResetIsRetryTime: over its limit, a descriptor's
+// duration_until_reset is when the same request would next be allowed, in
+// whole seconds rounded up, as Envoy reads it for Retry-After: for a
+// sliding window or a token bucket that is not the window's end or the
+// bucket's refill; FastLimit's own headers say the same. The clock stands
+// at 250 ms into a minute; 10 hits a minute, the eleventh over.
+func TestDurationUntilResetIsRetryTime(t *testing.T) {
+	for _, tc := range []struct {
+		algorithm string
+		hits      int
+		want      int64 // seconds
+	}{
+		// The window ends in 59,750 ms.
+		{"fixed_window", 10, 60},
+		{"fixed_window", 11, 60},
+		{"sliding_window", 10, 60},
+		// The count of 10 slides into the next minute: share(10000, rem)
+		// = floor(10000*rem/60000) <= 9000 for rem <= 54005, 5994 ms into
+		// it: 59,750 + 5,994 = 65,744 ms.
+		{"sliding_window", 11, 66},
+		{"token_bucket", 10, 60}, // full again in 60 s
+		{"token_bucket", 11, 6},  // a token every 6 s
+	} {
+		rs, err := rules.Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: " +
+			"{unit: minute, requests_per_unit: 10, algorithm: " + tc.algorithm + "}\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{HeadersIETF, HeadersLegacy} {
+			at := time.Unix(1_800_000_000, 250_000_000)
+			st := store.NewMemory(store.MemoryOptions{Now: func() time.Time { return at }})
+			t.Cleanup(func() { _ = st.Close() })
+			l := limiter.New(st, limiter.Options{})
+			l.SetRules(rs.Set)
+			s := New(l, Options{Headers: HeaderOptions{Mode: mode,
+				LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
+				zaptest.NewLogger(t))
+			var last *rlspb.RateLimitResponse
+			for range tc.hits {
+				if last, err = s.ShouldRateLimit(context.Background(), rlsRequest("d", "k", "v")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			over := tc.hits > 10
+			name := fmt.Sprintf("%s, %d hits, %s", tc.algorithm, tc.hits, mode)
+			if got := last.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT; got != over {
+				t.Fatalf("%s: over %v, want %v", name, got, over)
+			}
+			if d := last.GetStatuses()[0].GetDurationUntilReset(); d.GetSeconds() != tc.want || d.GetNanos() != 0 {
+				t.Errorf("%s: duration_until_reset %v, want %ds", name, d, tc.want)
+			}
+			want := map[string]string{"RateLimit-Reset": fmt.Sprint(tc.want)}
+			if mode == HeadersIETF {
+				want = map[string]string{"RateLimit": fmt.Sprintf(`"d.k";r=0;t=%d`, tc.want)}
+			}
+			if over {
+				want["Retry-After"] = fmt.Sprint(tc.want)
+			}
+			for _, h := range last.GetResponseHeadersToAdd() {
+				if w, ok := want[h.GetKey()]; ok && h.GetValue() != w {
+					t.Errorf("%s: %s: %s, want %s", name, h.GetKey(), h.GetValue(), w)
+				}
+				delete(want, h.GetKey())
+			}
+			if len(want) > 0 {
+				t.Errorf("%s: headers %v lack %v", name, last.GetResponseHeadersToAdd(), want)
+			}
 		}
 	}
 }

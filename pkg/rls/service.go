@@ -121,7 +121,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		out.OverallCode = rlspb.RateLimitResponse_OK
 		s.obs.GlobalShadowed()
 	}
-	if h.Mode != HeadersOff || h.DynamicMetadata {
+	if h.Mode != HeadersOff || h.DynamicMetadata || h.RequestHeaders {
 		h.decorate(out, req, res)
 	}
 	if s.o.Spans != nil {

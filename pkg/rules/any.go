@@ -14,6 +14,11 @@ const XDSTypeURL = resource.RateLimitConfigType
 // FromAny unpacks the resources of an xDS snapshot and compiles them as
 // FromXDS does; a resource of another type is an error naming it.
 func FromAny(res []*anypb.Any) (*Loaded, error) {
+	return FromAnyWith(res, nil)
+}
+
+// FromAnyWith is FromAny with the extensions of ov (FromXDSWith).
+func FromAnyWith(res []*anypb.Any, ov *Overlay) (*Loaded, error) {
 	cfgs := make([]*rlsconf.RateLimitConfig, len(res))
 	for i, a := range res {
 		cfgs[i] = &rlsconf.RateLimitConfig{}
@@ -21,5 +26,5 @@ func FromAny(res []*anypb.Any) (*Loaded, error) {
 			return nil, fmt.Errorf("resource #%d (%s): %w", i, a.GetTypeUrl(), err)
 		}
 	}
-	return FromXDS(cfgs)
+	return FromXDSWith(cfgs, ov)
 }

@@ -19,8 +19,14 @@ const maxQuantity = descriptors.MaxExact/descriptors.Milli - 1
 // decoder maps the YAML nodes of one file onto plain values, recording
 // every error; its methods take resolved nodes and treat bad values as absent.
 type decoder struct {
-	file string
-	errs []*Error
+	file  string
+	errs  []*Error
+	warns []*Error // what loads, ignored (the reference's keys where they mean nothing)
+	// strict refuses the reference's keys where they mean nothing, as
+	// unknown keys (an overlay).
+	strict bool
+	at     nesting               // around the mapping decoded, for hints
+	pos    map[string]*positions // by descriptor Source, to place NewSet's errors
 }
 
 // fields maps the keys a mapping allows to their decoders; null is absent.
@@ -30,15 +36,27 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Msg: fmt.Sprintf(format, args...)})
 }
 
-// mapping calls fs for the keys of n, a mapping named what, reporting
-// unknown keys; of a repeated or merged key, YAML's winner. It reports
-// false if n is not a mapping.
+func (d *decoder) warnf(n *yaml.Node, format string, args ...any) {
+	d.warns = append(d.warns, &Error{File: d.file, Line: n.Line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// mapping calls fs for the keys of n, a mapping of level what, reporting
+// the keys it does not know (strays); of a repeated or merged key, YAML's
+// winner. It reports false if n is not a mapping.
 func (d *decoder) mapping(n *yaml.Node, what string, fs fields) bool {
+	ok, strays := d.fields(n, what, fs)
+	d.strays(what, fs, strays, d.at)
+	return ok
+}
+
+// fields is mapping, its strays returned to be reported.
+func (d *decoder) fields(n *yaml.Node, what string, fs fields) (bool, []stray) {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, "%s: expected a mapping, got %s", what, describe(n))
-		return false
+		return false, nil
 	}
 	seen := make(map[string]bool, len(fs))
+	var strays []stray
 	for _, p := range pairs(n) {
 		name := p.k.Value
 		if seen[name] {
@@ -50,12 +68,45 @@ func (d *decoder) mapping(n *yaml.Node, what string, fs fields) bool {
 		case p.k.Kind == yaml.ScalarNode && p.k.ShortTag() != "!!str":
 			d.errorf(p.k, "key %s is %s, not a string; the keys here are %s", name, describe(p.k), strings.Join(slices.Sorted(maps.Keys(fs)), ", "))
 		case !ok || p.k.Kind != yaml.ScalarNode:
-			d.errorf(p.k, "unknown key '%s'", name)
+			strays = append(strays, stray{p.k, p.v})
 		case p.v.ShortTag() != "!!null":
 			f(p.v)
 		}
 	}
-	return true
+	return true, strays
+}
+
+// strays reports the keys a mapping of level does not know: one of the
+// reference's keys is ignored with a warning, as the reference ignores
+// it (unless strict), any other is an error; each says where it belongs
+// or what it may misspell.
+func (d *decoder) strays(level string, fs fields, ss []stray, at nesting) {
+	for _, s := range ss {
+		key := s.k.Value
+		if s.k.Kind != yaml.ScalarNode {
+			d.errorf(s.k, "unknown key '%s'", key)
+			continue
+		}
+		h := hint(key, level, at)
+		if !d.strict && refKeys[key] {
+			msg := fmt.Sprintf("'%s' means nothing in %s and is ignored, as envoyproxy/ratelimit ignores it", key, an(level))
+			if h != "" {
+				msg += "; " + h
+			}
+			d.warnf(s.k, "%s", msg)
+			continue
+		}
+		msg := fmt.Sprintf("unknown key '%s'", key)
+		switch sug, home := suggest(key, slices.Sorted(maps.Keys(fs))); {
+		case h != "":
+			msg += " in " + an(level) + "; " + h
+		case sug != "" && home != "":
+			msg += fmt.Sprintf("; did you mean '%s' (a key of %s)?", sug, an(home))
+		case sug != "":
+			msg += fmt.Sprintf("; did you mean '%s'?", sug)
+		}
+		d.errorf(s.k, "%s", msg)
+	}
 }
 
 // list calls each for the elements of n, a list named what.

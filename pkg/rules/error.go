@@ -103,12 +103,19 @@ func yamlErrors(file string, err error) []*Error {
 	return errs
 }
 
-// join orders errs by file and line, keeping the order of errors at the
-// same place, and joins them into one error.
-func join(errs []*Error) error {
+// sorted orders errs by file and line, keeping the order of errors at the
+// same place.
+func sorted(errs []*Error) []*Error {
 	slices.SortStableFunc(errs, func(a, b *Error) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
 	})
+	return errs
+}
+
+// join orders errs by file and line, keeping the order of errors at the
+// same place, and joins them into one error.
+func join(errs []*Error) error {
+	sorted(errs)
 	list := make([]error, len(errs))
 	for i, e := range errs {
 		list[i] = e

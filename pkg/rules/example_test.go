@@ -59,8 +59,8 @@ func ExampleParse_errors() {
 	}
 	// Output:
 	// api.yaml:3: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)
-	// api.yaml:4: unknown key 'rate_limt'
-	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1)
+	// api.yaml:4: unknown key 'rate_limt'; did you mean 'rate_limit'?
+	// web.yaml:1: duplicate domain 'api' (first at api.yaml:1); files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)
 }
 
 // FromXDS compiles the RateLimitConfig resources of an xDS snapshot.
@@ -83,4 +83,37 @@ func ExampleFromXDS() {
 	// Output:
 	// [api-rules]
 	// api.api_key: algorithm=fixed_window unit=SECOND requests_per_unit=10 unit_multiplier=1 cost=1 shadow_mode=false quota_mode=false
+}
+
+// FromXDSWith adds FastLimit's extensions, which the RateLimitConfig
+// proto cannot carry, from an overlay: here a token bucket holding 20.
+func ExampleFromXDSWith() {
+	ov, err := rules.ParseOverlay("overlay.yaml", []byte(`domains:
+  - domain: api
+    descriptors:
+      - key: api_key
+        rate_limit: {algorithm: token_bucket, burst: 20}
+      - key: gone
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	loaded, err := rules.FromXDSWith([]*rlsconf.RateLimitConfig{{
+		Name:   "api-rules",
+		Domain: "api",
+		Descriptors: []*rlsconf.RateLimitDescriptor{{
+			Key:       "api_key",
+			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 10},
+		}},
+	}}, ov)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(descriptors.Match(loaded.Set.Domain("api"), []descriptors.Entry{{Key: "api_key", Value: "alice"}}))
+	fmt.Println(loaded.Warnings)
+	// Output:
+	// api.api_key: algorithm=token_bucket unit=SECOND requests_per_unit=10 unit_multiplier=1 burst=20 cost=1 shadow_mode=false quota_mode=false
+	// [overlay.yaml:6: no descriptor api.gone in the rules from xDS: nothing to extend]
 }

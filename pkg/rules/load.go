@@ -2,8 +2,10 @@
 // rules files in envoyproxy/ratelimit's format plus FastLimit's extensions
 // (docs/rules.md), read from a directory (Load, LoadWith) or given as bytes
 // (Parse), or the RateLimitConfig resources of an xDS snapshot (FromXDS,
-// FromAny). Decoding is strict, and every problem is reported at once, each
-// an *Error naming its file and line (or resource and descriptor path).
+// FromAny), which an Overlay extends (FromXDSWith). Decoding is strict, and
+// every problem is reported at once, each an *Error naming its file and
+// line (or resource and descriptor path); what loads but is ignored is in
+// Loaded.Warnings.
 // The functions keep no state and are safe for concurrent use; a Loaded is
 // immutable, its Hash telling whether a reload changes anything.
 package rules
@@ -36,6 +38,14 @@ type Loaded struct {
 	// FromXDS marks rules of FromXDS, whose sorted Resources stand for Files.
 	FromXDS   bool
 	Resources []string
+	// Warnings are what loaded but is ignored or may be a mistake (keys
+	// of the reference where they mean nothing, an overlay's entries
+	// that extend nothing), ordered by file and line.
+	Warnings []*Error
+	// Overlay is the file of the overlay FromXDSWith applied, if any, and
+	// OverlayUnmatched the number of its entries that extend nothing.
+	Overlay          string
+	OverlayUnmatched int
 }
 
 // Load compiles the rules files of dir: its regular files (or symlinks to
@@ -96,17 +106,21 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 	var (
 		domains []descriptors.DomainConfig
 		errs    []*Error
+		warns   []*Error
 		// files whose empty domain an error already reported
 		domainReported = map[string]bool{}
+		data           = map[string][]byte{} // by label
 	)
 	for _, name := range names {
 		label := filepath.Join(dir, name)
-		dc, ferrs, reported := parseFile(label, files[name])
+		dc, d, reported := parseFile(label, files[name], false)
 		if dc != nil {
 			domains = append(domains, *dc)
 		}
-		errs = append(errs, ferrs...)
+		errs = append(errs, d.errs...)
+		warns = append(warns, d.warns...)
 		domainReported[label] = reported
+		data[label] = files[name]
 		r.Files = append(r.Files, label)
 	}
 	if merge {
@@ -115,15 +129,25 @@ func compile(dir string, files map[string][]byte, merge bool) (*Loaded, error) {
 		errs = append(errs, merrs...)
 	}
 	set, err := descriptors.NewSet(domains)
+	pos := map[string]map[string]*positions{} // by file, recorded once it has an error
 	for _, e := range fromSet(err, true) {
-		if !errors.Is(e.Err, descriptors.ErrEmptyDomain) || !domainReported[e.File] {
-			errs = append(errs, e)
+		if errors.Is(e.Err, descriptors.ErrEmptyDomain) && domainReported[e.File] {
+			continue
 		}
+		if _, ok := pos[e.File]; !ok && data[e.File] != nil { // parsed again: only a load that fails pays
+			_, d, _ := parseFile(e.File, data[e.File], true)
+			pos[e.File] = d.pos
+		}
+		relocate(e, pos[e.File])
+		if errors.Is(e.Err, descriptors.ErrDuplicateDomain) && !merge {
+			e.Msg += "; files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+		}
+		errs = append(errs, e)
 	}
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
-	r.Set = set
+	r.Set, r.Warnings = set, sorted(warns)
 	return r, nil
 }
 

@@ -20,14 +20,22 @@ var errorCases = map[string]string{
 	"alias_cycle.yaml":                      "alias_cycle.yaml: invalid YAML: anchor 'loop' value contains itself",
 	"bad_algorithm.yaml":                    "bad_algorithm.yaml:5: unknown algorithm 'leaky_bucket'",
 	"bad_unit.yaml":                         "bad_unit.yaml:5: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)",
-	"token_bucket_zero_rate.yaml":           "token_bucket_zero_rate.yaml:3: token_bucket needs requests_per_unit above 0",
+	"token_bucket_zero_rate.yaml":           "token_bucket_zero_rate.yaml:6: token_bucket needs requests_per_unit above 0",
 	"bool_string.yaml":                      "bool_string.yaml:4: shadow_mode: expected a boolean, got a string",
 	"burst_decimals.yaml":                   "burst_decimals.yaml:8: burst '2.0005' has more than 3 decimals",
-	"burst_too_large.yaml":                  "burst_too_large.yaml:3: burst 1125899906842.625 is larger than 1125899906842.624",
+	"burst_too_large.yaml":                  "burst_too_large.yaml:8: burst 1125899906842.625 is larger than 1125899906842.624",
 	"burst_negative.yaml":                   "burst_negative.yaml:8: burst must not be negative",
 	"burst_string.yaml":                     "burst_string.yaml:8: burst: expected a number, got a string",
 	"burst_without_token_bucket.yaml":       "burst_without_token_bucket.yaml:8: burst needs algorithm: token_bucket",
 	"burst_zero.yaml":                       "burst_zero.yaml:8: burst must be positive",
+	"calendar_hour.yaml":                    "calendar_hour.yaml:7: calendar needs unit day, week, month or year, not hour",
+	"calendar_list.yaml":                    "calendar_list.yaml:7: calendar: expected a string, got a list",
+	"calendar_local.yaml":                   "calendar_local.yaml:7: unknown time zone 'Local': name an IANA zone such as UTC or Europe/Berlin",
+	"calendar_token_bucket.yaml":            "calendar_token_bucket.yaml:8: calendar needs fixed_window or sliding_window: a token bucket has no windows",
+	"calendar_unknown_zone.yaml":            "calendar_unknown_zone.yaml:9: unknown time zone 'Europe/Bonn'",
+	"calendar_unlimited.yaml":               "calendar_unlimited.yaml:6: calendar needs a limit: this one is unlimited",
+	"charge_unknown.yaml":                   "charge_unknown.yaml:7: unknown charge 'sometimes' (want when_allowed or always)",
+	"charge_unlimited.yaml":                 "charge_unlimited.yaml:6: charge needs a limit: this one is unlimited",
 	"cost_decimals.yaml":                    "cost_decimals.yaml:7: cost '0.0001' has more than 3 decimals",
 	"cost_exponent.yaml":                    "cost_exponent.yaml:7: cost '1e-3' is not a decimal number",
 	"cost_negative.yaml":                    "cost_negative.yaml:7: cost must not be negative",
@@ -49,7 +57,7 @@ var errorCases = map[string]string{
 	"missing_domain.yaml":                   "missing_domain.yaml:1: config file cannot have empty domain",
 	"missing_key.yaml":                      "missing_key.yaml:3: descriptor has empty key",
 	"missing_requests_per_unit.yaml":        "missing_requests_per_unit.yaml:5: rate_limit has no requests_per_unit, so every request would be over the limit: set requests_per_unit (0 to refuse every request), or unlimited: true",
-	"missing_unit.yaml":                     "missing_unit.yaml:3: missing rate limit unit",
+	"missing_unit.yaml":                     "missing_unit.yaml:4: missing rate limit unit",
 	"multiple_documents.yaml":               "multiple_documents.yaml:2: a rules file holds one YAML document",
 	"non_string_key.yaml":                   "non_string_key.yaml:1: key 1.5 is a number, not a string; the keys here are atomic, descriptors, domain, tenant_key",
 	"not_a_mapping.yaml":                    "not_a_mapping.yaml:1: rules file: expected a mapping, got a list",
@@ -57,29 +65,30 @@ var errorCases = map[string]string{
 	"rate_limits_bad_limit.yaml":            "rate_limits_bad_limit.yaml:6: requests_per_unit must not be negative",
 	"rate_limits_both.yaml":                 "rate_limits_both.yaml:6: rate_limit and rate_limits on one descriptor; list every limit in rate_limits",
 	"rate_limits_empty.yaml":                "rate_limits_empty.yaml:4: rate_limits: expected at least one limit",
-	"rate_limits_missing_unit.yaml":         "rate_limits_missing_unit.yaml:3: rate_limits[1]: missing rate limit unit",
-	"rate_limits_replaces_own.yaml":         "rate_limits_replaces_own.yaml:3: rate_limits[1] replaces 'burst', a limit of the same descriptor",
-	"rate_limits_same_name.yaml":            "rate_limits_same_name.yaml:3: rate_limits[0] and rate_limits[1] both count as 'plan'; give them distinct names",
-	"rate_limits_too_many.yaml":             "rate_limits_too_many.yaml:3: rate_limits has 17 limits, more than 16",
-	"rate_limits_unlimited.yaml":            "rate_limits_unlimited.yaml:3: rate_limits[1]: unlimited cannot be one of several limits",
-	"replaces_empty.yaml":                   "replaces_empty.yaml:3: should not have an empty replaces entry",
-	"replaces_self.yaml":                    "replaces_self.yaml:3: replaces should not contain name of same descriptor",
+	"rate_limits_missing_unit.yaml":         "rate_limits_missing_unit.yaml:6: rate_limits[1]: missing rate limit unit",
+	"rate_limits_replaces_own.yaml":         "rate_limits_replaces_own.yaml:6: rate_limits[1] replaces 'burst', a limit of the same descriptor",
+	"rate_limits_same_name.yaml":            "rate_limits_same_name.yaml:6: rate_limits[0] and rate_limits[1] both count as 'plan'; give them distinct names",
+	"rate_limits_too_many.yaml":             "rate_limits_too_many.yaml:4: rate_limits has 17 limits, more than 16",
+	"rate_limits_unlimited.yaml":            "rate_limits_unlimited.yaml:6: rate_limits[1]: unlimited cannot be one of several limits",
+	"replaces_empty.yaml":                   "replaces_empty.yaml:8: should not have an empty replaces entry",
+	"replaces_self.yaml":                    "replaces_self.yaml:8: replaces should not contain name of same descriptor",
 	"rpu_negative.yaml":                     "rpu_negative.yaml:6: requests_per_unit must not be negative",
 	"rpu_string.yaml":                       "rpu_string.yaml:6: requests_per_unit: expected an integer, got a string",
 	"rpu_too_large.yaml":                    "rpu_too_large.yaml:6: requests_per_unit 4294967296 is larger than 4294967295",
-	"share_threshold_without_wildcard.yaml": "share_threshold_without_wildcard.yaml:3: share_threshold needs a wildcard value, but 'path' has value '/api/users'",
-	"syntax_error.yaml":                     "syntax_error.yaml:3: invalid YAML: did not find expected ',' or '}'",
+	"share_threshold_without_wildcard.yaml": "share_threshold_without_wildcard.yaml:5: share_threshold needs a wildcard value, but 'path' has value '/api/users'",
+	"syntax_error.yaml":                     "syntax_error.yaml:4: invalid YAML: did not find expected ',' or '}'",
 	"tab_indent.yaml":                       "tab_indent.yaml:3: invalid YAML: found character that cannot start any token",
-	"token_bucket_inexact.yaml":             "token_bucket_inexact.yaml:3: token bucket 7 per 1 year with burst 1000000000 cannot be computed exactly",
+	"token_bucket_debit_inexact.yaml":       "token_bucket_debit_inexact.yaml:9: token bucket 7 per 1 year with burst 285000 cannot be computed exactly",
+	"token_bucket_inexact.yaml":             "token_bucket_inexact.yaml:8: token bucket 7 per 1 year with burst 1000000000 cannot be computed exactly",
 	"unit_multiplier_float.yaml":            "unit_multiplier_float.yaml:7: unit_multiplier: expected an integer, got a number",
 	"unit_multiplier_negative.yaml":         "unit_multiplier_negative.yaml:7: unit_multiplier must not be negative",
-	"unit_multiplier_too_large.yaml":        "unit_multiplier_too_large.yaml:3: unit_multiplier 1001 is larger than 1000",
+	"unit_multiplier_too_large.yaml":        "unit_multiplier_too_large.yaml:7: unit_multiplier 1001 is larger than 1000",
 	"unit_multiplier_zero.yaml":             "unit_multiplier_zero.yaml:7: unit_multiplier must be positive",
 	"unknown_key.yaml":                      "unknown_key.yaml:4: unknown key 'rate_limt'",
 	"unknown_key_rate_limit.yaml":           "unknown_key_rate_limit.yaml:6: unknown key 'requests_per_second'",
 	"unknown_key_replaces.yaml":             "unknown_key_replaces.yaml:8: unknown key 'nam'",
 	"unknown_key_top.yaml":                  "unknown_key_top.yaml:2: unknown key 'descriptor'",
-	"unlimited_with_unit.yaml":              "unlimited_with_unit.yaml:3: should not specify rate limit unit when unlimited",
+	"unlimited_with_unit.yaml":              "unlimited_with_unit.yaml:6: should not specify rate limit unit when unlimited",
 }
 
 func TestErrors(t *testing.T) {
@@ -147,9 +156,9 @@ func TestAllErrorsReported(t *testing.T) {
 	want := []string{
 		"alias.yaml: invalid YAML: anchor 'loop' value contains itself",
 		"many.yaml:4: invalid rate limit unit 'fortnight' (want second, minute, hour, day, week, month or year)",
-		"many.yaml:6: unknown key 'rate_limt'",
+		"many.yaml:6: unknown key 'rate_limt'; did you mean 'rate_limit'?",
 		"many.yaml:9: duplicate descriptor 'many.c' (first at many.yaml:7)",
-		"many.yaml:9: should not specify rate limit unit when unlimited",
+		"many.yaml:10: should not specify rate limit unit when unlimited",
 		"many.yaml:12: descriptor has empty key",
 	}
 	var got []string
@@ -170,7 +179,8 @@ func TestAllErrorsReported(t *testing.T) {
 
 func TestDuplicateDomain(t *testing.T) {
 	_, err := rules.Load("testdata/dupdomain")
-	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1)"
+	want := "testdata/dupdomain/b.yaml:2: duplicate domain 'shared' (first at testdata/dupdomain/a.yaml:1); " +
+		"files of one domain are merged only with --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Load = %v, want %s", err, want)
 	}
@@ -334,6 +344,18 @@ func TestExtensions(t *testing.T) {
 				}
 			}},
 		{domain: "extensions", entries: e("merged", "base"), none: true},
+		{domain: "extensions", entries: e("budget", "b"), rpu: 100000, unit: descriptors.Day,
+			check: func(t *testing.T, l *descriptors.Limit) {
+				month := l.Group[1]
+				if l.Charge != descriptors.ChargeAlways || l.Periods() != nil ||
+					month.Charge != descriptors.ChargeWhenAllowed || month.Calendar != "Europe/Berlin" || month.Periods().Zone() != "Europe/Berlin" {
+					t.Errorf("budget: charge %s calendar %q; month: charge %s calendar %q", l.Charge, l.Calendar, month.Charge, month.Calendar)
+				}
+				if s := month.String(); !strings.Contains(s, "calendar=Europe/Berlin") || strings.Contains(s, "charge=") ||
+					!strings.Contains(l.String(), "charge=always") {
+					t.Errorf("dumped as %q and %q", l.String(), s)
+				}
+			}},
 	})
 }
 

@@ -23,15 +23,30 @@ import (
 // naming the resource and descriptor path, as in "resource 'rl' descriptor
 // d.k_v (descriptors[0])".
 func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
-	sorted := slices.Clone(resources)
-	slices.SortStableFunc(sorted, func(a, b *rlsconf.RateLimitConfig) int {
+	return FromXDSWith(resources, nil)
+}
+
+// FromXDSWith is FromXDS with FastLimit's extensions: those a descriptor's
+// metadata carries under "fastlimit", then those of ov, if not nil
+// (docs/xds.md). An entry of ov that extends nothing is a warning of the
+// Loaded, counted in its OverlayUnmatched; the hash covers ov's.
+func FromXDSWith(resources []*rlsconf.RateLimitConfig, ov *Overlay) (*Loaded, error) {
+	byName := slices.Clone(resources)
+	slices.SortStableFunc(byName, func(a, b *rlsconf.RateLimitConfig) int {
 		return strings.Compare(a.GetName(), b.GetName())
 	})
-	r := &Loaded{FromXDS: true, Resources: make([]string, 0, len(sorted))}
+	r := &Loaded{FromXDS: true, Resources: make([]string, 0, len(byName))}
 	h := sha256.New()
 	x := &xdsConverter{}
-	domains := make([]descriptors.DomainConfig, 0, len(sorted))
-	for i, res := range sorted {
+	domains := make([]descriptors.DomainConfig, 0, len(byName))
+	if ov != nil {
+		r.Overlay = ov.File
+		for _, part := range [][]byte{[]byte("overlay"), []byte(ov.Hash)} {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+			h.Write(part)
+		}
+	}
+	for i, res := range byName {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
 		if err != nil {
 			return nil, fmt.Errorf("encode resource '%s': %w", res.GetName(), err)
@@ -43,12 +58,14 @@ func FromXDS(resources []*rlsconf.RateLimitConfig) (*Loaded, error) {
 		r.Resources = append(r.Resources, res.GetName())
 		domains = append(domains, x.domain(resourceLabel(res.GetName(), i), res))
 	}
+	warns, unmatched := ov.apply(domains)
 	set, err := descriptors.NewSet(domains)
 	errs := append(x.errs, fromSet(err, false)...)
 	if len(errs) > 0 {
 		return nil, join(errs)
 	}
 	r.Set, r.Hash = set, hex.EncodeToString(h.Sum(nil))
+	r.Warnings, r.OverlayUnmatched = sorted(warns), unmatched
 	return r, nil
 }
 
@@ -102,10 +119,32 @@ func (x *xdsConverter) descriptors(label, path, at string, pbs []*rlsconf.RateLi
 		if pb.GetRateLimit() != nil {
 			d.Limit = x.limit(d.Source, pb.GetRateLimit())
 		}
+		x.extensions(&d)
 		d.Descriptors = x.descriptors(label, p, idx, pb.GetDescriptors())
 		out = append(out, d)
 	}
 	return out
+}
+
+// extensions applies the extension fields d's metadata carries under
+// metadataKey, and takes them out of the metadata.
+func (x *xdsConverter) extensions(d *descriptors.Descriptor) {
+	v, ok := d.Metadata[metadataKey]
+	if !ok {
+		return
+	}
+	delete(d.Metadata, metadataKey)
+	if len(d.Metadata) == 0 {
+		d.Metadata = nil
+	}
+	ext, errs := metadataExt(d.Source, v)
+	if len(errs) > 0 {
+		x.errs = append(x.errs, errs...)
+		return
+	}
+	if why := ext.extend(d); why != "" {
+		x.errs = append(x.errs, &Error{File: d.Source, Msg: "metadata." + metadataKey + ": the descriptor " + why})
+	}
 }
 
 // limit converts a policy, or returns nil after recording why it cannot.

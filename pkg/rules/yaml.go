@@ -17,21 +17,25 @@ import (
 // empty (a top-level key that is not a string, as the reference's
 // `0.25: test-domain`, or a domain that is not one): NewSet's "empty
 // domain" would report the same problem again.
-func parseFile(file string, data []byte) (dc *descriptors.DomainConfig, errs []*Error, domainReported bool) {
+// With places, d also records the lines of each descriptor's keys.
+func parseFile(file string, data []byte, places bool) (dc *descriptors.DomainConfig, d *decoder, domainReported bool) {
 	root, errs := document(file, data)
+	d = &decoder{file: file, errs: errs}
+	if places {
+		d.pos = map[string]*positions{}
+	}
 	if errs != nil && root == nil {
-		return nil, errs, false
+		return nil, d, false
 	}
 	dc = &descriptors.DomainConfig{Source: file + ":1"}
-	d := &decoder{file: file, errs: errs}
 	if root == nil {
-		return dc, d.errs, false
+		return dc, d, false
 	}
 	ok, reported := d.domain(root, dc)
 	if !ok {
-		return nil, d.errs, false
+		return nil, d, false
 	}
-	return dc, d.errs, reported && dc.Name == ""
+	return dc, d, reported && dc.Name == ""
 }
 
 // document parses data, one YAML document, and returns its root node, or
@@ -44,13 +48,13 @@ func document(file string, data []byte) (*yaml.Node, []*Error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, yamlErrors(file, err)
+		return nil, syntaxErrors(file, data, err)
 	}
 	switch err := dec.Decode(&next); {
 	case err == nil && root(&next) != nil:
 		return nil, []*Error{{File: file, Line: next.Line, Msg: "a rules file holds one YAML document"}}
 	case err != nil && !errors.Is(err, io.EOF):
-		return nil, yamlErrors(file, err)
+		return nil, syntaxErrors(file, data, err)
 	}
 	var (
 		v  any
@@ -82,7 +86,7 @@ func (d *decoder) domain(n *yaml.Node, dc *descriptors.DomainConfig) (ok, report
 	for _, p := range pairs(n) {
 		reported = reported || p.k.Kind == yaml.ScalarNode && p.k.ShortTag() != "!!str"
 	}
-	ok = d.mapping(n, "rules file", fields{
+	ok = d.mapping(n, levelFile, fields{
 		"domain": func(v *yaml.Node) {
 			before := len(d.errs)
 			dc.Name, dc.Source = d.str(v, "domain"), source(d.file, v)
@@ -114,7 +118,10 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 	flag := func(p *bool, name string) func(*yaml.Node) {
 		return func(v *yaml.Node) { *p = d.boolean(v, name) }
 	}
-	placed := d.mapping(n, "descriptor", fields{
+	outer := d.at
+	d.at = nesting{descriptor: n.Line}
+	before := len(d.errs)
+	fs := fields{
 		"key": func(v *yaml.Node) {
 			desc.Key, keyOK = d.str(v, "key"), v.Kind == yaml.ScalarNode
 		},
@@ -128,10 +135,21 @@ func (d *decoder) descriptor(n *yaml.Node) (descriptors.Descriptor, bool) {
 		"detailed_metric": flag(&desc.DetailedMetric, "detailed_metric"),
 		"value_to_metric": flag(&desc.ValueToMetric, "value_to_metric"),
 		"share_threshold": flag(&desc.ShareThreshold, "share_threshold"),
-	})
+	}
+	placed, strays := d.fields(n, levelDescriptor, fs)
+	d.at = outer
+	var at nesting
+	if placed && len(strays) > 0 { // for the hints
+		at = nesting{rateLimit: keyOf(n, "rate_limit"), rateLimits: keyOf(n, "rate_limits")}
+	}
+	strays, moved := d.dedented(n, strays, at, before)
+	d.strays(levelDescriptor, fs, strays, at)
 	if one != nil && several != nil {
 		d.errorf(several, "rate_limit and rate_limits on one descriptor; list every limit in rate_limits")
 		desc.Limit, desc.Limits = nil, nil
+	}
+	if placed {
+		d.place(n, desc.Source, moved)
 	}
 	return desc, placed && keyOK
 }
@@ -158,9 +176,11 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 	var (
 		l        descriptors.Limit
 		burst    *yaml.Node
+		calendar *yaml.Node
+		charge   *yaml.Node
 		rpuGiven bool
 	)
-	d.mapping(n, "rate_limit", fields{
+	d.mapping(n, levelRateLimit, fields{
 		"unit": func(v *yaml.Node) { l.Unit = d.unit(v) },
 		"requests_per_unit": func(v *yaml.Node) {
 			l.RequestsPerUnit, rpuGiven = d.uint32(v, "requests_per_unit"), true
@@ -172,11 +192,19 @@ func (d *decoder) rateLimit(n *yaml.Node) *descriptors.Limit {
 		"unit_multiplier": func(v *yaml.Node) {
 			l.UnitMultiplier = uint32(d.positive(v, "unit_multiplier", math.MaxUint32))
 		},
-		"burst": func(v *yaml.Node) { l.Burst, burst = d.quantity(v, "burst"), v },
-		"cost":  func(v *yaml.Node) { l.Cost = d.quantity(v, "cost") },
+		"burst":    func(v *yaml.Node) { l.Burst, burst = d.quantity(v, "burst"), v },
+		"cost":     func(v *yaml.Node) { l.Cost = d.quantity(v, "cost") },
+		"charge":   func(v *yaml.Node) { l.Charge, charge = d.charge(v), v },
+		"calendar": func(v *yaml.Node) { l.Calendar, calendar = d.str(v, "calendar"), v },
 	})
 	if burst != nil && l.Algorithm != descriptors.TokenBucket {
 		d.errorf(burst, "burst needs algorithm: token_bucket")
+	}
+	if charge != nil && l.Unlimited {
+		d.errorf(charge, "charge needs a limit: this one is unlimited")
+	}
+	if calendar != nil && calendar.Kind == yaml.ScalarNode {
+		d.calendar(calendar, &l)
 	}
 	if !rpuGiven && !l.Unlimited && len(d.errs) == before && n.Kind == yaml.MappingNode {
 		d.errorf(n, "rate_limit has no requests_per_unit, so every request would be over the limit: "+
@@ -202,6 +230,33 @@ func (d *decoder) unit(n *yaml.Node) descriptors.Unit {
 	return u
 }
 
+func (d *decoder) charge(n *yaml.Node) descriptors.Charge {
+	s := d.str(n, "charge")
+	c, ok := descriptors.ParseCharge(s)
+	if !ok && n.Kind == yaml.ScalarNode {
+		d.errorf(n, "unknown charge '%s' (want when_allowed or always)", s)
+	}
+	return c
+}
+
+// calendar checks a limit's calendar, at its line: a time zone, with a
+// unit of a day or longer, on a window (descriptors.Limit.Validate checks
+// it again, for limits that come from elsewhere).
+func (d *decoder) calendar(n *yaml.Node, l *descriptors.Limit) {
+	switch {
+	case l.Unlimited:
+		d.errorf(n, "calendar needs a limit: this one is unlimited")
+	case l.Algorithm == descriptors.TokenBucket:
+		d.errorf(n, "calendar needs fixed_window or sliding_window: a token bucket has no windows")
+	case l.Unit == descriptors.UnitUnknown:
+		// "missing rate limit unit", from NewSet
+	default:
+		if _, err := descriptors.NewCalendar(l.Calendar, l.Unit, l.UnitMultiplier); err != nil {
+			d.errorf(n, "%s", err)
+		}
+	}
+}
+
 func (d *decoder) algorithm(n *yaml.Node) descriptors.Algorithm {
 	s := d.str(n, "algorithm")
 	a, ok := descriptors.ParseAlgorithm(s)
@@ -216,7 +271,7 @@ func (d *decoder) replaces(n *yaml.Node) []string {
 	var names []string
 	d.list(n, "replaces", func(e *yaml.Node) {
 		var name string
-		d.mapping(e, "replaces entry", fields{
+		d.mapping(e, levelReplaces, fields{
 			"name": func(v *yaml.Node) { name = d.str(v, "name") },
 		})
 		names = append(names, name)

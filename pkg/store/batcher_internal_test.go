@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -189,43 +190,272 @@ func TestBatcherCallerLeavesDuringSend(t *testing.T) {
 	}
 }
 
-// TestBatcherGathers: once sends are due with several calls waiting, a
-// send waits Gather for more; a lone caller's sends never wait.
-func TestBatcherGathers(t *testing.T) {
+// takeAsync takes ops of cost in b on a goroutine of its own, and returns
+// the channel of its error.
+func takeAsync(ctx context.Context, b *batcher, cost int64) chan error {
+	done := make(chan error, 1)
+	go func() { done <- b.take(ctx, op(cost), make([]limiter.Result, 1)) }()
+	return done
+}
+
+// setRate sets the rate b's sends see calls arrive at, calls a second,
+// early and late in their waits.
+func setRate(b *batcher, rate float64) {
+	b.mu.Lock()
+	b.all = rateOf{rate: rate, known: true}
+	b.late = rateOf{rate: rate, known: true}
+	b.mu.Unlock()
+}
+
+// sent receives the ops of g's next send, failing t if none starts.
+func sent(t *testing.T, g *gate) int {
+	t.Helper()
+	select {
+	case n := <-g.started:
+		return n
+	case <-time.After(30 * time.Second):
+		t.Fatal("no send started")
+		return 0
+	}
+}
+
+// noSend fails t if g has a send started.
+func noSend(t *testing.T, g *gate) {
+	t.Helper()
+	if len(g.started) > 0 {
+		t.Fatalf("a send of %d ops left", <-g.started)
+	}
+}
+
+// TestBatcherLoneCallerNeverWaits: one caller, each call made once the
+// last is answered, never sees a send active when it arrives: its calls
+// never wait for company, however long the window, and the rate its sends
+// see stays 0.
+func TestBatcherLoneCallerNeverWaits(t *testing.T) {
 	g := newGate()
 	close(g.release)
-	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second})
-	ctx := context.Background()
-	start := time.Now()
-	for i := range 5 {
-		if err := b.take(ctx, op(int64(i)), make([]limiter.Result, 1)); err != nil {
-			t.Fatal(err)
-		}
-		if n := <-g.started; n != 1 {
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Hour, Clock: clk})
+	for i := range 50 {
+		done := takeAsync(context.Background(), b, int64(i))
+		if n := sent(t, g); n != 1 {
 			t.Fatalf("lone call %d went in a send of %d ops", i, n)
 		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond) // the caller's own time between calls
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("5 lone calls took %v: a lone caller waited to gather", took)
+	waitIdle(t, b)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.all.rate != 0 || b.all.seen != 0 || len(clk.Pending()) != 0 {
+		t.Errorf("rate %v, %d seen, timers %v: a lone caller's calls counted as company", b.all.rate, b.all.seen, clk.Pending())
 	}
-	// Sends due with several calls waiting make the next gather.
+}
+
+// TestBatcherGathersCompany: where calls arrive while sends are active (an
+// open loop), a send waits up to Gather from its oldest call's arrival,
+// and leaves at an arrival once the rest of the window is expected to
+// bring less than lastCompany.
+func TestBatcherGathersCompany(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
+	setRate(b, 2000) // 2 calls expected in a window
+	ctx := context.Background()
+	first := takeAsync(ctx, b, 1)
+	clk.BlockUntil(t, 1)
+	if left := clk.Pending(); left[0] != time.Millisecond {
+		t.Fatalf("the send waits %v, want Gather", left)
+	}
+	clk.Advance(300 * time.Microsecond)
+	second := takeAsync(ctx, b, 2) // 0.7 ms left: 1.4 expected
+	waitQueued(t, b, 2)
+	noSend(t, g)
+	clk.Advance(500 * time.Microsecond)
+	third := takeAsync(ctx, b, 3) // 0.2 ms left: 0.4 expected
+	if n := sent(t, g); n != 3 {
+		t.Fatalf("send of %d ops, want the 3 calls", n)
+	}
+	for _, done := range []chan error{first, second, third} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Alone all the window: it leaves when the window ends.
+	setRate(b, 2000)
+	done := takeAsync(ctx, b, 4)
+	clk.BlockUntil(t, 1)
+	clk.Advance(999 * time.Microsecond)
+	noSend(t, g)
+	clk.Advance(time.Microsecond)
+	if n := sent(t, g); n != 1 {
+		t.Fatalf("send of %d ops, want 1", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Below one call expected a window, sends do not wait.
+	setRate(b, 900)
+	done = takeAsync(ctx, b, 5)
+	if n := sent(t, g); n != 1 || len(clk.Pending()) != 0 {
+		t.Fatalf("send of %d ops, timers %v: a send waited at 0.9 expected", n, clk.Pending())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatcherGatherWindowFromArrival: a call waits for company at most
+// Gather from its arrival, the time it waited for a slot included.
+func TestBatcherGatherWindowFromArrival(t *testing.T) {
+	g := newGate()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
+	ctx := context.Background()
+	first := takeAsync(ctx, b, 1)
+	if n := sent(t, g); n != 1 {
+		t.Fatalf("first send of %d ops", n)
+	}
+	setRate(b, 2000)
+	clk.Advance(200 * time.Microsecond)
+	second, third := takeAsync(ctx, b, 2), takeAsync(ctx, b, 3)
+	waitQueued(t, b, 2)
+	clk.Advance(900 * time.Microsecond) // the oldest has waited 0.9 ms
+	g.release <- struct{}{}
+	clk.BlockUntil(t, 1)
+	if left := clk.Pending(); left[0] != 100*time.Microsecond {
+		t.Fatalf("the next send waits %v, want the 0.1 ms its oldest call has left", left)
+	}
+	clk.Advance(200 * time.Microsecond)
+	if n := sent(t, g); n != 2 {
+		t.Fatalf("second send of %d ops, want 2", n)
+	}
+	close(g.release)
+	for _, done := range []chan error{first, second, third} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBatcherGatherEnds: a send stops waiting once GatherOps ops wait, and
+// no call waits for company past a tenth of the time it had.
+func TestBatcherGatherEnds(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: time.Hour, GatherOps: 4, Clock: clk})
+	setRate(b, 1)
+	ctx := context.Background()
+	var dones []chan error
+	for i := range 4 {
+		dones = append(dones, takeAsync(ctx, b, int64(i)))
+		if i == 0 {
+			clk.BlockUntil(t, 1)
+		}
+	}
+	if n := sent(t, g); n != 4 {
+		t.Fatalf("send of %d ops, want the 4 of GatherOps", n)
+	}
+	for _, done := range dones {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	setRate(b, 1)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done := takeAsync(dctx, b, 9)
+	clk.BlockUntil(t, 1)
+	if left := clk.Pending()[0]; left > time.Second || left < 500*time.Millisecond {
+		t.Fatalf("a call with 10 s left waits %v for company, want at most a tenth", left)
+	}
+	clk.Advance(time.Second)
+	if n := sent(t, g); n != 1 {
+		t.Fatalf("send of %d ops", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatcherOneGathers: while a send gathers, calls join it rather than
+// take a free slot, and a slot whose send ends then leaves what waits to
+// it: one send, not two.
+func TestBatcherOneGathers(t *testing.T) {
+	g := newGate()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 2, MaxOps: 1000, Timeout: time.Second, Gather: time.Millisecond, Clock: clk})
+	ctx := context.Background()
+	first := takeAsync(ctx, b, 1) // rate 0: at once
+	if n := sent(t, g); n != 1 {
+		t.Fatalf("first send of %d ops", n)
+	}
+	setRate(b, 5000)
+	second := takeAsync(ctx, b, 2)
+	clk.BlockUntil(t, 1)
+	third := takeAsync(ctx, b, 3)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{} // the first slot's send ends; it finds the second gathering
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if !wait.True(5*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.busy == 1 }) {
+		t.Fatal("the slot whose send ended did not leave the waiting calls to the gathering send")
+	}
+	noSend(t, g)
+	clk.Advance(time.Millisecond)
+	if n := sent(t, g); n != 2 {
+		t.Fatalf("send of %d ops, want the 2 calls", n)
+	}
+	close(g.release)
+	for _, done := range []chan error{second, third} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, b)
+	if s := b.Stats(); s.Sends != 2 {
+		t.Errorf("%d sends, want 2", s.Sends)
+	}
+}
+
+// TestBatcherGathersWhenMany: once sends are due with gatherFrom calls
+// waiting on average (many callers, each waiting for its answer), a send
+// waits Gather from when it is due, whatever the calls' arrival times.
+func TestBatcherGathersWhenMany(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second, Clock: clk})
+	setRate(b, 10) // company rare, but many wait
 	b.mu.Lock()
 	b.avgReady = 2 * gatherFrom
 	b.mu.Unlock()
-	var wg sync.WaitGroup
+	var dones []chan error
 	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := b.take(ctx, op(int64(10+i)), make([]limiter.Result, 1)); err != nil {
-				t.Error(err)
-			}
-		}()
-		time.Sleep(50 * time.Millisecond)
+		dones = append(dones, takeAsync(context.Background(), b, int64(10+i)))
+		if i == 0 {
+			clk.BlockUntil(t, 1)
+		}
+		waitQueued(t, b, i+1)
+		clk.Advance(50 * time.Millisecond)
 	}
-	wg.Wait()
-	if n := <-g.started; n != 4 {
+	noSend(t, g)
+	clk.Advance(3 * time.Second)
+	if n := sent(t, g); n != 4 {
 		t.Errorf("calls arriving 50 ms apart while gathering went in a send of %d ops, want all 4", n)
+	}
+	for _, done := range dones {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -245,30 +475,127 @@ func TestBatcherGathersAsAGroup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGate()
 			close(g.release)
+			clk := clock.New(time.Unix(1_700_000_000, 0))
 			group := new(gatherGroup)
 			b := newBatcher(g.send, batchOptions{Slots: 1, MaxOps: 1000, Timeout: time.Second, Gather: 3 * time.Second,
-				Group: group})
+				Group: group, Clock: clk})
 			other := newBatcher(g.send, batchOptions{Group: group})
 			group.update(other, tc.others)
+			// Company rare: 0.75 calls expected in the window, and 0.5
+			// or more in what is left of it at each arrival.
+			setRate(b, 0.25)
 			b.mu.Lock()
 			b.avgReady = 1 // fewer than gatherFrom on its own
 			b.mu.Unlock()
-			var wg sync.WaitGroup
-			for i := range 4 {
-				wg.Go(func() {
-					if err := b.take(context.Background(), op(int64(i)), make([]limiter.Result, 1)); err != nil {
-						t.Error(err)
-					}
-				})
-				time.Sleep(50 * time.Millisecond)
-			}
-			wg.Wait()
+			var dones []chan error
 			var got []int
-			for range len(tc.want) {
-				got = append(got, <-g.started)
+			for i := range 4 {
+				dones = append(dones, takeAsync(context.Background(), b, int64(i)))
+				if len(tc.want) > 1 {
+					got = append(got, sent(t, g))
+					// Answered before the next arrives: its send is over.
+					if err := <-dones[i]; err != nil {
+						t.Fatal(err)
+					}
+					dones[i] <- nil
+				} else {
+					if i == 0 {
+						clk.BlockUntil(t, 1)
+					}
+					waitQueued(t, b, i+1)
+				}
+				clk.Advance(50 * time.Millisecond)
+			}
+			if len(tc.want) == 1 {
+				clk.Advance(3 * time.Second)
+				got = append(got, sent(t, g))
+			}
+			for _, done := range dones {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
 			}
 			if len(g.started) != 0 || !slices.Equal(got, tc.want) {
 				t.Errorf("sends of %v ops (and %d more), want %v", got, len(g.started), tc.want)
+			}
+		})
+	}
+}
+
+// TestCompanyRate: the rate counts the calls that arrive while a send is
+// active, over the time sends are active, and none of the others.
+func TestCompanyRate(t *testing.T) {
+	var c company
+	t0 := time.Unix(0, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	// Sends active 1 ms of every 2, a call every 0.1 ms: 10 a ms while
+	// active, the rest unseen.
+	for ms := range 200 {
+		start := at(time.Duration(ms) * 2 * time.Millisecond)
+		c.add(1, start)
+		for k := range 10 {
+			c.arrive(start.Add(time.Duration(k)*100*time.Microsecond), false)
+		}
+		c.add(-1, start.Add(time.Millisecond))
+		for k := range 10 {
+			c.arrive(start.Add(time.Millisecond+time.Duration(k)*100*time.Microsecond), false)
+		}
+	}
+	if r := c.all.rate; r < 9000 || r > 11000 {
+		t.Errorf("rate %.0f, want about 10,000 a second (10 a ms while active)", r)
+	}
+	// Quiet: sends active, nobody arriving; the rate halves every 20 ms
+	// of them.
+	for ms := range 200 {
+		start := at(time.Second + time.Duration(ms)*2*time.Millisecond)
+		c.add(1, start)
+		c.add(-1, start.Add(time.Millisecond))
+	}
+	if c.all.rate > 100 {
+		t.Errorf("rate %.0f after 200 ms of active sends and no call, want below 100", c.all.rate)
+	}
+}
+
+// TestCompanyComesLate: sends keep waiting where calls arrive all through
+// their waits (an open loop), and stop where they all arrive early in
+// them and none later (a few closed-loop callers, answered together),
+// but for one in probeEvery.
+func TestCompanyComesLate(t *testing.T) {
+	const wait = time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		arrival func(k int) time.Duration // of the k-th of 3 calls in a wait
+		waits   int                       // of 64 sends
+	}{
+		{"open loop", func(k int) time.Duration { return time.Duration(k+1) * wait / 4 }, 64},
+		{"four callers in a closed loop", func(k int) time.Duration { return time.Duration(k+1) * 10 * time.Microsecond }, 64 / probeEvery},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c company
+			now := time.Unix(0, 0)
+			round := func() {
+				c.add(1, now)
+				c.lateAt = now.Add(wait / 2)
+				for k := range 3 {
+					c.arrive(now.Add(tc.arrival(k)), true)
+				}
+				now = now.Add(wait)
+				c.waited(now)
+				now = now.Add(300 * time.Microsecond) // the send
+				c.add(-1, now)
+				now = now.Add(100 * time.Microsecond) // the callers' turn
+			}
+			for range 100 { // what the estimates learn from
+				round()
+			}
+			waits := 0
+			for range 64 {
+				if c.worth(wait) {
+					waits++
+				}
+			}
+			if waits != tc.waits {
+				t.Errorf("%d of 64 sends wait (all %.0f/s, late %.0f/s), want %d", waits, c.all.rate, c.late.rate, tc.waits)
 			}
 		})
 	}
@@ -343,5 +670,10 @@ func waitIdle(t *testing.T, b *batcher) {
 	t.Helper()
 	if !wait.True(5*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.busy == 0 }) {
 		t.Fatalf("batcher still busy")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.active != 0 {
+		t.Fatalf("idle batcher has %d sends active", b.active)
 	}
 }

@@ -89,5 +89,8 @@ func checkOp(op *limiter.Op) error {
 	default:
 		return errors.New("unknown algorithm")
 	}
+	if op.Calendar != nil && op.Algorithm == descriptors.TokenBucket {
+		return errors.New("a calendar on a token bucket, which has no windows")
+	}
 	return nil
 }

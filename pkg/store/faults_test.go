@@ -136,9 +136,9 @@ func (l *faultLoad) counted(t *testing.T, admin redis.UniversalClient) int64 {
 }
 
 // runLoad runs callers that each take one hit on their own key, back to
-// back (or every pace), each call bounded by timeout, for d; during runs
-// alongside and its end does not stop the load early.
-func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, timeout, pace time.Duration, during func()) *faultLoad {
+// back (or every pace), each call bounded by timeout, while during runs
+// and for d after it (faultproxy.RunLoad).
+func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, timeout, pace time.Duration, during func(*faultproxy.Load)) *faultLoad {
 	t.Helper()
 	ctx := context.Background()
 	run := fmt.Sprintf("faults:%d", time.Now().UnixNano())
@@ -170,6 +170,16 @@ func runLoad(t *testing.T, fp *faultPath, st limiter.Store, callers int, d, time
 		return faultLimit - res[0].Remaining, res[0].Allowed, nil
 	}, errKind, during)
 	return l
+}
+
+// awaitLoad waits until cond holds of the load running beside (30 s at
+// most, or it fails t): faults come once the load has made some calls,
+// and last some number of calls.
+func awaitLoad(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !wait.True(30*time.Second, cond) {
+		t.Fatalf("the load did not reach %s within 30 s", what)
+	}
 }
 
 // errKind names an error's kind for the logs.
@@ -247,8 +257,8 @@ var faultScenarios = []struct {
 			{Raw: fmt.Appendf(nil, "$%d\r\n%s\r\n", len(one), one)},
 		} {
 			for _, before := range []bool{true, false} {
-				l := runLoad(t, fp, st, 32, 1500*time.Millisecond, time.Second, 0, func() {
-					time.Sleep(300 * time.Millisecond)
+				l := runLoad(t, fp, st, 32, time.Second, time.Second, 0, func(l *faultproxy.Load) {
+					awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 					<-fp.fx.Add(&faultproxy.ExtraReply{Match: faultproxy.Nth(1, "EVALSHA"), Reply: extra.Reply, Raw: extra.Raw, Before: before}).Done()
 				})
 				t.Logf("raw=%t before=%t: %v", extra.Raw != nil, before, l)
@@ -261,10 +271,12 @@ var faultScenarios = []struct {
 		st := fp.open(t)
 		const callers = 32
 		var rule *faultproxy.Rule
-		l := runLoad(t, fp, st, callers, 3*time.Second, 50*time.Millisecond, 0, func() {
-			time.Sleep(500 * time.Millisecond)
+		// Redis' replies are held while 25 calls a caller time out.
+		l := runLoad(t, fp, st, callers, 500*time.Millisecond, 50*time.Millisecond, 0, func(l *faultproxy.Load) {
+			awaitLoad(t, "100 calls OK", func() bool { return l.OK.Load() >= 100 })
 			rule = fp.fx.Add(&faultproxy.Freeze{})
-			time.Sleep(2 * time.Second)
+			failed := l.Failed.Load()
+			awaitLoad(t, "25 failed calls a caller", func() bool { return l.Failed.Load() >= failed+25*callers })
 			rule.Release()
 		})
 		t.Logf("%v; %d replies held", l, rule.Applied())
@@ -283,6 +295,10 @@ var faultScenarios = []struct {
 		// The share of calls OK within 50 ms on this machine, as loaded as
 		// it is, without a fault: the bound below is relative to it.
 		base := runLoad(t, fp, st, 32, time.Second, 50*time.Millisecond, 0, nil)
+		baseOK, baseTotal := base.OK.Load(), base.total()
+		if baseOK == 0 {
+			t.Fatalf("without the fault, no call was OK within 50 ms (%v): the bound below would hold whatever happens", base)
+		}
 		// Every new connection's first three replies (its handshake, and
 		// the first script calls when the handshake is shorter) come after
 		// 80 ms, longer than any call waits; then every connection is cut.
@@ -291,7 +307,6 @@ var faultScenarios = []struct {
 		l := runLoad(t, fp, st, 32, 3*time.Second, 50*time.Millisecond, 0, nil)
 		t.Logf("without the fault: %v; with it: %v", base, l)
 		ok, total := l.OK.Load(), l.total()
-		baseOK, baseTotal := base.OK.Load(), base.total()
 		if ok*10*baseTotal < total*9*baseOK {
 			t.Errorf("%d of %d calls OK within 3 s of the cut, want at least 90 %% of the %d of %d OK without it",
 				ok, total, baseOK, baseTotal)
@@ -331,13 +346,16 @@ var faultScenarios = []struct {
 				}
 			}
 		}
-		time.Sleep(600 * time.Millisecond) // every connection is ready by now
+		// Every connection's handshake is over, and the store answers
+		// again (20 calls in a row): by then, a call kept for a slow
+		// connection would have been written.
+		wait.For(t, 30*time.Second, func() bool { return fp.fx.Stats().Holding == 0 })
+		checkRecovers(t, fp, st)
 		if n, err := fp.admin.Exists(ctx, counter).Result(); err != nil || n != 0 {
 			v, _ := fp.admin.Get(ctx, counter).Result()
 			t.Errorf("counter %s = %q (exists %d, %v): calls answered Unavailable were written once their connection was ready",
 				counter, v, n, err)
 		}
-		checkRecovers(t, fp, st)
 	}},
 	{"SplitReplies", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
@@ -371,13 +389,13 @@ var faultScenarios = []struct {
 		// on its own (50 ms is short beside a busy CPU), allowed on top.
 		control := runLoad(t, fp, st, 25, time.Second, 50*time.Millisecond, 50*time.Millisecond, nil)
 		checkCounts(t, fp, control, control.Failed.Load())
-		// 500 calls a second; five 80 ms stalls of Redis.
-		l := runLoad(t, fp, st, 25, 5*time.Second, 50*time.Millisecond, 50*time.Millisecond, func() {
+		// 500 calls a second; five 80 ms stalls of Redis, 250 calls OK
+		// (half a second) apart.
+		l := runLoad(t, fp, st, 25, time.Second, 50*time.Millisecond, 50*time.Millisecond, func(l *faultproxy.Load) {
 			for range 5 {
-				time.Sleep(600 * time.Millisecond)
-				r := fp.fx.Add(&faultproxy.Freeze{Requests: true})
-				time.Sleep(80 * time.Millisecond)
-				r.Release()
+				ok := l.OK.Load()
+				awaitLoad(t, "250 more calls OK", func() bool { return l.OK.Load() >= ok+250 })
+				stall(fp.fx, 80*time.Millisecond)
 			}
 		})
 		t.Logf("%v; without stalls, %v", l, control)
@@ -394,15 +412,23 @@ var faultScenarios = []struct {
 	}},
 }
 
-// dropFive cuts one connection five times in 4 s under 32 callers: at
-// most 2 % of the calls may fail.
+// stall freezes Redis' commands for d; a timer ends it.
+func stall(fx faulter, d time.Duration) {
+	r := fx.Add(&faultproxy.Freeze{Requests: true})
+	time.AfterFunc(d, r.Release)
+	<-r.Done()
+}
+
+// dropFive cuts one connection five times, 1,000 calls OK apart, under 32
+// callers: at most 2 % of the calls may fail.
 func dropFive(t *testing.T, fp *faultPath, fault func() faultproxy.Fault) {
 	st := fp.open(t)
 	checkRecovers(t, fp, st)
-	l := runLoad(t, fp, st, 32, 4*time.Second, 2*time.Second, 0, func() {
+	l := runLoad(t, fp, st, 32, 500*time.Millisecond, 2*time.Second, 0, func(l *faultproxy.Load) {
 		for range 5 {
-			time.Sleep(700 * time.Millisecond)
-			fp.fx.Add(fault())
+			ok := l.OK.Load()
+			awaitLoad(t, "1,000 more calls OK", func() bool { return l.OK.Load() >= ok+1000 })
+			<-fp.fx.Add(fault()).Done()
 		}
 	})
 	t.Logf("%v", l)

@@ -227,7 +227,9 @@ func (m *Memory) take(ops []limiter.Op, results []limiter.Result) {
 	}
 }
 
-// decide decides op on s at now, the store's time being at.
+// decide decides op on s at now, the store's time being at, as take.lua
+// does: each algorithm reads its state, decides with the scripts'
+// arithmetic (arith.go) and writes what changed.
 func (s *memShard) decide(op *limiter.Op, now, at int64) limiter.Result {
 	switch op.Algorithm {
 	case descriptors.FixedWindow:
@@ -257,72 +259,63 @@ func (s *memShard) window(k windowKey, now int64) (counter, bool) {
 	return c, true
 }
 
-// fixedWindow mirrors take.lua's fixed_window; the window before is dropped
-// if expired by the store's clock at, as Sweep would drop it.
+// fixedWindow mirrors take.lua's fixed_window: the count, charged
+// (saturating at 2^52) whether it fits or not, or given back; the window
+// before is dropped if expired by the store's clock at, as Sweep would.
 func (s *memShard) fixedWindow(op *limiter.Op, now, at int64) limiter.Result {
-	w := op.Window
-	ws := now - now%w
+	cost := scriptCost(op)
+	ws, we := window(op, now)
 	k := windowKey{op.Key, ws}
-	cost := min(op.Cost, maxCost)
 
 	count := s.count(k, now)
-	if refunds(op) {
-		count = s.refund(k, count, cost)
-	} else if cost > 0 {
+	switch {
+	case cost < 0:
+		count = s.refund(k, count, -cost)
+	case cost > 0:
 		count = min(count+cost, maxCost)
-		if s.putWindow(k, counter{n: count, expireAt: ws + w}) {
-			s.dropEnded(windowKey{op.Key, ws - w}, at)
+		if s.putWindow(k, counter{n: count, expireAt: we}) {
+			s.dropEnded(windowKey{op.Key, windowBefore(op, ws)}, at)
 		}
 	}
 	return fixedResult(op, count, now) // as Redis' answer is derived
 }
 
-// slidingWindow mirrors take.lua's sliding_window; at is as for fixedWindow.
+// slidingWindow mirrors take.lua's sliding_window: this window's count and
+// the previous one's (capped at the limit, unless a debit), weighed; a
+// charge is counted when it fits (a debit's always), a refund given back
+// to this window. at is as for fixedWindow.
 func (s *memShard) slidingWindow(op *limiter.Op, now, at int64) limiter.Result {
-	w, limit := op.Window, op.Limit
-	ws := now - now%w
-	elapsed := now - ws
-	curKey := windowKey{op.Key, ws}
-	cost := min(op.Cost, maxCost)
-
+	limit, cost := op.Limit, scriptCost(op)
+	ws, we := window(op, now)
+	prevStart := windowBefore(op, ws)
+	curKey, prevKey := windowKey{op.Key, ws}, windowKey{op.Key, prevStart}
 	cur := s.count(curKey, now)
-	prevKey := windowKey{op.Key, ws - w}
 	prevC, hasPrev := s.window(prevKey, now)
-	prev := min(prevC.n, limit)
-
-	g := int64(1)
-	for w/g >= slidingSteps {
-		g *= 1000
+	prev := prevC.n
+	if !op.Debit {
+		prev = min(prev, limit)
 	}
-	sw := slider{wg: w / g}
-
-	if refunds(op) {
-		cur = s.refund(curKey, cur, cost)
-		return slidingResult(op, cur+sw.share(prev, sw.wg-1-elapsed/g), 0, now)
+	g, wg := windowSteps(we - ws)
+	gn, wgn := g, wg // the next window's
+	next := windowAfter(op, we)
+	if op.Calendar != nil {
+		gn, wgn = windowSteps(next - we)
 	}
-	weighted := cur + sw.share(prev, sw.wg-1-elapsed/g)
-	if weighted+cost <= limit {
-		if cost > 0 {
-			if s.putWindow(curKey, counter{n: cur + cost, expireAt: ws + 2*w}) {
-				s.dropEnded(windowKey{op.Key, ws - 2*w}, at)
-			}
-			if hasPrev { // so that both counters share curKey's key string
-				s.windows[prevKey] = prevC
-			}
+
+	if cost < 0 { // a refund: this window's count drops, not below 0
+		cur = s.refund(curKey, cur, -cost)
+		return slidingResult(op, slidingWeigh(g, wg, now-ws, cur, prev), 0, now)
+	}
+	w, retry, allowed := slidingDecide(limit, we-ws, g, wg, cost, now-ws, cur, prev, op.Debit, gn, wgn)
+	if cost > 0 && (allowed || op.Debit) {
+		if s.putWindow(curKey, counter{n: min(cur+cost, maxCost), expireAt: next}) {
+			s.dropEnded(windowKey{op.Key, windowBefore(op, prevStart)}, at)
 		}
-		return slidingResult(op, weighted, 0, now)
+		if hasPrev { // so that both counters share curKey's key string
+			s.windows[prevKey] = prevC
+		}
 	}
-
-	var retry int64
-	switch {
-	case cost > limit:
-		retry = w
-	case cur <= limit-cost:
-		retry = (sw.wg-1-sw.maxRem(prev, limit-cost-cur))*g - elapsed
-	default:
-		retry = w - elapsed + max(sw.wg-1-sw.maxRem(min(cur, limit), limit-cost), 0)*g
-	}
-	return slidingResult(op, weighted, retry, now)
+	return slidingResult(op, w, retry, now)
 }
 
 // refund gives cost back to counter k, holding count, keeping its expiry;
@@ -341,35 +334,11 @@ func (s *memShard) refund(k windowKey, count, cost int64) int64 {
 	return c.n
 }
 
-// slider weighs a sliding window's previous count over wg steps.
-type slider struct{ wg int64 }
-
-// share returns floor(p*rem/wg) without forming p*rem.
-func (sw slider) share(p, rem int64) int64 {
-	q, r := p/sw.wg, p%sw.wg
-	return q*rem + r*rem/sw.wg
-}
-
-// maxRem returns the largest rem in [0, wg] with share(p, rem) <= a (a >= 0).
-func (sw slider) maxRem(p, a int64) int64 {
-	lo, hi := int64(0), sw.wg
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		if sw.share(p, mid) <= a {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo
-}
-
-// tokenBucket mirrors take.lua's token_bucket (arith.lua's bucket decide).
+// tokenBucket mirrors take.lua's token_bucket: the state refilled to now,
+// charged if its tokens allow (a refund always, a debit below zero if
+// they do not), written unless a peek; a full bucket is deleted.
 func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
-	burst, num, den := op.Burst, op.RateNum, op.RateDen
-	cost := min(op.Cost, maxCost)
-	fill := func(t, c int64) int64 { return ceilDiv((burst-t)*den-c, num) }
-
+	burst, num, den, cost := op.Burst, op.RateNum, op.RateDen, scriptCost(op)
 	t, ts, c := burst, now, int64(0)
 	if b, ok := s.buckets[op.Key]; ok {
 		if b.expireAt > now {
@@ -379,40 +348,13 @@ func (s *memShard) tokenBucket(op *limiter.Op, now int64) limiter.Result {
 		}
 	}
 
-	elapsed := max(0, now-ts)
-	if t >= burst || elapsed >= fill(t, c) {
-		t, c = burst, 0
-	} else {
-		n := elapsed*num + c
-		t += n / den
-		c = n % den
-	}
-	ts = max(ts, now)
-
-	allowed := true
-	if cost > 0 {
-		switch {
-		case op.Refund:
-			t = min(t+cost, burst) // never past its capacity
-			if t == burst {
-				c = 0
-			}
-		case t >= cost:
-			t -= cost
-		default:
-			allowed = false
-		}
+	allowed, t, ts, c := bucketDecide(burst, num, den, cost, now, t, ts, c, op.Debit)
+	if cost != 0 { // a charge or a refund leaves its state; a peek changes nothing
 		if t >= burst {
 			s.dropBucket(op.Key)
 		} else {
-			s.putBucket(op.Key, bucket{t: t, ts: ts, c: c, expireAt: ts + max(fill(t, c), 1)})
+			s.putBucket(op.Key, bucket{t: t, ts: ts, c: c, expireAt: bucketExpiry(burst, num, den, t, c, ts)})
 		}
 	}
-
 	return bucketAnswer(op, allowed, t, c) // as Redis' answer is derived
-}
-
-// ceilDiv returns ceil(a/b) for a >= 0, b > 0.
-func ceilDiv(a, b int64) int64 {
-	return (a + b - 1) / b
 }

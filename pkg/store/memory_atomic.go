@@ -67,16 +67,7 @@ func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at i
 		clear(stage.buckets)
 		stagePool.Put(stage)
 	}()
-	m.visit(ops, now, func(s *memShard, k, _ windowKey, _ bool) {
-		if c, ok := s.windows[k]; ok {
-			stage.windows[k] = c
-		}
-	}, func(s *memShard, k string) {
-		if b, ok := s.buckets[k]; ok {
-			stage.buckets[k] = b
-		}
-	})
-
+	m.stage(stage, ops, now)
 	for i := 0; i < len(ops); {
 		j := jointEnd(ops, i)
 		var undo saved
@@ -88,13 +79,63 @@ func (m *Memory) decideAll(ops []limiter.Op, results []limiter.Result, now, at i
 		}
 		if j > i+1 && denied(results[i:j]) {
 			stage.restore(undo)
+			stage.debit(ops[i:j], now, at) // charged all the same
 		}
 		i = j
 	}
 	if reject() {
-		return
+		// Nothing is written but the debit ops' charges, each as alone.
+		if ops = debitOps(ops); len(ops) == 0 {
+			return
+		}
+		clear(stage.windows)
+		clear(stage.buckets)
+		m.stage(stage, ops, now)
+		stage.debit(ops, now, at)
 	}
+	m.commit(stage, ops, now, at)
+}
 
+// stage copies into stage the state ops may read at now.
+func (m *Memory) stage(stage *memShard, ops []limiter.Op, now int64) {
+	m.visit(ops, now, func(s *memShard, k, _ windowKey, _ bool) {
+		if c, ok := s.windows[k]; ok {
+			stage.windows[k] = c
+		}
+	}, func(s *memShard, k string) {
+		if b, ok := s.buckets[k]; ok {
+			stage.buckets[k] = b
+		}
+	})
+}
+
+// debit decides the debit charges of ops (limiter.Op.Debit; not a peek,
+// nor a refund, which lands only with its call) again, as alone; their
+// answers stand as first given.
+func (s *memShard) debit(ops []limiter.Op, now, at int64) {
+	for i := range ops {
+		if debits(&ops[i]) {
+			_ = s.decide(&ops[i], now, at)
+		}
+	}
+}
+
+// debits reports whether op is a debit's charge.
+func debits(op *limiter.Op) bool { return op.Debit && op.Cost > 0 && !op.Refund }
+
+// debitOps returns the debit charges of ops, nil if none.
+func debitOps(ops []limiter.Op) []limiter.Op {
+	var out []limiter.Op
+	for i := range ops {
+		if debits(&ops[i]) {
+			out = append(out, ops[i])
+		}
+	}
+	return out
+}
+
+// commit writes the staged state of ops' keys back to their shards.
+func (m *Memory) commit(stage *memShard, ops []limiter.Op, now, at int64) {
 	m.visit(ops, now, func(s *memShard, k, ended windowKey, replaces bool) {
 		if c, ok := stage.windows[k]; ok {
 			if s.putWindow(k, c) && replaces {
@@ -119,17 +160,19 @@ func (m *Memory) shardOf(key string) uint64 {
 // visit calls window and bucket for every state ops may read or write at
 // now, with its shard; a current counter comes with the ended one it
 // replaces (replaces true).
-func (m *Memory) visit(ops []limiter.Op, now int64, window func(s *memShard, k, ended windowKey, replaces bool), bucket func(*memShard, string)) {
+func (m *Memory) visit(ops []limiter.Op, now int64, counter func(s *memShard, k, ended windowKey, replaces bool), bucket func(*memShard, string)) {
 	for i := range ops {
 		op := &ops[i]
 		s := &m.shards[m.shardOf(op.Key)]
-		ws := now - now%op.Window
 		switch op.Algorithm {
 		case descriptors.FixedWindow:
-			window(s, windowKey{op.Key, ws}, windowKey{op.Key, ws - op.Window}, true)
+			ws, _ := window(op, now)
+			counter(s, windowKey{op.Key, ws}, windowKey{op.Key, windowBefore(op, ws)}, true)
 		case descriptors.SlidingWindow:
-			window(s, windowKey{op.Key, ws}, windowKey{op.Key, ws - 2*op.Window}, true)
-			window(s, windowKey{op.Key, ws - op.Window}, windowKey{}, false)
+			ws, _ := window(op, now)
+			prev := windowBefore(op, ws)
+			counter(s, windowKey{op.Key, ws}, windowKey{op.Key, windowBefore(op, prev)}, true)
+			counter(s, windowKey{op.Key, prev}, windowKey{}, false)
 		case descriptors.TokenBucket:
 			bucket(s, op.Key)
 		}

@@ -69,16 +69,21 @@ func (m *Memory) grows(ops []limiter.Op) bool {
 			now = at
 		}
 		s := &m.shards[m.shardOf(op.Key)]
-		ws := now - now%op.Window
-		s.mu.Lock()
-		var held bool
+		var ws, ended int64 // the window, and the one its counter replaces
 		switch op.Algorithm {
 		case descriptors.FixedWindow:
-			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasEnded(windowKey{op.Key, ws - op.Window}, at)
+			ws, _ = window(op, now)
+			ended = windowBefore(op, ws)
 		case descriptors.SlidingWindow:
-			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasEnded(windowKey{op.Key, ws - 2*op.Window}, at)
-		case descriptors.TokenBucket:
+			ws, _ = window(op, now)
+			ended = windowBefore(op, windowBefore(op, ws))
+		}
+		s.mu.Lock()
+		var held bool
+		if op.Algorithm == descriptors.TokenBucket {
 			_, held = s.buckets[op.Key]
+		} else {
+			held = s.hasWindow(windowKey{op.Key, ws}) || s.hasEnded(windowKey{op.Key, ended}, at)
 		}
 		s.mu.Unlock()
 		if !held {

@@ -79,8 +79,9 @@ func (s *memShard) save(ops []limiter.Op, now int64) saved {
 			sv.buckets = append(sv.buckets, savedBucket{op.Key, b, ok})
 			continue
 		}
-		ws := now - now%op.Window
-		for _, start := range [...]int64{ws, ws - op.Window, ws - 2*op.Window} {
+		ws, _ := window(op, now)
+		prev := windowBefore(op, ws)
+		for _, start := range [...]int64{ws, prev, windowBefore(op, prev)} {
 			k := windowKey{op.Key, start}
 			c, ok := s.windows[k]
 			sv.windows = append(sv.windows, savedWindow{k, c, ok})

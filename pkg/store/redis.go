@@ -33,8 +33,11 @@ type RedisOptions struct {
 	// InFlight is how many pipelines may be at one server (Cluster master)
 	// at once; Takes arriving meanwhile merge into the next (default 2).
 	InFlight int
-	// Gather is how long a call waits for more Takes when Takes have been
-	// arriving together (0: never; a lone caller never waits).
+	// Gather is how long a Take may wait for company before its call
+	// leaves, when Takes arrive while calls are under way at a rate that
+	// makes company likely, or pile up behind them (0: never; a quiet
+	// server, and a lone caller, never wait). docs/redis.md, "Batching and
+	// the gather window".
 	Gather time.Duration
 	// GatherOps ends that wait once this many ops wait (default 255).
 	GatherOps int

@@ -72,7 +72,7 @@ func (r *Redis) evalAtomic(ctx context.Context, bySHA bool, tag int64, ops []lim
 
 // atomicCmd is the lua.Atomic call of ops, by digest or source.
 func atomicCmd(ctx context.Context, bySHA bool, tag int64, ops []limiter.Op) *redis.Cmd {
-	args := make(anyArgs, 0, 6+len(ops)+atomicArgs*len(ops))
+	args := make(anyArgs, 0, 2+atomicArgCount(ops))
 	if bySHA {
 		args = append(args, "evalsha", atomicScript.sha)
 	} else {

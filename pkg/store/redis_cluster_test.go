@@ -386,23 +386,25 @@ func (l *failoverLoad) counterKey() string {
 	return l.op.Key + strconv.FormatInt((l.op.Now-l.op.Now%l.op.Window)/1000, 10)
 }
 
-// run sends ops from workers goroutines until stop closes.
+// run sends ops from workers goroutines, one every 2 ms each at most,
+// until stop closes.
 func (l *failoverLoad) run(workers int, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			res := make([]limiter.Result, 1)
+			pace := time.NewTicker(2 * time.Millisecond)
+			defer pace.Stop()
 			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
 				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 				err := l.st.Take(ctx, []limiter.Op{l.op}, res)
 				cancel()
 				l.record(err, res[0])
-				time.Sleep(2 * time.Millisecond)
+				select {
+				case <-stop:
+					return
+				case <-pace.C:
+				}
 			}
 		})
 	}
@@ -458,7 +460,12 @@ func checkFailover(t *testing.T, what string, r *store.Redis, rdb redis.Cmdable,
 	load := newFailoverLoad(r, key)
 	stop := make(chan struct{})
 	wg := load.run(4, stop)
-	time.Sleep(time.Second)
+	// The load runs: 500 decisions before the kill.
+	if !wait.True(30*time.Second, func() bool { return load.Figures().OK >= 500 }) {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("no 500 decisions within 30 s before the kill: %+v", load.Figures())
+	}
 	killAt := time.Now()
 	load.Kill(killAt)
 	newMaster := kill()

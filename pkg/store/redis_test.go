@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -706,4 +708,85 @@ func benchmarkTake(b *testing.B, key string, take func(context.Context, []limite
 			}
 		})
 	}
+}
+
+// BenchmarkRedisScripts times the script calls of Take, one Take after
+// another at Redis TIME, on keys that exist after the first call: each
+// algorithm with 1 and 25 decisions a call on as many keys, and 25 on one
+// hot key (take.lua's groups). Besides Go's time and allocations it
+// reports Redis' own time a call (INFO commandstats' usec_per_call of
+// EVALSHA) and Go's allocations a decision. Run it alone: the stats are
+// the whole server's.
+//
+//	go test ./pkg/store -run '^$' -bench RedisScripts -benchtime 2000x -count 5
+func BenchmarkRedisScripts(b *testing.B) {
+	ops := map[string]limiter.Op{
+		"fixed":   {Algorithm: descriptors.FixedWindow, Limit: 1 << 50, Window: 3_600_000, Cost: 1000},
+		"sliding": {Algorithm: descriptors.SlidingWindow, Limit: 1 << 50, Window: 3_600_000, Cost: 1000},
+		"bucket":  {Algorithm: descriptors.TokenBucket, Burst: 4e12, RateNum: 10_000_000, RateDen: 9, Window: 3_600_000, Cost: 1000},
+	}
+	r, rdb := newRedis(b, dbSuite, "bench:")
+	ctx := context.Background()
+	for _, alg := range []string{"fixed", "sliding", "bucket"} {
+		for _, shape := range []struct {
+			name    string
+			n, keys int
+		}{{"1", 1, 1}, {"25", 25, 25}, {"25-hot", 25, 1}} {
+			b.Run(alg+"/"+shape.name, func(b *testing.B) {
+				in := make([]limiter.Op, shape.n)
+				for i := range in {
+					in[i] = ops[alg]
+					in[i].Key = fmt.Sprintf("bench:{scripts/%s/%s/k%d}:", alg, shape.name, i%shape.keys)
+				}
+				res := make([]limiter.Result, shape.n)
+				if err := r.Take(ctx, in, res); err != nil { // the keys exist
+					b.Fatal(err)
+				}
+				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				takes := 0
+				for b.Loop() {
+					if err := r.Take(ctx, in, res); err != nil {
+						b.Fatal(err)
+					}
+					takes++
+				}
+				runtime.ReadMemStats(&after)
+				calls, usec := evalshaTime(b, rdb)
+				if calls > 0 {
+					b.ReportMetric(float64(usec)/float64(calls), "redis-µs/call")
+				}
+				b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(takes*shape.n), "allocs/decision")
+			})
+		}
+	}
+}
+
+// evalshaStats returns EVALSHA's calls and microseconds from INFO commandstats.
+func evalshaTime(b *testing.B, rdb *redis.Client) (calls, usec int64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls = n
+			case "usec":
+				usec = n
+			}
+		}
+	}
+	return calls, usec
 }

@@ -23,11 +23,11 @@ func (m *Memory) Reset(ctx context.Context, ops []limiter.Op) error {
 	now := m.now().UnixMilli()
 	for i := range ops {
 		op := &ops[i]
-		ws := now - now%op.Window
+		ws, _ := window(op, now)
 		s := &m.shards[m.shardOf(op.Key)]
 		s.mu.Lock()
 		s.dropWindow(windowKey{op.Key, ws})
-		s.dropWindow(windowKey{op.Key, ws - op.Window})
+		s.dropWindow(windowKey{op.Key, windowBefore(op, ws)})
 		s.dropBucket(op.Key)
 		s.mu.Unlock()
 	}

@@ -25,7 +25,14 @@ func (r *Redis) Reset(ctx context.Context, ops []limiter.Op) error {
 		if err := checkReset(op); err != nil {
 			return err
 		}
-		if err := resetScript.Run(ctx, r.client, []string{op.Key}, op.Window).Err(); err != nil {
+		var windows any = op.Window
+		if op.Calendar != nil {
+			// The starts of the periods around this server's clock's: Redis'
+			// current and previous periods among them.
+			p := periods(op.Calendar, guessClock())
+			windows = p.b[1] + " " + p.b[2] + " " + p.b[3]
+		}
+		if err := resetScript.Run(ctx, r.client, []string{op.Key}, windows).Err(); err != nil {
 			return fmt.Errorf("redis reset: %w: %w", limiter.ErrUnavailable, err)
 		}
 	}

@@ -40,11 +40,16 @@ func testReset(t *testing.T, st resetStore) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	run := fmt.Sprint(time.Now().UnixNano())
+	month, err := descriptors.NewCalendar("Europe/Berlin", descriptors.Month, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ops := map[string]limiter.Op{
 		"fixed":   {Algorithm: descriptors.FixedWindow, Limit: 3 * descriptors.Milli, Window: 3_600_000},
 		"sliding": {Algorithm: descriptors.SlidingWindow, Limit: 3 * descriptors.Milli, Window: 3_600_000},
 		"bucket": {Algorithm: descriptors.TokenBucket, Burst: 3 * descriptors.Milli, RateNum: 1, RateDen: 3_600_000,
 			Window: 3_600_000},
+		"calendar": {Algorithm: descriptors.SlidingWindow, Limit: 3 * descriptors.Milli, Window: 30 * 86_400_000, Calendar: month},
 	}
 	for name, op := range ops {
 		t.Run(name, func(t *testing.T) {

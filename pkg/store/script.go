@@ -85,7 +85,8 @@ const maxSendChunks = 8
 // sameParams reports whether two ops send the same parameters to take.lua
 // (a fixed window's limit is not sent).
 func sameParams(a, b *limiter.Op) bool {
-	if a.Algorithm != b.Algorithm || a.Now != b.Now || a.Window != b.Window || a.Cost != b.Cost || a.Refund != b.Refund {
+	if a.Algorithm != b.Algorithm || a.Now != b.Now || a.Window != b.Window || a.Cost != b.Cost || a.Refund != b.Refund ||
+		a.Debit != b.Debit || a.Calendar != b.Calendar {
 		return false
 	}
 	switch a.Algorithm {
@@ -119,24 +120,52 @@ func splitChunks(ops []limiter.Op, dst []takeChunk) []takeChunk {
 // takeEncoder writes take.lua and fixed.lua calls, reusing its buffers; it
 // is not safe for concurrent use.
 type takeEncoder struct {
-	script *script  // the call's: plan's choice
-	sets   []int    // the first op of each parameter set
-	starts []string // each set's window start S, end E and expiry X (fixed windows)
-	mapb   []byte   // each op's set, 1-based
-	runs   []byte   // ops per group: a run of ops with one key
-	first  []int    // the first op of each group
-	clock  int64    // this process' clock, Unix ms, read once a call
-	// windows keeps the strings of the last windows written, which the
-	// calls that follow share (until their window ends).
+	script *script // the call's: plan's choice
+	sets   []int   // the first op of each parameter set
+	// starts holds setStrings strings a set: a fixed window's start S, end
+	// E and expiry X; a calendar's B0 to B5 (take.lua's header)
+	starts []string
+	mapb   []byte // each op's set, 1-based
+	runs   []byte // ops per group: a run of ops with one key
+	first  []int  // the first op of each group
+	clock  int64  // this process' clock, Unix ms, read once a call
+	// windows and periods keep the strings of the last windows written,
+	// which the calls that follow share (until their window ends).
 	windows [4]windowStrings
 	next    int // the entry of windows to replace
+	periods [2]periodStrings
 }
+
+// setStrings is the room for each set's strings in takeEncoder.starts.
+const setStrings = 6
 
 // windowStrings are a fixed window's start, end and expiry as take.lua and
 // fixed.lua take them.
 type windowStrings struct {
 	window, start int64 // ms
 	s, e, x       string
+}
+
+// periodStrings are the starts around a calendar's period, as take.lua
+// takes them (B0 to B5, Unix seconds), and the period's bounds, ms.
+type periodStrings struct {
+	cal        *descriptors.Calendar
+	start, end int64
+	b          [setStrings]string
+}
+
+// kind is the first parameter of op's set in take.lua and atomic.lua: its
+// algorithm, plus 3 when it is charged always, plus 6 on a calendar's
+// windows.
+func kind(op *limiter.Op) int64 {
+	k := int64(op.Algorithm)
+	if op.Debit {
+		k += 3
+	}
+	if op.Calendar != nil {
+		k += 6
+	}
+	return k
 }
 
 // bucketTail is take.lua's BUCKET, a token bucket's key suffix.
@@ -169,16 +198,24 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 		}
 		if k == len(e.sets) {
 			e.sets = append(e.sets, i)
-			switch ops[i].Algorithm {
-			case descriptors.TokenBucket:
-				e.starts = append(e.starts, "", "", "")
+			op := &ops[i]
+			switch {
+			case op.Calendar != nil:
+				p := e.period(op)
+				e.starts = append(e.starts, p.b[:]...)
+				n += 3 + setStrings // kind, now, cost or limit, B0..B5
+				if op.Algorithm == descriptors.SlidingWindow {
+					n++ // cost and limit
+				}
+			case op.Algorithm == descriptors.TokenBucket:
+				e.starts = append(e.starts, "", "", "", "", "", "")
 				n += 7
-			case descriptors.FixedWindow:
-				w := e.window(&ops[i])
-				e.starts = append(e.starts, w.s, w.e, w.x)
+			case op.Algorithm == descriptors.FixedWindow:
+				w := e.window(op)
+				e.starts = append(e.starts, w.s, w.e, w.x, "", "", "")
 				n += 6
 			default:
-				e.starts = append(e.starts, "", "", "")
+				e.starts = append(e.starts, "", "", "", "", "", "")
 				n += 5
 			}
 		}
@@ -187,7 +224,7 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 	e.script = s
 	if e.lean(ops, s.spread()) {
 		e.script = fixedScript
-		n = 1 + len(ops) + 5 // numkeys, a key an op, tag, cost, S, E, X
+		n = 1 + len(ops) + 4 // numkeys, a key an op, tag, cost, S, E
 		if ops[0].Now != 0 {
 			n++ // now
 		}
@@ -201,7 +238,7 @@ func (e *takeEncoder) plan(ops []limiter.Op, s *script) int {
 // keys that a call may declare.
 func (e *takeEncoder) lean(ops []limiter.Op, spread bool) bool {
 	op := &ops[0]
-	return len(e.sets) == 1 && op.Algorithm == descriptors.FixedWindow && !op.Refund && op.Cost > 0 &&
+	return len(e.sets) == 1 && op.Algorithm == descriptors.FixedWindow && op.Calendar == nil && !op.Refund && op.Cost > 0 &&
 		len(ops)-len(e.runs) <= leanRepeats && (!spread || len(ops) == 1)
 }
 
@@ -230,17 +267,61 @@ func (e *takeEncoder) window(op *limiter.Op) *windowStrings {
 	return w
 }
 
+// period returns the strings of op's calendar period by its Now, or by
+// this process' clock (take.lua's guess): B0 to B5, the starts of the two
+// periods before, the period's start and end, and the ends of the two
+// after.
+func (e *takeEncoder) period(op *limiter.Op) *periodStrings {
+	now := op.Now
+	if now == 0 {
+		if e.clock == 0 {
+			e.clock = guessClock()
+		}
+		now = e.clock
+	}
+	for i := range e.periods {
+		if p := &e.periods[i]; p.cal == op.Calendar && p.start <= now && now < p.end {
+			return p
+		}
+	}
+	p := &e.periods[0]
+	if p.cal != nil {
+		e.periods[1] = e.periods[0]
+	}
+	*p = periods(op.Calendar, now)
+	return p
+}
+
+// periods returns the strings of c's period holding now (Unix ms).
+func periods(c *descriptors.Calendar, now int64) periodStrings {
+	start, end := c.Period(now)
+	b1, _ := c.Period(start - 1)
+	b0, _ := c.Period(b1 - 1)
+	_, b4 := c.Period(end)
+	_, b5 := c.Period(b4)
+	p := periodStrings{cal: c, start: start, end: end}
+	for i, ms := range [...]int64{b0, b1, start, end, b4, b5} {
+		p.b[i] = strconv.FormatInt(ms/1000, 10)
+	}
+	return p
+}
+
 // guessClock is the clock of window's guess, Unix ms; tests set it wrong.
 var guessClock = func() int64 { return time.Now().UnixMilli() }
 
 // groupKey returns the KEYS entry of the group starting at ops[i]: the base
-// key, then the window start (fixed window) or bucketTail.
+// key, then the window start (fixed window: S, or a calendar's B2) or
+// bucketTail.
 func (e *takeEncoder) groupKey(ops []limiter.Op, i int) string {
-	switch ops[i].Algorithm {
+	switch op := &ops[i]; op.Algorithm {
 	case descriptors.FixedWindow:
-		return ops[i].Key + e.starts[3*int(e.mapb[i]-1)]
+		k := setStrings * int(e.mapb[i]-1)
+		if op.Calendar != nil {
+			k += 2
+		}
+		return op.Key + e.starts[k]
 	case descriptors.TokenBucket:
-		return ops[i].Key + bucketTail
+		return op.Key + bucketTail
 	}
 	return ops[i].Key
 }
@@ -259,7 +340,6 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(scriptCost(op))
 		w.String(e.starts[0])
 		w.String(e.starts[1])
-		w.String(e.starts[2])
 		if op.Now != 0 {
 			w.Int(op.Now)
 		}
@@ -291,24 +371,34 @@ func (e *takeEncoder) write(w argWriter, tag int64, ops []limiter.Op) {
 	}
 	for k, i := range e.sets {
 		op := &ops[i]
-		w.Int(int64(op.Algorithm))
+		w.Int(kind(op))
 		w.Int(op.Now)
-		switch op.Algorithm {
-		case descriptors.FixedWindow:
+		strs := e.starts[setStrings*k : setStrings*(k+1)]
+		switch {
+		case op.Calendar != nil:
+			if op.Algorithm == descriptors.SlidingWindow {
+				w.Int(op.Limit)
+			}
 			w.Int(scriptCost(op))
-			w.String(e.starts[3*k])
-			w.String(e.starts[3*k+1])
-			w.String(e.starts[3*k+2])
-			continue
-		case descriptors.TokenBucket:
+			for _, b := range strs {
+				w.String(b)
+			}
+		case op.Algorithm == descriptors.FixedWindow:
+			w.Int(scriptCost(op))
+			w.String(strs[0])
+			w.String(strs[1])
+			w.String(strs[2])
+		case op.Algorithm == descriptors.TokenBucket:
 			w.Int(op.Burst)
 			w.Int(op.RateNum)
 			w.Int(op.RateDen)
+			w.Int(op.Window)
+			w.Int(scriptCost(op))
 		default:
 			w.Int(op.Limit)
+			w.Int(op.Window)
+			w.Int(scriptCost(op))
 		}
-		w.Int(op.Window)
-		w.Int(scriptCost(op))
 	}
 }
 
@@ -434,7 +524,8 @@ func fixedResult(op *limiter.Op, count, clock int64) limiter.Result {
 	if now == 0 {
 		now = clock
 	}
-	reset := op.Window - now%op.Window
+	_, end := window(op, now)
+	reset := end - now
 	if refunds(op) {
 		return limiter.Result{Allowed: true, Remaining: max(op.Limit-count, 0), Reset: reset}
 	}
@@ -451,7 +542,8 @@ func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
 	if now == 0 {
 		now = clock
 	}
-	reset := op.Window - now%op.Window
+	_, end := window(op, now)
+	reset := end - now
 	if refunds(op) { // w is the weighted count after the refund
 		return limiter.Result{Allowed: true, Remaining: max(op.Limit-w, 0), Reset: reset}
 	}
@@ -459,24 +551,32 @@ func slidingResult(op *limiter.Op, w, retry, clock int64) limiter.Result {
 	if w+cost <= op.Limit {
 		return limiter.Result{Allowed: true, Remaining: op.Limit - w - cost, Reset: reset}
 	}
+	if op.Debit { // charged all the same: nothing left
+		return limiter.Result{RetryAfter: retry, Reset: reset}
+	}
 	return limiter.Result{Remaining: max(op.Limit-w, 0), RetryAfter: retry, Reset: reset}
 }
 
 // bucketResult derives a token-bucket answer from take.lua's t*den + c
-// (allowed) or -(t*den + c) - 2 (denied).
+// (allowed) or -(t*den + c) - 2 (denied), t shifted up by burst for a
+// debit op (whose t may be down to -burst).
 func bucketResult(op *limiter.Op, x int64) limiter.Result {
 	allowed := x >= 0
 	if !allowed {
 		x = -x - 2
 	}
-	return bucketAnswer(op, allowed, x/op.RateDen, x%op.RateDen)
+	t, c := x/op.RateDen, x%op.RateDen
+	if op.Debit {
+		t -= op.Burst
+	}
+	return bucketAnswer(op, allowed, t, c)
 }
 
 // bucketAnswer is a token-bucket answer from t milli-tokens and carry c
 // left after the op, for Memory and Redis alike.
 func bucketAnswer(op *limiter.Op, allowed bool, t, c int64) limiter.Result {
 	burst, num, den := op.Burst, op.RateNum, op.RateDen
-	r := limiter.Result{Allowed: allowed, Remaining: t}
+	r := limiter.Result{Allowed: allowed, Remaining: max(t, 0)} // a debit's t may be below 0
 	if t < burst {
 		r.Reset = ceilDiv((burst-t)*den-c, num)
 	}
@@ -504,10 +604,14 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.String(ops[i].Key)
 	}
 	w.Int(tag)
-	w.Int(ops[0].Now)
+	now := ops[0].Now
+	w.Int(now)
+	if now == 0 {
+		now = guessClock() // the calendars' guess of Redis TIME
+	}
 	for i := range ops {
 		op := &ops[i]
-		w.Int(int64(op.Algorithm))
+		w.Int(kind(op))
 		w.Int(op.Limit)
 		w.Int(op.Window)
 		w.Int(scriptCost(op))
@@ -515,7 +619,25 @@ func writeAtomic(w argWriter, tag int64, ops []limiter.Op) {
 		w.Int(op.RateNum)
 		w.Int(op.RateDen)
 		w.Int(int64(op.Veto) + jointFlag(ops, i))
+		if op.Calendar != nil {
+			p := periods(op.Calendar, now)
+			for _, b := range p.b {
+				w.String(b)
+			}
+		}
 	}
+}
+
+// atomicArgCount is the number of arguments of an atomic.lua call of ops
+// after digest or source.
+func atomicArgCount(ops []limiter.Op) int {
+	n := 3 + len(ops) + atomicArgs*len(ops) // numkeys, keys, tag, now, the ops
+	for i := range ops {
+		if ops[i].Calendar != nil {
+			n += setStrings
+		}
+	}
+	return n
 }
 
 // jointFlag is what atomic.lua adds to op i's veto: 4 for the first op of

@@ -166,6 +166,8 @@ func TestDecodeTakeDerived(t *testing.T) {
 	fixed := limiter.Op{Key: "a", Algorithm: descriptors.FixedWindow, Limit: 5000, Window: 1000, Cost: 2000}
 	bucket := limiter.Op{Key: "b", Algorithm: descriptors.TokenBucket, Burst: 10_000, RateNum: 1, RateDen: 6, Window: 60_000, Cost: 1000}
 	sliding := limiter.Op{Key: "s", Algorithm: descriptors.SlidingWindow, Limit: 5000, Window: 1000, Cost: 1000}
+	debitBucket := bucket
+	debitBucket.Debit = true
 	peek := fixed
 	peek.Cost = 0
 	other := fixed
@@ -202,6 +204,15 @@ func TestDecodeTakeDerived(t *testing.T) {
 		want: []limiter.Result{
 			{Allowed: true, Remaining: 9000, Reset: 6000},
 			{Remaining: 166, RetryAfter: 5000, Reset: 59000},
+		},
+	}, {
+		name: "a debit bucket's t comes shifted by burst",
+		ops:  []limiter.Op{debitBucket, debitBucket},
+		// t 2000: (2000+10000)*6; denied at t -3000: -(7000*6)-2.
+		reply: []int64{tag, 0, 0, 12000 * 6, -42002},
+		want: []limiter.Result{
+			{Allowed: true, Remaining: 2000, Reset: 48000},
+			{RetryAfter: 24000, Reset: 78000},
 		},
 	}, {
 		name:  "sliding allowed and denied",
@@ -292,7 +303,82 @@ func TestWindowGuessWrong(t *testing.T) {
 		if want := []string{base + start, base + "a:" + start, base + "b:" + start, base + "tokens"}; !slices.Equal(keys, want) {
 			t.Errorf("off %d ms: keys %q, want %q", off, keys, want)
 		}
+		// Each counter ends with Redis' window, whichever script made it.
+		for _, k := range []string{base + start, base + "a:" + start, base + "b:" + start} {
+			if at, err := rdb.PExpireTime(ctx, k).Result(); err != nil || at != time.Duration(window*1000+day)*time.Millisecond {
+				t.Errorf("off %d ms: %s expires at %v (%v), want the window's end, %d ms", off, k, at, err, window*1000+day)
+			}
+		}
 		rdb.Del(ctx, keys...)
 	}
 	guessClock = func() int64 { return time.Now().UnixMilli() }
+}
+
+// TestCalendarGuessWrong: a calendar's window (limiter.Op.Calendar) at
+// Redis TIME is Redis' period, whatever period the store's clock guessed
+// (a day off either way here), in take.lua (alone, in a group, a sliding
+// window) and atomic.lua: the keys carry Redis' day.
+func TestCalendarGuessWrong(t *testing.T) {
+	addr := redistest.Addr(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	r := NewRedis(redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), nil, RedisOptions{CloseClient: true})
+	defer r.Close()
+	ctx := context.Background()
+	const day = 86_400_000
+	utc, err := descriptors.NewCalendar("UTC", descriptors.Day, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { guessClock = func() int64 { return time.Now().UnixMilli() } }()
+	for _, off := range []int64{0, -day, day} {
+		guessClock = func() int64 { return time.Now().UnixMilli() + off }
+		base := fmt.Sprintf("guesscal:%d:{k}:", time.Now().UnixNano())
+		fw := limiter.Op{Key: base + "f:", Algorithm: descriptors.FixedWindow, Limit: 10_000, Window: day, Cost: 1000, Calendar: utc}
+		sw := fw
+		sw.Key, sw.Algorithm = base+"s:", descriptors.SlidingWindow
+		all := fw
+		all.Key = base + "a:"
+		before, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []limiter.Result
+		for _, ops := range [][]limiter.Op{{fw}, {fw, fw}, {sw}} {
+			res := make([]limiter.Result, len(ops))
+			if err := r.Take(ctx, ops, res); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, res...)
+		}
+		res := make([]limiter.Result, 1)
+		if err := r.TakeAll(ctx, []limiter.Op{all}, res); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res...)
+		after, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := before.Unix() - before.Unix()%(day/1000)
+		if after.Unix()-after.Unix()%(day/1000) != start {
+			t.Logf("Redis' day turned during the test: nothing checked")
+			continue
+		}
+		for i, want := range []int64{9000, 8000, 7000, 9000, 9000} {
+			if !got[i].Allowed || got[i].Remaining != want || got[i].Reset <= 0 || got[i].Reset > day {
+				t.Errorf("off %d ms: op %d = %+v, want remaining %d and a reset within the day", off, i, got[i], want)
+			}
+		}
+		keys, err := rdb.Keys(ctx, base+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(keys)
+		s := strconv.FormatInt(start, 10)
+		if want := []string{base + "a:" + s, base + "f:" + s, base + "s:" + s}; !slices.Equal(keys, want) {
+			t.Errorf("off %d ms: keys %q, want %q", off, keys, want)
+		}
+		rdb.Del(ctx, keys...)
+	}
 }

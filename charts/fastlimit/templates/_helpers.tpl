@@ -145,3 +145,21 @@ rules the chart cannot read, or when no file names a domain. */}}
 {{- $req }}
 {{- end }}
 {{- end }}
+
+{{/* The headless Service of the operators' API (operatorAPI.enabled). */}}
+{{- define "fastlimit.adminService" -}}
+{{- printf "%s-admin" (include "fastlimit.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The names the admin listener answers to in Host (ADMIN_ALLOWED_HOSTS):
+its headless Service's, short to fully qualified. */}}
+{{- define "fastlimit.adminHosts" -}}
+{{- $svc := include "fastlimit.adminService" . }}
+{{- $ns := .Release.Namespace }}
+{{- printf "%s,%s.%s,%s.%s.svc,%s.%s.svc.%s" $svc $svc $ns $svc $ns $svc $ns (trimSuffix "." .Values.operatorAPI.clusterDomain) }}
+{{- end }}
+
+{{/* Where the admin tokens' Secret is mounted. */}}
+{{- define "fastlimit.tokensPath" -}}
+/etc/fastlimit/admin-tokens
+{{- end }}

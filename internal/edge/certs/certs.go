@@ -65,12 +65,23 @@ type Options struct {
 	// Interval is how long the files are trusted before they are read
 	// again (default DefaultInterval).
 	Interval time.Duration
-	Now      func() time.Time // the clock (default time.Now)
+	Clock    Clock // default: the wall clock
 	// OnRefused, if set, is called with the *Error once per change of the
 	// files to something that cannot be served, on the goroutine that read
 	// them; it must not block.
 	OnRefused func(error)
 }
+
+// Clock is the time a Reloader reads and waits on.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Reloader serves the current certificate and client CA to TLS handshakes.
 // It reads the files at most once per Interval (on a handshake, and every
@@ -107,8 +118,8 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = wallClock{}
 	}
 	if o.ClientSAN != "" && o.ClientCA.Path == "" {
 		return nil, fmt.Errorf("%s: %w", o.ClientCA.Name, ErrSANWithoutCA)
@@ -118,7 +129,7 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := o.Now()
+	now := o.Clock.Now()
 	l, err := r.parse(data, digest(data), now)
 	if err != nil {
 		return nil, err
@@ -140,13 +151,11 @@ func (r *Reloader) Open(ctx context.Context) error {
 	r.done = make(chan struct{})
 	go func(done chan<- struct{}) {
 		defer close(done)
-		t := time.NewTicker(r.opts.Interval)
-		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-r.opts.Clock.After(r.opts.Interval):
 				r.current()
 			}
 		}
@@ -185,7 +194,7 @@ func (r *Reloader) ServerConfig() *tls.Config {
 func (r *Reloader) Leaf() *x509.Certificate { return r.current().leaf }
 
 func (r *Reloader) current() *loaded {
-	now := r.opts.Now().UnixNano()
+	now := r.opts.Clock.Now().UnixNano()
 	if now-r.checked.Load() >= int64(r.opts.Interval) {
 		r.refresh(now)
 	}

@@ -18,8 +18,13 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/edge/certs"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
+
+// patience bounds how long a test waits for what must happen.
+const patience = 30 * time.Second
 
 // Names the tests give the files, as cmd/server does.
 const (
@@ -28,16 +33,10 @@ const (
 	nameCA   = "GRPC_CLIENT_TLS_CACERT"
 )
 
-// clock is a settable time source.
-type clock struct{ ns atomic.Int64 }
+// newClock returns a fake clock at the wall clock's time: certtest's
+// certificates are valid now.
+func newClock() *clock.Clock { return clock.New(time.Now()) }
 
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Now().UnixNano()) // certtest's certificates are valid now
-	return c
-}
-func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 func opts(dir string, ca bool) certs.Options {
 	o := certs.Options{
 		Cert:       certs.File{Name: nameCert, Path: filepath.Join(dir, "tls.crt")},
@@ -51,10 +50,10 @@ func opts(dir string, ca bool) certs.Options {
 }
 
 // clocked returns opts(dir, ca) on a clock of its own.
-func clocked(dir string, ca bool) (certs.Options, *clock) {
+func clocked(dir string, ca bool) (certs.Options, *clock.Clock) {
 	clk := newClock()
 	o := opts(dir, ca)
-	o.Now = clk.Now
+	o.Clock = clk
 	return o, clk
 }
 
@@ -343,7 +342,7 @@ func TestReload(t *testing.T) {
 				if s.do != nil {
 					s.do(t, dir)
 				}
-				clk.Add(s.advance)
+				clk.Advance(s.advance)
 				if got := r.Leaf().SerialNumber; got.Cmp(s.want.Cert.SerialNumber) != 0 {
 					t.Fatalf("step %d: serial %x, want %x", i, got, s.want.Cert.SerialNumber)
 				}
@@ -380,7 +379,7 @@ func TestServedOnHandshake(t *testing.T) {
 		t.Fatal("client of ca2 accepted before the CA rotated")
 	}
 	files.Volume(t, dir, map[string][]byte{"tls.crt": b.CertPEM, "tls.key": b.KeyPEM, "ca.crt": ca2.PEM})
-	clk.Add(certs.DefaultInterval)
+	clk.Advance(certs.DefaultInterval)
 	err, st := dial(client2)
 	if err != nil {
 		t.Fatalf("client of ca2 after rotation: %v", err)
@@ -404,6 +403,7 @@ func TestConcurrent(t *testing.T) {
 	r := mustNew(t, o, zap.NewNop())
 	get := r.ServerConfig().GetConfigForClient
 	var wg sync.WaitGroup
+	var handshakes atomic.Int64
 	stop := make(chan struct{})
 	for range 4 {
 		wg.Go(func() {
@@ -418,19 +418,21 @@ func TestConcurrent(t *testing.T) {
 					t.Errorf("GetConfigForClient = %v, %v", conf, err)
 					return
 				}
-				clk.Add(time.Millisecond)
+				clk.Advance(time.Millisecond)
+				handshakes.Add(1)
 			}
 		})
 	}
 	for i := range 20 {
 		l := leaves[i%2]
 		files.Volume(t, dir, map[string][]byte{"tls.crt": l.CertPEM, "tls.key": l.KeyPEM})
-		time.Sleep(time.Millisecond)
+		n := handshakes.Load() // handshakes come between rotations
+		wait.For(t, patience, func() bool { return handshakes.Load() >= n+8 })
 	}
 	close(stop)
 	wg.Wait()
 	last := leaves[1]
-	clk.Add(certs.DefaultInterval)
+	clk.Advance(certs.DefaultInterval)
 	if got := r.Leaf().SerialNumber; got.Cmp(last.Cert.SerialNumber) != 0 {
 		t.Errorf("serial %x after the last rotation, want %x", got, last.Cert.SerialNumber)
 	}

@@ -108,7 +108,7 @@ func TestRotationRefused(t *testing.T) {
 			files.Write(t, filepath.Join(dir, "tls.crt"), tc.cert)
 			files.Write(t, filepath.Join(dir, "tls.key"), tc.key)
 			for range 3 {
-				clk.Add(certs.DefaultInterval)
+				clk.Advance(certs.DefaultInterval)
 				if got := r.Leaf().SerialNumber; got.Cmp(a.Cert.SerialNumber) != 0 {
 					t.Fatalf("serial %x served, want the old %x", got, a.Cert.SerialNumber)
 				}
@@ -128,7 +128,7 @@ func TestRotationRefused(t *testing.T) {
 			}
 
 			writePair(t, dir, good)
-			clk.Add(certs.DefaultInterval)
+			clk.Advance(certs.DefaultInterval)
 			if got := r.Leaf().SerialNumber; got.Cmp(good.Cert.SerialNumber) != 0 {
 				t.Fatalf("after a good rotation, serial %x, want %x", got, good.Cert.SerialNumber)
 			}
@@ -149,11 +149,11 @@ func TestNotYetValidTakenInOnceValid(t *testing.T) {
 	opt, clk := clocked(dir, false)
 	r := mustNew(t, opt, zaptest.NewLogger(t))
 	writePair(t, dir, early)
-	clk.Add(certs.DefaultInterval)
+	clk.Advance(certs.DefaultInterval)
 	if got := r.Leaf().SerialNumber; got.Cmp(a.Cert.SerialNumber) != 0 {
 		t.Fatalf("a certificate not valid yet was served")
 	}
-	clk.Add(time.Hour)
+	clk.Advance(time.Hour)
 	if got := r.Leaf().SerialNumber; got.Cmp(early.Cert.SerialNumber) != 0 {
 		t.Fatalf("serial %x once valid, want %x", got, early.Cert.SerialNumber)
 	}
@@ -188,8 +188,7 @@ func TestOpenRefusesWithoutHandshakes(t *testing.T) {
 	dir := t.TempDir()
 	writePair(t, dir, a)
 	refused := make(chan error, 10)
-	o := opts(dir, false)
-	o.Interval = 20 * time.Millisecond
+	o, clk := clocked(dir, false)
 	o.OnRefused = func(err error) { refused <- err }
 	r := mustNew(t, o, zaptest.NewLogger(t))
 	if err := r.Open(context.Background()); err != nil {
@@ -199,12 +198,18 @@ func TestOpenRefusesWithoutHandshakes(t *testing.T) {
 		t.Error("a second Open succeeded")
 	}
 	files.Write(t, filepath.Join(dir, "tls.key"), b.KeyPEM)
+	clk.BlockUntil(t, 1) // the reads' timer
+	clk.Advance(certs.DefaultInterval - 1)
+	if r.Refused() != 0 {
+		t.Fatal("refused before an Interval")
+	}
+	clk.Advance(1)
 	select {
 	case err := <-refused:
 		if !errors.Is(err, certs.ErrKeyMismatch) {
 			t.Errorf("refused with %v, want ErrKeyMismatch", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("a mismatched key was not refused without handshakes")
 	}
 	for range 2 {
@@ -223,7 +228,7 @@ func TestInForceExpiry(t *testing.T) {
 	o, clk := clocked(dir, false)
 	r := mustNew(t, o, zap.New(core))
 	for range 3 {
-		clk.Add(25 * time.Hour)
+		clk.Advance(25 * time.Hour)
 		r.Leaf()
 	}
 	if n := logs.FilterMessageSnippet("in force has expired").Len(); n != 1 {

@@ -47,15 +47,25 @@ const (
 
 // Options configure a Breaker. Zero values take the defaults.
 type Options struct {
-	Failures     int                                  // independent failures in a row that open the circuit
-	Cooldown     time.Duration                        // between probes, and between two state changes
-	ProbeTimeout time.Duration                        // bounds each probe
-	After        func(time.Duration) <-chan time.Time // the prober's clock (default time.After)
-	Now          func() time.Time                     // spaces state changes (default time.Now)
+	Failures     int           // independent failures in a row that open the circuit
+	Cooldown     time.Duration // between probes, and between two state changes
+	ProbeTimeout time.Duration // bounds each probe (on the wall clock)
+	Clock        Clock         // spaces probes and state changes (default: the wall clock)
 	// OnChange, if set, is called when the circuit opens and when it
 	// closes, outside any lock and never twice at once.
 	OnChange func(from, to State)
 }
+
+// Clock is the time a Breaker reads and its prober waits on.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Prober is a store that can show it decides, not only that it answers;
 // the Breaker probes with Probe if its store has it, else with Ping. Probe
@@ -100,11 +110,8 @@ func New(store limiter.Store, opts Options) *Breaker {
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = DefaultProbeTimeout
 	}
-	if opts.After == nil {
-		opts.After = time.After
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = wallClock{}
 	}
 	b := &Breaker{store: store, opts: opts}
 	b.life, b.cancel = context.WithCancel(context.Background())
@@ -158,7 +165,7 @@ func (b *Breaker) record(ticket uint64, err error) {
 // trip opens the circuit, unless it closed less than a Cooldown ago.
 func (b *Breaker) trip() {
 	b.mu.Lock()
-	now := b.opts.Now()
+	now := b.opts.Clock.Now()
 	if b.State() != Closed || b.closed || !b.changed.IsZero() && now.Sub(b.changed) < b.opts.Cooldown {
 		b.mu.Unlock()
 		return
@@ -177,7 +184,7 @@ func (b *Breaker) probe(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.opts.After(b.opts.Cooldown):
+		case <-b.opts.Clock.After(b.opts.Cooldown):
 		}
 		b.setState(HalfOpen)
 		pctx, cancel := context.WithTimeout(ctx, b.opts.ProbeTimeout)
@@ -194,7 +201,7 @@ func (b *Breaker) probe(ctx context.Context) {
 		}
 		b.mu.Lock()
 		b.fails.Store(0)
-		b.changed = b.opts.Now()
+		b.changed = b.opts.Clock.Now()
 		b.setState(Closed)
 		b.notifyUnlock(Open, Closed)
 		return

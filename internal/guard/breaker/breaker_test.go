@@ -11,73 +11,22 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/guard/breaker"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
 // patience bounds how long a test waits for something that must happen.
-const patience = 10 * time.Second
+const patience = 30 * time.Second
 
-// fakeClock is the prober's clock: After's channels fire when the test
-// advances it. Every After call is announced on waits, so that a test
-// knows the prober is waiting before it advances.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Duration
-	timers []fakeTimer
-	waits  chan time.Duration
-}
+func newClock() *clock.Clock { return clock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
-type fakeTimer struct {
-	at time.Duration
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{waits: make(chan time.Duration, 100)} }
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, fakeTimer{at: c.now + d, ch: ch})
-	c.mu.Unlock()
-	c.waits <- d
-	return ch
-}
-
-// Now is the clock's time, for Options.Now.
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Unix(0, 0).Add(c.now)
-}
-
-// Advance moves the clock and fires the timers that are due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now += d
-	keep := c.timers[:0]
-	for _, t := range c.timers {
-		if t.at <= c.now {
-			t.ch <- time.Unix(0, 0).Add(c.now)
-			continue
-		}
-		keep = append(keep, t)
-	}
-	c.timers = keep
-}
-
-// awaitWait waits until the prober waits on the clock, and returns for
-// how long.
-func (c *fakeClock) awaitWait(t *testing.T) time.Duration {
+// awaitWait waits until the prober waits on clk, and returns for how
+// long.
+func awaitWait(t *testing.T, clk *clock.Clock) time.Duration {
 	t.Helper()
-	select {
-	case d := <-c.waits:
-		return d
-	case <-time.After(patience):
-		t.Fatal("the prober never waited on the clock")
-		return 0
-	}
+	clk.BlockUntil(t, 1)
+	return clk.Pending()[0]
 }
 
 // gate is a store whose calls block until the test settles them, so that
@@ -131,15 +80,15 @@ type harness struct {
 	t        *testing.T
 	b        *breaker.Breaker
 	g        *gate
-	clock    *fakeClock
+	clock    *clock.Clock
 	inflight []*call
 	changes  chan string
 }
 
 func newHarness(t *testing.T, failures int) *harness {
-	h := &harness{t: t, g: newGate(), clock: newFakeClock(), changes: make(chan string, 100)}
+	h := &harness{t: t, g: newGate(), clock: newClock(), changes: make(chan string, 100)}
 	h.b = breaker.New(h.g, breaker.Options{
-		Failures: failures, Cooldown: time.Second, ProbeTimeout: 100 * time.Millisecond, After: h.clock.After, Now: h.clock.Now,
+		Failures: failures, Cooldown: time.Second, ProbeTimeout: 100 * time.Millisecond, Clock: h.clock,
 		OnChange: func(from, to breaker.State) { h.changes <- from.String() + ">" + to.String() },
 	})
 	t.Cleanup(func() {
@@ -292,7 +241,7 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 		{time.Second, true, 2, breaker.Open},                    // and again
 		{time.Second, false, 3, breaker.Closed},                 // back within one Cooldown
 	}
-	if d := h.clock.awaitWait(t); d != time.Second {
+	if d := awaitWait(t, h.clock); d != time.Second {
 		t.Fatalf("the prober waits %v, want the cooldown", d)
 	}
 	var pings int32 // after the step before
@@ -306,7 +255,7 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 			if s.want == breaker.Closed {
 				awaitChange(t, h.changes, "open>closed", fmt.Sprintf("step %d: the circuit closing", i))
 			} else {
-				h.clock.awaitWait(t) // the prober waits again
+				awaitWait(t, h.clock) // the prober waits again
 			}
 		}
 		if got := h.g.pings.Load(); got != s.wantPings {
@@ -334,7 +283,7 @@ func TestBreakerProbeNeverBlocksACaller(t *testing.T) {
 	h := newHarness(t, 1)
 	h.g.pingGate = make(chan struct{})
 	h.once(errReset)
-	h.clock.awaitWait(t)
+	awaitWait(t, h.clock)
 	h.clock.Advance(time.Second)
 	if !wait.True(patience, func() bool { return h.g.pings.Load() > 0 }) {
 		t.Fatal("no probe")
@@ -373,9 +322,9 @@ func TestBreakerProbeTimeout(t *testing.T) {
 	h := newHarness(t, 1)
 	h.g.pingGate = make(chan struct{}) // never released
 	h.once(errReset)
-	h.clock.awaitWait(t)
+	awaitWait(t, h.clock)
 	h.clock.Advance(time.Second)
-	h.clock.awaitWait(t) // the hung Ping gave up; the prober waits again
+	awaitWait(t, h.clock) // the hung Ping gave up; the prober waits again
 	if h.g.pings.Load() != 1 || h.b.State() != breaker.Open {
 		t.Fatalf("%d pings, state %v", h.g.pings.Load(), h.b.State())
 	}
@@ -386,19 +335,17 @@ func TestBreakerProbeTimeout(t *testing.T) {
 func TestBreakerCloseStopsTheProber(t *testing.T) {
 	for _, inPing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("in ping %v", inPing), func(t *testing.T) {
-			g, clock := newGate(), newFakeClock()
+			g, clk := newGate(), newClock()
 			g.pingGate = make(chan struct{})
-			b := breaker.New(g, breaker.Options{Failures: 1, ProbeTimeout: time.Hour, After: clock.After})
+			b := breaker.New(g, breaker.Options{Failures: 1, ProbeTimeout: time.Hour, Clock: clk})
 			c := &call{settle: make(chan error, 1)}
 			c.settle <- errReset
 			_ = b.Take(context.WithValue(context.Background(), callKey{}, c), nil, nil)
 			<-g.arrived
-			clock.awaitWait(t)
+			awaitWait(t, clk)
 			if inPing {
-				clock.Advance(breaker.DefaultCooldown)
-				for g.pings.Load() == 0 {
-					time.Sleep(time.Millisecond)
-				}
+				clk.Advance(breaker.DefaultCooldown)
+				wait.For(t, patience, func() bool { return g.pings.Load() > 0 })
 			}
 			done := make(chan error, 1)
 			go func() { done <- b.Close() }()
@@ -417,8 +364,8 @@ func TestBreakerCloseStopsTheProber(t *testing.T) {
 // TestBreakerOpenContextStopsTheProber: the context given to Open bounds
 // the prober too.
 func TestBreakerOpenContextStopsTheProber(t *testing.T) {
-	g, clock := newGate(), newFakeClock()
-	b := breaker.New(g, breaker.Options{Failures: 1, After: clock.After})
+	g, clk := newGate(), newClock()
+	b := breaker.New(g, breaker.Options{Failures: 1, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := b.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -427,7 +374,7 @@ func TestBreakerOpenContextStopsTheProber(t *testing.T) {
 	c.settle <- errReset
 	_ = b.Take(context.WithValue(context.Background(), callKey{}, c), nil, nil)
 	<-g.arrived
-	clock.awaitWait(t)
+	awaitWait(t, clk)
 	cancel()
 	done := make(chan error, 1)
 	go func() { done <- b.Close() }()

@@ -44,9 +44,9 @@ var _ breaker.Prober = (*pingable)(nil)
 // decision keeps the circuit open, probe after probe, because the breaker
 // probes with Probe; the first Probe that succeeds closes it.
 func TestBreakerProbesWithProbe(t *testing.T) {
-	st, clock := &pingable{}, newFakeClock()
+	st, clk := &pingable{}, newClock()
 	changes := make(chan string, 10)
-	b := breaker.New(st, breaker.Options{Failures: 1, Cooldown: time.Second, After: clock.After, Now: clock.Now,
+	b := breaker.New(st, breaker.Options{Failures: 1, Cooldown: time.Second, Clock: clk,
 		OnChange: func(from, to breaker.State) { changes <- from.String() + ">" + to.String() }})
 	defer b.Close()
 	_ = b.Take(context.Background(), nil, nil)
@@ -54,15 +54,15 @@ func TestBreakerProbesWithProbe(t *testing.T) {
 		t.Fatalf("change %q", got)
 	}
 	for range 5 {
-		clock.awaitWait(t)
-		clock.Advance(time.Second)
+		awaitWait(t, clk)
+		clk.Advance(time.Second)
 	}
-	clock.awaitWait(t) // the fifth probe failed: the prober waits again
+	awaitWait(t, clk) // the fifth probe failed: the prober waits again
 	if st.probes.Load() != 5 || st.pings.Load() != 0 || b.State() != breaker.Open {
 		t.Fatalf("%d probes, %d pings, state %v; want 5 probes, no ping, open", st.probes.Load(), st.pings.Load(), b.State())
 	}
 	st.ready.Store(true)
-	clock.Advance(time.Second)
+	clk.Advance(time.Second)
 	awaitChange(t, changes, "open>closed", "a good probe closing the circuit")
 }
 
@@ -76,7 +76,7 @@ func TestBreakerOneChangePerCooldown(t *testing.T) {
 	if got := <-h.changes; got != "closed>open" {
 		t.Fatalf("change %q", got)
 	}
-	h.clock.awaitWait(t)
+	awaitWait(t, h.clock)
 	h.clock.Advance(time.Second) // the probe's Ping succeeds
 	if got := <-h.changes; got != "open>closed" {
 		t.Fatalf("change %q", got)

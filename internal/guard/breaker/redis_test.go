@@ -22,8 +22,9 @@ import (
 // call fails OOM. Under steady load the circuit opens once and stays open
 // (its probes are script calls, not PINGs: with PINGs it closed on every
 // probe and opened again, two changes a Cooldown); once Redis has memory
-// again, it closes within a few Cooldowns. No two changes come within one
-// Cooldown.
+// again, it closes at the next probe. No two changes come within one
+// Cooldown. The breakers run on a fake clock, stepped a Cooldown at a time
+// between rounds of calls.
 func TestBreakerRedisOutOfMemory(t *testing.T) {
 	addr := redistest.StartServer(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction").Addr
 	admin := redis.NewClient(&redis.Options{Addr: addr})
@@ -37,25 +38,23 @@ func TestBreakerRedisOutOfMemory(t *testing.T) {
 		t.Fatalf("PING of a Redis out of memory: %v", err)
 	}
 	const cooldown = 100 * time.Millisecond
+	clk := newClock()
 	var mu sync.Mutex
 	var changes []time.Time
 	var states []breaker.State
-	var b *breaker.Breaker // the breaker under test, made below
 	op := []limiter.Op{{Key: "oom:{k}:", Algorithm: descriptors.FixedWindow, Limit: 1 << 40, Window: 60_000, Cost: 1000}}
-	res := make([]limiter.Result, 1)
-	// load takes decisions for d from 4 callers and returns how many
-	// succeeded, failed at the store, and were turned away by the circuit.
-	load := func(d time.Duration) (ok, failed, open int) {
+	// round takes 20 decisions from 4 callers, then moves the clock a
+	// Cooldown and waits for the prober, if one runs, to be done; it
+	// returns how many decisions succeeded, failed at the store, and were
+	// turned away by the circuit.
+	round := func(b *breaker.Breaker) (ok, failed, open int) {
 		var wg sync.WaitGroup
 		var lmu sync.Mutex
-		end := time.Now().Add(d)
 		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				res := make([]limiter.Result, 1)
-				for time.Now().Before(end) {
-					cctx, cancel := context.WithTimeout(ctx, time.Second)
+				for range 5 {
+					cctx, cancel := context.WithTimeout(ctx, patience)
 					err := b.Take(cctx, op, res)
 					cancel()
 					lmu.Lock()
@@ -70,25 +69,28 @@ func TestBreakerRedisOutOfMemory(t *testing.T) {
 						t.Errorf("Take: %v", err)
 					}
 					lmu.Unlock()
-					time.Sleep(time.Millisecond)
 				}
-			}()
+			})
 		}
 		wg.Wait()
+		probing := b.State() != breaker.Closed
+		clk.Advance(cooldown)
+		if probing { // the probe ran: the prober waits again, or the circuit closed
+			wait.For(t, patience, func() bool {
+				s := b.State()
+				return s == breaker.Closed || s == breaker.Open && clk.Waiters() > 0
+			})
+		}
 		return ok, failed, open
 	}
 
 	// For comparison, the same load on a breaker that can only PING:
 	// every probe closes the circuit, and the next failures open it again.
 	flaps := 0
-	pingOnly := breaker.New(pingOnlyStore{r}, breaker.Options{Failures: 3, Cooldown: cooldown, ProbeTimeout: time.Second,
+	pingOnly := breaker.New(pingOnlyStore{r}, breaker.Options{Failures: 3, Cooldown: cooldown, ProbeTimeout: patience, Clock: clk,
 		OnChange: func(_, to breaker.State) { flaps++ }})
-	end := time.Now().Add(15 * cooldown)
-	for time.Now().Before(end) {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = pingOnly.Take(cctx, op, res)
-		cancel()
-		time.Sleep(time.Millisecond)
+	for range 15 {
+		round(pingOnly)
 	}
 	_ = pingOnly.Close() // closes r too: open a fresh store for the breaker under test
 	if flaps < 4 {
@@ -98,14 +100,18 @@ func TestBreakerRedisOutOfMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b = breaker.New(r, breaker.Options{Failures: 3, Cooldown: cooldown, ProbeTimeout: time.Second,
+	b := breaker.New(r, breaker.Options{Failures: 3, Cooldown: cooldown, ProbeTimeout: patience, Clock: clk,
 		OnChange: func(_, to breaker.State) {
 			mu.Lock()
 			defer mu.Unlock()
-			changes, states = append(changes, time.Now()), append(states, to)
+			changes, states = append(changes, clk.Now()), append(states, to)
 		}})
 	defer b.Close()
-	ok, failed, open := load(15 * cooldown)
+	var ok, failed, open int
+	for range 15 {
+		o, f, n := round(b)
+		ok, failed, open = ok+o, failed+f, open+n
+	}
 	t.Logf("out of memory, 15 cooldowns: %d ok, %d failed, %d turned away; probes are script calls", ok, failed, open)
 	mu.Lock()
 	n, first := len(states), states
@@ -120,9 +126,12 @@ func TestBreakerRedisOutOfMemory(t *testing.T) {
 	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
+	clk.BlockUntil(t, 1) // the prober waits
+	clk.Advance(cooldown)
 	if !wait.True(patience, func() bool { return b.State() == breaker.Closed }) {
-		t.Fatal("the circuit did not close once Redis had memory again")
+		t.Fatal("the circuit did not close at the first probe once Redis had memory again")
 	}
+	res := make([]limiter.Result, 1)
 	if err := b.Take(ctx, op, res); err != nil {
 		t.Fatalf("Take once closed: %v", err)
 	}

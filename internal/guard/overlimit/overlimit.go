@@ -27,9 +27,19 @@ type Options struct {
 	// MaxEntries bounds the keys held; zero or less holds none, and every
 	// call passes through.
 	MaxEntries int
-	// Clock is the time source (default time.Now), read as monotonic time.
-	Clock func() time.Time
+	// Clock is the time source (default: the wall clock), read as
+	// monotonic time.
+	Clock Clock
 }
+
+// Clock tells a Cache the time.
+type Clock interface {
+	Now() time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // Stats are a Cache's counters, for metrics.
 type Stats struct {
@@ -43,12 +53,13 @@ type Stats struct {
 // its store allowed. It is safe for concurrent use.
 //
 // A denial is held until just before its retry_after ends, and answers the
-// ops with a cost, no Refund, no Now and no joint under the same
-// parameters and a cost at least the denied one's. Other ops go to the store in one Take
+// ops with a cost, no Refund, no Now, no joint and no Debit (charged even
+// when denied: the store must see it) under the same parameters and a
+// cost at least the denied one's. Other ops go to the store in one Take
 // per call. docs/design.md#over-limit-cache says why this is safe.
 type Cache struct {
 	store limiter.Store
-	clock func() time.Time
+	clock Clock
 	base  time.Time // times are ns since base
 	seed  maphash.Seed
 	max   int64 // MaxEntries
@@ -85,9 +96,9 @@ type entry struct {
 func New(store limiter.Store, opts Options) *Cache {
 	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.MaxEntries, 0))}
 	if c.clock == nil {
-		c.clock = time.Now
+		c.clock = wallClock{}
 	}
-	c.base = c.clock()
+	c.base = c.clock.Now()
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]entry)
 		c.shards[i].minUntil = math.MaxInt64
@@ -95,7 +106,7 @@ func New(store limiter.Store, opts Options) *Cache {
 	return c
 }
 
-func (c *Cache) now() int64 { return int64(c.clock().Sub(c.base)) }
+func (c *Cache) now() int64 { return int64(c.clock.Now().Sub(c.base)) }
 
 func (c *Cache) shard(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)%shards]
@@ -136,7 +147,7 @@ func (c *Cache) Take(ctx context.Context, ops []limiter.Op, results []limiter.Re
 	hits := 0
 	if c.size.Load() > 0 {
 		for i := range ops {
-			if inJoint(ops, i) || !c.deny(&ops[i], sent, &results[i]) {
+			if inJoint(ops, i) || ops[i].Debit || !c.deny(&ops[i], sent, &results[i]) {
 				if b != nil {
 					b.add(i, &ops[i])
 				}
@@ -216,7 +227,7 @@ func (c *Cache) learn(ops []limiter.Op, results []limiter.Result, sent int64) {
 	for i := range ops {
 		op, r := &ops[i], &results[i]
 		switch {
-		case op.Cost > 0 && !r.Allowed && op.Now == 0 && r.RetryAfter > 0 && !inJoint(ops, i):
+		case op.Cost > 0 && !r.Allowed && op.Now == 0 && r.RetryAfter > 0 && !inJoint(ops, i) && !op.Debit:
 			c.put(op, r.RetryAfter, sent)
 		case op.Cost > 0 || (r.Allowed && op.Algorithm != descriptors.TokenBucket):
 			// A token bucket's peek is always allowed and says nothing.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastlimit/fastlimit/internal/guard/overlimit"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/limiter/limitertest"
@@ -20,28 +21,11 @@ import (
 
 const milli = descriptors.Milli
 
-// clock is a stepped clock, safe for concurrent use.
-type clock struct{ ns atomic.Int64 }
-
 // start is the clocks' origin: a whole day since the epoch, so that every
 // window starts at a whole second from it.
 var start = time.Unix(1_800_000_000-1_800_000_000%86_400, 0)
 
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(start.UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
-
-func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
-
-// Set sets the clock to since after start.
-func (c *clock) Set(since time.Duration) { c.ns.Store(start.UnixNano() + int64(since)) }
-
-// Since returns the time since start.
-func (c *clock) Since() time.Duration { return time.Duration(c.ns.Load() - start.UnixNano()) }
+func newClock() *clock.Clock { return clock.New(start) }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
@@ -230,10 +214,10 @@ func TestTake(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
 			f := &fake{}
-			c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk.Now})
+			c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk})
 			res := make([]limiter.Result, 1)
 			for i, s := range tt.steps {
-				clk.Set(s.at)
+				clk.Advance(s.at - clk.Since(start))
 				f.next = func(limiter.Op) limiter.Result {
 					if s.store == nil {
 						return limiter.Result{Allowed: true, Remaining: -1} // unexpected; reported below
@@ -269,7 +253,7 @@ func TestBatch(t *testing.T) {
 		}
 		return *allow(op.Cost)
 	}}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk.Now})
+	c := overlimit.New(f, overlimit.Options{MaxEntries: 100, Clock: clk})
 	key := func(op limiter.Op, k string) limiter.Op { op.Key = k; return op }
 	ctx := context.Background()
 
@@ -279,7 +263,7 @@ func TestBatch(t *testing.T) {
 	}
 	f.reset()
 
-	clk.Add(ms(100))
+	clk.Advance(ms(100))
 	ops := []limiter.Op{key(fixed, "x"), key(fixed, "a"), with(key(fixed, "y"), cost(3)), key(bucket, "b"), key(bucket, "a"), with(key(fixed, "z"), cost(7))}
 	res = make([]limiter.Result, len(ops))
 	// In the first round "a" is held as a fixed window: ops[1] hits and
@@ -309,7 +293,7 @@ func TestBatch(t *testing.T) {
 	}
 
 	// A call the cache answers whole does not reach the store.
-	clk.Add(ms(1))
+	clk.Advance(ms(1))
 	if err := c.Take(ctx, []limiter.Op{key(bucket, "b"), key(bucket, "b")}, res); err != nil {
 		t.Fatal(err)
 	}
@@ -358,13 +342,13 @@ func TestDifferential(t *testing.T) {
 			storeNow := func() time.Time { return clk.Now().Add(123_456_789 * time.Nanosecond) }
 			under := &recorder{Store: store.NewMemory(store.MemoryOptions{Now: storeNow})}
 			alone := store.NewMemory(store.MemoryOptions{Now: storeNow})
-			c := overlimit.New(under, overlimit.Options{MaxEntries: 64, Clock: clk.Now})
+			c := overlimit.New(under, overlimit.Options{MaxEntries: 64, Clock: clk})
 			rng := rand.New(rand.NewPCG(1, uint64(tt.op.Algorithm)<<32|uint64(tt.op.Window)))
 			ctx := context.Background()
 
 			total, local := 0, 0
 			for range 3000 {
-				clk.Add(time.Duration(rng.Int64N(150_000)) * time.Microsecond)
+				clk.Advance(time.Duration(rng.Int64N(150_000)) * time.Microsecond)
 				ops := make([]limiter.Op, 1+rng.IntN(3))
 				for i := range ops {
 					op := tt.op
@@ -387,7 +371,7 @@ func TestDifferential(t *testing.T) {
 				sent := 0
 				for i, op := range ops {
 					total++
-					at := fmt.Sprintf("at %v, op %+v", clk.Since(), op)
+					at := fmt.Sprintf("at %v, op %+v", clk.Since(start), op)
 					if sent < len(under.seen) && under.seen[sent] == op {
 						sent++
 						// A fixed window under an override can see fewer
@@ -440,7 +424,7 @@ func TestMaxEntries(t *testing.T) {
 		const maxEntries, keys = 40, 1000
 		clk := newClock()
 		f := &fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}
-		c := overlimit.New(f, overlimit.Options{MaxEntries: maxEntries, Clock: clk.Now})
+		c := overlimit.New(f, overlimit.Options{MaxEntries: maxEntries, Clock: clk})
 		res := make([]limiter.Result, 1)
 		for round := range 2 {
 			for i := range keys {
@@ -467,7 +451,7 @@ func TestMaxEntries(t *testing.T) {
 				t.Errorf("round %d: Stats = %+v", round, s)
 			}
 			// Once they expire, the entries make room for new keys.
-			clk.Add(ms(1000))
+			clk.Advance(ms(1000))
 		}
 	})
 	t.Run("zero holds nothing", func(t *testing.T) {
@@ -489,7 +473,7 @@ func TestMaxEntries(t *testing.T) {
 // alone decides what is allowed, so each key admits exactly its limit.
 func TestConcurrent(t *testing.T) {
 	clk := newClock()
-	c := overlimit.New(store.NewMemory(store.MemoryOptions{Now: clk.Now}), overlimit.Options{MaxEntries: 16, Clock: clk.Now})
+	c := overlimit.New(store.NewMemory(store.MemoryOptions{Now: clk.Now}), overlimit.Options{MaxEntries: 16, Clock: clk})
 	ops := []limiter.Op{
 		with(fixed, func(op *limiter.Op) { op.Key, op.Limit, op.Window = "f", 50*milli, 3_600_000 }),
 		with(sliding, func(op *limiter.Op) { op.Key, op.Limit, op.Window = "s", 30*milli, 3_600_000 }),
@@ -532,7 +516,7 @@ func TestConcurrent(t *testing.T) {
 func TestStoreError(t *testing.T) {
 	clk := newClock()
 	f := &fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk.Now})
+	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
 	ctx := context.Background()
 	res := make([]limiter.Result, 2)
 	if err := c.Take(ctx, []limiter.Op{fixed}, res); err != nil {
@@ -563,13 +547,13 @@ func TestStoreError(t *testing.T) {
 func TestTakeAll(t *testing.T) {
 	clk := newClock()
 	f := &atomicFake{fake: fake{next: func(limiter.Op) limiter.Result { return *deny(1000) }}}
-	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk.Now})
+	c := overlimit.New(f, overlimit.Options{MaxEntries: 10, Clock: clk})
 	ctx := context.Background()
 	res := make([]limiter.Result, 1)
 	if err := c.Take(ctx, []limiter.Op{fixed}, res); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(ms(100))
+	clk.Advance(ms(100))
 	if err := c.TakeAll(ctx, []limiter.Op{fixed}, res); err != nil || f.all != 1 || res[0] != *deny(1000) {
 		t.Errorf("TakeAll = %v, %d store calls, %+v; want the store's answer", err, f.all, res[0])
 	}

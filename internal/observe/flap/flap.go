@@ -23,7 +23,7 @@ const DefaultEvery = 10 * time.Second
 type Condition struct {
 	log   *zap.Logger
 	every time.Duration
-	now   func() time.Time
+	clock Clock
 
 	mu      sync.Mutex
 	down    bool      // the state last observed
@@ -33,25 +33,51 @@ type Condition struct {
 	// and the timer that writes it.
 	flush   bool
 	held    func(n int)
-	pending *time.Timer
+	pending bool
 }
 
+// Clock is a Condition's time, and the timers of WithFlush.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a Clock's timer: *time.Timer's methods, with C a method.
+type Timer = interface {
+	C() <-chan time.Time
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) Timer {
+	return wallTimer{time.AfterFunc(d, f)}
+}
+
+type wallTimer struct{ t *time.Timer }
+
+func (w wallTimer) C() <-chan time.Time        { return w.t.C }
+func (w wallTimer) Reset(d time.Duration) bool { return w.t.Reset(d) }
+func (w wallTimer) Stop() bool                 { return w.t.Stop() }
+
 // WithFlush makes c write a change it held back once the interval is
-// over even if nothing is observed again, on the wall clock's timers: a
-// caller that observes only changes needs it, or a last change could go
+// over even if nothing is observed again, on its clock's timers: a caller
+// that observes only changes needs it, or a last change could go
 // unlogged. It returns c.
 func (c *Condition) WithFlush() *Condition {
 	c.flush = true
 	return c
 }
 
-// New returns a Condition, up, that logs to log at most once per every;
-// now is its clock (nil: time.Now).
-func New(log *zap.Logger, every time.Duration, now func() time.Time) *Condition {
-	if now == nil {
-		now = time.Now
+// New returns a Condition, up, that logs to log at most once per every,
+// on clock (nil: the wall clock).
+func New(log *zap.Logger, every time.Duration, clock Clock) *Condition {
+	if clock == nil {
+		clock = wallClock{}
 	}
-	return &Condition{log: log, every: every, now: now}
+	return &Condition{log: log, every: every, clock: clock}
 }
 
 // Down observes the condition down; msg and fields describe it, logged
@@ -73,7 +99,7 @@ func (c *Condition) observe(down bool, level zapcore.Level, msg string, fields [
 	if changed {
 		c.changes++
 	}
-	now := c.now()
+	now := c.clock.Now()
 	write := func(n int) {
 		if ce := c.log.Check(level, msg); ce != nil {
 			ce.Write(append(fields, zap.Int("changes", n))...)
@@ -83,8 +109,9 @@ func (c *Condition) observe(down bool, level zapcore.Level, msg string, fields [
 	if !due {
 		if c.changes > 0 && c.flush {
 			c.held = write
-			if c.pending == nil {
-				c.pending = time.AfterFunc(c.every-now.Sub(c.last), c.flushHeld)
+			if !c.pending {
+				c.pending = true
+				c.clock.AfterFunc(c.every-now.Sub(c.last), c.flushHeld)
 			}
 		}
 		c.mu.Unlock()
@@ -101,12 +128,12 @@ func (c *Condition) observe(down bool, level zapcore.Level, msg string, fields [
 func (c *Condition) flushHeld() {
 	c.mu.Lock()
 	write, n := c.held, c.changes
-	c.pending, c.held = nil, nil
+	c.pending, c.held = false, nil
 	if write == nil || n == 0 {
 		c.mu.Unlock()
 		return
 	}
-	c.changes, c.last = 0, c.now()
+	c.changes, c.last = 0, c.clock.Now()
 	c.mu.Unlock()
 	write(n)
 }

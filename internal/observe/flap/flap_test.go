@@ -8,18 +8,18 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/observe/flap"
-	"github.com/fastlimit/fastlimit/internal/testing/wait"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 )
 
 // A condition flapping 1,000 times a second for 30 s writes a line for
 // its first change, then one per interval, each counting the changes.
 func TestFlapsLoggedOncePerInterval(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	now := time.Unix(1000, 0)
-	c := flap.New(zap.New(core), 10*time.Second, func() time.Time { return now })
+	clk := clock.New(time.Unix(1000, 0))
+	c := flap.New(zap.New(core), 10*time.Second, clk)
 	changes := 0
 	for i := range 30_000 {
-		now = now.Add(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		if i%2 == 0 {
 			if c.Down("fails") {
 				changes++
@@ -48,8 +48,8 @@ func TestFlapsLoggedOncePerInterval(t *testing.T) {
 // quiet interval is logged at once.
 func TestSteadyState(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	now := time.Unix(1000, 0)
-	c := flap.New(zap.New(core), time.Second, func() time.Time { return now })
+	clk := clock.New(time.Unix(1000, 0))
+	c := flap.New(zap.New(core), time.Second, clk)
 	tests := []struct {
 		step      time.Duration
 		down      bool
@@ -65,7 +65,7 @@ func TestSteadyState(t *testing.T) {
 		{time.Second, false, 3},
 	}
 	for i, tt := range tests {
-		now = now.Add(tt.step)
+		clk.Advance(tt.step)
 		if tt.down {
 			c.Down("down")
 		} else {
@@ -81,18 +81,49 @@ func TestSteadyState(t *testing.T) {
 }
 
 // WithFlush: a change held back is written once the interval is over,
-// though nothing is observed again.
+// though nothing is observed again; not before, and only once.
 func TestFlush(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	c := flap.New(zap.New(core), 50*time.Millisecond, nil).WithFlush()
+	clk := clock.New(time.Unix(1000, 0))
+	c := flap.New(zap.New(core), time.Second, clk).WithFlush()
+	c.Down("down")
+	clk.Advance(300 * time.Millisecond)
+	c.Up("up")
 	c.Down("down")
 	c.Up("up")
-	wait.For(t, 10*time.Second, func() bool { return logs.Len() == 2 })
-	if last := logs.All()[1]; last.Message != "up" || last.ContextMap()["changes"].(int64) != 1 {
-		t.Errorf("flushed line %q %v, want up with 1 change", last.Message, last.ContextMap())
+	if n, p := logs.Len(), clk.Pending(); n != 1 || len(p) != 1 || p[0] != 700*time.Millisecond {
+		t.Fatalf("%d lines, flushes pending in %v; want the first line, one flush at the interval's end", n, p)
 	}
-	time.Sleep(100 * time.Millisecond)
+	clk.Advance(700*time.Millisecond - 1)
+	if logs.Len() != 1 {
+		t.Fatalf("%d lines before the interval's end, want 1", logs.Len())
+	}
+	clk.Advance(1)
 	if logs.Len() != 2 {
-		t.Errorf("%d lines after the flush, want 2", logs.Len())
+		t.Fatalf("%d lines at the interval's end, want 2", logs.Len())
+	}
+	if last := logs.All()[1]; last.Message != "up" || last.ContextMap()["changes"].(int64) != 3 {
+		t.Errorf("flushed line %q %v, want up with 3 changes", last.Message, last.ContextMap())
+	}
+	clk.Advance(time.Hour)
+	if logs.Len() != 2 || clk.Waiters() != 0 {
+		t.Errorf("%d lines, %d timers after the flush; want 2 and none", logs.Len(), clk.Waiters())
+	}
+}
+
+// Without WithFlush, a change held back waits for the next observation.
+func TestNoFlush(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	clk := clock.New(time.Unix(1000, 0))
+	c := flap.New(zap.New(core), time.Second, clk)
+	c.Down("down")
+	c.Up("up")
+	clk.Advance(time.Hour)
+	if logs.Len() != 1 || clk.Waiters() != 0 {
+		t.Errorf("%d lines, %d timers; want 1 and none", logs.Len(), clk.Waiters())
+	}
+	c.Up("up")
+	if logs.Len() != 2 {
+		t.Errorf("%d lines after the next observation, want 2", logs.Len())
 	}
 }

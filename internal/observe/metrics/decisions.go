@@ -47,6 +47,12 @@ var (
 		help: "When the rules directory (or an xDS snapshot) last loaded successfully, in Unix seconds."}
 	limitsDef = def{name: "fastlimit_config_limits", kind: gauge,
 		help: "Limits in the rules in force."}
+	warningsDef = def{name: "fastlimit_config_warnings", kind: gauge,
+		help: "Warnings of the rules in force: keys ignored as envoyproxy/ratelimit ignores them, entries of --rules-overlay that extend nothing (each is logged at warn, and listed by /v1/rules).",
+		see:  "rules.md#errors-and-warnings"}
+	overlayUnmatchedDef = def{name: "fastlimit_config_overlay_unmatched", kind: gauge,
+		help: "Entries of --rules-overlay (domains, descriptor paths, rate_limit extensions) that extend nothing in the rules over xDS in force.",
+		see:  "xds.md#fastlimits-extensions-over-xds"}
 	removedDef = def{name: "fastlimit_config_domains_removed_total", kind: counter,
 		help: "Domains that a load of the rules removed: their requests are no longer limited (each is logged at warn).",
 		see:  "operations.md#hot-reload"}
@@ -59,6 +65,6 @@ var buildInfoDef = def{name: "fastlimit_build_info", kind: gauge, labels: []stri
 var (
 	decisionDefs = []*def{&ruleHitsDef, &ruleWithinDef, &ruleNearDef, &ruleOverDef, &ruleShadowDef, &ruleRefundedDef,
 		&requestsDef, &durationDef, &globalShadowDef, &storeErrorsDef, &unmatchedDef, &detailedFoldedDef}
-	configDefs = []*def{&loadsDef, &infoDef, &lastOKDef, &lastOKTimeDef, &limitsDef, &removedDef}
+	configDefs = []*def{&loadsDef, &infoDef, &lastOKDef, &lastOKTimeDef, &limitsDef, &warningsDef, &overlayUnmatchedDef, &removedDef}
 	buildDefs  = []*def{&buildInfoDef}
 )

@@ -40,6 +40,7 @@ var tables = []struct {
 	{"server", concat(decisionDefs, configDefs, storeDefs, refStatsDefs, buildDefs)},
 	{"connections", concat(grpcDefs, httpDefs, tlsDefs)},
 	{"rlqs", rlqsDefs},
+	{"admin", adminDefs},
 }
 
 func concat(lists ...[]*def) []*def {

@@ -168,6 +168,13 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 	if _, err := NewTLS(reg); err != nil {
 		t.Fatal(err)
 	}
+	a, err := NewAdmin(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Tokens(1)
+	a.TokenFileRefused()
+	a.Refused(AdminHost)
 }
 
 // definedAt finds the series defined outside this package: a fastlimit_

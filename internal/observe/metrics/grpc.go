@@ -27,13 +27,13 @@ var (
 		&grpcStreamsRefusedDef, &grpcTimedOutDef, &grpcIdleClosedDef}
 )
 
-const httpWhen = "for each listener bound (`prometheus`: `USE_PROMETHEUS`)"
+const httpWhen = "for each listener bound (`prometheus`: `USE_PROMETHEUS`; `metrics`: `--metrics-addr`)"
 
 // The series of the HTTP listeners' connections (RegisterHTTPListeners).
 var (
 	httpConnsDef = def{name: "fastlimit_http_connections", kind: gauge, labels: []string{"listener"},
 		when: httpWhen,
-		help: "Connections open on an HTTP listener (http: health and /json; admin; prometheus: the reference's)."}
+		help: "Connections open on an HTTP listener (http: health and /json; admin; metrics: --metrics-addr; prometheus: the reference's)."}
 	httpRefusedDef = def{name: "fastlimit_http_connections_refused_total", kind: counter, labels: []string{"listener"},
 		when: httpWhen,
 		help: "Connections to an HTTP listener closed at once because its cap was reached."}

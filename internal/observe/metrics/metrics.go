@@ -66,6 +66,8 @@ type Metrics struct {
 	lastOK     prometheus.Gauge
 	lastOKTime prometheus.Gauge
 	limits     prometheus.Gauge
+	warnings   prometheus.Gauge
+	unmatchedO prometheus.Gauge // entries of the overlay that extend nothing
 }
 
 // Options configure Metrics.
@@ -104,7 +106,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	cs := []prometheus.Collector{
 		m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleRefunded,
 		m.duration, m.requests, m.storeErrors, m.globalShadow, m.unmatched,
-		m.loads, m.removed, m.info, m.lastOK, m.lastOKTime, m.limits, m.detailed.folded,
+		m.loads, m.removed, m.info, m.lastOK, m.lastOKTime, m.limits, m.warnings, m.unmatchedO, m.detailed.folded,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -135,6 +137,8 @@ func (m *Metrics) newConfigSeries() {
 	m.lastOK = lastOKDef.gauge()
 	m.lastOKTime = lastOKTimeDef.gauge()
 	m.limits = limitsDef.gauge()
+	m.warnings = warningsDef.gauge()
+	m.unmatchedO = overlayUnmatchedDef.gauge()
 	for _, r := range []string{"success", "failure"} {
 		m.loads.WithLabelValues(r)
 	}
@@ -238,6 +242,8 @@ func (m *Metrics) Loaded(r *rules.Loaded, changed bool) {
 		m.info.Reset()
 		m.info.WithLabelValues(r.Hash).Set(1)
 		m.limits.Set(float64(len(r.Set.Limits())))
+		m.warnings.Set(float64(len(r.Warnings)))
+		m.unmatchedO.Set(float64(r.OverlayUnmatched))
 		m.cacheSeries(r.Set)
 	}
 }

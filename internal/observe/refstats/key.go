@@ -20,6 +20,7 @@ const (
 	statNearLimit    = ".near_limit"
 	statWithinLimit  = ".within_limit"
 	statShadowMode   = ".shadow_mode"
+	statNegativeHits = ".total_negative_hits" // envoyproxy/ratelimit#1140
 	statDomainAbsent = ".domain_not_found"
 
 	statRedisError    = "ratelimit.service.call.should_rate_limit.redis_error"

@@ -33,8 +33,8 @@ const defaultMaxDynamicKeys = 10000
 
 // Stats counts decisions as envoyproxy/ratelimit ("the reference")
 // counts them, under its stat names, in a statsd.Store: per rule
-// total_hits, over_limit, near_limit, within_limit and shadow_mode, and
-// its service counters. collector exports the store to Prometheus,
+// total_hits, over_limit, near_limit, within_limit, shadow_mode and
+// total_negative_hits, and its service counters. collector exports the store to Prometheus,
 // a statsd.Client sends it to statsd. As an observer it is safe for
 // concurrent use and does not block.
 //
@@ -61,11 +61,13 @@ type Stats struct {
 	methods   map[string]*methodStats // by full gRPC method
 	prom      *collector              // nil without USE_PROMETHEUS
 	timers    bool                    // statsd is on: keep the response timer's values
+	now       func() time.Time        // times the calls (time.Now; tests step a fake clock)
 }
 
 // ruleStats are one stat key's counters. A nil *ruleStats counts nothing.
 type ruleStats struct {
 	hits, over, near, within, shadow *statsd.Counter
+	negative                         *statsd.Counter // hits given back (is_negative_hits)
 }
 
 // limitIndex holds the stats of a rule set's limits by their configured
@@ -101,6 +103,7 @@ func newStats(l *limiter.Limiter, nearRatio float64, maxDynamic int, reg prometh
 		loadError:    st.Counter(statLoadError),
 		globalShadow: st.Counter(statGlobalShadow),
 		methods:      map[string]*methodStats{},
+		now:          time.Now,
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
 	addRuntimeStats(st)
@@ -142,6 +145,8 @@ func (r *Stats) statsOf(key string) *ruleStats {
 		near:   r.store.Counter(p + statNearLimit),
 		within: r.store.Counter(p + statWithinLimit),
 		shadow: r.store.Counter(p + statShadowMode),
+		// total_negative_hits, as upstream counts refunds since #1140.
+		negative: r.store.Counter(p + statNegativeHits),
 	}
 }
 
@@ -158,9 +163,9 @@ func (r *Stats) Decided(domain string, req limiter.View, res *limiter.Response, 
 	idx := r.rulesFor(set)
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		// A refund (is_negative_hits) is no hit: the reference predates
-		// the field and has no stat for hits given back.
-		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 || st.Refund {
+		// A refund (is_negative_hits) is no hit: it counts in
+		// total_negative_hits alone (count).
+		if st.Limit == nil || st.Limit.Unlimited || st.Hits == 0 {
 			continue
 		}
 		override := req != nil && i < req.Len() && req.Override(i)
@@ -242,6 +247,10 @@ func (r *Stats) dynamicFor(key []byte, add func(key string) *ruleStats) *ruleSta
 // count adds one status to rs as the reference's base limiter does.
 func (r *Stats) count(rs *ruleStats, st *limiter.Status) {
 	if rs == nil {
+		return
+	}
+	if st.Refund { // the hits requested back, as upstream's #1140 counts them
+		rs.negative.Add(min(st.Hits, maxDecisionHits))
 		return
 	}
 	t := tallyOf(st, r.nearRatio)
@@ -330,11 +339,11 @@ func (r *Stats) LoadFailed() { r.loadError.Add(1) }
 // milliseconds, as the reference's server reporter does:
 // ratelimit_server.METHOD.total_requests and .response_time.
 func (r *Stats) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
+	start := r.now()
 	ms := r.method(info.FullMethod)
 	ms.total.Add(1)
 	resp, err := h(ctx, req)
-	took := time.Since(start).Milliseconds()
+	took := r.now().Sub(start).Milliseconds()
 	if ms.time != nil {
 		ms.time.Observe(float64(took) * ms.scale)
 	}

@@ -265,6 +265,23 @@ descriptors:
 		// Not in the built-in mapping: the escaped stat name.
 		want: map[string]float64{"ratelimit_service_rate_limit_nope_domain_not_found{}": 4},
 	}, {
+		name:  "refunds",
+		rules: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+		drive: func(h *refHarness) {
+			h.call(3, "d", desc("k", "x"))
+			refund := desc("k", "x")
+			refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(2), true
+			h.call(2, "d", refund)
+		},
+		// Hits given back count in total_negative_hits (envoyproxy/ratelimit#1140),
+		// which the built-in mapping leaves as the escaped stat name, and
+		// in no other stat.
+		want: map[string]float64{
+			rl + "total_hits{domain=d,key1=k}":                       3,
+			rl + "within_limit{domain=d,key1=k}":                     3,
+			"ratelimit_service_rate_limit_d_k_total_negative_hits{}": 4,
+		},
+	}, {
 		name:  "unlimited and unmatched",
 		rules: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
 		drive: func(h *refHarness) { h.call(2, "d", desc("k", "x"), desc("other", "y")) },

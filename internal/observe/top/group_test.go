@@ -17,7 +17,7 @@ func TestGroupIsOneRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := top.New(top.Options{Now: newClock().Now})
+	tr := top.New(top.Options{Clock: newClock()})
 	tr.Loaded(loaded, true)
 	entries := []descriptors.Entry{{Key: "account", Value: "a"}}
 	g := descriptors.Match(loaded.Set.Domain("d"), entries).Group

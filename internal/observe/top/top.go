@@ -44,9 +44,20 @@ type Options struct {
 	// LogLimited logs, at most once per LogEvery per rule, the rule's top
 	// over-limit identifiers when it limited any.
 	LogLimited bool
-	Log        *zap.Logger      // nil: no log lines
-	Now        func() time.Time // default time.Now
+	Log        *zap.Logger // nil: no log lines
+	Clock      Clock       // the decay's clock, and Run's (default: the wall clock)
 }
+
+// Clock is the time a Tracker reads and waits on.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Tracker keeps the top identifiers of every rule in force. It is an
 // rls.Observer and a rules load observer; its methods are safe for
@@ -85,8 +96,8 @@ type rule struct {
 // New returns a Tracker with no rules; it starts no goroutine.
 func New(o Options) *Tracker {
 	o.Keys, o.Window = cmp.Or(max(o.Keys, 0), DefaultKeys), cmp.Or(max(o.Window, 0), DefaultWindow)
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = wallClock{}
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -204,12 +215,11 @@ func DomainOf(l *descriptors.Limit) string {
 
 // Run calls Sync every second until ctx ends.
 func (t *Tracker) Run(ctx context.Context) {
-	tk := time.NewTicker(time.Second)
-	defer tk.Stop()
-	for ctx.Err() == nil {
+	for {
 		select {
 		case <-ctx.Done():
-		case <-tk.C:
+			return
+		case <-t.o.Clock.After(time.Second):
 			t.Sync()
 		}
 	}
@@ -243,7 +253,7 @@ func (t *Tracker) Sync() {
 // advance moves the clock to now, and the landmark to now once it is a
 // Window old, so that weights stay below e.
 func (t *Tracker) advance() *tick {
-	now := float64(t.o.Now().UnixNano()) / 1e9
+	now := float64(t.o.Clock.Now().UnixNano()) / 1e9
 	prev := t.clock.Load()
 	epoch := int64(now)
 	if prev != nil && now-float64(prev.epoch) < t.window {

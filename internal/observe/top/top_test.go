@@ -1,6 +1,7 @@
 package top_test
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fastlimit/fastlimit/internal/observe/top"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -35,18 +37,12 @@ func (v view) Entry(i, j int) (string, string) {
 	return v[i][j].Key, v[i][j].Value
 }
 
-// clock is a settable time; Add must not race with Now.
-type clock struct{ t time.Time }
-
-func (c *clock) Now() time.Time      { return c.t }
-func (c *clock) Add(d time.Duration) { c.t = c.t.Add(d) }
-
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func newClock() *clock.Clock { return clock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 // fixture is a Tracker on testRules and the limits to decide with.
 type fixture struct {
 	t      *top.Tracker
-	c      *clock
+	c      *clock.Clock
 	set    *descriptors.Set
 	loaded *rules.Loaded
 }
@@ -58,8 +54,8 @@ func newFixture(tb testing.TB, o top.Options) *fixture {
 		tb.Fatal(err)
 	}
 	c := newClock()
-	if o.Now == nil {
-		o.Now = c.Now
+	if o.Clock == nil {
+		o.Clock = c
 	}
 	f := &fixture{t: top.New(o), c: c, set: loaded.Set, loaded: loaded}
 	f.t.Loaded(loaded, true)
@@ -155,7 +151,7 @@ func TestDecay(t *testing.T) {
 		f.decide(user("old"), limiter.OK, 1)
 	}
 	for range 12 { // crosses a landmark (every Window)
-		f.c.Add(5 * time.Second)
+		f.c.Advance(5 * time.Second)
 		f.t.Sync()
 	}
 	for range 100 {
@@ -167,6 +163,38 @@ func TestDecay(t *testing.T) {
 	}
 	if math.Abs(got["old"]-100/math.E) > 0.2 || got["new"] != 100 {
 		t.Errorf("counts %v, want old %.1f and new 100", got, 100/math.E)
+	}
+}
+
+// TestRunSyncsEverySecond: Run reads the clock once a second, so that
+// hits a Window apart weigh e apart; without it they weigh the same.
+func TestRunSyncsEverySecond(t *testing.T) {
+	f := newFixture(t, top.Options{Window: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.t.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	for range 100 {
+		f.decide(user("old"), limiter.OK, 1)
+	}
+	nextSecond := func(p []time.Duration) bool { return len(p) == 1 && p[0] == time.Second }
+	for range 60 {
+		f.c.WaitFor(t, "Run to wait a second", nextSecond)
+		f.c.Advance(time.Second)
+	}
+	f.c.WaitFor(t, "the last Sync", nextSecond)
+	for range 100 {
+		f.decide(user("new"), limiter.OK, 1)
+	}
+	got := map[string]float64{}
+	for _, e := range f.t.Top("d", "", top.ByHits, 0).Rules[0].Entries {
+		got[e.Values[0]] = e.Count
+	}
+	if math.Abs(got["old"]-100/math.E) > 0.2 || got["new"] != 100 {
+		t.Errorf("counts %v after a Window of Run, want old %.1f and new 100", got, 100/math.E)
 	}
 }
 
@@ -256,7 +284,7 @@ func TestLogLine(t *testing.T) {
 	for range 70 { // 70 s of limiting
 		f.t.Sync()
 		f.decide(user("bad"), limiter.OverLimit, 1)
-		f.c.Add(time.Second)
+		f.c.Advance(time.Second)
 	}
 	f.t.Sync()
 	lines := logs.FilterMessage("top over-limit identifiers").All()
@@ -266,12 +294,12 @@ func TestLogLine(t *testing.T) {
 	if fs := lines[0].ContextMap(); fs["rule"] != "d.user" || fmt.Sprint(fs["top"]) != "[bad (1)]" {
 		t.Errorf("log line %v", fs)
 	}
-	f.c.Add(2 * time.Minute)
+	f.c.Advance(2 * time.Minute)
 	f.t.Sync()
 	if n := logs.FilterMessage("top over-limit identifiers").Len(); n != 3 {
 		t.Errorf("%d lines, want a third for the hits since the second", n)
 	}
-	f.c.Add(2 * time.Minute)
+	f.c.Advance(2 * time.Minute)
 	f.t.Sync()
 	if n := logs.FilterMessage("top over-limit identifiers").Len(); n != 3 {
 		t.Errorf("%d lines, want none without over-limit hits", n)

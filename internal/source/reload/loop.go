@@ -14,25 +14,25 @@ import (
 type loop struct {
 	w        *Watcher
 	ctx      context.Context
-	debounce *time.Timer
+	debounce Timer
 	burst    time.Time // first event of the pending burst; zero if none
 	inPlace  bool      // the pending burst wrote a loaded file in place
 	settled  string    // fingerprint at the start of the settle time
 	settle   bool      // settled is set: the settle time runs
 	swapped  bool      // the path leads elsewhere: watch it again before the reload
-	rewatch  *time.Ticker
-	check    *time.Ticker // nil without Options.Check
-	seen     string       // state at the last reload (Options.Check)
+	rewatch  Timer     // every Rewatch while the directory is looked for; nil if not
+	check    Timer     // every Check; nil without
+	seen     string    // state at the last reload (Options.Check)
 }
 
 // run debounces events into calls of fn until ctx ends.
 func (w *Watcher) run(ctx context.Context) {
-	l := &loop{w: w, ctx: ctx, debounce: time.NewTimer(time.Hour)}
+	l := &loop{w: w, ctx: ctx, debounce: w.opts.Clock.NewTimer(time.Hour)}
 	l.debounce.Stop()
 	defer l.stop()
 	if w.opts.Check > 0 {
 		l.seen = w.state()
-		l.check = time.NewTicker(w.opts.Check)
+		l.check = w.opts.Clock.NewTimer(w.opts.Check)
 	}
 	for {
 		select {
@@ -50,27 +50,30 @@ func (w *Watcher) run(ctx context.Context) {
 			l.error(err)
 		case <-w.kick:
 			l.reload(CauseTrigger)
-		case <-l.debounce.C:
+		case <-l.debounce.C():
 			l.debounced()
 		case <-tick(l.rewatch):
 			l.retry()
+			if l.rewatch != nil {
+				l.rewatch.Reset(w.opts.Rewatch)
+			}
 		case <-tick(l.check):
 			l.checkNow()
+			l.check.Reset(w.opts.Check)
 		}
 	}
 }
 
 // tick returns t's channel, nil (never ready) for a nil t.
-func tick(t *time.Ticker) <-chan time.Time {
+func tick(t Timer) <-chan time.Time {
 	if t == nil {
 		return nil
 	}
-	return t.C
+	return t.C()
 }
 
 func (l *loop) stop() {
-	l.debounce.Stop()
-	for _, t := range []*time.Ticker{l.rewatch, l.check} {
+	for _, t := range []Timer{l.debounce, l.rewatch, l.check} {
 		if t != nil {
 			t.Stop()
 		}
@@ -92,7 +95,7 @@ func (l *loop) event(ev fsnotify.Event) {
 	w.followTree(ev)
 	if w.lost(ev) && l.rewatch == nil {
 		w.log.Warn("rules directory went away; watching for it to come back", zap.String("dir", w.dir), zap.Stringer("event", ev.Op))
-		l.rewatch = time.NewTicker(w.opts.Rewatch)
+		l.rewatch = w.opts.Clock.NewTimer(w.opts.Rewatch)
 	}
 	if ev.Has(fsnotify.Write) && w.opts.Loaded(filepath.Base(ev.Name)) && !l.inPlace {
 		l.inPlace = true
@@ -112,7 +115,7 @@ func (l *loop) error(err error) {
 
 // schedule (re)starts the debounce of the pending burst.
 func (l *loop) schedule() {
-	now := time.Now()
+	now := l.w.opts.Clock.Now()
 	if l.burst.IsZero() {
 		l.burst = now
 	}
@@ -148,7 +151,7 @@ func (l *loop) reload(cause string) {
 		if err := l.w.rewatchTree(); err != nil {
 			if l.rewatch == nil {
 				l.w.log.Warn("rules directory cannot be watched again; looking for it", zap.String("dir", l.w.dir), zap.Error(err))
-				l.rewatch = time.NewTicker(l.w.opts.Rewatch)
+				l.rewatch = l.w.opts.Clock.NewTimer(l.w.opts.Rewatch)
 			}
 		} else if l.rewatch != nil {
 			l.back()

@@ -60,7 +60,34 @@ type Options struct {
 	// Check is how often the content check runs (default DefaultCheck;
 	// negative: never).
 	Check time.Duration
+	// Clock times the debounce, the settle time, the looks for a directory
+	// gone away and the content check (default: the wall clock).
+	Clock Clock
 }
+
+// Clock is the time a Watcher reads and waits on.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer: *time.Timer's methods, with C a method.
+type Timer = interface {
+	C() <-chan time.Time
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                 { return time.Now() }
+func (wallClock) NewTimer(d time.Duration) Timer { return wallTimer{time.NewTimer(d)} }
+
+type wallTimer struct{ t *time.Timer }
+
+func (w wallTimer) C() <-chan time.Time        { return w.t.C }
+func (w wallTimer) Reset(d time.Duration) bool { return w.t.Reset(d) }
+func (w wallTimer) Stop() bool                 { return w.t.Stop() }
 
 // Watcher calls a Func when a directory's entries change (writes, creates,
 // removes, renames, a ConfigMap's "..data" swap) and when its path, or
@@ -103,6 +130,9 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 	}
 	if opts.Check == 0 {
 		opts.Check = DefaultCheck
+	}
+	if opts.Clock == nil {
+		opts.Clock = wallClock{}
 	}
 	dir = filepath.Clean(dir)
 	if opts.Loaded == nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,59 +14,6 @@ import (
 	"github.com/fastlimit/fastlimit/internal/source/reload"
 	"github.com/fastlimit/fastlimit/internal/testing/files"
 )
-
-const (
-	debounce = 30 * time.Millisecond
-	// settle is the tests' Settle: in-place writes reload after it.
-	settle = 100 * time.Millisecond
-	// patience bounds how long a test waits for a reload that must come.
-	patience = 3 * time.Second
-	// quiet is how long a test waits to be sure that no reload comes.
-	quiet = 5 * debounce
-)
-
-// watch starts a Watcher of dir and returns the causes of its reloads.
-func watch(t *testing.T, dir string, opts reload.Options) (*reload.Watcher, <-chan string) {
-	t.Helper()
-	causes := make(chan string, 100)
-	if opts.Debounce == 0 {
-		opts.Debounce = debounce
-	}
-	if opts.Settle == 0 {
-		opts.Settle = settle
-	}
-	w := reload.New(dir, func(ctx context.Context, cause string) { causes <- cause }, opts, zaptest.NewLogger(t))
-	if err := w.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return w, causes
-}
-
-func expect(t *testing.T, causes <-chan string, want string) {
-	t.Helper()
-	select {
-	case got := <-causes:
-		if got != want {
-			t.Fatalf("reload cause %q, want %q", got, want)
-		}
-	case <-time.After(patience):
-		t.Fatalf("no reload within %s", patience)
-	}
-}
-
-func expectNone(t *testing.T, causes <-chan string) {
-	t.Helper()
-	select {
-	case got := <-causes:
-		t.Fatalf("unexpected reload (%s)", got)
-	case <-time.After(quiet):
-	}
-}
 
 func TestChanges(t *testing.T) {
 	cases := []struct {
@@ -105,10 +51,14 @@ func TestChanges(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, dir)
 			}
-			_, causes := watch(t, dir, reload.Options{})
+			r := newRig(t, dir, "", reload.Options{})
+			s0 := r.clk.Started()
 			tc.change(t, dir)
-			expect(t, causes, reload.CauseChange)
-			expectNone(t, causes)
+			if n := r.sync() - s0 - 1; n < 1 {
+				t.Fatal("the change armed no timer")
+			}
+			r.expect(reload.CauseChange, within)
+			r.idle()
 		})
 	}
 }
@@ -117,42 +67,57 @@ func TestChmodAloneDoesNotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
 	files.Write(t, path, "x")
-	_, causes := watch(t, dir, reload.Options{})
-	if err := os.Chmod(path, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	expectNone(t, causes)
+	r := newRig(t, dir, "", reload.Options{})
+	r.ignores("a chmod", func() {
+		if err := os.Chmod(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
+// TestBurstMakesOneReload: writes less than a Debounce apart postpone
+// the reload to a Debounce after the last.
 func TestBurstMakesOneReload(t *testing.T) {
 	dir := t.TempDir()
-	_, causes := watch(t, dir, reload.Options{Debounce: 100 * time.Millisecond})
-	for i := range 20 {
-		files.Write(t, filepath.Join(dir, "a.yaml"), string(rune('a'+i)))
-		time.Sleep(2 * time.Millisecond)
+	r := newRig(t, dir, "a.yaml", reload.Options{})
+	start := r.clk.Now()
+	for i := range 9 {
+		files.Write(t, filepath.Join(dir, "a.yaml"), fmt.Sprint(i))
+		r.sync()
+		r.advance(debounce / 2)
 	}
-	expect(t, causes, reload.CauseChange)
-	expectNone(t, causes)
+	if len(r.sights) != 0 {
+		t.Fatalf("a reload within the burst")
+	}
+	s := r.expect(reload.CauseChange, within)
+	if took := s.at.Sub(start); took < 9*debounce/2+debounce {
+		t.Errorf("reloaded %v after the burst's start, before a Debounce after its last write", took)
+	}
+	if s.content != "8" {
+		t.Errorf("reload read %q, want the last write", s.content)
+	}
+	r.idle()
 }
 
 // TestMaxDelayBoundsAStream: a steady stream of atomic replacements (new
 // files here) reloads within MaxDelay.
 func TestMaxDelayBoundsAStream(t *testing.T) {
+	const maxDelay = 2 * debounce
 	dir := t.TempDir()
-	_, causes := watch(t, dir, reload.Options{Debounce: 100 * time.Millisecond, MaxDelay: 200 * time.Millisecond, Loaded: rulesOnly})
-	stop := time.Now().Add(time.Second)
-	reloaded := false
-	for i := 0; time.Now().Before(stop) && !reloaded; i++ {
-		files.Replace(t, filepath.Join(dir, fmt.Sprintf("a%d.yaml", i)), time.Now().String())
-		select {
-		case <-causes:
-			reloaded = true
-		case <-time.After(20 * time.Millisecond):
+	r := newRig(t, dir, "", reload.Options{MaxDelay: maxDelay, Loaded: rulesOnly})
+	start := r.clk.Now()
+	for i := range 20 {
+		files.Replace(t, filepath.Join(dir, fmt.Sprintf("a%d.yaml", i)), "x")
+		r.sync()
+		r.advance(debounce / 2)
+		if len(r.sights) > 0 {
+			if took := r.clk.Since(start); took > maxDelay {
+				t.Errorf("reloaded %v after the stream's start, want within MaxDelay %v", took, maxDelay)
+			}
+			return
 		}
 	}
-	if !reloaded {
-		t.Fatal("a steady stream of writes postponed the reload past MaxDelay")
-	}
+	t.Fatalf("a steady stream of writes postponed the reload past %v", 10*debounce)
 }
 
 // TestConfigMapSwap updates the directory the way the kubelet updates a
@@ -161,25 +126,22 @@ func TestMaxDelayBoundsAStream(t *testing.T) {
 func TestConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
 	files.Volume(t, dir, map[string]string{"rules.yaml": "v1"})
-	_, causes := watch(t, dir, reload.Options{})
+	r := newRig(t, dir, "rules.yaml", reload.Options{})
 
 	files.Volume(t, dir, map[string]string{"rules.yaml": "v2"})
-	expect(t, causes, reload.CauseChange)
-	expectNone(t, causes)
-	got, err := os.ReadFile(filepath.Join(dir, "rules.yaml"))
-	if err != nil || string(got) != "v2" {
-		t.Fatalf("rules.yaml reads %q, %v; want v2", got, err)
+	r.sync()
+	if s := r.expect(reload.CauseChange, within); s.content != "v2" {
+		t.Fatalf("rules.yaml reads %q, want v2", s.content)
 	}
+	r.idle()
 }
 
+// TestTrigger: Trigger reloads at once, whatever the Debounce.
 func TestTrigger(t *testing.T) {
-	w, causes := watch(t, t.TempDir(), reload.Options{Debounce: time.Hour})
-	start := time.Now()
-	w.Trigger()
-	expect(t, causes, reload.CauseTrigger)
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("Trigger took %s", took)
-	}
+	r := newRig(t, t.TempDir(), "", reload.Options{Debounce: time.Hour})
+	r.w.Trigger()
+	r.triggered()
+	r.idle()
 }
 
 func TestTriggersCoalesceWhileReloading(t *testing.T) {
@@ -201,35 +163,42 @@ func TestTriggersCoalesceWhileReloading(t *testing.T) {
 	release <- struct{}{}
 	<-calls // the five triggers made one more
 	close(release)
+	// A trigger's reload needs no timer: one left pending would come at
+	// once. This quiet time is real, and longer than it needs.
 	select {
 	case c := <-calls:
 		t.Fatalf("extra reload (%s)", c)
-	case <-time.After(quiet):
+	case <-time.After(200 * time.Millisecond):
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// TestDirectoryComesBack: a directory renamed away reloads (finding it
+// gone), is looked for every Rewatch, and reloads once back; the new
+// directory is watched.
 func TestDirectoryComesBack(t *testing.T) {
+	const rewatch = 30 * time.Millisecond // shorter than the Debounce
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "rules")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, causes := watch(t, dir, reload.Options{Rewatch: 20 * time.Millisecond})
+	mkdir(t, dir)
+	r := newRig(t, dir, "", reload.Options{Rewatch: rewatch})
 
 	if err := os.Rename(dir, filepath.Join(parent, "old")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, causes, reload.CauseChange) // the reload that finds it gone
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, causes, reload.CauseRewatch)
+	r.awaitArmed(rewatch)                // the directory is looked for
+	r.expect(reload.CauseChange, within) // the reload that finds it gone
+	mkdir(t, dir)
+	r.awaitArmed(debounce) // the directory's creation, seen in its parent
+	r.expect(reload.CauseRewatch, rewatch)
+	r.idle()
 	// The new directory is watched.
 	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
-	expect(t, causes, reload.CauseChange)
+	r.sync()
+	r.expect(reload.CauseChange, within)
+	r.idle()
 }
 
 func TestOpenFailsOnMissingDirectory(t *testing.T) {
@@ -258,24 +227,14 @@ func TestCloseIsIdempotent(t *testing.T) {
 	w.Trigger() // no-op after Close
 }
 
-// rulesOnly is the Loaded of the server: dotfiles are not loaded.
-func rulesOnly(name string) bool { return !strings.HasPrefix(name, ".") }
-
-// TestInPlaceWritesSettle writes a file in two pieces, a while apart but
-// less than Settle: the only reload sees the whole file.
+// TestInPlaceWritesSettle writes a file in two pieces, past the Debounce
+// and within the Settle time of each other: the only reload sees the
+// whole file, a Settle time after the last piece.
 func TestInPlaceWritesSettle(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
 	files.Write(t, path, "old")
-	seen := make(chan string, 10)
-	w := reload.New(dir, func(ctx context.Context, cause string) {
-		b, _ := os.ReadFile(path)
-		seen <- string(b)
-	}, reload.Options{Debounce: debounce, Settle: 500 * time.Millisecond, Loaded: rulesOnly}, zaptest.NewLogger(t))
-	if err := w.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	r := newRig(t, dir, "a.yaml", reload.Options{Loaded: rulesOnly})
 
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
@@ -285,23 +244,22 @@ func TestInPlaceWritesSettle(t *testing.T) {
 	if _, err := f.WriteString("first half, "); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // past Debounce, within Settle
+	r.sync()
+	r.advance(debounce) // the settle time starts
+	r.advance(settle / 2)
 	if _, err := f.WriteString("second half"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-seen:
-		if got != "first half, second half" {
-			t.Fatalf("reload saw %q", got)
-		}
-	case <-time.After(patience):
-		t.Fatal("no reload")
+	r.sync()
+	last := r.clk.Now()
+	s := r.expect(reload.CauseChange, within)
+	if s.content != "first half, second half" {
+		t.Fatalf("reload saw %q", s.content)
 	}
-	select {
-	case got := <-seen:
-		t.Fatalf("second reload saw %q", got)
-	case <-time.After(700 * time.Millisecond):
+	if took := s.at.Sub(last); took < settle {
+		t.Errorf("reloaded %v after the last write, before the Settle time %v", took, settle)
 	}
+	r.idle()
 }
 
 // TestAtomicReplacementsSkipSettle: with a Settle far longer than the
@@ -324,10 +282,11 @@ func TestAtomicReplacementsSkipSettle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			files.Write(t, filepath.Join(dir, "a.yaml"), "x")
-			_, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
+			r := newRig(t, dir, "", reload.Options{Settle: time.Hour, Loaded: rulesOnly})
 			tc.change(t, dir)
-			expect(t, causes, reload.CauseChange)
-			expectNone(t, causes)
+			r.sync()
+			r.expect(reload.CauseChange, debounce)
+			r.idle()
 		})
 	}
 }
@@ -337,12 +296,17 @@ func TestAtomicReplacementsSkipSettle(t *testing.T) {
 func TestInPlaceWriteWaitsForSettle(t *testing.T) {
 	dir := t.TempDir()
 	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
-	w, causes := watch(t, dir, reload.Options{Settle: time.Hour, Loaded: rulesOnly})
+	r := newRig(t, dir, "", reload.Options{Settle: time.Hour, Loaded: rulesOnly})
 	files.Write(t, filepath.Join(dir, "a.yaml"), "y")
-	expectNone(t, causes)
-	w.Trigger()
-	expect(t, causes, reload.CauseTrigger)
-	expectNone(t, causes)
+	r.sync()
+	r.advance(debounce)
+	r.advance(time.Hour - time.Second)
+	if len(r.sights) != 0 {
+		t.Fatal("an in-place write reloaded before Settle")
+	}
+	r.w.Trigger()
+	r.triggered()
+	r.idle()
 }
 
 // TestSettleComparesFingerprints: a directory whose fingerprint changes
@@ -352,17 +316,20 @@ func TestSettleComparesFingerprints(t *testing.T) {
 	dir := t.TempDir()
 	files.Write(t, filepath.Join(dir, "a.yaml"), "x")
 	var calls atomic.Int32
-	// No content check: it would take fingerprints of its own.
-	_, causes := watch(t, dir, reload.Options{Settle: 50 * time.Millisecond, Check: -1, Fingerprint: func() (string, error) {
+	r := newRig(t, dir, "", reload.Options{Fingerprint: func() (string, error) {
 		n := calls.Add(1)
 		return fmt.Sprint(min(n, 4)), nil // changes three times, then holds
 	}})
 	files.Write(t, filepath.Join(dir, "a.yaml"), "y")
-	expect(t, causes, reload.CauseChange)
+	r.sync()
+	s := r.expect(reload.CauseChange, debounce+4*settle)
 	if n := calls.Load(); n != 5 {
 		t.Fatalf("reloaded after %d fingerprints, want 5 (4 then 4 again)", n)
 	}
-	expectNone(t, causes)
+	if took := s.at.Sub(r.clk.Now()); took != 0 {
+		t.Fatal("the clock moved past the reload")
+	}
+	r.idle()
 }
 
 // TestRecursive watches a tree: writes in nested directories reload, in
@@ -371,27 +338,37 @@ func TestSettleComparesFingerprints(t *testing.T) {
 func TestRecursive(t *testing.T) {
 	dir := t.TempDir()
 	nested := filepath.Join(dir, "a", "b")
-	if err := os.MkdirAll(nested, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, causes := watch(t, dir, reload.Options{Recursive: true})
+	mkdir(t, nested)
+	r := newRig(t, dir, "", reload.Options{Recursive: true})
 
 	files.Write(t, filepath.Join(nested, "r.yaml"), "x")
-	expect(t, causes, reload.CauseChange)
+	r.sync()
+	r.expect(reload.CauseChange, within)
 
 	fresh := filepath.Join(dir, "c", "d")
-	if err := os.MkdirAll(fresh, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, causes, reload.CauseChange) // the directories appearing
+	mkdir(t, fresh)
+	r.sync()
+	r.expect(reload.CauseChange, within) // the directories appearing
+	r.idle()
+	s0 := r.clk.Started()
 	files.Write(t, filepath.Join(fresh, "r.yaml"), "y")
-	expect(t, causes, reload.CauseChange)
+	if n := r.sync() - s0 - 1; n < 1 {
+		t.Fatal("a write in a directory created after Open armed no timer")
+	}
+	r.expect(reload.CauseChange, within)
 
 	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, causes, reload.CauseChange)
-	expectNone(t, causes)
+	r.sync()
+	r.expect(reload.CauseChange, within)
+	r.idle()
+	mkdir(t, filepath.Join(dir, "..2026_01_01")) // an entry of the directory
+	r.sync()
+	r.expect(reload.CauseChange, within)
+	r.ignores("a write in a ConfigMap's data directory", func() {
+		files.Write(t, filepath.Join(dir, "..2026_01_01", "r.yaml"), "x")
+	})
 }
 
 // TestNotRecursive keeps the flat watch: a write in a subdirectory does
@@ -399,12 +376,9 @@ func TestRecursive(t *testing.T) {
 func TestNotRecursive(t *testing.T) {
 	dir := t.TempDir()
 	sub := filepath.Join(dir, "sub")
-	if err := os.Mkdir(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, causes := watch(t, dir, reload.Options{})
-	files.Write(t, filepath.Join(sub, "r.yaml"), "x")
-	expectNone(t, causes)
+	mkdir(t, sub)
+	r := newRig(t, dir, "", reload.Options{})
+	r.ignores("a write in a subdirectory", func() { files.Write(t, filepath.Join(sub, "r.yaml"), "x") })
 }
 
 // TestRootSwap swaps the root symlink above the watched directory, as a
@@ -413,117 +387,29 @@ func TestNotRecursive(t *testing.T) {
 func TestRootSwap(t *testing.T) {
 	base := t.TempDir()
 	for _, v := range []string{"v1", "v2"} {
-		if err := os.MkdirAll(filepath.Join(base, v, "app", "config", "nested"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		mkdir(t, filepath.Join(base, v, "app", "config", "nested"))
 	}
 	root := filepath.Join(base, "current")
 	if err := os.Symlink("v1", root); err != nil {
 		t.Fatal(err)
 	}
-	_, causes := watch(t, filepath.Join(root, "app", "config"), reload.Options{Recursive: true, Root: root})
+	r := newRig(t, filepath.Join(root, "app", "config"), "", reload.Options{Recursive: true, Root: root})
 
-	files.Write(t, filepath.Join(base, "unrelated"), "x")
-	expectNone(t, causes)
+	r.ignores("an entry beside the root", func() { files.Write(t, filepath.Join(base, "unrelated"), "x") })
 
-	tmp := filepath.Join(base, "current.tmp")
-	if err := os.Symlink("v2", tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, root); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, causes, reload.CauseChange)
-	expectNone(t, causes)
+	swapLink(t, "v2", root)
+	r.awaitArmed(debounce) // the new tree is not watched yet: no marker
+	r.expect(reload.CauseChange, within)
+	r.idle()
 
 	// The new target is watched, its nested directories too; the old is not.
-	files.Write(t, filepath.Join(base, "v1", "app", "config", "nested", "r.yaml"), "old")
-	expectNone(t, causes)
-	files.Write(t, filepath.Join(base, "v2", "app", "config", "nested", "r.yaml"), "new")
-	expect(t, causes, reload.CauseChange)
-}
-
-// within is the bound from a change to its reload, for the
-// changes the watcher sees by events (the default Debounce and Settle).
-const within = 2 * time.Second
-
-// sight is one reload: its cause, what the file read then, and when.
-type sight struct {
-	cause, content string
-	at             time.Time
-}
-
-// watchFile starts a Watcher of dir with the production defaults (unless
-// opts says otherwise) whose reloads read dir/name through dir's path.
-func watchFile(t *testing.T, dir, name string, opts reload.Options) <-chan sight {
-	t.Helper()
-	sights := make(chan sight, 100)
-	w := reload.New(dir, func(ctx context.Context, cause string) {
-		b, _ := os.ReadFile(filepath.Join(dir, name))
-		sights <- sight{cause, string(b), time.Now()}
-	}, opts, zaptest.NewLogger(t))
-	if err := w.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
+	r.ignores("a write in the old tree", func() {
+		files.Write(t, filepath.Join(base, "v1", "app", "config", "nested", "r.yaml"), "old")
 	})
-	return sights
-}
-
-// expectContent waits (patience at most) for a reload that reads want,
-// and fails if it came later than bound after since.
-func expectContent(t *testing.T, sights <-chan sight, want string, since time.Time, bound time.Duration) sight {
-	t.Helper()
-	deadline := time.After(patience + bound)
-	for {
-		select {
-		case s := <-sights:
-			if s.content != want {
-				continue // an earlier reload, of an intermediate state
-			}
-			took := s.at.Sub(since)
-			if took > bound {
-				t.Errorf("%q reloaded (%s) %v after the change, want within %v", want, s.cause, took, bound)
-			}
-			t.Logf("%q reloaded (%s) %v after the change", want, s.cause, took.Round(time.Millisecond))
-			return s
-		case <-deadline:
-			t.Fatalf("no reload read %q", want)
-		}
-	}
-}
-
-// expectNoSight fails on a reload within quiet.
-func expectNoSight(t *testing.T, sights <-chan sight) {
-	t.Helper()
-	select {
-	case s := <-sights:
-		t.Fatalf("unexpected reload (%s) reading %q", s.cause, s.content)
-	case <-time.After(10 * quiet):
-	}
-}
-
-// swapLink points the symlink link at target atomically, as git-sync and
-// the kubelet do: a new link beside it, renamed over it.
-func swapLink(t *testing.T, target, link string) {
-	t.Helper()
-	tmp := link + ".tmp"
-	if err := os.Symlink(target, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mkdir(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	files.Write(t, filepath.Join(base, "v2", "app", "config", "nested", "r.yaml"), "new")
+	r.sync()
+	r.expect(reload.CauseChange, within)
+	r.idle()
 }
 
 // TestPathSymlinkSwap is git-sync's layout: the watched path is a symlink
@@ -540,24 +426,26 @@ func TestPathSymlinkSwap(t *testing.T) {
 	if err := os.Symlink(".worktrees/r1", link); err != nil {
 		t.Fatal(err)
 	}
-	sights := watchFile(t, link, "rules.yaml", reload.Options{Loaded: rulesOnly})
+	r := newRig(t, link, "rules.yaml", reload.Options{Loaded: rulesOnly, Debounce: reload.DefaultDebounce, Settle: reload.DefaultSettle})
 
-	files.Write(t, filepath.Join(base, "unrelated"), "x") // beside the path
-	expectNoSight(t, sights)
+	r.ignores("an entry beside the path", func() { files.Write(t, filepath.Join(base, "unrelated"), "x") })
 
-	start := time.Now()
 	swapLink(t, ".worktrees/r2", link)
-	expectContent(t, sights, "r2", start, within)
+	r.awaitArmed(reload.DefaultDebounce)
+	r.expectContent("r2", within)
+	r.idle()
 
-	files.Write(t, filepath.Join(base, ".worktrees", "r1", "rules.yaml"), "old checkout")
-	if err := os.RemoveAll(filepath.Join(base, ".worktrees", "r1")); err != nil {
-		t.Fatal(err)
-	}
-	expectNoSight(t, sights)
+	r.ignores("the old checkout", func() {
+		files.Write(t, filepath.Join(base, ".worktrees", "r1", "rules.yaml"), "old checkout")
+		if err := os.RemoveAll(filepath.Join(base, ".worktrees", "r1")); err != nil {
+			t.Fatal(err)
+		}
+	})
 
-	start = time.Now()
 	files.Replace(t, filepath.Join(base, ".worktrees", "r2", "rules.yaml"), "r2 edited")
-	expectContent(t, sights, "r2 edited", start, within)
+	r.sync()
+	r.expectContent("r2 edited", within)
+	r.idle()
 }
 
 // TestDirectoryRemovedAndCreated removes the directory and creates it
@@ -567,7 +455,7 @@ func TestPathSymlinkSwap(t *testing.T) {
 func TestDirectoryRemovedAndCreated(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		pause time.Duration // between the steps
+		pause time.Duration // between the steps, on the clock
 		put   func(t testing.TB, path, body string)
 	}{
 		{"at once, written in place", 0, files.Write[string]},
@@ -578,21 +466,23 @@ func TestDirectoryRemovedAndCreated(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "rules")
 			mkdir(t, dir)
 			files.Write(t, filepath.Join(dir, "a.yaml"), "v1")
-			sights := watchFile(t, dir, "a.yaml", reload.Options{Loaded: rulesOnly})
+			r := newRig(t, dir, "a.yaml", reload.Options{Loaded: rulesOnly,
+				Debounce: reload.DefaultDebounce, Settle: reload.DefaultSettle})
 
 			if err := os.RemoveAll(dir); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(tc.pause)
+			r.awaitArmed(reload.DefaultRewatch) // the directory is looked for
+			r.advance(tc.pause)
 			mkdir(t, dir)
-			time.Sleep(tc.pause)
-			start := time.Now()
+			r.advance(tc.pause)
 			tc.put(t, filepath.Join(dir, "a.yaml"), "v2")
-			expectContent(t, sights, "v2", start, within)
+			r.expectContent("v2", within)
 
-			start = time.Now()
 			tc.put(t, filepath.Join(dir, "a.yaml"), "v3")
-			expectContent(t, sights, "v3", start, within)
+			r.sync()
+			r.expectContent("v3", within)
+			r.idle()
 		})
 	}
 }
@@ -610,31 +500,37 @@ func TestContentCheckFindsASwapAbove(t *testing.T) {
 	if err := os.Symlink("v1", current); err != nil {
 		t.Fatal(err)
 	}
-	const check = 200 * time.Millisecond
+	const check = 5 * time.Second
 	dir := filepath.Join(current, "rules")
-	sights := watchFile(t, dir, "a.yaml", reload.Options{Check: check, Loaded: rulesOnly})
-	expectNoSight(t, sights) // checks that find nothing reload nothing
+	r := newRig(t, dir, "a.yaml", reload.Options{Check: check, Loaded: rulesOnly})
+	for range 2 { // checks that find nothing reload nothing
+		r.advance(check)
+		r.idle()
+	}
 
-	start := time.Now()
 	swapLink(t, "v2", current)
-	if s := expectContent(t, sights, "v2", start, check+within); s.cause != reload.CauseCheck {
+	if s := r.expectContent("v2", check); s.cause != reload.CauseCheck {
 		t.Errorf("reloaded by %q, want %q", s.cause, reload.CauseCheck)
 	}
-	start = time.Now()
 	files.Replace(t, filepath.Join(base, "v2", "rules", "a.yaml"), "v2 edited")
-	if s := expectContent(t, sights, "v2 edited", start, within); s.cause != reload.CauseChange {
+	r.sync()
+	if s := r.expectContent("v2 edited", within); s.cause != reload.CauseChange {
 		t.Errorf("the new directory's edit reloaded by %q, want %q: not watched", s.cause, reload.CauseChange)
 	}
+	r.idle()
 }
 
 // TestContentCheckFindsUnreportedChanges: rules that change with no event
 // (here a Fingerprint that changes once) reload once by the check.
 func TestContentCheckFindsUnreportedChanges(t *testing.T) {
+	const check = 5 * time.Second
 	var version atomic.Int32
-	_, causes := watch(t, t.TempDir(), reload.Options{Check: 50 * time.Millisecond,
+	r := newRig(t, t.TempDir(), "", reload.Options{Check: check,
 		Fingerprint: func() (string, error) { return string(rune('a' + version.Load())), nil }})
-	expectNone(t, causes)
+	r.advance(check)
+	r.idle()
 	version.Add(1)
-	expect(t, causes, reload.CauseCheck)
-	expectNone(t, causes)
+	r.expect(reload.CauseCheck, check)
+	r.advance(check)
+	r.idle()
 }

@@ -68,7 +68,21 @@ type Options struct {
 	// files change to ones that cannot be used (the last good one stays).
 	// It is called on the Client's goroutine and must not block.
 	OnCertRefused func(error)
+	// Clock spaces the reconnects and NACKs, and tells the client
+	// certificate's validity (default: the wall clock).
+	Clock Clock
 }
+
+// Clock is the time a Client reads and waits on.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Client keeps an ADS stream to a management server and applies what it
 // sends (docs/design.md#xds-client). New starts nothing, Open starts the
@@ -105,6 +119,9 @@ func New(opts Options, apply Apply, log *zap.Logger) *Client {
 	}
 	if opts.NackPause <= 0 {
 		opts.NackPause = DefaultNackPause
+	}
+	if opts.Clock == nil {
+		opts.Clock = wallClock{}
 	}
 	md := make(map[string]*structpb.Value, len(opts.NodeMetadata))
 	for k, v := range opts.NodeMetadata {
@@ -163,7 +180,7 @@ func (c *Client) run(ctx context.Context) {
 			retry++
 			c.log.Warn("xDS stream ended; reconnecting", zap.Error(err), zap.Duration(logRetryIn, wait))
 		}
-		if !sleep(ctx, wait) {
+		if !c.sleep(ctx, wait) {
 			return
 		}
 	}
@@ -226,7 +243,7 @@ func (c *Client) handle(ctx context.Context, ads sotw.ADSClient, res []*anypb.An
 	if c.nacked != nil && c.nacked.sum == sum {
 		c.log.Debug("xDS server sent rejected resources again; rejecting them after a pause",
 			zap.Int(logCount, len(res)), zap.Duration(logRetryIn, c.opts.NackPause))
-		if !sleep(ctx, c.opts.NackPause) {
+		if !c.sleep(ctx, c.opts.NackPause) {
 			return ctx.Err()
 		}
 		return ads.Nack(c.nacked.msg)
@@ -264,14 +281,13 @@ func digest(res []*anypb.Any) [sha256.Size]byte {
 	return sum
 }
 
-// sleep waits d, or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// sleep waits d on the Client's clock, or until ctx ends; it reports
+// whether ctx is still live.
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-c.opts.Clock.After(d):
 		return true
 	}
 }

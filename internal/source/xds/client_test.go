@@ -17,6 +17,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/source/xds"
 	"github.com/fastlimit/fastlimit/internal/testing/certtest"
+	"github.com/fastlimit/fastlimit/internal/testing/clock"
 	"github.com/fastlimit/fastlimit/internal/testing/xdstest"
 )
 
@@ -72,15 +73,16 @@ func (s *sink) current() ([]string, int) {
 }
 
 // servingAlpha starts a server whose v1 holds domain alpha and a client
-// of it, and waits until alpha is in force.
-func servingAlpha(t *testing.T) (*xdstest.Server, *sink) {
+// of it, and waits until alpha is in force; it returns the client's clock.
+func servingAlpha(t *testing.T) (*xdstest.Server, *sink, *clock.Clock) {
 	t.Helper()
 	srv := xdstest.Start(t, nil)
 	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 	s := newSink()
-	open(t, fast(srv.Addr), s)
+	opts, clk := fast(srv.Addr)
+	open(t, opts, s)
 	s.waitFor(t, "alpha")
-	return srv, s
+	return srv, s, clk
 }
 
 // waitFor waits until the domains in force are want.
@@ -102,16 +104,46 @@ func (s *sink) waitFor(t *testing.T, want ...string) {
 	}
 }
 
-// fast are Options that retry quickly, for tests.
-func fast(addr string) xds.Options {
+// Waits of the tests' clients, on their fake clocks.
+const (
+	backoffInitial = 20 * time.Millisecond
+	connectRetry   = 50 * time.Millisecond
+	nackPause      = 70 * time.Millisecond
+)
+
+// fast are the Options of a client on a fake clock of its own: every wait
+// between two attempts waits for the test to advance it.
+func fast(addr string) (xds.Options, *clock.Clock) {
+	clk := clock.New(time.Now()) // certtest's certificates are valid now
 	return xds.Options{
 		ServerURL:    addr,
 		TypeURL:      xdstest.TypeURL,
 		NodeID:       node,
-		Backoff:      xds.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Factor: 2, Jitter: true},
-		ConnectRetry: 50 * time.Millisecond,
-		NackPause:    50 * time.Millisecond,
-	}
+		Backoff:      xds.Backoff{Initial: backoffInitial, Max: 100 * time.Millisecond, Factor: 2, Jitter: true},
+		ConnectRetry: connectRetry,
+		NackPause:    nackPause,
+		Clock:        clk,
+	}, clk
+}
+
+// waiting waits until the client waits on clk, for a time in [lo, hi].
+func waiting(t *testing.T, clk *clock.Clock, what string, lo, hi time.Duration) {
+	t.Helper()
+	clk.WaitFor(t, what, func(p []time.Duration) bool { return len(p) == 1 && p[0] >= lo && p[0] <= hi })
+}
+
+// reconnect waits until the client waits to reconnect, and ends the wait.
+func reconnect(t *testing.T, clk *clock.Clock) {
+	t.Helper()
+	clk.BlockUntil(t, 1)
+	clk.AdvanceNext()
+}
+
+// connectRetrying waits until the client waits ConnectRetry, give or take
+// half, after a failed connection.
+func connectRetrying(t *testing.T, clk *clock.Clock) {
+	t.Helper()
+	waiting(t, clk, "the connect retry", connectRetry/2, connectRetry*3/2)
 }
 
 func open(t *testing.T, opts xds.Options, s *sink) *xds.Client {
@@ -126,7 +158,7 @@ func TestSnapshotsApplied(t *testing.T) {
 	srv := xdstest.Start(t, nil)
 	srv.Set(t, node, "v1", xdstest.Config("a", "alpha", xdstest.Limit("k", "", rlsconf.RateLimitUnit_SECOND, 1)))
 	s := newSink()
-	opts := fast(srv.Addr)
+	opts, _ := fast(srv.Addr)
 	opts.NodeMetadata = map[string]string{"cluster": "east", "role": "ratelimit"}
 	opts.Headers = map[string]string{"authorization": "Bearer t0ken", "x-team": "edge"}
 	opts.UserAgentName, opts.UserAgentVersion = "fastlimit", "test"
@@ -176,7 +208,7 @@ func TestSnapshotsApplied(t *testing.T) {
 }
 
 func TestBadSnapshotNACKed(t *testing.T) {
-	srv, s := servingAlpha(t)
+	srv, s, clk := servingAlpha(t)
 	if _, err := srv.WaitACK(wait, "v1"); err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +230,17 @@ func TestBadSnapshotNACKed(t *testing.T) {
 		t.Errorf("NACK version %q, want v1", nack.GetVersionInfo())
 	}
 	// go-control-plane's cache sends the refused snapshot straight back
-	// on every NACK: the client pauses (50 ms here) instead of spinning,
-	// and does not apply what it refused again.
-	time.Sleep(500 * time.Millisecond)
-	if n := srv.NACKs(); n > 15 {
-		t.Errorf("%d NACKs in 500 ms with a 50 ms pause: the exchange spins", n)
-	}
-	if n := srv.NACKs(); n < 2 {
-		t.Errorf("%d NACKs in 500 ms: the resent snapshot was not answered", n)
+	// on every NACK: the client pauses NackPause before each NACK of it
+	// instead of spinning, and does not apply what it refused again.
+	for i := 1; i <= 3; i++ {
+		waiting(t, clk, "the NACK pause", nackPause, nackPause)
+		if n := srv.NACKs(); n != i {
+			t.Fatalf("%d NACKs before pause %d ends, want %d", n, i, i)
+		}
+		clk.Advance(nackPause)
+		if _, err := srv.Wait(wait, func(*discovery.DiscoveryRequest) bool { return srv.NACKs() > i }); err != nil {
+			t.Fatalf("no NACK after pause %d: %v", i, err)
+		}
 	}
 	domains, applied := s.current()
 	if !slices.Equal(domains, []string{"alpha"}) || applied != appliedBefore {
@@ -218,24 +253,35 @@ func TestBadSnapshotNACKed(t *testing.T) {
 		t.Errorf("apply called %d times, want %d: a resent rejected snapshot was checked again", calls, appliedBefore+1)
 	}
 
-	// A good snapshot after a bad one is applied.
+	// A good snapshot after a bad one is applied, once the pause ends.
 	srv.Set(t, node, "v3", xdstest.Config("c", "gamma"))
+	waiting(t, clk, "the NACK pause", nackPause, nackPause)
+	clk.Advance(nackPause)
 	s.waitFor(t, "gamma")
 	if _, err := srv.WaitACK(wait, "v3"); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// TestReconnectAfterServerRestart: a stream that ends after a response
+// reconnects after Backoff's first wait; failed connections retry after
+// ConnectRetry, give or take half; once the server is back, its state is
+// applied.
 func TestReconnectAfterServerRestart(t *testing.T) {
-	srv, s := servingAlpha(t)
+	srv, s, clk := servingAlpha(t)
 
 	srv.Stop()
 	srv.Set(t, node, "v2", xdstest.Config("b", "beta"))
-	time.Sleep(200 * time.Millisecond) // a few failed connection attempts
+	waiting(t, clk, "the backoff after a stream that delivered", backoffInitial, backoffInitial)
+	for range 3 { // failed connection attempts
+		clk.AdvanceNext()
+		connectRetrying(t, clk)
+	}
 	if d, _ := s.current(); !slices.Equal(d, []string{"alpha"}) {
 		t.Errorf("while the server is down: %v", d)
 	}
 	srv.Resume(t)
+	clk.AdvanceNext()
 	s.waitFor(t, "beta")
 	if _, err := srv.WaitACK(wait, "v2"); err != nil {
 		t.Fatal(err)
@@ -245,7 +291,9 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 	// state: each stream starts without a version.
 	srv.Stop()
 	srv.Set(t, node, "v1", xdstest.Config("c", "gamma"))
+	waiting(t, clk, "the backoff after a stream that delivered", backoffInitial, backoffInitial)
 	srv.Resume(t)
+	clk.AdvanceNext()
 	s.waitFor(t, "gamma")
 }
 
@@ -253,10 +301,12 @@ func TestServerNotUpYet(t *testing.T) {
 	srv := xdstest.Start(t, nil)
 	srv.Stop()
 	s := newSink()
-	open(t, fast(srv.Addr), s)
-	time.Sleep(150 * time.Millisecond)
+	opts, clk := fast(srv.Addr)
+	open(t, opts, s)
+	connectRetrying(t, clk)
 	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 	srv.Resume(t)
+	clk.AdvanceNext()
 	s.waitFor(t, "alpha")
 }
 
@@ -281,7 +331,7 @@ func TestTLS(t *testing.T) {
 			srv := xdstest.Start(t, certs.ServerTLS(tc.mtls))
 			srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 			s := newSink()
-			opts := fast(srv.Addr)
+			opts, clk := fast(srv.Addr)
 			opts.TLS = tc.tls
 			open(t, opts, s)
 			if tc.connect {
@@ -291,8 +341,12 @@ func TestTLS(t *testing.T) {
 				}
 				return
 			}
-			// Several connection attempts (every 50 ms) all fail.
-			time.Sleep(500 * time.Millisecond)
+			// Several connection attempts all fail.
+			for range 3 {
+				clk.BlockUntil(t, 1)
+				clk.AdvanceNext()
+			}
+			clk.BlockUntil(t, 1)
 			if d, n := s.current(); n != 0 {
 				t.Errorf("connected and applied %v", d)
 			}
@@ -338,7 +392,8 @@ func TestCloseStopsClient(t *testing.T) {
 	srv := xdstest.Start(t, nil)
 	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 	s := newSink()
-	c := xds.New(fast(srv.Addr), s.apply, zaptest.NewLogger(t))
+	opts, _ := fast(srv.Addr)
+	c := xds.New(opts, s.apply, zaptest.NewLogger(t))
 	c.Open(context.Background())
 	s.waitFor(t, "alpha")
 	done := make(chan struct{})
@@ -367,7 +422,8 @@ func TestApplyErrorTruncated(t *testing.T) {
 	srv := xdstest.Start(t, nil)
 	srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 	long := strings.Repeat("x", 100<<10)
-	c := xds.New(fast(srv.Addr), func(context.Context, []*anypb.Any) error { return errors.New(long) }, zaptest.NewLogger(t))
+	opts, _ := fast(srv.Addr)
+	c := xds.New(opts, func(context.Context, []*anypb.Any) error { return errors.New(long) }, zaptest.NewLogger(t))
 	c.Open(context.Background())
 	t.Cleanup(c.Close)
 	nack, err := srv.WaitNACK(wait)

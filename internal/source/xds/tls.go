@@ -82,7 +82,7 @@ func (t *TLS) config(pair *tls.Certificate) (*tls.Config, error) {
 // runs on the Client's goroutine only.
 func (c *Client) clientTLS() (*tls.Config, error) {
 	t := c.opts.TLS
-	pair, err := t.clientCertificate(time.Now())
+	pair, err := t.clientCertificate(c.opts.Clock.Now())
 	switch {
 	case err == nil:
 		c.clientCert, c.certRefused = pair, ""

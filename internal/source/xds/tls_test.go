@@ -41,7 +41,7 @@ func TestClientCertRotationRefused(t *testing.T) {
 			srv.Set(t, node, "v1", xdstest.Config("a", "alpha"))
 			var mu sync.Mutex
 			var refused []error
-			opts := fast(srv.Addr)
+			opts, clk := fast(srv.Addr)
 			opts.TLS = &xds.TLS{CAFile: cs.CAFile, CertFile: cs.ClientCert, KeyFile: cs.ClientKey}
 			opts.OnCertRefused = func(err error) {
 				mu.Lock()
@@ -61,6 +61,7 @@ func TestClientCertRotationRefused(t *testing.T) {
 				srv.Stop()
 				srv.Set(t, node, xdstest.Version(i+2), xdstest.Config("a", domain))
 				srv.Resume(t)
+				reconnect(t, clk)
 				s.waitFor(t, domain)
 			}
 			mu.Lock()
@@ -76,6 +77,7 @@ func TestClientCertRotationRefused(t *testing.T) {
 			srv.Stop()
 			srv.Set(t, node, "v9", xdstest.Config("a", "delta"))
 			srv.Resume(t)
+			reconnect(t, clk)
 			s.waitFor(t, "delta")
 		})
 	}

@@ -151,3 +151,38 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("a STATIC cluster naming a host: err = %v\n%s", err, out)
 	}
 }
+
+func TestSubstitute(t *testing.T) {
+	out := envoytest.Substitute(t, []byte("a: 1\nb: 2\n"), "a: 1", "a: 3", "b: 2", "b: 4")
+	if string(out) != "a: 3\nb: 4\n" {
+		t.Errorf("Substitute: %q", out)
+	}
+	for _, old := range []string{"c: 1", "a"} {
+		ft := &fakeT{TB: t}
+		func() {
+			defer func() { _ = recover() }()
+			envoytest.Substitute(ft, []byte("a: 1\na: 2\n"), old, "x")
+		}()
+		if !ft.failed {
+			t.Errorf("Substitute of %q (absent, or twice) did not fail", old)
+		}
+	}
+}
+
+// fakeT records a Fatalf instead of ending the test.
+type fakeT struct {
+	testing.TB
+	failed bool
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(string, ...any) {
+	f.failed = true
+	panic("fatal")
+}
+
+func TestCodesString(t *testing.T) {
+	if got := (envoytest.Codes{429: 1, 200: 10}).String(); got != "200×10 429×1" {
+		t.Errorf("Codes.String() = %q", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"testing"
 
 	"gopkg.in/yaml.v3"
 )
@@ -124,4 +125,24 @@ func field(m *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// Substitute returns bootstrap with each old string of pairs (old, new,
+// old, new, ...) replaced by its new one. Each old must occur exactly
+// once, or t fails: a test that varies one setting of a shipped or
+// template bootstrap says which line it changes, and learns when that
+// line is gone.
+func Substitute(t testing.TB, bootstrap []byte, pairs ...string) []byte {
+	t.Helper()
+	if len(pairs)%2 != 0 {
+		t.Fatalf("Substitute: %d strings, want old, new pairs", len(pairs))
+	}
+	out := bootstrap
+	for i := 0; i < len(pairs); i += 2 {
+		if n := bytes.Count(out, []byte(pairs[i])); n != 1 {
+			t.Fatalf("Substitute: %q occurs %d times in the bootstrap, want once", pairs[i], n)
+		}
+		out = bytes.Replace(out, []byte(pairs[i]), []byte(pairs[i+1]), 1)
+	}
+	return out
 }

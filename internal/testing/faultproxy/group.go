@@ -172,6 +172,7 @@ func (g *Group) Stats() Stats {
 		sum.Dropped += s.Dropped
 		sum.Replies += s.Replies
 		sum.Unpaired += s.Unpaired
+		sum.Holding += s.Holding
 		addCounts(sum.Commands, s.Commands)
 		addCounts(sum.Faults, s.Faults)
 	}

@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"fmt"
 	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,18 +23,24 @@ type Load struct {
 }
 
 // RunLoad runs callers concurrently, each calling call(c) back to back
-// (or one every pace) for d, while during runs; the load does not end with
-// during. call returns the count caller c's counter showed and whether the
+// (or one every pace), while during runs and for d after it returns (for
+// d without during). during gets the Load, so that it can wait on its
+// counts: a fault comes once the load runs, and lasts some number of
+// calls. call returns the count caller c's counter showed and whether the
 // answer allowed the call, or an error, which kind names for Errors.
 func RunLoad(callers int, d, pace time.Duration, span int64, call func(c int) (count int64, allowed bool, err error),
-	kind func(error) string, during func()) *Load {
+	kind func(error) string, during func(*Load)) *Load {
 	l := &Load{errs: map[string]int{}}
-	end := time.Now().Add(d)
+	var end atomic.Int64 // Unix ns
+	end.Store(math.MaxInt64)
+	if during == nil {
+		end.Store(time.Now().Add(d).UnixNano())
+	}
 	var wg sync.WaitGroup
 	for c := range callers {
 		wg.Go(func() {
 			last := int64(c) * span
-			for next := time.Now(); time.Now().Before(end); next = next.Add(pace) {
+			for next := time.Now(); time.Now().UnixNano() < end.Load(); next = next.Add(pace) {
 				if pace > 0 {
 					time.Sleep(time.Until(next))
 				}
@@ -56,7 +63,10 @@ func RunLoad(callers int, d, pace time.Duration, span int64, call func(c int) (c
 		})
 	}
 	if during != nil {
-		during()
+		func() {
+			defer func() { end.Store(time.Now().Add(d).UnixNano()) }() // even if during fails its test
+			during(l)
+		}()
 	}
 	wg.Wait()
 	return l

@@ -56,7 +56,7 @@ type Proxy struct {
 	byName      map[string]int64
 	faults      map[string]int64
 
-	accepted, refused, forwarded, faked, dropped, replies, unpaired atomic.Int64
+	accepted, refused, forwarded, faked, dropped, replies, unpaired, holding atomic.Int64
 }
 
 // New starts a proxy to upstream on a free loopback port, and closes it
@@ -258,6 +258,9 @@ type Stats struct {
 	// extra ones included; Unpaired counts those among them that
 	// answered no command (pushes, pub/sub messages, extras).
 	Replies, Unpaired int64
+	// Holding is how many replies HoldReplies, Freeze and SlowHandshake
+	// hold back now.
+	Holding int64
 	// Faults counts the faults applied, by Fault.Name.
 	Faults map[string]int64
 }
@@ -276,6 +279,7 @@ func (p *Proxy) Stats() Stats {
 		Dropped:   p.dropped.Load(),
 		Replies:   p.replies.Load(),
 		Unpaired:  p.unpaired.Load(),
+		Holding:   p.holding.Load(),
 		Faults:    maps.Clone(p.faults),
 	}
 }

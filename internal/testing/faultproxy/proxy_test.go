@@ -235,11 +235,12 @@ func TestHoldReplies(t *testing.T) {
 		c := dialRaw(t, p.Addr())
 		c.send(cmd("INCR", k))
 		got := c.readAsync()
-		wait.For(t, ioTimeout, func() bool { return counter(t, rdb, k) == 1 })
+		// Redis ran it, and the proxy holds its reply.
+		wait.For(t, ioTimeout, func() bool { return counter(t, rdb, k) == 1 && p.Stats().Holding == 1 })
 		select {
 		case r := <-got:
 			t.Fatalf("frozen reply delivered: %v, %v", r.v, r.err)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
 		rule.Release()
 		r := <-got
@@ -247,6 +248,9 @@ func TestHoldReplies(t *testing.T) {
 			t.Fatal(r.err)
 		}
 		wantValue(t, r.v, fp.Int(1))
+		if n := p.Stats().Holding; n != 0 {
+			t.Errorf("Holding = %d after the release, want 0", n)
+		}
 	})
 	t.Run("freeze requests", func(t *testing.T) {
 		p := fp.New(t, addr)

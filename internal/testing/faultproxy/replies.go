@@ -187,7 +187,10 @@ func (c *conn) hold(w *bufio.Writer, e *entry, at time.Time) bool {
 			c.close(false, "")
 			return false
 		}
-		if !c.sleep(d, released) {
+		c.p.holding.Add(1)
+		ok := c.sleep(d, released)
+		c.p.holding.Add(-1)
+		if !ok {
 			return false
 		}
 	}

@@ -20,14 +20,24 @@ func testJoints(t *testing.T, newStore func(*testing.T) limiter.Store) {
 	t.Run("SecondAndDay", func(t *testing.T) { testSecondAndDay(t, newStore(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testJointsConcurrent(t, newStore(t)) })
 	t.Run("MatchesTake", func(t *testing.T) {
-		testJointsMatchTake(t, newStore(t), false, [2]uint64{31, 37})
+		testJointsMatchTake(t, newStore(t), false, [2]uint64{31, 37}, false)
 	})
 	t.Run("AllOrNothingMatchesTake", func(t *testing.T) {
 		st := newStore(t)
 		if _, ok := st.(limiter.AtomicStore); !ok {
 			t.Skip("store does not implement limiter.AtomicStore")
 		}
-		testJointsMatchTake(t, st, true, [2]uint64{41, 43})
+		testJointsMatchTake(t, st, true, [2]uint64{41, 43}, false)
+	})
+	t.Run("DebitMatchesTake", func(t *testing.T) {
+		testJointsMatchTake(t, newStore(t), false, [2]uint64{47, 53}, true)
+	})
+	t.Run("AllOrNothingDebitMatchesTake", func(t *testing.T) {
+		st := newStore(t)
+		if _, ok := st.(limiter.AtomicStore); !ok {
+			t.Skip("store does not implement limiter.AtomicStore")
+		}
+		testJointsMatchTake(t, st, true, [2]uint64{59, 61}, true)
 	})
 }
 
@@ -179,13 +189,19 @@ func (o *oracle) replay(ops []limiter.Op) ([]limiter.Result, []string) {
 // (refunds and peeks among them; with atomic, in TakeAll with random
 // vetoes) and checks each result against the oracle: a joint's ops answer
 // as Take answers them alone, and are written only if all are allowed;
-// an all-or-nothing call commits as Rejects says. Then every key's expiry.
-func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]uint64) {
+// an all-or-nothing call commits as Rejects says. With debit, half the
+// limits are charged always (limiter.Op.Debit): their charges are written
+// all the same, as alone, from a denied joint or a rejected call. Then
+// every key's expiry.
+func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]uint64, debit bool) {
 	rng := rand.New(rand.NewPCG(seed[0], seed[1]))
 	const slots, calls = 6, 150
 	windows := []int64{second, minute, hour}
 	costs := []int64{0, 500, 1000, 1000, 1000, 1500, 3000}
 	tmpl := randomTemplates(rng, slots, windows)
+	for i := range tmpl {
+		tmpl[i].Debit = debit && rng.IntN(2) == 0
+	}
 	keys := atomicKeys(t, slots)
 	o := &oracle{t: t, st: st, slots: slots}
 	var stats struct{ written, undone, commits, rejects int }
@@ -224,6 +240,7 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 			copy(want[u[0]:u[1]], res[len(wrote):])
 			if u[1]-u[0] > 1 && slices.ContainsFunc(want[u[0]:u[1]], func(r limiter.Result) bool { return !r.Allowed }) {
 				stats.undone++
+				wrote = append(wrote, debitCharges(call[u[0]:u[1]])...)
 				continue
 			}
 			stats.written++
@@ -245,12 +262,13 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 		}
 		for i := range got {
 			if got[i] != want[i] {
-				t.Errorf("call %d op %d (%s, slot %s, cost %d, refund %v, joined %v, veto %d): %s, want %s", c, i,
-					call[i].Algorithm, call[i].Key, call[i].Cost, call[i].Refund, call[i].Joined, call[i].Veto, fmtResult(got[i]), fmtResult(want[i]))
+				t.Errorf("call %d op %d (%s, slot %s, cost %d, refund %v, joined %v, veto %d, debit %v): %s, want %s", c, i,
+					call[i].Algorithm, call[i].Key, call[i].Cost, call[i].Refund, call[i].Joined, call[i].Veto, call[i].Debit, fmtResult(got[i]), fmtResult(want[i]))
 			}
 		}
 		if atomic && limiter.Rejects(call, want) {
 			stats.rejects++
+			o.history = append(o.history, debitCharges(call)...)
 			continue
 		}
 		stats.commits++
@@ -262,6 +280,19 @@ func testJointsMatchTake(t *testing.T, st limiter.Store, atomic bool, seed [2]ui
 
 	_, fresh := o.replay(nil)
 	sameKeys(t, st, keys, fresh, tmpl, now)
+}
+
+// debitCharges returns the charges of ops that are charged even when
+// denied (limiter.Op.Debit; not their peeks, nor their refunds, which
+// land only with their call).
+func debitCharges(ops []limiter.Op) []limiter.Op {
+	var out []limiter.Op
+	for _, op := range ops {
+		if op.Debit && op.Cost > 0 && !op.Refund {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // randomTemplates returns n ops of random algorithms, windows and small

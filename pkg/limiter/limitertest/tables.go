@@ -15,8 +15,10 @@ type table struct {
 	op    limiter.Op // the algorithm and limit; Key, Now and Cost come from steps
 	steps []step
 	// limits replaces the Limit (windows) or Burst (token bucket) of the
-	// steps it names by index, as a config reload would.
+	// steps it names by index, as a config reload would; debit their
+	// Debit.
 	limits map[int]int64
+	debit  map[int]bool
 	// expiries maps the suffix of every key that outlives expiryAfter
 	// (both offsets from base) to its expiry.
 	expiryAfter int64
@@ -56,6 +58,9 @@ func runTables(t *testing.T, newStore func(*testing.T) limiter.Store, tables []t
 						in[i].Burst = l
 					} else if ok {
 						in[i].Limit = l
+					}
+					if d, ok := tb.debit[i]; ok {
+						in[i].Debit = d
 					}
 				}
 				got := takeCalls(t, st, in, calls)

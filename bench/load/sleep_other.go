@@ -1,0 +1,6 @@
+//go:build !linux
+
+package load
+
+// newSleeper returns Go's timers.
+func newSleeper() sleeper { return goSleeper{} }
