@@ -32,22 +32,31 @@ type Tally struct {
 }
 
 type tallied struct {
-	sent, taken atomic.Int64
-	serving     bool // the server's handler runs; guarded by Tally.mu
+	sent, taken        atomic.Int64
+	reported, received atomic.Int64 // reports the Envoy sent, the server's reader took
+	serving            bool         // the server's handler runs; guarded by Tally.mu
 }
 
 // NewTally returns an empty Tally.
 func NewTally() *Tally { return &Tally{streams: map[string]*tallied{}, closing: map[*tallied]bool{}} }
 
 // Pending returns the messages sent on open streams and not yet taken by
-// their Envoy (in its inbox, where Fleet drains them), and the streams
-// ended by their Envoy that the server still serves.
+// their Envoy (in its inbox, where Fleet drains them), the reports sent
+// on streams the server serves and not yet taken by its reader, and the
+// streams ended by their Envoy that the server still serves. (A report
+// still on its way must hold the clock too: an answer the Envoy waits
+// for can be a push of another report's settle that names the same
+// bucket, and the report, come a few steps late, then tells of a
+// period that the clock has left.)
 func (t *Tally) Pending() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := int64(len(t.closing))
 	for _, s := range t.streams {
 		n += s.sent.Load() - s.taken.Load()
+		if s.serving {
+			n += s.reported.Load() - s.received.Load()
+		}
 	}
 	return n
 }
@@ -100,6 +109,17 @@ func (s *talliedStream) CloseSend() error {
 	return s.Stream.CloseSend()
 }
 
+// Send counts a report before it is sent, so that it is never taken
+// before it is counted, and uncounts it if the send fails.
+func (s *talliedStream) Send(r *rlqspb.RateLimitQuotaUsageReports) error {
+	s.ts.reported.Add(1)
+	err := s.Stream.Send(r)
+	if err != nil {
+		s.ts.reported.Add(-1)
+	}
+	return err
+}
+
 func (s *talliedStream) Recv() (*rlqspb.RateLimitQuotaResponse, error) {
 	if s.holding {
 		s.ts.taken.Add(1)
@@ -141,10 +161,23 @@ func (t *Tally) Interceptor() grpc.StreamServerInterceptor {
 }
 
 // countingStream counts a message before it is sent, so that it is never
-// taken before it is counted, and uncounts it if the send fails.
+// taken before it is counted, and uncounts it if the send fails; it
+// counts a report as taken when the server's reader comes back for the
+// next (it has handed it on by then: rlqs.Service counts it in hand).
 type countingStream struct {
 	grpc.ServerStream
-	ts *tallied
+	ts      *tallied
+	holding bool
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	if s.holding {
+		s.ts.received.Add(1)
+		s.holding = false
+	}
+	err := s.ServerStream.RecvMsg(m)
+	s.holding = err == nil
+	return err
 }
 
 func (s *countingStream) SendMsg(m any) error {
