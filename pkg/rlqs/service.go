@@ -136,7 +136,7 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 				err = s.checkSize(m)
 			}
 			if err == nil {
-				err = st.offer(m)
+				err = st.offer(ctx, m)
 			}
 			if err != nil {
 				if status.Code(err) == codes.ResourceExhausted {

@@ -84,7 +84,7 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 		buckets: map[string]*envoyBucket{},
 		pending: map[string]pending{},
 		wake:    make(chan struct{}, 1),
-		in:      inbox{ready: make(chan struct{}, 1)},
+		in:      inbox{ready: make(chan struct{}, 1), taken: make(chan struct{}, 1)},
 	}
 }
 
