@@ -48,6 +48,7 @@ type fastlimit struct {
 	GRPC, HTTP string
 	Admin      string // the admin listener's address, when known
 	cmd        *exec.Cmd
+	exited     chan struct{} // closed when cmd has exited (child.Run)
 	logs       *child.Output
 	conn       *grpc.ClientConn
 	Client     rls.RateLimitServiceClient
@@ -119,8 +120,13 @@ func start(t testing.TB, l launch) *fastlimit {
 	for k, v := range env {
 		f.cmd.Env = append(f.cmd.Env, k+"="+v)
 	}
-	f.cmd.SysProcAttr = child.Attr()
-	if err := f.cmd.Start(); err != nil {
+	// child.Run starts it from a thread that lives as long as it does:
+	// started from any thread, the parent-death signal killed the server
+	// when that thread went (one a child.Run of an Envoy had locked and
+	// ended: TestRLQSClientIdentity's server refused connections beside
+	// the Envoy tests).
+	f.exited = make(chan struct{})
+	if err := child.Run(f.cmd, f.exited); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -233,13 +239,11 @@ func (f *fastlimit) Stop() {
 	}
 	if f.cmd != nil && f.cmd.Process != nil {
 		_ = f.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = f.cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-f.exited:
 		case <-time.After(10 * time.Second):
 			_ = f.cmd.Process.Kill()
-			<-done
+			<-f.exited
 		}
 		f.cmd = nil
 	}
