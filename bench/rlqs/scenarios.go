@@ -318,9 +318,13 @@ func (e *env) rlsLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration,
 	return after.sub(before), float64(ok.Load()), nil
 }
 
+// rlsCallTimeout is the deadline of each RLS call paceRLS makes: one
+// that takes longer counts as an error.
+const rlsCallTimeout = 10 * time.Second
+
 // paceRLS paces ShouldRateLimit calls of domain adm at rate for d and
 // calls each, from many goroutines, with every call's answer and
-// latency, but those cut short by d's end.
+// latency; a call in flight at d's end runs on to its answer.
 func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate float64,
 	each func(resp *rls.RateLimitResponse, err error, took time.Duration)) {
 	client := rls.NewRateLimitServiceClient(cc)
@@ -328,6 +332,11 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 	// its own next one only.
 	workers := max(int(rate/5), 1)
 	interval := time.Duration(float64(time.Second) * float64(workers) / rate)
+	// The phase's end stops new calls; a call in flight then runs on to
+	// its answer, under a deadline of its own: cut by the phase's end,
+	// it failed with DeadlineExceeded (the server's copy of the deadline
+	// fires first), 1-4 RLS errors a phase alone on a quiet server.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -347,8 +356,10 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 				case <-t.C:
 				}
 				start := time.Now()
-				resp, err := client.ShouldRateLimit(ctx, req)
-				if ctx.Err() == nil {
+				call, done := context.WithTimeout(parent, rlsCallTimeout)
+				resp, err := client.ShouldRateLimit(call, req)
+				done()
+				if parent.Err() == nil {
 					each(resp, err, time.Since(start))
 				}
 			}
