@@ -18,6 +18,7 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/faultproxy"
 	"github.com/fastlimit/fastlimit/internal/testing/redistest"
 	"github.com/fastlimit/fastlimit/internal/testing/scrape"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
 // rlqsRSSBoundKiB is docs/operations.md's bound ("Bounds") on the RSS of
@@ -123,12 +124,11 @@ func TestRLQSBucketFlood(t *testing.T) {
 	}
 	// Every bucket named is reported held or counted refused, once the
 	// replica has handled the last report.
-	deadline := time.Now().Add(60 * time.Second)
-	for counted() < named && time.Now().Before(deadline) {
+	wait.True(60*time.Second, func() bool {
 		sample()
 		checkHeld()
-		time.Sleep(200 * time.Millisecond)
-	}
+		return counted() >= named
+	})
 	sample()
 	checkHeld()
 	stopRLS()
@@ -169,7 +169,7 @@ func TestRLQSStoreFlapsLogged(t *testing.T) {
 	const run, every = 14 * time.Second, 10 * time.Second
 	r := redistest.StartServer(t)
 	p := faultproxy.New(t, r.Addr)
-	fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + p.Addr()}, 1, time.Second)
+	fs := quotaReplicasOn(t, []string{"--redis-url", "redis://" + p.Addr()}, 1, envoyPeriod)
 	f := fs[0]
 	// Replies are held in every other 600 ms of the wall clock, whatever
 	// number of commands an exchange sends or exchanges a call carries.
@@ -197,11 +197,12 @@ func TestRLQSStoreFlapsLogged(t *testing.T) {
 					}
 				}
 			}()
-			for time.Now().Before(deadline) {
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for now := time.Now(); now.Before(deadline); now = <-tick.C {
 				if stream.Send(report) != nil {
 					return
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 			_ = stream.CloseSend()
 		})

@@ -313,10 +313,13 @@ func TestRLQSLargeEnvoy(t *testing.T) {
 			BucketId:           &rlqspb.BucketId{Bucket: map[string]string{"name": "big", "tenant": fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i)}},
 			NumRequestsAllowed: 12, NumRequestsDenied: 3, TimeElapsed: durationpb.New(envoyPeriod)})
 	}
-	next := time.Now()
+	// A report every period, as Envoy sends them.
+	tick := time.NewTicker(envoyPeriod)
+	defer tick.Stop()
 	for round := range 3 {
-		time.Sleep(time.Until(next))
-		next = next.Add(envoyPeriod)
+		if round > 0 {
+			<-tick.C
+		}
 		start := time.Now()
 		if err := s.Send(report); err != nil {
 			t.Fatal(err)
@@ -391,14 +394,15 @@ func TestRLQSBlackHoledReplica(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); q.fleet.RunRealtime(ctx, time.Hour) }()
 	moved := map[int]time.Duration{}
-	for time.Since(lost) < 7*envoyPeriod {
+	// When each moved, to 50 ms, over 7 periods.
+	wait.True(7*envoyPeriod, func() bool {
 		for _, i := range []int{0, 2} {
 			if _, ok := moved[i]; !ok && q.envoys[i].Stats().StreamsOpened >= 2 && q.envoys[i].Connected() {
 				moved[i] = time.Since(lost)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	cancel()
 	<-done
 	got := q.admitted(2*envoyPeriod, ts...)

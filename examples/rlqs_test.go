@@ -121,7 +121,7 @@ func TestRLQSExampleLimits(t *testing.T) {
 	set := loadDir(t, rlqsRules).Set
 	clock := envoysim.NewManualClock(time.Unix(1_900_000_000, 0))
 	svc, err := rlqs.New(rlqs.Options{Rules: func() *descriptors.Set { return set }, Store: demand.NewMemory(clock.Now),
-		Now: clock.Now, SilenceCheck: time.Millisecond})
+		Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +161,21 @@ func TestRLQSExampleLimits(t *testing.T) {
 	}
 	if v := e.Violations(); v.Total() != 0 {
 		t.Errorf("violations: %v", v)
+	}
+}
+
+// TestRLQSExampleTTL: every TTL the example's comments state is
+// FastLimit's default, --rlqs-ttl-periods of Envoy's 5 s period.
+func TestRLQSExampleTTL(t *testing.T) {
+	ttl := quota.TTL(5*time.Second, rlqs.DefaultTTLPeriods)
+	said := regexp.MustCompile(`TTL\s*(?:#\s*)?(?:\(|of )(\d+) s`).FindAllStringSubmatch(string(files.Read(t, rlqsYAML)), -1)
+	if len(said) == 0 {
+		t.Fatalf("%s states no TTL", rlqsYAML)
+	}
+	for _, m := range said {
+		if n, _ := strconv.ParseInt(m[1], 10, 64); n != ttl {
+			t.Errorf("%s says %q: the TTL is %d s", rlqsYAML, m[0], ttl)
+		}
 	}
 }
 

@@ -6,7 +6,7 @@
 //
 //	go run ./bench/rlqs                 # every scenario, about 3 minutes
 //	go run ./bench/rlqs --scenario reports --duration 10s
-//	go run ./bench/rlqs --scenario isolation  # about 4 minutes
+//	go run ./bench/rlqs --scenario isolation  # about 5 minutes
 //
 // Scenarios:
 //
@@ -21,11 +21,12 @@
 //	         (ShouldRateLimit per request, paced): server + Redis CPU per
 //	         admitted request of each.
 //	isolation other clients' RateLimitService latency (p50, p99, max,
-//	         errors) at --rls-rate calls a second, without and with
+//	         errors) at --rls-rate calls a second, alone, then beside
 //	         --streams RLQS streams of one bucket reporting every 5s
-//	         (over --conns connections), --rounds times interleaved,
-//	         with the load average after each phase. Not in the default
-//	         list.
+//	         (over --conns connections) with no bound on report handling
+//	         (--rlqs-report-workers -1), then with its default bound,
+//	         --rounds times interleaved, with the reports shed and the
+//	         load average after each phase. Not in the default list.
 //	flood    ShouldRateLimit paced at --admitted a second, its p50/p99/max
 //	         latency and errors, alone and while one RLQS stream names new
 //	         buckets, 10,000 a report, back to back (issue 29's attack); not
@@ -65,7 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&iso.streams, "streams", 20000, "isolation: RLQS streams")
 	fs.IntVar(&iso.conns, "conns", 200, "isolation: connections the streams share")
 	fs.Float64Var(&iso.rlsRate, "rls-rate", 1000, "isolation: RateLimitService calls a second")
-	fs.IntVar(&iso.rounds, "rounds", 3, "isolation: rounds of (without, with the streams)")
+	fs.IntVar(&iso.rounds, "rounds", 3, "isolation: rounds of (alone, beside the streams without, then with the bound)")
+	fs.IntVar(&iso.workers, "report-workers", 0, "isolation: the server's --rlqs-report-workers of the bound's phase (0: its default, one per CPU)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -31,6 +31,8 @@ type env struct {
 	adminAddr string
 	log       io.Writer
 	ports     benchproc.Ports
+	bin       string // the server binary, and its rules
+	rules     string
 }
 
 // rules: domain bench has 1,000 limits (name=0 ... name=999) for the
@@ -85,11 +87,22 @@ func setup(ctx context.Context, log io.Writer) (*env, error) {
 		e.close()
 		return nil, err
 	}
-	if err := e.startServer(ctx, bin, rules); err != nil {
+	e.bin, e.rules = bin, rules
+	if err := e.startServer(ctx); err != nil {
 		e.close()
 		return nil, err
 	}
 	return e, nil
+}
+
+// restart stops the server and starts it again with extra flags, on new
+// ports; the caller dials it again.
+func (e *env) restart(ctx context.Context, extra ...string) error {
+	if e.server != nil && e.server.Process != nil {
+		_ = e.server.Process.Kill()
+		_ = e.server.Wait()
+	}
+	return e.startServer(ctx, extra...)
 }
 
 // freeAddr returns a loopback address whose port no other process of the
@@ -120,7 +133,7 @@ func (e *env) startRedis(ctx context.Context) error {
 	})
 }
 
-func (e *env) startServer(ctx context.Context, bin, rules string) error {
+func (e *env) startServer(ctx context.Context, extra ...string) error {
 	var err error
 	if e.grpcAddr, err = e.freeAddr(); err != nil {
 		return err
@@ -131,12 +144,13 @@ func (e *env) startServer(ctx context.Context, bin, rules string) error {
 	if e.adminAddr, err = e.freeAddr(); err != nil {
 		return err
 	}
-	e.server = exec.CommandContext(ctx, bin, "--config", rules, "--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr,
-		"--admin-addr", e.adminAddr, "--redis-url", "redis://"+e.redisAddr, "--log-level", "warn", "--drain", "0s",
+	args := append([]string{"--config", e.rules, "--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr,
+		"--admin-addr", e.adminAddr, "--redis-url", "redis://" + e.redisAddr, "--log-level", "warn", "--drain", "0s",
 		"--rlqs", "--rlqs-replica", "bench",
 		// The isolation scenario opens more streams than --rlqs-max-streams'
 		// default: the bound is not what it measures.
-		"--rlqs-max-streams", "0")
+		"--rlqs-max-streams", "0"}, extra...)
+	e.server = exec.CommandContext(ctx, e.bin, args...)
 	// Apart from the caller's environment: the server reads a variable
 	// for every flag it is not given.
 	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv()
@@ -217,7 +231,11 @@ func redisCmd(addr string, args ...string) (string, error) {
 
 // storeErrors reads fastlimit_rlqs_store_errors_total from the server's
 // metrics.
-func (e *env) storeErrors() (float64, error) {
+func (e *env) storeErrors() (float64, error) { return e.metric("fastlimit_rlqs_store_errors_total") }
+
+// metric sums the series of a metric (every label set) from the server's
+// metrics.
+func (e *env) metric(name string) (float64, error) {
 	resp, err := http.Get("http://" + e.adminAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -227,12 +245,19 @@ func (e *env) storeErrors() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	sum := 0.0
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "fastlimit_rlqs_store_errors_total "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+			continue
 		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
 	}
-	return 0, nil
+	return sum, nil
 }
 
 // flush empties Redis between scenarios.

@@ -318,9 +318,13 @@ func (e *env) rlsLoad(ctx context.Context, cc *grpc.ClientConn, d time.Duration,
 	return after.sub(before), float64(ok.Load()), nil
 }
 
+// rlsCallTimeout is the deadline of each RLS call paceRLS makes: one
+// that takes longer counts as an error.
+const rlsCallTimeout = 10 * time.Second
+
 // paceRLS paces ShouldRateLimit calls of domain adm at rate for d and
 // calls each, from many goroutines, with every call's answer and
-// latency, but those cut short by d's end.
+// latency; a call in flight at d's end runs on to its answer.
 func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate float64,
 	each func(resp *rls.RateLimitResponse, err error, took time.Duration)) {
 	client := rls.NewRateLimitServiceClient(cc)
@@ -328,6 +332,11 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 	// its own next one only.
 	workers := max(int(rate/5), 1)
 	interval := time.Duration(float64(time.Second) * float64(workers) / rate)
+	// The phase's end stops new calls; a call in flight then runs on to
+	// its answer, under a deadline of its own: cut by the phase's end,
+	// it failed with DeadlineExceeded (the server's copy of the deadline
+	// fires first), 1-4 RLS errors a phase alone on a quiet server.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -347,8 +356,10 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 				case <-t.C:
 				}
 				start := time.Now()
-				resp, err := client.ShouldRateLimit(ctx, req)
-				if ctx.Err() == nil {
+				call, done := context.WithTimeout(parent, rlsCallTimeout)
+				resp, err := client.ShouldRateLimit(call, req)
+				done()
+				if parent.Err() == nil {
 					each(resp, err, time.Since(start))
 				}
 			}
@@ -362,55 +373,98 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 // at rlsRate a second by other clients; rounds of (without, with).
 type isolation struct {
 	streams, conns int
+	workers        int // --rlqs-report-workers of the bound's phase
 	period         time.Duration
 	rlsRate        float64
 	rounds         int
 }
 
 // isolation measures other clients' RateLimitService latency (p50, p99,
-// errors) while iso.streams RLQS streams report, against the same load
-// without them, in interleaved phases of d, with the machine's load
-// average at each phase's end (docs/operations.md, "RLQS and RLS").
+// errors) alone, then beside iso.streams RLQS streams with no bound on
+// report handling (--rlqs-report-workers -1), then with its default
+// bound, in interleaved phases of d, --rounds times, with the reports
+// shed and the machine's load average at each phase's end
+// (docs/rlqs.md, "RLQS and RLS on one replica"). The server starts again
+// for each phase, Redis emptied.
 func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso isolation) error {
-	cc, err := e.fresh()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
 	fmt.Fprintf(w, "#### RLS latency while %d RLQS streams report every %v\n\n", iso.streams, iso.period)
-	fmt.Fprintf(w, "RLS: %.0f calls/s from other clients, one connection; %d rounds of %v without, then with the streams.\n\n",
+	fmt.Fprintf(w, "RLS: %.0f calls/s from other clients, one connection; %d rounds of %v alone, then beside the streams without and with the bound on report handling (`--rlqs-report-workers`, default one per CPU).\n\n",
 		iso.rlsRate, iso.rounds, d)
-	fmt.Fprintln(w, "| round | RLQS streams | RLS calls | p50 | p99 | max | errors | RLQS store errors | loadavg |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | RLQS store errors | reports shed | loadavg |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	bound := strconv.Itoa(iso.workers)
+	phases := []struct {
+		streams bool
+		workers string // --rlqs-report-workers
+	}{{false, bound}, {true, "-1"}, {true, bound}}
 	for round := 1; round <= iso.rounds; round++ {
-		for _, with := range []bool{false, true} {
-			stop := func() {}
-			if with {
-				if stop, err = e.openReporters(ctx, iso); err != nil {
-					return err
+		for _, ph := range phases {
+			if err := e.flush(); err != nil {
+				return err
+			}
+			if err := e.restart(ctx, "--rlqs-report-workers", ph.workers); err != nil {
+				return err
+			}
+			row, err := e.isolationPhase(ctx, d, iso, ph.streams)
+			if err != nil {
+				return err
+			}
+			n, workers := 0, "none"
+			if ph.streams {
+				n = iso.streams
+				switch ph.workers {
+				case "-1":
+					workers = "no bound"
+				case "0":
+					workers = "one per CPU"
+				default:
+					workers = ph.workers
 				}
 			}
-			errs0, err := e.storeErrors()
-			if err != nil {
-				stop()
-				return err
-			}
-			lat, failed := rlsLatency(ctx, cc, d, iso.rlsRate)
-			errs1, err := e.storeErrors()
-			stop()
-			if err != nil {
-				return err
-			}
-			n := 0
-			if with {
-				n = iso.streams
-			}
-			fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %d | %.0f | %s |\n", round, n, len(lat),
-				quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, errs1-errs0, benchproc.LoadAverages())
+			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, workers, row)
 		}
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// isolationPhase measures RLS latency for d, beside the reporting streams
+// if streams, and returns the row's measured cells.
+func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams bool) (string, error) {
+	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", err
+	}
+	defer cc.Close()
+	stop := func() {}
+	if streams {
+		if stop, err = e.openReporters(ctx, iso); err != nil {
+			return "", err
+		}
+	}
+	errs0, err := e.storeErrors()
+	if err != nil {
+		stop()
+		return "", err
+	}
+	shed0, err := e.metric("fastlimit_rlqs_shed_reports_total")
+	if err != nil {
+		stop()
+		return "", err
+	}
+	lat, failed := rlsLatency(ctx, cc, d, iso.rlsRate)
+	errs1, err := e.storeErrors()
+	if err != nil {
+		stop()
+		return "", err
+	}
+	shed1, err := e.metric("fastlimit_rlqs_shed_reports_total")
+	stop()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d | %s | %s | %s | %d | %.0f | %.0f | %s", len(lat),
+		quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, errs1-errs0, shed1-shed0, benchproc.LoadAverages()), nil
 }
 
 // openReporters opens iso.streams streams of one bucket each (domain

@@ -26,7 +26,7 @@ func TestIsolationSmoke(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
 	}
-	for _, row := range []string{"| 1 | 0 | ", "| 1 | 20 | "} {
+	for _, row := range []string{"| 1 | 0 | none | ", "| 1 | 20 | no bound | ", "| 1 | 20 | one per CPU | "} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("no row %q in\n%s", row, out.String())
 		}

@@ -37,6 +37,9 @@ type RLQS struct {
 	// MaxBucketsPerStream, MaxBuckets and MaxStreams bound what Envoys
 	// hold (0: no bound).
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	// ReportWorkers bounds the reports handled at once (0: one per CPU;
+	// -1: no bound).
+	ReportWorkers int
 }
 
 // DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes: a
@@ -75,6 +78,8 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"most buckets all RLQS streams of this replica hold, about 3 KiB each (docs/operations.md, \"Bounds\"); new buckets past it are answered nothing and counted (0: no bound)")
 	fs.IntVar(&o.MaxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams,
 		"most RLQS streams open on this replica, besides --grpc-max-connections; another is refused with ResourceExhausted and counted (0: no bound)")
+	fs.IntVar(&o.ReportWorkers, "rlqs-report-workers", 0,
+		"most RLQS usage reports handled at once, so that quota work leaves CPU to RateLimitService: a stream's report waits for a worker and those it sends meanwhile are merged into it, counted in fastlimit_rlqs_shed_reports_total (0: one per CPU, at least 2; -1: no bound)")
 	fs.BoolVar(&o.RequireClientIdentity, "rlqs-require-client-identity", false,
 		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
@@ -133,6 +138,7 @@ func (o *RLQS) Options(onStoreError string) (rlqs.Options, error) {
 		MaxBucketsPerStream: noBound(o.MaxBucketsPerStream),
 		MaxBuckets:          noBound(o.MaxBuckets),
 		MaxStreams:          noBound(o.MaxStreams),
+		ReportWorkers:       o.ReportWorkers, // 0 and -1 mean in Options what they mean here
 	}, nil
 }
 
@@ -173,6 +179,8 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-max-report-bytes", "%d is under 1 KiB", o.MaxReportBytes))
 	case o.RedisPoolSize < 0:
 		return s.Named(Bad("rlqs-redis-pool-size", "must not be negative"))
+	case o.ReportWorkers < -1:
+		return s.Named(Bad("rlqs-report-workers", "%d: a number of workers, 0 (one per CPU) or -1 (no bound)", o.ReportWorkers))
 	case o.StoreTimeout < time.Millisecond:
 		return s.Named(Bad("rlqs-store-timeout", "%v is under 1ms", o.StoreTimeout))
 	case o.RequireClientIdentity && s.GRPCTLS.ClientCA == "":

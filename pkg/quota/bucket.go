@@ -94,9 +94,17 @@ type Client struct {
 
 	// carry and carryAllowed are the requests, and the allowed ones, of
 	// reports too close to measure yet; heldAt is Assigned at the last
-	// measured report.
+	// report that was measured or subscribed (heldSet once there is one).
 	carry, carryAllowed uint64
 	heldAt              float64
+	heldSet             bool
+}
+
+// Credit records that the client holds rate already, as an Envoy that
+// moved from another stream does: what it is assigned, and what it held
+// at its last report (Report's earned demand).
+func (c *Client) Credit(rate float64) {
+	c.Assigned, c.heldAt, c.heldSet = rate, rate, true
 }
 
 // Observe takes a report of n requests, all taken as allowed (Report).
@@ -118,8 +126,8 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 		if elapsed >= time.Second {
 			s := elapsed.Seconds()
 			c.sample(c.earned(float64(allowed)/s, float64(denied)/s, cfg), elapsed, cfg)
-			c.heldAt = c.Assigned
 		}
+		c.heldAt, c.heldSet = c.Assigned, true
 		return
 	}
 	c.carry += n
@@ -131,20 +139,66 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 	c.LastReport = now
 	s := interval.Seconds()
 	a := float64(c.carryAllowed) / s
-	c.sample(c.earned(a, float64(c.carry)/s-a, cfg), interval, cfg)
+	rate := c.earned(a, float64(c.carry)/s-a, cfg)
+	if x, ok := c.stepped(a, float64(c.carry)/s-a); ok && x < rate {
+		rate = x
+	}
+	c.sample(rate, interval, cfg)
 	c.carry, c.carryAllowed = 0, 0
-	c.heldAt = c.Assigned
+	c.heldAt, c.heldSet = c.Assigned, true
+}
+
+// held is what the client held over its last report interval: the least
+// of Assigned now and at the report before.
+func (c *Client) held() float64 {
+	if c.heldSet {
+		return min(c.Assigned, c.heldAt)
+	}
+	return c.Assigned
+}
+
+// Bounds of a report that stepped's reading fits: the client left at
+// least stepUnused of what it held unused, and was denied for no more
+// than stepMost of the interval.
+const (
+	stepUnused = 0.05
+	stepMost   = 0.95
+)
+
+// stepped reads a report of allowed and denied rates over an interval as
+// one step down of the client's demand, from the demand it had to a rate
+// under what it held, and returns the rate it stepped to. A client whose
+// demand D was above what it held, H, is denied D - H a second while D
+// lasts, and none after a step down to x < H: over the interval, a step at
+// fraction f of it gives denied = (D - H)·f and allowed = H·f + x·(1 - f),
+// so the two counts fix f and x (docs/rlqs.md, "A shift between two
+// reports"). It applies only to such a client that was denied in part of
+// the interval and left part of what it held unused.
+func (c *Client) stepped(allowed, denied float64) (float64, bool) {
+	// What it held through the interval: its assignment at the last
+	// report (a cut sent since, just before this report was handled,
+	// came after the counts).
+	h := c.Assigned
+	if c.heldSet {
+		h = c.heldAt
+	}
+	if !c.Known || !(c.Demand > h) || h <= 0 || denied <= 0 || allowed >= (1-stepUnused)*h {
+		return 0, false
+	}
+	f := denied / (c.Demand - h)
+	if f >= stepMost {
+		return 0, false
+	}
+	return max(0, (allowed-h*f)/(1-f)), true
 }
 
 // earned is the demand rates of allowed and denied requests support: all
 // of it, unless the client was denied requests while it used less than
 // cfg.Earn of what it held (the least of Assigned now and at the last
-// report); then what it used and cfg.Probe of what it held.
+// report, its subscription included: a raise since does not count
+// against it); then what it used and cfg.Probe of what it held.
 func (c *Client) earned(allowed, denied float64, cfg *Config) float64 {
-	held := c.Assigned
-	if c.heldAt > 0 {
-		held = min(held, c.heldAt)
-	}
+	held := c.held()
 	if denied <= 0 || held <= 0 || allowed >= cfg.Earn*held {
 		return allowed + denied
 	}

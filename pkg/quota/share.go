@@ -14,6 +14,7 @@ type Bucket struct {
 
 	clients  map[string]*Client
 	remote   []Demand // other replicas' clients (not Left)
+	left     []Demand // other replicas' clients that left, holding a rate
 	replicas int      // other replicas seen in remote
 	remoteAt time.Time
 	// remoteHeld is what other replicas' Envoys may hold, Left ones included.
@@ -60,14 +61,14 @@ func (b *Bucket) Clients(f func(*Client)) {
 // what the other replicas' Envoys hold).
 func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	if len(b.remote) == 0 && b.remoteHeld == 0 && onlySelf(self, all) {
-		b.replicas, b.remoteAt = 0, now // the common case: no other replica
+		b.replicas, b.remoteAt, b.left = 0, now, b.left[:0] // the common case: no other replica
 		return false
 	}
 	old := make(map[[2]string]float64, len(b.remote))
 	for _, d := range b.remote {
 		old[[2]string{d.Replica, d.Client}] = d.Rate
 	}
-	b.remote = b.remote[:0]
+	b.remote, b.left = b.remote[:0], b.left[:0]
 	seen := map[string]bool{}
 	held := 0.0
 	for _, d := range all {
@@ -78,6 +79,9 @@ func (b *Bucket) SetRemote(self string, all []Demand, now time.Time) bool {
 	changed := moved(b.remoteHeld, held)
 	b.remoteHeld = held
 	for _, d := range all {
+		if d.Replica != self && d.Rate == Left && d.Assigned > 0 {
+			b.left = append(b.left, d)
+		}
 		if d.Replica == self || d.Rate == Left {
 			continue
 		}
@@ -112,6 +116,10 @@ func moved(was, is float64) bool {
 
 // Remote returns the other replicas' demand last read, and when (zero: never).
 func (b *Bucket) Remote() ([]Demand, time.Time) { return b.remote, b.remoteAt }
+
+// RemoteLeft returns the other replicas' clients that left and still hold
+// a rate, as last read.
+func (b *Bucket) RemoteLeft() []Demand { return b.left }
 
 // RemoteHeld is what the other replicas' Envoys may hold, as last read.
 func (b *Bucket) RemoteHeld() float64 { return b.remoteHeld }

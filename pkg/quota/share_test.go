@@ -103,6 +103,55 @@ func TestReport(t *testing.T) {
 	if c.Demand != 412 {
 		t.Errorf("raised client: demand = %v, want 412 (it used all of the 10 it held)", c.Demand)
 	}
+	// Raised between its subscription (holding nothing) and its first
+	// report: that report is all demand.
+	c = quota.Client{}
+	c.Report(1, 0, 0, t0, &cfg)
+	c.Assigned = 33
+	c.Report(60, 189, 0, t0.Add(5*time.Second), &cfg)
+	if !near(c.Demand, 49.8, 1e-9) {
+		t.Errorf("raised after its subscription: demand = %v, want 49.8", c.Demand)
+	}
+}
+
+// TestStepped: a client held to 33/s while it asks 150/s reports a period
+// in which its demand stepped down (or did not): the step's time and new
+// rate follow from the counts (docs/rlqs.md, "A shift between two
+// reports").
+func TestStepped(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	const held, demand = 33.0, 150.0
+	for _, tc := range []struct {
+		name string
+		// a step at fraction f of the 5 s interval to rate x (x = demand:
+		// no step)
+		f, x float64
+		want float64
+	}{
+		{"no step: constrained throughout", 1, demand, demand},
+		{"down to 5/s at 0.6", 0.6, 5, 5},
+		{"down to 5/s at 0.3", 0.3, 5, 5},
+		{"down to 20/s at 0.8", 0.8, 20, 20},
+		{"down to 0 at 0.1", 0.1, 0, 0},
+		// Still over what it held: no step shows; the mean fall is
+		// followed smoothly, from 150 towards 125.
+		{"down to 100/s, still over what it held", 0.5, 100, 134.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := quota.Client{Assigned: held}
+			c.Report(0, 0, 0, t0, &cfg)
+			c.Report(uint64(5*held), uint64(5*(demand-held)), 0, t0.Add(5*time.Second), &cfg)
+			if c.Demand != demand {
+				t.Fatalf("demand = %v before the step, want %v", c.Demand, demand)
+			}
+			allowed := held*tc.f + min(tc.x, held)*(1-tc.f)
+			denied := (demand-held)*tc.f + max(tc.x-held, 0)*(1-tc.f)
+			c.Report(uint64(5*allowed+0.5), uint64(5*denied+0.5), 0, t0.Add(10*time.Second), &cfg)
+			if !near(c.Demand, tc.want, 0.5) {
+				t.Errorf("demand = %v after the period, want %v", c.Demand, tc.want)
+			}
+		})
+	}
 }
 
 // TestRemoteHeld: what other replicas' Envoys hold is summed, clients that

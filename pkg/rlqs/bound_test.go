@@ -20,7 +20,11 @@ import (
 //	C(1+eps)W + B(1+eps) + N + K·(B+1)
 //
 // K being the token buckets replaced within the window when Envoy starts a
-// replaced bucket full (0 when it starts it partial).
+// replaced bucket full (0 when it starts it partial, as Envoy 1.40 does),
+// plus the requests decided by no_assignment_behavior (ALLOW_ALL) in the
+// window: a new bucket's until its first answer comes (the Envoys here
+// apply answers 20 ms after they arrive, and create a bucket 5 ms after a
+// worker meets it).
 //
 // Both readings of Envoy's replaced bucket run (docs/rlqs.md).
 func TestOverAdmissionBound(t *testing.T) {
@@ -39,7 +43,7 @@ type change struct {
 
 func checkBound(t *testing.T, full bool) {
 	const (
-		period = time.Second
+		period = 5 * time.Second
 		c      = 300.0
 		b      = 300.0
 		window = 2 * period
@@ -47,7 +51,7 @@ func checkBound(t *testing.T, full bool) {
 	cfg := quota.Config{}.WithDefaults()
 	eps := cfg.Lower / (1 - cfg.Lower)
 	cl := newCluster(t, clusterOptions{period: period, replicas: 2})
-	ecfg := envoysim.Config{Replace: envoysim.ReplacePartial}
+	ecfg := envoysim.Config{Replace: envoysim.ReplacePartial, Latency: 20 * time.Millisecond, CreateGap: 5 * time.Millisecond}
 	if full {
 		ecfg.Replace = envoysim.ReplaceFullOrEmpty
 	}
@@ -55,18 +59,20 @@ func checkBound(t *testing.T, full bool) {
 	ts := []*envoysim.Traffic{cl.fleet.Send(e0, bucketA, 800), cl.fleet.Send(e1, bucketA, 100), cl.fleet.Send(e2, bucketA, 100)}
 	steps := []change{
 		{0, func() {}},
-		{10 * time.Second, func() { ts[0].SetRate(50) }},
-		{20 * time.Second, func() {
+		{50 * time.Second, func() { ts[0].SetRate(50) }},
+		{100 * time.Second, func() {
 			ts = append(ts, cl.fleet.Send(cl.envoy(1, ecfg), bucketA, 500))
 		}},
-		{30 * time.Second, func() { cl.fleet.Remove(e1); ts[1].SetRate(0) }},
-		{40 * time.Second, func() { cl.kill(0) }},
-		{60 * time.Second, func() { ts[2].SetRate(400) }},
+		{150 * time.Second, func() { cl.fleet.Remove(e1); ts[1].SetRate(0) }},
+		{200 * time.Second, func() { cl.kill(0) }},
+		{300 * time.Second, func() { ts[2].SetRate(400) }},
 	}
-	const end = 80 * time.Second
-	// Admitted requests per period slot, and replaced buckets per slot.
+	const end = 400 * time.Second
+	// Admitted requests per period slot, replaced buckets and requests
+	// decided by default per slot.
 	var slots []float64
-	var replaced []int
+	var replaced, byDefault []int
+	lastDefault := 0
 	last := map[*envoysim.Traffic]uint64{}
 	lastReplaced := 0
 	next := 0
@@ -89,17 +95,24 @@ func checkBound(t *testing.T, full bool) {
 		}
 		replaced = append(replaced, r-lastReplaced)
 		lastReplaced = r
+		d := 0
+		for _, e := range cl.envoys {
+			d += e.Stats().DecidedByDefault
+		}
+		byDefault = append(byDefault, d-lastDefault)
+		lastDefault = d
 	}
 	per := int(window / period)
 	nEnvoys := float64(len(cl.envoys))
 	worst := 0.0
 	for s := 0; s+per <= len(slots); s++ {
-		admitted, k := 0.0, 0
+		admitted, k, d := 0.0, 0, 0
 		for j := s; j < s+per; j++ {
 			admitted += slots[j]
 			k += replaced[j]
+			d += byDefault[j]
 		}
-		bound := c*(1+eps)*window.Seconds() + b*(1+eps) + nEnvoys
+		bound := c*(1+eps)*window.Seconds() + b*(1+eps) + nEnvoys + float64(d)
 		if full {
 			bound += float64(k) * (b + 1)
 		}

@@ -1,8 +1,10 @@
 package rlqs_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
+	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
 )
 
@@ -91,7 +94,7 @@ func TestBounds(t *testing.T) {
 
 	s3 := openRaw(t, c)
 	_ = s3.Send(named("z0"))
-	if code := recvCode(s3); code != codes.ResourceExhausted {
+	if code := recvCode(t, s3); code != codes.ResourceExhausted {
 		t.Errorf("a third stream: %v, want ResourceExhausted", code)
 	}
 	want := map[string]float64{
@@ -134,4 +137,83 @@ func TestBoundsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, a, names...)
+}
+
+// gated is a demand store whose exchanges wait while it is shut.
+type gated struct {
+	notifying
+	mu   sync.Mutex
+	shut chan struct{} // nil: open
+}
+
+func (g *gated) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut != nil {
+		select {
+		case <-shut:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.notifying.Exchange(ctx, items, ttl, now)
+}
+
+func (g *gated) close() {
+	g.mu.Lock()
+	g.shut = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gated) open() {
+	g.mu.Lock()
+	close(g.shut)
+	g.shut = nil
+	g.mu.Unlock()
+}
+
+// TestReportWorkers: with one worker, a stream's reports wait while
+// another's is handled, and those it sends meanwhile are merged into the
+// one waiting (counted shed): it is handled once, with their counts added.
+func TestReportWorkers(t *testing.T) {
+	obs := &recorder{}
+	var g *gated
+	c := newCluster(t, clusterOptions{
+		wrap: func(st rlqs.DemandStore) rlqs.DemandStore { g = &gated{notifying: st.(notifying)}; return g },
+		opts: func(o *rlqs.Options) { o.ReportWorkers, o.Observer = 1, obs }})
+	a, b := openRaw(t, c), openRaw(t, c)
+	aa, ba := answers(a), answers(b)
+	if err := a.Send(named("a")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, aa, "a")
+	g.close()
+	if err := a.Send(named("a")); err != nil { // its handling waits in the store
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 2 })
+	for range 3 {
+		r := named("b")
+		r.BucketQuotaUsages[0].NumRequestsAllowed = 10
+		if err := b.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.For(t, 10*time.Second, func() bool { return obs.get("shed d") == 2 })
+	if n := obs.get("reports d"); n != 2 {
+		t.Errorf("%v reports handled while the only worker waits, want 2", n)
+	}
+	g.open()
+	expect(t, aa, "a")
+	expect(t, ba, "b")
+	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 3 })
+	if n := obs.get("requests allowed d"); n != 1+1+30 {
+		t.Errorf("%v requests allowed counted, want 32 (b's three reports merged)", n)
+	}
+	select {
+	case name := <-ba:
+		t.Errorf("a second answer to b's merged reports: %s", name)
+	case <-time.After(100 * time.Millisecond):
+	}
 }

@@ -32,7 +32,7 @@ func TestBurstSizing(t *testing.T) {
 			l := quota.Limit{Rate: 300, Burst: 300}
 			dv := &division{q: quota.NewBucket(l), buckets: map[string]*envoyBucket{}}
 			b := &envoyBucket{client: "c"}
-			dv.join(b, l, time.Unix(0, 0))
+			dv.join(b, l, time.Unix(0, 0), false)
 			c := dv.q.Client("c")
 			for i, a := range tc.answers {
 				c.Known, c.Demand, c.Assigned, b.target = true, a.demand, a.rate, a.target

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,12 @@ type division struct {
 	q       *quota.Bucket
 	buckets map[string]*envoyBucket // by client id
 	readAt  time.Time               // last read claimed by a report
+	// reads numbers the reads of the store issued for the division, and
+	// readApplied is the number of the latest whose answer was recorded:
+	// an answer to an earlier one, slower, would undo what a later saw
+	// (a client's adoption, say).
+	reads, readApplied uint64
+
 	// dirty says the inputs changed since the last division (in mode), so
 	// that the targets are computed again; a new division is dirty.
 	dirty bool
@@ -36,8 +43,9 @@ type division struct {
 
 // leftHeld is a rate held by the Envoy of a client that left, until.
 type leftHeld struct {
-	rate  float64
-	until time.Time
+	client string
+	rate   float64
+	until  time.Time
 }
 
 // acquire returns the division of key, adding a reference.
@@ -62,14 +70,18 @@ func (s *Service) release(dv *division) {
 	}
 }
 
-// join adds an Envoy bucket's client, under the limit in force.
-func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time) {
+// join adds an Envoy bucket's client, under the limit in force; a new
+// one joins held out of the division if heldOut, until moved decides
+// (in one step: a settle in between would count it beside its old
+// value).
+func (dv *division) join(b *envoyBucket, l quota.Limit, now time.Time, heldOut bool) {
 	dv.mu.Lock()
 	if dv.q.Limit != l {
 		dv.q.Limit, dv.dirty = l, true
 	}
 	if dv.q.Client(b.client) == nil {
-		dv.q.Join(b.client, now)
+		c := dv.q.Join(b.client, now)
+		c.Hold, b.crediting = heldOut, heldOut
 		dv.dirty = true
 	}
 	dv.buckets[b.client] = b
@@ -86,7 +98,7 @@ func (dv *division) leave(b *envoyBucket, now, until time.Time) float64 {
 		held = c.Assigned
 	}
 	if held > 0 && until.After(now) {
-		dv.left = append(dv.left, leftHeld{rate: held, until: until})
+		dv.left = append(dv.left, leftHeld{client: b.client, rate: held, until: until})
 	}
 	dv.q.Leave(b.client)
 	delete(dv.buckets, b.client)
@@ -151,20 +163,56 @@ func (dv *division) claimRead(now time.Time, refresh time.Duration) bool {
 	return true
 }
 
-// setRemote records every client's demand as read at now.
-func (dv *division) setRemote(self string, all []quota.Demand, now time.Time) {
+// unread makes the next report's exchange read the other replicas'
+// demand again.
+func (dv *division) unread() {
 	dv.mu.Lock()
+	dv.readAt = time.Time{}
+	dv.mu.Unlock()
+}
+
+// claimWanted reports whether a notice that b's client wants a rate
+// others hold is due (at most every gap for each client), and claims it.
+func (dv *division) claimWanted(b *envoyBucket, now time.Time, gap time.Duration) bool {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.buckets[b.client] != b || !b.wantedAt.IsZero() && now.Sub(b.wantedAt) < gap {
+		return false
+	}
+	b.wantedAt = now
+	return true
+}
+
+// readTicket numbers a read of the store about to be issued for the
+// division (setRemote).
+func (dv *division) readTicket() uint64 {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	dv.reads++
+	return dv.reads
+}
+
+// setRemote records every client's demand as read at now by the read
+// numbered ticket, unless a read issued after it was recorded already.
+func (dv *division) setRemote(self string, all []quota.Demand, now time.Time, ticket uint64) {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if ticket <= dv.readApplied {
+		return
+	}
+	dv.readApplied = ticket
 	if dv.q.SetRemote(self, all, now) {
 		dv.dirty = true
 	}
-	dv.mu.Unlock()
 }
 
 // sent records that b's Envoy was sent its held share of sequence seq:
 // the latest one, a cut, lowers what it holds (and, with a store, leaves
 // the store's higher until published); an older one changes nothing, the
 // ledger counting the larger of what it and the later ones assign. It
-// reports whether that freed a rate for others.
+// reports whether the division is to settle again: the cut freed a rate
+// for others, or b's target rose while its cut was on its way (a raise
+// is not granted meanwhile).
 func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) bool {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
@@ -172,9 +220,10 @@ func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) b
 	if c == nil || dv.buckets[b.client] != b || seq != b.seq {
 		return false
 	}
+	wasCutting := b.cutting
 	b.cutting = false
 	if rate >= c.Assigned {
-		return false
+		return wasCutting && b.target > c.Assigned
 	}
 	c.Assigned = rate
 	b.unpublished = b.unpublished || store
@@ -241,43 +290,90 @@ func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
 }
 
 // moved records that b's Envoy came from another stream, having admitted
-// allowed there over elapsed (truncated to whole seconds): it holds that
-// rate (up to the limit) already, or the share of another replica's
-// client that the truncation or a share just above its demand explains
-// (its old value, which its token bucket keeps), counted twice in the
-// ledger until its client adopts it from its old stream's value
-// (quota.Item.Adopt), or that value expires. It adopts from this
-// replica's clients gone at once.
+// allowed there over elapsed (truncated to whole seconds), if a client of
+// its bucket held a rate there that can be its: this replica's client
+// that left, or another replica's as last read (live, or left), of the
+// same bucket id (and the same identity, under one), holding at least
+// what it admitted. It holds that rate then (nearest what it admitted,
+// up to the 5% that settling ignores above it, and the limit): its old
+// value, so that its token bucket is kept. It is counted twice in the
+// ledger until its client adopts the old value (quota.Item.Adopt) or the
+// value expires; it adopts from this replica's clients gone at once. A
+// bucket that no one held is credited nothing: its Envoy named it late
+// because its subscription was lost (the stream was down) or refused, and
+// decided it by no_assignment_behavior meanwhile (docs/rlqs.md, "An
+// Envoy that moved").
 func (dv *division) moved(b *envoyBucket, allowed uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
+	b.crediting = false
 	c := dv.q.Client(b.client)
-	secs := elapsed.Seconds()
-	rate := float64(allowed) / secs
-	rate = min(oldShare(dv.q, rate, float64(allowed)/(secs+1), rate*(1+cfg.Raise)), dv.q.Limit.Rate)
-	if c == nil || rate <= c.Assigned {
+	if c == nil {
 		return
 	}
-	c.Assigned = rate
+	defer dv.holdLocked(b, c) // out of the division while it adopts, else in
+	secs := elapsed.Seconds()
+	claim := float64(allowed) / secs
+	old, ok := dv.oldValueLocked(b.client, float64(allowed)/(secs+1), claim, now)
+	rate := min(old, claim*(1+cfg.Raise), dv.q.Limit.Rate)
+	if !ok || rate <= c.Assigned {
+		return
+	}
+	c.Credit(rate)
 	b.adoptLeft, b.movedAt = rate, now
-	b.adoptLeft -= dv.adoptLocked(rate, now)
-	dv.holdLocked(b, c)
+	b.adoptLeft -= dv.adoptLocked(b.client, rate, now)
 	// The bucket it holds is no bigger than its share's: a bigger one
 	// could start full.
 	b.maxTokens = dv.q.Limit.BurstOf(rate)
 }
 
-// oldShare is the held rate of another replica's client, as last read,
-// nearest rate within [lo, hi]; rate if there is none.
-func oldShare(q *quota.Bucket, rate, lo, hi float64) float64 {
-	remote, _ := q.Remote()
-	best, found := rate, false
-	for _, d := range remote {
-		if d.Assigned >= lo && d.Assigned <= hi && (!found || math.Abs(d.Assigned-rate) < math.Abs(best-rate)) {
-			best, found = d.Assigned, true
+// oldValueLocked is the rate held by a client gone from this replica or
+// of another replica, of client's bucket (and identity), at least lo and
+// nearest claim; false if there is none. dv.mu is held.
+func (dv *division) oldValueLocked(client string, lo, claim float64, now time.Time) (float64, bool) {
+	best, found := 0.0, false
+	consider := func(other string, held float64) {
+		if held >= lo && held > 0 && sameBucket(client, other) &&
+			(!found || math.Abs(held-claim) < math.Abs(best-claim)) {
+			best, found = held, true
 		}
 	}
-	return best
+	for _, l := range dv.left {
+		if l.until.After(now) {
+			consider(l.client, l.rate)
+		}
+	}
+	remote, _ := dv.q.Remote()
+	for _, d := range remote {
+		consider(d.Client, d.Assigned)
+	}
+	for _, d := range dv.q.RemoteLeft() {
+		consider(d.Client, d.Assigned)
+	}
+	return best, found
+}
+
+// sameBucket reports whether two clients (clientID) are of one bucket id
+// and, if a is of an identity's group, of that identity.
+func sameBucket(a, b string) bool {
+	digest := func(c string) string { return c[strings.LastIndexByte(c, '-')+1:] }
+	if digest(a) != digest(b) {
+		return false
+	}
+	ga := quota.GroupOf(a)
+	return !strings.HasPrefix(ga, "i") || ga == quota.GroupOf(b)
+}
+
+// releaseHolds lets back into the division the clients that adopted all
+// they had to (its view of the others read since).
+func (dv *division) releaseHolds() {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	for _, b := range dv.buckets {
+		if c := dv.q.Client(b.client); c != nil && c.Hold && b.adoptLeft <= 0 && !b.crediting {
+			dv.holdLocked(b, c)
+		}
+	}
 }
 
 // holdLocked holds b's client out of the division while it has some to
@@ -288,13 +384,13 @@ func (dv *division) holdLocked(b *envoyBucket, c *quota.Client) {
 	}
 }
 
-// adoptLocked takes up to rate from the rates held by clients gone and
-// returns what it took; dv.mu is held.
-func (dv *division) adoptLocked(rate float64, now time.Time) float64 {
+// adoptLocked takes up to rate from the rates held by client's bucket's
+// clients gone and returns what it took; dv.mu is held.
+func (dv *division) adoptLocked(client string, rate float64, now time.Time) float64 {
 	took := 0.0
 	for i := range dv.left {
 		l := &dv.left[i]
-		if !l.until.After(now) || took >= rate {
+		if !l.until.After(now) || took >= rate || !sameBucket(client, l.client) {
 			continue
 		}
 		t := min(l.rate, rate-took)

@@ -23,8 +23,7 @@ func TestSeveralLimitsOnTheFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const period = time.Second
-	cl := newCluster(t, clusterOptions{period: period, replicas: 2, rules: func() *descriptors.Set { return set }})
+	cl := newCluster(t, clusterOptions{replicas: 2, rules: func() *descriptors.Set { return set }})
 	bucket := map[string]string{"plan": "p"}
 	cfg := envoysim.Config{Replace: envoysim.ReplacePartial}
 	ts := []*envoysim.Traffic{cl.fleet.Send(cl.envoy(0, cfg), bucket, 100), cl.fleet.Send(cl.envoy(1, cfg), bucket, 100)}
@@ -36,7 +35,7 @@ func TestSeveralLimitsOnTheFleet(t *testing.T) {
 	}
 	cfgQ := quota.Config{}.WithDefaults()
 	eps := cfgQ.Lower / (1 - cfgQ.Lower)
-	const rate, burst, settle = 10.0, 50.0, 10 // the least rate and burst; settled after 10 s
+	const rate, burst, settle = 10.0, 50.0, 15 // the least rate and burst; settled after 3 periods
 	envoys := float64(len(cl.envoys))
 	for _, w := range []int{1, 60} {
 		bound := rate*(1+eps)*float64(w) + burst*(1+eps) + envoys

@@ -10,8 +10,10 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -105,6 +107,9 @@ type cluster struct {
 	envoys   []*envoysim.Envoy
 	period   time.Duration
 	tally    *envoysim.Tally // the servers' pushes in flight
+	clusters []envoyCluster  // each Envoy's
+	slow     slowSends       // the replicas' sends to slow Envoys
+	slowNext bool            // the next Envoy added is slow
 }
 
 type clusterOptions struct {
@@ -115,6 +120,9 @@ type clusterOptions struct {
 	opts     func(*rlqs.Options)
 	rules    func() *descriptors.Set // nil: testRules
 	server   []grpc.ServerOption
+	// noStore runs the replicas without a demand store: each divides
+	// alone, its ledger its own.
+	noStore bool
 }
 
 func newCluster(t *testing.T, co clusterOptions) *cluster {
@@ -130,6 +138,7 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 	if shared == nil {
 		shared = demand.NewMemory(c.clock.Now)
 	}
+	mem, _ := shared.(*demand.Memory)
 	if co.wrap != nil {
 		shared = co.wrap(shared)
 	}
@@ -138,22 +147,44 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 		set := testRules(t)
 		rules = func() *descriptors.Set { return set }
 	}
+	warm := mem != nil && !co.noStore // whether to start the replicas' watches now
 	for i := range co.replicas {
 		opts := rlqs.Options{
 			Rules:        rules,
 			Log:          zaptest.NewLogger(t),
-			Now:          c.clock.Now,
+			Clock:        c.clock,
 			Replica:      "r" + string(rune('0'+i)),
 			ReportPeriod: co.period,
-			SilenceCheck: time.Millisecond,
 		}
 		if co.opts != nil {
 			co.opts(&opts)
 		}
-		c.replicas = append(c.replicas, c.startReplica(opts, &failing{DemandStore: shared}, co.server...))
+		// A test of identities counts the streams it names.
+		warm = warm && opts.Identity == nil && !opts.RequireIdentity
+		st := &failing{DemandStore: shared}
+		if co.noStore {
+			st = nil
+		}
+		c.replicas = append(c.replicas, c.startReplica(opts, st, co.server...))
 	}
 	c.fleet.Tally = c.tally
+	if warm {
+		// Each replica watches for the others' notices from its first
+		// stream on: open one now, so that none of the run's is lost to a
+		// watch not yet listening.
+		for _, r := range c.replicas {
+			st, err := r.sw.Dial(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = st.CloseSend()
+		}
+		wait.For(t, 10*time.Second, func() bool { return mem.Watchers() == len(c.replicas) })
+	}
 	c.fleet.Idle = func() bool {
+		if mem != nil && mem.Notices() != 0 {
+			return false
+		}
 		for _, r := range c.replicas {
 			if !r.dead && !r.svc.Idle() {
 				return false
@@ -167,19 +198,87 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 
 func (c *cluster) startReplica(opts rlqs.Options, st *failing, server ...grpc.ServerOption) *replica {
 	c.t.Helper()
-	opts.Store = st
+	if st != nil {
+		opts.Store = st
+	} else {
+		st = &failing{} // none: kill's switch off reaches nothing
+	}
 	svc, err := rlqs.New(opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	server = append([]grpc.ServerOption{grpc.ChainStreamInterceptor(c.tally.Interceptor())}, server...)
+	server = append([]grpc.ServerOption{grpc.ChainStreamInterceptor(c.tally.Interceptor(), c.slow.interceptor())}, server...)
 	cc, gs := envoysim.InProcess(c.t, svc.Register, server...)
 	return &replica{svc: svc, store: st, gs: gs, cc: cc, sw: envoysim.NewSwitch(c.tally.Dialer(envoysim.GRPCDialer(cc)))}
+}
+
+// slowSends delays what the replicas send on the streams of slow Envoys
+// (envoyOn's slow) while it is shut: a push the server queued stays on
+// its way, as on a congested connection.
+type slowSends struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil: open
+}
+
+const slowKey = "x-test-slow"
+
+// hold shuts the way to slow Envoys; let opens it.
+func (s *slowSends) hold() {
+	s.mu.Lock()
+	s.shut = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *slowSends) let() {
+	s.mu.Lock()
+	close(s.shut)
+	s.shut = nil
+	s.mu.Unlock()
+}
+
+func (s *slowSends) interceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if len(metadata.ValueFromIncomingContext(ss.Context(), slowKey)) == 0 {
+			return handler(srv, ss)
+		}
+		return handler(srv, &slowStream{ServerStream: ss, s: s})
+	}
+}
+
+type slowStream struct {
+	grpc.ServerStream
+	s *slowSends
+}
+
+func (st *slowStream) SendMsg(m any) error {
+	st.s.mu.Lock()
+	shut := st.s.shut
+	st.s.mu.Unlock()
+	if shut != nil {
+		select {
+		case <-shut:
+		case <-st.Context().Done():
+			return st.Context().Err()
+		}
+	}
+	return st.ServerStream.SendMsg(m)
 }
 
 // envoy adds a simulated Envoy whose streams go to replica first (then to
 // the next that accepts one).
 func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
+	c.t.Helper()
+	order := make([]int, len(c.replicas))
+	for i := range c.replicas {
+		order[i] = (first + i) % len(c.replicas)
+	}
+	return c.envoyOn(order, cfg)
+}
+
+// envoyOn adds a simulated Envoy whose RLQS cluster holds the replicas
+// of order, in that priority, health-checked as the example's are (every
+// second, down after two failures).
+func (c *cluster) envoyOn(order []int, cfg envoysim.Config) *envoysim.Envoy {
 	c.t.Helper()
 	if cfg.Domain == "" {
 		cfg.Domain = "d"
@@ -187,17 +286,50 @@ func (c *cluster) envoy(first int, cfg envoysim.Config) *envoysim.Envoy {
 	if cfg.ReportPeriod == 0 {
 		cfg.ReportPeriod = c.period
 	}
-	dialers := make([]envoysim.Dialer, len(c.replicas))
-	for i, r := range c.replicas {
-		dialers[i] = r.sw.Dial
+	dialers := make([]envoysim.Dialer, len(order))
+	for i, r := range order {
+		dialers[i] = c.replicas[r].sw.Dial
 	}
-	e, err := envoysim.New(cfg, c.clock, envoysim.Failover(first, dialers...))
+	if c.slowNext {
+		c.slowNext = false
+		for i, d := range dialers {
+			dialers[i] = func(ctx context.Context) (envoysim.Stream, error) {
+				return d(metadata.AppendToOutgoingContext(ctx, slowKey, "1"))
+			}
+		}
+	}
+	p := envoysim.NewPriorities(c.clock, envoysim.HealthCheck{Interval: time.Second, Unhealthy: 2, Healthy: 1}, dialers...)
+	e, err := envoysim.New(cfg, c.clock, p.Dial)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.fleet.Add(e)
 	c.envoys = append(c.envoys, e)
+	c.clusters = append(c.clusters, envoyCluster{p, order})
 	return e
+}
+
+// envoyCluster is an Envoy's RLQS cluster, and the replica of each of its
+// priorities.
+type envoyCluster struct {
+	p     *envoysim.Priorities
+	order []int
+}
+
+// down tells every Envoy's cluster that replica i is down (up): its
+// health checks find it so two seconds (one) on.
+func (c *cluster) down(i int) { c.setDown(i, true) }
+
+func (c *cluster) up(i int) { c.setDown(i, false) }
+
+func (c *cluster) setDown(i int, down bool) {
+	for _, ec := range c.clusters {
+		for k, r := range ec.order {
+			if r == i {
+				ec.p.SetDown(k, down)
+			}
+		}
+	}
 }
 
 // run advances the fleet by d.
@@ -211,6 +343,7 @@ func (c *cluster) kill(i int) {
 	r.gs.Stop()
 	_ = r.cc.Close()
 	r.dead = true
+	c.down(i)
 }
 
 // blackHole makes a replica lost without a reset: cut off from the
@@ -219,6 +352,7 @@ func (c *cluster) blackHole(i int) {
 	r := c.replicas[i]
 	r.store.down.Store(true)
 	r.sw.BlackHole()
+	c.down(i)
 }
 
 func (c *cluster) stop() {
@@ -227,17 +361,16 @@ func (c *cluster) stop() {
 		e.Close()
 	}
 	for _, r := range c.replicas {
-		if r.dead {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = r.svc.Close(ctx)
-			r.gs.Stop()
-			_ = r.cc.Close()
+			_ = r.svc.Close(ctx) // a dead one's too: its watch of notices ends
+			if !r.dead {
+				r.gs.Stop()
+				_ = r.cc.Close()
+			}
 		}()
 	}
 	wg.Wait()

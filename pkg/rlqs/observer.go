@@ -47,6 +47,9 @@ type Observer interface {
 	StoreFailed()
 	// Exchanged is called after each exchange, failed or not.
 	Exchanged(took time.Duration, items int)
+	// ReportsShed is called for n reports merged into one waiting for a
+	// worker (Options.ReportWorkers): work shed.
+	ReportsShed(domain string, n int)
 }
 
 // The reasons a new bucket is refused, as Observer.BucketsRefused is told.
@@ -73,6 +76,7 @@ func (nopObserver) BucketsRefused(string, string, int) {}
 func (nopObserver) StreamRefused()                     {}
 func (nopObserver) StoreFailed()                       {}
 func (nopObserver) Exchanged(time.Duration, int)       {}
+func (nopObserver) ReportsShed(string, int)            {}
 
 // label is what an Observer is told of a domain.
 func (s *Service) label(domain string) string {

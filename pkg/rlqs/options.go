@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,11 +37,14 @@ type DemandStore interface {
 // "A replica lost").
 const DefaultTTLPeriods = 6
 
-// Notifier is a DemandStore that carries word of rates freed: a replica
-// that lowered what its clients hold in a bucket shared with other
-// replicas tells them, so that they grant it at once rather than at their
-// next read (demand.Redis and demand.Memory implement it). Notify may
-// lose words; Watch calls f, from one goroutine, until ctx ends.
+// Notifier is a DemandStore that carries word between replicas that share
+// a bucket: of rates freed (a replica that lowered what its clients hold
+// tells the others, so that they grant it at once rather than at their
+// next read) and of rates wanted (a replica whose client's share is held
+// by others' clients tells them, so that they read its demand and cut
+// theirs at once). demand.Redis and demand.Memory implement it. A key
+// may carry a mark of the service's; Notify may lose words; Watch calls
+// f, from one goroutine, until ctx ends.
 type Notifier interface {
 	Notify(ctx context.Context, from string, keys []string) error
 	Watch(ctx context.Context, f func(from, key string)) error
@@ -53,6 +57,10 @@ const (
 	DefaultMaxBuckets          = 300_000
 	DefaultMaxStreams          = 10_000
 )
+
+// DefaultReportWorkers is Options.ReportWorkers' default: one per CPU
+// (GOMAXPROCS), at least 2.
+func DefaultReportWorkers() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // Unmatched is what a bucket that matches no rule is assigned.
 type Unmatched uint8
@@ -136,8 +144,10 @@ type Options struct {
 	// answering again); nil writes each change to Log. A flapping store
 	// wants one that rate-limits its lines.
 	StoreLog StateLog
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the service's time, and its timers (default the wall
+	// clock; with it, demand is stamped with the store's clock, one for
+	// every replica).
+	Clock Clock
 	// Replica names this replica in the store: letters, digits, '-', '_',
 	// '.', ':' (default: random). Two live replicas must not share one.
 	Replica string
@@ -161,12 +171,10 @@ type Options struct {
 	// items; a larger one is sent as several (default 1s).
 	StoreTimeout time.Duration
 	// Refresh is when other replicas' demand is read again (default
-	// ReportPeriod).
+	// three quarters of ReportPeriod: an Envoy's report comes a period
+	// after the one before, give or take its timer's and the network's
+	// jitter, and each must find the read due).
 	Refresh time.Duration
-	// SilenceCheck is how often, on the wall clock, an open stream checks
-	// on Now's clock whether it went silent (default Division.Stale; a
-	// test driving Now sets it short).
-	SilenceCheck time.Duration
 	// MaxReportBytes, if positive, refuses larger usage reports, ending
 	// their stream with ResourceExhausted (the gRPC server's receive
 	// limit refuses those above it before they reach the service).
@@ -179,6 +187,13 @@ type Options struct {
 	// that Envoy's no_assignment_behavior applies; its known ones are
 	// answered.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	// ReportWorkers bounds the reports the replica handles at once (0:
+	// DefaultReportWorkers; negative: no bound), so that quota work cannot
+	// take every CPU from what else the process serves (RateLimitService):
+	// a stream's report waits for a worker, and the reports the stream
+	// sends meanwhile are merged into it, their counts added (counted by
+	// Observer.ReportsShed).
+	ReportWorkers int
 	// IDLimits bound bucket ids as they bound RateLimitService
 	// descriptors: MaxEntries entries, keys and values of MaxKeyBytes
 	// (nil: limiter.DefaultLimits; MaxDescriptors does not apply). A new
@@ -198,7 +213,7 @@ type Options struct {
 	// RequireIdentity refuses streams without an identity, Unauthenticated.
 	RequireIdentity bool
 
-	storeClock bool // Now was not given: demand is stamped by the store
+	storeClock bool // Clock was not given: demand is stamped by the store
 }
 
 func (o *Options) fill() error {
@@ -214,8 +229,8 @@ func (o *Options) fill() error {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	if o.Now == nil {
-		o.Now, o.storeClock = time.Now, true
+	if o.Clock == nil {
+		o.Clock, o.storeClock = wallClock{}, true
 	}
 	if o.Replica == "" {
 		var b [6]byte
@@ -250,20 +265,43 @@ func (o *Options) fill() error {
 		o.StoreTimeout = time.Second
 	}
 	if o.Refresh <= 0 {
-		o.Refresh = o.ReportPeriod
+		o.Refresh = o.ReportPeriod * 3 / 4
 	}
 	o.MaxBucketsPerStream = orDefault(o.MaxBucketsPerStream, DefaultMaxBucketsPerStream)
 	o.MaxBuckets = orDefault(o.MaxBuckets, DefaultMaxBuckets)
 	o.MaxStreams = orDefault(o.MaxStreams, DefaultMaxStreams)
+	switch {
+	case o.ReportWorkers == 0:
+		o.ReportWorkers = DefaultReportWorkers()
+	case o.ReportWorkers < 0:
+		o.ReportWorkers = 0 // no bound
+	}
 	if o.IDLimits == nil {
 		o.IDLimits = &limiter.DefaultLimits
 	}
 	o.Division.Period = o.ReportPeriod
 	o.Division = o.Division.WithDefaults()
-	if o.SilenceCheck <= 0 || o.SilenceCheck > o.Division.Stale {
-		o.SilenceCheck = o.Division.Stale
-	}
 	return nil
+}
+
+// Clock tells the service the time and wakes it when a time has passed:
+// a stream's silence ends it at the clock's Division.Stale after its last
+// report. The wall clock is the default; a test steps one of its own.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f, in a goroutine of its own, once d has passed on
+	// the clock, unless stop is called first (it reports whether it
+	// stopped the call).
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// wallClock is the real time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
 
 // orDefault is n, def for 0, or no bound (math.MaxInt) if negative.

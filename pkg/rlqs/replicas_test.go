@@ -34,120 +34,114 @@ func redisStore(t *testing.T) (*demand.Redis, string) {
 // TestTwoReplicasRedis: two replicas sharing one real Redis, the Envoys
 // spread over both, hold the limit globally and divide it fairly.
 func TestTwoReplicasRedis(t *testing.T) {
-	for _, period := range []time.Duration{5 * time.Second, time.Second} {
-		t.Run(period.String(), func(t *testing.T) {
-			st, prefix := redisStore(t)
-			c := newCluster(t, clusterOptions{period: period, replicas: 2, store: st,
-				opts: func(o *rlqs.Options) { o.KeyPrefix = prefix }})
-			var ts []*envoysim.Traffic
-			for i, rate := range []float64{800, 100, 100, 400} {
-				b := bucketA
-				if i == 3 {
-					b = bucketB // another bucket, on one replica only
-				}
-				ts = append(ts, c.fleet.Send(c.envoy(i%2, envoysim.Config{}), b, rate))
-			}
-			c.run(3 * period)
-			got := c.admitted(2*period, ts...)
-			if total := sum(got[:3]); total < 270 || total > 330 {
-				t.Errorf("bucket a admitted %v = %.1f/s, want 300 ±10%%", got[:3], total)
-			}
-			for i, g := range got[:3] {
-				if g < 50 {
-					t.Errorf("envoy %d admitted %.1f/s, under half its fair share", i, g)
-				}
-			}
-			if got[3] < 270 || got[3] > 330 {
-				t.Errorf("bucket b admitted %.1f/s, want 300 ±10%%", got[3])
-			}
-			c.checkClean()
-		})
+	st, prefix := redisStore(t)
+	c := newCluster(t, clusterOptions{replicas: 2, store: st, opts: func(o *rlqs.Options) { o.KeyPrefix = prefix }})
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100, 400} {
+		b := bucketA
+		if i == 3 {
+			b = bucketB // another bucket, on one replica only
+		}
+		ts = append(ts, c.fleet.Send(c.envoy(i%2, envoysim.Config{}), b, rate))
 	}
+	c.run(3 * c.period)
+	got := c.admitted(2*c.period, ts...)
+	if total := sum(got[:3]); total < 270 || total > 330 {
+		t.Errorf("bucket a admitted %v = %.1f/s, want 300 ±10%%", got[:3], total)
+	}
+	for i, g := range got[:3] {
+		if g < 50 {
+			t.Errorf("envoy %d admitted %.1f/s, under half its fair share", i, g)
+		}
+	}
+	if got[3] < 270 || got[3] > 330 {
+		t.Errorf("bucket b admitted %.1f/s, want 300 ±10%%", got[3])
+	}
+	c.checkClean()
 }
 
 // TestFailover: one of two replicas dies; its Envoys reopen their streams
-// on the other at their next report, their assignments holding meanwhile
-// (no fallback to no_assignment_behavior), and the limit holds again
-// within a TTL and three report periods, and is never exceeded by more
-// than 10% in any period on the way.
+// on the other at a later report (the first may still go to the dead one,
+// whose health checks have not yet found it down: that report is lost),
+// their assignments holding meanwhile (no fallback to
+// no_assignment_behavior), and the limit holds within 10% in every
+// period, their token buckets kept.
 func TestFailover(t *testing.T) {
-	for _, period := range []time.Duration{5 * time.Second, time.Second} {
-		t.Run(period.String(), func(t *testing.T) {
-			c := newCluster(t, clusterOptions{period: period, replicas: 2})
+	c := newCluster(t, clusterOptions{replicas: 2})
+	var ts []*envoysim.Traffic
+	for i, rate := range []float64{800, 100, 100} {
+		ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 0}[i], envoysim.Config{}), bucketA, rate))
+	}
+	c.run(3 * c.period)
+	replaced := c.replaced()
+	c.kill(0)
+	for elapsed := time.Duration(0); elapsed < 5*c.period; elapsed += c.period {
+		a := c.admitted(c.period, ts...)
+		t.Logf("%v after the kill: %.1f", elapsed, a)
+		if total := sum(a); total < 270 || total > 330 {
+			t.Errorf("%v after the kill: admitted %.1f/s, not within 10%% of the limit", elapsed, total)
+		}
+	}
+	for i, e := range c.envoys {
+		if st := e.Stats(); i != 1 && (st.StreamsOpened < 2 || !e.Connected()) || i == 1 && st.StreamsOpened != 1 {
+			t.Errorf("envoy %d opened %d streams (connected: %v)", i, st.StreamsOpened, e.Connected())
+		}
+	}
+	c.checkReplaced(replaced)
+	c.checkClean()
+}
+
+// TestFailoverLateTimer: as TestFailover, the moved Envoys' report timers
+// early (4.99 s: Envoy's timer fires a few milliseconds early, and
+// time_elapsed, truncated, reads 4 s) or late (5.05 s, as on a loaded
+// machine), so that their first report on the new stream claims more or
+// less than they held there: each still adopts its old share, its token
+// bucket kept, and no period admits more than the limit +10%.
+func TestFailoverLateTimer(t *testing.T) {
+	for _, timer := range []time.Duration{4990 * time.Millisecond, 5050 * time.Millisecond} {
+		t.Run(timer.String(), func(t *testing.T) {
+			c := newCluster(t, clusterOptions{replicas: 2})
 			var ts []*envoysim.Traffic
 			for i, rate := range []float64{800, 100, 100} {
-				ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 0}[i], envoysim.Config{}), bucketA, rate))
+				cfg := envoysim.Config{}
+				if i != 1 {
+					cfg.ReportPeriod = timer
+				}
+				ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 0}[i], cfg), bucketA, rate))
 			}
-			c.run(3 * period)
+			c.run(4 * c.period)
+			replaced := c.replaced()
 			c.kill(0)
-			ttl := 3 * period
-			for elapsed := time.Duration(0); elapsed < ttl+3*period; elapsed += period {
-				a := c.admitted(period, ts...)
-				t.Logf("%v after the kill: %.1f", elapsed, a)
+			for elapsed := time.Duration(0); elapsed < 5*c.period; elapsed += c.period {
+				a := c.admitted(c.period, ts...)
 				if total := sum(a); total > 330 {
-					t.Errorf("%v after the kill: admitted %.1f/s, over the limit by more than 10%%", elapsed, total)
+					t.Errorf("%v after the kill: admitted %.1f = %.1f/s, over the limit +10%%", elapsed, a, total)
 				}
 			}
-			got := c.admitted(2*period, ts...)
-			if total := sum(got); total < 270 || total > 330 {
-				t.Errorf("after failover admitted %v = %.1f/s, want 300 ±10%%", got, total)
-			}
-			for i, e := range c.envoys {
-				if st := e.Stats(); (i != 1 && st.StreamsOpened != 2) || (i == 1 && st.StreamsOpened != 1) {
-					t.Errorf("envoy %d opened %d streams", i, st.StreamsOpened)
-				}
-			}
+			c.checkReplaced(replaced)
 			c.checkClean()
 		})
 	}
 }
 
-// TestFailoverLateTimer: as TestFailover at 1 s periods, with the moved
-// Envoys' report timers late (1.05 s, as on a loaded machine), so that
-// their first report on the new stream claims more than they held there
-// (time_elapsed is truncated to whole seconds): no period after the kill
-// but the first admits more than the limit +10%, whatever buckets the
-// move replaced, and the first stays within docs/rlqs.md's bound (a
-// replaced bucket may start full, a burst of its size).
-func TestFailoverLateTimer(t *testing.T) {
-	c := newCluster(t, clusterOptions{period: time.Second, replicas: 2})
-	var ts []*envoysim.Traffic
-	for i, rate := range []float64{800, 100, 100} {
-		cfg := envoysim.Config{}
-		if i != 1 {
-			cfg.ReportPeriod = 1050 * time.Millisecond
-		}
-		ts = append(ts, c.fleet.Send(c.envoy([]int{0, 1, 0}[i], cfg), bucketA, rate))
-	}
-	c.run(5 * time.Second)
-	replaced := make([]int, len(c.envoys))
+// replaced counts the token buckets each Envoy replaced so far.
+func (c *cluster) replaced() []int {
+	out := make([]int, len(c.envoys))
 	for i, e := range c.envoys {
-		replaced[i] = e.Stats().ReplacedBuckets
+		out[i] = e.Stats().ReplacedBuckets
 	}
-	c.kill(0)
-	// The first second may hold the burst of a bucket the move replaced
-	// (docs/rlqs.md's bound: C(1+eps)W + B(1+eps) + N for W = 1 s, C = B =
-	// 300, N = 3); from the next on, the limit +10%.
-	for elapsed := time.Duration(0); elapsed < 6*time.Second; elapsed += time.Second {
-		a := c.admitted(time.Second, ts...)
-		bound := 330.0
-		if elapsed == 0 {
-			bound = 300*1.0205 + 300*1.0205 + 3
-		}
-		if total := sum(a); total > bound {
-			t.Errorf("%v after the kill: admitted %.1f = %.1f/s, over %.0f", elapsed, a, total, bound)
-		}
-	}
-	// Buckets replaced after the kill are logged, not failed: in 3 to 5
-	// of 30 runs some are (the moved Envoys' reconnection races the
-	// fleet's steps), and the bound above, which counts their bursts,
-	// holds in every run.
+	return out
+}
+
+// checkReplaced fails the test if an Envoy replaced a token bucket since
+// before: a moved Envoy keeps its old share and bucket.
+func (c *cluster) checkReplaced(before []int) {
+	c.t.Helper()
 	for i, e := range c.envoys {
-		if n := e.Stats().ReplacedBuckets - replaced[i]; n != 0 {
-			t.Logf("envoy %d: %d token buckets replaced after the kill", i, n)
+		if n := e.Stats().ReplacedBuckets - before[i]; n != 0 {
+			c.t.Errorf("envoy %d replaced %d token buckets since", i, n)
 		}
 	}
-	c.checkClean()
 }
 
 // TestJoinLeave: an Envoy that joins gets its share within three report

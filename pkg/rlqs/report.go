@@ -30,6 +30,16 @@ type report struct {
 	blanket kind
 	failed  bool
 	refused [3]int // new buckets refused, by refusal
+	// moved are the new buckets named with a time_elapsed: their Envoy
+	// may have held them on another stream (division.moved).
+	moved []movedClaim
+}
+
+// movedClaim is a new bucket's first usage, named with a time_elapsed.
+type movedClaim struct {
+	b       *envoyBucket
+	allowed uint64
+	elapsed time.Duration
 }
 
 // handle records a report's usages, answers its subscriptions of blanket
@@ -45,7 +55,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.report")
 	defer span.End()
-	r := &report{now: s.opts.Now()}
+	r := &report{now: s.opts.Clock.Now()}
 	st.reported(r.now)
 	set := s.opts.Rules()
 	for _, u := range m.GetBucketQuotaUsages() {
@@ -62,6 +72,7 @@ func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageRepor
 	}
 	st.abandonIdle(r)
 	st.dropUnnamed(r)
+	s.credit(ctx, r)
 	s.exchange(ctx, r)
 	if r.failed {
 		span.SetStatus(codes.Error, "demand store failed")
@@ -139,15 +150,18 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		r.subs = append(r.subs, b)
 	}
 	b.lastNamed = r.now
-	st.resolve(r, b, set, entries)
+	// A new bucket an Envoy reports a second's use of or more may have
+	// moved: it joins its division held out until credit decides, since
+	// a settle meanwhile would count it beside its old value.
+	elapsed := u.GetTimeElapsed().AsDuration()
+	mayHaveMoved := isNew && elapsed >= time.Second
+	st.resolve(r, b, set, entries, mayHaveMoved)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if n > 0 {
 		b.lastActive = r.now
 	}
-	if elapsed := u.GetTimeElapsed().AsDuration(); b.div != nil && isNew && elapsed >= time.Second {
-		// An Envoy that moved from another stream: it holds what it was
-		// assigned there, which it may adopt (quota.Item.Adopt).
-		b.div.moved(b, u.GetNumRequestsAllowed(), elapsed, r.now, &st.svc.opts.Division)
+	if b.div != nil && mayHaveMoved {
+		r.moved = append(r.moved, movedClaim{b: b, allowed: u.GetNumRequestsAllowed(), elapsed: elapsed})
 	}
 	if b.div != nil {
 		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
@@ -157,8 +171,9 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 }
 
 // resolve resolves b again when the rules changed, moving its client to
-// its new rule's division (the exchange deletes the old demand).
-func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry) {
+// its new rule's division (the exchange deletes the old demand); a new
+// client joins held out if heldOut (division.join).
+func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entries []descriptors.Entry, heldOut bool) {
 	if b.res != nil && b.set == set {
 		return
 	}
@@ -174,7 +189,7 @@ func (st *stream) resolve(r *report, b *envoyBucket, set *descriptors.Set, entri
 		if b.div == nil {
 			b.div = s.acquire(res.storeKey, st.domain, res.global)
 		}
-		b.div.join(b, res.global, r.now)
+		b.div.join(b, res.global, r.now, heldOut)
 	}
 	b.set, b.res = set, res
 }
@@ -220,6 +235,45 @@ func (st *stream) dropUnnamed(r *report) {
 	}
 }
 
+// credit credits the report's new buckets that an Envoy held on another
+// stream with what they held there (division.moved), after reading their
+// divisions afresh: the old stream's value, on another replica, is what
+// says that it was assigned. Without a demand store only this replica's
+// streams that ended can have held it.
+func (s *Service) credit(ctx context.Context, r *report) {
+	if len(r.moved) == 0 {
+		return
+	}
+	if s.opts.Store != nil {
+		var dvs divisions
+		for _, m := range r.moved {
+			if m.b.div != nil {
+				dvs.add(m.b.div)
+			}
+		}
+		items := make([]quota.Item, len(dvs.list))
+		tickets := make([]uint64, len(dvs.list))
+		for i, dv := range dvs.list {
+			dv.claimRead(r.now, 0)
+			tickets[i] = dv.readTicket()
+			items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+		}
+		got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
+		if err != nil {
+			s.noteStoreFailed(err)
+		} else {
+			for i, dv := range dvs.list {
+				dv.setRemote(s.opts.Replica, got[i], r.now, tickets[i])
+			}
+		}
+	}
+	for _, m := range r.moved {
+		if m.b.div != nil {
+			m.b.div.moved(m.b, m.allowed, m.elapsed, r.now, &s.opts.Division)
+		}
+	}
+}
+
 // exchange publishes the report's demand, deletes that of clients gone,
 // and reads the demand a Refresh old, in one round trip; it sets the
 // report's modes, by policy when the store fails.
@@ -228,6 +282,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
 	copy(items, r.gone)
 	readers := make([]*division, len(r.gone), cap(items)) // the division of each item that reads, else nil
+	tickets := make([]uint64, len(r.gone), cap(items))
 	for _, b := range r.all {
 		dv := b.div
 		if dv == nil {
@@ -235,14 +290,16 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 		}
 		op := quota.Write
 		var reader *division
+		var ticket uint64
 		if _, seen := r.modes[dv]; !seen {
 			r.modes[dv] = quota.Global
 			if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
 				op |= quota.Read
-				reader = dv
+				reader, ticket = dv, dv.readTicket()
 			}
 		}
 		readers = append(readers, reader)
+		tickets = append(tickets, ticket)
 		d := dv.published(b.client)
 		d.Replica, d.Client = s.opts.Replica, b.client
 		items = append(items, quota.Item{Key: dv.key, Op: op, Demand: d, Fresh: s.opts.Division.Stale})
@@ -264,7 +321,7 @@ func (s *Service) exchange(ctx context.Context, r *report) {
 	s.notify(itemKeys(r.gone))
 	for i, dv := range readers {
 		if dv != nil {
-			dv.setRemote(s.opts.Replica, got[i], r.now)
+			dv.setRemote(s.opts.Replica, got[i], r.now, tickets[i])
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,7 @@ type Service struct {
 	unwatch  context.CancelFunc // stops it; guarded by mu
 	watchers sync.WaitGroup
 
+	workers   chan struct{} // Options.ReportWorkers' slots, nil: no bound
 	seq       atomic.Uint64
 	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
 	storeDown atomic.Bool  // the last exchange failed
@@ -81,6 +83,9 @@ func New(opts Options) (*Service, error) {
 		divisions: map[string]*division{},
 		streams:   map[*stream]struct{}{},
 	}
+	if opts.ReportWorkers > 0 {
+		s.workers = make(chan struct{}, opts.ReportWorkers)
+	}
 	return s, nil
 }
 
@@ -92,7 +97,7 @@ func (s *Service) Idle() bool {
 	if s.inHand.Load() != 0 {
 		return false
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for st := range s.streams {
@@ -122,10 +127,17 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 		return err
 	}
 	defer func() { s.closeStream(st, context.Cause(ctx)) }()
-	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	// The reader takes every report as it comes, merging those that come
+	// while one waits for a worker (inbox).
 	go func() {
 		for {
 			m, err := srv.Recv()
+			if err == nil {
+				err = s.checkSize(m)
+			}
+			if err == nil {
+				err = st.offer(ctx, m)
+			}
 			if err != nil {
 				if status.Code(err) == codes.ResourceExhausted {
 					s.refused(st, err)
@@ -133,37 +145,50 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 				cancel(err)
 				return
 			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
 		}
 	}()
-	stale, check := s.opts.Division.Stale, s.opts.SilenceCheck
-	silence := time.NewTimer(check)
-	defer silence.Stop()
+	// The silence timer, on the service's clock: it fires Stale after
+	// the stream's last report, or its opening.
+	stale := s.opts.Division.Stale
+	silence := make(chan struct{}, 1)
+	arm := func(d time.Duration) func() bool {
+		return s.opts.Clock.AfterFunc(d, func() {
+			select {
+			case silence <- struct{}{}:
+			default:
+			}
+		})
+	}
+	stop := arm(stale)
+	defer func() { stop() }()
 	for {
+		// A report waits: with a worker budget, for a worker.
+		var acquire chan<- struct{}
+		if s.workers != nil && st.pendingReport() {
+			acquire = s.workers
+		}
 		select {
 		case <-ctx.Done():
 			return streamEnd(context.Cause(ctx))
-		case m := <-msgs:
-			if limit := s.opts.MaxReportBytes; limit > 0 {
-				if n := proto.Size(m); n > limit {
-					err := status.Errorf(codes.ResourceExhausted, "usage report of %d bytes is larger than the limit of %d bytes", n, limit)
-					s.refused(st, err)
+		case <-st.in.ready:
+			stop()
+			stop = arm(stale)
+			if s.workers == nil {
+				if err := st.handleNext(ctx); err != nil {
 					cancel(err)
 					return err
 				}
 			}
-			if err := st.handle(ctx, m); err != nil {
+		case acquire <- struct{}{}:
+			err := st.handleNext(ctx)
+			<-s.workers
+			if err != nil {
 				cancel(err)
 				return err
 			}
-			silence.Reset(check)
-		case <-silence.C:
-			if quiet := s.opts.Now().Sub(st.silentSince()); quiet < stale {
-				silence.Reset(min(check, stale-quiet))
+		case <-silence:
+			if quiet := s.opts.Clock.Now().Sub(st.silentSince()); quiet < stale {
+				stop = arm(stale - quiet)
 				continue
 			}
 			cancel(errSilent)
@@ -174,6 +199,26 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			return streamEnd(err)
 		}
 	}
+}
+
+// checkSize refuses a report larger than Options.MaxReportBytes.
+func (s *Service) checkSize(m *rlqspb.RateLimitQuotaUsageReports) error {
+	if limit := s.opts.MaxReportBytes; limit > 0 {
+		if n := proto.Size(m); n > limit {
+			return status.Errorf(codes.ResourceExhausted, "usage report of %d bytes is larger than the limit of %d bytes", n, limit)
+		}
+	}
+	return nil
+}
+
+// handleNext handles the stream's waiting report, if one waits.
+func (st *stream) handleNext(ctx context.Context) error {
+	m := st.take()
+	if m == nil {
+		return nil
+	}
+	defer st.svc.inHand.Add(-1) // offer's
+	return st.handle(ctx, m)
 }
 
 // streamEnd is the status a stream ends with after err.
@@ -206,7 +251,7 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 	s.watch()
 	st := newStream(s, strconv.FormatUint(s.seq.Add(1), 36), srv, cancel)
 	st.group = groupOf(identity, s.opts.Replica, st.id)
-	st.lastReport = s.opts.Now()
+	st.lastReport = s.opts.Clock.Now()
 	s.streams[st] = struct{}{}
 	s.handlers.Add(1)
 	return st, nil
@@ -219,6 +264,10 @@ func (s *Service) open(srv grpcStream, cancel func(error)) (*stream, error) {
 // ledger for that long (Options.leftFor), its demand counting no more.
 func (s *Service) closeStream(st *stream, cause error) {
 	defer s.handlers.Done()
+	// In hand from before the stream leaves s.streams (Idle sees a silent
+	// one there) until what it freed is settled.
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	held := st.snapshot()
 	s.held.Add(-int64(len(held))) // before it leaves s.streams (Totals)
 	s.mu.Lock()
@@ -230,7 +279,7 @@ func (s *Service) closeStream(st *stream, cause error) {
 		s.log.Info("RLQS stream ended: no usage report for 3 report periods",
 			zap.String("stream", st.id), zap.String("peer", peerOf(st.srv)), zap.String("domain", st.domain))
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	until := now.Add(s.leftFor())
 	if silent {
 		until = now
@@ -288,7 +337,7 @@ func (s *Service) deleteDemand(items []quota.Item) {
 	if s.opts.Store == nil || len(items) == 0 {
 		return
 	}
-	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Now())); err != nil {
+	if _, err := s.exchangeItems(context.Background(), items, s.leftFor(), s.storeNow(s.opts.Clock.Now())); err != nil {
 		s.obs.StoreFailed()
 		s.log.Debug("deleting demand failed; it expires instead", zap.Error(err))
 		return
@@ -451,39 +500,57 @@ func (s *Service) watch() {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.unwatch = cancel
 		s.watchers.Go(func() {
-			if err := n.Watch(ctx, s.freed); err != nil {
-				s.log.Debug("watching freed rates stopped", zap.Error(err))
+			if err := n.Watch(ctx, s.heard); err != nil {
+				s.log.Debug("watching other replicas' notices stopped", zap.Error(err))
 			}
 		})
 	})
 }
 
-// freed is told that another replica freed rates in a bucket: a division
-// with a local client that wants more reads the bucket again and settles.
-func (s *Service) freed(from, key string) {
+// wantedMark starts the keys of notices of rates wanted (Notifier); a
+// key without it is of rates freed.
+const wantedMark = "\x01"
+
+// heard is told that another replica freed rates in a bucket, or wants
+// some for a client of its: a division with a local client that wants
+// more (freed), or any local division of the bucket (wanted), reads the
+// bucket again and settles; the settle cuts what the others' demand asks
+// and tells them what it freed.
+func (s *Service) heard(from, key string) {
 	if from == s.opts.Replica {
 		return
 	}
+	key, wanted := strings.CutPrefix(key, wantedMark)
 	s.mu.Lock()
 	dv := s.divisions[key]
 	s.mu.Unlock()
-	if dv == nil || !dv.wants() {
+	if dv == nil {
 		return
 	}
+	if !wanted && !dv.wants() {
+		// None of its clients wants more now, but the next report may:
+		// it reads the bucket again rather than divide by what it last
+		// read.
+		dv.unread()
+		return
+	}
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	item := quota.Item{Key: key, Op: quota.Read, Fresh: s.opts.Division.Stale}
-	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Now()))
+	ticket := dv.readTicket()
+	got, err := s.opts.Store.Exchange(ctx, []quota.Item{item}, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
 		return
 	}
-	dv.setRemote(s.opts.Replica, got[0], s.opts.Now())
+	dv.setRemote(s.opts.Replica, got[0], s.opts.Clock.Now(), ticket)
 	s.settle(ctx, []*division{dv}, nil, nil)
 }
 
 // notify tells the other replicas serving the divisions of keys that
-// rates were freed there.
+// rates were freed there (or, keys marked wantedMark, are wanted).
 func (s *Service) notify(keys []string) {
 	n, ok := s.opts.Store.(Notifier)
 	if !ok || len(keys) == 0 {
@@ -492,6 +559,6 @@ func (s *Service) notify(keys []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
 	if err := n.Notify(ctx, s.opts.Replica, keys); err != nil {
-		s.log.Debug("notifying freed rates failed", zap.Error(err))
+		s.log.Debug("notifying the other replicas failed", zap.Error(err))
 	}
 }

@@ -35,12 +35,26 @@ func usage(id map[string]string, allowed uint64, elapsed time.Duration) *rlqspb.
 	}
 }
 
-// recvCode receives until the stream ends and returns its status code.
-func recvCode(s rawStream) codes.Code {
-	for {
-		if _, err := s.Recv(); err != nil {
-			return status.Code(err)
+// recvCode receives until the stream ends and returns its status code;
+// it fails the test if the stream has not ended within 10 s (a stream
+// the server should have ended but serves would otherwise hang the test).
+func recvCode(t *testing.T, s rawStream) codes.Code {
+	t.Helper()
+	done := make(chan codes.Code, 1)
+	go func() {
+		for {
+			if _, err := s.Recv(); err != nil {
+				done <- status.Code(err)
+				return
+			}
 		}
+	}()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream has not ended after 10 s")
+		return codes.OK
 	}
 }
 
@@ -48,7 +62,7 @@ func TestDomainBinding(t *testing.T) {
 	c := newCluster(t, clusterOptions{})
 	s := openRaw(t, c)
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucketA, 1, 0)}})
-	if code := recvCode(s); code != codes.InvalidArgument {
+	if code := recvCode(t, s); code != codes.InvalidArgument {
 		t.Errorf("report without domain: %v, want InvalidArgument", code)
 	}
 	s = openRaw(t, c)
@@ -62,7 +76,7 @@ func TestDomainBinding(t *testing.T) {
 		t.Fatalf("answer = %v, %v", r, err)
 	}
 	_ = s.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "other", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucketA, 1, 0)}})
-	if code := recvCode(s); code != codes.InvalidArgument {
+	if code := recvCode(t, s); code != codes.InvalidArgument {
 		t.Errorf("report of another domain: %v, want InvalidArgument", code)
 	}
 }
@@ -107,10 +121,10 @@ func TestClose(t *testing.T) {
 	if err := c.replicas[0].svc.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if code := recvCode(s); code != codes.Unavailable {
+	if code := recvCode(t, s); code != codes.Unavailable {
 		t.Errorf("open stream ended with %v, want Unavailable", code)
 	}
-	if code := recvCode(openRaw(t, c)); code != codes.Unavailable {
+	if code := recvCode(t, openRaw(t, c)); code != codes.Unavailable {
 		t.Errorf("new stream: %v, want Unavailable", code)
 	}
 }
@@ -222,8 +236,9 @@ func (r *recorder) Unidentified()               { r.add("unidentified", 1) }
 func (r *recorder) BucketsRefused(d, why string, n int) {
 	r.add("refused_buckets "+d+" "+why, float64(n))
 }
-func (r *recorder) StreamRefused() { r.add("refused_streams", 1) }
-func (r *recorder) StoreFailed()   { r.add("store_errors", 1) }
+func (r *recorder) StreamRefused()              { r.add("refused_streams", 1) }
+func (r *recorder) ReportsShed(d string, n int) { r.add("shed "+d, float64(n)) }
+func (r *recorder) StoreFailed()                { r.add("store_errors", 1) }
 func (r *recorder) Exchanged(_ time.Duration, items int) {
 	r.add("exchanges", 1)
 	r.add("items", float64(items))

@@ -20,6 +20,9 @@ type settlement struct {
 	kinds   []itemKind
 	cuts    []held
 	granted []held
+	// short are the clients the store granted a raise less than asked:
+	// other replicas' clients hold the rest.
+	short []*envoyBucket
 }
 
 // itemKind is what an item of a settlement asks of the store.
@@ -37,15 +40,19 @@ const (
 // has been sent; with a demand store, the store grants it against every
 // replica's ledger. modes gives each division's mode (nil: the last);
 // from is the stream whose report asked, whose actions are no pushes.
+// Where the store grants a raise short of its target, the replicas whose
+// clients hold the rest are told the rate is wanted (wanted).
 func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from *stream) {
 	if p := s.opts.OnStoreError; s.storeDown.Load() && (p == StoreAllow || p == StoreDeny) {
 		return // blanket rules answer every report meanwhile
 	}
+	var short []shortRaise
+	defer func() { s.wanted(short) }()
 	s.inHand.Add(1)
 	defer s.inHand.Add(-1)
 	for len(dvs) > 0 {
 		useStore := s.opts.Store != nil && !s.storeDown.Load()
-		now := s.opts.Now()
+		now := s.opts.Clock.Now()
 		var parts []*settlement
 		for _, dv := range dvs {
 			if p := s.plan(dv, modes, useStore, now); p != nil {
@@ -64,12 +71,41 @@ func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*divisi
 			for _, h := range p.granted {
 				s.queueHeld(h, from)
 			}
+			for _, b := range p.short {
+				short = append(short, shortRaise{p.dv, b})
+			}
 			if p.dv.done() || slices.Contains(adopted, p.dv) {
 				again = append(again, p.dv)
 			}
 		}
 		dvs, modes = again, nil
 	}
+}
+
+// shortRaise is a client of a division the store granted a raise short
+// of its target.
+type shortRaise struct {
+	dv *division
+	b  *envoyBucket
+}
+
+// wanted tells the other replicas serving the divisions of clients the
+// store granted a raise short of their target that the rate is wanted, so
+// that they read this one's demand and cut theirs at once rather than at
+// their next report (at most once a quarter period for each client).
+func (s *Service) wanted(short []shortRaise) {
+	var dvs divisions
+	now := s.opts.Clock.Now()
+	for _, sr := range short {
+		if sr.dv.shared() && sr.dv.claimWanted(sr.b, now, s.opts.ReportPeriod/4) {
+			dvs.add(sr.dv)
+		}
+	}
+	keys := make([]string, len(dvs.list))
+	for i, dv := range dvs.list {
+		keys[i] = wantedMark + dv.key
+	}
+	s.notify(keys)
 }
 
 // plan takes a division's settle on: nil if another goroutine runs one,
@@ -194,7 +230,7 @@ func (s *Service) reserve(ctx context.Context, parts []*settlement) []*division 
 		}
 		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 		start := time.Now()
-		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Now()))
+		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 		cancel()
 		s.obs.Exchanged(time.Since(start), len(items))
 		if err != nil {
@@ -224,17 +260,21 @@ func (s *Service) reread(ctx context.Context, dvs []*division) {
 		return
 	}
 	items := make([]quota.Item, len(dvs))
+	tickets := make([]uint64, len(dvs))
 	for i, dv := range dvs {
 		items[i] = quota.Item{Key: dv.key, Op: quota.Read, Fresh: s.opts.Division.Stale}
+		tickets[i] = dv.readTicket()
 	}
-	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Now()))
+	got, err := s.exchangeItems(context.WithoutCancel(ctx), items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 	if err != nil {
 		s.noteStoreFailed(err)
-		return
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	for i, dv := range dvs {
-		dv.setRemote(s.opts.Replica, got[i], now)
+		if err == nil {
+			dv.setRemote(s.opts.Replica, got[i], now, tickets[i])
+		}
+		dv.releaseHolds()
 	}
 }
 
@@ -266,9 +306,18 @@ func (p *settlement) apply(got [][]quota.Demand) bool {
 			continue
 		}
 		b.adoptLeft = max(0, b.adoptLeft-got[j][0].Adopted)
-		dv.holdLocked(b, c)
-		adopted = adopted || got[j][0].Adopted > 0
-		if g := got[j][0].Assigned; p.kinds[j] == ask && g > c.Assigned && !b.cutting {
+		if got[j][0].Adopted > 0 {
+			// Out of the division until it reads the old value as
+			// left (reread): it would be counted beside it meanwhile.
+			adopted = true
+		} else {
+			dv.holdLocked(b, c)
+		}
+		g := got[j][0].Assigned
+		if p.kinds[j] == ask && g < it.Demand.Assigned {
+			p.short = append(p.short, b)
+		}
+		if p.kinds[j] == ask && g > c.Assigned && !b.cutting {
 			c.Assigned = g
 			p.granted = append(p.granted, dv.heldLocked(b))
 		}

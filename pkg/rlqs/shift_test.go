@@ -60,9 +60,10 @@ func (r *shiftRun) window(from, d time.Duration) float64 {
 // step the rates the Envoys hold add up to at most the limit and the
 // slack of settling (C(1+eps)); from the first answers on, no 5 s window
 // admits more than 110% of the limit; and the admitted total of every
-// period is within 10% of the limit from the end of the first report
-// period that starts after the shift: one period after a shift just
-// after the Envoys' reports, up to two after one between them.
+// report period is within 10% of the limit from the first report after
+// the shift on, whether it came just after the Envoys' reports (the next
+// report shows it) or between them (the next report's counts fix the
+// step's time and new rate: quota.Client's stepped reading).
 func TestDemandShifts(t *testing.T) {
 	for _, replicas := range []int{1, 2} {
 		for _, mode := range []envoysim.Replace{envoysim.ReplaceFullOrEmpty, envoysim.ReplacePartial} {
@@ -94,7 +95,7 @@ func checkShifts(t *testing.T, replicas int, mode envoysim.Replace) {
 		return time.Duration(k)*period + 20*time.Millisecond, time.Duration(k+1)*period + 20*time.Millisecond
 	}
 	between := func(k int) (time.Duration, time.Duration) {
-		return time.Duration(k)*period + period/2, time.Duration(k+2)*period + 20*time.Millisecond
+		return time.Duration(k)*period + period/2, time.Duration(k+1)*period + 20*time.Millisecond
 	}
 	at := func(f func(int) (time.Duration, time.Duration), k int, rates ...float64) shift {
 		a, b := f(k)

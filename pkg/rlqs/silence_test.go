@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fastlimit/fastlimit/internal/testing/envoysim"
+	"github.com/fastlimit/fastlimit/internal/testing/wait"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -164,17 +165,14 @@ func TestReportTooLarge(t *testing.T) {
 				big.BucketQuotaUsages = append(big.BucketQuotaUsages, usage(map[string]string{"name": "a", "tenant": strings.Repeat("x", 20) + fmt.Sprint(i)}, 1, time.Second))
 			}
 			_ = s.Send(big)
-			if code := recvCode(s); code != codes.ResourceExhausted {
+			if code := recvCode(t, s); code != codes.ResourceExhausted {
 				t.Errorf("stream ended with %v, want ResourceExhausted", code)
+			}
+			if !wait.True(10*time.Second, func() bool { return obs.get("refused "+rlqs.UnknownDomain) == 1 }) {
+				t.Errorf("%v refused reports counted, want 1", obs.get("refused "+rlqs.UnknownDomain))
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			for obs.get("refused "+rlqs.UnknownDomain) != 1 && ctx.Err() == nil {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n := obs.get("refused " + rlqs.UnknownDomain); n != 1 {
-				t.Errorf("%v refused reports counted, want 1", n)
-			}
 			_ = svc.Close(ctx)
 		})
 	}

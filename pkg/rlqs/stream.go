@@ -35,6 +35,7 @@ type stream struct {
 	pending    map[string]pending
 	order      []string
 	wake       chan struct{} // signalled when actions are queued
+	in         inbox         // the report waiting, guarded by mu
 	lastReport time.Time     // of the last report handled (Options.Now)
 	swept      time.Time     // the buckets' last staleness check; the handler's
 }
@@ -71,7 +72,9 @@ type envoyBucket struct {
 	unpublished bool      // the store holds a higher rate than its Assigned
 	maxTokens   float64   // the burst of its last assignment
 	adoptLeft   float64   // what it holds of its old stream's, to adopt (moved)
+	crediting   bool      // held out until moved decides (division.join)
 	movedAt     time.Time // when its Envoy came from another stream
+	wantedAt    time.Time // its last notice of a rate wanted (claimWanted)
 	seq         uint64    // of its last action queued
 }
 
@@ -81,6 +84,7 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 		buckets: map[string]*envoyBucket{},
 		pending: map[string]pending{},
 		wake:    make(chan struct{}, 1),
+		in:      inbox{ready: make(chan struct{}, 1), taken: make(chan struct{}, 1)},
 	}
 }
 

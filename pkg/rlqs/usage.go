@@ -64,7 +64,7 @@ func (s *Service) Usage(domain string, id map[string]string) Usage {
 	if dv == nil {
 		return u
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	u.Replicas = dv.q.Replicas()

@@ -148,6 +148,7 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 	q.BucketsRefused("d", "stream", 2)
 	q.StreamRefused()
 	q.StoreFailed()
+	q.ReportsShed("d", 1)
 	q.Exchanged(time.Millisecond, 1)
 	for _, err := range []error{
 		RegisterBuildInfo(reg, "test"),

@@ -54,6 +54,8 @@ var (
 		help: "New buckets refused, answered nothing (Envoy's no_assignment_behavior applies), by the bound they would pass: stream (--rlqs-max-buckets-per-stream), server (--rlqs-max-buckets) or id (--max-entries, --max-entry-bytes); counted at each report naming them."}
 	rlqsRefusedStreamsDef = def{name: "fastlimit_rlqs_refused_streams_total", kind: counter, when: rlqsOn,
 		help: "RLQS streams refused with ResourceExhausted: --rlqs-max-streams were open."}
+	rlqsShedDef = def{name: "fastlimit_rlqs_shed_reports_total", kind: counter, labels: domainLabel, when: rlqsOn,
+		help: "Usage reports merged into the one their stream had waiting for a worker (--rlqs-report-workers): report work shed."}
 	rlqsStoreErrorsDef = def{name: "fastlimit_rlqs_store_errors_total", kind: counter, when: rlqsOn,
 		help: "Demand store exchanges that failed; --rlqs-on-store-error decided the shares."}
 	rlqsExchangeSecondsDef = def{name: "fastlimit_rlqs_store_exchange_seconds", kind: histogram, when: rlqsOn,
@@ -65,7 +67,7 @@ var (
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
-		&rlqsUnidentifiedDef, &rlqsRefusedBucketsDef, &rlqsRefusedStreamsDef,
+		&rlqsUnidentifiedDef, &rlqsRefusedBucketsDef, &rlqsRefusedStreamsDef, &rlqsShedDef,
 		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
 )
 
@@ -89,6 +91,7 @@ type RLQS struct {
 	storeErrors, exchangeItems            prometheus.Counter
 	refusedStreams                        prometheus.Counter
 	exchangeSeconds                       prometheus.Histogram
+	shed                                  *prometheus.CounterVec
 }
 
 // NewRLQS registers the quota service's series on reg; totals reads its
@@ -112,13 +115,14 @@ func NewRLQS(reg prometheus.Registerer, totals func() map[string]RLQSTotals) (*R
 		storeErrors:     rlqsStoreErrorsDef.counter(),
 		exchangeItems:   rlqsExchangeItemsDef.counter(),
 		exchangeSeconds: rlqsExchangeSecondsDef.histogram(),
+		shed:            rlqsShedDef.counterVec(),
 	}
 	gauges := &rlqsCollector{totals: totals}
 	for _, d := range []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef} {
 		gauges.descs = append(gauges.descs, d.desc())
 	}
 	return m, register(reg, m.reports, m.bucketReports, m.subscriptions, m.requests, m.actions,
-		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.unidentified, m.refusedBuckets, m.refusedStreams, m.storeErrors, m.exchangeItems, m.exchangeSeconds, gauges)
+		m.pushes, m.abandons, m.emptyIDs, m.unmatched, m.silent, m.refused, m.unidentified, m.refusedBuckets, m.refusedStreams, m.storeErrors, m.exchangeItems, m.exchangeSeconds, m.shed, gauges)
 }
 
 // Reported counts a usage report, its bucket usages and subscriptions.
@@ -133,6 +137,9 @@ func (m *RLQS) Requests(domain string, allowed, denied uint64) {
 	m.requests.WithLabelValues(domain, "allowed").Add(float64(allowed))
 	m.requests.WithLabelValues(domain, "denied").Add(float64(denied))
 }
+
+// ReportsShed counts reports merged into a waiting one.
+func (m *RLQS) ReportsShed(domain string, n int) { m.shed.WithLabelValues(domain).Add(float64(n)) }
 
 // ActionsSent counts bucket actions sent.
 func (m *RLQS) ActionsSent(domain string, n int) { m.actions.WithLabelValues(domain).Add(float64(n)) }

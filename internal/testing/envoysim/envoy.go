@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -55,21 +56,33 @@ type Config struct {
 	// ClaimDenied, if positive, makes a dishonest Envoy: each bucket's
 	// report adds this many denied requests a second that never were.
 	ClaimDenied float64
+	// Latency is how long after the server sends a message the Envoy
+	// applies it: the network, and the main thread the message is posted
+	// to (onReceiveMessage). Until then the Envoy decides as before: a
+	// new bucket by no_assignment_behavior.
+	Latency time.Duration
+	// CreateGap is how long after a worker meets a new bucket the main
+	// thread creates it (createBucket posts createBucketImpl) and the
+	// workers see it: every request of the bucket meanwhile is decided by
+	// no_assignment_behavior, the first counted in the subscription, the
+	// others in the next report.
+	CreateGap time.Duration
 }
 
 // Replace is how Envoy starts a token bucket that replaces another
 // (createTokenBucketFromAction; docs/rlqs.md, "The replaced bucket's
-// start"): both readings of its source.
+// start").
 type Replace uint8
 
 const (
-	// ReplaceFullOrEmpty passes max_tokens * remaining / old max_tokens,
-	// truncated, as the bool init_fill of every AtomicTokenBucketImpl
-	// read: full, or empty when that is 0. The default.
-	ReplaceFullOrEmpty Replace = iota
-	// ReplacePartial starts it at that count, as envoyproxy/envoy#37624
-	// describes.
-	ReplacePartial
+	// ReplacePartial starts it at max_tokens * remaining / old max_tokens,
+	// truncated, as envoyproxy/envoy#37624 describes and Envoy 1.40.0
+	// does (e2e TestEnvoyRLQSFacts measures it). The default.
+	ReplacePartial Replace = iota
+	// ReplaceFullOrEmpty reads that count as a bool init_fill, as some
+	// AtomicTokenBucketImpl sources declare it: full, or empty when it is
+	// 0. Kept for the bound tests, which hold under both readings.
+	ReplaceFullOrEmpty
 )
 
 // Envoy is one of the filter's global clients, safe for concurrent use.
@@ -92,8 +105,29 @@ type Envoy struct {
 	v          Violations
 	stats      Stats
 	counts     map[BucketKey]*Counts // over the Envoy's life
-	expect     int                   // reports sent that the server has not answered yet
-	closed     bool
+	// awaiting are the buckets that reports sent named and no action
+	// named since: the server answers every bucket a report names, in
+	// one response or several, a report merged with others or not.
+	awaiting map[BucketKey]bool
+	closed   bool
+	delayed  []delayed               // messages received, applied Latency later
+	creating map[BucketKey]*creation // buckets a worker met, not yet created (CreateGap)
+}
+
+// delayed is a message the Envoy received and applies at due.
+type delayed struct {
+	due time.Time
+	m   message
+}
+
+// creation is a bucket a worker met, created on the main thread at due:
+// its first request, and the requests since.
+type creation struct {
+	id              map[string]string
+	settings        *rlqsv3.RateLimitQuotaBucketSettings
+	due             time.Time
+	first           bool // the first request passed
+	allowed, denied uint64
 }
 
 // Stats are an Envoy's counts of what it did.
@@ -149,17 +183,35 @@ func New(cfg Config, clock Clock, dial Dialer) (*Envoy, error) {
 	if cfg.ReportPeriod <= 0 {
 		cfg.ReportPeriod = DefaultReportPeriod
 	}
-	if cfg.NoAssignment.GetTokenBucket() != nil || cfg.NoAssignment.GetRequestsPerTimeUnit() != nil {
-		return nil, errors.New("envoysim: no_assignment_behavior must be a blanket rule (Envoy crashes on a token bucket there)")
+	if err := checkNoAssignment(cfg.NoAssignment); err != nil {
+		return nil, err
+	}
+	for _, s := range cfg.Matcher.allSettings() {
+		if err := checkNoAssignment(s.GetNoAssignmentBehavior().GetFallbackRateLimit()); err != nil {
+			return nil, fmt.Errorf("bucket settings %v: %w", s.GetBucketIdBuilder(), err)
+		}
 	}
 	return &Envoy{
 		cfg: cfg, clock: clock, dial: dial,
-		epoch:   clock.Now().Add(-time.Hour),
-		buckets: map[BucketKey]*bucket{},
-		inbox:   make(chan message, 1024),
-		done:    make(chan struct{}),
-		counts:  map[BucketKey]*Counts{},
+		epoch:    clock.Now().Add(-time.Hour),
+		buckets:  map[BucketKey]*bucket{},
+		inbox:    make(chan message, 1024),
+		done:     make(chan struct{}),
+		counts:   map[BucketKey]*Counts{},
+		creating: map[BucketKey]*creation{},
+		awaiting: map[BucketKey]bool{},
 	}, nil
+}
+
+// checkNoAssignment refuses a no_assignment_behavior Envoy 1.40 cannot
+// run: a token bucket there has no token bucket object behind it, and the
+// second request of a bucket dereferences it (filter.cc
+// shouldAllowRequest; e2e TestEnvoyRLQSTokenBucketDefault).
+func checkNoAssignment(s *typev3.RateLimitStrategy) error {
+	if s.GetTokenBucket() != nil || s.GetRequestsPerTimeUnit() != nil {
+		return errors.New("envoysim: no_assignment_behavior must be a blanket rule: Envoy crashes on the second request of a bucket under a token bucket there")
+	}
+	return nil
 }
 
 // BucketKey is a bucket id's key in the Envoy's cache.
@@ -224,7 +276,7 @@ func (e *Envoy) request(id map[string]string, settings *rlqsv3.RateLimitQuotaBuc
 	if b, ok := e.buckets[key]; ok {
 		allow = e.decide(b, now)
 	} else {
-		allow = e.create(key, id, settings, now)
+		allow = e.meet(key, id, settings, now)
 	}
 	if allow {
 		c.Allowed++
@@ -264,21 +316,65 @@ func (e *Envoy) decide(b *bucket, now time.Time) bool {
 	return allow
 }
 
-// create is createBucketImpl: the first request, decided by
-// no_assignment_behavior, counted in the subscription report.
-func (e *Envoy) create(key BucketKey, id map[string]string, settings *rlqsv3.RateLimitQuotaBucketSettings, now time.Time) bool {
-	b := &bucket{id: copyID(id), lastReport: now, noAssignment: e.cfg.NoAssignment, expired: e.cfg.Expired}
+// meet decides a request of a bucket the workers do not have yet, by its
+// no_assignment_behavior: it creates the bucket (createBucketImpl), or,
+// with a CreateGap, asks for it and counts the request towards it.
+func (e *Envoy) meet(key BucketKey, id map[string]string, settings *rlqsv3.RateLimitQuotaBucketSettings, now time.Time) bool {
+	allow := defaultAllows(e.noAssignment(settings))
+	e.stats.DecidedByDefault++
+	if e.cfg.CreateGap <= 0 {
+		e.create(key, id, settings, allow, now)
+		return allow
+	}
+	switch c := e.creating[key]; {
+	case c == nil:
+		e.creating[key] = &creation{id: copyID(id), settings: settings, due: now.Add(e.cfg.CreateGap), first: allow}
+	case allow:
+		c.allowed++
+	default:
+		c.denied++
+	}
+	return allow
+}
+
+// created creates the buckets whose creation is due.
+func (e *Envoy) created(now time.Time) {
+	for key, c := range e.creating {
+		if now.Before(c.due) {
+			continue
+		}
+		delete(e.creating, key)
+		b := e.create(key, c.id, c.settings, c.first, now)
+		b.allowed += c.allowed
+		b.denied += c.denied
+	}
+}
+
+// noAssignment is a bucket's no_assignment_behavior.
+func (e *Envoy) noAssignment(settings *rlqsv3.RateLimitQuotaBucketSettings) *typev3.RateLimitStrategy {
 	if settings != nil {
-		b.noAssignment = settings.GetNoAssignmentBehavior().GetFallbackRateLimit()
+		return settings.GetNoAssignmentBehavior().GetFallbackRateLimit()
+	}
+	return e.cfg.NoAssignment
+}
+
+// defaultAllows is noAssignmentBehaviorShouldAllow: only a blanket
+// DENY_ALL denies.
+func defaultAllows(na *typev3.RateLimitStrategy) bool {
+	return !(na.GetStrategy() != nil && na.GetTokenBucket() == nil && na.GetRequestsPerTimeUnit() == nil &&
+		na.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL)
+}
+
+// create is createBucketImpl: the bucket, its first request (allow)
+// counted in the subscription report it sends.
+func (e *Envoy) create(key BucketKey, id map[string]string, settings *rlqsv3.RateLimitQuotaBucketSettings, allow bool, now time.Time) *bucket {
+	b := &bucket{id: copyID(id), lastReport: now, noAssignment: e.noAssignment(settings), expired: e.cfg.Expired}
+	if settings != nil {
 		b.expired = nil
 		if ex := settings.GetExpiredAssignmentBehavior(); ex.GetFallbackRateLimit() != nil {
 			b.expired = &Fallback{Strategy: ex.GetFallbackRateLimit(), Timeout: ex.GetExpiredAssignmentBehaviorTimeout().AsDuration()}
 		}
 	}
-	na := b.noAssignment
-	allow := !(na.GetStrategy() != nil && na.GetTokenBucket() == nil && na.GetRequestsPerTimeUnit() == nil &&
-		na.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL)
-	e.stats.DecidedByDefault++
 	if !e.started {
 		e.started = true
 		e.nextReport = now.Add(e.cfg.ReportPeriod)
@@ -294,9 +390,19 @@ func (e *Envoy) create(key BucketKey, id map[string]string, settings *rlqsv3.Rat
 	report.BucketQuotaUsages = append(report.BucketQuotaUsages, e.usage(b, now))
 	e.stats.Subscriptions++
 	if e.send(report) && len(id) > 0 {
-		e.expect++
+		e.await(report)
 	}
-	return allow
+	return b
+}
+
+// await notes that a report sent names its buckets, which the server is
+// to answer.
+func (e *Envoy) await(r *rlqspb.RateLimitQuotaUsageReports) {
+	for _, u := range r.GetBucketQuotaUsages() {
+		if id := u.GetBucketId().GetBucket(); len(id) > 0 {
+			e.awaiting[Key(id)] = true
+		}
+	}
 }
 
 func copyID(id map[string]string) map[string]string {

@@ -515,3 +515,45 @@ func TestDroppedWithoutStream(t *testing.T) {
 		t.Errorf("stats = %+v after %d dials", st, dials)
 	}
 }
+
+// TestLatency: a response is applied Latency after it arrives; until then
+// the new bucket is decided by no_assignment_behavior.
+func TestLatency(t *testing.T) {
+	h := newHarness(t, envoysim.Config{Latency: 50 * time.Millisecond})
+	h.env.Request(idA)
+	h.srv.next(t)
+	h.srv.send(t, &rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{
+		assignment(idA, 30*time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL))}})
+	if !h.env.Await(5 * time.Second) {
+		t.Fatal("response not received")
+	}
+	h.advance(40 * time.Millisecond)
+	if !h.env.Request(idA) {
+		t.Fatal("the assignment applied before its latency")
+	}
+	h.advance(10 * time.Millisecond)
+	if h.env.Request(idA) {
+		t.Fatal("the assignment (DENY_ALL) not applied after its latency")
+	}
+}
+
+// TestCreateGap: the requests of a new bucket before the main thread
+// creates it pass by no_assignment_behavior; the subscription counts the
+// first, the next report the others.
+func TestCreateGap(t *testing.T) {
+	h := newHarness(t, envoysim.Config{CreateGap: 20 * time.Millisecond})
+	for i := range 5 {
+		if !h.env.Request(idA) {
+			t.Fatalf("request %d denied before the bucket exists", i)
+		}
+	}
+	h.srv.none(t)
+	h.advance(20 * time.Millisecond)
+	if u := usageOf(t, h.srv.next(t), idA); u.GetNumRequestsAllowed() != 1 {
+		t.Fatalf("subscription = %v, want the first request", u)
+	}
+	h.advance(5 * time.Second)
+	if u := usageOf(t, h.srv.next(t), idA); u.GetNumRequestsAllowed() != 4 {
+		t.Errorf("report = %v, want the 4 requests before the bucket was created", u)
+	}
+}

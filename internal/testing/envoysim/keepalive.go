@@ -78,7 +78,8 @@ func (e *Envoy) keepalive(now time.Time) {
 			a.Abort()
 		}
 		e.cancel()
-		e.stream, e.expect, k.ack = nil, 0, nil
+		e.stream, k.ack = nil, nil
+		clear(e.awaiting)
 		return
 	}
 	if now.Before(k.next) {

@@ -104,6 +104,39 @@ func (m *Matcher) Match(headers map[string]string) (map[string]string, *rlqsv3.R
 	return id, s, true
 }
 
+// allSettings returns every bucket settings of the matcher (none for a
+// nil Matcher).
+func (m *Matcher) allSettings() []*rlqsv3.RateLimitQuotaBucketSettings {
+	if m == nil {
+		return nil
+	}
+	var out []*rlqsv3.RateLimitQuotaBucketSettings
+	var walk func(t *matchTree)
+	on := func(o *onMatch) {
+		switch {
+		case o == nil:
+		case o.nested != nil:
+			walk(o.nested)
+		default:
+			out = append(out, o.settings)
+		}
+	}
+	walk = func(t *matchTree) {
+		for _, fm := range t.list {
+			on(fm.on)
+		}
+		for _, o := range t.exact {
+			on(o)
+		}
+		for _, o := range t.prefix {
+			on(o)
+		}
+		on(t.onNoMatch)
+	}
+	walk(m.root)
+	return out
+}
+
 func (t *matchTree) eval(h map[string]string) *onMatch {
 	for _, fm := range t.list {
 		if fm.pred(h) {

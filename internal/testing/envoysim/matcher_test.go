@@ -197,3 +197,23 @@ func switchedHarness(t *testing.T, cfg envoysim.Config) (*harness, *envoysim.Swi
 	h.srv.next(t)
 	return h, sw
 }
+
+// TestMatcherTokenBucketDefault: bucket settings whose
+// no_assignment_behavior is a token bucket crash Envoy; an Envoy of them
+// is refused, saying so.
+func TestMatcherTokenBucketDefault(t *testing.T) {
+	s := `{"name": "s", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings",
+		"reporting_interval": "5s", "bucket_id_builder": {"bucket_id_builder": {"name": {"string_value": "x"}}},
+		"no_assignment_behavior": {"fallback_rate_limit": {"token_bucket": {"max_tokens": 5, "tokens_per_fill": 5, "fill_interval": "1s"}}}}}`
+	var cfg rlqsv3.RateLimitQuotaFilterConfig
+	if err := protojson.Unmarshal([]byte(`{"domain": "d", "bucket_matchers": {"on_no_match": {"action": `+s+`}}}`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := envoysim.NewMatcher(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envoysim.New(envoysim.Config{Matcher: m}, envoysim.WallClock{}, nil); err == nil || !strings.Contains(err.Error(), "crashes") {
+		t.Errorf("an Envoy of a token-bucket no_assignment_behavior: %v, want refused", err)
+	}
+}

@@ -19,12 +19,14 @@ func (e *Envoy) Step() {
 	for {
 		select {
 		case m := <-e.inbox:
-			e.handle(m, now)
+			e.receive(m, now)
 			continue
 		default:
 		}
 		break
 	}
+	e.applyDue(now)
+	e.created(now)
 	e.expire(now)
 	if e.started && !now.Before(e.nextReport) {
 		e.tick(now)
@@ -36,14 +38,14 @@ func (e *Envoy) Step() {
 func (e *Envoy) Settle(timeout time.Duration) bool {
 	for {
 		e.mu.Lock()
-		n := e.expect
+		n := len(e.awaiting)
 		e.mu.Unlock()
 		if n <= 0 {
 			return true
 		}
 		if !e.Await(timeout) {
 			e.mu.Lock()
-			e.expect = 0
+			clear(e.awaiting)
 			e.mu.Unlock()
 			return false
 		}
@@ -59,9 +61,10 @@ func (e *Envoy) drain() int {
 	for {
 		select {
 		case m := <-e.inbox:
-			e.handle(m, e.clock.Now())
+			e.receive(m, e.clock.Now())
 			n++
 		default:
+			e.applyDue(e.clock.Now())
 			return n
 		}
 	}
@@ -82,7 +85,8 @@ func (e *Envoy) Await(timeout time.Duration) bool {
 	select {
 	case m := <-e.inbox:
 		e.mu.Lock()
-		e.handle(m, e.clock.Now())
+		e.receive(m, e.clock.Now())
+		e.applyDue(e.clock.Now())
 		e.mu.Unlock()
 		return true
 	case <-t.C:
@@ -103,19 +107,36 @@ func (e *Envoy) tick(now time.Time) {
 		return
 	}
 	e.stats.Reports++
-	if e.send(report) && answerable(report) {
-		e.expect++
+	if e.send(report) {
+		e.await(report)
 	}
 }
 
-// answerable reports whether a report names a non-empty bucket id.
-func answerable(r *rlqspb.RateLimitQuotaUsageReports) bool {
-	for _, u := range r.GetBucketQuotaUsages() {
-		if len(u.GetBucketId().GetBucket()) > 0 {
-			return true
+// receive takes one message of a stream as it arrives: a frame for the
+// keepalive, an answer the fleet no longer waits for; it is applied
+// Latency later (applyDue).
+func (e *Envoy) receive(m message, now time.Time) {
+	switch {
+	case m.gen != e.streamGen || e.stream == nil:
+	case m.err != nil:
+		clear(e.awaiting) // nothing more will be answered on it
+	default:
+		e.ka.frame(now)
+		for _, a := range m.resp.GetBucketAction() {
+			delete(e.awaiting, Key(a.GetBucketId().GetBucket()))
 		}
 	}
-	return false
+	e.delayed = append(e.delayed, delayed{due: now.Add(e.cfg.Latency), m: m})
+}
+
+// applyDue applies the messages received Latency ago, in order.
+func (e *Envoy) applyDue(now time.Time) {
+	n := 0
+	for n < len(e.delayed) && !now.Before(e.delayed[n].due) {
+		e.handle(e.delayed[n].m, now)
+		n++
+	}
+	e.delayed = append(e.delayed[:0], e.delayed[n:]...)
 }
 
 // handle applies one message of a stream.
@@ -128,12 +149,8 @@ func (e *Envoy) handle(m message, now time.Time) {
 		e.stats.StreamsClosed++
 		e.cancel()
 		e.stream = nil
-		e.expect = 0
+		clear(e.awaiting)
 		return
-	}
-	e.ka.frame(now)
-	if e.expect > 0 {
-		e.expect--
 	}
 	e.apply(m.resp, now)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -25,6 +26,7 @@ type Memory struct {
 	buckets  map[string]*memBucket
 	calls    int
 	watchers map[chan [2]string]struct{}
+	notices  atomic.Int64 // queued for a watcher, or being handled
 }
 
 type memBucket struct {
@@ -192,6 +194,7 @@ func (m *Memory) Notify(_ context.Context, from string, keys []string) error {
 		for _, k := range keys {
 			select {
 			case ch <- [2]string{from, k}:
+				m.notices.Add(1)
 			default:
 			}
 		}
@@ -212,6 +215,7 @@ func (m *Memory) Watch(ctx context.Context, f func(from, key string)) error {
 		m.mu.Lock()
 		delete(m.watchers, ch)
 		m.mu.Unlock()
+		m.notices.Add(-int64(len(ch)))
 	}()
 	for {
 		select {
@@ -219,9 +223,21 @@ func (m *Memory) Watch(ctx context.Context, f func(from, key string)) error {
 			return nil
 		case n := <-ch:
 			f(n[0], n[1])
+			m.notices.Add(-1)
 		}
 	}
 }
+
+// Watchers is the number of Watch calls listening.
+func (m *Memory) Watchers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.watchers)
+}
+
+// Notices is the number of notices sent and not yet handled by a watcher:
+// a test that steps a clock waits for none before the next step.
+func (m *Memory) Notices() int64 { return m.notices.Load() }
 
 // sweep drops the buckets whose time is over.
 func (m *Memory) sweep(now time.Time) {
