@@ -154,61 +154,62 @@ const (
 	Split              // limit / Replicas() among the local clients (store down)
 )
 
-// GroupOf is the group of a client ID: the part before its first '|', or
-// the whole ID. The clients of one group (one Envoy's identity, or one
-// stream) share one fair share, divided among them by the same rule.
-func GroupOf(id string) string {
+// IdentityOf is the identity of a client ID: the part before its first
+// '|', or the whole ID. The clients of one identity (one Envoy's
+// certificate, or one stream) share one fair share, divided among them
+// by the same rule.
+func IdentityOf(id string) string {
 	if i := strings.IndexByte(id, '|'); i >= 0 {
 		return id[:i]
 	}
 	return id
 }
 
-// member is one client of a division in Shares: its group, demand and,
+// member is one client of a division in Shares: its identity, demand and,
 // if it is local, its state.
 type member struct {
-	group  string
-	demand float64
-	known  bool
-	local  *Client
+	identity string
+	demand   float64
+	known    bool
+	local    *Client
 }
 
 // Shares divides the limit among the wants (docs/rlqs.md) and calls f with
 // each local client's share, requests per second; clients on Hold are
-// left out. The limit is divided among the clients' groups (GroupOf),
-// each group's share among its clients.
+// left out. The limit is divided among the clients' identities
+// (IdentityOf), each identity's share among its clients.
 func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)) {
 	capacity := b.Capacity(mode)
 	ms := b.members[:0]
 	for _, c := range b.clients {
 		if !c.Hold {
-			ms = append(ms, member{group: GroupOf(c.ID), demand: c.Demand, known: c.Known, local: c})
+			ms = append(ms, member{identity: IdentityOf(c.ID), demand: c.Demand, known: c.Known, local: c})
 		}
 	}
 	if mode == Global {
 		for _, d := range b.remote {
-			ms = append(ms, member{group: GroupOf(d.Client), demand: d.Rate, known: d.Rate >= 0})
+			ms = append(ms, member{identity: IdentityOf(d.Client), demand: d.Rate, known: d.Rate >= 0})
 		}
 	}
 	b.members = ms
 	if len(ms) == 0 {
 		return
 	}
-	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.group, y.group) })
+	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.identity, y.identity) })
 	b.runs = b.runs[:0]
 	for i := range ms {
-		if i == 0 || ms[i].group != ms[i-1].group {
+		if i == 0 || ms[i].identity != ms[i-1].identity {
 			b.runs = append(b.runs, i)
 		}
 	}
-	groups := len(b.runs)
+	identities := len(b.runs)
 	b.runs = append(b.runs, len(ms))
-	b.wants = grow(b.wants, len(ms)+groups)
-	b.shares = grow(b.shares, len(ms)+groups)
+	b.wants = grow(b.wants, len(ms)+identities)
+	b.shares = grow(b.shares, len(ms)+identities)
 	wants, gwants := b.wants[:len(ms)], b.wants[len(ms):]
 	shares, gshares := b.shares[:len(ms)], b.shares[len(ms):]
-	even := capacity / float64(groups)
-	for g := range groups {
+	even := capacity / float64(identities)
+	for g := range identities {
 		from, to := b.runs[g], b.runs[g+1]
 		gwants[g] = 0
 		for i := from; i < to; i++ {
@@ -217,7 +218,7 @@ func (b *Bucket) Shares(mode Mode, cfg *Config, f func(c *Client, share float64)
 		}
 	}
 	b.order = fair(capacity, gwants, gshares, b.order)
-	for g := range groups {
+	for g := range identities {
 		from, to := b.runs[g], b.runs[g+1]
 		b.order = fair(gshares[g], wants[from:to], shares[from:to], b.order)
 	}

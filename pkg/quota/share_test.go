@@ -270,7 +270,7 @@ func TestGroups(t *testing.T) {
 			t.Errorf("%s: share %v, want %v (all %v)", id, got[id], want, got)
 		}
 	}
-	if g := quota.GroupOf("a|b|c"); g != "a" {
-		t.Errorf("GroupOf = %q", g)
+	if g := quota.IdentityOf("a|b|c"); g != "a" {
+		t.Errorf("IdentityOf = %q", g)
 	}
 }

@@ -360,8 +360,8 @@ func sameBucket(a, b string) bool {
 	if digest(a) != digest(b) {
 		return false
 	}
-	ga := quota.GroupOf(a)
-	return !strings.HasPrefix(ga, "i") || ga == quota.GroupOf(b)
+	ga := quota.IdentityOf(a)
+	return !strings.HasPrefix(ga, "i") || ga == quota.IdentityOf(b)
 }
 
 // releaseHolds lets back into the division the clients that adopted all

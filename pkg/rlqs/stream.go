@@ -88,7 +88,7 @@ func newStream(s *Service, id string, srv grpcStream, cancel func(error)) *strea
 	}
 }
 
-// clientID names a (stream, bucket) client: its group (quota.GroupOf),
+// clientID names a (stream, bucket) client: its group (quota.IdentityOf),
 // the stream and a digest of the canonical bucket id, so that one
 // stream's buckets are two clients of one group.
 func clientID(group, stream, text string) string {
