@@ -176,6 +176,7 @@ func TestSteppedLate(t *testing.T) {
 		{"150 held to 39, no step, 0.3 s late", 150, 39, 1, 150, 300 * time.Millisecond, 150},
 		{"150 held to 39, no step, 1.3 s late", 150, 39, 1, 150, 1300 * time.Millisecond, 150},
 		{"50 held to 39, no step, 0.9 s late", 50, 39, 1, 50, 900 * time.Millisecond, 50},
+		{"150 held to 39, no step, the last one 1 s late", 150, 39, 1, 150, -time.Second, 150},
 		{"150 held to 33, down to 5/s at 0.6, 1 s late", 150, 33, 0.6, 5, time.Second, 5},
 		{"150 held to 33, down to 5/s at 0.6, on time", 150, 33, 0.6, 5, 0, 5},
 		{"150 held to 33, down to 20/s at 0.8, 0.5 s late", 150, 33, 0.8, 20, 500 * time.Millisecond, 20},
@@ -191,7 +192,7 @@ func TestSteppedLate(t *testing.T) {
 			// only the step is read over the period.
 			scale := 5 / (5 + tc.late.Seconds())
 			if tc.f == 1 {
-				if !near(c.Demand, tc.want, tc.want*(1-scale)+0.5) {
+				if !near(c.Demand, tc.want, tc.want*math.Abs(scale-1)+0.5) {
 					t.Errorf("demand = %v after the period, want about %v (no step)", c.Demand, tc.want)
 				}
 				return
