@@ -140,7 +140,19 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 	s := interval.Seconds()
 	a := float64(c.carryAllowed) / s
 	rate := c.earned(a, float64(c.carry)/s-a, cfg)
-	if x, ok := c.stepped(a, float64(c.carry)/s-a); ok && x < rate {
+	// The step is read over at most a period: Envoy's counts cover its
+	// timer's period (or more, if its timer was late), while the
+	// interval between two reports on this clock also stretches by
+	// however much later this report was received or handled than the
+	// last. An interval read too long scales both counts down alike,
+	// which the reading takes for a step to about nothing at the
+	// interval's end (docs/rlqs.md, "A shift between two reports").
+	ss := s
+	if cfg.Period > 0 {
+		ss = min(interval, cfg.Period).Seconds()
+	}
+	sa := float64(c.carryAllowed) / ss
+	if x, ok := c.stepped(sa, float64(c.carry)/ss-sa); ok && x < rate {
 		rate = x
 	}
 	c.sample(rate, interval, cfg)

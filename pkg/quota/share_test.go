@@ -154,6 +154,56 @@ func TestStepped(t *testing.T) {
 	}
 }
 
+// TestSteppedLate: Envoy's counts cover its 5 s period however late the
+// server takes them; a report taken later than the last one stretches the
+// interval on the server's clock, which scales both counts down alike.
+// A client denied throughout must not read as a step down to nothing at
+// the interval's end (it was cut to the floor for a period: e2e
+// TestEnvoyRLQS, one Envoy held to 2-8/s where its share was 39-50/s,
+// its report answered 0.9-1.3 s late), and a real step still reads as
+// itself.
+func TestSteppedLate(t *testing.T) {
+	cfg := quota.Config{}.WithDefaults()
+	for _, tc := range []struct {
+		name string
+		// the demand and what it held, a step at fraction f of Envoy's
+		// 5 s period to rate x (f = 1: no step), and how late the report
+		// is taken beyond the last one's lateness
+		demand, held, f, x float64
+		late               time.Duration
+		want               float64
+	}{
+		{"150 held to 39, no step, 0.3 s late", 150, 39, 1, 150, 300 * time.Millisecond, 150},
+		{"150 held to 39, no step, 1.3 s late", 150, 39, 1, 150, 1300 * time.Millisecond, 150},
+		{"50 held to 39, no step, 0.9 s late", 50, 39, 1, 50, 900 * time.Millisecond, 50},
+		{"150 held to 39, no step, the last one 1 s late", 150, 39, 1, 150, -time.Second, 150},
+		{"150 held to 33, down to 5/s at 0.6, 1 s late", 150, 33, 0.6, 5, time.Second, 5},
+		{"150 held to 33, down to 5/s at 0.6, on time", 150, 33, 0.6, 5, 0, 5},
+		{"150 held to 33, down to 20/s at 0.8, 0.5 s late", 150, 33, 0.8, 20, 500 * time.Millisecond, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := quota.Client{Assigned: tc.held}
+			c.Report(0, 0, 0, t0, &cfg)
+			c.Report(uint64(5*tc.held), uint64(5*(tc.demand-tc.held)), 0, t0.Add(5*time.Second), &cfg)
+			allowed := tc.held*tc.f + min(tc.x, tc.held)*(1-tc.f)
+			denied := (tc.demand-tc.held)*tc.f + max(tc.x-tc.held, 0)*(1-tc.f)
+			c.Report(uint64(5*allowed+0.5), uint64(5*denied+0.5), 0, t0.Add(10*time.Second+tc.late), &cfg)
+			// A late report's rates are read over the longer interval;
+			// only the step is read over the period.
+			scale := 5 / (5 + tc.late.Seconds())
+			if tc.f == 1 {
+				if !near(c.Demand, tc.want, tc.want*math.Abs(scale-1)+0.5) {
+					t.Errorf("demand = %v after the period, want about %v (no step)", c.Demand, tc.want)
+				}
+				return
+			}
+			if !near(c.Demand, tc.want, 0.5) {
+				t.Errorf("demand = %v after the period, want %v", c.Demand, tc.want)
+			}
+		})
+	}
+}
+
 // TestRemoteHeld: what other replicas' Envoys hold is summed, clients that
 // left included, though they count toward no division; Split divides this
 // replica's part.
