@@ -357,6 +357,41 @@ var faultScenarios = []struct {
 				counter, v, n, err)
 		}
 	}},
+	{"HandshakeOutlastsCalls", func(t *testing.T, fp *faultPath) {
+		st := fp.open(t)
+		checkRecovers(t, fp, st)
+		// Every new connection's handshake (two round trips, each answered
+		// 150 ms late) takes 300 ms, six times what a call waits; then every
+		// connection is cut. Each send that
+		// dials finds its callers gone once the handshake is over, and
+		// writes the placeholder of an unsent call: its connection must
+		// outlive that, or no call is ever answered (each send dials anew).
+		// Calls of two ops expect take.lua's integers: before, the
+		// placeholder's string reply broke their parse, and go-redis closed
+		// the connection.
+		fp.fx.Add(&faultproxy.SlowHandshake{Match: faultproxy.Match{Commands: []string{"HELLO", "AUTH", "SELECT", "CLIENT", "READONLY"}},
+			First: 5, Delay: 150 * time.Millisecond})
+		fp.fx.CutAll(0)
+		base := fmt.Sprintf("faults:handshake:%d:{k}:", time.Now().UnixNano())
+		ops := []limiter.Op{
+			{Key: base + "a:", Algorithm: descriptors.FixedWindow, Limit: faultLimit, Window: faultWindow, Cost: 1000, Now: farBase},
+			{Key: base + "b:", Algorithm: descriptors.FixedWindow, Limit: faultLimit, Window: faultWindow, Cost: 1000, Now: farBase},
+		}
+		res := make([]limiter.Result, len(ops))
+		calls := 0
+		var last error
+		answered := wait.True(10*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			calls++
+			last = st.Take(ctx, ops, res)
+			return last == nil
+		})
+		if !answered {
+			t.Fatalf("none of %d calls of two ops was answered within 50 ms in the 10 s after the cut (last: %v; %d connections accepted): "+
+				"each connection closed once the handshake it waited for was over", calls, last, fp.fx.Stats().Accepted)
+		}
+	}},
 	{"SplitReplies", func(t *testing.T, fp *faultPath) {
 		st := fp.open(t)
 		fp.fx.Add(&faultproxy.SplitReplies{MaxChunk: 3, Seed: 1})

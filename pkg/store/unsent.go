@@ -9,7 +9,7 @@ import (
 
 // onceCmd is a command go-redis must not send twice, nor at all once its
 // callers have all gone: then Args, which go-redis asks as it writes the
-// command, turns it into a harmless ECHO and sets dropped, so that the send
+// command, turns it into unsentArgs and sets dropped, so that the send
 // fails with ErrNotSent (docs/design.md, "Merging calls").
 type onceCmd struct {
 	redis.Cmder
@@ -17,8 +17,12 @@ type onceCmd struct {
 	dropped *atomic.Bool // set when the command went out as the ECHO
 }
 
-// unsentArgs is what a command whose callers are gone is written as.
-var unsentArgs = []any{"echo", "fastlimit: callers gone, script call not sent"}
+// unsentArgs is what a command whose callers are gone is written as: an
+// ECHO with one argument too many, which Redis refuses before running
+// anything. Its reply, an error, is one a command of any reply type reads
+// whole; a string (ECHO's own) fails a call that expects integers mid-reply,
+// and go-redis then closes the connection the call waited for.
+var unsentArgs = []any{"echo", "fastlimit: callers gone, script call not sent", "not run"}
 
 func (onceCmd) NoRetry() bool { return true }
 
