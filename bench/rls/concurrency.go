@@ -94,21 +94,13 @@ func (r *report) concurrencyTargetList() []target {
 		key = "fwm"
 	}
 	c := r.res.Settings.Callers
-	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
-	var out []target
-	pair := func(rr *runResult, other int, what, goal string, m metric, ok func(float64) bool) {
-		if rr == nil || other < 0 || rr.Samples[0] == nil || rr.Samples[other] == nil {
-			return
-		}
-		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[other], m), ok: ok})
-	}
+	var out ratioTargets
 	rl, _ := ruleByKey(key)
 	for _, g := range []struct {
 		callers int
 		goal    float64
 	}{{1, 1.1}, {4, 0.9}, {16, 0.7}, {64, 0.45}} {
-		pair(r.res.find(runSpec{Key: key, Descriptors: 1, Callers: g.callers}), r.ref,
+		out.pair(r.res.find(runSpec{Key: key, Descriptors: 1, Callers: g.callers}), r.ref,
 			fmt.Sprintf("Redis CPU per decision against %s, %s, %s", r.refName(), rl.title, plural(g.callers, "caller")), fmt.Sprintf("≤ %gx", g.goal), mRedis, atMost(g.goal))
 	}
 	for _, g := range []struct {
@@ -120,7 +112,7 @@ func (r *report) concurrencyTargetList() []target {
 		{runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: idsFew}, thousands(idsFew) + " identifiers", 0.3},
 		{runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: 1}, "one hot identifier", 0.2},
 	} {
-		pair(r.res.find(g.spec), r.ref, fmt.Sprintf("Redis CPU per decision against %s, fixed window per minute, %s, %s", r.refName(), g.what, plural(c, "caller")),
+		out.pair(r.res.find(g.spec), r.ref, fmt.Sprintf("Redis CPU per decision against %s, fixed window per minute, %s, %s", r.refName(), g.what, plural(c, "caller")),
 			fmt.Sprintf("≤ %gx", g.goal), mRedis, atMost(g.goal))
 	}
 	if one := r.res.find(runSpec{Key: key, Descriptors: 1, Callers: 1}); one != nil && one.Samples[0] != nil {
@@ -131,12 +123,12 @@ func (r *report) concurrencyTargetList() []target {
 		callers int
 		goal    float64
 	}{{c, 1.5}, {1, 1.4}} {
-		pair(r.res.find(runSpec{Key: key, Descriptors: 1, Callers: g.callers}), r.null,
+		out.pair(r.res.find(runSpec{Key: key, Descriptors: 1, Callers: g.callers}), r.null,
 			fmt.Sprintf("server CPU per decision against the null server, %s, %s", rl.title, plural(g.callers, "caller")), fmt.Sprintf("≤ %gx", g.goal), mServer, atMost(g.goal))
 	}
 	at := r.res.find(runSpec{Key: key, Descriptors: 1, Callers: c})
-	pair(at, r.ref, fmt.Sprintf("decisions/s against %s, %s, %s", r.refName(), rl.title, plural(c, "caller")), "≥ 1.3x", mRate, atLeast(1.3))
-	pair(at, r.ref, fmt.Sprintf("p99 against %s, %s, %s", r.refName(), rl.title, plural(c, "caller")), "≤ 0.7x", mP99, atMost(0.7))
+	out.pair(at, r.ref, fmt.Sprintf("decisions/s against %s, %s, %s", r.refName(), rl.title, plural(c, "caller")), "≥ 1.3x", mRate, atLeast(1.3))
+	out.pair(at, r.ref, fmt.Sprintf("p99 against %s, %s, %s", r.refName(), rl.title, plural(c, "caller")), "≤ 0.7x", mP99, atMost(0.7))
 	return out
 }
 

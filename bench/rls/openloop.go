@@ -77,15 +77,7 @@ func (r *report) openLoop() {
 
 // fleetTargetList returns issue 39's goals whose runs were measured.
 func (r *report) fleetTargetList() []target {
-	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
-	var out []target
-	pair := func(rr *runResult, other int, what, goal string, m metric, ok func(float64) bool) {
-		if rr == nil || other < 0 || rr.Samples[0] == nil || rr.Samples[other] == nil {
-			return
-		}
-		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[other], m), ok: ok})
-	}
+	var out ratioTargets
 	ref := r.refName()
 	for _, g := range []struct {
 		rate    int
@@ -94,7 +86,7 @@ func (r *report) fleetTargetList() []target {
 	}{{2000, 0.8, true}, {5000, 0.6, false}} {
 		rr := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Rate: g.rate})
 		at := fmt.Sprintf("open loop, %s a second, 1 descriptor", thousands(int64(g.rate)))
-		pair(rr, r.ref, fmt.Sprintf("Redis CPU per decision against %s, %s", ref, at), fmt.Sprintf("≤ %gx", g.goal), mRedis, atMost(g.goal))
+		out.pair(rr, r.ref, fmt.Sprintf("Redis CPU per decision against %s, %s", ref, at), fmt.Sprintf("≤ %gx", g.goal), mRedis, atMost(g.goal))
 		if g.latency && rr != nil && r.ref >= 0 && rr.Samples[0] != nil && rr.Samples[r.ref] != nil {
 			out = append(out, target{what: fmt.Sprintf("p99 against %s's, %s", ref, at), goal: "≤ +1.5 ms", format: fmtDiffMicros,
 				values: differences(rr.Samples[0], rr.Samples[r.ref], mP99), ok: atMost(1500)})
@@ -113,10 +105,10 @@ func (r *report) fleetTargetList() []target {
 	c := r.res.Settings.Callers
 	closed := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c})
 	at := fmt.Sprintf("closed loop, %s, fixed window per minute, 1 descriptor", plural(c, "caller"))
-	pair(closed, r.ref, fmt.Sprintf("Redis CPU per decision against %s, %s", ref, at), "≤ 0.6x", mRedis, atMost(0.6))
-	pair(closed, r.ref, fmt.Sprintf("decisions/s against %s, %s", ref, at), "≥ 1.4x", mRate, atLeast(1.4))
-	pair(closed, r.ref, fmt.Sprintf("p99 against %s, %s", ref, at), "≤ 0.7x", mP99, atMost(0.7))
-	pair(closed, r.null, "server CPU per decision against the null server, "+at, "≤ 1.5x", mServer, atMost(1.5))
+	out.pair(closed, r.ref, fmt.Sprintf("Redis CPU per decision against %s, %s", ref, at), "≤ 0.6x", mRedis, atMost(0.6))
+	out.pair(closed, r.ref, fmt.Sprintf("decisions/s against %s, %s", ref, at), "≥ 1.4x", mRate, atLeast(1.4))
+	out.pair(closed, r.ref, fmt.Sprintf("p99 against %s, %s", ref, at), "≤ 0.7x", mP99, atMost(0.7))
+	out.pair(closed, r.null, "server CPU per decision against the null server, "+at, "≤ 1.5x", mServer, atMost(1.5))
 	return out
 }
 

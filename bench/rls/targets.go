@@ -27,8 +27,6 @@ func (r *report) targetList() []target {
 		}
 		out = append(out, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[r.ref], m), ok: ok})
 	}
-	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
 	pair(fw, fmt.Sprintf("Redis CPU per decision, %d callers, 1 descriptor", c), "≤ 0.33x", mRedis, atMost(1.0/3))
 	pair(fw3, fmt.Sprintf("Redis CPU per decision, %d callers, 3 descriptors", c), "≤ 0.33x", mRedis, atMost(1.0/3))
 	pair(fw, fmt.Sprintf("decisions/s, %d callers, 1 descriptor", c), "≥ 2.5x", mRate, atLeast(2.5))
@@ -95,8 +93,6 @@ func (r *report) redisCostTargetList() []target {
 	fwm3 := r.res.find(runSpec{Key: "fwm", Descriptors: 3, Callers: c})
 	few := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: idsFew})
 	hot := r.res.find(runSpec{Key: "fwm", Descriptors: 1, Callers: c, Keys: 1})
-	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
 	var out []target
 	pair := func(rr *runResult, what, goal string, m metric, ok func(float64) bool) {
 		if rr == nil || !r.compare() {
@@ -148,4 +144,21 @@ func (r *report) redisCostTargetList() []target {
 // redisCostTargets writes the table of issue 18's goals.
 func (r *report) redisCostTargets() {
 	r.targetTable("Targets of issue 18", r.redisCostTargetList())
+}
+
+// atMost and atLeast are a target's test of a ratio.
+func atMost(x float64) func(float64) bool  { return func(v float64) bool { return v <= x } }
+func atLeast(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+
+// ratioTargets collects goals on the ratio of a run's first server to
+// another of its servers.
+type ratioTargets []target
+
+// pair adds the goal on rr's first server against its server other,
+// unless either was not measured.
+func (ts *ratioTargets) pair(rr *runResult, other int, what, goal string, m metric, ok func(float64) bool) {
+	if rr == nil || other < 0 || rr.Samples[0] == nil || rr.Samples[other] == nil {
+		return
+	}
+	*ts = append(*ts, target{what: what, goal: goal, format: fmtRatio, values: ratios(rr.Samples[0], rr.Samples[other], m), ok: ok})
 }
