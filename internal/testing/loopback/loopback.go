@@ -16,17 +16,27 @@ import (
 	"time"
 )
 
-// FreePort returns a loopback port nothing listened on a moment ago, below
-// the kernel's ephemeral range where it can: a port from that range is
-// soon handed out again, to the source end of any outgoing connection or a
-// listener on port 0, and may be taken before the child binds it.
+// FreePort returns a loopback port nothing listened on a moment ago and
+// that no earlier call in this process returned, below the kernel's
+// ephemeral range where it can: a port from that range is soon handed out
+// again, to the source end of any outgoing connection or a listener on
+// port 0, and may be taken before the child binds it. A port is never
+// offered twice in one process: parallel tests pick about a hundred ports
+// among some 12,000, and a repeat offered before the first child bound it
+// went to two children, one of which could not start.
 func FreePort() (int, error) {
+	handedMu.Lock()
+	defer handedMu.Unlock()
 	if lo, ok := ephemeralLow(); ok && lo > firstPort+1000 {
-		for range 64 {
+		for range 256 {
 			port := firstPort + rand.IntN(lo-firstPort)
+			if handed[port] {
+				continue
+			}
 			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 			if err == nil {
 				_ = l.Close()
+				handed[port] = true
 				return port, nil
 			}
 		}
@@ -36,8 +46,16 @@ func FreePort() (int, error) {
 		return 0, fmt.Errorf("find a free loopback port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	handed[port] = true
+	return port, nil
 }
+
+// handed are the ports FreePort returned in this process.
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
 
 // firstPort is the least port FreePort picks: above the well-known and
 // most registered services' ports.

@@ -43,3 +43,20 @@ func TestPortsOnce(t *testing.T) {
 		t.Fatalf("Free() = %d once every offer was handed out, want an error", got)
 	}
 }
+
+// TestFreePortOnce: FreePort never returns a port twice in a process,
+// though nothing binds the ports it returns (a second child would then
+// fail to bind one the first had not yet bound).
+func TestFreePortOnce(t *testing.T) {
+	seen := map[int]bool{}
+	for range 2000 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d offered twice", port)
+		}
+		seen[port] = true
+	}
+}
