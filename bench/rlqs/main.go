@@ -46,6 +46,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == reportersCommand {
+		os.Exit(runReporters(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -67,6 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&iso.conns, "conns", 200, "isolation: connections the streams share")
 	fs.Float64Var(&iso.rlsRate, "rls-rate", 1000, "isolation: RateLimitService calls a second")
 	fs.IntVar(&iso.rounds, "rounds", 3, "isolation: rounds of (alone, beside the streams without, then with the bound)")
+	fs.IntVar(&iso.nice, "reporters-nice", 19, "isolation: the report streams run in a child process at this nice value (negative: in this process)")
 	fs.IntVar(&iso.workers, "report-workers", 0, "isolation: the server's --rlqs-report-workers of the bound's phase (0: its default, one per CPU)")
 	if err := fs.Parse(args); err != nil {
 		return 2

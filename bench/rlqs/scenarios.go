@@ -329,7 +329,9 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 	each func(resp *rls.RateLimitResponse, err error, took time.Duration)) {
 	client := rls.NewRateLimitServiceClient(cc)
 	// Each worker calls every 200ms at most, so that a slow call delays
-	// its own next one only.
+	// its own next one only; worker i starts i/workers of an interval
+	// late, so that the calls come evenly spread, not all workers' at
+	// once every interval.
 	workers := max(int(rate/5), 1)
 	interval := time.Duration(float64(time.Second) * float64(workers) / rate)
 	// The phase's end stops new calls; a call in flight then runs on to
@@ -344,6 +346,11 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval * time.Duration(i) / time.Duration(workers)):
+			}
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			req := &rls.RateLimitRequest{Domain: "adm", Descriptors: []*common.RateLimitDescriptor{{
@@ -374,6 +381,7 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 type isolation struct {
 	streams, conns int
 	workers        int // --rlqs-report-workers of the bound's phase
+	nice           int // the report streams' child's nice value; negative: in process
 	period         time.Duration
 	rlsRate        float64
 	rounds         int
@@ -390,8 +398,8 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 	fmt.Fprintf(w, "#### RLS latency while %d RLQS streams report every %v\n\n", iso.streams, iso.period)
 	fmt.Fprintf(w, "RLS: %.0f calls/s from other clients, one connection; %d rounds of %v alone, then beside the streams without and with the bound on report handling (`--rlqs-report-workers`, default one per CPU).\n\n",
 		iso.rlsRate, iso.rounds, d)
-	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | RLQS store errors | reports shed | loadavg |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | reports received/s | RLQS store errors | reports shed | loadavg |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	bound := strconv.Itoa(iso.workers)
 	phases := []struct {
 		streams bool
@@ -438,7 +446,7 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 	defer cc.Close()
 	stop := func() {}
 	if streams {
-		if stop, err = e.openReporters(ctx, iso); err != nil {
+		if stop, err = e.startReporters(ctx, iso); err != nil {
 			return "", err
 		}
 	}
@@ -452,6 +460,12 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		stop()
 		return "", err
 	}
+	handled0, err := e.metric("fastlimit_rlqs_reports_total")
+	if err != nil {
+		stop()
+		return "", err
+	}
+	start := time.Now()
 	lat, failed := rlsLatency(ctx, cc, d, iso.rlsRate)
 	errs1, err := e.storeErrors()
 	if err != nil {
@@ -459,17 +473,27 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		return "", err
 	}
 	shed1, err := e.metric("fastlimit_rlqs_shed_reports_total")
+	if err != nil {
+		stop()
+		return "", err
+	}
+	handled1, err := e.metric("fastlimit_rlqs_reports_total")
+	took := time.Since(start)
 	stop()
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d | %s | %s | %s | %d | %.0f | %.0f | %s", len(lat),
-		quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, errs1-errs0, shed1-shed0, benchproc.LoadAverages()), nil
+	// A report merged into a waiting one (shed) was received but not
+	// handled on its own.
+	received := (handled1 - handled0 + shed1 - shed0) / took.Seconds()
+	return fmt.Sprintf("%d | %s | %s | %s | %d | %.0f | %.0f | %.0f | %s", len(lat),
+		quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, received, errs1-errs0, shed1-shed0, benchproc.LoadAverages()), nil
 }
 
 // openReporters opens iso.streams streams of one bucket each (domain
-// bench), which report every iso.period until the returned stop.
-func (e *env) openReporters(ctx context.Context, iso isolation) (func(), error) {
+// bench) to the server at addr, which report every iso.period until the
+// returned stop.
+func openReporters(ctx context.Context, addr string, iso isolation) (func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var conns []*grpc.ClientConn
@@ -481,7 +505,7 @@ func (e *env) openReporters(ctx context.Context, iso isolation) (func(), error) 
 		}
 	}
 	for range max(iso.conns, 1) {
-		c, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			stop()
 			return nil, err

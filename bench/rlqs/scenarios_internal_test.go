@@ -10,6 +10,15 @@ import (
 	"github.com/fastlimit/fastlimit/internal/testing/child"
 )
 
+// TestMain runs the isolation scenario's report streams when the test
+// binary is started as their child (startReporters).
+func TestMain(m *testing.M) {
+	if os.Getenv(reportersEnv) == "1" && len(os.Args) > 1 && os.Args[1] == reportersCommand {
+		os.Exit(runReporters(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
 // TestIsolationSmoke runs the isolation scenario with tiny numbers: it
 // checks that it runs and prints a row per phase, not its figures.
 func TestIsolationSmoke(t *testing.T) {
