@@ -51,8 +51,7 @@ type Notifier interface {
 	Watch(ctx context.Context, f func(from, key string)) error
 }
 
-// Defaults of Options' bounds, sized in docs/operations.md ("Bounds"):
-// a bucket held costs about 3 KiB of heap, 8 KiB of RSS.
+// Defaults of Options' bounds, sized in docs/operations.md ("Bounds").
 const (
 	DefaultMaxBucketsPerStream = 200_000 // as many as a 16 MiB report names
 	DefaultMaxBuckets          = 300_000
