@@ -1,8 +1,8 @@
 // Package clock is the wall clock that FastLimit's time-dependent parts
-// (the RLQS service, the Redis store's batcher) use when an embedder gives
-// them none. A part declares the clock it needs where it uses it, with
-// some of Wall's method signatures; to run one on a clock of your own
-// (a test's, stepped by hand), give it a value with those methods.
+// run on unless given another: rlqs.Options.Clock when nil, and the Redis
+// store's batching. A part that takes a clock declares the interface it
+// needs, some of Wall's methods; to run one on a clock of your own (a
+// test's, stepped by hand), give it a value with those methods.
 package clock
 
 import "time"
