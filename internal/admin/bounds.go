@@ -10,8 +10,8 @@ import (
 // Bounds of every admin request, so that no client, authorized or not,
 // makes an answer or its work grow without bound: a body's bytes, and
 // the descriptors of a request and the entries of each (lower when
-// --max-descriptors or --max-entries say so). An explain of the most
-// descriptors answers about 100 KiB.
+// --max-descriptors or --max-entries say so; docs/security.md, "Bounds",
+// has the largest answer).
 const (
 	maxBody        = 64 << 10
 	maxDescriptors = 64

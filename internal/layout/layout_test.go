@@ -15,6 +15,7 @@ const module = "github.com/fastlimit/fastlimit/"
 // never does; then the benchmark tools of bench/; then the tests that are
 // packages of their own. A new package must be given a layer.
 var layers = map[string]int{
+	"pkg/clock":       -1, // the wall clock, which every part may default to
 	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0, "internal/observe/flap": 0,
 	"internal/observe/statsmap": 0, "internal/observe/logging": 0,
 	"internal/edge/certs": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,

@@ -42,9 +42,8 @@ type RLQS struct {
 	ReportWorkers int
 }
 
-// DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes: a
-// report of 200,000 buckets of about 80 bytes (docs/rlqs.md, "Large
-// Envoys").
+// DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes, the
+// report of the largest Envoy docs/rlqs.md ("Large Envoys") sizes.
 const DefaultRLQSMaxReportBytes = 16 << 20
 
 func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {

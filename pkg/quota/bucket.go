@@ -140,13 +140,8 @@ func (c *Client) Report(allowed, denied uint64, elapsed time.Duration, now time.
 	s := interval.Seconds()
 	a := float64(c.carryAllowed) / s
 	rate := c.earned(a, float64(c.carry)/s-a, cfg)
-	// The step is read over at most a period: Envoy's counts cover its
-	// timer's period (or more, if its timer was late), while the
-	// interval between two reports on this clock also stretches by
-	// however much later this report was received or handled than the
-	// last. An interval read too long scales both counts down alike,
-	// which the reading takes for a step to about nothing at the
-	// interval's end (docs/rlqs.md, "A shift between two reports").
+	// The step is read over at most a period, as Envoy counts
+	// (docs/rlqs.md, "A shift between two reports").
 	ss := s
 	if cfg.Period > 0 {
 		ss = min(interval, cfg.Period).Seconds()
@@ -177,19 +172,14 @@ const (
 	stepMost   = 0.95
 )
 
-// stepped reads a report of allowed and denied rates over an interval as
-// one step down of the client's demand, from the demand it had to a rate
-// under what it held, and returns the rate it stepped to. A client whose
-// demand D was above what it held, H, is denied D - H a second while D
-// lasts, and none after a step down to x < H: over the interval, a step at
-// fraction f of it gives denied = (D - H)·f and allowed = H·f + x·(1 - f),
-// so the two counts fix f and x (docs/rlqs.md, "A shift between two
-// reports"). It applies only to such a client that was denied in part of
-// the interval and left part of what it held unused.
+// stepped reads a report of allowed and denied rates as one step down of
+// the client's demand to a rate under what it held, and returns that
+// rate (docs/rlqs.md, "A shift between two reports"). It applies only to
+// a client denied in part of the interval that left part of what it held
+// unused.
 func (c *Client) stepped(allowed, denied float64) (float64, bool) {
-	// What it held through the interval: its assignment at the last
-	// report (a cut sent since, just before this report was handled,
-	// came after the counts).
+	// What it held through the interval: a cut sent since came after
+	// the counts.
 	h := c.Assigned
 	if c.heldSet {
 		h = c.heldAt
@@ -233,8 +223,8 @@ func (c *Client) Moved(was float64, wasKnown bool) bool {
 	return c.Known != wasKnown || (c.Known && moved(was, c.Demand))
 }
 
-// Wants reports whether the client would use more than it holds: its
-// demand is unknown, or above what it holds.
+// Wants reports whether the client's demand is unknown or above what it
+// holds.
 func (c *Client) Wants() bool {
 	return !c.Known || c.Demand > c.Assigned
 }

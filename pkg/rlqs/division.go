@@ -290,19 +290,12 @@ func (dv *division) burstLocked(b *envoyBucket, rate float64) float64 {
 }
 
 // moved records that b's Envoy came from another stream, having admitted
-// allowed there over elapsed (truncated to whole seconds), if a client of
-// its bucket held a rate there that can be its: this replica's client
-// that left, or another replica's as last read (live, or left), of the
-// same bucket id (and the same identity, under one), holding at least
-// what it admitted. It holds that rate then (nearest what it admitted,
-// up to the 5% that settling ignores above it, and the limit): its old
-// value, so that its token bucket is kept. It is counted twice in the
-// ledger until its client adopts the old value (quota.Item.Adopt) or the
-// value expires; it adopts from this replica's clients gone at once. A
-// bucket that no one held is credited nothing: its Envoy named it late
-// because its subscription was lost (the stream was down) or refused, and
-// decided it by no_assignment_behavior meanwhile (docs/rlqs.md, "An
-// Envoy that moved").
+// allowed there over elapsed (whole seconds). If a client of its bucket
+// id (and identity) held a rate there, this replica's that left or
+// another replica's as last read, b holds that old value, up to the
+// Raise above what it admitted and the limit, counted twice in the ledger
+// until adopted (quota.Item.Adopt); else it is credited nothing
+// (docs/rlqs.md, "An Envoy that moved").
 func (dv *division) moved(b *envoyBucket, allowed uint64, elapsed time.Duration, now time.Time, cfg *quota.Config) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/clock"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
@@ -50,8 +51,7 @@ type Notifier interface {
 	Watch(ctx context.Context, f func(from, key string)) error
 }
 
-// Defaults of Options' bounds, sized in docs/operations.md ("Bounds"):
-// a bucket held costs about 3 KiB of heap, 8 KiB of RSS.
+// Defaults of Options' bounds, sized in docs/operations.md ("Bounds").
 const (
 	DefaultMaxBucketsPerStream = 200_000 // as many as a 16 MiB report names
 	DefaultMaxBuckets          = 300_000
@@ -144,8 +144,8 @@ type Options struct {
 	// answering again); nil writes each change to Log. A flapping store
 	// wants one that rate-limits its lines.
 	StoreLog StateLog
-	// Clock is the service's time, and its timers (default the wall
-	// clock; with it, demand is stamped with the store's clock, one for
+	// Clock is the service's time, and its timers (default clock.Wall;
+	// with it, demand is stamped with the store's clock, one for
 	// every replica).
 	Clock Clock
 	// Replica names this replica in the store: letters, digits, '-', '_',
@@ -230,7 +230,7 @@ func (o *Options) fill() error {
 		o.Observer = nopObserver{}
 	}
 	if o.Clock == nil {
-		o.Clock, o.storeClock = wallClock{}, true
+		o.Clock, o.storeClock = clock.Wall{}, true
 	}
 	if o.Replica == "" {
 		var b [6]byte
@@ -286,22 +286,13 @@ func (o *Options) fill() error {
 
 // Clock tells the service the time and wakes it when a time has passed:
 // a stream's silence ends it at the clock's Division.Stale after its last
-// report. The wall clock is the default; a test steps one of its own.
+// report. clock.Wall is the default; a test steps one of its own.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f, in a goroutine of its own, once d has passed on
-	// the clock, unless stop is called first (it reports whether it
-	// stopped the call).
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
-
-// wallClock is the real time.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
-func (wallClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return time.AfterFunc(d, f).Stop
+	// the clock, unless the Timer's Stop is called first (it reports
+	// whether it stopped the call). The service uses only Stop.
+	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
 // orDefault is n, def for 0, or no bound (math.MaxInt) if negative.

@@ -157,7 +157,7 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 			case silence <- struct{}{}:
 			default:
 			}
-		})
+		}).Stop
 	}
 	stop := arm(stale)
 	defer func() { stop() }()

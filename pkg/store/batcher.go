@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fastlimit/fastlimit/pkg/clock"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -31,7 +32,13 @@ type batchOptions struct {
 	// Sum, when set, is shared by a Cluster's masters' batchers, which
 	// then gather on the sum of the calls waiting at all of them.
 	Sum   *gatherSum
-	Clock batchClock // nil: the wall clock
+	Clock batchClock // nil: clock.Wall
+}
+
+// batchClock is the time a batcher reads and waits on.
+type batchClock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) clock.Timer
 }
 
 // gatherSum sums the calls waiting, on average, at a set of batchers when
@@ -274,7 +281,7 @@ func newBatcher(send sendFunc, o batchOptions) *batcher {
 	b := &batcher{send: send, opts: o, clock: o.Clock, wake: make(chan struct{}, o.Slots), stop: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 	if b.clock == nil {
-		b.clock = wallClock{}
+		b.clock = clock.Wall{}
 	}
 	b.buffers.New = func() any {
 		buf := new(sendBuffer)
@@ -350,7 +357,7 @@ func (b *batcher) take(ctx context.Context, ops []limiter.Op, results []limiter.
 // work runs each slot it is handed until close. A worker keeps its stack,
 // grown by go-redis' calls, and its timer, for the sends that follow.
 func (b *batcher) work() {
-	var t batchTimer
+	var t clock.Timer
 	for {
 		select {
 		case <-b.wake:
@@ -363,7 +370,7 @@ func (b *batcher) work() {
 
 // run holds one slot and sends what waits until nothing does, or until
 // another send gathers what waits.
-func (b *batcher) run(t *batchTimer) {
+func (b *batcher) run(t *clock.Timer) {
 	var ws []*waiter
 	for {
 		active, ok := b.gather(t)
@@ -396,7 +403,7 @@ const (
 // marks it active when calls wait (active: next undoes that if another
 // send took them). It reports !ok, having freed the slot, when another
 // send is gathering: that one takes what waits.
-func (b *batcher) gather(t *batchTimer) (active, ok bool) {
+func (b *batcher) gather(t *clock.Timer) (active, ok bool) {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.mu.Unlock()

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // DefaultInterval is how often the files are read again.
@@ -78,11 +80,6 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Reloader serves the current certificate and client CA to TLS handshakes.
 // It reads the files at most once per Interval (on a handshake, and every
 // Interval once Open) and takes a change in if it can be served; any other
@@ -119,7 +116,7 @@ func New(o Options, log *zap.Logger) (*Reloader, error) {
 		o.Interval = DefaultInterval
 	}
 	if o.Clock == nil {
-		o.Clock = wallClock{}
+		o.Clock = clock.Wall{}
 	}
 	if o.ClientSAN != "" && o.ClientCA.Path == "" {
 		return nil, fmt.Errorf("%s: %w", o.ClientCA.Name, ErrSANWithoutCA)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fastlimit/fastlimit/pkg/clock"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
 
@@ -62,11 +63,6 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Prober is a store that can show it decides, not only that it answers;
 // the Breaker probes with Probe if its store has it, else with Ping. Probe
 // must not count against any caller's limit.
@@ -111,7 +107,7 @@ func New(store limiter.Store, opts Options) *Breaker {
 		opts.ProbeTimeout = DefaultProbeTimeout
 	}
 	if opts.Clock == nil {
-		opts.Clock = wallClock{}
+		opts.Clock = clock.Wall{}
 	}
 	b := &Breaker{store: store, opts: opts}
 	b.life, b.cancel = context.WithCancel(context.Background())

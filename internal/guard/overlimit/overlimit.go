@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fastlimit/fastlimit/pkg/clock"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 )
@@ -42,10 +43,6 @@ const EntryBytes = 256
 type Clock interface {
 	Now() time.Time
 }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Stats are a Cache's counters, for metrics.
 type Stats struct {
@@ -102,7 +99,7 @@ type entry struct {
 func New(store limiter.Store, opts Options) *Cache {
 	c := &Cache{store: store, clock: opts.Clock, seed: maphash.MakeSeed(), max: int64(max(opts.Bytes/EntryBytes, 0))}
 	if c.clock == nil {
-		c.clock = wallClock{}
+		c.clock = clock.Wall{}
 	}
 	c.base = c.clock.Now()
 	for i := range c.shards {

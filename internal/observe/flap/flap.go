@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // DefaultEvery is the interval of New's callers that have no reason to
@@ -39,28 +41,8 @@ type Condition struct {
 // Clock is a Condition's time, and the timers of WithFlush.
 type Clock interface {
 	Now() time.Time
-	AfterFunc(d time.Duration, f func()) Timer
+	AfterFunc(d time.Duration, f func()) clock.Timer
 }
-
-// Timer is a Clock's timer: *time.Timer's methods, with C a method.
-type Timer = interface {
-	C() <-chan time.Time
-	Reset(d time.Duration) bool
-	Stop() bool
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-func (wallClock) AfterFunc(d time.Duration, f func()) Timer {
-	return wallTimer{time.AfterFunc(d, f)}
-}
-
-type wallTimer struct{ t *time.Timer }
-
-func (w wallTimer) C() <-chan time.Time        { return w.t.C }
-func (w wallTimer) Reset(d time.Duration) bool { return w.t.Reset(d) }
-func (w wallTimer) Stop() bool                 { return w.t.Stop() }
 
 // WithFlush makes c write a change it held back once the interval is
 // over even if nothing is observed again, on its clock's timers: a caller
@@ -73,11 +55,11 @@ func (c *Condition) WithFlush() *Condition {
 
 // New returns a Condition, up, that logs to log at most once per every,
 // on clock (nil: the wall clock).
-func New(log *zap.Logger, every time.Duration, clock Clock) *Condition {
-	if clock == nil {
-		clock = wallClock{}
+func New(log *zap.Logger, every time.Duration, clk Clock) *Condition {
+	if clk == nil {
+		clk = clock.Wall{}
 	}
-	return &Condition{log: log, every: every, clock: clock}
+	return &Condition{log: log, every: every, clock: clk}
 }
 
 // Down observes the condition down; msg and fields describe it, logged

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fastlimit/fastlimit/pkg/clock"
 	"github.com/fastlimit/fastlimit/pkg/descriptors"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/rules"
@@ -54,11 +55,6 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Tracker keeps the top identifiers of every rule in force. It is an
 // rls.Observer and a rules load observer; its methods are safe for
 // concurrent use, and Decided neither blocks for long nor allocates once a
@@ -97,7 +93,7 @@ type rule struct {
 func New(o Options) *Tracker {
 	o.Keys, o.Window = cmp.Or(max(o.Keys, 0), DefaultKeys), cmp.Or(max(o.Window, 0), DefaultWindow)
 	if o.Clock == nil {
-		o.Clock = wallClock{}
+		o.Clock = clock.Wall{}
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()

@@ -8,21 +8,23 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // loop is the state of a Watcher's goroutine.
 type loop struct {
 	w        *Watcher
 	ctx      context.Context
-	debounce Timer
-	burst    time.Time // first event of the pending burst; zero if none
-	inPlace  bool      // the pending burst wrote a loaded file in place
-	settled  string    // fingerprint at the start of the settle time
-	settle   bool      // settled is set: the settle time runs
-	swapped  bool      // the path leads elsewhere: watch it again before the reload
-	rewatch  Timer     // every Rewatch while the directory is looked for; nil if not
-	check    Timer     // every Check; nil without
-	seen     string    // state at the last reload (Options.Check)
+	debounce clock.Timer
+	burst    time.Time   // first event of the pending burst; zero if none
+	inPlace  bool        // the pending burst wrote a loaded file in place
+	settled  string      // fingerprint at the start of the settle time
+	settle   bool        // settled is set: the settle time runs
+	swapped  bool        // the path leads elsewhere: watch it again before the reload
+	rewatch  clock.Timer // every Rewatch while the directory is looked for; nil if not
+	check    clock.Timer // every Check; nil without
+	seen     string      // state at the last reload (Options.Check)
 }
 
 // run debounces events into calls of fn until ctx ends.
@@ -65,7 +67,7 @@ func (w *Watcher) run(ctx context.Context) {
 }
 
 // tick returns t's channel, nil (never ready) for a nil t.
-func tick(t Timer) <-chan time.Time {
+func tick(t clock.Timer) <-chan time.Time {
 	if t == nil {
 		return nil
 	}
@@ -73,7 +75,7 @@ func tick(t Timer) <-chan time.Time {
 }
 
 func (l *loop) stop() {
-	for _, t := range []Timer{l.debounce, l.rewatch, l.check} {
+	for _, t := range []clock.Timer{l.debounce, l.rewatch, l.check} {
 		if t != nil {
 			t.Stop()
 		}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // Defaults of Options.
@@ -68,26 +70,8 @@ type Options struct {
 // Clock is the time a Watcher reads and waits on.
 type Clock interface {
 	Now() time.Time
-	NewTimer(d time.Duration) Timer
+	NewTimer(d time.Duration) clock.Timer
 }
-
-// Timer is a Clock's timer: *time.Timer's methods, with C a method.
-type Timer = interface {
-	C() <-chan time.Time
-	Reset(d time.Duration) bool
-	Stop() bool
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                 { return time.Now() }
-func (wallClock) NewTimer(d time.Duration) Timer { return wallTimer{time.NewTimer(d)} }
-
-type wallTimer struct{ t *time.Timer }
-
-func (w wallTimer) C() <-chan time.Time        { return w.t.C }
-func (w wallTimer) Reset(d time.Duration) bool { return w.t.Reset(d) }
-func (w wallTimer) Stop() bool                 { return w.t.Stop() }
 
 // Watcher calls a Func when a directory's entries change (writes, creates,
 // removes, renames, a ConfigMap's "..data" swap) and when its path, or
@@ -132,7 +116,7 @@ func New(dir string, fn Func, opts Options, log *zap.Logger) *Watcher {
 		opts.Check = DefaultCheck
 	}
 	if opts.Clock == nil {
-		opts.Clock = wallClock{}
+		opts.Clock = clock.Wall{}
 	}
 	dir = filepath.Clean(dir)
 	if opts.Loaded == nil {

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // Defaults of Options.
@@ -79,11 +81,6 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Client keeps an ADS stream to a management server and applies what it
 // sends (docs/design.md#xds-client). New starts nothing, Open starts the
 // stream, Close stops it for good.
@@ -121,7 +118,7 @@ func New(opts Options, apply Apply, log *zap.Logger) *Client {
 		opts.NackPause = DefaultNackPause
 	}
 	if opts.Clock == nil {
-		opts.Clock = wallClock{}
+		opts.Clock = clock.Wall{}
 	}
 	md := make(map[string]*structpb.Value, len(opts.NodeMetadata))
 	for k, v := range opts.NodeMetadata {

@@ -4,10 +4,10 @@
 //
 // Code under test declares the clock it needs where it uses it, with the
 // method signatures of Clock's (Now, After, NewTimer, NewTicker,
-// AfterFunc), and defaults to the wall clock. Timer and Ticker are aliases
-// of interface literals: a package that declares the same literal (under
-// any name) shares the type, so that *Clock satisfies its interface
-// without either importing the other.
+// AfterFunc), and defaults to pkg/clock's Wall. Timer and Ticker are
+// aliases of interface literals, Timer the same as pkg/clock's: a package
+// that declares the same literal (under any name) shares the type, so
+// that *Clock satisfies its interface without either importing the other.
 package clock
 
 import (

@@ -3,6 +3,8 @@ package envoysim
 import (
 	"sync"
 	"time"
+
+	"github.com/fastlimit/fastlimit/pkg/clock"
 )
 
 // Clock tells an Envoy the time.
@@ -11,15 +13,7 @@ type Clock interface {
 }
 
 // WallClock is the real time.
-type WallClock struct{}
-
-// Now returns time.Now().
-func (WallClock) Now() time.Time { return time.Now() }
-
-// AfterFunc is time.AfterFunc's, returning its Stop.
-func (WallClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return time.AfterFunc(d, f).Stop
-}
+type WallClock = clock.Wall
 
 // ManualClock moves only when told to. It is safe for concurrent use, so
 // a server under test can share it (rlqs.Clock: its timers fire as
@@ -31,7 +25,8 @@ type ManualClock struct {
 }
 
 type manualTimer struct {
-	at time.Time
+	c  *ManualClock
+	at time.Time // guarded by c.mu
 	f  func()
 }
 
@@ -66,21 +61,39 @@ func (c *ManualClock) Advance(d time.Duration) {
 }
 
 // AfterFunc calls f, in a goroutine of its own, once the clock has
-// passed d from now, unless the returned stop is called first.
-func (c *ManualClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTimer{at: c.now.Add(d), f: f}
+// passed d from now, unless the Timer is stopped first. The Timer's C is
+// nil, as time.AfterFunc's.
+func (c *ManualClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := &manualTimer{c: c, f: f}
+	t.Reset(d)
+	return t
+}
+
+// C returns nil: an AfterFunc timer has no channel.
+func (t *manualTimer) C() <-chan time.Time { return nil }
+
+// Stop reports whether it stopped the call of f.
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	_, ok := t.c.timers[t]
+	delete(t.c.timers, t)
+	return ok
+}
+
+// Reset calls f once the clock has passed d from now (at once, in a
+// goroutine of its own, if d <= 0) and reports whether the timer was
+// pending.
+func (t *manualTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	_, ok := t.c.timers[t]
+	delete(t.c.timers, t)
 	if d <= 0 {
-		go f()
-		return func() bool { return false }
-	}
-	c.timers[t] = struct{}{}
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		_, ok := c.timers[t]
-		delete(c.timers, t)
+		go t.f()
 		return ok
 	}
+	t.at = t.c.now.Add(d)
+	t.c.timers[t] = struct{}{}
+	return ok
 }
