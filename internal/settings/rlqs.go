@@ -37,7 +37,7 @@ type RLQS struct {
 	// MaxBucketsPerStream, MaxBuckets and MaxStreams bound what Envoys
 	// hold (0: no bound).
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
-	// ReportWorkers bounds the reports handled at once (0: one per CPU;
+	// ReportWorkers bounds the reports worked on at once (0: one per CPU;
 	// -1: no bound).
 	ReportWorkers int
 }
@@ -78,7 +78,7 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 	fs.IntVar(&o.MaxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams,
 		"most RLQS streams open on this replica, besides --grpc-max-connections; another is refused with ResourceExhausted and counted (0: no bound)")
 	fs.IntVar(&o.ReportWorkers, "rlqs-report-workers", 0,
-		"most RLQS usage reports handled at once, so that quota work leaves CPU to RateLimitService: a stream's report waits for a worker and those it sends meanwhile are merged into it, counted in fastlimit_rlqs_shed_reports_total (0: one per CPU, at least 2; -1: no bound)")
+		"most RLQS usage reports worked on at once, so that quota work leaves CPU to RateLimitService: a stream's report waits for a worker (a report waiting on Redis gives its worker up meanwhile) and those it sends meanwhile are merged into it, counted in fastlimit_rlqs_shed_reports_total (0: one per CPU, at least 2; -1: no bound)")
 	fs.BoolVar(&o.RequireClientIdentity, "rlqs-require-client-identity", false,
 		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,

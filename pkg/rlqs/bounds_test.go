@@ -142,15 +142,30 @@ func TestBoundsDefault(t *testing.T) {
 // gated is a demand store whose exchanges wait while it is shut.
 type gated struct {
 	notifying
-	mu   sync.Mutex
-	shut chan struct{} // nil: open
+	mu      sync.Mutex
+	shut    chan struct{} // nil: open
+	waiting int           // exchanges waiting for it to open
+}
+
+func (g *gated) waiters() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
 }
 
 func (g *gated) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
 	g.mu.Lock()
 	shut := g.shut
+	if shut != nil {
+		g.waiting++
+	}
 	g.mu.Unlock()
 	if shut != nil {
+		defer func() {
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+		}()
 		select {
 		case <-shut:
 		case <-ctx.Done():
@@ -173,26 +188,40 @@ func (g *gated) open() {
 	g.mu.Unlock()
 }
 
+// heldObserver is a recorder whose Reported, called while a report is
+// worked on (its worker slot held), waits while the observer is shut.
+type heldObserver struct {
+	*recorder
+	in   chan struct{} // a Reported call is waiting
+	shut chan struct{} // closed: open
+}
+
+func (o *heldObserver) Reported(d string, buckets, subscribed int) {
+	select {
+	case <-o.shut:
+	default:
+		o.in <- struct{}{}
+		<-o.shut
+	}
+	o.recorder.Reported(d, buckets, subscribed)
+}
+
 // TestReportWorkers: with one worker, a stream's reports wait while
-// another's is handled, and those it sends meanwhile are merged into the
+// another's is worked on, and those it sends meanwhile are merged into the
 // one waiting (counted shed): it is handled once, with their counts added.
 func TestReportWorkers(t *testing.T) {
-	obs := &recorder{}
-	var g *gated
-	c := newCluster(t, clusterOptions{
-		wrap: func(st rlqs.DemandStore) rlqs.DemandStore { g = &gated{notifying: st.(notifying)}; return g },
-		opts: func(o *rlqs.Options) { o.ReportWorkers, o.Observer = 1, obs }})
+	obs := &heldObserver{recorder: &recorder{}, in: make(chan struct{}, 1), shut: make(chan struct{})}
+	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.ReportWorkers, o.Observer = 1, obs }})
 	a, b := openRaw(t, c), openRaw(t, c)
 	aa, ba := answers(a), answers(b)
 	if err := a.Send(named("a")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, aa, "a")
-	g.close()
-	if err := a.Send(named("a")); err != nil { // its handling waits in the store
-		t.Fatal(err)
+	select { // a's report holds the only worker
+	case <-obs.in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's report was not worked on")
 	}
-	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 2 })
 	for range 3 {
 		r := named("b")
 		r.BucketQuotaUsages[0].NumRequestsAllowed = 10
@@ -201,19 +230,55 @@ func TestReportWorkers(t *testing.T) {
 		}
 	}
 	wait.For(t, 10*time.Second, func() bool { return obs.get("shed d") == 2 })
-	if n := obs.get("reports d"); n != 2 {
-		t.Errorf("%v reports handled while the only worker waits, want 2", n)
+	select {
+	case <-obs.in:
+		t.Fatal("b's report was worked on while a's held the only worker")
+	default:
 	}
-	g.open()
+	close(obs.shut)
 	expect(t, aa, "a")
 	expect(t, ba, "b")
-	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 3 })
-	if n := obs.get("requests allowed d"); n != 1+1+30 {
-		t.Errorf("%v requests allowed counted, want 32 (b's three reports merged)", n)
+	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 2 })
+	if n := obs.get("requests allowed d"); n != 1+30 {
+		t.Errorf("%v requests allowed counted, want 31 (b's three reports merged)", n)
 	}
 	select {
 	case name := <-ba:
 		t.Errorf("a second answer to b's merged reports: %s", name)
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// TestReportWorkersStoreWait: a report waiting on the demand store gives
+// its worker up meanwhile, so that another stream's report is worked on,
+// not merged into a wait for the store; both are answered once it
+// answers.
+func TestReportWorkersStoreWait(t *testing.T) {
+	obs := &recorder{}
+	var g *gated
+	c := newCluster(t, clusterOptions{
+		wrap: func(st rlqs.DemandStore) rlqs.DemandStore { g = &gated{notifying: st.(notifying)}; return g },
+		// The store's wait is not cut short by the exchange's timeout.
+		opts: func(o *rlqs.Options) { o.ReportWorkers, o.Observer, o.StoreTimeout = 1, obs, time.Minute }})
+	a, b := openRaw(t, c), openRaw(t, c)
+	aa, ba := answers(a), answers(b)
+	if err := a.Send(named("a")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, aa, "a")
+	g.close()
+	if err := a.Send(named("a", "a2")); err != nil { // a new bucket: its handling waits in the store
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() bool { return g.waiters() == 1 })
+	if err := b.Send(named("b")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 3 })
+	if n := obs.get("shed d"); n != 0 {
+		t.Errorf("%v reports shed while the only worker's report waited on the store, want 0", n)
+	}
+	g.open()
+	expect(t, aa, "a", "a2")
+	expect(t, ba, "b")
 }

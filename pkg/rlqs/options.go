@@ -187,12 +187,14 @@ type Options struct {
 	// that Envoy's no_assignment_behavior applies; its known ones are
 	// answered.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
-	// ReportWorkers bounds the reports the replica handles at once (0:
+	// ReportWorkers bounds the reports the replica works on at once (0:
 	// DefaultReportWorkers; negative: no bound), so that quota work cannot
 	// take every CPU from what else the process serves (RateLimitService):
 	// a stream's report waits for a worker, and the reports the stream
 	// sends meanwhile are merged into it, their counts added (counted by
-	// Observer.ReportsShed).
+	// Observer.ReportsShed). A report waiting on the DemandStore gives its
+	// worker up until the store answers: the bound is on CPU, not on
+	// round trips.
 	ReportWorkers int
 	// IDLimits bound bucket ids as they bound RateLimitService
 	// descriptors: MaxEntries entries, keys and values of MaxKeyBytes

@@ -180,8 +180,9 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 				}
 			}
 		case acquire <- struct{}{}:
-			err := st.handleNext(ctx)
-			<-s.workers
+			w := &worker{slots: s.workers, held: true}
+			err := st.handleNext(withWorker(ctx, w))
+			w.release()
 			if err != nil {
 				cancel(err)
 				return err
@@ -357,7 +358,7 @@ func (s *Service) exchangeItems(ctx context.Context, items []quota.Item, ttl tim
 	out := make([][]quota.Demand, 0, len(items))
 	for i := 0; i < len(items); i += exchangeBatch {
 		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-		got, err := s.opts.Store.Exchange(bctx, items[i:min(i+exchangeBatch, len(items))], ttl, now)
+		got, err := s.storeExchange(bctx, items[i:min(i+exchangeBatch, len(items))], ttl, now)
 		cancel()
 		if err != nil {
 			return nil, err

@@ -230,7 +230,7 @@ func (s *Service) reserve(ctx context.Context, parts []*settlement) []*division 
 		}
 		bctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 		start := time.Now()
-		got, err := s.opts.Store.Exchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
+		got, err := s.storeExchange(bctx, items, s.valueTTL(), s.storeNow(s.opts.Clock.Now()))
 		cancel()
 		s.obs.Exchanged(time.Since(start), len(items))
 		if err != nil {
