@@ -71,10 +71,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&iso.rlsRate, "rls-rate", 1000, "isolation: RateLimitService calls a second")
 	fs.IntVar(&iso.rounds, "rounds", 3, "isolation: rounds of (alone, beside the streams without, then with the bound)")
 	fs.IntVar(&iso.nice, "reporters-nice", 19, "isolation: the report streams run in a child process at this nice value (negative: in this process)")
+	fs.DurationVar(&iso.warmup, "warmup", 6*time.Second, "isolation: time from the streams' start (each subscribes at once) to the measurement's")
 	fs.IntVar(&iso.workers, "report-workers", 0, "isolation: the server's --rlqs-report-workers of the bound's phase (0: its default, one per CPU)")
+	tuned := fs.String("tuned-env", "", "isolation: if set, a fourth phase with the bound and this space-separated environment for the server, e.g. \"GOGC=off GOMEMLIMIT=3GiB\"")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	iso.tunedEnv = strings.Fields(*tuned)
 	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted, isolation: iso}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

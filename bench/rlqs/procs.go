@@ -33,6 +33,7 @@ type env struct {
 	ports     benchproc.Ports
 	bin       string // the server binary, and its rules
 	rules     string
+	serverEnv []string // the server's environment beyond benchproc.ChildEnv's
 }
 
 // rules: domain bench has 1,000 limits (name=0 ... name=999) for the
@@ -153,7 +154,7 @@ func (e *env) startServer(ctx context.Context, extra ...string) error {
 	e.server = exec.CommandContext(ctx, e.bin, args...)
 	// Apart from the caller's environment: the server reads a variable
 	// for every flag it is not given.
-	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv()
+	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv(e.serverEnv...)
 	if err := e.server.Start(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -380,11 +381,15 @@ func paceRLS(ctx context.Context, cc *grpc.ClientConn, d time.Duration, rate flo
 // at rlsRate a second by other clients; rounds of (without, with).
 type isolation struct {
 	streams, conns int
-	workers        int // --rlqs-report-workers of the bound's phase
-	nice           int // the report streams' child's nice value; negative: in process
-	period         time.Duration
-	rlsRate        float64
-	rounds         int
+	workers        int           // --rlqs-report-workers of the bound's phase
+	nice           int           // the report streams' child's nice value; negative: in process
+	warmup         time.Duration // from the streams' start to the measurement's
+	// tunedEnv, if set, adds a phase with the bound and this environment
+	// for the server (GOGC=off GOMEMLIMIT=3GiB).
+	tunedEnv []string
+	period   time.Duration
+	rlsRate  float64
+	rounds   int
 }
 
 // isolation measures other clients' RateLimitService latency (p50, p99,
@@ -398,18 +403,24 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 	fmt.Fprintf(w, "#### RLS latency while %d RLQS streams report every %v\n\n", iso.streams, iso.period)
 	fmt.Fprintf(w, "RLS: %.0f calls/s from other clients, one connection; %d rounds of %v alone, then beside the streams without and with the bound on report handling (`--rlqs-report-workers`, default one per CPU).\n\n",
 		iso.rlsRate, iso.rounds, d)
-	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | reports received/s | RLQS store errors | reports shed | loadavg |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | reports received/s | RLQS store errors | reports shed | server GCs | loadavg |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	bound := strconv.Itoa(iso.workers)
-	phases := []struct {
+	type phase struct {
 		streams bool
-		workers string // --rlqs-report-workers
-	}{{false, bound}, {true, "-1"}, {true, bound}}
+		workers string   // --rlqs-report-workers
+		env     []string // the server's environment beyond the default
+	}
+	phases := []phase{{false, bound, nil}, {true, "-1", nil}, {true, bound, nil}}
+	if len(iso.tunedEnv) > 0 {
+		phases = append(phases, phase{true, bound, iso.tunedEnv})
+	}
 	for round := 1; round <= iso.rounds; round++ {
 		for _, ph := range phases {
 			if err := e.flush(); err != nil {
 				return err
 			}
+			e.serverEnv = ph.env
 			if err := e.restart(ctx, "--rlqs-report-workers", ph.workers); err != nil {
 				return err
 			}
@@ -427,6 +438,9 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 					workers = "one per CPU"
 				default:
 					workers = ph.workers
+				}
+				if len(ph.env) > 0 {
+					workers += ", " + strings.Join(ph.env, " ")
 				}
 			}
 			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, workers, row)
@@ -449,6 +463,15 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		if stop, err = e.startReporters(ctx, iso); err != nil {
 			return "", err
 		}
+		// Every stream subscribes as it opens, all within a second or
+		// two; the phase measures the streams' steady reporting, from
+		// the end of their first period on.
+		select {
+		case <-ctx.Done():
+			stop()
+			return "", ctx.Err()
+		case <-time.After(iso.warmup):
+		}
 	}
 	errs0, err := e.storeErrors()
 	if err != nil {
@@ -461,6 +484,11 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		return "", err
 	}
 	handled0, err := e.metric("fastlimit_rlqs_reports_total")
+	if err != nil {
+		stop()
+		return "", err
+	}
+	gcs0, err := e.metric("go_gc_duration_seconds_count")
 	if err != nil {
 		stop()
 		return "", err
@@ -479,6 +507,11 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 	}
 	handled1, err := e.metric("fastlimit_rlqs_reports_total")
 	took := time.Since(start)
+	if err != nil {
+		stop()
+		return "", err
+	}
+	gcs1, err := e.metric("go_gc_duration_seconds_count")
 	stop()
 	if err != nil {
 		return "", err
@@ -486,8 +519,8 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 	// A report merged into a waiting one (shed) was received but not
 	// handled on its own.
 	received := (handled1 - handled0 + shed1 - shed0) / took.Seconds()
-	return fmt.Sprintf("%d | %s | %s | %s | %d | %.0f | %.0f | %.0f | %s", len(lat),
-		quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, received, errs1-errs0, shed1-shed0, benchproc.LoadAverages()), nil
+	return fmt.Sprintf("%d | %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %s", len(lat),
+		quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1), failed, received, errs1-errs0, shed1-shed0, gcs1-gcs0, benchproc.LoadAverages()), nil
 }
 
 // openReporters opens iso.streams streams of one bucket each (domain
