@@ -590,14 +590,8 @@ func checkTwin(t *testing.T, run string, sc *twinScenario, r twinResult) {
 // table, from one run, has them within 5% but in one period it explains).
 const twinAgree = 0.1
 
-// TestEnvoyRLQS runs the scenarios of twinScenarios. It runs only when
-// FASTLIMIT_RLQS_TWINS=1: beside a busy loop it still fails about one run
-// in four, for causes not all found (docs/development.md, "Tests not in the
-// default run"; issue 36 stays open until they are).
+// TestEnvoyRLQS runs the scenarios of twinScenarios, in parallel.
 func TestEnvoyRLQS(t *testing.T) {
-	if os.Getenv("FASTLIMIT_RLQS_TWINS") != "1" {
-		t.Skip("FASTLIMIT_RLQS_TWINS=1 runs the real-Envoy RLQS twins: not yet stable on a busy machine (docs/development.md)")
-	}
 	for _, sc := range twinScenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
