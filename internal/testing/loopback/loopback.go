@@ -41,14 +41,19 @@ func FreePort() (int, error) {
 			}
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
+	for range 256 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free loopback port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handed[port] {
+			handed[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	handed[port] = true
-	return port, nil
+	return 0, errors.New("find a free loopback port: every port offered was handed out already")
 }
 
 // handed are the ports FreePort returned in this process.

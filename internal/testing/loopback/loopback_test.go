@@ -48,6 +48,17 @@ func TestPortsOnce(t *testing.T) {
 // though nothing binds the ports it returns (a second child would then
 // fail to bind one the first had not yet bound).
 func TestFreePortOnce(t *testing.T) {
+	// On a set of its own, so that -count=20 in one process does not use
+	// up the range below the ephemeral one that TestFreePort checks.
+	handedMu.Lock()
+	saved := handed
+	handed = map[int]bool{}
+	handedMu.Unlock()
+	t.Cleanup(func() {
+		handedMu.Lock()
+		handed = saved
+		handedMu.Unlock()
+	})
 	seen := map[int]bool{}
 	for range 2000 {
 		port, err := FreePort()
