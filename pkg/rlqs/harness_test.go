@@ -178,6 +178,22 @@ func newCluster(t *testing.T, co clusterOptions) *cluster {
 				t.Fatal(err)
 			}
 			_ = st.CloseSend()
+			// Its end comes once the server has let the stream go, so
+			// that it does not count against Options.MaxStreams.
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				for {
+					if _, err := st.Recv(); err != nil {
+						return
+					}
+				}
+			}()
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the warm-up stream did not end")
+			}
 		}
 		wait.For(t, 10*time.Second, func() bool { return mem.Watchers() == len(c.replicas) })
 	}
