@@ -37,7 +37,9 @@ type Redis struct {
 	client redis.UniversalClient
 
 	mu      sync.Mutex
-	expired []quota.Item // deletes for the next exchange
+	expired []quota.Item // deletes for the next pipeline
+	queue   []*exchange  // exchanges waiting for a pipeline, oldest first
+	sending bool         // a leader sends the queue (redis_batch.go)
 }
 
 // maxExpired bounds the deletes of expired values waiting for an
@@ -51,33 +53,15 @@ func NewRedis(client redis.UniversalClient) *Redis {
 }
 
 // Exchange is rlqs.DemandStore's; now stamps and judges values (zero:
-// Redis TIME). An error wraps limiter.ErrUnavailable, or ErrBadItem for
-// items that cannot be encoded, which are refused unsent.
+// Redis TIME). The exchanges that come while a pipeline is in flight go
+// to Redis together in the next one (redis_batch.go). An error wraps
+// limiter.ErrUnavailable, or ErrBadItem for items that cannot be
+// encoded, which are refused unsent.
 func (d *Redis) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
 	if err := checkDemand(items); err != nil || len(items) == 0 {
 		return nil, err
 	}
-	d.mu.Lock()
-	all := append(items[:len(items):len(items)], d.expired...)
-	d.expired = d.expired[:0]
-	d.mu.Unlock()
-	calls := demandCalls(all, d.client)
-	out, expired, err := d.send(ctx, all, calls, ttl, now)
-	if err != nil && errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err = demandScript.Load(ctx, d.client).Err(); err == nil {
-			out, expired, err = d.send(ctx, all, calls, ttl, now)
-		}
-	}
-	if err != nil {
-		expired = all[len(items):] // not deleted: try again
-	}
-	d.mu.Lock()
-	d.expired = append(d.expired, expired[:min(len(expired), maxExpired-len(d.expired))]...)
-	d.mu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, err)
-	}
-	return out[:len(items)], nil
+	return d.await(ctx, &exchange{ctx: ctx, items: items, ttl: ttl, now: now, wake: make(chan struct{}, 1)})
 }
 
 func checkDemand(items []quota.Item) error {
@@ -125,34 +109,35 @@ func demandCalls(items []quota.Item, c redis.UniversalClient) [][]int {
 	return calls
 }
 
-// send sends the calls in one pipeline and returns each read's live
-// demand and the deletes of the expired values it met.
-func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl time.Duration, now time.Time) ([][]quota.Demand, []quota.Item, error) {
+// script queues a segment's script calls on pipe.
+func (g *segment) script(ctx context.Context, pipe redis.Pipeliner) {
 	var nowMs int64
-	if !now.IsZero() {
-		nowMs = now.UnixMilli()
+	if !g.now.IsZero() {
+		nowMs = g.now.UnixMilli()
 	}
-	pipe := d.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for k, call := range calls {
+	g.cmds = make([]*redis.Cmd, len(g.calls))
+	for k, call := range g.calls {
 		keys := make([]string, len(call))
 		args := make([]any, 0, 2+7*len(call))
-		args = append(args, nowMs, max(ttl.Milliseconds(), 1))
+		args = append(args, nowMs, max(g.ttl.Milliseconds(), 1))
 		for j, i := range call {
-			it := &items[i]
+			it := &g.items[i]
 			keys[j] = it.Key
 			args = append(args, int(it.Op), it.Demand.Replica+"/"+it.Demand.Client, rateMilli(it.Demand.Rate),
 				heldMilli(it.Demand.Assigned), heldMilli(it.Cap), heldMilli(it.Adopt), it.Fresh.Milliseconds())
 		}
-		cmds[k] = demandScript.EvalSha(ctx, pipe, keys, args...)
+		g.cmds[k] = demandScript.EvalSha(ctx, pipe, keys, args...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, nil, err
-	}
+}
+
+// decode returns, from the replies of a segment's calls, each read's
+// live demand and each reserve's grant, and appends the deletes of the
+// expired values they met to expired.
+func (g *segment) decode(expired []quota.Item) ([][]quota.Demand, []quota.Item, error) {
+	items := g.items
 	out := make([][]quota.Demand, len(items))
-	var expired []quota.Item
-	for k, call := range calls {
-		reply, err := cmds[k].Slice()
+	for k, call := range g.calls {
+		reply, err := g.cmds[k].Slice()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -178,7 +163,7 @@ func (d *Redis) send(ctx context.Context, items []quota.Item, calls [][]int, ttl
 			}
 			staleBefore := int64(math.MinInt64)
 			if f := items[i].Fresh; f > 0 {
-				staleBefore = clock + ttl.Milliseconds() - f.Milliseconds()
+				staleBefore = clock + g.ttl.Milliseconds() - f.Milliseconds()
 			}
 			if out[i], expired, err = decodeDemand(items[i].Key, reply[j+1], clock, staleBefore, expired); err != nil {
 				return nil, nil, err
