@@ -39,7 +39,7 @@ type Redis struct {
 	mu      sync.Mutex
 	expired []quota.Item // deletes for the next pipeline
 	queue   []*exchange  // exchanges waiting for a pipeline, oldest first
-	sending bool         // a leader sends the queue (redis_batch.go)
+	sending int          // pipelines being sent or led (redis_batch.go)
 }
 
 // maxExpired bounds the deletes of expired values waiting for an

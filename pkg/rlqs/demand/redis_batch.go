@@ -14,15 +14,19 @@ import (
 )
 
 // Concurrent exchanges share pipelines. An exchange joins Redis's queue;
-// if no pipeline is being sent, its caller leads: it takes the queue (up
-// to batchItems items) and sends it as one pipeline, the items of the
-// exchanges with one (ttl, now) sharing script calls. When the replies
-// are in, each exchange taken is done, and the lead passes to the oldest
-// exchange still queued, which takes all that queued meanwhile. Under
-// load a pipeline carries every exchange that came during the one
-// before, so that the round trips, script calls and Redis's reads and
-// writes per exchange fall as exchanges come faster; alone an exchange
-// goes at once.
+// if fewer than pipelinesInFlight pipelines are being sent, its caller
+// leads: it takes the queue (up to batchItems items) and sends it as one
+// pipeline, the items of the exchanges with one (ttl, now) sharing
+// script calls. When the replies are in, each exchange taken is done,
+// and the lead passes to the oldest exchange still queued, which takes
+// all that queued meanwhile. Under load a pipeline carries the exchanges
+// that came while the others were in flight, so that the round trips,
+// script calls and Redis's reads and writes per exchange fall as
+// exchanges come faster; alone an exchange goes at once.
+
+// pipelinesInFlight bounds the pipelines one store has in flight at once:
+// enough that a slow round trip does not hold every exchange behind it.
+const pipelinesInFlight = 4
 
 // batchItems bounds the items of one pipeline, beyond its first
 // exchange's.
@@ -58,19 +62,21 @@ type segment struct {
 func (d *Redis) await(ctx context.Context, x *exchange) ([][]quota.Demand, error) {
 	d.mu.Lock()
 	d.queue = append(d.queue, x)
-	if !d.sending {
-		d.sending, x.lead = true, true
+	if d.sending < pipelinesInFlight {
+		d.sending++
+		x.lead = true
 	}
 	for {
-		if x.done {
-			d.mu.Unlock()
-			return x.out, x.err
-		}
-		if x.lead {
+		if x.lead { // before done: a lead taken is never dropped
+			x.lead = false
 			d.mu.Unlock()
 			d.send()
 			d.mu.Lock()
 			continue
+		}
+		if x.done {
+			d.mu.Unlock()
+			return x.out, x.err
 		}
 		d.mu.Unlock()
 		select {
@@ -78,38 +84,40 @@ func (d *Redis) await(ctx context.Context, x *exchange) ([][]quota.Demand, error
 			d.mu.Lock()
 		case <-ctx.Done():
 			d.mu.Lock()
+			d.withdraw(x)
 			if x.done {
 				d.mu.Unlock()
 				return x.out, x.err
 			}
-			d.withdraw(x)
 			d.mu.Unlock()
 			return nil, fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, context.Cause(ctx))
 		}
 	}
 }
 
-// withdraw takes x out of the queue if it is there (not yet sent),
-// handing the lead on if it was to lead; d.mu is held.
+// withdraw takes x out of the queue if it is there (not yet sent), and
+// hands the lead on if it was given one; d.mu is held.
 func (d *Redis) withdraw(x *exchange) {
 	if i := slices.Index(d.queue, x); i >= 0 {
 		d.queue = slices.Delete(d.queue, i, i+1)
-		if x.lead {
-			d.handOff()
-		}
+	}
+	if x.lead {
+		x.lead = false
+		d.handOff()
 	}
 }
 
-// handOff gives the lead to the oldest exchange queued, or ends the
-// sending if none is; d.mu is held.
+// handOff gives a finished lead to the oldest exchange queued without
+// one, or, none queued, frees its place among the pipelines in flight; d.mu is held.
 func (d *Redis) handOff() {
-	if len(d.queue) == 0 {
-		d.sending = false
-		return
+	for _, x := range d.queue {
+		if !x.lead {
+			x.lead = true
+			signal(x.wake)
+			return
+		}
 	}
-	next := d.queue[0]
-	next.lead = true
-	signal(next.wake)
+	d.sending--
 }
 
 func signal(c chan struct{}) {
@@ -121,10 +129,15 @@ func signal(c chan struct{}) {
 
 // send takes the queue's oldest exchanges, up to batchItems items, with
 // the deletes of expired values waiting, sends them in one pipeline,
-// answers them and hands the lead on. The leader is the oldest queued,
-// so that it is always in what it sends.
+// answers them and hands the lead on. Another leader may have taken the
+// queue, the leader's own exchange with it: then it has nothing to send.
 func (d *Redis) send() {
 	d.mu.Lock()
+	if len(d.queue) == 0 {
+		d.handOff()
+		d.mu.Unlock()
+		return
+	}
 	n, size := 0, 0
 	for n < len(d.queue) && (n == 0 || size+len(d.queue[n].items) <= batchItems) {
 		size += len(d.queue[n].items)
@@ -169,6 +182,10 @@ func (d *Redis) send() {
 // segments groups the batch's items by (ttl, now), in order, the expired
 // deletes in the first; at[i] is exchange i's segment and offset there.
 func segments(batch []*exchange, expired []quota.Item) ([]segment, [][2]int) {
+	if len(batch) == 1 && len(expired) == 0 { // alone: its items as they are
+		x := batch[0]
+		return []segment{{ttl: x.ttl, now: x.now, items: x.items}}, [][2]int{{0, 0}}
+	}
 	var segs []segment
 	at := make([][2]int, len(batch))
 	for i, x := range batch {

@@ -20,8 +20,7 @@ import (
 )
 
 // gate is a go-redis hook that counts the pipelines of script calls and
-// holds the first one
-// until opened.
+// holds the first pipelinesInFlight until opened.
 type gate struct {
 	pipelines atomic.Int32
 	entered   chan struct{}
@@ -29,7 +28,7 @@ type gate struct {
 }
 
 func newGate() *gate {
-	return &gate{entered: make(chan struct{}), open: make(chan struct{})}
+	return &gate{entered: make(chan struct{}, pipelinesInFlight), open: make(chan struct{})}
 }
 
 func (*gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -39,11 +38,39 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		if len(cmds) == 0 || cmds[0].Name() != "evalsha" { // a connection's handshake
 			return next(ctx, cmds)
 		}
-		if g.pipelines.Add(1) == 1 {
-			close(g.entered)
+		if g.pipelines.Add(1) <= pipelinesInFlight {
+			g.entered <- struct{}{}
 			<-g.open
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// fill sends pipelinesInFlight exchanges of one write each to keys of
+// their own, and returns once their pipelines are held, with a channel
+// of their errors.
+func (g *gate) fill(ctx context.Context, d *Redis, prefix string) <-chan error {
+	errs := make(chan error, pipelinesInFlight)
+	for i := range pipelinesInFlight {
+		go func() {
+			_, err := d.Exchange(ctx, []quota.Item{{Key: fmt.Sprintf("%s:{d/held=%d}:default:rlqs", prefix, i), Op: quota.Write,
+				Demand: quota.Demand{Replica: "r", Client: "held", Rate: 1}}}, time.Minute, time.Time{})
+			errs <- err
+		}()
+	}
+	for range pipelinesInFlight {
+		<-g.entered
+	}
+	return errs
+}
+
+// drained waits for fill's exchanges.
+func drained(t *testing.T, errs <-chan error) {
+	t.Helper()
+	for range pipelinesInFlight {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -82,15 +109,9 @@ func TestRedisDemandSharesPipelines(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("%s:{d/n=%d}:default:rlqs", prefix, i) }
 	t0 := time.Unix(1_900_000_000, 0)
 
-	first := make(chan error, 1)
-	go func() {
-		_, err := d.Exchange(ctx, []quota.Item{{Key: key(0), Op: quota.Write,
-			Demand: quota.Demand{Replica: "r", Client: "c0", Rate: 1}}}, time.Minute, t0)
-		first <- err
-	}()
-	<-g.entered
+	held := g.fill(ctx, d, prefix)
 
-	// Ten exchanges while it is held: each writes its client into key(i)
+	// Ten exchanges while the pipelines are held: each writes its client into key(i)
 	// and into key(100), and reads both; even ones at t0 for a minute,
 	// odd ones a second later for two.
 	const n = 10
@@ -117,13 +138,11 @@ func TestRedisDemandSharesPipelines(t *testing.T) {
 	}
 	wait.For(t, 20*time.Second, func() bool { return d.queued() == n })
 	close(g.open)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	drained(t, held)
 	wg.Wait()
 
-	if p := g.pipelines.Load(); p != 2 {
-		t.Fatalf("%d pipelines, want 2: the held one, then the ten exchanges together", p)
+	if p := g.pipelines.Load(); p != pipelinesInFlight+1 {
+		t.Fatalf("%d pipelines, want %d: the held ones, then the ten exchanges together", p, pipelinesInFlight+1)
 	}
 	for i := 1; i <= n; i++ {
 		a := answers[i-1]
@@ -158,12 +177,7 @@ func TestRedisDemandQueuedCancel(t *testing.T) {
 	write := func(key string) []quota.Item {
 		return []quota.Item{{Key: key, Op: quota.Write, Demand: quota.Demand{Replica: "r", Client: "c", Rate: 1}}}
 	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := d.Exchange(ctx, write(keyB), time.Minute, time.Time{})
-		first <- err
-	}()
-	<-g.entered
+	held := g.fill(ctx, d, prefix)
 
 	gone, stop := context.WithCancel(ctx)
 	cancelled := make(chan error, 1)
@@ -182,18 +196,16 @@ func TestRedisDemandQueuedCancel(t *testing.T) {
 		t.Fatal("a cancelled exchange waited for the pipeline ahead of it")
 	}
 	close(g.open)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	// A later exchange goes in its own pipeline: the lead was handed on.
+	drained(t, held)
+	// A later exchange goes in its own pipeline: the leads were handed on.
 	if _, err := d.Exchange(ctx, write(keyB), time.Minute, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if n := rdb.Exists(ctx, keyA).Val(); n != 0 {
 		t.Fatal("the cancelled exchange's item was sent")
 	}
-	if p := g.pipelines.Load(); p != 2 {
-		t.Fatalf("%d pipelines, want 2", p)
+	if p := g.pipelines.Load(); p != pipelinesInFlight+1 {
+		t.Fatalf("%d pipelines, want %d", p, pipelinesInFlight+1)
 	}
 }
 
@@ -236,29 +248,37 @@ func TestRedisDemandCancelsUnderLoad(t *testing.T) {
 	if _, err := d.Exchange(ctx, []quota.Item{{Key: prefix + ":{d/n=0}:default:rlqs", Op: quota.Read}}, time.Minute, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if d.queued() != 0 {
-		t.Fatalf("%d exchanges left queued", d.queued())
+	d.mu.Lock()
+	queued, sending := len(d.queue), d.sending
+	d.mu.Unlock()
+	if queued != 0 || sending != 0 {
+		t.Fatalf("%d exchanges left queued, %d leads held; want none", queued, sending)
 	}
 }
 
-// TestRedisDemandWithdrawHandsOn: an exchange given the lead that leaves
+// TestRedisDemandWithdrawHandsOn: an exchange given a lead that leaves
 // before it takes it (its context ended) hands the lead to the next one
-// queued, or, the last, ends the sending.
+// queued without one, or, the last, frees its place; a lead is never
+// given twice to one exchange.
 func TestRedisDemandWithdrawHandsOn(t *testing.T) {
 	d := NewRedis(nil)
 	x1 := &exchange{wake: make(chan struct{}, 1)}
 	x2 := &exchange{wake: make(chan struct{}, 1)}
-	d.queue, d.sending = []*exchange{x1, x2}, true
+	d.queue, d.sending = []*exchange{x1, x2}, 2
 	d.handOff()
-	if !x1.lead || len(x1.wake) != 1 {
-		t.Fatal("the oldest queued was not given the lead")
+	if !x1.lead || len(x1.wake) != 1 || d.sending != 2 {
+		t.Fatal("the oldest queued was not given the finished lead")
+	}
+	d.handOff()
+	if !x2.lead || len(x2.wake) != 1 || d.sending != 2 {
+		t.Fatal("a second finished lead did not go to the next queued without one")
 	}
 	d.withdraw(x1)
-	if !x2.lead || len(x2.wake) != 1 || !d.sending {
-		t.Fatalf("x1 left with the lead: x2 lead %v, signalled %v, sending %v; want the lead handed to x2", x2.lead, len(x2.wake) == 1, d.sending)
+	if x1.lead || d.sending != 1 || len(d.queue) != 1 {
+		t.Fatalf("x1 left with its lead: sending %d, queue %d; want 1, 1 (none queued to take it)", d.sending, len(d.queue))
 	}
 	d.withdraw(x2)
-	if d.sending || len(d.queue) != 0 {
-		t.Fatalf("the last one left: sending %v, queue %d; want neither", d.sending, len(d.queue))
+	if d.sending != 0 || len(d.queue) != 0 {
+		t.Fatalf("the last one left: sending %d, queue %d; want 0, 0", d.sending, len(d.queue))
 	}
 }
