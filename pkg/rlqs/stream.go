@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -211,12 +212,26 @@ func (st *stream) flush() error {
 // divisions is a list of divisions, each once.
 type divisions struct {
 	list []*division
-	seen map[*division]bool
+	seen map[*division]bool // once the list is longer than divisionsScan
 }
+
+// divisionsScan is the longest list searched without a map: a report
+// names a few divisions, most often one.
+const divisionsScan = 8
 
 func (d *divisions) add(dv *division) {
 	if d.seen == nil {
-		d.seen = map[*division]bool{}
+		if slices.Contains(d.list, dv) {
+			return
+		}
+		d.list = append(d.list, dv)
+		if len(d.list) > divisionsScan {
+			d.seen = make(map[*division]bool, 2*len(d.list))
+			for _, v := range d.list {
+				d.seen[v] = true
+			}
+		}
+		return
 	}
 	if !d.seen[dv] {
 		d.seen[dv] = true
