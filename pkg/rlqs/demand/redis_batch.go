@@ -90,7 +90,7 @@ func (d *Redis) await(ctx context.Context, x *exchange) ([][]quota.Demand, error
 				return x.out, x.err
 			}
 			d.mu.Unlock()
-			return nil, fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, context.Cause(ctx))
+			return nil, unavailable(context.Cause(ctx))
 		}
 	}
 }
@@ -163,7 +163,7 @@ func (d *Redis) send() {
 		}
 	}
 	if err != nil {
-		err = fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, err)
+		err = unavailable(err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -211,21 +211,26 @@ func (d *Redis) pipeline(batch []*exchange, segs []segment) error {
 	for k := range segs {
 		segs[k].calls = demandCalls(segs[k].items, d.client)
 	}
-	var err error
-	for try := 0; try < 2; try++ {
+	exec := func() error {
 		pipe := d.client.Pipeline()
 		for k := range segs {
 			segs[k].script(ctx, pipe)
 		}
-		if _, err = pipe.Exec(ctx); err == nil || try > 0 ||
-			!(errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			return err
-		}
-		if err = demandScript.Load(ctx, d.client).Err(); err != nil {
-			return err
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := exec()
+	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = demandScript.Load(ctx, d.client).Err(); err == nil {
+			err = exec()
 		}
 	}
 	return err
+}
+
+// unavailable is an exchange's error: err, wrapping limiter.ErrUnavailable.
+func unavailable(err error) error {
+	return fmt.Errorf("redis demand exchange: %w: %w", limiter.ErrUnavailable, err)
 }
 
 // batchContext is the context of a batch's pipeline: the leader's values,
