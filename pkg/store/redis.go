@@ -332,7 +332,10 @@ func begin(ctx context.Context, what string, checkErr error, ops int) (send bool
 	return true, nil
 }
 
-func isNoScript(err error) bool {
+// IsNoScript reports whether err is Redis's NOSCRIPT: the script was not
+// in the server's cache (flushed, or a new node), so the call did not run
+// and may be sent again after SCRIPT LOAD.
+func IsNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 

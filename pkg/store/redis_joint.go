@@ -60,7 +60,7 @@ func (r *Redis) takeJointCalls(ctx context.Context, ops []limiter.Op, results []
 		for i, ch := range calls {
 			v, err := cmds[i].Cmder.(interface{ Int64Slice() ([]int64, error) }).Int64Slice()
 			switch {
-			case err != nil && bySHA && isNoScript(err):
+			case err != nil && bySHA && IsNoScript(err):
 				missing = append(missing, ch)
 				continue
 			case err == nil:

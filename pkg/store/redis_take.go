@@ -212,7 +212,7 @@ func (r *Redis) sendChunks(ctx context.Context, c redis.Cmdable, s *script, bySH
 	for i, ch := range calls {
 		err := cmds[i].cmd.Err()
 		switch {
-		case err != nil && isNoScript(err):
+		case err != nil && IsNoScript(err):
 			missing = append(missing, ch)
 			continue
 		case err != nil && r.cluster != nil && isRedirect(err):
@@ -299,7 +299,7 @@ func (r *Redis) resend(ctx context.Context, ops []limiter.Op, results []limiter.
 			var dropped atomic.Bool
 			call := takeCmd(ctx, takeScript, true, tag, part)
 			_ = r.client.Process(ctx, onceCmd{Cmder: call.cmd, live: liveOf(ctx), dropped: &dropped})
-			if err := call.cmd.Err(); err != nil && isNoScript(err) {
+			if err := call.cmd.Err(); err != nil && IsNoScript(err) {
 				tag = nextTag()
 				call = takeCmd(ctx, takeScript, false, tag, part)
 				_ = r.client.Process(ctx, onceCmd{Cmder: call.cmd, live: liveOf(ctx), dropped: &dropped})

@@ -48,7 +48,7 @@ func (r *Redis) detached(ctx context.Context, what string, ops []limiter.Op, res
 func (r *Redis) takeAll(ctx context.Context, ops []limiter.Op, results []limiter.Result) error {
 	tag := nextTag()
 	cmd := r.evalTakeAll(ctx, true, tag, ops)
-	if err := cmd.Err(); err != nil && isNoScript(err) {
+	if err := cmd.Err(); err != nil && IsNoScript(err) {
 		tag = nextTag()
 		cmd = r.evalTakeAll(ctx, false, tag, ops)
 	}

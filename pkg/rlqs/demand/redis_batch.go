@@ -2,7 +2,6 @@ package demand
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
+	"github.com/fastlimit/fastlimit/pkg/store"
 )
 
 // Concurrent exchanges share pipelines. An exchange joins Redis's queue;
@@ -220,7 +220,7 @@ func (d *Redis) pipeline(batch []*exchange, segs []segment) error {
 		return err
 	}
 	err := exec()
-	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if store.IsNoScript(err) {
 		if err = demandScript.Load(ctx, d.client).Err(); err == nil {
 			err = exec()
 		}
