@@ -282,3 +282,79 @@ func TestReportWorkersStoreWait(t *testing.T) {
 	expect(t, aa, "a", "a2")
 	expect(t, ba, "b")
 }
+
+// writesSeen is a demand store that notes the most demand writes one
+// exchange carried.
+type writesSeen struct {
+	notifying
+	mu   sync.Mutex
+	most int
+}
+
+func (w *writesSeen) Exchange(ctx context.Context, items []quota.Item, ttl time.Duration, now time.Time) ([][]quota.Demand, error) {
+	n := 0
+	for _, it := range items {
+		if it.Op&quota.Write != 0 {
+			n++
+		}
+	}
+	w.mu.Lock()
+	w.most = max(w.most, n)
+	w.mu.Unlock()
+	return w.notifying.Exchange(ctx, items, ttl, now)
+}
+
+func (w *writesSeen) get() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most
+}
+
+// TestReportBatch: the reports that wait while the only worker is busy
+// are handled as one batch once it is free: the demand of the three
+// streams that sent them goes to the store in one exchange, and each
+// stream is answered once, its reports merged.
+func TestReportBatch(t *testing.T) {
+	obs := &heldObserver{recorder: &recorder{}, in: make(chan struct{}, 1), shut: make(chan struct{})}
+	var ws *writesSeen
+	c := newCluster(t, clusterOptions{
+		wrap: func(st rlqs.DemandStore) rlqs.DemandStore { ws = &writesSeen{notifying: st.(notifying)}; return ws },
+		opts: func(o *rlqs.Options) { o.ReportWorkers, o.Observer = 1, obs }})
+	a := openRaw(t, c)
+	aa := answers(a)
+	if err := a.Send(named("a")); err != nil {
+		t.Fatal(err)
+	}
+	select { // a's report holds the only worker
+	case <-obs.in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's report was not worked on")
+	}
+	var got []<-chan string
+	for range 3 {
+		s := openRaw(t, c)
+		got = append(got, answers(s))
+		for range 2 { // the second merges into the first: it waits
+			if err := s.Send(named("b")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait.For(t, 10*time.Second, func() bool { return obs.get("shed d") == 3 })
+	close(obs.shut)
+	expect(t, aa, "a")
+	for _, g := range got {
+		expect(t, g, "b")
+	}
+	wait.For(t, 10*time.Second, func() bool { return obs.get("reports d") == 4 })
+	if n := ws.get(); n < 3 {
+		t.Errorf("at most %d demand writes in one exchange, want the three waiting streams' in one", n)
+	}
+	for i, g := range got {
+		select {
+		case name := <-g:
+			t.Errorf("stream %d: a second answer %s to its merged reports", i, name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -244,22 +245,28 @@ func (r *recorder) Exchanged(_ time.Duration, items int) {
 	r.add("items", float64(items))
 }
 
-// TestTracing: a report is a span, its store exchange a child span.
+// TestTracing: a report is a span, its store exchange a child span, with
+// a worker budget (reports in batches) and without (each on its stream's
+// goroutine).
 func TestTracing(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Tracer = tp.Tracer("rlqs") }})
-	c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 10)
-	c.run(c.period + time.Second)
-	spans := rec.Ended()
-	names := map[string]int{}
-	for _, s := range spans {
-		names[s.Name()]++
-		if s.Name() == "rlqs.exchange" && s.Parent().SpanID() == (trace.SpanID{}) {
-			t.Error("exchange span without a parent")
-		}
-	}
-	if names["rlqs.report"] != 2 || names["rlqs.exchange"] != 2 {
-		t.Errorf("spans = %v, want a report and an exchange for the subscription and the first report", names)
+	for _, workers := range []int{0, -1} {
+		t.Run(fmt.Sprintf("workers %d", workers), func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			c := newCluster(t, clusterOptions{opts: func(o *rlqs.Options) { o.Tracer, o.ReportWorkers = tp.Tracer("rlqs"), workers }})
+			c.fleet.Send(c.envoy(0, envoysim.Config{}), bucketA, 10)
+			c.run(c.period + time.Second)
+			spans := rec.Ended()
+			names := map[string]int{}
+			for _, s := range spans {
+				names[s.Name()]++
+				if s.Name() == "rlqs.exchange" && s.Parent().SpanID() == (trace.SpanID{}) {
+					t.Error("exchange span without a parent")
+				}
+			}
+			if names["rlqs.report"] != 2 || names["rlqs.exchange"] != 2 {
+				t.Errorf("spans = %v, want a report and an exchange for the subscription and the first report", names)
+			}
+		})
 	}
 }
