@@ -22,9 +22,9 @@ func (st *stream) assignAll(r *report) {
 			}
 		case r.blanket != limited:
 			h := b.div.zero(b)
-			st.queue(b.text, pending{a: s.assignment(b.id, blanket(r.blanket)), b: b, dv: h.dv, seq: h.seq, ledger: true})
+			st.queue(b.text, pending{a: s.assignment(b.id, blanket(r.blanket)), b: b, seq: h.seq, ledger: true})
 		default:
-			st.queue(b.text, s.heldAction(b.div.current(b)))
+			s.queueHeld(b.div.current(b), st)
 		}
 	}
 }

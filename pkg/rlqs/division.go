@@ -234,7 +234,6 @@ func (dv *division) sent(b *envoyBucket, rate float64, seq uint64, store bool) b
 // that, and the sequence number of the action that sends it.
 type held struct {
 	b            *envoyBucket
-	dv           *division // b's, when the action was made
 	share, burst float64
 	seq          uint64
 }
@@ -250,7 +249,7 @@ func (dv *division) heldLocked(b *envoyBucket) held {
 		rate = b.cutTo
 	}
 	b.seq++
-	return held{b: b, dv: dv, share: rate, burst: dv.burstLocked(b, rate), seq: b.seq}
+	return held{b: b, share: rate, burst: dv.burstLocked(b, rate), seq: b.seq}
 }
 
 // zero is a blanket rule for b, a limited bucket, in a new action:
@@ -261,7 +260,7 @@ func (dv *division) zero(b *envoyBucket) held {
 	b.seq++
 	b.cutting = true
 	b.cutTo = 0
-	return held{b: b, dv: dv, seq: b.seq}
+	return held{b: b, seq: b.seq}
 }
 
 // current is what b's Envoy holds, for its report's answer.

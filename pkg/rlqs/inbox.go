@@ -22,11 +22,8 @@ type inbox struct {
 	first   int            // the buckets pending named when it came
 	index   map[string]int // pending's usages, by canonical bucket id
 	domain  string         // of the stream's first report (the reader's)
-	ready   chan struct{}  // signalled when a report is pending (no worker budget)
+	ready   chan struct{}  // signalled when a report is pending
 	taken   chan struct{}  // signalled when the pending report is taken
-	// With a worker budget: the stream is in the service's queue, or a
-	// worker handles its report (batch.go).
-	queued, working bool
 }
 
 // mergeMin is how many buckets a waiting report may grow to by merging
@@ -47,10 +44,6 @@ func (st *stream) offer(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReport
 	s := st.svc
 	in := &st.in
 	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return context.Canceled // its handler returned
-	}
 	switch d := m.GetDomain(); {
 	case in.domain == "":
 		in.domain = d
@@ -68,29 +61,16 @@ func (st *stream) offer(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReport
 			return context.Cause(ctx)
 		}
 		st.mu.Lock()
-		if st.closed {
-			st.mu.Unlock()
-			return context.Canceled
-		}
 	}
 	st.lastReport = s.opts.Clock.Now() // not silent, whenever it is handled
 	merged := in.pending != nil
-	queue := false
 	if !merged {
 		in.pending, in.index, in.first = m, nil, len(m.GetBucketQuotaUsages())
 		s.inHand.Add(1)
-		queue = s.workers != nil && !in.queued && !in.working && !st.closed
-		in.queued = in.queued || queue
 	}
 	st.mu.Unlock()
 	if merged {
 		s.obs.ReportsShed(s.label(in.domain), 1)
-	}
-	if s.workers != nil {
-		if queue {
-			s.enqueue(st)
-		}
-		return nil
 	}
 	select {
 	case in.ready <- struct{}{}:
@@ -137,6 +117,13 @@ func (in *inbox) merge(m *rlqspb.RateLimitQuotaUsageReports) bool {
 		p.NumRequestsDenied += u.GetNumRequestsDenied()
 	}
 	return true
+}
+
+// pendingReport reports whether a report waits.
+func (st *stream) pendingReport() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.in.pending != nil
 }
 
 // take takes the waiting report, nil if none; its count in inHand stays

@@ -187,16 +187,14 @@ type Options struct {
 	// that Envoy's no_assignment_behavior applies; its known ones are
 	// answered.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
-	// ReportWorkers bounds the workers that handle reports at once (0:
-	// DefaultReportWorkers; negative: no bound, each stream handling its
-	// own), so that quota work cannot take every CPU from what else the
-	// process serves (RateLimitService): a stream's report waits for a
-	// worker, and the reports the stream sends meanwhile are merged into
-	// it, their counts added (counted by Observer.ReportsShed). A worker
-	// takes every report waiting, up to a bound, and handles them as one
-	// batch, with one DemandStore exchange and one settle. A batch waiting
-	// on the DemandStore gives its worker up until the store answers: the
-	// bound is on CPU, not on round trips.
+	// ReportWorkers bounds the reports the replica works on at once (0:
+	// DefaultReportWorkers; negative: no bound), so that quota work cannot
+	// take every CPU from what else the process serves (RateLimitService):
+	// a stream's report waits for a worker, and the reports the stream
+	// sends meanwhile are merged into it, their counts added (counted by
+	// Observer.ReportsShed). A report waiting on the DemandStore gives its
+	// worker up until the store answers: the bound is on CPU, not on
+	// round trips.
 	ReportWorkers int
 	// IDLimits bound bucket ids as they bound RateLimitService
 	// descriptors: MaxEntries entries, keys and values of MaxKeyBytes

@@ -8,7 +8,6 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,6 +24,8 @@ type report struct {
 	// early are the subscriptions answered before the store's round trip.
 	early map[*envoyBucket]bool
 	gone  []quota.Item
+	// modes are the report's divisions' modes, set by the exchange.
+	modes map[*division]quota.Mode
 	// blanket (StoreAllow, StoreDeny) overrides the divisions' shares.
 	blanket kind
 	failed  bool
@@ -41,16 +42,19 @@ type movedClaim struct {
 	elapsed time.Duration
 }
 
-// begin records a report's usages, queues the answers to its
-// subscriptions of blanket rules, which need no store, and abandons the
-// buckets idle or no longer named; the rest of its handling is its
-// batch's (handleBatch). Only a report of another domain returns an
-// error.
-func (st *stream) begin(m *rlqspb.RateLimitQuotaUsageReports, span trace.Span) (*report, error) {
+// handle records a report's usages, answers its subscriptions of blanket
+// rules, exchanges demand, settles the divisions it names, then answers
+// every bucket it named (refreshing TTLs) or abandons it if idle. Only a
+// report of another domain returns an error.
+func (st *stream) handle(ctx context.Context, m *rlqspb.RateLimitQuotaUsageReports) error {
 	s := st.svc
+	s.inHand.Add(1)
+	defer s.inHand.Add(-1)
 	if err := st.bind(m.GetDomain()); err != nil {
-		return nil, err
+		return err
 	}
+	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.report")
+	defer span.End()
 	r := &report{now: s.opts.Clock.Now()}
 	st.reported(r.now)
 	set := s.opts.Rules()
@@ -61,14 +65,28 @@ func (st *stream) begin(m *rlqspb.RateLimitQuotaUsageReports, span trace.Span) (
 	span.SetAttributes(attribute.String("rlqs.domain", st.domain),
 		attribute.Int("rlqs.buckets", len(r.all)), attribute.Int("rlqs.subscriptions", len(r.subs)))
 	s.obs.Reported(s.label(st.domain), len(r.all), len(r.subs))
-	st.answerEarly(r)
+	if st.answerEarly(r) {
+		if err := st.flush(); err != nil {
+			return streamEnd(err)
+		}
+	}
 	st.abandonIdle(r)
 	st.dropUnnamed(r)
-	return r, nil
+	s.credit(ctx, r)
+	s.exchange(ctx, r)
+	if r.failed {
+		span.SetStatus(codes.Error, "demand store failed")
+	}
+	if r.blanket == limited {
+		st.settleReport(ctx, r)
+	}
+	st.assignAll(r)
+	s.sweep(r.now)
+	return nil
 }
 
 // answerEarly queues the subscriptions of buckets that are not limited:
-// their blanket rules need no store. It reports whether it queued any.
+// their blanket rules need no store.
 func (st *stream) answerEarly(r *report) bool {
 	for _, b := range r.subs {
 		if b.div != nil {
@@ -81,6 +99,17 @@ func (st *stream) answerEarly(r *report) bool {
 		r.early[b] = true
 	}
 	return len(r.early) > 0
+}
+
+// settleReport settles the divisions the report named.
+func (st *stream) settleReport(ctx context.Context, r *report) {
+	var dvs divisions
+	for _, b := range r.all {
+		if b.div != nil {
+			dvs.add(b.div)
+		}
+	}
+	st.svc.settle(ctx, dvs.list, r.modes, st)
 }
 
 // bind binds the stream to the domain of its first report.
@@ -245,63 +274,56 @@ func (s *Service) credit(ctx context.Context, r *report) {
 	}
 }
 
-// exchange publishes the reports' demand, deletes that of clients gone,
-// and reads the demand a Refresh old, in one round trip for them all; it
-// returns their divisions' modes, set by policy when the store fails.
-func (s *Service) exchange(ctx context.Context, rs []*report) map[*division]quota.Mode {
-	modes := map[*division]quota.Mode{}
-	var items []quota.Item
-	var readers []*division // the division of each item that reads, else nil
-	var tickets []uint64
-	var gone []quota.Item
-	for _, r := range rs {
-		items = append(items, r.gone...)
-		gone = append(gone, r.gone...)
-		readers = append(readers, make([]*division, len(r.gone))...)
-		tickets = append(tickets, make([]uint64, len(r.gone))...)
-		for _, b := range r.all {
-			dv := b.div
-			if dv == nil {
-				continue
-			}
-			op := quota.Write
-			var reader *division
-			var ticket uint64
-			if _, seen := modes[dv]; !seen {
-				modes[dv] = quota.Global
-				if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
-					op |= quota.Read
-					reader, ticket = dv, dv.readTicket()
-				}
-			}
-			readers = append(readers, reader)
-			tickets = append(tickets, ticket)
-			d := dv.published(b.client)
-			d.Replica, d.Client = s.opts.Replica, b.client
-			items = append(items, quota.Item{Key: dv.key, Op: op, Demand: d, Fresh: s.opts.Division.Stale})
+// exchange publishes the report's demand, deletes that of clients gone,
+// and reads the demand a Refresh old, in one round trip; it sets the
+// report's modes, by policy when the store fails.
+func (s *Service) exchange(ctx context.Context, r *report) {
+	r.modes = map[*division]quota.Mode{}
+	items := make([]quota.Item, len(r.gone), len(r.gone)+len(r.all))
+	copy(items, r.gone)
+	readers := make([]*division, len(r.gone), cap(items)) // the division of each item that reads, else nil
+	tickets := make([]uint64, len(r.gone), cap(items))
+	for _, b := range r.all {
+		dv := b.div
+		if dv == nil {
+			continue
 		}
+		op := quota.Write
+		var reader *division
+		var ticket uint64
+		if _, seen := r.modes[dv]; !seen {
+			r.modes[dv] = quota.Global
+			if s.opts.Store != nil && dv.claimRead(r.now, s.opts.Refresh) {
+				op |= quota.Read
+				reader, ticket = dv, dv.readTicket()
+			}
+		}
+		readers = append(readers, reader)
+		tickets = append(tickets, ticket)
+		d := dv.published(b.client)
+		d.Replica, d.Client = s.opts.Replica, b.client
+		items = append(items, quota.Item{Key: dv.key, Op: op, Demand: d, Fresh: s.opts.Division.Stale})
 	}
 	if s.opts.Store == nil || len(items) == 0 {
-		return modes
+		return
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "rlqs.exchange")
 	defer span.End()
 	start := time.Now()
-	got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(rs[0].now))
+	got, err := s.exchangeItems(ctx, items, s.valueTTL(), s.storeNow(r.now))
 	s.obs.Exchanged(time.Since(start), len(items))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		s.storeFailed(rs, modes, err)
-		return modes
+		s.storeFailed(r, err)
+		return
 	}
 	s.noteStoreUp()
-	s.notify(itemKeys(gone))
+	s.notify(itemKeys(r.gone))
 	for i, dv := range readers {
 		if dv != nil {
-			dv.setRemote(s.opts.Replica, got[i], rs[0].now, tickets[i])
+			dv.setRemote(s.opts.Replica, got[i], r.now, tickets[i])
 		}
 	}
-	return modes
 }
 
 // noteStoreFailed counts a failed exchange; the store's changes of
@@ -321,30 +343,26 @@ func (s *Service) noteStoreUp() {
 	s.opts.StoreLog.Up("demand store exchanges succeed again")
 }
 
-// storeFailed sets the reports' blanket rule and their divisions' modes
-// by policy.
-func (s *Service) storeFailed(rs []*report, modes map[*division]quota.Mode, err error) {
+// storeFailed sets the report's modes by policy.
+func (s *Service) storeFailed(r *report, err error) {
+	r.failed = true
 	s.noteStoreFailed(err)
-	now := rs[0].now
-	for _, r := range rs {
-		r.failed = true
-		switch s.opts.OnStoreError {
-		case StoreAllow:
-			r.blanket = allowAll
-		case StoreDeny:
-			r.blanket = denyAll
-		}
+	switch s.opts.OnStoreError {
+	case StoreAllow:
+		r.blanket = allowAll
+	case StoreDeny:
+		r.blanket = denyAll
 	}
-	for dv := range modes {
+	for dv := range r.modes {
 		switch s.opts.OnStoreError {
 		case StoreSplit:
-			modes[dv] = quota.Split
+			r.modes[dv] = quota.Split
 		case StoreKeep:
 			dv.mu.Lock()
 			_, last := dv.q.Remote()
 			dv.mu.Unlock()
-			if last.IsZero() || now.Sub(last) > s.opts.StoreGrace {
-				modes[dv] = quota.Split
+			if last.IsZero() || r.now.Sub(last) > s.opts.StoreGrace {
+				r.modes[dv] = quota.Split
 			}
 		}
 	}

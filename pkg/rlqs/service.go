@@ -53,8 +53,6 @@ type Service struct {
 	watchers sync.WaitGroup
 
 	workers   chan struct{} // Options.ReportWorkers' slots, nil: no bound
-	queue     reportQueue   // with workers: the streams whose report waits
-	batchers  sync.WaitGroup
 	seq       atomic.Uint64
 	inHand    atomic.Int64 // reports, settles and actions not yet done (Idle)
 	storeDown atomic.Bool  // the last exchange failed
@@ -164,15 +162,28 @@ func (s *Service) StreamRateLimitQuotas(srv grpcStream) error {
 	stop := arm(stale)
 	defer func() { stop() }()
 	for {
-		// With a worker budget, workers handle the stream's reports
-		// (offer queues it, batch.go); without, this goroutine does.
+		// A report waits: with a worker budget, for a worker.
+		var acquire chan<- struct{}
+		if s.workers != nil && st.pendingReport() {
+			acquire = s.workers
+		}
 		select {
 		case <-ctx.Done():
 			return streamEnd(context.Cause(ctx))
 		case <-st.in.ready:
 			stop()
 			stop = arm(stale)
-			if err := st.handleNext(ctx); err != nil {
+			if s.workers == nil {
+				if err := st.handleNext(ctx); err != nil {
+					cancel(err)
+					return err
+				}
+			}
+		case acquire <- struct{}{}:
+			w := &worker{slots: s.workers, held: true}
+			err := st.handleNext(withWorker(ctx, w))
+			w.release()
+			if err != nil {
 				cancel(err)
 				return err
 			}
@@ -208,9 +219,7 @@ func (st *stream) handleNext(ctx context.Context) error {
 		return nil
 	}
 	defer st.svc.inHand.Add(-1) // offer's
-	j := &job{st: st, m: m}
-	st.svc.handleBatch(ctx, []*job{j}, true)
-	return j.err
+	return st.handle(ctx, m)
 }
 
 // streamEnd is the status a stream ends with after err.
@@ -260,7 +269,6 @@ func (s *Service) closeStream(st *stream, cause error) {
 	// one there) until what it freed is settled.
 	s.inHand.Add(1)
 	defer s.inHand.Add(-1)
-	st.markClosed() // no worker handles its buckets now
 	held := st.snapshot()
 	s.held.Add(-int64(len(held))) // before it leaves s.streams (Totals)
 	s.mu.Lock()
@@ -472,7 +480,6 @@ func (s *Service) Close(ctx context.Context) error {
 	go func() {
 		s.handlers.Wait()
 		s.watchers.Wait()
-		s.batchers.Wait()
 		close(done)
 	}()
 	select {

@@ -39,10 +39,10 @@ const (
 // from what no Envoy may hold, a cut counting at its old rate until it
 // has been sent; with a demand store, the store grants it against every
 // replica's ledger. modes gives each division's mode (nil: the last);
-// from are the streams whose reports asked, whose actions are no pushes.
+// from is the stream whose report asked, whose actions are no pushes.
 // Where the store grants a raise short of its target, the replicas whose
 // clients hold the rest are told the rate is wanted (wanted).
-func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from askers) {
+func (s *Service) settle(ctx context.Context, dvs []*division, modes map[*division]quota.Mode, from *stream) {
 	if p := s.opts.OnStoreError; s.storeDown.Load() && (p == StoreAllow || p == StoreDeny) {
 		return // blanket rules answer every report meanwhile
 	}
@@ -337,19 +337,10 @@ func (dv *division) done() bool {
 	return false
 }
 
-// askers are the streams whose reports a settle answers: an action
-// queued to another is a push.
-type askers map[*stream]struct{}
-
 // queueHeld queues what an Envoy holds, or is to hold, on its stream.
-func (s *Service) queueHeld(h held, from askers) {
+func (s *Service) queueHeld(h held, from *stream) {
 	b := h.b
-	if _, asked := from[b.st]; b.st.queue(b.text, s.heldAction(h)) && !asked {
+	if b.st.queue(b.text, pending{a: s.assignment(b.id, strategyOf(h)), b: b, share: h.share, seq: h.seq, ledger: true}) && b.st != from {
 		s.obs.Pushed(s.label(b.st.domain))
 	}
-}
-
-// heldAction is the action that sends what an Envoy is to hold.
-func (s *Service) heldAction(h held) pending {
-	return pending{a: s.assignment(h.b.id, strategyOf(h)), b: h.b, dv: h.dv, share: h.share, seq: h.seq, ledger: true}
 }

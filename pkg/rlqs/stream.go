@@ -21,9 +21,8 @@ type action = rlqspb.RateLimitQuotaResponse_BucketAction
 
 // stream is one Envoy's StreamRateLimitQuotas call: the buckets reported
 // on it and not abandoned, and the actions waiting. Only its handler
-// goroutine sends; only the goroutine handling its report (its own, or
-// a worker's) adds or removes buckets; others (pushes) read buckets and
-// queue actions under mu.
+// goroutine sends and adds or removes buckets; others (pushes) read
+// buckets and queue actions under mu.
 type stream struct {
 	svc    *Service
 	id     string // unique in the replica
@@ -31,12 +30,6 @@ type stream struct {
 	srv    grpcStream
 	domain string
 	cancel func(error)
-
-	// work is held by the worker that handles its report, and by
-	// closeStream while it marks it closed: the two never work on its
-	// buckets at once (batch.go).
-	work   sync.Mutex
-	closed bool // closeStream has begun; guarded by mu
 
 	mu         sync.Mutex
 	buckets    map[string]*envoyBucket // by canonical id
@@ -53,7 +46,6 @@ type stream struct {
 type pending struct {
 	a      *action
 	b      *envoyBucket
-	dv     *division // of a share's, when it was queued
 	share  float64
 	seq    uint64
 	ledger bool // a share, or a blanket rule of a limited bucket (0)
@@ -66,7 +58,7 @@ type envoyBucket struct {
 	text   string            // canonical form
 	client string            // the (stream, bucket) client of a division
 
-	// Guarded by the goroutine handling its stream's report.
+	// Guarded by the handler goroutine: set while handling reports.
 	set        *descriptors.Set // res was resolved under it
 	res        *resolution
 	div        *division // nil unless res is limited
@@ -207,7 +199,7 @@ func (st *stream) flush() error {
 	}
 	var freed divisions
 	for _, p := range ledger {
-		if dv := p.dv; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) {
+		if dv := p.b.div; dv != nil && dv.sent(p.b, p.share, p.seq, s.opts.Store != nil) {
 			freed.add(dv)
 		}
 	}

@@ -7,23 +7,22 @@ import (
 	"github.com/fastlimit/fastlimit/pkg/quota"
 )
 
-// worker is a batch's hold on one of Options.ReportWorkers' slots
-// (batch.go). The slots bound the batches being worked on, not those
-// waiting on the demand store: a batch gives its slot up for each store
-// round trip and waits for one again after it, so that the bound is on
-// the CPU quota work takes, and a slow store does not leave the reports
-// behind it waiting for slots nobody works in. It belongs to one
-// goroutine.
+// worker is a report's hold on one of Options.ReportWorkers' slots. The
+// slots bound the reports being worked on, not those waiting on the
+// demand store: a report gives its slot up for each store round trip and
+// waits for one again after it, so that the bound is on the CPU quota
+// work takes, and a slow store does not leave the reports behind it
+// waiting for slots nobody works in. It belongs to one goroutine.
 type worker struct {
 	slots chan struct{}
 	held  bool
-	done  <-chan struct{} // its context's end; nil: none
+	done  <-chan struct{} // its stream's end
 }
 
 type workerKey struct{}
 
-// withWorker is ctx carrying w for the store calls of the batch it
-// handles.
+// withWorker is ctx, a stream's, carrying w for the store calls of the
+// report it handles.
 func withWorker(ctx context.Context, w *worker) context.Context {
 	w.done = ctx.Done()
 	return context.WithValue(ctx, workerKey{}, w)
@@ -37,8 +36,8 @@ func (w *worker) release() {
 	}
 }
 
-// acquire waits for a slot, until w's context ends (the handling then
-// goes on without one: what is left of it is short).
+// acquire waits for a slot, until the stream ends (the report's
+// handling then goes on without one: what is left of it is short).
 func (w *worker) acquire() {
 	select {
 	case w.slots <- struct{}{}:
