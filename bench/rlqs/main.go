@@ -1,5 +1,7 @@
 // Command rlqs measures FastLimit's Rate Limit Quota Service: it
-// builds ./cmd/server (run it from the repository root), starts a redis-server and the server on free
+// builds ./cmd/server (run it from the repository root), or takes the
+// binary --server-bin names (to compare two builds in alternate runs),
+// starts a redis-server and the server on free
 // loopback ports, drives them, reads both processes' CPU time (the
 // server's from /proc, Linux only; Redis' from INFO) and prints markdown
 // for BENCHMARKS.md. Everything it starts stops when it ends.
@@ -73,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&iso.nice, "reporters-nice", 19, "isolation: the report streams run in a child process at this nice value (negative: in this process)")
 	fs.DurationVar(&iso.warmup, "warmup", 6*time.Second, "isolation: time from the streams' start (each subscribes at once) to the measurement's")
 	fs.IntVar(&iso.workers, "report-workers", 0, "isolation: the server's --rlqs-report-workers of the bound's phase (0: its default, one per CPU)")
+	serverBin := fs.String("server-bin", "", "the server binary to measure, built beforehand (to compare builds in alternate runs); empty: build ./cmd/server")
 	tuned := fs.String("tuned-env", "", "isolation: if set, a fourth phase with the bound and this space-separated environment for the server, e.g. \"GOGC=off GOMEMLIMIT=3GiB\"")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -81,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o := options{scenarios: strings.Split(*scenario, ","), duration: *duration, admitted: *admitted, isolation: iso}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	env, err := setup(ctx, stderr)
+	env, err := setup(ctx, stderr, *serverBin)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench/rlqs:", err)
 		return 1

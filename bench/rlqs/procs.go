@@ -60,18 +60,22 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 10}
 `
 
-func setup(ctx context.Context, log io.Writer) (*env, error) {
+// setup builds ./cmd/server, or takes the binary bin if given, and
+// starts Redis and the server.
+func setup(ctx context.Context, log io.Writer, bin string) (*env, error) {
 	dir, err := os.MkdirTemp("", "rlqsbench")
 	if err != nil {
 		return nil, err
 	}
 	e := &env{dir: dir, log: log}
-	bin := filepath.Join(dir, "fastlimit")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fastlimit/fastlimit/cmd/server")
-	build.Stdout, build.Stderr = log, log
-	if err := build.Run(); err != nil {
-		e.close()
-		return nil, fmt.Errorf("build ./cmd/server (run from the repository root): %w", err)
+	if bin == "" {
+		bin = filepath.Join(dir, "fastlimit")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fastlimit/fastlimit/cmd/server")
+		build.Stdout, build.Stderr = log, log
+		if err := build.Run(); err != nil {
+			e.close()
+			return nil, fmt.Errorf("build ./cmd/server (run from the repository root): %w", err)
+		}
 	}
 	rules := filepath.Join(dir, "rules")
 	if err := os.MkdirAll(rules, 0o755); err != nil {
