@@ -30,9 +30,12 @@ type isolation struct {
 	// tunedEnv, if set, adds a phase with the bound and this environment
 	// for the server (GOGC=off GOMEMLIMIT=3GiB).
 	tunedEnv []string
-	period   time.Duration
-	rlsRate  float64
-	rounds   int
+	// side adds a phase with the streams on a second server process of
+	// the same binary, rules and Redis: RLQS in a process of its own.
+	side    bool
+	period  time.Duration
+	rlsRate float64
+	rounds  int
 }
 
 // isolation measures other clients' RateLimitService latency (p50, p99,
@@ -53,10 +56,14 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 		streams bool
 		workers string   // --rlqs-report-workers
 		env     []string // the server's environment beyond the default
+		side    bool     // the streams on a second server process
 	}
-	phases := []phase{{false, bound, nil}, {true, "-1", nil}, {true, bound, nil}}
+	phases := []phase{{false, bound, nil, false}, {true, "-1", nil, false}, {true, bound, nil, false}}
 	if len(iso.tunedEnv) > 0 {
-		phases = append(phases, phase{true, bound, iso.tunedEnv})
+		phases = append(phases, phase{true, bound, iso.tunedEnv, false})
+	}
+	if iso.side {
+		phases = append(phases, phase{true, bound, nil, true})
 	}
 	for round := 1; round <= iso.rounds; round++ {
 		for _, ph := range phases {
@@ -67,7 +74,7 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 			if err := e.restart(ctx, "--rlqs-report-workers", ph.workers); err != nil {
 				return err
 			}
-			row, err := e.isolationPhase(ctx, d, iso, ph.streams)
+			row, err := e.isolationPhase(ctx, d, iso, ph.streams, ph.side)
 			if err != nil {
 				return err
 			}
@@ -85,6 +92,9 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 				if len(ph.env) > 0 {
 					workers += ", " + strings.Join(ph.env, " ")
 				}
+				if ph.side {
+					workers += ", RLQS on a second process"
+				}
 			}
 			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, workers, row)
 		}
@@ -94,16 +104,26 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 }
 
 // isolationPhase measures RLS latency for d, beside the reporting streams
-// if streams, and returns the row's measured cells.
-func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams bool) (string, error) {
+// if streams (sent to a second server process if side, whose counters
+// the row's RLQS cells are then), and returns the row's measured cells.
+func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams, side bool) (string, error) {
 	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return "", err
 	}
 	defer cc.Close()
+	rlqsAddr, rlqsAdmin := e.grpcAddr, e.adminAddr
+	if side {
+		sd, err := e.startSide(ctx)
+		if err != nil {
+			return "", err
+		}
+		defer sd.stop()
+		rlqsAddr, rlqsAdmin = sd.grpcAddr, sd.adminAddr
+	}
 	stop := func() {}
 	if streams {
-		if stop, err = e.startReporters(ctx, iso); err != nil {
+		if stop, err = e.startReporters(ctx, rlqsAddr, iso); err != nil {
 			return "", err
 		}
 		// Every stream subscribes as it opens, all within a second or
@@ -116,14 +136,14 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		case <-time.After(iso.warmup):
 		}
 	}
-	before, err := e.phaseCounts()
+	before, err := e.phaseCounts(rlqsAdmin)
 	if err != nil {
 		stop()
 		return "", err
 	}
 	start := time.Now()
 	lat, failed := rlsLatency(ctx, cc, d, iso.rlsRate)
-	after, err := e.phaseCounts()
+	after, err := e.phaseCounts(rlqsAdmin)
 	took := time.Since(start)
 	stop()
 	if err != nil {
@@ -141,14 +161,20 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 }
 
 // phaseCounters are the server counters a phase reports, read by
-// phaseCounts in this order.
+// phaseCounts in this order: RLQS's, then the RLS server's collections.
 var phaseCounters = []string{"fastlimit_rlqs_store_errors_total", "fastlimit_rlqs_shed_reports_total",
 	"fastlimit_rlqs_reports_total", "go_gc_duration_seconds_count"}
 
-func (e *env) phaseCounts() ([]float64, error) {
+// phaseCounts reads phaseCounters, RLQS's from the server whose admin
+// listener is at rlqsAdmin.
+func (e *env) phaseCounts(rlqsAdmin string) ([]float64, error) {
 	out := make([]float64, len(phaseCounters))
 	for i, name := range phaseCounters {
-		v, err := e.metric(name)
+		admin := rlqsAdmin
+		if strings.HasPrefix(name, "go_") {
+			admin = e.adminAddr
+		}
+		v, err := metricAt(admin, name)
 		if err != nil {
 			return nil, err
 		}

@@ -175,6 +175,33 @@ func (e *env) startServer(ctx context.Context, extra ...string) error {
 	})
 }
 
+// side is a second server process of the same binary, rules and Redis:
+// the isolation scenario's RLQS in a process of its own.
+type side struct {
+	cmd                 *exec.Cmd
+	grpcAddr, adminAddr string
+}
+
+// startSide starts a side server on new ports; e keeps its own.
+func (e *env) startSide(ctx context.Context) (*side, error) {
+	server, grpcAddr, httpAddr, adminAddr := e.server, e.grpcAddr, e.httpAddr, e.adminAddr
+	defer func() { e.server, e.grpcAddr, e.httpAddr, e.adminAddr = server, grpcAddr, httpAddr, adminAddr }()
+	err := e.startServer(ctx)
+	sd := &side{cmd: e.server, grpcAddr: e.grpcAddr, adminAddr: e.adminAddr}
+	if err != nil {
+		sd.stop()
+		return nil, err
+	}
+	return sd, nil
+}
+
+func (sd *side) stop() {
+	if sd.cmd != nil && sd.cmd.Process != nil {
+		_ = sd.cmd.Process.Kill()
+		_ = sd.cmd.Wait()
+	}
+}
+
 func (e *env) close() {
 	for _, c := range []*exec.Cmd{e.server, e.redis} {
 		if c != nil && c.Process != nil {
@@ -241,7 +268,13 @@ func (e *env) storeErrors() (float64, error) { return e.metric("fastlimit_rlqs_s
 // metric sums the series of a metric (every label set) from the server's
 // metrics.
 func (e *env) metric(name string) (float64, error) {
-	resp, err := http.Get("http://" + e.adminAddr + "/metrics")
+	return metricAt(e.adminAddr, name)
+}
+
+// metricAt is the sum of a metric's samples on the server whose admin
+// listener is at admin.
+func metricAt(admin, name string) (float64, error) {
+	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return 0, err
 	}

@@ -51,17 +51,17 @@ func runReporters(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// startReporters runs iso's streams: in a child process at nice
-// iso.nice, or in this one if iso.nice is negative.
-func (e *env) startReporters(ctx context.Context, iso isolation) (func(), error) {
+// startReporters runs iso's streams to the server at addr: in a child
+// process at nice iso.nice, or in this one if iso.nice is negative.
+func (e *env) startReporters(ctx context.Context, addr string, iso isolation) (func(), error) {
 	if iso.nice < 0 {
-		return openReporters(ctx, e.grpcAddr, iso)
+		return openReporters(ctx, addr, iso)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "nice", "-n", strconv.Itoa(iso.nice), exe, reportersCommand, "--addr", e.grpcAddr,
+	cmd := exec.CommandContext(ctx, "nice", "-n", strconv.Itoa(iso.nice), exe, reportersCommand, "--addr", addr,
 		"--streams", strconv.Itoa(iso.streams), "--conns", strconv.Itoa(iso.conns), "--period", iso.period.String())
 	cmd.Env = append(os.Environ(), reportersEnv+"=1")
 	cmd.Stderr = e.log
