@@ -113,12 +113,14 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 	}
 	defer cc.Close()
 	rlqsAddr, rlqsAdmin := e.grpcAddr, e.adminAddr
-	if side {
-		sd, err := e.startSide(ctx)
+	if side { // a second server of the same binary, rules and Redis
+		sd, err := e.launch(ctx)
+		if sd != nil {
+			defer killProc(sd.cmd)
+		}
 		if err != nil {
 			return "", err
 		}
-		defer sd.stop()
 		rlqsAddr, rlqsAdmin = sd.grpcAddr, sd.adminAddr
 	}
 	stop := func() {}

@@ -103,10 +103,7 @@ func setup(ctx context.Context, log io.Writer, bin string) (*env, error) {
 // restart stops the server and starts it again with extra flags, on new
 // ports; the caller dials it again.
 func (e *env) restart(ctx context.Context, extra ...string) error {
-	if e.server != nil && e.server.Process != nil {
-		_ = e.server.Process.Kill()
-		_ = e.server.Wait()
-	}
+	killProc(e.server)
 	return e.startServer(ctx, extra...)
 }
 
@@ -139,31 +136,45 @@ func (e *env) startRedis(ctx context.Context) error {
 }
 
 func (e *env) startServer(ctx context.Context, extra ...string) error {
-	var err error
-	if e.grpcAddr, err = e.freeAddr(); err != nil {
-		return err
+	p, err := e.launch(ctx, extra...)
+	if p != nil {
+		e.server, e.grpcAddr, e.httpAddr, e.adminAddr = p.cmd, p.grpcAddr, p.httpAddr, p.adminAddr
 	}
-	if e.httpAddr, err = e.freeAddr(); err != nil {
-		return err
+	return err
+}
+
+// serverProc is a server process and its addresses.
+type serverProc struct {
+	cmd                           *exec.Cmd
+	grpcAddr, httpAddr, adminAddr string
+}
+
+// launch starts a server of e's binary, rules and Redis on new ports with
+// extra flags, and waits for its /healthcheck; the process is returned
+// with an error once it started (to be stopped).
+func (e *env) launch(ctx context.Context, extra ...string) (*serverProc, error) {
+	var p serverProc
+	for _, a := range []*string{&p.grpcAddr, &p.httpAddr, &p.adminAddr} {
+		var err error
+		if *a, err = e.freeAddr(); err != nil {
+			return nil, err
+		}
 	}
-	if e.adminAddr, err = e.freeAddr(); err != nil {
-		return err
-	}
-	args := append([]string{"--config", e.rules, "--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr,
-		"--admin-addr", e.adminAddr, "--redis-url", "redis://" + e.redisAddr, "--log-level", "warn", "--drain", "0s",
+	args := append([]string{"--config", e.rules, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr,
+		"--admin-addr", p.adminAddr, "--redis-url", "redis://" + e.redisAddr, "--log-level", "warn", "--drain", "0s",
 		"--rlqs", "--rlqs-replica", "bench",
 		// The isolation scenario opens more streams than --rlqs-max-streams'
 		// default: the bound is not what it measures.
 		"--rlqs-max-streams", "0"}, extra...)
-	e.server = exec.CommandContext(ctx, e.bin, args...)
+	p.cmd = exec.CommandContext(ctx, e.bin, args...)
 	// Apart from the caller's environment: the server reads a variable
 	// for every flag it is not given.
-	e.server.Stdout, e.server.Stderr, e.server.Env = e.log, e.log, benchproc.ChildEnv(e.serverEnv...)
-	if err := e.server.Start(); err != nil {
-		return err
+	p.cmd.Stdout, p.cmd.Stderr, p.cmd.Env = e.log, e.log, benchproc.ChildEnv(e.serverEnv...)
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
 	}
-	return wait.Until(ctx, 15*time.Second, func() error {
-		resp, err := http.Get("http://" + e.httpAddr + "/healthcheck")
+	return &p, wait.Until(ctx, 15*time.Second, func() error {
+		resp, err := http.Get("http://" + p.httpAddr + "/healthcheck")
 		if err != nil {
 			return err
 		}
@@ -175,40 +186,17 @@ func (e *env) startServer(ctx context.Context, extra ...string) error {
 	})
 }
 
-// side is a second server process of the same binary, rules and Redis:
-// the isolation scenario's RLQS in a process of its own.
-type side struct {
-	cmd                 *exec.Cmd
-	grpcAddr, adminAddr string
-}
-
-// startSide starts a side server on new ports; e keeps its own.
-func (e *env) startSide(ctx context.Context) (*side, error) {
-	server, grpcAddr, httpAddr, adminAddr := e.server, e.grpcAddr, e.httpAddr, e.adminAddr
-	defer func() { e.server, e.grpcAddr, e.httpAddr, e.adminAddr = server, grpcAddr, httpAddr, adminAddr }()
-	err := e.startServer(ctx)
-	sd := &side{cmd: e.server, grpcAddr: e.grpcAddr, adminAddr: e.adminAddr}
-	if err != nil {
-		sd.stop()
-		return nil, err
-	}
-	return sd, nil
-}
-
-func (sd *side) stop() {
-	if sd.cmd != nil && sd.cmd.Process != nil {
-		_ = sd.cmd.Process.Kill()
-		_ = sd.cmd.Wait()
+// killProc kills a process started, and waits for it.
+func killProc(c *exec.Cmd) {
+	if c != nil && c.Process != nil {
+		_ = c.Process.Kill()
+		_ = c.Wait()
 	}
 }
 
 func (e *env) close() {
-	for _, c := range []*exec.Cmd{e.server, e.redis} {
-		if c != nil && c.Process != nil {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}
+	killProc(e.server)
+	killProc(e.redis)
 	_ = os.RemoveAll(e.dir)
 }
 
