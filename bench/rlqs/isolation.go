@@ -32,7 +32,10 @@ type isolation struct {
 	tunedEnv []string
 	// side adds a phase with the streams on a second server process of
 	// the same binary, rules and Redis: RLQS in a process of its own.
-	side    bool
+	side bool
+	// process adds a phase with the server's own --rlqs-process: RLQS
+	// served by its child at --rlqs-nice on --rlqs-addr.
+	process bool
 	period  time.Duration
 	rlsRate float64
 	rounds  int
@@ -57,13 +60,17 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 		workers string   // --rlqs-report-workers
 		env     []string // the server's environment beyond the default
 		side    bool     // the streams on a second server process
+		process bool     // the streams on the server's --rlqs-process child
 	}
-	phases := []phase{{false, bound, nil, false}, {true, "-1", nil, false}, {true, bound, nil, false}}
+	phases := []phase{{streams: false, workers: bound}, {streams: true, workers: "-1"}, {streams: true, workers: bound}}
 	if len(iso.tunedEnv) > 0 {
-		phases = append(phases, phase{true, bound, iso.tunedEnv, false})
+		phases = append(phases, phase{streams: true, workers: bound, env: iso.tunedEnv})
 	}
 	if iso.side {
-		phases = append(phases, phase{true, bound, nil, true})
+		phases = append(phases, phase{streams: true, workers: bound, side: true})
+	}
+	if iso.process {
+		phases = append(phases, phase{streams: true, workers: bound, process: true})
 	}
 	for round := 1; round <= iso.rounds; round++ {
 		for _, ph := range phases {
@@ -71,10 +78,18 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 				return err
 			}
 			e.serverEnv = ph.env
-			if err := e.restart(ctx, "--rlqs-report-workers", ph.workers); err != nil {
+			extra, rlqsAddr := []string{"--rlqs-report-workers", ph.workers}, ""
+			if ph.process {
+				var err error
+				if rlqsAddr, err = e.freeAddr(); err != nil {
+					return err
+				}
+				extra = append(extra, "--rlqs-addr", rlqsAddr, "--rlqs-process")
+			}
+			if err := e.restart(ctx, extra...); err != nil {
 				return err
 			}
-			row, err := e.isolationPhase(ctx, d, iso, ph.streams, ph.side)
+			row, err := e.isolationPhase(ctx, d, iso, ph.streams, ph.side, rlqsAddr)
 			if err != nil {
 				return err
 			}
@@ -95,6 +110,9 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 				if ph.side {
 					workers += ", RLQS on a second process"
 				}
+				if ph.process {
+					workers += ", --rlqs-process"
+				}
 			}
 			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, workers, row)
 		}
@@ -105,14 +123,18 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 
 // isolationPhase measures RLS latency for d, beside the reporting streams
 // if streams (sent to a second server process if side, whose counters
-// the row's RLQS cells are then), and returns the row's measured cells.
-func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams, side bool) (string, error) {
+// the row's RLQS cells are then; to rlqsAddr, the server's own RLQS
+// listener, if not empty), and returns the row's measured cells.
+func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams, side bool, rlqsAddr string) (string, error) {
 	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return "", err
 	}
 	defer cc.Close()
-	rlqsAddr, rlqsAdmin := e.grpcAddr, e.adminAddr
+	rlqsAdmin := e.adminAddr
+	if rlqsAddr == "" {
+		rlqsAddr = e.grpcAddr
+	}
 	if side { // a second server of the same binary, rules and Redis
 		sd, err := e.launch(ctx)
 		if sd != nil {

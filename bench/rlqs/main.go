@@ -75,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&iso.nice, "reporters-nice", 19, "isolation: the report streams run in a child process at this nice value (negative: in this process)")
 	fs.DurationVar(&iso.warmup, "warmup", 6*time.Second, "isolation: time from the streams' start (each subscribes at once) to the measurement's")
 	fs.IntVar(&iso.workers, "report-workers", 0, "isolation: the server's --rlqs-report-workers of the bound's phase (0: its default, one per CPU)")
+	fs.BoolVar(&iso.process, "process-phase", false, "isolation: a last phase with the server's --rlqs-process (RLQS from its child at --rlqs-nice, on --rlqs-addr), RLS calls on the parent")
 	fs.BoolVar(&iso.side, "side-phase", false, "isolation: a last phase with the streams on a second server process (same binary, rules and Redis), RLS calls on the first")
 	serverBin := fs.String("server-bin", "", "the server binary to measure, built beforehand (to compare builds in alternate runs); empty: build ./cmd/server")
 	tuned := fs.String("tuned-env", "", "isolation: if set, a fourth phase with the bound and this space-separated environment for the server, e.g. \"GOGC=off GOMEMLIMIT=3GiB\"")

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fastlimit/fastlimit/bench/benchproc"
@@ -186,11 +187,24 @@ func (e *env) launch(ctx context.Context, extra ...string) (*serverProc, error) 
 	})
 }
 
-// killProc kills a process started, and waits for it.
+// killProc stops a process started, and waits for it: SIGTERM, so that a
+// server with --rlqs-process stops its child before it exits, then
+// SIGKILL if it has not exited within 30 s.
 func killProc(c *exec.Cmd) {
-	if c != nil && c.Process != nil {
-		_ = c.Process.Kill()
+	if c == nil || c.Process == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
 		_ = c.Wait()
+		close(done)
+	}()
+	_ = c.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = c.Process.Kill()
+		<-done
 	}
 }
 

@@ -85,3 +85,17 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestRLQSChildByHand: rlqs-serve runs only as --rlqs-process's child;
+// by hand, without those settings, it is a usage error.
+func TestRLQSChildByHand(t *testing.T) {
+	for _, args := range [][]string{{"rlqs-serve"}, {"rlqs-serve", "--rlqs"}} {
+		var stderr strings.Builder
+		if code := run(args, func(string) string { return "" }, io.Discard, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), "--rlqs-process") {
+			t.Errorf("%v: stderr %q", args, stderr.String())
+		}
+	}
+}

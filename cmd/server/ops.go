@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/fastlimit/fastlimit/internal/opsctl"
+	"github.com/fastlimit/fastlimit/internal/server"
 	"github.com/fastlimit/fastlimit/internal/settings"
 )
 
@@ -18,6 +19,8 @@ func commands() map[string]command {
 	m := map[string]command{
 		"check":   runCheck,
 		"version": func(_ []string, _ func(string) string, stdout, _ io.Writer) int { return runVersion(stdout) },
+		// --rlqs-process's child
+		server.RLQSChildCommand: runRLQSChild,
 	}
 	for name, c := range opsctl.Commands {
 		m[name] = c

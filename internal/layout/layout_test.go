@@ -18,7 +18,7 @@ var layers = map[string]int{
 	"pkg/clock":       -1, // the wall clock, which every part may default to
 	"pkg/descriptors": 0, "pkg/quota": 0, "lua": 0, "internal/observe/flap": 0,
 	"internal/observe/statsmap": 0, "internal/observe/logging": 0,
-	"internal/edge/certs": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,
+	"internal/edge/certs": 0, "internal/supervise": 0, "internal/edge/connlimit": 0, "internal/source/reload": 0,
 	"pkg/limiter": 1, "pkg/rules": 1, "internal/observe/statsd": 1, "internal/source/xds": 1, "internal/edge/httpserver": 1,
 	"pkg/limiter/limitertest": 2, "pkg/store": 2, "internal/guard/breaker": 2, "internal/guard/overlimit": 2, "internal/observe/metrics": 2,
 	"internal/observe/top": 2,

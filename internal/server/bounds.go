@@ -148,7 +148,9 @@ func (b *grpcBounds) options() []grpc.ServerOption {
 // setMethods records which of g's methods are unary: only they get the
 // request timeout (a server stream, such as health's Watch, may last).
 func (b *grpcBounds) setMethods(g *grpc.Server) {
-	b.unary = map[string]bool{}
+	if b.unary == nil {
+		b.unary = map[string]bool{}
+	}
 	for name, info := range g.GetServiceInfo() {
 		for _, m := range info.Methods {
 			if !m.IsClientStream && !m.IsServerStream {

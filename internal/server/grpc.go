@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -25,23 +26,57 @@ var healthServices = []string{"", "ratelimit"}
 // newGRPC builds the gRPC server: RateLimitService, health (not serving
 // until Open) and reflection, with TLS, tracing and the reference's
 // call stats as the settings ask.
-func (s *Server) newGRPC(tlsOpts []grpc.ServerOption) *grpc.Server {
+func (s *Server) newGRPC(tlsOpts []grpc.ServerOption, withRLS, withRLQS bool) *grpc.Server {
 	gopts := append(grpcOptions(s), tlsOpts...)
 	gopts = append(gopts, s.bounds.options()...)
 	gopts = append(gopts, s.tracing.ServerOptions(rls.ShouldRateLimitMethod)...)
 	g := grpc.NewServer(append(gopts, s.ref.ServerOptions()...)...)
-	s.service.Register(g)
-	if s.rlqs != nil {
+	if withRLS {
+		s.service.Register(g)
+	}
+	if withRLQS && s.rlqs != nil {
 		s.rlqs.Register(g)
 	}
-	s.health = health.NewServer()
-	s.setHealth(false)
+	if s.health == nil {
+		s.health = health.NewServer()
+		s.setHealth(false)
+	}
 	healthpb.RegisterHealthServer(g, s.health)
 	// grpcurl and other tools list and call the services without .proto
 	// files.
 	reflection.Register(g)
 	s.bounds.setMethods(g)
 	return g
+}
+
+// newGRPCServers builds the gRPC servers: one for both services, or,
+// with --rlqs-addr, RateLimitService's and RLQS's apart; in
+// --rlqs-process's parent, RateLimitService's alone (its child serves
+// RLQS), and in the child RLQS's alone.
+func (s *Server) newGRPCServers(tlsOpts []grpc.ServerOption) {
+	switch {
+	case s.opts.RLQS.Child:
+		s.rlqsGRPC = s.newGRPC(tlsOpts, false, true)
+	case s.rlqsSplit():
+		s.grpc = s.newGRPC(tlsOpts, true, false)
+		if !s.inParent() {
+			s.rlqsGRPC = s.newGRPC(tlsOpts, false, true)
+		}
+	default:
+		s.grpc = s.newGRPC(tlsOpts, true, true)
+	}
+}
+
+// serveGRPC serves g on lis until Close; nothing without either.
+func (s *Server) serveGRPC(g *grpc.Server, lis net.Listener) {
+	if g == nil || lis == nil {
+		return
+	}
+	s.wg.Go(func() {
+		if err := g.Serve(lis); err != nil {
+			s.log.Error("grpc server stopped", zap.Error(err))
+		}
+	})
 }
 
 // grpcOptions tune the gRPC server for many small unary calls: stream

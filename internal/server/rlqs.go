@@ -24,8 +24,8 @@ const RLQSRedisName = "fastlimit-rlqs"
 // store (r nil) there is no other replica to share with, and it has none.
 func (s *Server) newRLQS(r *store.Redis) error {
 	o := s.opts
-	if !o.RLQS.Enabled {
-		return nil
+	if !o.RLQS.Enabled || s.inParent() {
+		return nil // with --rlqs-process, the child serves RLQS
 	}
 	opts, err := o.RLQS.Options(o.OnStoreError)
 	if err != nil {

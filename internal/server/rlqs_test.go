@@ -123,3 +123,30 @@ func TestRLQSKeepalive(t *testing.T) {
 		t.Error("a connection that answers no ping is still open")
 	}
 }
+
+// TestRLQSAddr: with --rlqs-addr, RLQS is served on its own listener, in
+// this process, and RateLimitService on --grpc-addr alone: each listener
+// answers the other's service Unimplemented. Its report limit holds there.
+func TestRLQSAddr(t *testing.T) {
+	s, _ := testServer(t, map[string]string{"adm.yaml": adminRules}, "--rlqs", "--rlqs-addr", "127.0.0.1:0")
+	if s.RLQSAddr() == "" || s.RLQSAddr() == s.GRPCAddr() {
+		t.Fatalf("RLQS at %q, gRPC at %q", s.RLQSAddr(), s.GRPCAddr())
+	}
+	main, own := bigClient(t, s.GRPCAddr()), bigClient(t, s.RLQSAddr())
+	if code := reportCode(t, own, report(1<<10)); code != codes.OK {
+		t.Errorf("RLQS on --rlqs-addr: %v, want OK", code)
+	}
+	if code := reportCode(t, own, report(17<<20)); code != codes.ResourceExhausted {
+		t.Errorf("a report above --rlqs-max-report-bytes on --rlqs-addr: %v, want ResourceExhausted", code)
+	}
+	if code := reportCode(t, main, report(1<<10)); code != codes.Unimplemented {
+		t.Errorf("RLQS on --grpc-addr: %v, want Unimplemented", code)
+	}
+	req := rlsRequest("adm", "win", "v")
+	if _, err := rlspb.NewRateLimitServiceClient(main).ShouldRateLimit(t.Context(), req); err != nil {
+		t.Errorf("RLS on --grpc-addr: %v", err)
+	}
+	if _, err := rlspb.NewRateLimitServiceClient(own).ShouldRateLimit(t.Context(), req); status.Code(err) != codes.Unimplemented {
+		t.Errorf("RLS on --rlqs-addr: %v, want Unimplemented", err)
+	}
+}

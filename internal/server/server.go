@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -48,11 +49,16 @@ type Server struct {
 	rlqs    *rlqs.Service // nil with --rlqs=false
 	// rlqsRedis is the RLQS demand exchanges' own client (nil without Redis).
 	rlqsRedis io.Closer
-	grpc      *grpc.Server
-	bounds    *grpcBounds
-	health    *health.Server
-	http      *httpserver.Server
-	certs     *certs.Reloader // nil without gRPC TLS
+	grpc      *grpc.Server // nil in --rlqs-process's child
+	// rlqsGRPC serves RLQS alone on rlqsLis, its own listener
+	// (--rlqs-addr), in this process or in --rlqs-process's child.
+	rlqsGRPC *grpc.Server
+	rlqsLis  net.Listener
+	child    *rlqsChild // --rlqs-process's parent side
+	bounds   *grpcBounds
+	health   *health.Server
+	http     *httpserver.Server
+	certs    *certs.Reloader // nil without gRPC TLS
 
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
@@ -154,7 +160,7 @@ func New(o *settings.Settings, log *zap.Logger, reg *prometheus.Registry, versio
 	if err := s.newAdmin(); err != nil {
 		return nil, o.Named(err)
 	}
-	s.grpc = s.newGRPC(tlsOpts)
+	s.newGRPCServers(tlsOpts)
 	return s, nil
 }
 
@@ -228,6 +234,9 @@ func (s *Server) Open(ctx context.Context) error {
 	if err := s.openRules(ctx); err != nil {
 		return err
 	}
+	if s.opts.RLQS.Child {
+		return s.openChild(ctx)
+	}
 	// The store lives until Close: the memory store's janitor runs on this
 	// context. Redis' own dial and read timeouts bound this first check.
 	s.life, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -256,12 +265,15 @@ func (s *Server) Open(ctx context.Context) error {
 		return err
 	}
 	s.serve()
+	if err := s.startChild(); err != nil {
+		return err
+	}
 	s.setHealth(!s.opts.Health.RequiresRedis || s.storeSeen.Load())
 	if s.opts.Health.RequiresRedis {
 		s.probeHealth()
 	}
 	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.HTTPAddr()),
-		zap.String("admin", s.AdminAddr()), zap.String("metrics", s.MetricsAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
+		zap.String("admin", s.AdminAddr()), zap.String("metrics", s.MetricsAddr()), zap.String("rlqs", s.RLQSAddr()), zap.String("store", storeName(s.opts)), zap.String("version", s.version),
 		zap.Int64("grpc_max_connections", s.grpcLis.Stats().Max))
 	return nil
 }
@@ -284,6 +296,9 @@ func (s *Server) listen() error {
 		return fmt.Errorf("listen grpc on %s (%s): %w", s.opts.GRPCAddr, s.opts.Name("grpc-addr"), err)
 	}
 	s.grpcLis = connlimit.New(lis, grpcCap)
+	if err := s.listenRLQS(grpcCap); err != nil {
+		return err
+	}
 	if s.http, err = httpserver.Listen(s.opts.HTTPAddr, s.httpHandler(), s.httpOpts); err != nil {
 		return fmt.Errorf("listen http on %s (%s): %w", s.opts.HTTPAddr, s.opts.Name("http-addr"), err)
 	}
@@ -326,13 +341,9 @@ func (s *Server) grpcConns() connlimit.Stats {
 
 func (s *Server) serve() {
 	s.serving.Store(true)
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpc.Serve(s.bounds.listener(s.grpcLis)); err != nil {
-			s.log.Error("grpc server stopped", zap.Error(err))
-		}
-	}()
+	s.serveGRPC(s.grpc, s.bounds.listener(s.grpcLis))
+	s.serveGRPC(s.rlqsGRPC, s.rlqsLis)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		if err := s.http.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -385,8 +396,14 @@ func (s *Server) closeListeners(ctx context.Context) []error {
 	if err := s.closeRLQS(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close rlqs streams: %w", err))
 	}
+	if err := s.stopChild(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop the rlqs process: %w", err))
+	}
 	if s.grpcLis != nil {
 		stopGRPC(s.grpc, stepTimeout)
+	}
+	if s.rlqsLis != nil {
+		stopGRPC(s.rlqsGRPC, stepTimeout)
 	}
 	if s.http != nil {
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)

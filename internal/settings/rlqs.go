@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/fastlimit/fastlimit/internal/observe/refstats"
 	"github.com/fastlimit/fastlimit/pkg/limiter"
 	"github.com/fastlimit/fastlimit/pkg/quota"
 	"github.com/fastlimit/fastlimit/pkg/rlqs"
@@ -40,7 +41,20 @@ type RLQS struct {
 	// ReportWorkers bounds the reports worked on at once (0: one per CPU;
 	// -1: no bound).
 	ReportWorkers int
+	// Addr is RLQS's own gRPC listener (empty: the gRPC listener).
+	Addr string
+	// Process serves RLQS from a child process at nice value Nice.
+	Process bool
+	Nice    int
+	// Child is set in that child (fastlimit rlqs-serve), never by a flag:
+	// it serves RLQS alone, on the listeners its parent passed it.
+	Child bool
 }
+
+// DefaultRLQSNice is the default --rlqs-nice: the lowest priority, so that
+// RateLimitService's process runs first whenever both wait for a CPU
+// (BENCHMARKS.md, "RLQS in a process of its own").
+const DefaultRLQSNice = 19
 
 // DefaultRLQSMaxReportBytes is the default --rlqs-max-report-bytes, the
 // report of the largest Envoy docs/rlqs.md ("Large Envoys") sizes.
@@ -83,6 +97,12 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 		"refuse, Unauthenticated, RLQS streams whose client certificate names no identity (neither a SPIFFE URI SAN nor a subject); needs --grpc-tls-client-ca. With or without it, the streams of one identity count as one client")
 	fs.IntVar(&o.RedisPoolSize, "rlqs-redis-pool-size", 0,
 		"Redis connections of the RLQS demand exchanges, apart from RateLimitService's --redis-pool-size (0: 2 per CPU)")
+	fs.StringVar(&o.Addr, "rlqs-addr", "",
+		"with --rlqs, serve RLQS on a gRPC listener of its own at this address (host:port) instead of --grpc-addr's; Envoy's rate_limit_quota filter names it as its own cluster anyway")
+	fs.BoolVar(&o.Process, "rlqs-process", false,
+		"with --rlqs and --rlqs-addr, serve RLQS from a child process of its own (this binary again, started and restarted by this one) at --rlqs-nice, so that quota reports never take RateLimitService's CPU; its metrics are on this process's /metrics")
+	fs.IntVar(&o.Nice, "rlqs-nice", DefaultRLQSNice,
+		"with --rlqs-process, the child's nice value, 0 to 19 (19: it runs only when RateLimitService's process leaves a CPU)")
 	fs.DurationVar(&o.StoreTimeout, "rlqs-store-timeout", time.Second,
 		"longest wait for one RLQS demand exchange with Redis (its connections' read and write timeout too); RateLimitService's calls never wait for these")
 }
@@ -154,6 +174,12 @@ func (o *RLQS) RecvBytes(maxRequestBytes int) int {
 // validate checks the RLQS settings.
 func (o *RLQS) validate(s *Settings) error {
 	if !o.Enabled {
+		switch {
+		case o.Addr != "":
+			return s.Named(Bad("rlqs-addr", "needs --rlqs"))
+		case o.Process:
+			return s.Named(Bad("rlqs-process", "needs --rlqs"))
+		}
 		return nil
 	}
 	if _, err := o.Options(s.OnStoreError); err != nil {
@@ -182,6 +208,10 @@ func (o *RLQS) validate(s *Settings) error {
 		return s.Named(Bad("rlqs-report-workers", "%d: a number of workers, 0 (one per CPU) or -1 (no bound)", o.ReportWorkers))
 	case o.StoreTimeout < time.Millisecond:
 		return s.Named(Bad("rlqs-store-timeout", "%v is under 1ms", o.StoreTimeout))
+	case o.Process && o.Addr == "":
+		return s.Named(Bad("rlqs-process", "needs --rlqs-addr: the child serves RLQS on a listener of its own"))
+	case o.Nice < 0 || o.Nice > 19:
+		return s.Named(Bad("rlqs-nice", "%d is not in [0, 19]", o.Nice))
 	case o.RequireClientIdentity && s.GRPCTLS.ClientCA == "":
 		return s.Named(Bad("rlqs-require-client-identity", "needs --grpc-tls-client-ca: an identity is a verified client certificate"))
 	}
@@ -216,4 +246,16 @@ func validReplica(name string) bool {
 		}
 	}
 	return true
+}
+
+// AsRLQSChild turns these settings, parsed from the parent's arguments
+// and environment, into those of --rlqs-process's child: RLQS alone, on
+// the listeners the parent passes, with none of the parent's other
+// listeners, reports or trackers (its own metrics reach the parent's
+// /metrics).
+func (s *Settings) AsRLQSChild() {
+	s.RLQS.Child = true
+	s.Admin.Addr, s.Admin.MetricsAddr = "off", "off"
+	s.RefStats = refstats.Options{StatsOff: true, NearLimitRatio: s.RefStats.NearLimitRatio}
+	s.Top.Keys = 0
 }

@@ -80,6 +80,12 @@ func TestRLQSSettings(t *testing.T) {
 		{name: "no store timeout", args: []string{"--rlqs", "--rlqs-store-timeout", "0s"}, err: "--rlqs-store-timeout"},
 		{name: "negative pool", args: []string{"--rlqs", "--rlqs-redis-pool-size", "-1"}, err: "--rlqs-redis-pool-size"},
 		{name: "identity without client CA", args: []string{"--rlqs", "--rlqs-require-client-identity"}, err: "--rlqs-require-client-identity"},
+		{name: "own listener without rlqs", args: []string{"--rlqs-addr", ":8082"}, err: "--rlqs-addr"},
+		{name: "process without rlqs", args: []string{"--rlqs-process"}, err: "--rlqs-process"},
+		{name: "process without its listener", args: []string{"--rlqs", "--rlqs-process"}, err: "--rlqs-addr"},
+		{name: "process", env: map[string]string{"RLQS": "true", "RLQS_ADDR": ":8082", "RLQS_PROCESS": "true", "RLQS_NICE": "10"}},
+		{name: "nice above 19", args: []string{"--rlqs", "--rlqs-addr", ":8082", "--rlqs-process", "--rlqs-nice", "20"}, err: "--rlqs-nice"},
+		{name: "negative nice", args: []string{"--rlqs", "--rlqs-nice", "-5"}, err: "--rlqs-nice"},
 		{name: "off by default skips checks", args: []string{"--rlqs-unmatched", "maybe"}},
 		{name: "off skips checks", args: []string{"--rlqs=false", "--rlqs-unmatched", "maybe"}},
 	} {

@@ -230,6 +230,7 @@ Commands:
   reset     clear a descriptor's counters on running servers
   refund    give hits back to a descriptor on running servers
   usage     a descriptor's state, or an RLQS bucket's division, on running servers
+  rlqs-serve  the child that --rlqs-process starts (not run by hand)
 
 top, explain, reset, refund and usage exit 0 when done, 1 when a replica failed or
 refused, 2 on bad usage, and explain 3 when the request would be OVER_LIMIT.

@@ -160,6 +160,8 @@ func registerAll(t *testing.T, reg *prometheus.Registry) {
 			"http": func() (connlimit.Stats, bool) { return connlimit.Stats{}, true }}),
 		reg.Register(RefStatsOverflow()),
 		reg.Register(RefStatsConflicts()),
+		// No child answers there: only the restarts are exported.
+		RegisterRLQSProcess(reg, one, "http://127.0.0.1:1/metrics", nil),
 	} {
 		if err != nil {
 			t.Fatal(err)

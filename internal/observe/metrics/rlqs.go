@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 const rlqsOn = "`--rlqs` on"
@@ -64,11 +65,13 @@ var (
 	rlqsExchangeItemsDef = def{name: "fastlimit_rlqs_store_exchange_items_total", kind: counter, when: rlqsOn,
 		help: "Bucket items written, deleted or read in demand store exchanges."}
 
+	rlqsProcessRestartsDef = def{name: "fastlimit_rlqs_process_restarts_total", kind: counter, when: "`--rlqs-process` on", see: "rlqs.md#rlqs-in-a-process-of-its-own",
+		help: "Times the RLQS child process (--rlqs-process) was started again after it exited on its own."}
 	rlqsDefs = []*def{&rlqsStreamsDef, &rlqsBucketsDef, &rlqsLimitsDef, &rlqsLimitRateDef, &rlqsAssignedDef, &rlqsDemandDef,
 		&rlqsReportsDef, &rlqsBucketReportsDef, &rlqsSubscriptionsDef, &rlqsRequestsDef, &rlqsActionsDef, &rlqsPushesDef,
 		&rlqsAbandonedDef, &rlqsEmptyIDsDef, &rlqsUnmatchedDef, &rlqsSilentDef, &rlqsRefusedDef,
 		&rlqsUnidentifiedDef, &rlqsRefusedBucketsDef, &rlqsRefusedStreamsDef, &rlqsShedDef,
-		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef}
+		&rlqsStoreErrorsDef, &rlqsExchangeSecondsDef, &rlqsExchangeItemsDef, &rlqsProcessRestartsDef}
 )
 
 // RLQSTotals are one domain's quota state; rlqs.DomainTotals converts
@@ -201,4 +204,17 @@ func (c *rlqsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.GaugeValue, v, domain)
 		}
 	}
+}
+
+// RLQSChildPrefix begins the names of the series that --rlqs-process's
+// child exports and its parent's /metrics serves: RLQS's own (the
+// child's runtime and store series would collide with the parent's).
+const RLQSChildPrefix = "fastlimit_rlqs_"
+
+// RegisterRLQSProcess registers, in --rlqs-process's parent, the child's
+// restarts and the child's RLQS series, read from its /metrics at url at
+// each scrape.
+func RegisterRLQSProcess(reg prometheus.Registerer, restarts func() float64, url string, log *zap.Logger) error {
+	return register(reg, rlqsProcessRestartsDef.read(restarts),
+		&Remote{URL: url, Prefix: RLQSChildPrefix, Log: log})
 }
