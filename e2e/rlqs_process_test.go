@@ -87,6 +87,11 @@ func TestRLQSProcess(t *testing.T) {
 		t.Errorf("the parent's /metrics: fastlimit_rlqs_reports_total %v, want the child's count", got)
 	}
 
+	// The parent's admin listener holds no buckets, and says where they are.
+	if code, body := scrape.Get(t, "http://"+admin+"/v1/quota?domain=d&bucket=name=e"); code != http.StatusNotFound || !strings.Contains(body, "--rlqs-process") {
+		t.Errorf("/v1/quota on the parent: %d %q, want 404 naming --rlqs-process", code, body)
+	}
+
 	// A killed child is started again; Envoy's stream reconnects at its
 	// next report and is assigned again.
 	before := assigned()

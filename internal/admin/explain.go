@@ -170,10 +170,11 @@ func storeKeys(base string, lim *descriptors.Limit, now int64) []string {
 	return []string{base + strconv.FormatInt(ws/1000, 10)}
 }
 
-// explainBucket answers an RLQS bucket's explanation; 404 with --rlqs=false.
+// explainBucket answers an RLQS bucket's explanation; 404 with --rlqs=false
+// or --rlqs-process.
 func (a *API) explainBucket(w http.ResponseWriter, r *http.Request, domain string, id map[string]string) {
 	if a.o.RLQS == nil {
-		http.Error(w, "the rate limit quota service is off (--rlqs=false)", http.StatusNotFound)
+		a.rlqsNotHere(w)
 		return
 	}
 	if domain == "" {

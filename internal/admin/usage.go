@@ -48,10 +48,10 @@ func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 
 // handleRLQSUsage answers GET /v1/quota?domain=D&bucket=k=v,k2=v2 with
 // how the bucket's limit is divided on this replica (rlqs.Service.Usage),
-// changing nothing; 404 without --rlqs.
+// changing nothing; 404 without --rlqs, or with --rlqs-process.
 func (a *API) handleRLQSUsage(w http.ResponseWriter, r *http.Request) {
 	if a.o.RLQS == nil {
-		http.NotFound(w, r)
+		a.rlqsNotHere(w)
 		return
 	}
 	domain, entries, err := parseQuery(r.URL.RawQuery, "bucket")
@@ -146,4 +146,14 @@ func parseQuery(rawQuery, list string) (domain string, entries []descriptors.Ent
 		return "", nil, errors.New("domain is required")
 	}
 	return domain, entries, nil
+}
+
+// rlqsNotHere answers 404 to a question about RLQS's buckets in a process
+// that holds none: RLQS is off, or served by --rlqs-process's child.
+func (a *API) rlqsNotHere(w http.ResponseWriter) {
+	msg := "the rate limit quota service is off (--rlqs=false)"
+	if s := a.o.Settings; s != nil && s.RLQS.Enabled && s.RLQS.Process {
+		msg = "the rate limit quota service runs in a process of its own (--rlqs-process), whose buckets this admin listener does not see"
+	}
+	http.Error(w, msg, http.StatusNotFound)
 }
