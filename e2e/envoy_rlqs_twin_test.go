@@ -587,7 +587,7 @@ func checkTwin(t *testing.T, run string, sc *twinScenario, r twinResult) {
 
 // twinAgree is how far a settled period's admitted total may be from
 // the simulator's on a busy machine, a fraction of the limit (docs/rlqs.md's
-// table, from one run, has them within 5% but in one period it explains).
+// table, six runs beside a busy loop, has them within 1%).
 const twinAgree = 0.1
 
 // TestEnvoyRLQS runs the scenarios of twinScenarios, in parallel.

@@ -74,21 +74,29 @@ func (s *Server) openMetrics() error {
 	if s.opts.Admin.MetricsOff() {
 		return nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.adminAPI.MetricsHandler())
-	srv, err := httpserver.Listen(s.opts.Admin.MetricsAddr, mux, s.httpOpts)
+	srv, err := httpserver.Listen(s.opts.Admin.MetricsAddr, s.metricsMux(), s.httpOpts)
 	if err != nil {
 		return fmt.Errorf("listen metrics on %s (%s): %w", s.opts.Admin.MetricsAddr, s.opts.Name("metrics-addr"), err)
 	}
+	s.serveMetrics(srv)
+	return nil
+}
+
+// metricsMux serves /metrics alone.
+func (s *Server) metricsMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.adminAPI.MetricsHandler())
+	return mux
+}
+
+// serveMetrics serves srv, the metrics listener, until Close.
+func (s *Server) serveMetrics(srv *httpserver.Server) {
 	s.metricsSrv = srv
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("metrics server stopped", zap.Error(err))
 		}
-	}()
-	return nil
+	})
 }
 
 // MetricsAddr is the bound address of --metrics-addr, "" when there is

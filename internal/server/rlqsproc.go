@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -157,16 +156,7 @@ func (s *Server) openChildListeners(cap int) error {
 	if err != nil {
 		return fmt.Errorf("the metrics listener from the parent (descriptor %d): %w", childMetricsFD, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.adminAPI.MetricsHandler())
-	s.metricsSrv = httpserver.New(ml, mux, s.httpOpts)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.metricsSrv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("metrics server stopped", zap.Error(err))
-		}
-	}()
+	s.serveMetrics(httpserver.New(ml, s.metricsMux(), s.httpOpts))
 	return nil
 }
 

@@ -252,9 +252,11 @@ func validReplica(name string) bool {
 // and environment, into those of --rlqs-process's child: RLQS alone, on
 // the listeners the parent passes, with none of the parent's other
 // listeners, reports or trackers (its own metrics reach the parent's
-// /metrics).
+// /metrics), and no drain of its own: the parent has drained when it
+// stops the child.
 func (s *Settings) AsRLQSChild() {
 	s.RLQS.Child = true
+	s.Drain = 0
 	s.Admin.Addr, s.Admin.MetricsAddr = "off", "off"
 	s.RefStats = refstats.Options{StatsOff: true, NearLimitRatio: s.RefStats.NearLimitRatio}
 	s.Top.Keys = 0

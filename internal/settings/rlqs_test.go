@@ -123,3 +123,26 @@ func TestRLQSSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestAsRLQSChild: the child of --rlqs-process keeps RLQS's settings and
+// drops every listener, report and tracker of the parent's, and its drain.
+func TestAsRLQSChild(t *testing.T) {
+	env := map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}
+	s, err := Parse("test", []string{"--rlqs", "--rlqs-addr", ":8082", "--rlqs-process", "--rlqs-nice", "12",
+		"--admin-addr", "127.0.0.1:6070", "--metrics-addr", "127.0.0.1:6071", "--drain", "5s", "--top-keys", "10"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AsRLQSChild()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !s.RLQS.Child || !s.RLQS.Enabled || s.RLQS.Addr != ":8082" || s.RLQS.Nice != 12 {
+		t.Errorf("RLQS = %+v", s.RLQS)
+	}
+	if !s.Admin.Off() || !s.Admin.MetricsOff() || s.RefStats.Prometheus || s.RefStats.Statsd || !s.RefStats.StatsOff ||
+		s.Top.Keys != 0 || s.Drain != 0 {
+		t.Errorf("the child keeps the parent's admin %+v, stats %+v, top %d or drain %v", s.Admin, s.RefStats, s.Top.Keys, s.Drain)
+	}
+}

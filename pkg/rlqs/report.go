@@ -153,7 +153,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 	// A new bucket an Envoy reports a second's use of or more may have
 	// moved: it joins its division held out until credit decides, since
 	// a settle meanwhile would count it beside its old value.
-	elapsed := u.GetTimeElapsed().AsDuration()
+	elapsed := coveredBy(u.GetTimeElapsed().AsDuration(), st.svc.opts.ReportPeriod)
 	mayHaveMoved := isNew && elapsed >= time.Second
 	st.resolve(r, b, set, entries, mayHaveMoved)
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
@@ -164,7 +164,7 @@ func (st *stream) record(r *report, set *descriptors.Set, u *rlqspb.RateLimitQuo
 		r.moved = append(r.moved, movedClaim{b: b, allowed: u.GetNumRequestsAllowed(), elapsed: elapsed})
 	}
 	if b.div != nil {
-		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), r.now, &st.svc.opts.Division)
+		b.div.observe(b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), elapsed, r.now, &st.svc.opts.Division)
 	}
 	st.svc.obs.Requests(st.svc.label(st.domain), u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 	r.all = append(r.all, b)
@@ -375,4 +375,17 @@ func (s *Service) storeNow(now time.Time) time.Time {
 		return time.Time{}
 	}
 	return now
+}
+
+// coveredBy is the time a usage's time_elapsed covers. Envoy truncates it
+// to whole seconds: a report its timer sends a few milliseconds early
+// says 4 s of a 5 s period, which read as is makes the bucket's rate a
+// quarter higher than it was (docs/rlqs.md, "What Envoy does, read from
+// its source"). So a reading less than a second short of the report
+// period is the period; any other is taken as it is.
+func coveredBy(elapsed, period time.Duration) time.Duration {
+	if period > time.Second && elapsed >= period-time.Second && elapsed < period {
+		return period
+	}
+	return elapsed
 }
