@@ -147,6 +147,8 @@ func TestPublishedPortsNeedAuthorization(t *testing.T) {
 			return v
 		}(), false},
 		{"operator API", withTokens(true), true},
+		// The RLQS port is the child's gRPC, which the server binds.
+		{"rlqs in a process", map[string]any{"rlqs": map[string]any{"enabled": true, "process": true}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := mustRender(t, tc.vals)
@@ -220,7 +222,7 @@ func startRendered(t *testing.T, bin string, o *objects) map[string]string {
 		switch k {
 		case "PORT", "GRPC_PORT", "DEBUG_PORT":
 			v = move(v)
-		case "METRICS_ADDR", "PROMETHEUS_ADDR":
+		case "METRICS_ADDR", "PROMETHEUS_ADDR", "RLQS_ADDR":
 			host, port, err := net.SplitHostPort(v)
 			if err != nil {
 				t.Fatalf("%s=%s: %v", k, v, err)

@@ -333,15 +333,41 @@ func TestMemoryDefaults(t *testing.T) {
 	}
 }
 
-// TestRLQS: RLQS off unless rlqs.enabled.
+// TestRLQS: RLQS off unless rlqs.enabled; with rlqs.process, in a
+// process of its own on rlqs.port, published as grpc-rlqs; rlqs.process
+// alone is refused.
 func TestRLQS(t *testing.T) {
 	for _, tc := range []struct {
-		vals map[string]any
-		want string
-	}{{nil, "false"}, {map[string]any{"rlqs": map[string]any{"enabled": true}}, "true"}} {
-		if got := env(container(t, mustRender(t, tc.vals)))["RLQS"]; got != tc.want {
-			t.Errorf("%v: RLQS = %q, want %q", tc.vals, got, tc.want)
+		vals          map[string]any
+		want, addr    string
+		processPorted bool
+	}{
+		{nil, "false", "", false},
+		{map[string]any{"rlqs": map[string]any{"enabled": true}}, "true", "", false},
+		{map[string]any{"rlqs": map[string]any{"enabled": true, "process": true}}, "true", "0.0.0.0:8082", true},
+		{map[string]any{"rlqs": map[string]any{"enabled": true, "process": true, "port": 9000}}, "true", "0.0.0.0:9000", true},
+	} {
+		o := mustRender(t, tc.vals)
+		c := container(t, o)
+		e := env(c)
+		if e["RLQS"] != tc.want || e["RLQS_ADDR"] != tc.addr || (e["RLQS_PROCESS"] == "true") != tc.processPorted {
+			t.Errorf("%v: RLQS = %q, RLQS_ADDR = %q, RLQS_PROCESS = %q", tc.vals, e["RLQS"], e["RLQS_ADDR"], e["RLQS_PROCESS"])
 		}
+		ported := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "grpc-rlqs" })
+		published := false
+		for _, svc := range o.services {
+			for _, p := range svc.Spec.Ports {
+				if p.Name == "grpc-rlqs" && p.TargetPort.StrVal == "grpc-rlqs" && p.AppProtocol != nil && *p.AppProtocol == "grpc" {
+					published = true
+				}
+			}
+		}
+		if ported != tc.processPorted || published != tc.processPorted {
+			t.Errorf("%v: grpc-rlqs container port %v, Service port %v; want %v", tc.vals, ported, published, tc.processPorted)
+		}
+	}
+	if _, err := render(t, map[string]any{"rlqs": map[string]any{"process": true}}); err == nil || !strings.Contains(err.Error(), "rlqs.process") {
+		t.Errorf("rlqs.process without rlqs.enabled: %v, want an error naming it", err)
 	}
 }
 
