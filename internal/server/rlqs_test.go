@@ -4,18 +4,21 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fastlimit/fastlimit/internal/testing/files"
 	"github.com/fastlimit/fastlimit/internal/testing/wait"
 )
 
@@ -149,4 +152,47 @@ func TestRLQSAddr(t *testing.T) {
 	if _, err := rlspb.NewRateLimitServiceClient(own).ShouldRateLimit(t.Context(), req); status.Code(err) != codes.Unimplemented {
 		t.Errorf("RLS on --rlqs-addr: %v, want Unimplemented", err)
 	}
+}
+
+// TestRLQSProcessOpenFails: with --rlqs-process, an Open that fails after
+// binding the child's listeners (here the admin address is taken) starts
+// no child, and Close returns, the listeners freed.
+func TestRLQSProcessOpenFails(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	rlqsAddr := freeAddr(t)
+	s := newServer(t, zaptest.NewLogger(t), loopbackArgs(files.Dir(t, map[string]string{"adm.yaml": adminRules}),
+		"--rlqs", "--rlqs-addr", rlqsAddr, "--rlqs-process", "--admin-addr", taken.Addr().String())...)
+	if err := s.Open(context.Background()); err == nil {
+		t.Fatal("Open with the admin address taken succeeded")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(context.Background()) }()
+	select {
+	case <-closed:
+	case <-time.After(patience):
+		t.Fatal("Close did not return")
+	}
+	if s.child.sup.PID() != 0 {
+		t.Errorf("a child was started: %d", s.child.sup.PID())
+	}
+	l, err := net.Listen("tcp", rlqsAddr)
+	if err != nil {
+		t.Fatalf("--rlqs-addr still bound after Close: %v", err)
+	}
+	_ = l.Close()
+}
+
+// freeAddr is a loopback address free when asked.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

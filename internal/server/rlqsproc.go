@@ -33,10 +33,6 @@ type rlqsChild struct {
 	grpcLis, metricsLis net.Listener
 	files               []*os.File
 	sup                 *supervise.Supervisor
-	// path and args start the child: this executable, with
-	// RLQSChildCommand and this process's arguments (tests set others).
-	path string
-	args []string
 }
 
 // rlqsSplit reports whether RLQS has a listener of its own (--rlqs-addr):
@@ -77,12 +73,15 @@ func (s *Server) listenRLQS(cap int) error {
 		}
 		c.files = append(c.files, f)
 	}
-	restarts := func() float64 {
-		if c.sup == nil {
-			return 0
-		}
-		return float64(c.sup.Restarts())
+	// This executable again, with this process's arguments and
+	// environment; nothing starts before startChild.
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("rlqs process: %w", err)
 	}
+	c.sup = supervise.New(supervise.Options{Path: exe, Args: append([]string{RLQSChildCommand}, os.Args[1:]...), Files: c.files,
+		Log: s.log.Named("rlqs-process"), Pause: 100 * time.Millisecond, MaxPause: 10 * time.Second})
+	restarts := func() float64 { return float64(c.sup.Restarts()) }
 	if err := metrics.RegisterRLQSProcess(s.registry, restarts, "http://"+c.metricsLis.Addr().String()+"/metrics",
 		s.log.Named("rlqs-process")); err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -110,15 +109,6 @@ func (s *Server) startChild() error {
 	if c == nil {
 		return nil
 	}
-	if c.path == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("rlqs process: %w", err)
-		}
-		c.path, c.args = exe, append([]string{RLQSChildCommand}, os.Args[1:]...)
-	}
-	c.sup = supervise.New(supervise.Options{Path: c.path, Args: c.args, Files: c.files, Log: s.log.Named("rlqs-process"),
-		Pause: 100 * time.Millisecond, MaxPause: 10 * time.Second})
 	if err := c.sup.Start(); err != nil {
 		return err
 	}
@@ -141,7 +131,13 @@ func (s *Server) stopChild(ctx context.Context) error {
 	for _, f := range c.files {
 		_ = f.Close()
 	}
-	return errors.Join(err, c.grpcLis.Close(), c.metricsLis.Close())
+	// Open may have failed before binding them all.
+	for _, l := range []net.Listener{c.grpcLis, c.metricsLis} {
+		if l != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}
+	return err
 }
 
 // openChildListeners takes, in the child, the listeners its parent

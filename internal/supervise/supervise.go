@@ -56,6 +56,7 @@ type Supervisor struct {
 	done     chan struct{}
 	mu       sync.Mutex
 	proc     *os.Process // the running child, nil between runs
+	started  atomic.Bool // Start was called: run closes done
 }
 
 // New returns a supervisor that starts nothing until Start.
@@ -77,6 +78,7 @@ func New(o Options) *Supervisor {
 // it from starting; from then on an exited child is started again until
 // Stop.
 func (s *Supervisor) Start() error {
+	s.started.Store(true)
 	started := make(chan error, 1)
 	go s.run(started)
 	err := <-started
@@ -174,7 +176,7 @@ func (s *Supervisor) PID() int { return int(s.pid.Load()) }
 
 // Stop sends the child SIGTERM, and SIGKILL if it has not exited within
 // grace or by ctx's end; it returns once the child has exited and will
-// not be started again.
+// not be started again. Before Start it only keeps Start from starting.
 func (s *Supervisor) Stop(ctx context.Context, grace time.Duration) error {
 	s.mu.Lock()
 	select {
@@ -184,6 +186,9 @@ func (s *Supervisor) Stop(ctx context.Context, grace time.Duration) error {
 	}
 	p := s.proc
 	s.mu.Unlock()
+	if !s.started.Load() {
+		return nil // never started: nothing runs
+	}
 	if p == nil {
 		<-s.done
 		return nil

@@ -113,6 +113,18 @@ func TestFiles(t *testing.T) {
 	}
 }
 
+// TestStopUnstarted: Stop before Start returns at once, and Start then
+// starts nothing (a server whose Open failed before starting the child).
+func TestStopUnstarted(t *testing.T) {
+	s := New(Options{Path: sh(t), Args: []string{"-c", "exec sleep 1000"}})
+	if err := s.Stop(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil || s.PID() != 0 {
+		t.Fatalf("Start after Stop: %v, pid %d", err, s.PID())
+	}
+}
+
 // TestStartFails: an executable that cannot start is Start's error, and
 // nothing keeps trying.
 func TestStartFails(t *testing.T) {
