@@ -55,13 +55,6 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 	fmt.Fprintln(w, "| round | RLQS streams | report workers | RLS calls | p50 | p99 | max | errors | reports received/s | RLQS store errors | reports shed | server GCs | loadavg |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	bound := strconv.Itoa(iso.workers)
-	type phase struct {
-		streams bool
-		workers string   // --rlqs-report-workers
-		env     []string // the server's environment beyond the default
-		side    bool     // the streams on a second server process
-		process bool     // the streams on the server's --rlqs-process child
-	}
 	phases := []phase{{streams: false, workers: bound}, {streams: true, workers: "-1"}, {streams: true, workers: bound}}
 	if len(iso.tunedEnv) > 0 {
 		phases = append(phases, phase{streams: true, workers: bound, env: iso.tunedEnv})
@@ -74,58 +67,82 @@ func (e *env) isolation(ctx context.Context, w io.Writer, d time.Duration, iso i
 	}
 	for round := 1; round <= iso.rounds; round++ {
 		for _, ph := range phases {
-			if err := e.flush(); err != nil {
-				return err
-			}
-			e.serverEnv = ph.env
-			extra, rlqsAddr := []string{"--rlqs-report-workers", ph.workers}, ""
-			if ph.process {
-				var err error
-				if rlqsAddr, err = e.freeAddr(); err != nil {
-					return err
-				}
-				extra = append(extra, "--rlqs-addr", rlqsAddr, "--rlqs-process")
-			}
-			if err := e.restart(ctx, extra...); err != nil {
-				return err
-			}
-			row, err := e.isolationPhase(ctx, d, iso, ph.streams, ph.side, rlqsAddr)
+			row, err := e.runPhase(ctx, d, iso, ph)
 			if err != nil {
 				return err
 			}
-			n, workers := 0, "none"
+			n := 0
 			if ph.streams {
 				n = iso.streams
-				switch ph.workers {
-				case "-1":
-					workers = "no bound"
-				case "0":
-					workers = "one per CPU"
-				default:
-					workers = ph.workers
-				}
-				if len(ph.env) > 0 {
-					workers += ", " + strings.Join(ph.env, " ")
-				}
-				if ph.side {
-					workers += ", RLQS on a second process"
-				}
-				if ph.process {
-					workers += ", --rlqs-process"
-				}
 			}
-			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, workers, row)
+			fmt.Fprintf(w, "| %d | %d | %s | %s |\n", round, n, ph.label(), row)
 		}
 	}
 	fmt.Fprintln(w)
 	return nil
 }
 
+// phase is one phase of a round of the isolation scenario.
+type phase struct {
+	streams bool
+	workers string   // --rlqs-report-workers
+	env     []string // the server's environment beyond the default
+	side    bool     // the streams on a second server process
+	process bool     // the streams on the server's --rlqs-process child
+}
+
+// label is the phase's "report workers" cell.
+func (ph phase) label() string {
+	if !ph.streams {
+		return "none"
+	}
+	var l string
+	switch ph.workers {
+	case "-1":
+		l = "no bound"
+	case "0":
+		l = "one per CPU"
+	default:
+		l = ph.workers
+	}
+	if len(ph.env) > 0 {
+		l += ", " + strings.Join(ph.env, " ")
+	}
+	if ph.side {
+		l += ", RLQS on a second process"
+	}
+	if ph.process {
+		l += ", --rlqs-process"
+	}
+	return l
+}
+
+// runPhase starts the server again as ph asks, Redis emptied, and
+// measures the phase (isolationPhase).
+func (e *env) runPhase(ctx context.Context, d time.Duration, iso isolation, ph phase) (string, error) {
+	if err := e.flush(); err != nil {
+		return "", err
+	}
+	e.serverEnv = ph.env
+	extra, rlqsAddr := []string{"--rlqs-report-workers", ph.workers}, ""
+	if ph.process {
+		var err error
+		if rlqsAddr, err = e.freeAddr(); err != nil {
+			return "", err
+		}
+		extra = append(extra, "--rlqs-addr", rlqsAddr, "--rlqs-process")
+	}
+	if err := e.restart(ctx, extra...); err != nil {
+		return "", err
+	}
+	return e.isolationPhase(ctx, d, iso, ph, rlqsAddr)
+}
+
 // isolationPhase measures RLS latency for d, beside the reporting streams
-// if streams (sent to a second server process if side, whose counters
-// the row's RLQS cells are then; to rlqsAddr, the server's own RLQS
-// listener, if not empty), and returns the row's measured cells.
-func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, streams, side bool, rlqsAddr string) (string, error) {
+// if ph.streams (sent to a second server process if ph.side, whose
+// counters the row's RLQS cells are then; to rlqsAddr, the server's own
+// RLQS listener, if not empty), and returns the row's measured cells.
+func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation, ph phase, rlqsAddr string) (string, error) {
 	cc, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return "", err
@@ -135,7 +152,7 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 	if rlqsAddr == "" {
 		rlqsAddr = e.grpcAddr
 	}
-	if side { // a second server of the same binary, rules and Redis
+	if ph.side { // a second server of the same binary, rules and Redis
 		sd, err := e.launch(ctx)
 		if sd != nil {
 			defer killProc(sd.cmd)
@@ -146,7 +163,7 @@ func (e *env) isolationPhase(ctx context.Context, d time.Duration, iso isolation
 		rlqsAddr, rlqsAdmin = sd.grpcAddr, sd.adminAddr
 	}
 	stop := func() {}
-	if streams {
+	if ph.streams {
 		if stop, err = e.startReporters(ctx, rlqsAddr, iso); err != nil {
 			return "", err
 		}

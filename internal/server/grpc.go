@@ -27,7 +27,7 @@ var healthServices = []string{"", "ratelimit"}
 // until Open) and reflection, with TLS, tracing and the reference's
 // call stats as the settings ask.
 func (s *Server) newGRPC(tlsOpts []grpc.ServerOption, withRLS, withRLQS bool) *grpc.Server {
-	gopts := append(grpcOptions(s), tlsOpts...)
+	gopts := append(grpcOptions(s, withRLQS && s.rlqs != nil), tlsOpts...)
 	gopts = append(gopts, s.bounds.options()...)
 	gopts = append(gopts, s.tracing.ServerOptions(rls.ShouldRateLimitMethod)...)
 	g := grpc.NewServer(append(gopts, s.ref.ServerOptions()...)...)
@@ -81,8 +81,11 @@ func (s *Server) serveGRPC(g *grpc.Server, lis net.Listener) {
 
 // grpcOptions tune the gRPC server for many small unary calls: stream
 // workers reuse goroutines (and their grown stacks) instead of starting one
-// per call.
-func grpcOptions(s *Server) []grpc.ServerOption {
+// per call. A server that carries RLQS (withRLQS) pings silent connections
+// and receives RLQS's larger reports, bounding RateLimitService's
+// requests itself; one without (RateLimitService alone, with --rlqs-addr)
+// keeps gRPC's own receive limit and no interceptor on its calls.
+func grpcOptions(s *Server, withRLQS bool) []grpc.ServerOption {
 	o := s.opts
 	// Each connection keeps its own write buffer: grpc.SharedWriteBuffer
 	// returns it to a pool after every flush, which costs more than Envoy's
@@ -93,13 +96,16 @@ func grpcOptions(s *Server) []grpc.ServerOption {
 		// 0 is gRPC's default: never.
 		MaxConnectionIdle: o.GRPC.MaxConnectionIdle,
 	}
-	if o.RLQS.Enabled {
+	if withRLQS {
 		// gRPC pings per server: with RLQS, a connection silent this long
 		// (no Envoy's, which reports every 5 s) is pinged, and closed
 		// unanswered (docs/rlqs.md, "Keepalive").
 		ka.Time, ka.Timeout = o.RLQS.KeepaliveTime, o.RLQS.KeepaliveTimeout
 	}
-	recv := o.RLQS.RecvBytes(o.MaxRequestBytes)
+	recv := o.MaxRequestBytes
+	if withRLQS {
+		recv = o.RLQS.RecvBytes(o.MaxRequestBytes)
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(recv),
 		// Descriptor values that are not UTF-8 are decided, not refused.

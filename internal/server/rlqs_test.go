@@ -149,6 +149,11 @@ func TestRLQSAddr(t *testing.T) {
 	if _, err := rlspb.NewRateLimitServiceClient(main).ShouldRateLimit(t.Context(), req); err != nil {
 		t.Errorf("RLS on --grpc-addr: %v", err)
 	}
+	// RateLimitService's server alone keeps --max-request-bytes (4 MiB).
+	big := rlsRequest("adm", "win", strings.Repeat("v", 5<<20))
+	if _, err := rlspb.NewRateLimitServiceClient(main).ShouldRateLimit(t.Context(), big); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("an RLS request of 5 MiB on --grpc-addr: %v, want ResourceExhausted", err)
+	}
 	if _, err := rlspb.NewRateLimitServiceClient(own).ShouldRateLimit(t.Context(), req); status.Code(err) != codes.Unimplemented {
 		t.Errorf("RLS on --rlqs-addr: %v, want Unimplemented", err)
 	}

@@ -37,9 +37,7 @@ type rlqsChild struct {
 
 // rlqsSplit reports whether RLQS has a listener of its own (--rlqs-addr):
 // served by a gRPC server of its own, in this process or the child.
-func (s *Server) rlqsSplit() bool {
-	return s.opts.RLQS.Enabled && (s.opts.RLQS.Addr != "" || s.opts.RLQS.Child)
-}
+func (s *Server) rlqsSplit() bool { return s.opts.RLQS.Enabled && s.opts.RLQS.Addr != "" }
 
 // inParent reports whether this process starts RLQS's child.
 func (s *Server) inParent() bool {

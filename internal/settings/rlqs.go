@@ -80,7 +80,7 @@ func addRLQSFlags(fs *flag.FlagSet, o *RLQS) {
 	fs.Float64Var(&o.Headroom, "rlqs-headroom", 0.1,
 		"fraction added to an Envoy's measured demand when dividing, so that growing demand passes until the next report shows it")
 	fs.DurationVar(&o.KeepaliveTime, "rlqs-keepalive-time", 30*time.Second,
-		"with --rlqs, ping a gRPC connection silent this long (Envoys report every 5s, so only a lost one is pinged; it applies to every gRPC connection)")
+		"with --rlqs, ping a gRPC connection silent this long (Envoys report every 5s, so only a lost one is pinged; it applies to every connection of the listener that serves RLQS: --grpc-addr, or --rlqs-addr alone)")
 	fs.DurationVar(&o.KeepaliveTimeout, "rlqs-keepalive-timeout", 10*time.Second,
 		"with --rlqs, close a connection whose ping is not answered within this, ending its RLQS streams")
 	fs.IntVar(&o.MaxReportBytes, "rlqs-max-report-bytes", DefaultRLQSMaxReportBytes,
